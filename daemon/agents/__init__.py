@@ -1,0 +1,1 @@
+"""Agent adapters (one module per agent, a registry by name) and the supervisor."""

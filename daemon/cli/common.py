@@ -1,0 +1,55 @@
+"""What every command group shares: the home, errors, JSON and rich output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from daemon.home import Home, HomeNotFound, resolve_home
+
+
+class CommandError(Exception):
+    """A command failed in a way the user must fix; exit code 2 unless said otherwise."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def home_of(args: argparse.Namespace) -> Home:
+    try:
+        return resolve_home(getattr(args, "home", None))
+    except HomeNotFound as exc:
+        raise CommandError(str(exc)) from None
+
+
+def add_home_and_json(parser: argparse.ArgumentParser, json_flag: bool = True) -> None:
+    """Let `--home` (and `--json`) also be given after the subcommand."""
+    parser.add_argument("--home", default=argparse.SUPPRESS, help="the home folder")
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def command(
+    sub: Any, name: str, func: Callable[[argparse.Namespace], int], json_flag: bool = False
+) -> argparse.ArgumentParser:
+    """Add a subcommand whose help is the first line of `func`'s docstring."""
+    doc = (func.__doc__ or "").strip().splitlines()
+    parser = sub.add_parser(name, help=doc[0] if doc else None, description=func.__doc__)
+    add_home_and_json(parser, json_flag)
+    parser.set_defaults(func=func)
+    return parser
+
+
+def print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, default=str, indent=2)
+    sys.stdout.write("\n")
+
+
+def console():  # noqa: ANN201 - rich Console, imported lazily
+    from rich.console import Console
+
+    return Console()

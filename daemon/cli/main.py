@@ -1,0 +1,49 @@
+"""`loopd`: the console script. Each `daemon/cli/*.py` module adds its command group."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+import daemon
+import daemon.cli
+from daemon.cli.common import CommandError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loopd",
+        description="A daemon for loop engineering: runs coding agents, judges, learns.",
+    )
+    parser.add_argument("--version", action="version", version=f"loopd {daemon.__version__}")
+    parser.add_argument("--home", help="the home folder (default: $LOOPD_HOME, else the cwd)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(daemon.cli.__path__), key=lambda i: i.name):
+        if info.name in {"main", "common"} or info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"daemon.cli.{info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except CommandError as exc:
+        print(f"loopd: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

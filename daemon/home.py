@@ -1,0 +1,157 @@
+"""Home resolution and layout, and `loopd init`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from daemon.config import LoadedConfig, load_home
+
+
+class HomeNotFound(Exception):
+    """No home could be resolved."""
+
+
+@dataclass
+class Home:
+    """A folder holding `loopd.toml`, `loops/`, `rules/` and `state/`."""
+
+    root: Path
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "loopd.toml"
+
+    @property
+    def loops_dir(self) -> Path:
+        return self.root / "loops"
+
+    @property
+    def rules_dir(self) -> Path:
+        return self.root / "rules"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    def load(self) -> LoadedConfig:
+        return load_home(self.root)
+
+    def state(self, events_rotate: int | None = None):  # noqa: ANN201 - StateStore
+        from daemon.state.store import StateStore
+
+        if events_rotate is None:
+            events_rotate = self.load().daemon.limits.events_rotate
+        return StateStore(self.state_dir, events_rotate=events_rotate)
+
+
+def is_home(path: Path) -> bool:
+    return (path / "loopd.toml").is_file() or (path / "loops").is_dir()
+
+
+def resolve_home(explicit: str | None = None, cwd: Path | None = None) -> Home:
+    """`--home DIR`, else `$LOOPD_HOME`, else the current folder when it is a home."""
+    if explicit:
+        path = Path(explicit).expanduser().resolve()
+        if not path.is_dir():
+            raise HomeNotFound(
+                f"--home {explicit}: no such folder. Fix: run `loopd init {explicit}` first"
+            )
+        return Home(path)
+    env = os.environ.get("LOOPD_HOME")
+    if env:
+        path = Path(env).expanduser().resolve()
+        if not path.is_dir():
+            raise HomeNotFound(
+                f"LOOPD_HOME={env}: no such folder. Fix: run `loopd init {env}` or unset LOOPD_HOME"
+            )
+        return Home(path)
+    here = (cwd or Path.cwd()).resolve()
+    if is_home(here):
+        return Home(here)
+    raise HomeNotFound(
+        f"{here} is not a loopd home (no loopd.toml or loops/). Fix: run `loopd init DIR` "
+        "and pass --home DIR or set LOOPD_HOME=DIR"
+    )
+
+
+EXAMPLE_CONFIG = """\
+# loopd.toml: the daemon's configuration. Every key is optional; see DESIGN.md section 3.
+
+# [verifier]                 # the separate model that judges results (critic, rules)
+# base_url = "http://127.0.0.1:8000/v1"    # vLLM, llama.cpp server, Ollama, LM Studio
+# model = "qwen3-30b-a3b-instruct"         # should differ from the agents' model
+# api_key_env = ""           # name of an env var holding the key; keys never live in files
+# timeout = "60s"
+# pending_limit = "6h"       # endpoint unreachable this long while a run waits: escalate
+
+# An agent profile that loops name with `agent = "..."`.
+[agents.example]
+adapter = "command"          # qwen | claude | codex | aider | opencode | gemini | command
+# The prompt replaces {prompt}; without {prompt} the agent reads it on stdin.
+command = ["python3", "-c", "import sys; print(sys.stdin.read()[:200])"]
+
+# [agents.qwen]
+# adapter = "qwen"
+# model = "qwen3-coder-30b-a3b-instruct"
+# base_url = "http://127.0.0.1:8000/v1"
+# api_key_env = "LOCAL_LLM_KEY"
+
+# [notify]
+# command = ["notify-send", "loopd"]   # argv; the message is appended; never a shell
+# webhook = ""                         # POST of the escalation as JSON
+
+[limits]
+max_concurrent_runs = 1
+# retain_days = 30
+# transcript_cap = "50MB"
+# prompt_cap = "100KB"
+# shutdown_grace = "30s"
+# worktrees = "~/.cache/loopd/worktrees"
+# events_rotate = "64MB"
+"""
+
+EXAMPLE_LOOP = """\
+# loops/example.toml: one loop. Disabled until you point it at your repository.
+enabled = false
+repo = "."                        # a git repository (~ is expanded)
+task = "Make the failing tests pass without weakening them."
+agent = "example"                 # a profile from loopd.toml, or an adapter name such as "qwen"
+schedule = ["0 2 * * *"]          # five-field cron, standard meaning; 0 and 7 are Sunday
+timezone = "UTC"
+catch_up = "1h"                   # a schedule missed while loopd was down runs once if this recent
+# on_push = ["main"]              # branch globs, fired by `loopd hooks install`
+# on_change = ["src/**"]          # path globs inside the repository, debounced
+# debounce = "10s"
+overlap = "coalesce"              # coalesce | skip | queue
+isolation = "worktree"            # a git worktree and branch loopd/LOOP/RUN_ID per run
+base = "HEAD"
+done_when = ["python3 -m pytest -q"]   # all must exit 0; run by loopd in the run's tree
+check_timeout = "10m"
+# protect = ["tests/**"]          # the agent may not change these
+max_attempts = 3
+attempt_timeout = "45m"
+stall_after = "5m"
+max_nudges = 2
+critic = "on"                     # on | off
+critic_threshold = 7
+notify_on = ["escalated"]
+"""
+
+
+def init_home(path: Path) -> list[Path]:
+    """Make a home at `path` with commented examples; keep what is already there."""
+    from daemon.state.atomic import ensure_dir
+
+    path.mkdir(parents=True, exist_ok=True)
+    written = []
+    for sub in ("loops", "rules/trial", "rules/active", "rules/rejected", "rules/retired"):
+        (path / sub).mkdir(parents=True, exist_ok=True)
+    ensure_dir(path / "state")
+    for rel, text in (("loopd.toml", EXAMPLE_CONFIG), ("loops/example.toml", EXAMPLE_LOOP)):
+        target = path / rel
+        if not target.exists():
+            target.write_text(text)
+            written.append(target)
+    return written

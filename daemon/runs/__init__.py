@@ -1,0 +1,1 @@
+"""The run lifecycle: worktree, prompt, attempt, checks, judge, learn, finish."""

@@ -1,0 +1,191 @@
+"""Git as loopd runs it on trees an agent touched: argv only, repository programs disabled.
+
+A repository's config can name programs that git runs on ordinary commands (hooks,
+core.fsmonitor, diff.external, textconv, filter drivers, gpg). An agent can write that
+config, so every command here overrides them on the command line.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from daemon.state.atomic import ensure_dir
+
+GIT_IDENTITY = ("loopd", "loopd@localhost")
+_SAFE_CONFIG = (
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.untrackedCache=false",
+    "diff.external=",
+    "commit.gpgsign=false",
+    "tag.gpgsign=false",
+    "core.pager=cat",
+    "core.editor=true",
+    "core.sshCommand=false",
+    "credential.helper=",
+    "protocol.ext.allow=never",
+)
+# Variables that would point git at another repository or config than the one we name.
+_DROPPED_ENV = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_CONFIG",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_PAGER",
+    "GIT_EDITOR",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_ASKPASS",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+)
+
+
+class GitError(Exception):
+    """A git command failed; carries its argv and stderr."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str) -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr
+        super().__init__(f"git {' '.join(argv)} failed ({returncode}): {stderr.strip()[:500]}")
+
+
+def git_environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    env["GIT_AUTHOR_NAME"] = env["GIT_COMMITTER_NAME"] = GIT_IDENTITY[0]
+    env["GIT_AUTHOR_EMAIL"] = env["GIT_COMMITTER_EMAIL"] = GIT_IDENTITY[1]
+    env["GIT_OPTIONAL_LOCKS"] = "0"
+    return env
+
+
+class Git:
+    """Runs git in one tree with repository-configured programs switched off."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = Path(cwd)
+
+    def _filter_overrides(self) -> list[str]:
+        # Filter drivers are named by the repository; neutralize each but git-lfs.
+        proc = subprocess.run(
+            [
+                "git",
+                "-c",
+                "core.fsmonitor=false",
+                "config",
+                "--name-only",
+                "--get-regexp",
+                r"^filter\..*\.(clean|smudge|process)$",
+            ],
+            cwd=self.cwd,
+            capture_output=True,
+            text=True,
+            env=git_environment(),
+            stdin=subprocess.DEVNULL,
+        )
+        names = set()
+        for key in proc.stdout.split():
+            name = key.split(".", 1)[1].rsplit(".", 1)[0]
+            if name != "lfs":
+                names.add(name)
+        args: list[str] = []
+        for name in sorted(names):
+            for part in ("clean", "smudge", "process"):
+                args += ["-c", f"filter.{name}.{part}="]
+            args += ["-c", f"filter.{name}.required=false"]
+        return args
+
+    def _textconv_overrides(self) -> list[str]:
+        proc = subprocess.run(
+            [
+                "git",
+                "-c",
+                "core.fsmonitor=false",
+                "config",
+                "--name-only",
+                "--get-regexp",
+                r"^diff\..*\.(textconv|command)$",
+            ],
+            cwd=self.cwd,
+            capture_output=True,
+            text=True,
+            env=git_environment(),
+            stdin=subprocess.DEVNULL,
+        )
+        args: list[str] = []
+        for key in proc.stdout.split():
+            args += ["-c", f"{key}="]
+        return args
+
+    def argv(self, args: Sequence[str]) -> list[str]:
+        out = ["git"]
+        for item in _SAFE_CONFIG:
+            out += ["-c", item]
+        out += self._filter_overrides() + self._textconv_overrides()
+        return out + list(args)
+
+    def run(
+        self,
+        *args: str,
+        check: bool = True,
+        input: bytes | None = None,
+        timeout: float = 120,
+    ) -> subprocess.CompletedProcess[bytes]:
+        """Run `git ARGS` and return the completed process (bytes)."""
+        argv = self.argv(args)
+        proc = subprocess.run(
+            argv,
+            cwd=self.cwd,
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+            capture_output=True,
+            env=git_environment(),
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise GitError(args, proc.returncode, proc.stderr.decode("utf-8", "replace"))
+        return proc
+
+    def out(self, *args: str, check: bool = True) -> str:
+        """Run `git ARGS` and return stdout as text, stripped."""
+        return self.run(*args, check=check).stdout.decode("utf-8", "replace").strip()
+
+    def refs(self) -> dict[str, str]:
+        """Every ref (branches, tags, remotes, others) and the object it names."""
+        text = self.out("for-each-ref", "--format=%(refname) %(objectname)")
+        refs = {}
+        for line in text.splitlines():
+            name, _, sha = line.partition(" ")
+            refs[name] = sha
+        return refs
+
+    def is_clean(self) -> bool:
+        return self.out("status", "--porcelain", "--untracked-files=all") == ""
+
+    def commit_all(self, message: str) -> str | None:
+        """Commit everything in the tree as loopd; the new commit, or None when nothing changed."""
+        self.run("add", "--all", "--", ".")
+        if self.run("diff", "--cached", "--quiet", check=False).returncode == 0:
+            return None
+        self.run("commit", "--no-verify", "--no-gpg-sign", "-q", "-m", message)
+        return self.out("rev-parse", "HEAD")
+
+    def diff(self, old: str, new: str) -> str:
+        return self.run(
+            "diff", "--no-ext-diff", "--no-textconv", "--binary", old, new
+        ).stdout.decode("utf-8", "replace")
+
+    def changed_paths(self, old: str, new: str) -> list[str]:
+        text = self.out("diff", "--no-ext-diff", "--no-textconv", "--name-only", "-z", old, new)
+        return [p for p in text.split("\0") if p]
+
+
+def ensure_worktree_root(path: Path) -> Path:
+    return ensure_dir(path)

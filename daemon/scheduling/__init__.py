@@ -1,0 +1,1 @@
+"""Triggers in: cron, catch-up, inbox, file watcher, git hooks; the run queue."""

@@ -1,0 +1,52 @@
+"""Atomic file writes: temporary file, fsync, rename, fsync of the folder; 0600 files, 0700 folders."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+def ensure_dir(path: Path) -> Path:
+    """Create `path` (and parents) as 0700 folders."""
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    if path.stat().st_mode & 0o777 != DIR_MODE:
+        os.chmod(path, DIR_MODE)
+    return path
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Replace `path` with `data` so a reader sees the old file or the new one, never a part."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    ensure_dir(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def open_private(path: Path, mode: str = "ab"):  # noqa: ANN201 - a file object
+    """Open a file for appending, created 0600."""
+    ensure_dir(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
+    return os.fdopen(fd, mode)
