@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
+import os
+import re
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -67,10 +71,19 @@ class AgentAdapter(ABC):
     session_resume: ClassVar[bool] = False  # a nudge can continue the same session
     usage: ClassVar[bool] = False  # reports token usage
     tool_calls: ClassVar[bool] = False  # reports tool calls and their results
+    # A follow-up needs the session id from the stream (aider restores its history without one).
+    resume_needs_id: ClassVar[bool] = True
 
-    def __init__(self, profile: AgentProfile, private_home: Path | None = None) -> None:
+    def __init__(
+        self,
+        profile: AgentProfile,
+        private_home: Path | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self.profile = profile
         self.private_home = private_home
+        # loopd's own environment, where the key named by `api_key_env` lives; tests pass their own.
+        self.environ: Mapping[str, str] = os.environ if environ is None else environ
 
     @abstractmethod
     def invocation(self, prompt: str, resume: Resume | None = None) -> Invocation:
@@ -84,15 +97,93 @@ class AgentAdapter(ABC):
         """A profile on a local endpoint keeps the agent's config and sessions apart."""
         return bool(self.profile.base_url) and is_local_url(self.profile.base_url)
 
-    def api_key(self, environ: dict[str, str]) -> str:
+    def api_key(self, environ: Mapping[str, str] | None = None) -> str:
         """The key named by the profile's `api_key_env`, or empty."""
-        return environ.get(self.profile.api_key_env, "") if self.profile.api_key_env else ""
+        source = self.environ if environ is None else environ
+        return source.get(self.profile.api_key_env, "") if self.profile.api_key_env else ""
+
+    def home(self) -> Path | None:
+        """The private HOME for the agent, when its profile wants one (the caller creates it)."""
+        return self.private_home if self.wants_private_home() else None
 
     @staticmethod
     def loads(line: str) -> dict[str, Any] | None:
         """Parse a JSON object line; None when the line is not one."""
         try:
             value = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
             return None
         return value if isinstance(value, dict) else None
+
+
+def positional(text: str) -> str:
+    """A prompt safe to pass as one argv word: a leading dash would read as an option."""
+    # A space changes nothing for the model and keeps the CLI's option parser off the text.
+    return " " + text if text.startswith("-") else text
+
+
+def raw(line: str) -> list[AgentEvent]:
+    """The one event for a line that carries nothing to normalize: the line kept as it was."""
+    return [AgentEvent(type="raw", text=line)]
+
+
+def as_text(value: Any) -> str:
+    """Tool output as text: strings as they are, content blocks joined, anything else as JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = []
+        for item in value:
+            if isinstance(item, dict) and isinstance(item.get("text"), str):
+                parts.append(item["text"])
+            else:
+                parts.append(as_text(item))
+        return "\n".join(parts)
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def as_int(value: Any) -> int:
+    """A token count from a stream: numbers as ints, anything else as 0."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return int(value)
+    return 0
+
+
+def as_float(value: Any) -> float:
+    """A cost from a stream: numbers as floats, anything else as 0."""
+    if isinstance(value, bool):
+        return 0.0
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    return 0.0
+
+
+# How the agents word a refused permission in a failed tool result: Qwen Code ("requires
+# permission to use X, but that permission was declined"), Claude Code ("requested permissions
+# to use X, but you haven't granted it yet", "The tool use was rejected"), opencode ("rejected
+# permission to use this specific tool call"), Gemini CLI (policy denials). Only consulted for
+# results already marked as errors; a shell's own "Permission denied" (EACCES) is not one.
+_DENIAL = re.compile(
+    r"requested permissions? to use"
+    r"|requires? permission to use"
+    r"|permission to use \S+ (?:has been|was) (?:denied|declined|rejected|refused)"
+    r"|permissions? (?:was|were|has been|have been) (?:declined|denied|rejected|refused)"
+    r"|rejected permission"
+    r"|tool use was rejected"
+    r"|denied by (?:the )?(?:policy|user)",
+    re.IGNORECASE,
+)
+
+
+def is_denial(text: str) -> bool:
+    """Whether a failed tool's output says a permission was refused."""
+    return bool(_DENIAL.search(text[:2000]))

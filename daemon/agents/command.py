@@ -14,8 +14,10 @@ class CommandAdapter(AgentAdapter):
         # A command agent has no session: the caller passes the whole prompt, nudge included.
         argv = list(self.profile.command) + list(self.profile.args)
         if any("{prompt}" in part for part in argv):
-            return Invocation(argv=[part.replace("{prompt}", prompt) for part in argv])
-        return Invocation(argv=argv, stdin=prompt.encode("utf-8"))
+            return Invocation(
+                argv=[part.replace("{prompt}", prompt) for part in argv], home=self.home()
+            )
+        return Invocation(argv=argv, stdin=prompt.encode("utf-8"), home=self.home())
 
     def parse_line(self, line: str) -> list[AgentEvent]:
         return [AgentEvent(type="text", text=line)]

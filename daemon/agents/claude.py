@@ -1,0 +1,162 @@
+"""The `claude` adapter (Claude Code), and the stream-json format it shares with Qwen Code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daemon.agents.base import (
+    AgentAdapter,
+    AgentEvent,
+    Invocation,
+    Resume,
+    as_float,
+    as_int,
+    as_text,
+    is_denial,
+    positional,
+    raw,
+)
+
+# What a keyless local endpoint gets: the CLI refuses to start without some key.
+PLACEHOLDER_KEY = "loopd-no-key"
+
+
+def parse_stream_json(line: str, *, cache_is_extra: bool) -> list[AgentEvent]:
+    """Normalize one line of Claude Code's stream-json output (Qwen Code writes the same).
+
+    Lines: `system` (subtype `init` carries `session_id`), `assistant` (content blocks `text` and
+    `tool_use`), `user` (content blocks `tool_result`), `result` (the final text in `result`, the
+    session's `usage`, `total_cost_usd`, `is_error`). Usage is taken from `result` only: assistant
+    lines repeat a message's usage once per content block, so summing them would count twice.
+    `cache_is_extra`: Claude counts cache reads and writes apart from `input_tokens`; Qwen's
+    `input_tokens` already include them.
+    """
+    data = AgentAdapter.loads(line)
+    if data is None:
+        return raw(line)
+    kind = data.get("type")
+    if kind == "system":
+        session = data.get("session_id")
+        if data.get("subtype") == "init" and isinstance(session, str) and session:
+            return [AgentEvent(type="session", session_id=session)]
+        return raw(line)
+    if kind == "assistant":
+        return _assistant(data) or raw(line)
+    if kind == "user":
+        return _tool_results(data) or raw(line)
+    if kind == "result":
+        return _result(data, cache_is_extra=cache_is_extra)
+    return raw(line)
+
+
+def _blocks(data: dict[str, Any]) -> list[dict[str, Any]]:
+    message = data.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return []
+    return [block for block in content if isinstance(block, dict)]
+
+
+def _assistant(data: dict[str, Any]) -> list[AgentEvent]:
+    events = []
+    for block in _blocks(data):
+        if block.get("type") == "text" and isinstance(block.get("text"), str) and block["text"]:
+            events.append(AgentEvent(type="text", text=block["text"]))
+        elif block.get("type") == "tool_use":
+            events.append(
+                AgentEvent(
+                    type="tool_call",
+                    tool=str(block.get("name") or ""),
+                    call_id=str(block.get("id") or ""),
+                    arguments=block.get("input"),
+                )
+            )
+    return events
+
+
+def _tool_results(data: dict[str, Any]) -> list[AgentEvent]:
+    events = []
+    for block in _blocks(data):
+        if block.get("type") != "tool_result":
+            continue
+        output = as_text(block.get("content"))
+        failed = bool(block.get("is_error"))
+        events.append(
+            AgentEvent(
+                type="tool_result",
+                call_id=str(block.get("tool_use_id") or ""),
+                output=output,
+                is_error=failed,
+                denied=failed and is_denial(output),
+            )
+        )
+    return events
+
+
+def _result(data: dict[str, Any], *, cache_is_extra: bool) -> list[AgentEvent]:
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    input_tokens = as_int(usage.get("input_tokens"))
+    if cache_is_extra:
+        input_tokens += as_int(usage.get("cache_creation_input_tokens"))
+        input_tokens += as_int(usage.get("cache_read_input_tokens"))
+    failed = bool(data.get("is_error")) or str(data.get("subtype", "")).startswith("error")
+    events = [
+        AgentEvent(
+            type="usage",
+            input_tokens=input_tokens,
+            output_tokens=as_int(usage.get("output_tokens")),
+            cost_usd=as_float(data.get("total_cost_usd")),
+        )
+    ]
+    text = data.get("result") if isinstance(data.get("result"), str) else ""
+    if failed:
+        message = _error_message(data) or text or str(data.get("subtype") or "error")
+        events.append(AgentEvent(type="error", text=message))
+    events.append(AgentEvent(type="final", text=text, is_error=failed))
+    return events
+
+
+def _error_message(data: dict[str, Any]) -> str:
+    error = data.get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"]
+    errors = data.get("errors")
+    if isinstance(errors, list):
+        return "; ".join(as_text(item) for item in errors)
+    return ""
+
+
+class ClaudeAdapter(AgentAdapter):
+    """Claude Code in print mode with a stream-json output; resumes a session by id."""
+
+    name = "claude"
+    structured_stream = True
+    session_resume = True
+    usage = True
+    tool_calls = True
+
+    def invocation(self, prompt: str, resume: Resume | None = None) -> Invocation:
+        text = resume.message if resume else prompt
+        argv = ["claude", "-p", positional(text), "--output-format", "stream-json", "--verbose"]
+        if resume:
+            argv += ["--resume", resume.session_id]
+        # Unattended: no tool waits for a person. Claude Code refuses this as root unless
+        # IS_SANDBOX=1 is in the profile's env.
+        argv += ["--permission-mode", "bypassPermissions"]
+        if self.profile.model:
+            argv += ["--model", self.profile.model]
+        argv += list(self.profile.args)
+        env: dict[str, str] = {}  # the profile's env is added by the caller
+        # Claude Code speaks the Anthropic Messages API, so its base URL is an Anthropic-compatible
+        # endpoint (vLLM, llama.cpp server and LiteLLM offer one), not an OpenAI-compatible one.
+        if self.profile.base_url:
+            env["ANTHROPIC_BASE_URL"] = self.profile.base_url
+        key = self.api_key()
+        if key:
+            env["ANTHROPIC_API_KEY"] = key
+        elif self.profile.base_url:
+            env["ANTHROPIC_API_KEY"] = PLACEHOLDER_KEY
+        return Invocation(argv=argv, env=env, home=self.home())
+
+    def parse_line(self, line: str) -> list[AgentEvent]:
+        return parse_stream_json(line, cache_is_extra=True)

@@ -1,0 +1,189 @@
+"""The `codex` adapter (OpenAI Codex CLI, `codex exec --json`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from daemon.agents.base import (
+    AgentAdapter,
+    AgentEvent,
+    Invocation,
+    Resume,
+    as_int,
+    as_text,
+    positional,
+    raw,
+)
+
+# The provider loopd defines with `-c` overrides when a profile names its own endpoint.
+PROVIDER = "loopd"
+
+# Item types that are the agent acting on the world; the rest (messages, reasoning, to-do
+# lists) are text or nothing.
+_TOOL_ITEMS = {
+    "command_execution",
+    "file_change",
+    "mcp_tool_call",
+    "web_search",
+    "collab_tool_call",
+}
+
+
+class CodexAdapter(AgentAdapter):
+    """Codex CLI `exec --json`: JSONL thread, turn and item events; resumes a thread by id.
+
+    Stateful, because the format needs it: the agent's final answer is the last `agent_message`
+    item, known to be last only when `turn.completed` arrives; and a `file_change` item (or any
+    tool item whose start was not seen) appears only as completed, so the call is made up then.
+    """
+
+    name = "codex"
+    structured_stream = True
+    session_resume = True
+    usage = True
+    tool_calls = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._last_message = ""
+        self._started: set[str] = set()
+
+    def invocation(self, prompt: str, resume: Resume | None = None) -> Invocation:
+        argv = ["codex", "exec", "--json"]
+        # Unattended: exec never asks; loopd isolates the run in its own worktree.
+        argv.append("--dangerously-bypass-approvals-and-sandbox")
+        if self.profile.model:
+            argv += ["-m", self.profile.model]
+        env: dict[str, str] = {}  # the profile's env is added by the caller
+        key = self.api_key()
+        if self.profile.base_url:
+            # `-c` values are TOML; a JSON string is a valid TOML basic string.
+            table = f"model_providers.{PROVIDER}"
+            argv += ["-c", f"{table}.name={json.dumps(PROVIDER)}"]
+            argv += ["-c", f"{table}.base_url={json.dumps(self.profile.base_url)}"]
+            if key:
+                argv += ["-c", f'{table}.env_key="OPENAI_API_KEY"']
+                env["OPENAI_API_KEY"] = key
+            argv += ["-c", f"model_provider={json.dumps(PROVIDER)}"]
+        elif key:
+            env["CODEX_API_KEY"] = key  # the key `codex exec` reads for OpenAI itself
+        argv += list(self.profile.args)
+        if resume:
+            argv += ["resume", resume.session_id, positional(resume.message)]
+        else:
+            argv.append(positional(prompt))
+        return Invocation(argv=argv, env=env, home=self.home())
+
+    def parse_line(self, line: str) -> list[AgentEvent]:
+        data = self.loads(line)
+        if data is None:
+            return raw(line)
+        kind = data.get("type")
+        if kind == "thread.started" and isinstance(data.get("thread_id"), str):
+            return [AgentEvent(type="session", session_id=data["thread_id"])]
+        if kind == "turn.started":
+            self._last_message = ""
+            return raw(line)
+        if kind == "turn.completed":
+            usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+            # cached_input_tokens are a part of input_tokens, not extra.
+            return [
+                AgentEvent(
+                    type="usage",
+                    input_tokens=as_int(usage.get("input_tokens")),
+                    output_tokens=as_int(usage.get("output_tokens")),
+                ),
+                AgentEvent(type="final", text=self._last_message),
+            ]
+        if kind in {"turn.failed", "error"}:
+            error = data.get("error") if kind == "turn.failed" else data
+            message = error.get("message") if isinstance(error, dict) else None
+            events = [AgentEvent(type="error", text=as_text(message) or line)]
+            if kind == "turn.failed":
+                events.append(AgentEvent(type="final", text=self._last_message, is_error=True))
+            return events
+        item = data.get("item")
+        if kind in {"item.started", "item.updated", "item.completed"} and isinstance(item, dict):
+            return self._item(kind, item) or raw(line)
+        return raw(line)
+
+    def _item(self, kind: str, item: dict[str, Any]) -> list[AgentEvent]:
+        item_type = item.get("type")
+        item_id = str(item.get("id") or "")
+        if item_type == "agent_message" and kind == "item.completed":
+            self._last_message = as_text(item.get("text"))
+            return [AgentEvent(type="text", text=self._last_message)]
+        if item_type == "error" and kind == "item.completed":
+            return [AgentEvent(type="error", text=as_text(item.get("message")))]
+        if item_type not in _TOOL_ITEMS:
+            return []
+        events = []
+        if kind == "item.started" or (kind == "item.completed" and item_id not in self._started):
+            self._started.add(item_id)
+            events.append(
+                AgentEvent(
+                    type="tool_call",
+                    tool=_tool_name(item),
+                    call_id=item_id,
+                    arguments=_arguments(item),
+                )
+            )
+        if kind == "item.completed":
+            status = item.get("status")
+            exit_code = item.get("exit_code")
+            failed = status in {"failed", "declined"} or (
+                isinstance(exit_code, int) and exit_code != 0
+            )
+            events.append(
+                AgentEvent(
+                    type="tool_result",
+                    tool=_tool_name(item),
+                    call_id=item_id,
+                    output=_output(item),
+                    is_error=failed,
+                    denied=status == "declined",
+                )
+            )
+        return events
+
+
+def _tool_name(item: dict[str, Any]) -> str:
+    if item.get("type") == "mcp_tool_call":
+        return f"{item.get('server', '')}.{item.get('tool', '')}".strip(".")
+    if item.get("type") == "collab_tool_call":
+        return str(item.get("tool") or "collab_tool_call")
+    return str(item.get("type"))
+
+
+def _arguments(item: dict[str, Any]) -> Any:
+    item_type = item.get("type")
+    if item_type == "command_execution":
+        return {"command": item.get("command")}
+    if item_type == "file_change":
+        return {"changes": item.get("changes")}
+    if item_type == "mcp_tool_call":
+        return item.get("arguments")
+    if item_type == "web_search":
+        return {"query": item.get("query")}
+    return {key: value for key, value in item.items() if key not in {"id", "type", "status"}}
+
+
+def _output(item: dict[str, Any]) -> str:
+    item_type = item.get("type")
+    if item_type == "command_execution":
+        return as_text(item.get("aggregated_output"))
+    if item_type == "file_change":
+        changes = item.get("changes") if isinstance(item.get("changes"), list) else []
+        return "\n".join(
+            f"{change.get('kind')} {change.get('path')}"
+            for change in changes
+            if isinstance(change, dict)
+        )
+    if item_type == "mcp_tool_call":
+        error = item.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return as_text(error.get("message"))
+        result = item.get("result")
+        return as_text(result.get("content")) if isinstance(result, dict) else ""
+    return as_text(item.get("status"))

@@ -1,0 +1,112 @@
+"""How an agent session ended: its final summary, and the signs that it stopped early.
+
+Pure functions over normalized events, called by the attempt logic once a session is over (and
+`repeated_tool_call` also while it runs). The heuristics are conservative: a false "it asked a
+question" costs a needless nudge, while a missed one costs only what the checks catch anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from daemon.agents.base import AgentEvent
+
+# A text-only agent has no final event: its summary is its trailing text, within these bounds.
+_TAIL_LINES = 40
+_TAIL_CHARS = 4000
+
+# Requests for a decision that end without a question mark.
+_ASKS = re.compile(
+    r"^(?:please\s+)?(?:confirm|advise|clarify|tell me"
+    r"|let me know (?:which|whether|how|what|if you(?:'d| would)? (?:like|want|prefer)))\b"
+    r"|\b(?:waiting for|awaiting) your (?:confirmation|input|decision|approval|answer)\b",
+    re.IGNORECASE,
+)
+
+# Closing courtesies that end in "?" after the work is done: not a question about the task.
+_COURTESY = re.compile(
+    r"\b(?:anything else|any(?:thing)? (?:other|more|further)|further (?:help|assistance|questions)"
+    r"|any questions|something else)\b",
+    re.IGNORECASE,
+)
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def final_text(events: Sequence[AgentEvent]) -> str:
+    """The agent's final summary: its last `final` event, else its trailing text."""
+    for event in reversed(events):
+        if event.type == "final" and event.text.strip():
+            return event.text.strip()
+    tail: list[str] = []
+    size = 0
+    for event in reversed(events):
+        if event.type != "text":
+            if tail:
+                break
+            continue
+        tail.append(event.text)
+        size += len(event.text)
+        if len(tail) >= _TAIL_LINES or size >= _TAIL_CHARS:
+            break
+    return "\n".join(reversed(tail)).strip()
+
+
+def ended_on_question(final_text: str) -> bool:
+    """Whether the agent ended by asking the user something instead of finishing.
+
+    Looks only at the last paragraph outside code blocks: its last sentence ends with "?"
+    (closing courtesies such as "Anything else?" excepted), or it opens with a request for a
+    decision ("Please confirm ...", "Let me know which ...").
+    """
+    paragraph = _last_paragraph(final_text)
+    if not paragraph:
+        return False
+    sentences = [part for part in _SENTENCE_END.split(paragraph) if part.strip()]
+    last = sentences[-1].strip().rstrip("*_ )\"'")
+    if last.endswith("?"):
+        return not _COURTESY.search(last)
+    return any(_ASKS.search(sentence.strip().lstrip("*_ ")) for sentence in sentences[-2:])
+
+
+def _last_paragraph(text: str) -> str:
+    without_code = re.sub(r"```.*?(?:```|\Z)", "", text, flags=re.DOTALL)
+    paragraphs = [part.strip() for part in re.split(r"\n\s*\n", without_code) if part.strip()]
+    if not paragraphs:
+        return ""
+    # A list item or a heading ends a paragraph as well: the last line block is what was said last.
+    return " ".join(line.strip().lstrip("-*> ").strip() for line in paragraphs[-1].splitlines())
+
+
+def permission_denied(events: Sequence[AgentEvent]) -> bool:
+    """Whether a tool was refused a permission during the session."""
+    return any(event.type == "tool_result" and event.denied for event in events)
+
+
+def repeated_tool_call(events: Sequence[AgentEvent], times: int = 3) -> bool:
+    """Whether the same tool with the same arguments was called `times` times in a row.
+
+    "In a row" counts tool calls only (text and results between them do not break a run). Pass
+    the events since the last nudge to ask whether the agent is looping now.
+    """
+    run = 0
+    previous: tuple[str, str] | None = None
+    for event in events:
+        if event.type != "tool_call":
+            continue
+        key = (event.tool, _canonical(event.arguments))
+        run = run + 1 if key == previous else 1
+        previous = key
+        if run >= times:
+            return True
+    return False
+
+
+def _canonical(arguments: Any) -> str:
+    try:
+        return json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(arguments)

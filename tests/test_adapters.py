@@ -1,0 +1,632 @@
+"""The agent adapters: one shared suite over recorded stream lines, driven by what each declares."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.agents.base import AgentAdapter, AgentEvent, Resume, is_denial
+from daemon.agents.endings import (
+    ended_on_question,
+    final_text,
+    permission_denied,
+    repeated_tool_call,
+)
+from daemon.agents.registry import adapter_class, adapter_names
+from daemon.config import AgentProfile
+
+STREAMS = Path(__file__).parent / "data" / "streams"
+GARBAGE = "this is not json {"
+ALL = adapter_names()
+AGENTS = [name for name in ALL if name != "command"]
+
+# What the recorded lines hold (see tests/data/streams/README.md).
+EXPECTED: dict[str, dict[str, Any]] = {
+    "qwen": {
+        "session": "32fd1db6-3eaf-48e0-8a5a-4255f900404e",
+        "final": "Done: the shell said hello. The task is complete.",
+        "usage": (2500, 42, 0.0),
+    },
+    "claude": {
+        "session": "f18f49de-5b8f-4261-99c4-dbbaa6ae0e24",
+        "final": "I need permission to edit app.py. Please grant write access so I can fix the "
+        "off-by-one in `first()`.",
+        "usage": (8 + 192 + 17004, 32, 0.34641974999999997),
+    },
+    "codex": {
+        "session": "0199a213-81c0-7800-8aa1-bbab2a035a53",
+        "final": "Fixed the off-by-one in `first()` in app.py; all 4 tests pass.",
+        "usage": (24763, 122, 0.0),
+    },
+    "opencode": {
+        "session": "ses_494719016ffe85dkDMj0FPRbHK",
+        "final": "Fixed the off-by-one in app.py; the tests pass.",
+        "usage": (1450 + 9000 + 300 + 10400, 62 + 40, 0.0021 + 0.0012),
+    },
+    "gemini": {
+        "session": "c6b1e2a4-5d3f-4e8a-9b7c-2f1e0d9c8b7a",
+        "final": "Fixed the off-by-one in app.py; all tests pass.",
+        "usage": (8900, 230, 0.0),
+    },
+    "aider": {"final_contains": "Applied edit to app.py", "usage": (2300, 118, 0.0041)},
+    "command": {"final_contains": "Fixed the off-by-one in first() in app.py."},
+}
+
+
+def make(name: str, tmp_path: Path | None = None, **profile: Any) -> AgentAdapter:
+    fields = {"adapter": name, **profile}
+    if name == "command" and "command" not in fields:
+        fields["command"] = ["my-agent", "--task", "{prompt}"]
+    home = tmp_path / "agent-home" if tmp_path else None
+    return adapter_class(name)(AgentProfile(**fields), private_home=home, environ={})
+
+
+def stream_lines(name: str) -> list[str]:
+    path = STREAMS / f"{name}.jsonl"
+    if not path.exists():
+        path = STREAMS / f"{name}.txt"
+    return path.read_text().splitlines()
+
+
+def parse_all(adapter: AgentAdapter, lines: list[str]) -> list[AgentEvent]:
+    events: list[AgentEvent] = []
+    for line in lines:
+        events += adapter.parse_line(line)
+    return events
+
+
+@pytest.fixture(params=ALL)
+def recorded(request: pytest.FixtureRequest) -> tuple[str, AgentAdapter, list[AgentEvent]]:
+    name = request.param
+    adapter = make(name)
+    return name, adapter, parse_all(adapter, stream_lines(name))
+
+
+# --- the shared suite over recorded lines ----------------------------------------------------
+
+
+def test_registry_resolves_every_adapter_with_its_name() -> None:
+    for name in ALL:
+        assert adapter_class(name).name == name
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_line_gives_at_least_one_event(name: str) -> None:
+    adapter = make(name)
+    for line in stream_lines(name):
+        events = adapter.parse_line(line)
+        assert events, f"{name} dropped the line {line[:80]!r}"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_unparsable_line_is_kept_verbatim(name: str) -> None:
+    adapter = make(name)
+    parse_all(adapter, stream_lines(name)[:-1])  # stateful adapters mid-stream
+    events = adapter.parse_line(GARBAGE)
+    expected = "raw" if adapter.structured_stream else "text"
+    assert [(event.type, event.text) for event in events] == [(expected, GARBAGE)]
+
+
+def test_structured_stream_is_declared_truthfully(recorded: tuple) -> None:
+    name, adapter, events = recorded
+    normalized = [event for event in events if event.type != "raw"]
+    if adapter.structured_stream:
+        assert {"session", "final"} <= {event.type for event in normalized}
+    else:
+        assert not [event for event in events if event.type == "raw"]
+        assert {event.type for event in events} <= {"text", "usage", "error"}
+
+
+def test_session_id_found(recorded: tuple) -> None:
+    name, adapter, events = recorded
+    sessions = {event.session_id for event in events if event.type == "session"}
+    if adapter.session_resume and adapter.resume_needs_id:
+        assert sessions == {EXPECTED[name]["session"]}
+    else:
+        assert sessions == set()
+
+
+def test_tool_calls_and_results_paired_by_call_id(recorded: tuple) -> None:
+    name, adapter, events = recorded
+    calls = [event for event in events if event.type == "tool_call"]
+    results = [event for event in events if event.type == "tool_result"]
+    if not adapter.tool_calls:
+        assert calls == [] and results == []
+        return
+    assert calls, f"{name}: no tool call in the recorded lines"
+    assert all(call.tool and call.call_id for call in calls)
+    assert sorted(call.call_id for call in calls) == sorted(result.call_id for result in results)
+    for call in calls:
+        result_at = next(
+            i for i, e in enumerate(events) if e.type == "tool_result" and e.call_id == call.call_id
+        )
+        assert events.index(call) < result_at, "a result came before its call"
+    assert all(isinstance(call.arguments, dict) for call in calls)
+
+
+def test_final_text_found(recorded: tuple) -> None:
+    name, adapter, events = recorded
+    expected = EXPECTED[name]
+    if "final" in expected:
+        finals = [event for event in events if event.type == "final"]
+        assert finals and finals[-1].text == expected["final"]
+        assert not finals[-1].is_error
+        assert final_text(events) == expected["final"]
+    else:
+        assert expected["final_contains"] in final_text(events)
+
+
+def test_usage_summed(recorded: tuple) -> None:
+    name, adapter, events = recorded
+    usages = [event for event in events if event.type == "usage"]
+    if not adapter.usage:
+        assert usages == []
+        return
+    input_tokens, output_tokens, cost = EXPECTED[name]["usage"]
+    assert sum(event.input_tokens for event in usages) == input_tokens
+    assert sum(event.output_tokens for event in usages) == output_tokens
+    assert sum(event.cost_usd for event in usages) == pytest.approx(cost)
+
+
+WEIRD_LINES = [
+    "",
+    "   ",
+    "[]",
+    "null",
+    '"a string"',
+    "{}",
+    '{"type": null}',
+    '{"type": "assistant", "message": null}',
+    '{"type": "assistant", "message": {"content": "not a list"}}',
+    '{"type": "assistant", "message": {"content": [1, null, {"type": "tool_use"}]}}',
+    '{"type": "user", "message": {"content": [{"type": "tool_result", "content": [{"x": 1}]}]}}',
+    '{"type": "result", "usage": "lots", "total_cost_usd": "free", "is_error": true}',
+    '{"type": "system", "subtype": "init", "session_id": 42}',
+    '{"type": "item.completed", "item": {"type": "command_execution", "exit_code": "x"}}',
+    '{"type": "item.completed", "item": "oops"}',
+    '{"type": "turn.completed", "usage": [1, 2]}',
+    '{"type": "turn.failed", "error": "boom"}',
+    '{"type": "tool_use", "part": {"state": "done"}, "sessionID": 7}',
+    '{"type": "step_finish", "part": {"tokens": {"input": "1", "cache": 5}}}',
+    '{"type": "error", "error": {"data": {"message": 3}}}',
+    '{"type": "message", "role": "assistant", "content": ["a", {"text": "b"}]}',
+    '{"type": "tool_result", "status": "error", "error": "no"}',
+    '{"type": "result", "status": "error", "stats": {"input_tokens": true}}',
+    '{"type": "result", "usage": {"input_tokens": Infinity}, "total_cost_usd": NaN}',
+    '{"type": "turn.completed", "usage": {"input_tokens": -Infinity}}',
+    '{"type": "step_finish", "part": {"tokens": {"input": NaN}, "cost": Infinity}}',
+    '{"type": "result", "stats": {"input_tokens": 1e400}}',
+    "Tokens: lots sent, none received.",
+    "Tokens: 1.2.3k sent, 5 received. Cost: $1.2.3 message, $0 session.",
+    '{"type": "text"' + "x" * 10_000,
+    "[" * 100_000,
+]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_odd_lines_never_raise(name: str) -> None:
+    adapter = make(name)
+    for line in WEIRD_LINES:
+        events = adapter.parse_line(line)
+        assert events and all(isinstance(event, AgentEvent) for event in events)
+
+
+# --- recorded qwen specifics: denial, question, error ----------------------------------------
+
+
+def test_qwen_denied_permission_is_marked() -> None:
+    events = parse_all(make("qwen"), stream_lines("qwen-denied"))
+    denied = [event for event in events if event.type == "tool_result" and event.denied]
+    assert [event.call_id for event in denied] == ["call_wr_1"]
+    assert permission_denied(events)
+    assert not permission_denied(parse_all(make("qwen"), stream_lines("qwen")))
+
+
+def test_claude_denied_permission_is_marked() -> None:
+    events = parse_all(make("claude"), stream_lines("claude"))
+    denied = [event.call_id for event in events if event.type == "tool_result" and event.denied]
+    assert denied == ["toolu_01YYFVhDQ23gEi3n4XxGxZyz"]
+
+
+def test_qwen_resumed_session_keeps_its_id_and_ends_on_a_question() -> None:
+    events = parse_all(make("qwen"), stream_lines("qwen-question"))
+    assert [e.session_id for e in events if e.type == "session"] == [EXPECTED["qwen"]["session"]]
+    assert ended_on_question(final_text(events))
+    assert not ended_on_question(final_text(parse_all(make("qwen"), stream_lines("qwen"))))
+
+
+def test_qwen_missing_key_is_an_error_final() -> None:
+    events = parse_all(make("qwen"), stream_lines("qwen-nokey"))
+    errors = [event.text for event in events if event.type == "error"]
+    assert errors and "Missing API key" in errors[0]
+    assert [event.is_error for event in events if event.type == "final"] == [True]
+
+
+# --- invocations: DESIGN.md section 9 --------------------------------------------------------
+
+PROMPT = "# Task\nMake the failing tests pass."
+SID = "sess-1234"
+NUDGE = "Continue the task. If something blocks you, say exactly what."
+LOCAL = "http://127.0.0.1:8000/v1"
+KEY = "sk-test-0123456789abcdef"
+
+FIRST_RUN = {
+    "qwen": [
+        "qwen",
+        "--output-format",
+        "stream-json",
+        "--approval-mode",
+        "yolo",
+        "--auth-type",
+        "openai",
+    ],
+    "claude": ["claude", "-p", PROMPT, "--output-format", "stream-json", "--verbose"],
+    "codex": ["codex", "exec", "--json"],
+    "opencode": ["opencode", "run", "--format", "json"],
+    "gemini": ["gemini", "-p", PROMPT, "--output-format", "stream-json"],
+    "aider": ["aider", "--message", PROMPT, "--yes-always"],
+}
+KEY_VAR = {
+    "qwen": "OPENAI_API_KEY",
+    "claude": "ANTHROPIC_API_KEY",
+    "codex": "OPENAI_API_KEY",
+    "opencode": "OPENAI_API_KEY",
+    "gemini": "GEMINI_API_KEY",
+    "aider": "OPENAI_API_KEY",
+}
+
+
+def local_adapter(name: str, tmp_path: Path) -> AgentAdapter:
+    adapter = adapter_class(name)(
+        AgentProfile(
+            adapter=name,
+            model="qwen3-coder",
+            base_url=LOCAL,
+            api_key_env="MY_AGENT_KEY",
+            args=["--extra-flag"],
+            env={"PROFILE_VAR": "1"},
+        ),
+        private_home=tmp_path / "agent-home",
+        environ={"MY_AGENT_KEY": KEY, "OPENAI_API_KEY": "not-this-one"},
+    )
+    return adapter
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_first_run_has_the_design_shape(name: str, tmp_path: Path) -> None:
+    inv = local_adapter(name, tmp_path).invocation(PROMPT)
+    prefix = FIRST_RUN[name]
+    assert inv.argv[: len(prefix)] == prefix
+    assert inv.argv.count(PROMPT) == 1
+    assert inv.stdin is None  # /dev/null: several agents read stdin until EOF
+    assert "--extra-flag" in inv.argv
+    assert "PROFILE_VAR" not in inv.env  # the caller adds the profile's env, once
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_model_base_url_and_key_reach_the_agent(name: str, tmp_path: Path) -> None:
+    inv = local_adapter(name, tmp_path).invocation(PROMPT)
+    assert any("qwen3-coder" in part for part in inv.argv)
+    assert any(LOCAL in part for part in inv.argv) or LOCAL in json.dumps(inv.env)
+    assert inv.env[KEY_VAR[name]] == KEY
+    assert not any(KEY in part for part in inv.argv), "the key must not be visible in argv"
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_local_endpoint_gets_a_private_home(name: str, tmp_path: Path) -> None:
+    adapter = local_adapter(name, tmp_path)
+    assert adapter.wants_private_home()
+    assert adapter.invocation(PROMPT).home == tmp_path / "agent-home"
+    remote = adapter_class(name)(
+        AgentProfile(adapter=name, base_url="https://api.example.com/v1"),
+        private_home=tmp_path / "agent-home",
+        environ={},
+    )
+    assert not remote.wants_private_home()
+    assert remote.invocation(PROMPT).home is None
+    assert make(name, tmp_path).invocation(PROMPT).home is None  # no base_url: the user's HOME
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_follow_up_continues_the_session(name: str, tmp_path: Path) -> None:
+    inv = local_adapter(name, tmp_path).invocation(PROMPT, Resume(session_id=SID, message=NUDGE))
+    argv = inv.argv
+    assert PROMPT not in argv and argv.count(NUDGE) == 1
+    if name == "codex":
+        assert argv[:3] == ["codex", "exec", "--json"]
+        assert argv[-3:] == ["resume", SID, NUDGE]
+    elif name == "aider":
+        assert "--restore-chat-history" in argv and SID not in argv
+    else:
+        flag = {"opencode": "--session"}.get(name, "--resume")
+        assert argv[argv.index(flag) + 1] == SID
+    assert inv.env[KEY_VAR[name]] == KEY
+
+
+@pytest.mark.parametrize("name", ["qwen", "codex", "opencode"])
+def test_prompt_that_looks_like_an_option_stays_a_prompt(name: str) -> None:
+    argv = make(name).invocation("--help me").argv
+    assert argv[-1] == " --help me"
+
+
+def test_keyless_local_endpoint_gets_a_placeholder_key_for_qwen() -> None:
+    adapter = make("qwen", base_url=LOCAL)
+    assert adapter.invocation(PROMPT).env["OPENAI_API_KEY"]
+    assert "OPENAI_API_KEY" not in make("qwen").invocation(PROMPT).env
+
+
+def test_codex_custom_provider_and_opencode_config_are_well_formed() -> None:
+    codex = make("codex", model="m", base_url=LOCAL).invocation(PROMPT).argv
+    overrides = [codex[i + 1] for i, part in enumerate(codex) if part == "-c"]
+    assert f'model_providers.loopd.base_url="{LOCAL}"' in overrides
+    assert 'model_provider="loopd"' in overrides
+    opencode = make("opencode", model="m", base_url=LOCAL).invocation(PROMPT)
+    config = json.loads(opencode.env["OPENCODE_CONFIG_CONTENT"])
+    assert config["provider"]["loopd"]["options"]["baseURL"] == LOCAL
+    assert "m" in config["provider"]["loopd"]["models"]
+    assert opencode.argv[opencode.argv.index("-m") + 1] == "loopd/m"
+
+
+def test_command_agent_takes_the_prompt_in_argv_or_on_stdin() -> None:
+    inv = make("command", command=["my-agent", "--task", "{prompt}"], env={"A": "1"}).invocation(
+        PROMPT
+    )
+    assert inv.argv == ["my-agent", "--task", PROMPT] and inv.stdin is None
+    piped = make("command", command=["my-agent"]).invocation(PROMPT)
+    assert piped.argv == ["my-agent"] and piped.stdin == PROMPT.encode()
+    adapter = make("command")
+    assert not adapter.session_resume  # a nudge is a new process with the whole prompt
+
+
+# --- endings ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I looked at the code. Should I also update the tests, or leave them?",
+        "Two options:\n\n1. patch `first()`\n2. rewrite it\n\nWhich approach would you prefer?",
+        "I found the bug.\n\nPlease confirm that I may delete `legacy/`.",
+        "Done with step one. Let me know whether you want the migration too.",
+        "**Would you like me to proceed?**",
+    ],
+)
+def test_ended_on_question(text: str) -> None:
+    assert ended_on_question(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "Fixed the off-by-one in app.py; all tests pass.",
+        "Why did it fail? The index started at 1. Fixed it; the tests pass.",
+        "All tests pass. Is there anything else you'd like me to do?",
+        "Done. Let me know if you need anything else.",
+        "Here is the fix:\n\n```python\nif ready():\n    go()  # why?\n```",
+    ],
+)
+def test_did_not_end_on_question(text: str) -> None:
+    assert not ended_on_question(text)
+
+
+def call(tool: str, **arguments: Any) -> AgentEvent:
+    return AgentEvent(
+        type="tool_call", tool=tool, call_id=f"c{len(arguments)}", arguments=arguments
+    )
+
+
+def test_repeated_tool_call() -> None:
+    same = [call("bash", command="pytest -q"), AgentEvent(type="text", text="again")] * 3
+    assert repeated_tool_call(same)
+    assert not repeated_tool_call(same[:4])
+    mixed = [call("bash", command="pytest -q"), call("bash", command="pytest -x")] * 3
+    assert not repeated_tool_call(mixed)
+    other_tool = [
+        call("bash", command="ls"),
+        call("bash", command="ls"),
+        call("read", command="ls"),
+    ]
+    assert not repeated_tool_call(other_tool)
+    reordered = [
+        AgentEvent(type="tool_call", tool="edit", arguments={"a": 1, "b": 2}),
+        AgentEvent(type="tool_call", tool="edit", arguments={"b": 2, "a": 1}),
+    ]
+    assert repeated_tool_call(reordered, times=2)
+
+
+@pytest.mark.parametrize(
+    ("output", "denied"),
+    [
+        (
+            'Qwen Code requires permission to use "write_file", but that permission was declined.',
+            True,
+        ),
+        ("Claude requested permissions to use Edit, but you haven't granted it yet.", True),
+        ("The user rejected permission to use this specific tool call.", True),
+        ("ls: cannot open directory '/root': Permission denied", False),
+        ("bash: ./run.sh: Permission denied", False),
+        ("FAILED tests/test_perms.py::test_denied - assert False", False),
+    ],
+)
+def test_denial_wording(output: str, denied: bool) -> None:
+    assert is_denial(output) is denied
+
+
+def test_permission_denied_needs_a_denied_result() -> None:
+    failed = AgentEvent(type="tool_result", call_id="1", is_error=True, output="No such file")
+    assert not permission_denied([failed])
+    assert permission_denied([failed, AgentEvent(type="tool_result", call_id="2", denied=True)])
+
+
+def test_final_text_falls_back_to_the_trailing_text() -> None:
+    events = [
+        AgentEvent(type="text", text="early"),
+        AgentEvent(type="usage", input_tokens=1),
+        AgentEvent(type="text", text="last words"),
+        AgentEvent(type="text", text="the end"),
+    ]
+    assert final_text(events) == "last words\nthe end"
+    assert final_text([*events, AgentEvent(type="final", text="summary")]) == "summary"
+    assert final_text([]) == ""
+
+
+# --- the real qwen CLI against a scripted OpenAI-compatible server ---------------------------
+
+
+def find_qwen() -> str | None:
+    for candidate in (
+        os.environ.get("LOOPD_TEST_QWEN", ""),
+        shutil.which("qwen") or "",
+        "/tmp/qwenpkg/node_modules/.bin/qwen",
+    ):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
+
+
+class ScriptedChat(ThreadingHTTPServer):
+    """Answers /v1/chat/completions from a script, streaming (SSE) or not; logs each request."""
+
+    def __init__(self, script: list[dict[str, Any]]) -> None:
+        super().__init__(("127.0.0.1", 0), _ChatHandler)
+        self.script = script
+        self.requests: list[dict[str, Any]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def next_reply(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.requests.append(request)
+        # Replies past the script (qwen's own background calls) get the last one again.
+        return self.script[min(len(self.requests) - 1, len(self.script) - 1)]
+
+
+class _ChatHandler(BaseHTTPRequestHandler):
+    server: ScriptedChat
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._send("application/json", {"object": "list", "data": [{"id": "test-model"}]})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        body["authorization"] = self.headers.get("Authorization")
+        reply = self.server.next_reply(body)
+        usage = {"prompt_tokens": reply["in"], "completion_tokens": reply["out"]}
+        usage["total_tokens"] = reply["in"] + reply["out"]
+        calls = []
+        if "tool" in reply:
+            function = {"name": reply["tool"], "arguments": json.dumps(reply["args"])}
+            calls = [{"index": 0, "id": reply["id"], "type": "function", "function": function}]
+        finish = "tool_calls" if calls else "stop"
+        if not body.get("stream"):
+            message = {"role": "assistant", "content": reply.get("text", "")}
+            if calls:
+                message["tool_calls"] = calls
+            choice = {"index": 0, "message": message, "finish_reason": finish}
+            self._send(
+                "application/json",
+                {"object": "chat.completion", "choices": [choice], "usage": usage},
+            )
+            return
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": reply.get("text", "")}]
+        if calls:
+            deltas.append({"tool_calls": calls})
+        chunks = [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+        chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        chunks.append({"choices": [], "usage": usage})
+        stream = "".join(
+            "data: "
+            + json.dumps({"object": "chat.completion.chunk", "model": "test-model", **c})
+            + "\n\n"
+            for c in chunks
+        )
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write((stream + "data: [DONE]\n\n").encode())
+
+    def _send(self, kind: str, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def run_agent(
+    adapter: AgentAdapter, prompt: str, cwd: Path, resume: Resume | None = None
+) -> list[AgentEvent]:
+    inv = adapter.invocation(prompt, resume)
+    assert inv.home is not None
+    inv.home.mkdir(parents=True, exist_ok=True)
+    executable = find_qwen()
+    assert executable
+    env = {"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8", "HOME": str(inv.home), **inv.env}
+    proc = subprocess.run(
+        [executable, *inv.argv[1:]],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return parse_all(adapter, proc.stdout.splitlines())
+
+
+@pytest.mark.skipif(find_qwen() is None, reason="the qwen CLI is not installed")
+def test_real_qwen_session_tool_call_usage_and_resume(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    target = work / "fix.txt"
+    script = [
+        {
+            "text": "Writing the fix.",
+            "tool": "write_file",
+            "id": "call_write_1",
+            "args": {"file_path": str(target), "content": "fixed\n"},
+            "in": 1000,
+            "out": 20,
+        },
+        {"text": "Wrote fix.txt. Should I also add a test for it?", "in": 1100, "out": 12},
+        {"text": "Added nothing else; the fix is complete.", "in": 1200, "out": 9},
+    ]
+    with ScriptedChat(script) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            profile = AgentProfile(adapter="qwen", model="test-model", base_url=server.url)
+            adapter = adapter_class("qwen")(profile, private_home=tmp_path / "home", environ={})
+            first = run_agent(adapter, "Write fix.txt", work)
+            session = [event.session_id for event in first if event.type == "session"]
+            assert len(session) == 1 and session[0]
+            assert target.read_text() == "fixed\n"
+            calls = [event for event in first if event.type == "tool_call"]
+            results = [event for event in first if event.type == "tool_result"]
+            assert [(c.tool, c.call_id) for c in calls] == [("write_file", "call_write_1")]
+            assert [r.call_id for r in results] == ["call_write_1"] and not results[0].is_error
+            assert ended_on_question(final_text(first))
+            assert sum(event.input_tokens for event in first if event.type == "usage") >= 2100
+            assert server.requests[0]["model"] == "test-model"
+            assert server.requests[0]["authorization"].startswith("Bearer ")
+
+            second = run_agent(adapter, "", work, Resume(session_id=session[0], message="Go on."))
+            assert [event.session_id for event in second if event.type == "session"] == session
+            assert final_text(second) == "Added nothing else; the fix is complete."
+        finally:
+            server.shutdown()
