@@ -1,0 +1,323 @@
+"""The verifier endpoint client: structured replies, format fallback, repair, retries."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from daemon.config import VerifierConfig
+from daemon.redact import redact
+
+if TYPE_CHECKING:
+    from openai import OpenAI
+
+T = TypeVar("T", bound=BaseModel)
+
+# Keyless local servers accept any key; the openai package insists on one.
+PLACEHOLDER_KEY = "loopd-no-key"
+# What a server may accept, best first; the client steps down on a 400 and remembers.
+FORMATS = ("json_schema", "json_object", "none")
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+class ModelUnavailable(Exception):
+    """The endpoint is unreachable, timing out, or still answering invalid replies."""
+
+
+class ModelClient:
+    """An OpenAI-compatible endpoint from `[verifier]`, asked for validated structured replies."""
+
+    def __init__(
+        self,
+        config: VerifierConfig,
+        environ: Mapping[str, str] = os.environ,
+        *,
+        retries: int = 2,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.config = config
+        self.api_key = (environ.get(config.api_key_env, "") if config.api_key_env else "") or (
+            PLACEHOLDER_KEY
+        )
+        self.retries = retries  # further tries of one request after a transient failure
+        self.backoff = backoff  # seconds before the first retry; doubles each time
+        self.max_backoff = max_backoff
+        self.sleep = sleep
+        self.format = FORMATS[0]  # what the server accepted last
+        self.calls = 0  # structured() and embeddings() calls, whatever their result
+        self.requests = 0  # HTTP requests sent, retries and repairs included
+        self._model = config.model
+        self._openai: OpenAI | None = None
+        self._lock = threading.Lock()
+
+    # -- public calls -----------------------------------------------------------
+
+    def structured(
+        self,
+        name: str,
+        reply: type[T],
+        system: str,
+        user: str,
+        *,
+        timeout: float | None = None,
+    ) -> T:
+        """Ask for the reply `name`, validated as `reply`; raise ModelUnavailable when it fails.
+
+        `timeout` bounds the whole call (retries and the repair included); without it each
+        request is bounded by `[verifier] timeout`.
+        """
+        self.calls += 1
+        deadline = None if timeout is None else time.monotonic() + timeout
+        schema = _schema_of(reply)
+        messages: list[dict[str, str]] = [
+            {"role": "system", "content": redact(_with_schema(system, name, schema))},
+            {"role": "user", "content": redact(user)},
+        ]
+        content = self._complete(name, schema, messages, deadline)
+        try:
+            return _parse(reply, content)
+        except (ValidationError, ValueError) as first:
+            problem = _problem(first)
+        # One repair: the model sees its own reply and what was wrong with it.
+        messages += [
+            {"role": "assistant", "content": redact(content)},
+            {
+                "role": "user",
+                "content": redact(
+                    f"That reply is not a valid `{name}` object: {problem}\n"
+                    "Answer again with only the JSON object, matching the schema exactly."
+                ),
+            },
+        ]
+        content = self._complete(name, schema, messages, deadline)
+        try:
+            return _parse(reply, content)
+        except (ValidationError, ValueError) as second:
+            raise ModelUnavailable(
+                f"{self.config.base_url}: the `{name}` reply is still invalid after one repair: "
+                f"{_problem(second)}"
+            ) from None
+
+    def embeddings(self, texts: list[str], *, timeout: float | None = None) -> list[list[float]]:
+        """Vectors for `texts` from /v1/embeddings with `[verifier] embeddings_model`."""
+        self.calls += 1
+        if not self.config.embeddings_model:
+            raise ModelUnavailable("no embeddings_model under [verifier] in loopd.toml")
+        if not texts:
+            return []
+        deadline = None if timeout is None else time.monotonic() + timeout
+        redacted = [redact(text) for text in texts]
+
+        def send(client: OpenAI, request_timeout: float) -> Any:
+            return client.embeddings.create(
+                model=self.config.embeddings_model, input=redacted, timeout=request_timeout
+            )
+
+        import openai
+
+        try:
+            response = self._send(send, deadline, "embeddings")
+        except openai.APIStatusError as error:
+            raise ModelUnavailable(
+                f"{self.config.base_url}: embeddings refused with HTTP {error.status_code}: "
+                f"{_error_message(error)}"
+            ) from None
+        data = sorted(response.data, key=lambda item: item.index)
+        if len(data) != len(texts):
+            raise ModelUnavailable(
+                f"{self.config.base_url}: {len(data)} embeddings for {len(texts)} texts"
+            )
+        return [list(item.embedding) for item in data]
+
+    @property
+    def model(self) -> str:
+        """The verifier model: `[verifier] model`, else the first one the server listed."""
+        return self._model or "default"
+
+    # -- internals ----------------------------------------------------------------
+
+    def _resolve_model(self, deadline: float | None) -> str:
+        """`[verifier] model`, or else (asked once) the first model the server lists."""
+        if not self._model:
+            import openai
+
+            try:
+                listed = self._send(lambda c, t: c.models.list(timeout=t), deadline, "models")
+                ids = [m.id for m in listed.data]
+            except openai.APIStatusError:  # a server without /v1/models
+                ids = []
+            self._model = ids[0] if ids else "default"
+        return self._model
+
+    def _client(self) -> OpenAI:
+        if not self.config.base_url:
+            raise ModelUnavailable(
+                "no [verifier] base_url in loopd.toml; set it to the local endpoint, "
+                'e.g. base_url = "http://127.0.0.1:8000/v1"'
+            )
+        with self._lock:
+            if self._openai is None:
+                from openai import OpenAI  # heavy: imported on the first call only
+
+                self._openai = OpenAI(
+                    base_url=self.config.base_url, api_key=self.api_key, max_retries=0
+                )
+            return self._openai
+
+    def _complete(
+        self,
+        name: str,
+        schema: dict[str, Any],
+        messages: list[dict[str, str]],
+        deadline: float | None,
+    ) -> str:
+        """One chat completion, stepping down the response formats the server rejects."""
+        import openai
+
+        model = self._resolve_model(deadline)
+        start = FORMATS.index(self.format)
+        for index in range(start, len(FORMATS)):
+            fmt = FORMATS[index]
+            extra: dict[str, Any] = {}
+            if fmt == "json_schema":
+                extra["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": name, "strict": True, "schema": schema},
+                }
+            elif fmt == "json_object":
+                extra["response_format"] = {"type": "json_object", "schema": schema}
+
+            def send(client: OpenAI, request_timeout: float, extra: dict[str, Any] = extra) -> Any:
+                return client.chat.completions.create(
+                    model=model,
+                    messages=messages,  # type: ignore[arg-type]
+                    temperature=0,
+                    timeout=request_timeout,
+                    **extra,
+                )
+
+            try:
+                response = self._send(send, deadline, name)
+            except openai.APIStatusError as error:
+                # Servers answer an unsupported response_format with 400 (some with 422).
+                if error.status_code in (400, 422) and index + 1 < len(FORMATS):
+                    continue
+                raise ModelUnavailable(
+                    f"{self.config.base_url}: `{name}` refused with HTTP {error.status_code}: "
+                    f"{_error_message(error)}"
+                ) from None
+            self.format = fmt
+            if not response.choices:
+                return ""
+            return response.choices[0].message.content or ""
+        raise AssertionError("unreachable: the last format sends no response_format")
+
+    def _send(self, send: Callable[[OpenAI, float], Any], deadline: float | None, what: str) -> Any:
+        """One request with bounded retries and backoff on transient failures.
+
+        A 400-class answer is raised as `openai.APIStatusError` for the caller to decide on;
+        anything transient that outlasts the retries becomes ModelUnavailable.
+        """
+        import openai
+
+        client = self._client()
+        per_request = self.config.timeout.total_seconds()
+        delay = self.backoff
+        last = ""
+        for attempt in range(self.retries + 1):
+            request_timeout = per_request
+            if deadline is not None:
+                request_timeout = min(per_request, deadline - time.monotonic())
+                if request_timeout <= 0:
+                    break
+            self.requests += 1
+            try:
+                return send(client, request_timeout)
+            except openai.APIStatusError as error:
+                if error.status_code < 500 and error.status_code not in (408, 409, 429):
+                    raise
+                last = f"HTTP {error.status_code}: {_error_message(error)}"
+            except openai.APITimeoutError:
+                last = f"no answer within {request_timeout:g}s"
+            except openai.APIConnectionError as error:
+                last = f"unreachable ({error.__cause__ or error})"
+            except openai.APIResponseValidationError as error:
+                last = f"malformed response ({error})"
+            if attempt == self.retries:
+                break
+            wait = min(delay, self.max_backoff)
+            if deadline is not None and time.monotonic() + wait >= deadline:
+                break
+            self.sleep(wait)
+            delay *= 2
+        raise ModelUnavailable(
+            f"{self.config.base_url}: `{what}` failed after {attempt + 1} tries: "
+            f"{last or 'out of time'}"
+        )
+
+
+def _schema_of(reply: type[BaseModel]) -> dict[str, Any]:
+    strict = getattr(reply, "strict_schema", None)
+    if callable(strict):
+        return strict()
+    from daemon.model.schemas import strict_schema
+
+    return strict_schema(reply.model_json_schema())
+
+
+def _with_schema(system: str, name: str, schema: dict[str, Any]) -> str:
+    """The system prompt with the reply's schema stated: servers that ignore formats see it too.
+
+    The phrase "the `NAME` reply" is also how the scripted test server routes a request.
+    """
+    return (
+        f"{system.rstrip()}\n\n"
+        f"Answer with one JSON object, the `{name}` reply, and nothing else: no prose, no "
+        "Markdown fence. It must match this JSON schema exactly (every property present, "
+        f"no other property):\n{json.dumps(schema, indent=1)}"
+    )
+
+
+def _parse(reply: type[T], content: str) -> T:
+    """Validate a reply, tolerating thinking blocks, a Markdown fence and prose around it."""
+    text = _THINK.sub("", content).strip()
+    fenced = _FENCE.match(text)
+    if fenced:
+        text = fenced.group(1)
+    if not text.startswith("{"):
+        start, end = text.find("{"), text.rfind("}")
+        if start < 0 or end < start:
+            raise ValueError(f"no JSON object in the reply: {content[:200]!r}")
+        text = text[start : end + 1]
+    return reply.model_validate_json(text)
+
+
+def _problem(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        parts = []
+        for item in error.errors()[:10]:
+            where = ".".join(str(p) for p in item["loc"]) or "(the reply)"
+            parts.append(f"{where}: {item['msg']}")
+        return "; ".join(parts)
+    return str(error)
+
+
+def _error_message(error: Any) -> str:
+    body = getattr(error, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])[:300]
+        if isinstance(inner, str):
+            return inner[:300]
+    return str(getattr(error, "message", error))[:300]

@@ -1,0 +1,214 @@
+"""The verifier client against the scripted server: formats, fallback, repair, retries."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from daemon.config import VerifierConfig
+from daemon.model import CriticVerdict, ModelClient, ModelUnavailable, TriggerMatches
+from daemon.model.client import PLACEHOLDER_KEY
+from tests.model_server import ScriptedModelServer
+
+GOOD = {"score": 8, "verdict": "Done.", "unsupported_claims": [], "feedback": ""}
+AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+
+
+def make_client(server: ScriptedModelServer, **config: object) -> ModelClient:
+    settings = {"base_url": server.base_url, "model": "critic-model", "timeout": "2s"} | config
+    return ModelClient(VerifierConfig(**settings), {}, retries=2, backoff=0.01)
+
+
+def formats(server: ScriptedModelServer) -> list[str | None]:
+    return [(body.get("response_format") or {}).get("type") for body in server.chat_requests()]
+
+
+def test_sends_strict_json_schema_named_and_states_it_in_the_prompt(
+    model_server: ScriptedModelServer,
+) -> None:
+    model_server.add({"json": GOOD})
+    client = make_client(model_server)
+    reply = client.structured("critic_verdict", CriticVerdict, "You judge.", "the evidence")
+    assert reply == CriticVerdict(**GOOD)
+    body = model_server.chat_requests()[0]
+    response_format = body["response_format"]
+    assert response_format["type"] == "json_schema"
+    assert response_format["json_schema"]["name"] == "critic_verdict"
+    assert response_format["json_schema"]["strict"] is True
+    schema = response_format["json_schema"]["schema"]
+    assert schema["additionalProperties"] is False
+    assert schema["required"] == ["score", "verdict", "unsupported_claims", "feedback"]
+    system = body["messages"][0]["content"]
+    assert system.startswith("You judge.") and '"unsupported_claims"' in system
+    assert body["model"] == "critic-model" and body["messages"][1]["content"] == "the evidence"
+    assert model_server.requests[-1]["name"] == "critic_verdict"
+    assert client.calls == 1 and client.requests == 1
+
+
+def test_falls_back_to_json_object_and_remembers(model_server: ScriptedModelServer) -> None:
+    model_server.reject_json_schema = True
+    model_server.add({"json": GOOD}, {"json": {"matches": ["r-1"]}})
+    client = make_client(model_server)
+    assert client.structured("critic_verdict", CriticVerdict, "s", "u").score == 8
+    assert client.structured("trigger_matches", TriggerMatches, "s", "u").matches == ["r-1"]
+    assert formats(model_server) == ["json_schema", "json_object", "json_object"]
+    assert model_server.chat_requests()[1]["response_format"]["schema"]["required"] == [
+        "score",
+        "verdict",
+        "unsupported_claims",
+        "feedback",
+    ]
+    assert client.format == "json_object" and client.calls == 2
+
+
+def test_falls_back_to_no_response_format(model_server: ScriptedModelServer) -> None:
+    model_server.reject_json_schema = model_server.reject_json_object = True
+    model_server.add({"json": GOOD}, {"json": GOOD})
+    client = make_client(model_server)
+    client.structured("critic_verdict", CriticVerdict, "s", "u")
+    client.structured("critic_verdict", CriticVerdict, "s", "u")
+    assert formats(model_server) == ["json_schema", "json_object", None, None]
+    # Without any response_format the schema in the prompt still names the reply.
+    assert model_server.requests[-1]["name"] == "critic_verdict"
+
+
+def test_invalid_reply_is_repaired_once_with_the_error(model_server: ScriptedModelServer) -> None:
+    model_server.add({"json": {**GOOD, "score": 11}}, {"json": GOOD})
+    client = make_client(model_server)
+    assert client.structured("critic_verdict", CriticVerdict, "s", "u").score == 8
+    repair = model_server.chat_requests()[1]["messages"]
+    assert repair[2] == {"role": "assistant", "content": json.dumps({**GOOD, "score": 11})}
+    assert repair[3]["role"] == "user" and "score" in repair[3]["content"]
+    assert "less than or equal to 10" in repair[3]["content"]
+
+
+def test_not_json_then_json_is_repaired(model_server: ScriptedModelServer) -> None:
+    model_server.add("I think the attempt is fine!", {"json": GOOD})
+    assert make_client(model_server).structured("critic_verdict", CriticVerdict, "s", "u")
+    assert "no JSON object" in model_server.chat_requests()[1]["messages"][3]["content"]
+
+
+def test_two_invalid_replies_raise_model_unavailable(model_server: ScriptedModelServer) -> None:
+    model_server.add("not json", '{"score": "high"}')
+    client = make_client(model_server)
+    with pytest.raises(ModelUnavailable, match="still invalid after one repair"):
+        client.structured("critic_verdict", CriticVerdict, "s", "u")
+    assert len(model_server.chat_requests()) == 2
+
+
+def test_thinking_and_fences_are_tolerated(model_server: ScriptedModelServer) -> None:
+    model_server.add(
+        {"text": "<think>hmm</think>\n```json\n" + json.dumps(GOOD) + "\n```"},
+        {"text": "Here it is: " + json.dumps({"matches": []}) + " done."},
+    )
+    client = make_client(model_server)
+    assert client.structured("critic_verdict", CriticVerdict, "s", "u").score == 8
+    assert client.structured("trigger_matches", TriggerMatches, "s", "u").matches == []
+    assert client.requests == 2  # no repair needed
+
+
+def test_server_down_raises_quickly_after_bounded_retries(
+    model_server: ScriptedModelServer,
+) -> None:
+    model_server.down = True
+    waits: list[float] = []
+    client = ModelClient(
+        VerifierConfig(base_url=model_server.base_url, timeout="1s"),
+        {},
+        retries=3,
+        backoff=0.5,
+        sleep=waits.append,
+    )
+    with pytest.raises(ModelUnavailable, match="unreachable"):
+        client.structured("critic_verdict", CriticVerdict, "s", "u")
+    assert client.requests == 4
+    assert waits == [0.5, 1.0, 2.0]  # backoff doubles between the tries
+
+
+def test_transient_503_is_retried_then_answers(model_server: ScriptedModelServer) -> None:
+    model_server.add({"status": 503, "message": "loading model"}, {"json": GOOD})
+    client = make_client(model_server)
+    assert client.structured("critic_verdict", CriticVerdict, "s", "u").score == 8
+    assert client.requests == 2
+
+
+def test_down_then_up_the_same_client_works_again(model_server: ScriptedModelServer) -> None:
+    client = make_client(model_server)
+    model_server.down = "503"
+    with pytest.raises(ModelUnavailable, match="HTTP 503"):
+        client.structured("critic_verdict", CriticVerdict, "s", "u")
+    model_server.down = None
+    model_server.add({"json": GOOD})
+    assert client.structured("critic_verdict", CriticVerdict, "s", "u").score == 8
+
+
+def test_hanging_server_times_out(model_server: ScriptedModelServer) -> None:
+    model_server.add({"hang": 5}, {"hang": 5})
+    client = make_client(model_server, timeout="300ms")
+    client.retries = 1
+    with pytest.raises(ModelUnavailable, match="no answer within"):
+        client.structured("critic_verdict", CriticVerdict, "s", "u")
+    assert client.requests == 2
+
+
+def test_overall_timeout_bounds_the_whole_call(model_server: ScriptedModelServer) -> None:
+    model_server.add({"hang": 5}, {"hang": 5}, {"hang": 5})
+    client = make_client(model_server, timeout="60s")
+    with pytest.raises(ModelUnavailable):
+        client.structured("trigger_matches", TriggerMatches, "s", "u", timeout=0.3)
+    assert client.requests == 1  # no retry starts past the deadline
+
+
+def test_http_400_not_about_format_is_unavailable(model_server: ScriptedModelServer) -> None:
+    model_server.add(*[{"status": 400, "message": "context length exceeded"}] * 3)
+    client = make_client(model_server)
+    with pytest.raises(ModelUnavailable, match="context length exceeded"):
+        client.structured("critic_verdict", CriticVerdict, "s", "u")
+    assert client.format == "json_schema"  # nothing was accepted, so nothing is remembered
+
+
+def test_no_base_url_is_unavailable_with_the_fix() -> None:
+    client = ModelClient(VerifierConfig(), {})
+    with pytest.raises(ModelUnavailable, match=r"base_url"):
+        client.structured("critic_verdict", CriticVerdict, "s", "u")
+
+
+def test_key_from_the_named_variable_else_placeholder() -> None:
+    config = VerifierConfig(base_url="http://127.0.0.1:9/v1", api_key_env="VERIFIER_KEY")
+    assert ModelClient(config, {"VERIFIER_KEY": "sk-real"}).api_key == "sk-real"
+    assert ModelClient(config, {}).api_key == PLACEHOLDER_KEY
+
+
+def test_model_defaults_to_the_first_one_the_server_lists(
+    model_server: ScriptedModelServer,
+) -> None:
+    model_server.models = ["qwen3-small", "other"]
+    model_server.add({"json": {"matches": []}})
+    client = make_client(model_server, model="")
+    client.structured("trigger_matches", TriggerMatches, "s", "u")
+    assert model_server.chat_requests()[0]["model"] == "qwen3-small"
+
+
+def test_embeddings(model_server: ScriptedModelServer) -> None:
+    client = make_client(model_server, embeddings_model="embed-small")
+    vectors = client.embeddings(["parser tests", f"key {AWS_KEY}"])
+    assert len(vectors) == 2 and len(vectors[0]) == 64
+    body = model_server.requests[-1]["body"]
+    assert body["model"] == "embed-small"
+    assert AWS_KEY not in model_server.log_text()
+    with pytest.raises(ModelUnavailable, match="embeddings_model"):
+        make_client(model_server).embeddings(["x"])
+    model_server.down = "503"
+    with pytest.raises(ModelUnavailable, match="HTTP 503"):
+        client.embeddings(["x"])
+
+
+def test_every_text_sent_is_redacted(model_server: ScriptedModelServer) -> None:
+    secret_line = f"aws_access_key_id = {AWS_KEY}"
+    model_server.add("not json " + AWS_KEY, {"json": GOOD})
+    client = make_client(model_server)
+    client.structured("critic_verdict", CriticVerdict, f"system {secret_line}", secret_line)
+    log = model_server.log_text()
+    assert AWS_KEY not in log
+    assert "[REDACTED:aws-access-key]" in log
