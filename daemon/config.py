@@ -300,6 +300,11 @@ def load_loop(path: Path, daemon: DaemonConfig) -> tuple[Loop | None, list[Confi
         config = LoopConfig.model_validate(data)
     except ValidationError as exc:
         return None, _errors_from_validation(path, exc)
+    repo = Path(os.path.expanduser(config.repo))
+    if not repo.is_absolute():
+        # A relative repo is relative to the home, not to wherever loopd was started.
+        repo = path.parent.parent / repo
+    config = config.model_copy(update={"repo": str(repo.resolve())})
     errors = check_loop(path.stem, path, config, daemon)
     if errors:
         return None, errors

@@ -55,6 +55,7 @@ class RunTrigger(Record):
     note: str = ""
     retry_of: str = ""
     paths: list[str] = []
+    inbox: list[str] = []  # inbox file names of the trigger and the merged ones (`--wait`)
     merged: list[dict[str, Any]] = []
 
 
@@ -83,6 +84,8 @@ class AttemptRecord(Record):
     timed_out: bool = False
     summary: str = ""  # the agent's final text, kept for the critic
     session_id: str = ""
+    base_commit: str = ""  # the tree's commit when the attempt started
+    head_commit: str = ""  # loopd's commit of what the agent left
 
 
 class RunRecord(Record):

@@ -104,6 +104,61 @@ class StateStore:
             except (OSError, tomllib.TOMLDecodeError, ValidationError):
                 continue
 
+    def loop_lock(self, loop: str) -> HomeLock:
+        """Held by whoever runs the loop now (the daemon's worker or `loopd once`)."""
+        return HomeLock(self.root / "locks" / f"{loop}.lock")
+
+    # live runs: a marker per run that has no outcome yet, so a restart finds them cheaply
+    def mark_live(self, run_id: str) -> None:
+        write_atomic(self.root / "live" / run_id, "")
+
+    def unmark_live(self, run_id: str) -> None:
+        (self.root / "live" / run_id).unlink(missing_ok=True)
+
+    def live_runs(self) -> list[str]:
+        try:
+            return sorted(n for n in os.listdir(self.root / "live") if not n.startswith("."))
+        except FileNotFoundError:
+            return []
+
+    # the daemon's queue of pending runs, for `loopd status` and `loopd cancel`
+    def save_queue(self, entries: list[dict[str, Any]]) -> None:
+        write_atomic(self.root / "queue.toml", tomli_w.dumps({"pending": entries}))
+
+    def load_queue(self) -> list[dict[str, Any]]:
+        try:
+            with (self.root / "queue.toml").open("rb") as fh:
+                return list(tomllib.load(fh).get("pending", []))
+        except (OSError, tomllib.TOMLDecodeError):
+            return []
+
+    def queued_run(self, run_id: str) -> dict[str, Any] | None:
+        return next((e for e in self.load_queue() if e.get("id") == run_id), None)
+
+    # control -------------------------------------------------------------
+    def request_cancel(self, run_id: str) -> None:
+        write_atomic(self.root / "control" / f"cancel-{run_id}", run_id)
+
+    def cancel_requested(self, run_id: str) -> bool:
+        return (self.root / "control" / f"cancel-{run_id}").exists()
+
+    def clear_cancel(self, run_id: str) -> None:
+        (self.root / "control" / f"cancel-{run_id}").unlink(missing_ok=True)
+
+    def paused_loops(self) -> set[str]:
+        folder = self.root / "paused"
+        try:
+            return {n for n in os.listdir(folder) if not n.startswith(".")}
+        except FileNotFoundError:
+            return set()
+
+    def set_paused(self, loop: str, paused: bool) -> None:
+        path = self.root / "paused" / loop
+        if paused:
+            write_atomic(path, "")
+        else:
+            path.unlink(missing_ok=True)
+
     # status --------------------------------------------------------------
     def load_status(self) -> StatusFile:
         try:

@@ -1,0 +1,168 @@
+"""`loopd run`, `status`, `pause`, `resume`: the daemon and what it is doing."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from daemon.cli.common import CommandError, command, console, home_of, print_json
+from daemon.cli.runs import daemon_pid, valid_loop
+
+
+def run(args: argparse.Namespace) -> int:
+    """The daemon, in the foreground (systemd runs this)."""
+    import sys
+
+    from daemon.daemon import ConfigFatal, run_daemon
+    from daemon.state.lock import LockHeld
+
+    home = home_of(args)
+    try:
+        return run_daemon(home)
+    except ConfigFatal as exc:
+        print(f"loopd: configuration error, not starting:\n{exc}", file=sys.stderr)
+        return 2
+    except LockHeld as exc:
+        raise CommandError(f"{exc}; stop it first (kill {exc.pid})" if exc.pid else str(exc))
+
+
+def _status_data(home: Any) -> dict[str, Any]:
+    from daemon.state.store import StateStore
+
+    store = StateStore(home.state_dir)
+    status = store.load_status()
+    loaded = home.load()
+    pid = daemon_pid(home)
+    data: dict[str, Any] = {
+        "home": str(home.root),
+        "daemon": {
+            "running": pid is not None,
+            "pid": pid,
+            "version": status.daemon.version,
+            "started": status.daemon.started,
+            "heartbeat": status.daemon.heartbeat,
+            "warnings": status.daemon.warnings + loaded.warnings,
+        },
+        "loops": {},
+        "errors": [str(e) for e in loaded.errors],
+    }
+    paused = store.paused_loops()
+    names = set(loaded.loops) | (set(status.loops) if pid else set())
+    for name in sorted(names):
+        entry = status.loops.get(name)
+        info = entry.model_dump(mode="json") if entry and pid else {}
+        if name in loaded.loops:
+            info.setdefault("enabled", loaded.loops[name].config.enabled)
+            info.setdefault("phase", "paused" if name in paused else "idle")
+            if not info.get("last_run"):
+                last = next(iter(store.iter_runs(name)), None)
+                if last is not None:
+                    info["last_run"] = last.id
+                    info["last_outcome"] = last.outcome or last.phase
+        info["paused"] = name in paused
+        data["loops"][name] = info
+    return data
+
+
+def _render_status(data: dict[str, Any]) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    d = data["daemon"]
+    if d["running"]:
+        head = Text(f"loopd {d['version']} running, pid {d['pid']}, since {d['started']}")
+    else:
+        head = Text("loopd is not running for this home", style="yellow")
+    table = Table(title=data["home"])
+    for col in ("loop", "phase", "run", "attempt", "last outcome", "next fire", "pending"):
+        table.add_column(col)
+    for name, info in data["loops"].items():
+        phase = info.get("phase", "idle")
+        if not info.get("enabled", True):
+            phase = "disabled" + (f": {info['error'][:60]}" if info.get("error") else "")
+        if info.get("paused"):
+            phase = "paused"
+        table.add_row(
+            name,
+            phase,
+            info.get("run", "") or "",
+            str(info.get("attempt") or ""),
+            f"{info.get('last_outcome', '')} {info.get('last_run', '')}".strip(),
+            str(info.get("next_fire") or ""),
+            str(info.get("pending") or ""),
+        )
+    parts: list[Any] = [head, table]
+    for warning in d["warnings"]:
+        parts.append(Text(f"warning: {warning}", style="yellow"))
+    for error in data["errors"]:
+        parts.append(Text(f"error: {error}", style="red"))
+    return Group(*parts)
+
+
+def status(args: argparse.Namespace) -> int:
+    """Loops, phases, last outcomes, next fires."""
+    home = home_of(args)
+    if args.json:
+        print_json(_status_data(home))
+        return 0
+    if not args.watch:
+        console().print(_render_status(_status_data(home)))
+        return 0
+    from rich.live import Live
+
+    status_file = home.state_dir / "status.toml"
+    seen: tuple[float, int] | None = None
+    with Live(_render_status(_status_data(home)), console=console(), screen=False) as live:
+        try:
+            while True:
+                time.sleep(0.5)
+                try:
+                    st = status_file.stat()
+                    mark = (st.st_mtime, st.st_size)
+                except FileNotFoundError:
+                    mark = (0.0, 0)
+                if mark != seen:
+                    seen = mark
+                    live.update(_render_status(_status_data(home)))
+        except KeyboardInterrupt:
+            return 0
+
+
+def _set_paused(args: argparse.Namespace, paused: bool) -> int:
+    home = home_of(args)
+    loaded = home.load()
+    loop = valid_loop(home, loaded, args.loop)
+    store = home.state(loaded.daemon.limits.events_rotate)
+    was = loop.name in store.paused_loops()
+    store.set_paused(loop.name, paused)
+    if was != paused:
+        store.events.append(
+            "loop_paused" if paused else "loop_resumed", datetime.now(UTC), loop=loop.name
+        )
+    state = "paused" if paused else "resumed"
+    note = " (triggers are recorded and run after `loopd resume`)" if paused else ""
+    print(f"{loop.name} {state}{note}")
+    return 0
+
+
+def pause(args: argparse.Namespace) -> int:
+    """Stop a loop's triggers from starting runs (they are recorded, not lost)."""
+    return _set_paused(args, True)
+
+
+def resume(args: argparse.Namespace) -> int:
+    """Let a paused loop's triggers start runs again."""
+    return _set_paused(args, False)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    command(sub, "run", run)
+    p = command(sub, "status", status, json_flag=True)
+    p.add_argument("--watch", action="store_true", help="a live view that redraws as state changes")
+    p = command(sub, "pause", pause)
+    p.add_argument("loop")
+    p = command(sub, "resume", resume)
+    p.add_argument("loop")

@@ -1,0 +1,316 @@
+"""`loopd once`, `trigger`, `cancel`, `runs`, `show`: runs, started and read."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from daemon.cli.common import CommandError, command, console, home_of, print_json
+from daemon.config import LoadedConfig, Loop
+from daemon.home import Home
+
+
+def valid_loop(home: Home, loaded: LoadedConfig, name: str) -> Loop:
+    """The named loop, or a usage error that says what is wrong with it."""
+    if name in loaded.loops:
+        return loaded.loops[name]
+    path = home.loops_dir / f"{name}.toml"
+    problems = [str(e) for e in loaded.errors if e.file == path]
+    if problems:
+        raise CommandError(f"loop {name!r} is broken:\n  " + "\n  ".join(problems))
+    known = ", ".join(sorted(loaded.loops)) or "none"
+    raise CommandError(f"unknown loop {name!r} (no {path}); known loops: {known}")
+
+
+def daemon_pid(home: Home) -> int | None:
+    """The pid of the daemon running for this home, or None."""
+    from daemon.state.lock import HomeLock
+
+    lock = HomeLock(home.state_dir / "loopd.lock")
+    return (lock.holder() or -1) if lock.is_held() else None
+
+
+def once(args: argparse.Namespace) -> int:
+    """One full run now in the foreground; prints RUN_ID on its first line."""
+    from daemon.agents.processes import set_child_subreaper
+    from daemon.runs.executor import RunExecutor, new_run
+    from daemon.runs.services import RunServices, utc_now
+    from daemon.state.lock import LockHeld
+    from daemon.state.records import Trigger
+
+    home = home_of(args)
+    loaded = home.load()
+    if not loaded.daemon_ok:
+        raise CommandError("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
+    loop = valid_loop(home, loaded, args.loop)
+    store = home.state(loaded.daemon.limits.events_rotate)
+    pid = daemon_pid(home)
+    if pid is not None and loop.config.enabled:
+        raise CommandError(
+            f"the daemon (pid {pid}) runs loop {loop.name!r}; use `loopd trigger {loop.name} "
+            "--wait` to run it through the daemon, or `loopd pause` it first"
+        )
+    lock = store.loop_lock(loop.name)
+    try:
+        lock.acquire()
+    except LockHeld as exc:
+        raise CommandError(f"loop {loop.name!r} is running now ({exc})") from None
+    set_child_subreaper()
+    services = RunServices(home=home, config=loaded.daemon, store=store)
+    services.notifications = _notifications(loaded, store)
+    now = utc_now()
+    trigger = Trigger(loop=loop.name, kind="manual", reason=args.reason or "loopd once", ts=now)
+    services.event("trigger", loop=loop.name, kind="manual", reason=trigger.reason, via="once")
+    run = new_run(services, loop, trigger, [])
+    print(run.id, flush=True)
+    executor = RunExecutor(services, loop, run)
+    grace = loaded.daemon.limits.shutdown_grace.total_seconds()
+    presses = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        presses.append(signum)
+        executor.interrupt(grace if len(presses) == 1 else 0)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        run = executor.execute()
+    finally:
+        lock.release()
+    _print_outcome(run)
+    return 0 if run.outcome == "succeeded" else 1
+
+
+def _notifications(loaded: LoadedConfig, store: Any) -> Any:
+    try:
+        from daemon.people.notify import Notifications
+    except ImportError:
+        return None
+    return Notifications(loaded.daemon.notify, store.events)
+
+
+def _print_outcome(run: Any) -> None:
+    print(f"{run.outcome}: {run.reason}")
+    for a in run.attempts:
+        score = "-" if a.score is None else a.score
+        print(
+            f"  attempt {a.n}: checks {'pass' if a.checks_passed else 'fail'}, score {score}, "
+            f"nudges {a.nudges}, exit {a.exit_code}"
+        )
+    if run.branch and run.isolation == "worktree":
+        print(f"  branch {run.branch}")
+
+
+def trigger(args: argparse.Namespace) -> int:
+    """Queue a run for the daemon; --wait: exit as the run ends."""
+    from daemon.state.records import Trigger
+
+    home = home_of(args)
+    loaded = home.load()
+    loop = valid_loop(home, loaded, args.loop)
+    store = home.state(loaded.daemon.limits.events_rotate)
+    pid = daemon_pid(home)
+    if args.wait and pid is None:
+        raise CommandError(
+            f"no daemon runs for {home.root}; start it with `loopd --home {home.root} run`, "
+            f"or run the loop in the foreground with `loopd once {loop.name}`"
+        )
+    now = datetime.now(UTC)
+    trig = Trigger(loop=loop.name, kind="manual", reason=args.reason or "loopd trigger", ts=now)
+    path = store.put_trigger(trig)
+    if not args.wait:
+        where = f"daemon pid {pid}" if pid else "no daemon is running; `loopd run` will take it"
+        print(f"queued {path.name} for {loop.name} ({where})")
+        return 0
+    return _wait_for(home, store, path.name, now)
+
+
+def _wait_for(home: Home, store: Any, inbox_id: str, since: datetime) -> int:
+    stamp = since.strftime("%Y%m%dT%H%M%SZ")
+    run_id = None
+    offset = 0
+    while True:
+        if run_id is None:
+            for rid in store.run_ids():
+                if rid[:16] < stamp:
+                    continue
+                try:
+                    run = store.load_run(rid)
+                except Exception:  # noqa: BLE001 - being written; read it next time
+                    continue
+                if inbox_id in run.trigger.inbox:
+                    run_id = rid
+                    print(run_id, flush=True)
+                    break
+            offset, skipped = _skipped(store, inbox_id, offset)
+            if skipped:
+                print(f"trigger {inbox_id} was {skipped}")
+                return 1
+        if run_id is not None:
+            run = store.load_run(run_id)
+            if run.outcome is not None:
+                _print_outcome(run)
+                return 0 if run.outcome == "succeeded" else 1
+        if daemon_pid(home) is None:
+            raise CommandError("the daemon stopped before the run ended")
+        time.sleep(0.2)
+
+
+def _skipped(store: Any, inbox_id: str, offset: int) -> tuple[int, str]:
+    import json
+
+    path = store.events.path
+    try:
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except FileNotFoundError:
+        return offset, ""
+    end = data.rfind(b"\n") + 1
+    for line in data[:end].splitlines():
+        if inbox_id.encode() not in line:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("type") == "trigger_skipped" and event.get("inbox") == inbox_id:
+            return offset + end, f"skipped: {event.get('why', 'overlap policy')}"
+    return offset + end, ""
+
+
+def cancel(args: argparse.Namespace) -> int:
+    """Stop a queued or running run; its outcome is `cancelled`."""
+    home = home_of(args)
+    store = home.state()
+    if not store.run_dir(args.run_id).is_dir():
+        queued = store.queued_run(args.run_id)
+        if queued is None:
+            raise CommandError(f"unknown run {args.run_id!r}; `loopd runs` lists them")
+        store.request_cancel(args.run_id)
+        print(f"cancel requested for queued run {args.run_id}")
+        return 0
+    run = store.load_run(args.run_id)
+    if run.outcome is not None:
+        print(f"run {run.id} already ended: {run.outcome}")
+        return 1
+    store.request_cancel(run.id)
+    for _ in range(100):
+        time.sleep(0.1)
+        run = store.load_run(run.id)
+        if run.outcome is not None:
+            break
+    print(f"{run.id}: {run.outcome or 'cancel requested'}")
+    return 0
+
+
+def runs(args: argparse.Namespace) -> int:
+    """List runs, newest first."""
+    home = home_of(args)
+    store = home.state()
+    records = []
+    for run in store.iter_runs(args.loop):
+        records.append(run)
+        if len(records) >= args.limit:
+            break
+    if args.json:
+        print_json([_run_summary(r) for r in records])
+        return 0
+    from rich.table import Table
+
+    table = Table(title=f"runs in {home.root}")
+    for col in ("run", "trigger", "outcome", "attempts", "score", "reason"):
+        table.add_column(col)
+    for r in records:
+        last = r.attempts[-1] if r.attempts else None
+        table.add_row(
+            r.id,
+            r.trigger.kind,
+            r.outcome or r.phase,
+            str(len(r.attempts)),
+            "-" if last is None or last.score is None else str(last.score),
+            r.reason,
+        )
+    console().print(table)
+    return 0
+
+
+def _run_summary(run: Any) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "loop": run.loop,
+        "trigger": run.trigger.kind,
+        "started": run.started,
+        "finished": run.finished,
+        "outcome": run.outcome,
+        "phase": run.phase,
+        "reason": run.reason,
+        "attempts": len(run.attempts),
+        "branch": run.branch,
+        "tokens": run.tokens,
+    }
+
+
+def show(args: argparse.Namespace) -> int:
+    """Show one run: trigger, attempts with checks, score, verdict and feedback."""
+    home = home_of(args)
+    store = home.state()
+    if not (store.run_dir(args.run_id) / "run.toml").exists():
+        raise CommandError(f"unknown run {args.run_id!r}; `loopd runs` lists them")
+    run = store.load_run(args.run_id)
+    if args.json:
+        print_json(run.model_dump(mode="json"))
+        return 0
+    from rich.panel import Panel
+    from rich.table import Table
+
+    out = console()
+    head = [
+        f"loop: {run.loop}",
+        f"task: {run.task.strip()}",
+        f"trigger: {run.trigger.kind} {run.trigger.reason}".rstrip()
+        + (f" ({len(run.trigger.merged)} merged)" if run.trigger.merged else ""),
+        f"started: {run.started}   finished: {run.finished or '-'}",
+        f"outcome: {run.outcome or run.phase}   {run.reason}",
+        f"branch: {run.branch}   tokens: {run.tokens}",
+    ]
+    if run.rules_fired:
+        head.append("rules fired: " + ", ".join(run.rules_fired))
+    out.print(Panel("\n".join(head), title=run.id))
+    table = Table(show_lines=True)
+    for col in ("#", "exit", "nudges", "stalls", "checks", "score", "verdict", "feedback"):
+        table.add_column(col)
+    for a in run.attempts:
+        table.add_row(
+            str(a.n),
+            "-" if a.exit_code is None else str(a.exit_code),
+            str(a.nudges),
+            ", ".join(s.kind for s in a.stalls) or "-",
+            "-" if a.checks_passed is None else ("pass" if a.checks_passed else "fail"),
+            "-" if a.score is None else str(a.score),
+            a.verdict + ("".join(f"\n! {v}" for v in a.violations)),
+            a.feedback,
+        )
+    out.print(table)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = command(sub, "once", once)
+    p.add_argument("loop")
+    p.add_argument("--reason", help="why, recorded with the run")
+    p = command(sub, "trigger", trigger)
+    p.add_argument("loop")
+    p.add_argument("--reason", help="why, recorded with the run")
+    p.add_argument("--wait", action="store_true", help="exit as the run ends (0: succeeded)")
+    p = command(sub, "cancel", cancel)
+    p.add_argument("run_id")
+    p = command(sub, "runs", runs, json_flag=True)
+    p.add_argument("loop", nargs="?")
+    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p = command(sub, "show", show, json_flag=True)
+    p.add_argument("run_id")
+

@@ -1,0 +1,131 @@
+"""Checks: the loop's `done_when` commands, run by loopd in the run's tree after the agent is gone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from daemon.redact import redact
+from daemon.state.atomic import write_atomic
+
+TAIL_BYTES = 8000
+OUTPUT_CAP = 2_000_000  # per command, in checks.log
+
+
+@dataclass
+class CheckResult:
+    command: str
+    exit_code: int | None
+    seconds: float
+    timed_out: bool
+    output: str
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+@dataclass
+class ChecksResult:
+    results: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    def log(self) -> str:
+        """The text of checks.log."""
+        parts = []
+        for r in self.results:
+            status = "timed out" if r.timed_out else f"exit {r.exit_code}"
+            parts.append(f"$ {r.command}\n{r.output}")
+            if not r.output.endswith("\n") and r.output:
+                parts.append("\n")
+            parts.append(f"[{status} after {r.seconds:.1f}s]\n\n")
+        return "".join(parts)
+
+    def failure_tail(self, limit: int = TAIL_BYTES) -> str:
+        """The output of the failing checks, tail first when long."""
+        parts = []
+        for r in self.results:
+            if r.passed:
+                continue
+            status = "timed out" if r.timed_out else f"exit {r.exit_code}"
+            out = r.output
+            if len(out) > limit:
+                out = f"[... {len(out) - limit} characters cut ...]\n" + out[-limit:]
+            parts.append(f"$ {r.command}   ({status})\n{out.rstrip()}\n")
+        return "\n".join(parts)
+
+
+def checks_environment(base: Mapping[str, str], drop: set[str]) -> dict[str, str]:
+    """The user's environment, less loopd's own variables and the verifier's key."""
+    return {
+        k: v
+        for k, v in base.items()
+        if not k.startswith("LOOPD_") and k != "NOTIFY_SOCKET" and k not in drop
+    }
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=3)
+            # The shell is gone; its group may still hold children.
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            continue
+        return
+
+
+def run_check(command: str, cwd: Path, timeout: float, env: Mapping[str, str]) -> CheckResult:
+    """Run one `done_when` command with /bin/sh -c in its own process group."""
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", command],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env=dict(env),
+    )
+    timed_out = False
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+        out, _ = proc.communicate()
+    else:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # leftovers of the check
+        except (ProcessLookupError, PermissionError):
+            pass
+    text = out[-OUTPUT_CAP:].decode("utf-8", "replace")
+    return CheckResult(
+        command=command,
+        exit_code=None if timed_out else proc.returncode,
+        seconds=time.monotonic() - started,
+        timed_out=timed_out,
+        output=redact(text),
+    )
+
+
+def run_checks(
+    commands: list[str], cwd: Path, timeout: float, env: Mapping[str, str], log_path: Path | None
+) -> ChecksResult:
+    """Run every check (all of them, for the whole picture) and write checks.log."""
+    result = ChecksResult([run_check(c, cwd, timeout, env) for c in commands])
+    if log_path is not None:
+        write_atomic(log_path, result.log() if commands else "(no done_when checks)\n")
+    return result

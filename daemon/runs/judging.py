@@ -1,0 +1,150 @@
+"""Judging an attempt: checks, protected paths, refs, then the critic on the local endpoint."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from daemon.runs.checks import run_checks
+from daemon.runs.git import Git
+from daemon.runs.guards import check_refs, protect_violations, restore_refs
+from daemon.state.atomic import write_atomic
+from daemon.state.records import AttemptRecord
+
+if TYPE_CHECKING:
+    from daemon.runs.executor import Judgement, RunExecutor
+
+_LOOPD_BRANCH = re.compile(r"^refs/heads/loopd/[^/]+/(?P<run>[^/]+)$")
+BACKOFF_START = 5.0
+BACKOFF_MAX = 300.0
+
+
+def _foreign_run_branch(executor: RunExecutor, ref: str) -> bool:
+    """Another run's own branch (runs of other loops share the repository's refs)."""
+    match = _LOOPD_BRANCH.match(ref)
+    if not match or match.group("run") == executor.run.id:
+        return False
+    return executor.store.run_dir(match.group("run")).exists()
+
+
+def ref_violations(executor: RunExecutor) -> list[str]:
+    """Refs other than the run's own branch that moved during the attempt; they are put back."""
+    tree = executor.tree
+    assert tree is not None
+    repo_git = Git(tree.repo)
+    moved = [
+        ref
+        for ref in check_refs(repo_git, executor.run.refs_before, tree.branch)
+        if not _foreign_run_branch(executor, ref)
+    ]
+    if not moved:
+        return []
+    now_refs = repo_git.refs()
+    restore_refs(repo_git, executor.run.refs_before, moved)
+    executor._event(
+        "refs_restored",
+        refs={r: {"was": executor.run.refs_before.get(r), "agent_set": now_refs.get(r)} for r in moved},
+    )
+    return [f"ref moved: {ref}" for ref in moved]
+
+
+def judge_attempt(executor: RunExecutor, attempt: AttemptRecord, head: str) -> Judgement | None:
+    """Checks, violations and the critic's verdict; None when the run ended while waiting."""
+    from daemon.runs.executor import Judgement
+
+    cfg = executor.cfg
+    tree = executor.tree
+    assert tree is not None
+    folder = executor._attempt_dir(attempt.n)
+    checks = run_checks(
+        cfg.done_when,
+        tree.path,
+        cfg.check_timeout.total_seconds(),
+        executor._checks_env(),
+        folder / "checks.log",
+    )
+    write_atomic(folder / "checks-failed.txt", checks.failure_tail())
+    executor._event(
+        "checks",
+        attempt=attempt.n,
+        passed=checks.passed,
+        results=[{"command": r.command, "exit_code": r.exit_code} for r in checks.results],
+    )
+    violations = [
+        f"protected path changed: {path}"
+        for path in protect_violations(tree.git, executor.run.base_commit, head, cfg.protect)
+    ] if cfg.protect else []
+    violations += ref_violations(executor)
+    if violations:
+        executor._event("violations", attempt=attempt.n, violations=violations)
+
+    verifier = executor.services.config.verifier
+    if cfg.critic == "off" or not verifier.configured:
+        why = "critic = off" if cfg.critic == "off" else "no [verifier] configured"
+        passed = checks.passed and not violations
+        return Judgement(
+            checks=checks,
+            violations=violations,
+            score=None,
+            verdict=f"not judged by a model ({why})",
+            feedback="",
+            unsupported=[],
+            judged=False,
+            passed=passed,
+        )
+    return _ask_critic(executor, attempt, checks, violations)
+
+
+def _ask_critic(executor: RunExecutor, attempt, checks, violations) -> Judgement | None:
+    from daemon.model.client import ModelClient, ModelUnavailable
+    from daemon.model.critic import judge
+    from daemon.model.evidence import build_evidence
+    from daemon.runs.executor import Judgement
+
+    services = executor.services
+    verifier = services.config.verifier
+    folder = executor._attempt_dir(attempt.n)
+    evidence = build_evidence(
+        folder, executor.cfg.task, attempt.summary, verifier.evidence_tokens, violations
+    )
+    client = ModelClient(verifier)
+    # Short verifier timeouts (tests, local servers) retry sooner.
+    delay = min(BACKOFF_START, max(0.2, verifier.timeout.total_seconds()))
+    pending_limit: timedelta = verifier.pending_limit
+    while True:
+        try:
+            verdict = judge(client, evidence, executor.cfg.critic_threshold, checks.passed)
+            break
+        except ModelUnavailable as exc:
+            since = executor.run.judging_since or services.clock()
+            waited = services.clock() - since
+            executor._event(
+                "verifier_unavailable",
+                attempt=attempt.n,
+                error=str(exc)[:300],
+                waited_seconds=int(waited.total_seconds()),
+            )
+            if waited >= pending_limit:
+                executor._finish(
+                    "escalated",
+                    f"verifier unavailable for {int(waited.total_seconds())}s "
+                    f"(pending_limit {int(pending_limit.total_seconds())}s)",
+                    escalate=True,
+                )
+                return None
+            executor._check_stop()
+            if executor._interrupted.wait(delay) or executor._cancelled.is_set():
+                executor._check_stop()
+            delay = min(delay * 2, BACKOFF_MAX)
+    passed = checks.passed and not violations and verdict.score >= executor.cfg.critic_threshold
+    return Judgement(
+        checks=checks,
+        violations=violations,
+        score=verdict.score,
+        verdict=verdict.verdict,
+        feedback=verdict.feedback,
+        unsupported=list(verdict.unsupported_claims),
+        judged=True,
+        passed=passed,
+    )

@@ -1,0 +1,34 @@
+"""What a run needs from whoever runs it (the daemon or `loopd once`), passed in as one object."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from daemon.config import DaemonConfig
+from daemon.home import Home
+from daemon.state.store import StateStore
+
+
+def utc_now() -> datetime:
+    """The one real clock; everything else takes `now` or a clock from here."""
+    return datetime.now(UTC)
+
+
+@dataclass
+class RunServices:
+    """The home, its configuration and state, the clock, and the daemon's shutdown flag."""
+
+    home: Home
+    config: DaemonConfig
+    store: StateStore
+    clock: Callable[[], datetime] = utc_now
+    shutdown: threading.Event = field(default_factory=threading.Event)
+    notifications: Any = None  # daemon.people.notify.Notifications, when configured
+    rule_cache: dict[Any, Any] = field(default_factory=dict)  # the trigger evaluator's cache
+
+    def event(self, type: str, loop: str | None = None, run: str | None = None, **fields: Any):
+        return self.store.events.append(type, self.clock(), loop=loop, run=run, **fields)
