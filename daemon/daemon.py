@@ -326,10 +326,33 @@ class Daemon:
                 self._start_change_watchers()
                 break
         self._cancel_queued(now)
+        self._housekeeping(now)
         self._reap()
         if not self.flags.stop.is_set():
             self._start_ready(now)
         self.write_status(now)
+
+    def _housekeeping(self, now: datetime) -> None:
+        """Prune old runs at start and once a day (`retain_days`)."""
+        from daemon.state.retention import prune
+
+        assert self.store is not None and self.loaded is not None
+        last = getattr(self, "_pruned_at", None)
+        if last is not None and now - last < timedelta(days=1):
+            return
+        self._pruned_at = now
+        repos = {name: loop.config.repo_path for name, loop in self.loops.items()}
+        try:
+            prune(
+                self.store,
+                repos,
+                self.loaded.daemon.limits.retain_days,
+                now,
+                keep={w.run_id for w in self.workers.values()},
+                rules_dir=self.home.rules_dir,
+            )
+        except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
+            self._event("prune_failed", error=str(exc)[:500])
 
     def _cancel_queued(self, now: datetime) -> None:
         assert self.store is not None
@@ -521,6 +544,19 @@ class Daemon:
                 worker.executor.interrupt(0)
 
 
+def _report_failure(home: Home, exc: BaseException) -> None:
+    """loopd cannot start: tell the person through [notify], if it can be read."""
+    try:
+        from daemon.people.notify import Notifications
+        from daemon.state.store import StateStore
+
+        loaded = home.load()
+        store = StateStore(home.state_dir)
+        Notifications(loaded.daemon.notify, store.events).daemon_failed(home, exc, utc_now())
+    except Exception:  # noqa: BLE001 - the original error is what matters
+        pass
+
+
 def _path(text: str):  # noqa: ANN202 - Path | None
     from pathlib import Path
 
@@ -547,14 +583,14 @@ def run_daemon(home: Home) -> int:
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGHUP, on_reload)
     daemon.start(utc_now())
-    notifier = SystemdNotifier.from_env()
     # Agents must not inherit the socket: it would let them speak for loopd.
-    os.environ.pop("NOTIFY_SOCKET", None)
+    notifier = SystemdNotifier.from_env(unset_environment=True)
     if notifier:
         notifier.ready()
         notifier.status(f"{len(daemon.loops)} loop(s)")
     ping_every = (notifier.watchdog_interval() or 0) / 2 if notifier else 0
     last_ping = 0.0
+    failures = 0
     import time
 
     while not flags.stop.is_set():
@@ -573,8 +609,12 @@ def run_daemon(home: Home) -> int:
             break
         try:
             daemon.tick(utc_now())
+            failures = 0
         except Exception as exc:  # noqa: BLE001 - a bad tick is recorded; the daemon goes on
+            failures += 1
             daemon._event("tick_error", error=f"{type(exc).__name__}: {exc}"[:1000])
+            if failures == 3 and daemon.services and daemon.services.notifications:
+                daemon.services.notifications.daemon_failed(home, exc, utc_now(), wait=0)
         if notifier and ping_every and time.monotonic() - last_ping >= ping_every:
             if daemon.healthy():
                 notifier.watchdog()

@@ -525,12 +525,9 @@ class RunExecutor:
             self._event("protected_restored", paths=protected)
 
     def _notify_failed_attempt(self, attempt: AttemptRecord) -> None:
-        if "failed-attempt" in self.cfg.notify_on and self.services.notifications is not None:
-            self.services.notifications.notify(
-                "failed-attempt",
-                f"loopd: {self.loop.name} attempt {attempt.n} of {self.run.id} failed",
-                {"run": self.run.id, "loop": self.loop.name, "attempt": attempt.n},
-                self._now(),
+        if self.services.notifications is not None:
+            self.services.notifications.attempt_failed(
+                self.run, attempt, self.cfg.notify_on, self._now()
             )
 
     # the end -----------------------------------------------------------------

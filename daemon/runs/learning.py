@@ -56,17 +56,6 @@ def after_run(executor: RunExecutor, escalate: bool) -> None:
     if notifications is None:
         return
     if escalate:
-        notifications.notify(
-            "escalated",
-            f"loopd: {run.loop} run {run.id} needs a person: {run.reason}",
-            {"run": run.id, "loop": run.loop, "outcome": run.outcome, "reason": run.reason,
-             "branch": run.branch},
-            now,
-        )
-    elif run.outcome == "succeeded" and "succeeded" in executor.cfg.notify_on:
-        notifications.notify(
-            "succeeded",
-            f"loopd: {run.loop} run {run.id} succeeded",
-            {"run": run.id, "loop": run.loop, "outcome": run.outcome, "branch": run.branch},
-            now,
-        )
+        notifications.escalated(run, services.store.escalation_path(run.id), now)
+    else:
+        notifications.run_finished(run, executor.cfg.notify_on, now)

@@ -1,0 +1,119 @@
+"""`loopd escalations list|show|resolve`: runs handed to a person."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from daemon.cli.common import (
+    CommandError,
+    add_home_and_json,
+    command,
+    console,
+    home_of,
+    print_json,
+)
+
+
+def _store(args: argparse.Namespace):  # noqa: ANN202 - StateStore
+    return home_of(args).state()
+
+
+def _not_found(run_id: str) -> CommandError:
+    return CommandError(
+        f"no escalation for run {run_id!r} (no state/escalations/{run_id}.md). "
+        "Fix: `loopd escalations list --all` shows the run ids that have one"
+    )
+
+
+def list_escalations_cmd(args: argparse.Namespace) -> int:
+    """List the escalations waiting for a person (--all: resolved ones too)."""
+    from daemon.people.escalation import list_escalations
+
+    items = list_escalations(_store(args))
+    if not getattr(args, "all", False):
+        items = [e for e in items if e.is_open]
+    if getattr(args, "json", False):
+        print_json([e.model_dump(mode="json") for e in items])
+        return 0
+    out = console()
+    if not items:
+        out.print("No escalations waiting." if not getattr(args, "all", False) else "None.")
+        return 0
+    # Plain lines, not a table: run ids must stay whole so they can be copied.
+    for e in items:
+        when = e.escalated.astimezone(UTC).strftime("%Y-%m-%d %H:%MZ")
+        reason = " ".join(e.reason.split())
+        out.print(
+            f"{e.run}  {e.status:<8} {when}  {e.cause:<15} {reason}", highlight=False, markup=False
+        )
+    return 0
+
+
+def show_escalation_cmd(args: argparse.Namespace) -> int:
+    """Show one escalation file: what happened and what to do next."""
+    from daemon.people.escalation import EscalationNotFound, load_escalation
+
+    try:
+        meta, text = load_escalation(_store(args), args.run_id)
+    except EscalationNotFound:
+        raise _not_found(args.run_id) from None
+    if args.json:
+        data: dict[str, Any] = meta.model_dump(mode="json")
+        data["text"] = text
+        print_json(data)
+        return 0
+    body = text.split("\n+++\n", 1)[1] if text.startswith("+++\n") else text
+    if sys.stdout.isatty():
+        from rich.markdown import Markdown
+
+        console().print(Markdown(body))
+    else:
+        sys.stdout.write(body)
+    return 0
+
+
+def resolve_escalation_cmd(args: argparse.Namespace) -> int:
+    """Resolve an escalation; --retry queues a new run whose prompt carries --note."""
+    from daemon.people.escalation import AlreadyResolved, EscalationNotFound, resolve
+
+    store = _store(args)
+    now = datetime.now(UTC)
+    try:
+        trigger = resolve(store, args.run_id, now, note=args.note or "", retry=args.retry)
+    except EscalationNotFound:
+        raise _not_found(args.run_id) from None
+    except AlreadyResolved as exc:
+        raise CommandError(str(exc), 1) from None
+    print(f"resolved {args.run_id}")
+    if trigger is not None:
+        print(f"retry of loop {trigger.loop} queued: state/inbox/{trigger.id}")
+        if not store.lock.is_held():
+            print(
+                "no daemon runs for this home: the retry waits in state/inbox/ until `loopd run` "
+                "starts",
+                file=sys.stderr,
+            )
+    return 0
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "escalations",
+        help="Runs handed to a person: list, show, resolve.",
+        description="Runs handed to a person: list, show, resolve RUN_ID [--retry] [--note].",
+    )
+    add_home_and_json(parser)
+    parser.add_argument("--all", action="store_true", help="list resolved ones too")
+    parser.set_defaults(func=list_escalations_cmd)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    p = command(actions, "list", list_escalations_cmd, json_flag=True)
+    p.add_argument("--all", action="store_true", help="resolved ones too")
+    p = command(actions, "show", show_escalation_cmd, json_flag=True)
+    p.add_argument("run_id", metavar="RUN_ID")
+    p = command(actions, "resolve", resolve_escalation_cmd)
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--retry", action="store_true", help="queue a new run of the loop")
+    p.add_argument("--note", default="", help="goes into the retry's prompt (# Note from a person)")

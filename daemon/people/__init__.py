@@ -1,0 +1,1 @@
+"""Handing off to a person: escalations, notifications, progress notes, the report."""

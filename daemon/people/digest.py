@@ -1,0 +1,163 @@
+"""What a run's attempt folders say to a person: the diff's files and the checks' last failure."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from daemon.redact import redact
+from daemon.state.records import AttemptRecord, RunRecord
+from daemon.state.store import StateStore
+
+TAIL_LINES = 40
+TAIL_BYTES = 16_000
+
+
+@dataclass
+class FileChange:
+    """One file of a diff, as `git diff --stat` counts it."""
+
+    path: str
+    added: int = 0
+    removed: int = 0
+    binary: bool = False
+    status: str = "modified"  # modified | added | deleted | renamed
+
+    def stat(self) -> str:
+        if self.binary:
+            return f"{self.path} (binary, {self.status})"
+        extra = "" if self.status == "modified" else f", {self.status}"
+        return f"{self.path} (+{self.added} -{self.removed}{extra})"
+
+
+def _unquote_path(text: str) -> str:
+    # git quotes unusual paths C-style; a person only needs to recognise them.
+    if text.startswith('"') and text.endswith('"'):
+        return text[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape")
+    return text
+
+
+def diff_stat(patch: str) -> list[FileChange]:
+    """Files changed with +/- counts, read from a `git diff` patch."""
+    changes: list[FileChange] = []
+    current: FileChange | None = None
+    in_hunk = False
+    for line in patch.splitlines():
+        if line.startswith("diff --git "):
+            rest = line[len("diff --git ") :]
+            # "a/PATH b/PATH": the b side is the new name; split on the middle " b/".
+            cut = rest.rfind(" b/")
+            path = rest[cut + 3 :] if cut >= 0 else rest
+            current = FileChange(path=_unquote_path(path.strip()))
+            changes.append(current)
+            in_hunk = False
+            continue
+        if current is None:
+            continue
+        if line.startswith("@@"):
+            in_hunk = True
+            continue
+        if not in_hunk:
+            if line.startswith("new file mode"):
+                current.status = "added"
+            elif line.startswith("deleted file mode"):
+                current.status = "deleted"
+            elif line.startswith("rename to "):
+                current.status = "renamed"
+                current.path = _unquote_path(line[len("rename to ") :])
+            elif line.startswith("Binary files ") or line.startswith("GIT binary patch"):
+                current.binary = True
+            continue
+        if line.startswith("+"):
+            current.added += 1
+        elif line.startswith("-"):
+            current.removed += 1
+        elif line.startswith("GIT binary patch"):
+            current.binary = True
+    return changes
+
+
+def format_stat(changes: list[FileChange], limit: int = 30) -> list[str]:
+    """`git diff --stat`-like lines with a total; long lists are cut with a count."""
+    lines = [c.stat() for c in changes[:limit]]
+    if len(changes) > limit:
+        lines.append(f"... and {len(changes) - limit} more files")
+    added = sum(c.added for c in changes)
+    removed = sum(c.removed for c in changes)
+    files = "1 file" if len(changes) == 1 else f"{len(changes)} files"
+    lines.append(f"{files} changed, +{added} -{removed}")
+    return lines
+
+
+def read_tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = TAIL_BYTES) -> str:
+    """The last `lines` lines of a file without reading all of it; '' when absent."""
+    try:
+        with path.open("rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", "replace")
+    if len(data) == max_bytes and "\n" in text:
+        text = text.split("\n", 1)[1]  # drop a line cut in the middle
+    kept = text.rstrip("\n").splitlines()[-lines:]
+    return redact("\n".join(kept))
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+@dataclass
+class LastDiff:
+    """The most recent attempt that left a diff."""
+
+    attempt: int
+    changes: list[FileChange]
+
+
+def last_diff(store: StateStore, run: RunRecord) -> LastDiff | None:
+    """The diff of the last attempt that changed something."""
+    for attempt in reversed(run.attempts):
+        patch = store.run_dir(run.id) / f"attempt-{attempt.n}" / "diff.patch"
+        changes = diff_stat(read_text(patch))
+        if changes:
+            return LastDiff(attempt=attempt.n, changes=changes)
+    return None
+
+
+@dataclass
+class ChecksFailure:
+    """The checks' output of the last attempt whose checks failed."""
+
+    attempt: int
+    tail: str
+
+
+def last_checks_failure(store: StateStore, run: RunRecord) -> ChecksFailure | None:
+    """The tail of checks.log of the last attempt whose checks failed."""
+    for attempt in reversed(run.attempts):
+        if attempt.checks_passed is False:
+            log = store.run_dir(run.id) / f"attempt-{attempt.n}" / "checks.log"
+            return ChecksFailure(attempt=attempt.n, tail=read_tail(log))
+    return None
+
+
+def best_score(attempts: list[AttemptRecord]) -> int | None:
+    scores = [a.score for a in attempts if a.score is not None]
+    return max(scores) if scores else None
+
+
+def checks_word(value: bool | None) -> str:
+    return {True: "passed", False: "failed", None: "not run"}[value]
+
+
+def one_line(text: str, limit: int = 160) -> str:
+    """Text squeezed onto one line for tables and messages."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

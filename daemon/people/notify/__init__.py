@@ -1,0 +1,170 @@
+"""Notifications through `[notify]`: a command and a webhook, sent off the run's thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from daemon.config import NotifyConfig
+from daemon.people.notify.base import Notifier, NotifyError
+from daemon.people.notify.command import CommandNotifier
+from daemon.people.notify.messages import (
+    attempt_failed_message,
+    daemon_failure_message,
+    escalation_message,
+    outcome_message,
+)
+from daemon.people.notify.webhook import WebhookNotifier
+from daemon.redact import redact
+from daemon.state.events import EventLog, iso
+from daemon.state.records import AttemptRecord, RunRecord
+
+__all__ = [
+    "CommandNotifier",
+    "Notifications",
+    "Notifier",
+    "NotifyError",
+    "WebhookNotifier",
+    "notifiers_from_config",
+]
+
+
+def notifiers_from_config(config: NotifyConfig) -> list[Notifier]:
+    """The notifiers `[notify]` names, command first."""
+    out: list[Notifier] = []
+    if config.command:
+        out.append(CommandNotifier(config.command))
+    if config.webhook:
+        out.append(WebhookNotifier(config.webhook))
+    return out
+
+
+def _redact_payload(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redact_payload(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_payload(v) for v in value]
+    return value
+
+
+class Notifications:
+    """Sends each notification through every notifier, each in its own background thread.
+
+    `notify` returns at once: a dead webhook costs a thread for its retries, never a run's
+    time. Each failure is the event `notify_failed`; each delivery `notified`.
+    """
+
+    def __init__(
+        self,
+        config: NotifyConfig,
+        events: EventLog,
+        notifiers: list[Notifier] | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.events = events
+        self.notifiers = notifiers if notifiers is not None else notifiers_from_config(config)
+        self._clock = clock  # failures happen later, on another thread
+        self._pending: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.notifiers)
+
+    def notify(
+        self, kind: str, message: str, payload: dict[str, Any], now: datetime
+    ) -> list[threading.Thread]:
+        """Send `message` through every notifier in the background; returns the threads."""
+        message = redact(message)
+        payload = _redact_payload({"kind": kind, **payload, "ts": iso(now)})
+        threads = []
+        for notifier in self.notifiers:
+            thread = threading.Thread(
+                target=self._deliver,
+                args=(notifier, kind, message, payload, now),
+                name=f"notify-{notifier.name}",
+                daemon=True,  # a hung notifier must not keep loopd from exiting
+            )
+            with self._lock:
+                self._pending.add(thread)
+            thread.start()
+            threads.append(thread)
+        return threads
+
+    def _deliver(
+        self,
+        notifier: Notifier,
+        kind: str,
+        message: str,
+        payload: dict[str, Any],
+        asked: datetime,
+    ) -> None:
+        loop, run = payload.get("loop"), payload.get("run")
+        try:
+            notifier.send(message, payload)
+        except Exception as exc:  # noqa: BLE001 - any failure of a notifier is reported
+            error = str(exc) if isinstance(exc, NotifyError) else f"{type(exc).__name__}: {exc}"
+            self.events.append(
+                "notify_failed",
+                self._clock(),
+                loop=loop,
+                run=run,
+                kind=kind,
+                notifier=notifier.name,
+                error=redact(error),
+                asked=iso(asked),
+            )
+        else:
+            self.events.append(
+                "notified", self._clock(), loop=loop, run=run, kind=kind, notifier=notifier.name
+            )
+        finally:
+            with self._lock:
+                self._pending.discard(threading.current_thread())
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for notifications in flight; True when none is left."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                pending = list(self._pending)
+            if not pending:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            pending[0].join(left)
+
+    # the kinds loopd sends ----------------------------------------------------------
+    def escalated(self, run: RunRecord, path: Path, now: datetime) -> None:
+        """Notify an escalation (always, whatever `notify_on` says)."""
+        message, payload = escalation_message(run, path)
+        self.notify("escalated", message, payload, now)
+
+    def run_finished(self, run: RunRecord, notify_on: list[str], now: datetime) -> None:
+        """Notify a finished run when `notify_on` asks for its outcome (escalations excluded)."""
+        if run.outcome in ("escalated", "refused"):
+            return  # `escalated` sends those, once
+        if run.outcome and run.outcome in notify_on:
+            message, payload = outcome_message(run)
+            self.notify(run.outcome, message, payload, now)
+
+    def attempt_failed(
+        self, run: RunRecord, attempt: AttemptRecord, notify_on: list[str], now: datetime
+    ) -> None:
+        """Notify a failed attempt when `notify_on` holds "failed-attempt"."""
+        if "failed-attempt" in notify_on:
+            message, payload = attempt_failed_message(run, attempt)
+            self.notify("failed-attempt", message, payload, now)
+
+    def daemon_failed(self, home: Path, error: str, now: datetime, wait: float = 10.0) -> None:
+        """Notify that the daemon failed, and wait (bounded) since it is about to exit."""
+        message, payload = daemon_failure_message(home, error)
+        self.notify("daemon-failed", message, payload, now)
+        self.drain(wait)

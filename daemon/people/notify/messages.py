@@ -1,0 +1,83 @@
+"""What a notification says: one line for a person and a JSON payload, per kind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from daemon.people.digest import best_score, checks_word, one_line
+from daemon.state.records import AttemptRecord, RunRecord
+
+
+def _run_payload(run: RunRecord) -> dict[str, Any]:
+    return {
+        "loop": run.loop,
+        "run": run.id,
+        "task": run.task,
+        "outcome": run.outcome,
+        "reason": run.reason,
+        "branch": run.branch,
+        "tokens": run.tokens,
+        "rules_fired": run.rules_fired,
+        "attempts": [
+            {
+                "n": a.n,
+                "checks_passed": a.checks_passed,
+                "score": a.score,
+                "verdict": a.verdict,
+                "feedback": a.feedback,
+                "nudges": a.nudges,
+                "stalls": len(a.stalls),
+            }
+            for a in run.attempts
+        ],
+    }
+
+
+def escalation_message(run: RunRecord, path: Path) -> tuple[str, dict[str, Any]]:
+    """The notification for an escalation; the payload carries the escalation file's text."""
+    score = best_score(run.attempts)
+    text = (
+        f"loopd: {run.loop} needs a person: {one_line(run.reason or str(run.outcome), 100)} "
+        f"({len(run.attempts)} attempts"
+        + (f", best score {score}/10" if score is not None else "")
+        + f"). Read {path}"
+    )
+    payload = {"kind": "escalated", **_run_payload(run), "file": str(path)}
+    try:
+        payload["escalation"] = path.read_text(encoding="utf-8")
+    except OSError:
+        payload["escalation"] = ""
+    return text, payload
+
+
+def outcome_message(run: RunRecord) -> tuple[str, dict[str, Any]]:
+    """The notification for a finished run (for `notify_on = ["succeeded"]`)."""
+    score = best_score(run.attempts)
+    text = (
+        f"loopd: {run.loop} run {run.id} {run.outcome}"
+        + (f", score {score}/10" if score is not None else "")
+        + (f"; branch {run.branch}" if run.branch else "")
+    )
+    return text, {"kind": run.outcome or "finished", **_run_payload(run)}
+
+
+def attempt_failed_message(run: RunRecord, attempt: AttemptRecord) -> tuple[str, dict[str, Any]]:
+    """The notification for a failed attempt (for `notify_on = ["failed-attempt"]`)."""
+    score = f", score {attempt.score}/10" if attempt.score is not None else ""
+    why = (
+        f": {one_line(attempt.feedback or attempt.verdict, 120)}"
+        if (attempt.feedback or attempt.verdict)
+        else ""
+    )
+    text = (
+        f"loopd: {run.loop} run {run.id} attempt {attempt.n} failed "
+        f"(checks {checks_word(attempt.checks_passed)}{score}){why}"
+    )
+    return text, {"kind": "failed-attempt", **_run_payload(run), "attempt": attempt.n}
+
+
+def daemon_failure_message(home: Path, error: str) -> tuple[str, dict[str, Any]]:
+    """The notification for the daemon failing (it is about to exit or cannot go on)."""
+    text = f"loopd for {home} failed: {one_line(error, 200)}"
+    return text, {"kind": "daemon-failed", "home": str(home), "error": error}

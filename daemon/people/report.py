@@ -1,0 +1,333 @@
+"""`loopd report`: what happened since a moment, from state; rich on screen, Markdown on disk."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from daemon.people.digest import best_score, one_line
+from daemon.people.escalation import Escalation, open_escalations
+from daemon.redact import redact
+from daemon.state.atomic import write_atomic
+from daemon.state.events import iso
+from daemon.state.records import OUTCOMES
+from daemon.state.store import StateStore
+
+RULE_CHANGE_TYPES = {
+    "rule_proposed": "learned (trial)",
+    "rule_promoted": "promoted",
+    "rule_demoted": "retired",
+    "rule_retired": "retired",
+    "rule_rejected": "rejected",
+}
+# A run that started this long before `since` may still have finished inside the window.
+_RUN_LOOKBACK = timedelta(days=1)
+
+
+class RunRow(BaseModel):
+    id: str
+    loop: str
+    trigger: str
+    outcome: str
+    reason: str = ""
+    started: datetime
+    finished: datetime | None = None
+    seconds: int = 0
+    tokens: int = 0
+    attempts: int = 0
+    scores: list[int | None] = []
+    best_score: int | None = None
+
+
+class LoopSummary(BaseModel):
+    loop: str
+    runs: int = 0
+    outcomes: dict[str, int] = {}
+    attempts: int = 0
+    seconds: int = 0
+    tokens: int = 0
+    best_score: int | None = None
+    mean_score: float | None = None
+
+
+class RuleChange(BaseModel):
+    ts: str
+    change: str
+    rule: str
+    loop: str | None = None
+    run: str | None = None
+    text: str = ""
+
+
+class Report(BaseModel):
+    """Everything `loopd report` shows."""
+
+    generated: datetime
+    since: datetime
+    loops: list[LoopSummary] = []
+    runs: list[RunRow] = []
+    rules: list[RuleChange] = []
+    escalations: list[Escalation] = []
+    events: dict[str, int] = {}  # event counts in the window, by type
+    notify_failed: list[str] = []
+    file: str = ""
+
+
+def _events_since(store: StateStore, since: datetime) -> list[dict[str, Any]]:
+    """Events at or after `since`, reading each file once and parsing only lines in range."""
+    since_text = iso(since)
+    current = store.events.path
+    files = [current]
+    rotated = sorted(
+        current.parent.glob("events-*.jsonl"),
+        key=lambda p: int(p.stem.split("-")[1]) if p.stem.split("-")[1].isdigit() else 0,
+    )
+    try:
+        with current.open("rb") as fh:
+            first = fh.readline()
+        first_ts = first[8:35].decode("ascii", "replace") if first.startswith(b'{"ts": "') else ""
+    except OSError:
+        first_ts = ""
+    if rotated and (not first_ts or first_ts > since_text):
+        files.insert(0, rotated[-1])  # the window reaches back into the last rotated file
+    out = []
+    for path in files:
+        try:
+            fh = path.open("rb")
+        except OSError:
+            continue
+        with fh:
+            for raw in fh:
+                if (
+                    raw.startswith(b'{"ts": "')
+                    and raw[8:35].decode("ascii", "replace") < since_text
+                ):
+                    continue
+                try:
+                    event = json.loads(raw)
+                except ValueError:
+                    continue
+                if str(event.get("ts", "")) >= since_text:
+                    out.append(event)
+    return out
+
+
+def _run_ids_since(store: StateStore, since: datetime) -> list[str]:
+    floor = (since - _RUN_LOOKBACK).astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return [i for i in store.run_ids() if i[:16] >= floor]
+
+
+def build_report(store: StateStore, since: datetime, now: datetime) -> Report:
+    """Runs, rule changes and waiting escalations since `since`, from state only."""
+    report = Report(generated=now, since=since)
+    for run_id in _run_ids_since(store, since):
+        try:
+            run = store.load_run(run_id)
+        except Exception:  # noqa: BLE001 - one broken record must not stop the report
+            continue
+        in_window = run.started >= since or (run.finished or now) >= since
+        if not in_window:
+            continue
+        end = run.finished or now
+        report.runs.append(
+            RunRow(
+                id=run.id,
+                loop=run.loop,
+                trigger=run.trigger.kind,
+                outcome=run.outcome or f"({run.phase})",
+                reason=run.reason,
+                started=run.started,
+                finished=run.finished,
+                seconds=max(0, int((end - run.started).total_seconds())),
+                tokens=run.tokens,
+                attempts=len(run.attempts),
+                scores=[a.score for a in run.attempts],
+                best_score=best_score(run.attempts),
+            )
+        )
+    summaries: dict[str, LoopSummary] = {}
+    scores: dict[str, list[int]] = {}
+    for row in report.runs:
+        s = summaries.setdefault(row.loop, LoopSummary(loop=row.loop))
+        s.runs += 1
+        s.outcomes[row.outcome] = s.outcomes.get(row.outcome, 0) + 1
+        s.attempts += row.attempts
+        s.seconds += row.seconds
+        s.tokens += row.tokens
+        scores.setdefault(row.loop, []).extend(x for x in row.scores if x is not None)
+    for loop, s in summaries.items():
+        if scores.get(loop):
+            s.best_score = max(scores[loop])
+            s.mean_score = round(sum(scores[loop]) / len(scores[loop]), 1)
+    report.loops = [summaries[k] for k in sorted(summaries)]
+
+    for event in _events_since(store, since):
+        kind = str(event.get("type", ""))
+        report.events[kind] = report.events.get(kind, 0) + 1
+        if kind in RULE_CHANGE_TYPES:
+            rule = next(
+                (event[k] for k in ("rule", "rule_id", "id") if isinstance(event.get(k), str)),
+                "",
+            )
+            text = next(
+                (
+                    event[k]
+                    for k in ("intent", "trigger_intent", "reason", "title")
+                    if isinstance(event.get(k), str) and event[k]
+                ),
+                "",
+            )
+            report.rules.append(
+                RuleChange(
+                    ts=str(event.get("ts", "")),
+                    change=RULE_CHANGE_TYPES[kind],
+                    rule=rule,
+                    loop=event.get("loop"),
+                    run=event.get("run"),
+                    text=one_line(text, 140),
+                )
+            )
+        elif kind == "notify_failed":
+            report.notify_failed.append(one_line(str(event.get("error", "")), 160))
+    report.escalations = open_escalations(store)
+    return report
+
+
+def _hm(seconds: int) -> str:
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else (f"{seconds // 60}m{seconds % 60:02d}s")
+    )
+
+
+def _score(value: float | int | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _outcomes_text(outcomes: dict[str, int]) -> str:
+    order = [o for o in OUTCOMES if o in outcomes] + sorted(set(outcomes) - set(OUTCOMES))
+    return ", ".join(f"{outcomes[o]} {o}" for o in order)
+
+
+def render_markdown(report: Report) -> str:
+    """The whole report as Markdown (the file under `state/reports/`)."""
+    out = [
+        f"# loopd report, {iso(report.since)} to {iso(report.generated)}",
+        "",
+        "## Loops",
+        "",
+    ]
+    if report.loops:
+        out += [
+            "| loop | runs | outcomes | attempts | best | mean | time | tokens |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for s in report.loops:
+            out.append(
+                f"| {s.loop} | {s.runs} | {_outcomes_text(s.outcomes)} | {s.attempts} | "
+                f"{_score(s.best_score)} | {_score(s.mean_score)} | {_hm(s.seconds)} | {s.tokens} |"
+            )
+    else:
+        out.append("No runs in this window.")
+    out += ["", "## Runs", ""]
+    if report.runs:
+        out += [
+            "| run | trigger | outcome | scores | time | tokens | reason |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in report.runs:
+            scores = " ".join(_score(x) for x in r.scores) or "-"
+            reason = one_line(r.reason, 80).replace("|", "\\|")
+            out.append(
+                f"| {r.id} | {r.trigger} | {r.outcome} | {scores} | {_hm(r.seconds)} | "
+                f"{r.tokens} | {reason} |"
+            )
+    else:
+        out.append("None.")
+    out += ["", "## Rules learned or retired", ""]
+    out += [
+        f"- {c.ts[:16]}Z `{c.rule or '?'}` {c.change}"
+        + (f" (loop {c.loop})" if c.loop else "")
+        + (f": {c.text}" if c.text else "")
+        for c in report.rules
+    ] or ["None."]
+    out += ["", "## Escalations waiting", ""]
+    out += [
+        f"- {e.run} ({e.loop}): {one_line(e.reason or e.cause, 120)}; "
+        f"`loopd escalations show {e.run}`"
+        for e in report.escalations
+    ] or ["None."]
+    if report.notify_failed:
+        out += ["", "## Notifications that failed", ""]
+        out += [f"- {line}" for line in report.notify_failed]
+    if report.events:
+        out += ["", "## Events", ""]
+        out += [", ".join(f"{k} {v}" for k, v in sorted(report.events.items()))]
+    out.append("")
+    return "\n".join(out)
+
+
+def write_report(store: StateStore, report: Report) -> Path:
+    """Write the Markdown to `state/reports/report-YYYYMMDDTHHMMSSZ.md`; returns the path."""
+    stamp = report.generated.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = store.root / "reports" / f"report-{stamp}.md"
+    report.file = str(path)
+    write_atomic(path, redact(render_markdown(report)))
+    return path
+
+
+def render_rich(report: Report, console: Any, max_rows: int = 6, max_loops: int = 10) -> None:
+    """One screen: loops, runs that need a look, rule changes, escalations waiting."""
+    from rich.markup import escape as esc
+    from rich.table import Table
+
+    console.print(
+        f"[bold]loopd report[/] {iso(report.since)[:16]}Z to {iso(report.generated)[:16]}Z"
+    )
+    if report.loops:
+        table = Table(box=None, pad_edge=False, header_style="bold")
+        for col in ("loop", "runs", "outcomes", "best", "mean", "time", "tokens"):
+            table.add_column(col, justify="right" if col in ("runs", "tokens") else "left")
+        for s in report.loops[:max_loops]:
+            table.add_row(
+                esc(s.loop),
+                str(s.runs),
+                _outcomes_text(s.outcomes),
+                _score(s.best_score),
+                _score(s.mean_score),
+                _hm(s.seconds),
+                str(s.tokens),
+            )
+        console.print(table)
+        if len(report.loops) > max_loops:
+            console.print(f"... {len(report.loops) - max_loops} more loops in the file")
+    else:
+        console.print("No runs in this window.")
+    bad = [r for r in report.runs if r.outcome != "succeeded"]
+    if bad:
+        console.print(f"[bold]Runs not succeeded[/] ({len(bad)})")
+        for r in bad[-max_rows:]:
+            console.print(f"  {r.id} [red]{esc(r.outcome)}[/] {esc(one_line(r.reason, 60))}")
+        if len(bad) > max_rows:
+            console.print(f"  ... {len(bad) - max_rows} more in the file")
+    if report.rules:
+        counts: dict[str, int] = {}
+        for c in report.rules:
+            counts[c.change] = counts.get(c.change, 0) + 1
+        console.print("[bold]Rules[/] " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+        for c in report.rules[-max_rows:]:
+            console.print(f"  {esc(c.rule or '?')} {c.change}")
+    console.print(f"[bold]Escalations waiting[/] {len(report.escalations)}")
+    for e in report.escalations[:max_rows]:
+        console.print(f"  {e.run} {esc(one_line(e.reason or e.cause, 60))}")
+    if len(report.escalations) > max_rows:
+        console.print(f"  ... {len(report.escalations) - max_rows} more: loopd escalations list")
+    if report.notify_failed:
+        console.print(f"[yellow]{len(report.notify_failed)} notifications failed[/]")
+    if report.file:
+        console.print(f"Full report: {report.file}")

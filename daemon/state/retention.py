@@ -1,0 +1,165 @@
+"""`[limits] retain_days`: pruning old attempt folders, transcripts and `loopd/*` branches.
+
+A pruned run keeps its `run.toml` (history, reports) and gains `pruned.toml`; its attempt
+folders and other files go, and so does its branch. Runs cited by an open escalation, by a
+live rule's evidence (`keep`), or still without an outcome are never pruned.
+`retain_days = 0` keeps everything.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from daemon.state.atomic import write_atomic
+from daemon.state.events import iso
+from daemon.state.store import StateStore
+
+PRUNED_MARKER = "pruned.toml"
+RUN_ID_PATTERN = re.compile(r"\b\d{8}T\d{6}Z-[A-Za-z0-9][A-Za-z0-9_.-]*-[0-9a-f]{4}\b")
+LIVE_RULE_FOLDERS = ("trial", "active")
+
+
+def cited_by_rules(rules_dir: Path) -> set[str]:
+    """Run ids that trial and active rules cite (source_run, evidence paths)."""
+    out: set[str] = set()
+    for status in LIVE_RULE_FOLDERS:
+        folder = rules_dir / status
+        if not folder.is_dir():
+            continue
+        for path in folder.glob("*.md"):
+            try:
+                out.update(RUN_ID_PATTERN.findall(path.read_text(encoding="utf-8")))
+            except OSError:
+                continue
+    return out
+
+
+def cited_by_open_escalations(store: StateStore) -> set[str]:
+    from daemon.people.escalation import open_escalations
+
+    return {e.run for e in open_escalations(store)}
+
+
+def _run_started(run_id: str) -> datetime | None:
+    try:
+        return datetime.strptime(run_id[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def _delete_branch(repo: Path, branch: str) -> tuple[bool, str]:
+    """Delete `branch` in `repo` when it exists; (deleted, error)."""
+    from daemon.runs.git import Git, GitError
+
+    git = Git(repo)
+    try:
+        exists = git.run("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False)
+        if exists.returncode != 0:
+            return False, ""
+        git.run("worktree", "prune", check=False)  # a removed worktree may still claim it
+        git.run("branch", "-D", "--", branch)
+        return True, ""
+    except (GitError, OSError) as exc:
+        return False, str(exc)[:300]
+
+
+def _remove_run_files(run_dir: Path) -> list[str]:
+    removed = []
+    for entry in sorted(os.listdir(run_dir)):
+        if entry in ("run.toml", PRUNED_MARKER):
+            continue
+        path = run_dir / entry
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
+
+
+def prune(
+    store: StateStore,
+    repos: dict[str, Path],
+    retain_days: int,
+    now: datetime,
+    keep: set[str],
+    rules_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Prune runs finished more than `retain_days` ago; one event `run_pruned` per run."""
+    result: dict[str, Any] = {
+        "pruned": [],
+        "kept": [],
+        "branches_deleted": [],
+        "errors": [],
+        "reports_removed": 0,
+    }
+    if retain_days <= 0:
+        return result
+    cutoff = now - timedelta(days=retain_days)
+    protected = set(keep) | cited_by_open_escalations(store)
+    if rules_dir is not None:
+        protected |= cited_by_rules(rules_dir)
+    live = set(getattr(store, "live_runs", lambda: [])())
+    for run_id in store.run_ids():
+        started = _run_started(run_id)
+        if started is None:
+            continue
+        if started >= cutoff:
+            break  # ids sort by start time: every later run is younger
+        run_dir = store.run_dir(run_id)
+        if (run_dir / PRUNED_MARKER).exists() or run_id in live:
+            continue
+        try:
+            run = store.load_run(run_id)
+        except Exception:  # noqa: BLE001 - an unreadable record is left for a person
+            continue
+        if run.outcome is None or (run.finished is not None and run.finished >= cutoff):
+            continue
+        if run_id in protected:
+            result["kept"].append(run_id)
+            continue
+        removed = _remove_run_files(run_dir)
+        branch = run.branch or f"loopd/{run.loop}/{run_id}"
+        deleted = False
+        if branch.startswith("loopd/"):
+            repo = repos.get(run.loop) or (Path(run.repo) if run.repo else None)
+            if repo is not None and repo.is_dir():
+                deleted, error = _delete_branch(repo, branch)
+                if error:
+                    result["errors"].append(f"{run_id}: branch {branch}: {error}")
+        escalation = store.escalation_path(run_id)
+        if escalation.exists():  # resolved (an open one would have kept the run)
+            escalation.unlink()
+            removed.append(f"escalations/{escalation.name}")
+        write_atomic(
+            run_dir / PRUNED_MARKER,
+            tomli_w.dumps({"pruned": now, "removed": removed, "branch_deleted": deleted}),
+        )
+        if deleted:
+            result["branches_deleted"].append(branch)
+        result["pruned"].append(run_id)
+        store.events.append(
+            "run_pruned",
+            now,
+            loop=run.loop,
+            run=run_id,
+            removed=removed,
+            branch=branch if deleted else "",
+            retain_days=retain_days,
+        )
+    reports = store.root / "reports"
+    if reports.is_dir():
+        stamp = "report-" + cutoff.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+        for path in reports.glob("report-*.md"):
+            if path.name < stamp:
+                path.unlink(missing_ok=True)
+                result["reports_removed"] += 1
+    result["cutoff"] = iso(cutoff)
+    return result
