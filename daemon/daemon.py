@@ -552,7 +552,9 @@ def _report_failure(home: Home, exc: BaseException) -> None:
 
         loaded = home.load()
         store = StateStore(home.state_dir)
-        Notifications(loaded.daemon.notify, store.events).daemon_failed(home, exc, utc_now())
+        Notifications(loaded.daemon.notify, store.events).daemon_failed(
+            home.root, f"{type(exc).__name__}: {exc}", utc_now()
+        )
     except Exception:  # noqa: BLE001 - the original error is what matters
         pass
 
@@ -614,7 +616,9 @@ def run_daemon(home: Home) -> int:
             failures += 1
             daemon._event("tick_error", error=f"{type(exc).__name__}: {exc}"[:1000])
             if failures == 3 and daemon.services and daemon.services.notifications:
-                daemon.services.notifications.daemon_failed(home, exc, utc_now(), wait=0)
+                daemon.services.notifications.daemon_failed(
+                    home.root, f"{type(exc).__name__}: {exc}", utc_now(), wait=0
+                )
         if notifier and ping_every and time.monotonic() - last_ping >= ping_every:
             if daemon.healthy():
                 notifier.watchdog()

@@ -30,14 +30,106 @@ def read_progress(services: RunServices, loop: str) -> str:
     return read(services.store, loop)
 
 
+def _library(services: RunServices):  # noqa: ANN202 - RuleLibrary
+    """One rule library per process; it re-reads changed files on every call."""
+    from daemon.rules.library import RuleLibrary
+
+    library = services.rule_cache.get("library")
+    if library is None:
+        library = RuleLibrary(services.home.rules_dir)
+        services.rule_cache["library"] = library
+    return library
+
+
+def _client(services: RunServices):  # noqa: ANN202 - ModelClient | None
+    from daemon.model.client import ModelClient
+
+    verifier = services.config.verifier
+    return ModelClient(verifier) if verifier.configured else None
+
+
+def run_task_text(loop: Loop, run: RunRecord) -> str:
+    """What the trigger evaluator matches: the task and the trigger's details."""
+    parts = [loop.config.task]
+    trigger = run.trigger
+    for value in (trigger.reason, trigger.ref, trigger.note):
+        if value:
+            parts.append(value)
+    return "\n".join(parts)
+
+
 def select_rules_for_run(services: RunServices, loop: Loop, run: RunRecord) -> RuleChoice:
     """Pick the rules that apply to this run's task (lexical, then one model call)."""
-    return RuleChoice()
+    from daemon.rules.evaluator import render_rules, select_rules
+
+    selection = select_rules(
+        _library(services),
+        run_task_text(loop, run),
+        loop.name,
+        list(run.trigger.paths),
+        _client(services),
+        services.config.verifier,
+        services.store.events,
+        services.clock(),
+        run=run.id,
+    )
+    choice = RuleChoice(text=render_rules(selection.reminders), rule_ids=list(selection.ids))
+    if selection.refuse:
+        choice.refuse = selection.refuse[0].rule.id
+    if selection.escalate:
+        choice.escalate = selection.escalate[0].rule.id
+    return choice
 
 
 def learn_from_attempt(executor: RunExecutor, attempt: AttemptRecord, passed: bool) -> str | None:
-    """Post-mortem of a failed attempt; returns new prompt text for the rules section, if any."""
-    return None
+    """Post-mortem of a failed attempt (or a skill after a late pass); new rules text, if any."""
+    from daemon.model.evidence import build_evidence
+    from daemon.rules.postmortem import learn_from_attempt as learn
+
+    services = executor.services
+    client = _client(services)
+    run = executor.run
+    if client is None:
+        return None
+    if passed and not any(a.n < attempt.n for a in run.attempts):
+        return None  # a first-try pass teaches nothing new
+    folder = executor._attempt_dir(attempt.n)
+    evidence = build_evidence(
+        folder,
+        executor.cfg.task,
+        attempt.summary,
+        services.config.verifier.evidence_tokens,
+        attempt.violations,
+    )
+    verdict = {
+        "score": attempt.score,
+        "verdict": attempt.verdict,
+        "feedback": attempt.feedback,
+        "checks_passed": attempt.checks_passed,
+        "violations": attempt.violations,
+    }
+    result = learn(
+        _library(services),
+        client,
+        services.config.verifier,
+        services.store.root,
+        folder,
+        verdict,
+        executor.cfg.task,
+        executor.loop.name,
+        run.id,
+        services.store.events,
+        services.clock(),
+        evidence_text=evidence.render(),
+        kind_hint="skill" if passed else None,
+    )
+    if passed or result is None or result.decision == "rejected":
+        return None
+    choice = select_rules_for_run(services, executor.loop, run)
+    for rule_id in choice.rule_ids:
+        if rule_id not in run.rules_fired:
+            run.rules_fired.append(rule_id)
+    return choice.text
 
 
 def after_run(executor: RunExecutor, escalate: bool) -> None:
@@ -48,6 +140,20 @@ def after_run(executor: RunExecutor, escalate: bool) -> None:
     services = executor.services
     run = executor.run
     now = services.clock()
+    if run.rules_fired:
+        from daemon.rules.promotion import record_run
+
+        record_run(
+            _library(services),
+            list(run.rules_fired),
+            run.loop,
+            run.task,
+            run.outcome == "succeeded",
+            services.store.events,
+            now,
+            state_root=services.store.root,
+            run=run.id,
+        )
     if escalate:
         path = write_escalation(services.store, run, now)
         executor._event("escalated", reason=run.reason, file=str(path.relative_to(services.store.root)))

@@ -1,0 +1,276 @@
+"""`loopd rules list|show|match|verify|promote|retire`: the rule library."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from daemon.cli.common import CommandError, add_home_and_json, command, home_of, print_json
+
+STATUS_CHOICES = ("trial", "active", "rejected", "retired")
+
+
+def _library(args: argparse.Namespace):  # noqa: ANN202 - RuleLibrary
+    import logging
+
+    from daemon.rules.library import RuleLibrary
+
+    # The command prints the library's warnings itself (see _warn), once each.
+    logging.getLogger("loopd.rules").addHandler(logging.NullHandler())
+    home = home_of(args)
+    library = RuleLibrary(home.rules_dir)
+    return home, library
+
+
+def _warn(library: Any) -> None:
+    for warning in library.warnings:
+        print(f"loopd: warning: skipped {warning}", file=sys.stderr)
+
+
+def _get(library: Any, rule_id: str) -> Any:
+    stored = library.find(rule_id)
+    _warn(library)
+    if stored is None:
+        raise CommandError(f"no rule {rule_id!r} in rules/. Fix: `loopd rules list` shows the ids")
+    return stored
+
+
+def _verifier(home: Any) -> Any:
+    loaded = home.load()
+    if not loaded.daemon_ok:
+        raise CommandError("\n".join(str(e) for e in loaded.errors))
+    return loaded.daemon.verifier
+
+
+def _client(cfg: Any) -> Any:
+    if not cfg.configured:
+        return None
+    from daemon.model.client import ModelClient
+
+    return ModelClient(cfg)
+
+
+def _row(stored: Any) -> dict[str, Any]:
+    rule = stored.rule
+    return {
+        "id": rule.id,
+        "status": stored.status,
+        "kind": rule.kind,
+        "severity": rule.severity,
+        "confidence": rule.confidence,
+        "fired": rule.fired,
+        "helped": rule.helped,
+        "harmed": rule.harmed,
+        "rule": rule.rule,
+        "path": str(stored.path),
+    }
+
+
+def list_cmd(args: argparse.Namespace) -> int:
+    """List the rules (live ones: trial and active; --status or --all for others)."""
+    from daemon.rules.rulefile import LIVE, STATUSES
+
+    _, library = _library(args)
+    if args.status:
+        wanted = (args.status,)
+    else:
+        wanted = STATUSES if args.all else LIVE
+    items = [s for s in library.scan() if s.status in wanted]
+    _warn(library)
+    items.sort(key=lambda s: (STATUS_CHOICES.index(s.status), s.rule.id))
+    if args.json:
+        print_json([_row(s) for s in items])
+        return 0
+    if not items:
+        print("No rules.")
+        return 0
+    for s in items:
+        r = s.rule
+        print(
+            f"{r.id}  {s.status}  {r.severity}  fired {r.fired}  helped {r.helped}  "
+            f"harmed {r.harmed}  confidence {r.confidence:.2f}"
+        )
+        print(f"    {r.rule}")
+    return 0
+
+
+def show_cmd(args: argparse.Namespace) -> int:
+    """Show one rule: its file, its status and its version."""
+    _, library = _library(args)
+    stored = _get(library, args.id)
+    if args.json:
+        data = stored.rule.model_dump(mode="json")
+        data.update(status=stored.status, path=str(stored.path), version=stored.rule.version)
+        print_json(data)
+        return 0
+    print(f"# {stored.path}  ({stored.status}, version {stored.rule.version})")
+    print(stored.path.read_text(encoding="utf-8"), end="")
+    return 0
+
+
+def match_cmd(args: argparse.Namespace) -> int:
+    """Print the rules that would fire for a task, and why (pattern or model)."""
+    from daemon.rules.evaluator import JudgeCache, select_rules
+
+    home, library = _library(args)
+    cfg = _verifier(home)
+    client = None if args.no_model else _client(cfg)
+    cache = JudgeCache(home.state_dir / "cache" / "trigger-matches.json")
+    selection = select_rules(
+        library,
+        args.task,
+        args.loop or "",
+        list(args.path or []),
+        client,
+        cfg,
+        None,
+        datetime.now(UTC),
+        cache=cache,
+    )
+    _warn(library)
+    if args.json:
+        print_json(selection.to_dict())
+        return 0
+    if not selection.fired:
+        print("No rule fires.")
+    for fired in selection.fired:
+        how = f"pattern {fired.detail}" if fired.why == "pattern" else fired.detail
+        severity = "" if fired.rule.severity == "remind" else f" [{fired.rule.severity}]"
+        print(f"{fired.rule.id} ({fired.status}){severity}: {how}")
+        print(f"    {fired.rule.rule}")
+    print(f"model: {selection.judge} ({selection.model_calls} call(s))")
+    return 0
+
+
+def verify_cmd(args: argparse.Namespace) -> int:
+    """Run the rule verifier on a candidate rule file; exit 0 accepted, 1 rejected."""
+    from daemon.model.client import ModelUnavailable
+    from daemon.rules.rulefile import RuleFileError
+    from daemon.rules.verifier import candidate_from_file, verify_candidate
+
+    home, library = _library(args)
+    candidate_path = Path(args.candidate)
+    evidence_dir = Path(args.evidence)
+    if not evidence_dir.is_dir():
+        raise CommandError(f"--evidence {args.evidence}: no such folder")
+    try:
+        candidate = candidate_from_file(candidate_path)
+    except OSError as exc:
+        raise CommandError(f"{candidate_path}: cannot read: {exc.strerror}") from None
+    except RuleFileError as exc:
+        raise CommandError(f"{candidate_path}: {exc}") from None
+    cfg = _verifier(home)
+    client = None if args.no_model else _client(cfg)
+    store = None if args.dry_run else home.state()
+    try:
+        result = verify_candidate(
+            library,
+            candidate,
+            evidence_dir,
+            client,
+            cfg,
+            store.events if store else None,
+            datetime.now(UTC),
+            state_root=home.state_dir,
+            use_model=not args.no_model,
+            write=not args.dry_run,
+        )
+    except ModelUnavailable as exc:
+        print(
+            f"loopd: the model step could not run: {exc}\n"
+            "Fix: start the endpoint, or pass --no-model to skip that step",
+            file=sys.stderr,
+        )
+        return 1
+    data = result.to_dict()
+    if not args.no_model and client is None:
+        data["reasons"].append("no [verifier] base_url in loopd.toml: the model step was skipped")
+    if args.json:
+        print_json(data)
+    else:
+        where = f" -> {result.path}" if result.path else ""
+        print(f"{result.decision}{where}")
+        for reason in data["reasons"]:
+            print(f"  {reason}")
+    return 0 if result.accepted else 1
+
+
+def promote_cmd(args: argparse.Namespace) -> int:
+    """Make a rule active; --severity refuse|escalate is a person's decision alone."""
+    home, library = _library(args)
+    stored = _get(library, args.id)
+    now = datetime.now(UTC)
+    events = home.state().events
+    update = {"severity": args.severity} if args.severity else None
+    if stored.status != "active":
+        moved = library.move(
+            stored.rule.id, "active", events, now, reason="promoted by a person", update=update
+        )
+        print(f"{moved.rule.id}: {stored.status} -> active ({moved.rule.severity})")
+        return 0
+    if args.severity and args.severity != stored.rule.severity:
+        from daemon.rules.rulefile import Rule
+
+        rule = Rule.model_validate({**stored.rule.model_dump(), "severity": args.severity})
+        library.save(stored, rule)
+        events.append(
+            "rule_promoted",
+            now,
+            rule=rule.id,
+            **{"from": "active", "to": "active"},
+            severity=args.severity,
+            reason="severity set by a person",
+        )
+        print(f"{rule.id}: severity {stored.rule.severity} -> {args.severity}")
+        return 0
+    print(f"{stored.rule.id} is already active ({stored.rule.severity})")
+    return 0
+
+
+def retire_cmd(args: argparse.Namespace) -> int:
+    """Retire a rule: it stops firing; the file moves to rules/retired/."""
+    home, library = _library(args)
+    stored = _get(library, args.id)
+    if stored.status == "retired":
+        print(f"{stored.rule.id} is already retired")
+        return 0
+    library.move(
+        stored.rule.id, "retired", home.state().events, datetime.now(UTC), reason=args.reason
+    )
+    print(f"{stored.rule.id}: {stored.status} -> retired")
+    return 0
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "rules",
+        help="The rule library: list, show, match, verify, promote, retire.",
+        description="The rule library: list, show, match, verify, promote, retire.",
+    )
+    add_home_and_json(parser)
+    parser.set_defaults(func=list_cmd, status=None, all=False)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    p = command(actions, "list", list_cmd, json_flag=True)
+    p.add_argument("--status", choices=STATUS_CHOICES, help="only this folder")
+    p.add_argument("--all", action="store_true", help="rejected and retired ones too")
+    p = command(actions, "show", show_cmd, json_flag=True)
+    p.add_argument("id", metavar="ID")
+    p = command(actions, "match", match_cmd, json_flag=True)
+    p.add_argument("--task", required=True, help="the task text")
+    p.add_argument("--loop", default="", help="apply the rules' loop scopes for this loop")
+    p.add_argument("--path", action="append", help="a changed path (repeatable)")
+    p.add_argument("--no-model", action="store_true", help="the lexical stage only")
+    p = command(actions, "verify", verify_cmd, json_flag=True)
+    p.add_argument("candidate", metavar="CANDIDATE.md")
+    p.add_argument("--evidence", required=True, metavar="DIR", help="the evidence files")
+    p.add_argument("--no-model", action="store_true", help="skip the rule_verification call")
+    p.add_argument("--dry-run", action="store_true", help="decide only: file nothing")
+    p = command(actions, "promote", promote_cmd)
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--severity", choices=("remind", "refuse", "escalate"))
+    p = command(actions, "retire", retire_cmd)
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--reason", default="retired by a person")

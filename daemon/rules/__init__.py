@@ -1,0 +1,1 @@
+"""The promotion loop: rule files, the rule verifier, the trigger evaluator, promotion."""

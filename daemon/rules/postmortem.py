@@ -1,0 +1,163 @@
+"""The post-mortem: one `postmortem_rule` call turns an attempt's evidence into one candidate.
+
+`learn_from_attempt` is the learn step of a run: post-mortem, then the rule verifier.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from daemon.config import VerifierConfig
+from daemon.model.client import ModelUnavailable
+from daemon.model.schemas import PostmortemRule
+from daemon.rules.grounding import ATTEMPT_FILES, EvidenceSet
+from daemon.rules.library import RuleLibrary
+from daemon.rules.modelcalls import StructuredModel
+from daemon.rules.rulefile import Evidence, Rule
+from daemon.rules.verifier import Verification, verify_candidate
+from daemon.state.events import EventLog
+
+FALLBACK_EVIDENCE_CHARS = 48_000
+
+POSTMORTEM_SYSTEM = """\
+You study one attempt of a coding agent and write ONE rule that would have prevented its
+failure (kind "failure"), records a decision the person made ("decision"), a fact about
+this repository the agent lacked ("knowledge"), or, for a passing attempt after failed
+ones, the way that finally worked ("skill").
+
+The rule will be checked mechanically against the evidence, so:
+- rule: one sentence, an action naming something specific: a command in backticks
+  (e.g. `grep -n`), a file, a function. Never generic advice such as "be more careful",
+  "double-check your work" or "make sure to test".
+- why: one sentence of facts from the evidence. Every number, file name, identifier,
+  `code` and "quoted text" you write must appear verbatim in the evidence.
+- how_to_apply: one sentence: what to do at the moment the rule applies.
+- trigger_intent: one sentence describing the future tasks the rule is for, not this task.
+- trigger_patterns: 1-4 Python regular expressions matching the text of such tasks,
+  e.g. (?i)\\bline\\s+numbers?\\b. Prefer patterns with a literal word in them.
+- severity: "remind".
+- evidence: 1-3 places the rule rests on: path = the evidence file's name
+  (transcript.jsonl, checks.log, diff.patch or prompt.md), line = its line number,
+  quote = text copied verbatim from that line."""
+
+
+def attempt_prefix(attempt_dir: Path) -> str:
+    """The attempt folder relative to `state/` (`runs/RUN/attempt-N`), else its full path."""
+    parts = attempt_dir.resolve().parts
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] == "runs":
+            return "/".join(parts[i:])
+    return str(attempt_dir.resolve())
+
+
+def evidence_listing(attempt_dir: Path, budget_chars: int = FALLBACK_EVIDENCE_CHARS) -> str:
+    """The attempt's evidence files with line numbers, cut to `budget_chars` (tails kept)."""
+    evidence = EvidenceSet.from_dir(attempt_dir)
+    share = budget_chars // max(1, len(evidence.files))
+    parts = []
+    for name, item in evidence.files.items():
+        numbered = [f"{i + 1}: {line}" for i, line in enumerate(item.lines)]
+        text = "\n".join(numbered)
+        if len(text) > share:
+            text = "[... earlier lines cut ...]\n" + text[-share:]
+        parts.append(f"## {name}\n{text}")
+    return "\n\n".join(parts)
+
+
+def _evidence_path(prefix: str, path: str) -> str:
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    return f"{prefix}/{name}" if name in ATTEMPT_FILES else path
+
+
+def propose_rule(
+    client: StructuredModel,
+    attempt_dir: Path,
+    evidence_text: str,
+    verdict: dict[str, Any],
+    task: str,
+    loop: str,
+    run_id: str,
+    kind_hint: str | None = None,
+    timeout: float | None = None,
+) -> Rule:
+    """One candidate rule from a failed attempt (or a `skill` from a passing one).
+
+    `evidence_text` is the critic's evidence bundle; when empty, the attempt folder's files
+    are listed with line numbers. The candidate has no id yet: the verifier files it.
+    Raises ModelUnavailable when the call fails.
+    """
+    if not evidence_text.strip():
+        evidence_text = evidence_listing(attempt_dir)
+    hint = f'\nWrite a rule of kind "{kind_hint}".' if kind_hint else ""
+    user = (
+        f"# Task\n{task}\n\n# Loop\n{loop}\n\n"
+        f"# The critic's verdict\n{json.dumps(verdict, default=str, indent=1)}\n\n"
+        f"# Evidence\n<evidence>\n{evidence_text}\n</evidence>{hint}"
+    )
+    reply = client.structured(
+        "postmortem_rule", PostmortemRule, POSTMORTEM_SYSTEM, user, timeout=timeout
+    )
+    patterns = []
+    for pattern in reply.trigger_patterns:
+        try:
+            re.compile(pattern)
+            patterns.append(pattern)
+        except re.error:
+            continue  # an invalid regex would break the whole rule file; the intent remains
+    prefix = attempt_prefix(attempt_dir)
+    return Rule(
+        kind=kind_hint or reply.kind,  # type: ignore[arg-type]
+        severity="remind",
+        trigger_intent=reply.trigger_intent.strip(),
+        trigger_patterns=patterns,
+        source_run=run_id,
+        source_task=task,
+        evidence=[
+            Evidence(path=_evidence_path(prefix, e.path), line=e.line or None, quote=e.quote)
+            for e in reply.evidence
+        ],
+        rule=reply.rule,
+        why=reply.why,
+        how_to_apply=reply.how_to_apply,
+    )
+
+
+def learn_from_attempt(
+    library: RuleLibrary,
+    client: StructuredModel,
+    cfg: VerifierConfig,
+    state_root: Path,
+    attempt_dir: Path,
+    verdict: dict[str, Any],
+    task: str,
+    loop: str,
+    run_id: str,
+    events: EventLog,
+    now: datetime,
+    evidence_text: str = "",
+    kind_hint: str | None = None,
+) -> Verification | None:
+    """Post-mortem then verifier; None (and a `rule_deferred` event) when the model is down."""
+    try:
+        candidate = propose_rule(
+            client, attempt_dir, evidence_text, verdict, task, loop, run_id, kind_hint
+        )
+        return verify_candidate(
+            library,
+            candidate,
+            attempt_dir,
+            client,
+            cfg,
+            events,
+            now,
+            state_root=state_root,
+            loop=loop,
+            run=run_id,
+        )
+    except ModelUnavailable as exc:
+        events.append("rule_deferred", now, loop=loop, run=run_id, reason=str(exc))
+        return None

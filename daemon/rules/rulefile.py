@@ -1,0 +1,277 @@
+"""One rule file: TOML front matter between `+++` lines, then Rule, Why, How to apply."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+Kind = Literal["failure", "decision", "knowledge", "skill"]
+Severity = Literal["remind", "refuse", "escalate"]
+Status = Literal["trial", "active", "rejected", "retired"]
+# Folder precedence when one id sits in two folders by hand: the first one wins.
+STATUSES: tuple[Status, ...] = ("active", "trial", "retired", "rejected")
+LIVE: tuple[Status, ...] = ("active", "trial")
+
+RULE_ID = re.compile(r"^r-(\d{4,})-([a-z0-9]+(?:-[a-z0-9]+)*)$")
+# The counters change on every run a rule fires in (and confidence on every duplicate that
+# supports it); they are left out of the version so that the trigger evaluator's cache,
+# keyed by version, survives them. Everything a person or the verifier writes is in it.
+COUNTERS = ("confidence", "fired", "helped", "harmed")
+FRONT_KEYS = (
+    "id",
+    "kind",
+    "severity",
+    "trigger_intent",
+    "trigger_patterns",
+    "scope",
+    "confidence",
+    "fired",
+    "helped",
+    "harmed",
+    "created",
+    "expires",
+    "source_run",
+    "source_task",
+    "verified_by",
+    "evidence",
+    "reason",
+)
+DEFAULT_LIFETIME = timedelta(days=90)
+FENCE = "+++"
+_SECTION = re.compile(r"^\*\*(Rule|Why|How to apply):\*\*[ \t]*", re.MULTILINE)
+_SECTION_FIELDS = {"Rule": "rule", "Why": "why", "How to apply": "how_to_apply"}
+
+
+class RuleFileError(ValueError):
+    """A rule file that cannot be read: the message says what is wrong and how to fix it."""
+
+
+class Evidence(BaseModel):
+    """Where a rule's support is: a file relative to `state/`, a line, a verbatim quote."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    line: int | None = Field(None, ge=0)
+    quote: str = ""
+
+
+class Scope(BaseModel):
+    """Which loops (globs) and changed paths (wildmatch globs) a rule may fire for."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    loops: list[str] = ["*"]
+    paths: list[str] = []
+
+
+class Rule(BaseModel):
+    """A rule: its front matter and its three paragraphs."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    id: str = ""  # empty only for a candidate that the verifier has not filed yet
+    kind: Kind = "failure"
+    severity: Severity = "remind"
+    trigger_intent: str = ""
+    trigger_patterns: list[str] = []
+    scope: Scope = Scope()
+    confidence: float = Field(0.5, ge=0.0, le=1.0)
+    fired: int = Field(0, ge=0)
+    helped: int = Field(0, ge=0)
+    harmed: int = Field(0, ge=0)
+    created: datetime | None = None
+    expires: datetime | None = None
+    source_run: str = ""
+    source_task: str = ""
+    verified_by: list[str] = []
+    evidence: list[Evidence] = []
+    reason: str = ""  # why it was last moved: rejected, retired, promoted
+    rule: str
+    why: str
+    how_to_apply: str
+
+    @field_validator("id")
+    @classmethod
+    def _valid_id(cls, value: str) -> str:
+        if value and not RULE_ID.match(value):
+            raise ValueError(
+                f"id {value!r} is not of the form r-NNNN-slug (e.g. r-0042-grep-count)"
+            )
+        return value
+
+    @field_validator("trigger_patterns")
+    @classmethod
+    def _patterns_compile(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"trigger pattern {pattern!r} is not a regex: {exc}") from None
+        return value
+
+    @field_validator("created", "expires")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+    @field_validator("rule", "why", "how_to_apply")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("is empty; write one or two sentences")
+        return value.strip()
+
+    @property
+    def version(self) -> str:
+        """A hash of the file without the counters (see COUNTERS)."""
+        text = dump_rule(self, exclude=COUNTERS)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+    @property
+    def number(self) -> int:
+        match = RULE_ID.match(self.id)
+        return int(match.group(1)) if match else 0
+
+    @property
+    def source_loop(self) -> str:
+        """The loop of `source_run` (RUN_ID is `YYYYMMDDTHHMMSSZ-LOOP-xxxx`)."""
+        if len(self.source_run) > 17 and "-" in self.source_run[17:]:
+            return self.source_run[17:].rsplit("-", 1)[0]
+        return ""
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires is not None and self.expires <= now
+
+
+def slugify(text: str, words: int = 6) -> str:
+    """A file-name slug from the first words of `text`."""
+    parts = re.findall(r"[a-z0-9]+", text.lower())
+    slug = "-".join(parts[:words])[:60].strip("-")
+    return slug or "rule"
+
+
+def make_id(number: int, slug: str) -> str:
+    return f"r-{number:04d}-{slugify(slug)}"
+
+
+# ---------------------------------------------------------------------------------------
+# TOML values, written by hand so the front matter keeps the documented shape: inline
+# `scope` and `evidence`, regexes as literal strings.
+
+
+def _toml_string(value: str) -> str:
+    controls = any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in value)
+    if "\\" in value and "'" not in value and not controls:
+        return f"'{value}'"
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(round(value, 4))
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, datetime):
+        value = value.astimezone(UTC)
+        fmt = "%Y-%m-%dT%H:%M:%S.%fZ" if value.microsecond else "%Y-%m-%dT%H:%M:%SZ"
+        return value.strftime(fmt)
+    if isinstance(value, dict):
+        items = [f"{k} = {_toml_value(v)}" for k, v in value.items() if v is not None]
+        return "{ " + ", ".join(items) + " }" if items else "{}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")
+
+
+def dump_rule(rule: Rule, exclude: tuple[str, ...] = ()) -> str:
+    """The rule as its file's text."""
+    data = rule.model_dump(mode="python")
+    lines = [FENCE]
+    for key in FRONT_KEYS:
+        value = data[key]
+        if key in exclude or value is None or (key == "reason" and not value):
+            continue
+        if key == "evidence" and len(value) > 1:
+            lines.append("evidence = [")
+            lines.extend(f"  {_toml_value(item)}," for item in value)
+            lines.append("]")
+            continue
+        lines.append(f"{key} = {_toml_value(value)}")
+    lines.append(FENCE)
+    body = (
+        f"**Rule:** {rule.rule}\n\n**Why:** {rule.why}\n\n**How to apply:** {rule.how_to_apply}\n"
+    )
+    return "\n".join(lines) + "\n" + body
+
+
+def _split(text: str) -> tuple[str, str]:
+    lines = text.replace("\r\n", "\n").split("\n")
+    start = 0
+    while start < len(lines) and not lines[start].strip():
+        start += 1
+    if start >= len(lines) or lines[start].strip() != FENCE:
+        raise RuleFileError("the file does not start with a '+++' line; put the front matter first")
+    for end in range(start + 1, len(lines)):
+        if lines[end].strip() == FENCE:
+            return "\n".join(lines[start + 1 : end]), "\n".join(lines[end + 1 :])
+    raise RuleFileError("the front matter has no closing '+++' line; add one after it")
+
+
+def _body(text: str) -> dict[str, str]:
+    marks = list(_SECTION.finditer(text))
+    names = [m.group(1) for m in marks]
+    if names != ["Rule", "Why", "How to apply"]:
+        found = ", ".join(f"**{n}:**" for n in names) or "none"
+        raise RuleFileError(
+            "the body must hold the paragraphs **Rule:**, **Why:** and **How to apply:**, "
+            f"once each and in that order (found: {found})"
+        )
+    if text[: marks[0].start()].strip():
+        raise RuleFileError("text before **Rule:**; move it into one of the three paragraphs")
+    out = {}
+    for i, mark in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        out[_SECTION_FIELDS[mark.group(1)]] = text[mark.end() : end].strip()
+    return out
+
+
+def parse_rule(text: str, require_id: bool = True) -> Rule:
+    """Read a rule file's text; RuleFileError says what is wrong."""
+    front, body = _split(text)
+    try:
+        data = tomllib.loads(front)
+    except tomllib.TOMLDecodeError as exc:
+        raise RuleFileError(f"front matter is not valid TOML: {exc}") from None
+    collision = {"rule", "why", "how_to_apply"} & set(data)
+    if collision:
+        raise RuleFileError(
+            f"front matter key {sorted(collision)[0]!r} belongs in the body; remove it"
+        )
+    data.update(_body(body))
+    try:
+        rule = Rule.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            key = ".".join(str(p) for p in err["loc"]) or "front matter"
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key; remove it or correct its spelling (DESIGN.md section 6)"
+            problems.append(f"{key}: {msg}")
+        raise RuleFileError("; ".join(problems)) from None
+    if require_id and not rule.id:
+        raise RuleFileError('id is missing; add id = "r-NNNN-slug" matching the file name')
+    return rule

@@ -1,0 +1,458 @@
+"""The rule verifier: grounding, generic advice, duplicates, then the `rule_verification` call.
+
+A candidate that passes lands in `rules/trial/`; one that fails is kept in `rules/rejected/`
+with its reason; a near-duplicate of a live rule adds its evidence and confidence to that
+rule instead. Events: `rule_proposed` when a candidate arrives, then one of `rule_accepted`,
+`rule_rejected` or `rule_merged`.
+
+When the model step cannot run (`ModelUnavailable`), `verify_candidate` raises it and files
+nothing: a rule is never filed with a check silently skipped. `--no-model` (use_model=False)
+is the explicit way to skip step 4; the rule's `verified_by` then lacks `model:...`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from daemon.config import VerifierConfig
+from daemon.model.schemas import RuleVerification
+from daemon.rules.grounding import EvidenceSet, claims_of, ungrounded
+from daemon.rules.library import RuleLibrary, StoredRule
+from daemon.rules.modelcalls import StructuredModel
+from daemon.rules.rulefile import DEFAULT_LIFETIME, LIVE, Evidence, Rule, Status
+from daemon.state.events import EventLog
+
+DUPLICATE_AT = 0.5  # word overlap from which a candidate only supports an existing rule
+SAME_TEXT_AT = 0.85  # character similarity that also counts as a near-duplicate
+RELATED_AT = 0.12  # relatedness from which a live rule goes to the model with the candidate
+MAX_RELATED = 8
+CONFIDENCE_STEP = 0.1
+CONFIDENCE_CAP = 0.95
+
+GENERIC = re.compile(
+    r"\b(?:be (?:more |extra |very )?(?:careful|thorough|precise|diligent|attentive|rigorous)"
+    r"|double[- ]?check|make sure (?:to|that|you|it)|pay (?:more |closer )?attention"
+    r"|take (?:more )?care|think (?:carefully|harder|step by step|before)"
+    r"|(?:check|verify|review) (?:your|the) (?:work|code|changes|output)"
+    r"|test (?:your|the) (?:code|changes|work) (?:carefully|thoroughly|properly)"
+    r"|always test|follow best practices|write (?:good|clean|better|correct) code"
+    r"|avoid (?:mistakes|errors|bugs)|do(?:n't| not) make (?:mistakes|errors)"
+    r"|read the (?:task|instructions|code) carefully)\b",
+    re.IGNORECASE,
+)
+_STOPWORDS = set(
+    "the a an and or of to in on for from with by at as is are was were be been it its this "
+    "that these those not no never always before after when then than into onto over under "
+    "use used using do does did done can could should would must may might will shall any "
+    "all each every some your you their them they what which who whose how why".split()
+)
+
+VERIFY_SYSTEM = """\
+You check one candidate rule that a coding agent will be reminded of in later runs.
+You get the candidate (Rule, Why, How to apply), excerpts of the evidence it was learned
+from (the agent's transcript, the checks' output, the diff), and the existing rules related
+to it, each with its id.
+
+grounded: true only when every factual statement in Rule and Why (file names, line
+numbers, function names, outputs, what happened) is supported by the evidence excerpts.
+unsupported: the statements that are not supported, quoted.
+contradicts: the ids of related rules that tell the agent to do the opposite of the
+candidate, so that following one breaks the other. Overlap or repetition is not a
+contradiction. Use only ids from the list given.
+reason: one sentence."""
+
+
+@dataclass
+class Verification:
+    """The verifier's decision on one candidate."""
+
+    decision: Literal["accepted", "rejected", "duplicate"]
+    rule: Rule
+    reasons: list[str] = field(default_factory=list)
+    status: Status | None = None  # where the rule was filed (None in a dry run)
+    path: Path | None = None
+    duplicate_of: str = ""
+    contradicts: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # claims not found in the evidence
+    model_called: bool = False
+
+    @property
+    def accepted(self) -> bool:
+        return self.decision != "rejected"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "decision": self.decision,
+            "id": self.rule.id,
+            "status": self.status,
+            "path": str(self.path) if self.path else None,
+            "reasons": self.reasons,
+            "duplicate_of": self.duplicate_of or None,
+            "contradicts": self.contradicts,
+            "missing": self.missing,
+            "model_called": self.model_called,
+            "verified_by": self.rule.verified_by,
+        }
+
+
+def _words(text: str) -> set[str]:
+    spans = {m.group(1).strip().lower() for m in re.finditer(r"`([^`\n]+)`", text)}
+    plain = re.sub(r"`[^`\n]+`", " ", text.lower())
+    words = set()
+    for word in re.findall(r"[a-z0-9_./-]+", plain):
+        word = word.strip("./-")
+        if len(word) < 3 or word in _STOPWORDS:
+            continue
+        words.add(word[:-1] if len(word) > 4 and word.endswith("s") else word)
+    return words | spans
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a and b else 0.0
+
+
+def similarity(a: Rule, b: Rule) -> float:
+    """How alike two rules' Rule sentences are, 0-1: shared words and `code spans`."""
+    return _jaccard(_words(a.rule), _words(b.rule))
+
+
+def is_duplicate(a: Rule, b: Rule) -> bool:
+    """Near-duplicates: most words shared, or nearly the same characters."""
+    if similarity(a, b) >= DUPLICATE_AT:
+        return True
+    na, nb = " ".join(a.rule.lower().split()), " ".join(b.rule.lower().split())
+    return difflib.SequenceMatcher(None, na, nb).ratio() >= SAME_TEXT_AT
+
+
+def relatedness(a: Rule, b: Rule) -> float:
+    """How much two rules are about the same thing: their Rule sentences or their intents."""
+    intents = _jaccard(_words(a.trigger_intent), _words(b.trigger_intent))
+    return max(similarity(a, b), intents / 2)
+
+
+def generic_advice(rule: Rule) -> str | None:
+    """Why the rule is generic advice, or None when it names something specific to act on."""
+    anchors = claims_of(rule.rule + "\n" + rule.how_to_apply, "rule")
+    if anchors:
+        return None
+    phrase = GENERIC.search(rule.rule) or GENERIC.search(rule.how_to_apply)
+    said = f" ({phrase.group(0)!r})" if phrase else ""
+    return (
+        f"generic advice{said}: the rule names no file, command, identifier, number or quoted "
+        "text to act on; a rule must name the specific thing to do"
+    )
+
+
+def _state_relative(entries: list[Evidence], evidence_dir: Path, state_root: Path | None):
+    """Evidence paths relative to `state/` when the folder is inside it, else absolute."""
+    base = evidence_dir.resolve()
+    prefix = str(base)
+    if state_root is not None:
+        try:
+            prefix = base.relative_to(state_root.resolve()).as_posix()
+        except ValueError:
+            pass
+    out = []
+    for entry in entries:
+        name = entry.path.replace("\\", "/")
+        if name.startswith(prefix + "/"):
+            out.append(entry)
+            continue
+        out.append(entry.model_copy(update={"path": f"{prefix}/{name.rsplit('/', 1)[-1]}"}))
+    return out
+
+
+def _excerpts(evidence: EvidenceSet, entries: list[Evidence], budget_chars: int) -> str:
+    parts = []
+    for entry in entries:
+        item = evidence.file_for(entry.path)
+        if item is None or not entry.line:
+            continue
+        lo = max(0, entry.line - 4)
+        lines = item.lines[lo : entry.line + 3]
+        body = "\n".join(f"{lo + i + 1}: {line}" for i, line in enumerate(lines))
+        parts.append(f"--- {item.name} around line {entry.line}\n{body}")
+    checks = evidence.files.get("checks.log")
+    if checks is not None:
+        tail = checks.lines[-40:]
+        start = len(checks.lines) - len(tail)
+        body = "\n".join(f"{start + i + 1}: {line}" for i, line in enumerate(tail))
+        parts.append(f"--- checks.log (last {len(tail)} lines)\n{body}")
+    text = "\n\n".join(parts)
+    return text[:budget_chars]
+
+
+def _related(candidate: Rule, live: list[StoredRule]) -> list[StoredRule]:
+    scored = [(relatedness(candidate, s.rule), s) for s in live]
+    scored = [(score, s) for score, s in scored if score >= RELATED_AT]
+    scored.sort(key=lambda pair: -pair[0])
+    return [s for _, s in scored[:MAX_RELATED]]
+
+
+def _user_prompt(candidate: Rule, excerpts: str, related: list[StoredRule]) -> str:
+    rules = "\n".join(
+        f"- {s.rule.id} ({s.status}): {s.rule.rule} How to apply: {s.rule.how_to_apply}"
+        for s in related
+    )
+    return (
+        "# Candidate\n"
+        f"**Rule:** {candidate.rule}\n\n**Why:** {candidate.why}\n\n"
+        f"**How to apply:** {candidate.how_to_apply}\n\n"
+        "# Evidence\n"
+        + "\n".join(f"- {e.path} line {e.line}: {e.quote!r}" for e in candidate.evidence)
+        + f"\n\n<evidence>\n{excerpts}\n</evidence>\n\n"
+        "# Related rules\n" + (rules or "(none)")
+    )
+
+
+def _normalized(candidate: Rule, now: datetime) -> Rule:
+    """A learned rule starts as `remind` with fresh counters and a lifetime."""
+    created = candidate.created or now
+    data = candidate.model_dump()
+    data.update(
+        severity="remind",
+        fired=0,
+        helped=0,
+        harmed=0,
+        confidence=0.5,
+        created=created,
+        expires=candidate.expires or created + DEFAULT_LIFETIME,
+        reason="",
+        verified_by=[],
+    )
+    return Rule.model_validate(data)
+
+
+def verify_candidate(
+    library: RuleLibrary,
+    candidate: Rule,
+    evidence_dir: Path,
+    client: StructuredModel | None,
+    cfg: VerifierConfig,
+    events: EventLog | None,
+    now: datetime,
+    *,
+    state_root: Path | None = None,
+    use_model: bool = True,
+    write: bool = True,
+    loop: str | None = None,
+    run: str | None = None,
+) -> Verification:
+    """Run the rule verifier on `candidate` with the files of `evidence_dir` as its evidence.
+
+    `write=False` is a dry run: nothing is filed and no event is written.
+    Raises `daemon.model.client.ModelUnavailable` when step 4 is asked for and cannot run.
+    """
+    rule = _normalized(candidate, now)
+    reasons: list[str] = []
+    if candidate.severity != "remind":
+        reasons.append(
+            f"severity {candidate.severity!r} lowered to 'remind': only a person raises it "
+            "(loopd rules promote ID --severity)"
+        )
+    events = events if write else None
+    if events is not None:
+        events.append("rule_proposed", now, loop=loop, run=run, rule=rule.rule, kind=rule.kind)
+
+    # 1. Grounding, without a model.
+    evidence = EvidenceSet.from_dir(evidence_dir)
+    if not evidence.files:
+        return _reject(
+            library,
+            rule,
+            [f"no evidence files in {evidence_dir}"],
+            [],
+            events,
+            now,
+            write,
+            loop,
+            run,
+        )
+    missing, checked = ungrounded(rule.rule, rule.why, evidence, rule.evidence)
+    if not missing and not checked:
+        why_claims = [c for c in claims_of(rule.why, "Why") if evidence.holds(c)]
+        if not why_claims:
+            missing.append(
+                "the rule rests on nothing in the evidence: cite a verbatim quote of the "
+                "attempt's files in `evidence` or in **Why**"
+            )
+    if missing:
+        found = "; ".join(missing)
+        return _reject(
+            library,
+            rule,
+            [f"grounding: not found in the evidence: {found}"],
+            missing,
+            events,
+            now,
+            write,
+            loop,
+            run,
+        )
+    rule = Rule.model_validate(
+        {
+            **rule.model_dump(),
+            "evidence": _state_relative(checked, evidence_dir, state_root),
+            "verified_by": ["grounding"],
+        }
+    )
+
+    # 2. Generic advice.
+    generic = generic_advice(rule)
+    if generic:
+        return _reject(library, rule, [generic], [], events, now, write, loop, run)
+
+    # 3. Duplicates: support the existing rule instead of filing a new one.
+    live = library.rules(LIVE)
+    duplicates = [s for s in live if is_duplicate(rule, s.rule)]
+    if duplicates:
+        best = max(duplicates, key=lambda s: similarity(rule, s.rule))
+        return _merge(library, best, rule, events, now, write, loop, run)
+    rule = Rule.model_validate({**rule.model_dump(), "verified_by": ["grounding", "duplicates"]})
+
+    # 4. The model, with the related rules only.
+    verification = Verification("accepted", rule, reasons)
+    if use_model and client is not None:
+        related = _related(rule, live)
+        excerpts = _excerpts(evidence, rule.evidence, cfg.evidence_tokens * 4)
+        reply = client.structured(
+            "rule_verification",
+            RuleVerification,
+            VERIFY_SYSTEM,
+            _user_prompt(rule, excerpts, related),
+        )
+        verification.model_called = True
+        known = {s.rule.id for s in related}
+        contradicts = [rid for rid in reply.contradicts if rid in known]
+        if contradicts:
+            rejected = _reject(
+                library,
+                rule,
+                [f"contradicts {', '.join(contradicts)}: {reply.reason}"],
+                [],
+                events,
+                now,
+                write,
+                loop,
+                run,
+            )
+            rejected.contradicts = contradicts
+            rejected.model_called = True
+            return rejected
+        if not reply.grounded:
+            unsupported = "; ".join(reply.unsupported) or reply.reason
+            rejected = _reject(
+                library,
+                rule,
+                [f"model: not grounded: {unsupported}"],
+                list(reply.unsupported),
+                events,
+                now,
+                write,
+                loop,
+                run,
+            )
+            rejected.model_called = True
+            return rejected
+        rule = Rule.model_validate(
+            {**rule.model_dump(), "verified_by": [*rule.verified_by, f"model:{client.model}"]}
+        )
+        verification.rule = rule
+
+    if write:
+        stored = library.add(rule, "trial")
+        verification.rule, verification.status, verification.path = (
+            stored.rule,
+            stored.status,
+            stored.path,
+        )
+        if events is not None:
+            events.append(
+                "rule_accepted",
+                now,
+                loop=loop,
+                run=run,
+                rule=stored.rule.id,
+                to="trial",
+                verified_by=stored.rule.verified_by,
+            )
+    verification.reasons.append(
+        "grounded, specific, new" + (", model agrees" if verification.model_called else "")
+    )
+    return verification
+
+
+def _reject(
+    library: RuleLibrary,
+    rule: Rule,
+    reasons: list[str],
+    missing: list[str],
+    events: EventLog | None,
+    now: datetime,
+    write: bool,
+    loop: str | None,
+    run: str | None,
+) -> Verification:
+    result = Verification("rejected", rule, reasons, missing=missing)
+    if not write:
+        return result
+    stored = library.add(
+        Rule.model_validate({**rule.model_dump(), "reason": reasons[0]}), "rejected"
+    )
+    result.rule, result.status, result.path = stored.rule, stored.status, stored.path
+    if events is not None:
+        events.append(
+            "rule_rejected", now, loop=loop, run=run, rule=stored.rule.id, reason="; ".join(reasons)
+        )
+    return result
+
+
+def _merge(
+    library: RuleLibrary,
+    existing: StoredRule,
+    candidate: Rule,
+    events: EventLog | None,
+    now: datetime,
+    write: bool,
+    loop: str | None,
+    run: str | None,
+) -> Verification:
+    old = existing.rule
+    known = {(e.path, e.line, e.quote) for e in old.evidence}
+    added = [e for e in candidate.evidence if (e.path, e.line, e.quote) not in known]
+    confidence = min(CONFIDENCE_CAP, old.confidence + CONFIDENCE_STEP)
+    merged = Rule.model_validate(
+        {**old.model_dump(), "confidence": confidence, "evidence": [*old.evidence, *added]}
+    )
+    result = Verification(
+        "duplicate",
+        merged,
+        [f"near-duplicate of {old.id}: its confidence rises to {confidence:.2f}"],
+        duplicate_of=old.id,
+    )
+    if write:
+        stored = library.save(existing, merged)
+        result.status, result.path = stored.status, stored.path
+        if events is not None:
+            events.append(
+                "rule_merged",
+                now,
+                loop=loop,
+                run=run,
+                rule=old.id,
+                confidence=confidence,
+                evidence_added=len(added),
+            )
+    return result
+
+
+def candidate_from_file(path: Path) -> Rule:
+    """A candidate written as a rule file: status and counters may be absent, id too."""
+    from daemon.rules.rulefile import parse_rule
+
+    return parse_rule(path.read_text(encoding="utf-8"), require_id=False)
