@@ -171,6 +171,7 @@ class Daemon:
                 enqueue=lambda t: None,
                 ignore_under=[worktrees],
                 is_running=lambda name=name: name in self.workers,
+                events=self.store.events,
             )
             try:
                 watcher.start()
@@ -353,6 +354,14 @@ class Daemon:
             )
         except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
             self._event("prune_failed", error=str(exc)[:500])
+        try:
+            from daemon.rules.promotion import retire_stale
+            from daemon.runs.learning import _library
+
+            assert self.services is not None
+            retire_stale(_library(self.services), self.store.events, now, state_root=self.store.root)
+        except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
+            self._event("retire_failed", error=str(exc)[:500])
 
     def _cancel_queued(self, now: datetime) -> None:
         assert self.store is not None

@@ -80,7 +80,6 @@ class Git:
                 "-c",
                 "core.fsmonitor=false",
                 "config",
-                "--name-only",
                 "--get-regexp",
                 r"^filter\..*\.(clean|smudge|process)$",
             ],
@@ -91,10 +90,13 @@ class Git:
             stdin=subprocess.DEVNULL,
         )
         names = set()
-        for key in proc.stdout.split():
+        for line in proc.stdout.splitlines():
+            key, _, value = line.partition(" ")
             name = key.split(".", 1)[1].rsplit(".", 1)[0]
-            if name != "lfs":
-                names.add(name)
+            # git-lfs is kept only when it really is git-lfs: an agent can set filter.lfs.*.
+            if name == "lfs" and value.strip().startswith(("git-lfs ", "git lfs ")):
+                continue
+            names.add(name)
         args: list[str] = []
         for name in sorted(names):
             for part in ("clean", "smudge", "process"):
@@ -183,7 +185,9 @@ class Git:
         ).stdout.decode("utf-8", "replace")
 
     def changed_paths(self, old: str, new: str) -> list[str]:
-        text = self.out("diff", "--no-ext-diff", "--no-textconv", "--name-only", "-z", old, new)
+        text = self.out(
+            "diff", "--no-ext-diff", "--no-textconv", "--no-renames", "--name-only", "-z", old, new
+        )
         return [p for p in text.split("\0") if p]
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -15,17 +14,8 @@ from daemon.state.records import AttemptRecord
 if TYPE_CHECKING:
     from daemon.runs.executor import Judgement, RunExecutor
 
-_LOOPD_BRANCH = re.compile(r"^refs/heads/loopd/[^/]+/(?P<run>[^/]+)$")
 BACKOFF_START = 5.0
 BACKOFF_MAX = 300.0
-
-
-def _foreign_run_branch(executor: RunExecutor, ref: str) -> bool:
-    """Another run's own branch (runs of other loops share the repository's refs)."""
-    match = _LOOPD_BRANCH.match(ref)
-    if not match or match.group("run") == executor.run.id:
-        return False
-    return executor.store.run_dir(match.group("run")).exists()
 
 
 def ref_violations(executor: RunExecutor) -> list[str]:
@@ -33,15 +23,14 @@ def ref_violations(executor: RunExecutor) -> list[str]:
     tree = executor.tree
     assert tree is not None
     repo_git = Git(tree.repo)
-    moved = [
-        ref
-        for ref in check_refs(repo_git, executor.run.refs_before, tree.branch)
-        if not _foreign_run_branch(executor, ref)
-    ]
+    # check_refs leaves out refs/heads/loopd/*: other runs make and prune their branches.
+    moved = check_refs(repo_git, executor.run.refs_before, tree.branch)
     if not moved:
         return []
     now_refs = repo_git.refs()
-    restore_refs(repo_git, executor.run.refs_before, moved)
+    # The displaced commits are kept under refs/loopd/displaced/RUN/: a person's own commit
+    # made during the attempt looks the same as an agent's and must not be lost.
+    restore_refs(repo_git, executor.run.refs_before, moved, keep_as=executor.run.id)
     executor._event(
         "refs_restored",
         refs={r: {"was": executor.run.refs_before.get(r), "agent_set": now_refs.get(r)} for r in moved},

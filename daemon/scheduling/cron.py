@@ -8,7 +8,7 @@ Each field is expanded here into explicit values, so the translation is exact.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.base import BaseTrigger
@@ -26,6 +26,9 @@ _FIELDS = (  # name, low, high
     ("month", 1, 12),
     ("dow", 0, 7),
 )
+_LABELS = {"day": "day-of-month", "dow": "day-of-week"}  # as error messages name them
+_DST_LOOKBACK = timedelta(hours=3)  # longer than any daylight-saving shift
+_SECOND = timedelta(seconds=1)
 _APS_DOW = ["sun", "mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 _MACROS = {
     "@yearly": "0 0 1 1 *",
@@ -38,17 +41,18 @@ _MACROS = {
 }
 
 
-def _number(token: str, field: str, low: int) -> int:
-    names = _NAMES.get(field)
+def _number(token: str, name: str, field: str) -> int:
+    names = _NAMES.get(name)
     if names and token.lower() in names:
-        return names.index(token.lower()) + (1 if field == "month" else 0)
+        return names.index(token.lower()) + (1 if name == "month" else 0)
     if not token.isdigit():
         raise ValueError(f"{token!r} is not a number in the {field} field")
     return int(token)
 
 
-def _expand(text: str, field: str, low: int, high: int) -> list[int]:
+def _expand(text: str, name: str, low: int, high: int) -> list[int]:
     values: set[int] = set()
+    field = _LABELS.get(name, name)
     for part in text.split(","):
         if not part:
             raise ValueError(f"empty list item in the {field} field")
@@ -62,9 +66,9 @@ def _expand(text: str, field: str, low: int, high: int) -> list[int]:
             start, end = low, high
         elif "-" in base:
             a, _, b = base.partition("-")
-            start, end = _number(a, field, low), _number(b, field, low)
+            start, end = _number(a, name, field), _number(b, name, field)
         else:
-            start = _number(base, field, low)
+            start = _number(base, name, field)
             end = high if step_text else start
         if not (low <= start <= high and low <= end <= high):
             raise ValueError(f"{part!r} is outside {low}-{high} in the {field} field")
@@ -156,18 +160,39 @@ class Schedule:
     def __init__(self, expressions: list[str], timezone: str = "UTC") -> None:
         self.timezone = parse_timezone(timezone)
         self.expressions = [CronExpression.parse(e) for e in expressions]
-        self._triggers = [e.trigger(self.timezone) for e in self.expressions]
+        # Triggers in UTC walk wall-clock time; _next_of reads it in the loop's zone.
+        self._triggers = [e.trigger(UTC) for e in self.expressions]
 
     def next_fire(self, after: datetime) -> datetime | None:
-        """The first fire time strictly after `after` (aware datetimes)."""
-        fires = []
-        start = after.astimezone(self.timezone) + timedelta(seconds=1)
-        start = start.replace(microsecond=0)
-        for trigger in self._triggers:
-            fire = trigger.get_next_fire_time(None, start)
-            if fire is not None:
-                fires.append(fire)
-        return min(fires) if fires else None
+        """The first fire time strictly after `after` (aware), as an aware UTC datetime."""
+        after = after.astimezone(UTC)
+        fires = [self._next_of(trigger, after) for trigger in self._triggers]
+        found = [fire for fire in fires if fire is not None]
+        return min(found) if found else None
+
+    def _next_of(self, trigger: BaseTrigger, after: datetime) -> datetime | None:
+        # The trigger walks wall-clock time (it runs in UTC, which has no DST), and each wall
+        # time is read in the loop's zone as PEP 495's fold=0 does: a repeated wall time
+        # fires once, at its first occurrence; one inside a DST gap fires shifted forward by
+        # the gap. Gap fires are the only ones that land later than their place in the walk,
+        # so near a change the walk starts before it and goes on until no earlier instant
+        # can follow. That keeps fires unique, in order, and strictly after `after`.
+        tz = self.timezone
+        since = after - _DST_LOOKBACK
+        if since.astimezone(tz).utcoffset() == after.astimezone(tz).utcoffset():
+            since = after
+        wall = since.astimezone(tz).replace(tzinfo=None, microsecond=0)
+        best: datetime | None = None
+        while True:
+            fire = trigger.get_next_fire_time(None, (wall + _SECOND).replace(tzinfo=UTC))
+            if fire is None:
+                return best
+            wall = fire.replace(tzinfo=None)
+            if best is not None and wall >= best.astimezone(tz).replace(tzinfo=None):
+                return best
+            instant = wall.replace(tzinfo=tz).astimezone(UTC)
+            if instant > after and (best is None or instant < best):
+                best = instant
 
     def fires_between(self, after: datetime, until: datetime, limit: int = 10000) -> list[datetime]:
         """Fire times in (after, until], oldest first, at most `limit`."""

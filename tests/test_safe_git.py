@@ -1,0 +1,97 @@
+"""loopd's git on a tree whose config names programs: none of them may run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from daemon.runs.git import Git
+from daemon.runs.guards import (
+    check_refs,
+    protect_violations,
+    restore_paths,
+    restore_refs,
+    snapshot_refs,
+)
+from tests.helpers import git, make_repo
+
+
+def booby_trap(repo: Path, marker: Path, filter_name: str = "evil", process: bool = True) -> None:
+    """Point every repository-configured program at a script that creates `marker`."""
+    script = repo.parent / "trap.sh"
+    script.write_text(f'#!/bin/sh\necho "$0 $*" >> "{marker}"\ncat\n')
+    os.chmod(script, 0o755)
+    s = str(script)
+    (repo / ".gitattributes").write_text(f"* filter={filter_name} diff=evil\n")
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-q", "-m", "attributes")
+    for key, value in (
+        ("core.fsmonitor", s),
+        (f"filter.{filter_name}.clean", s),
+        (f"filter.{filter_name}.smudge", s),
+        (f"filter.{filter_name}.required", "true"),
+        ("diff.evil.textconv", s),
+        ("diff.evil.command", s),
+        ("diff.external", s),
+        ("core.pager", s),
+        ("gpg.program", s),
+        ("commit.gpgsign", "true"),
+    ):
+        git(repo, "config", key, value)
+    if process:
+        git(repo, "config", f"filter.{filter_name}.process", s)
+    hooks = repo / ".git" / "hooks"
+    for hook in ("pre-commit", "post-commit", "post-checkout", "reference-transaction"):
+        (hooks / hook).write_text(f'#!/bin/sh\necho "{hook}" >> "{marker}"\n')
+        os.chmod(hooks / hook, 0o755)
+
+
+def exercise(repo: Path) -> None:
+    g = Git(repo)
+    base = g.out("rev-parse", "HEAD")
+    refs = snapshot_refs(g)
+    (repo / "tests").mkdir(exist_ok=True)
+    (repo / "tests" / "t.txt").write_text("changed\n")
+    (repo / "a.txt").write_text("a change\n")
+    head = g.commit_all("loopd: attempt")
+    assert head
+    assert "changed" in g.diff(base, head)
+    assert sorted(g.changed_paths(base, head)) == ["a.txt", "tests/t.txt"]
+    assert g.refs()["refs/heads/main"] == head
+    assert g.is_clean()
+    violations = protect_violations(g, base, head, ["tests/**"])
+    assert violations == ["tests/t.txt"]
+    restore_paths(g, base, violations)
+    git(repo, "-c", "core.hooksPath=/dev/null", "tag", "moved")
+    moved = check_refs(g, refs, "main")
+    assert moved == ["refs/tags/moved"]
+    restore_refs(g, refs, moved, keep_as="RUN")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo", {"tests/t.txt": "t\n", "a.txt": "a\n"})
+
+
+def test_repository_programs_never_run(repo: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "MARKER"
+    booby_trap(repo, marker)
+    exercise(repo)
+    assert not marker.exists(), marker.read_text()
+
+
+def test_a_filter_named_lfs_that_is_not_git_lfs_never_runs(repo: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "MARKER"
+    booby_trap(repo, marker, filter_name="lfs", process=False)
+    exercise(repo)
+    assert not marker.exists(), marker.read_text()
+
+
+def test_changed_paths_lists_both_sides_of_a_rename(repo: Path) -> None:
+    g = Git(repo)
+    base = g.out("rev-parse", "HEAD")
+    git(repo, "mv", "tests/t.txt", "t.txt")
+    git(repo, "commit", "-q", "-m", "move out")
+    assert "tests/t.txt" in g.changed_paths(base, g.out("rev-parse", "HEAD"))
