@@ -55,6 +55,7 @@ class PendingRun:
             note=first.note,
             retry_of=first.retry_of,
             paths=list(first.paths),
+            inbox=[t.id for t in [first, *self.merged] if t.id],
             merged=[t.summary() for t in self.merged],
         )
 
@@ -93,6 +94,7 @@ class RunQueue:
             busy = loop in self._active or bool(pending)
             if config.overlap == "coalesce" and pending:
                 pending[-1].merged.append(trigger)
+                self._changed.notify_all()
                 return Decision("merged", pending[-1].id)
             if config.overlap == "skip" and busy:
                 return Decision("skipped", why="a run of this loop is active or pending")

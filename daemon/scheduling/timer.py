@@ -70,6 +70,7 @@ class CronTimer:
     def __init__(self, state_path: Path) -> None:
         self.path = state_path
         self._entries: dict[str, _Entry] = {}
+        self._missed: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
     # the daemon's calls ----------------------------------------------------------
@@ -98,24 +99,35 @@ class CronTimer:
             self._write()
         return out
 
-    def due(self, now: datetime) -> list[Fired]:
+    def due(self, now: datetime) -> list[Trigger]:
         """Each tick: one `schedule` trigger per loop whose next fire is <= now.
 
         Several fires since the last tick give one trigger (the latest); the earlier ones
         are misses. A latest fire more than LATE_GRACE old (the daemon stalled, the machine
-        slept) is a miss too, caught up as at start when within `catch_up`.
+        slept) is a miss too, caught up as at start when within `catch_up`. Misses wait in
+        `take_missed()`. The cursor is written before the triggers are returned.
         """
-        out: list[Fired] = []
+        out: list[Trigger] = []
         with self._lock:
+            handled = False
             for name, entry in self._entries.items():
                 if entry.next_fire is None or entry.next_fire > now:
                     continue
                 fired = self._handle(name, entry, now, on_time=True)
                 entry.advance(now)
-                out.append(fired)
-            if out:
+                handled = True
+                self._missed.extend(fired.missed)
+                if fired.trigger is not None:
+                    out.append(fired.trigger)
+            if handled:
                 self._write()  # before the triggers leave: no double fire after a crash
         return out
+
+    def take_missed(self) -> list[dict[str, Any]]:
+        """Misses found by `due` since the last call: one `schedule_missed` event each."""
+        with self._lock:
+            missed, self._missed = self._missed, []
+        return missed
 
     def update(self, loops: Mapping[str, LoopConfig], now: datetime) -> None:
         """The configuration was reloaded: new or changed schedules start from now."""
