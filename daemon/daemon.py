@@ -213,7 +213,9 @@ class Daemon:
                 self.store.unmark_live(run.id)
                 continue
             if run.phase == "judging" and run.attempts and run.attempts[-1].finished:
-                self.store.events.append("run_recovered", now, loop=run.loop, run=run.id, to="judging")
+                self.store.events.append(
+                    "run_recovered", now, loop=run.loop, run=run.id, to="judging"
+                )
                 self._launch(loop, run, pending_id="")
                 continue
             finish_interrupted(
@@ -232,18 +234,32 @@ class Daemon:
                 )
 
     def _restore_queue(self, now: datetime) -> None:
-        """Pending runs a stopped daemon had queued are queued again."""
+        """Pending runs a stopped daemon had queued are queued again, under their ids."""
+        from daemon.scheduling.queue import PendingRun
+
         assert self.store is not None
         for entry in self.store.load_queue():
-            for raw in [entry.get("trigger"), *entry.get("merged", [])]:
-                if not raw:
-                    continue
-                try:
-                    trigger = Trigger.model_validate(raw)
-                except Exception:  # noqa: BLE001 - a bad entry is dropped with an event
-                    self.store.events.append("queue_entry_dropped", now, entry=str(raw)[:300])
-                    continue
-                self.offer(trigger, now, restored=True)
+            try:
+                pending = PendingRun(
+                    id=entry["id"],
+                    loop=entry["loop"],
+                    trigger=Trigger.model_validate(entry["trigger"]),
+                    queued_at=datetime.fromisoformat(entry["queued_at"]),
+                    merged=[Trigger.model_validate(t) for t in entry.get("merged", [])],
+                )
+            except Exception as exc:  # noqa: BLE001 - a bad entry is dropped with an event
+                self.store.events.append("queue_entry_dropped", now, error=str(exc)[:300])
+                continue
+            if pending.loop in self.loops:
+                self.queue.restore(pending)
+            else:
+                self.store.events.append(
+                    "queue_entry_dropped",
+                    now,
+                    loop=pending.loop,
+                    run=pending.id,
+                    error="the loop is no longer valid",
+                )
 
     # triggers ------------------------------------------------------------------
     def _event(self, type: str, **fields: Any) -> None:
@@ -261,9 +277,7 @@ class Daemon:
             fields.update(ref=trigger.ref, old=trigger.old, new=trigger.new)
         if loop is None or not loop.config.enabled:
             why = "unknown or broken loop" if loop is None else "loop disabled"
-            self.store.events.append(
-                "trigger_skipped", now, loop=trigger.loop, why=why, **fields
-            )
+            self.store.events.append("trigger_skipped", now, loop=trigger.loop, why=why, **fields)
             return
         if trigger.kind == "push" and loop.config.on_push:
             branch = trigger.ref.removeprefix("refs/heads/")
@@ -305,6 +319,7 @@ class Daemon:
                 {
                     "id": pending.id,
                     "loop": pending.loop,
+                    "queued_at": pending.queued_at.isoformat(),
                     "trigger": pending.trigger.model_dump(mode="json"),
                     "merged": [t.model_dump(mode="json") for t in pending.merged],
                 }
@@ -319,6 +334,8 @@ class Daemon:
             self.offer(trigger, now)
         for trigger in self.timer.due(now):
             self.offer(trigger, now)
+        for miss in self.timer.take_missed():
+            self.store.events.append("schedule_missed", now, **miss)
         for name, watcher in list(self.change_watchers.items()):
             for trigger in watcher.poll(now):
                 self.offer(trigger, now)
@@ -359,7 +376,9 @@ class Daemon:
             from daemon.runs.learning import _library
 
             assert self.services is not None
-            retire_stale(_library(self.services), self.store.events, now, state_root=self.store.root)
+            retire_stale(
+                _library(self.services), self.store.events, now, state_root=self.store.root
+            )
         except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
             self._event("retire_failed", error=str(exc)[:500])
 
@@ -400,7 +419,7 @@ class Daemon:
         from daemon.runs.executor import new_run
 
         assert self.services is not None
-        run = new_run(self.services, loop, pending.trigger, list(pending.merged))
+        run = new_run(self.services, loop, pending)
         self._launch(loop, run, pending_id=pending.id)
 
     def _launch(self, loop: Loop, run: Any, pending_id: str) -> None:

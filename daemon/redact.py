@@ -1,8 +1,229 @@
-"""Secret redaction before anything is written to state or sent to a model."""
+"""Secret redaction before anything is written to state or sent to a model.
+
+`redact(text)` replaces each secret with a marker such as `[REDACTED:aws-access-key]`.
+It runs on every transcript line, so a text without any of the cheap trigger substrings
+(`AKIA`, `ghp_`, `sk-`, `xox`, `-----BEGIN`, `key`, `token`, `secret`, `passw`, ...) is
+returned after one regex scan. `Redactor` does the same for text fed line by line and
+remembers when it is inside a PEM private key block that spans lines.
+
+What counts as a secret:
+- provider tokens recognized by their shape: AWS access key ids, GitHub, OpenAI, Anthropic
+  and Slack tokens, Slack webhooks;
+- PEM private key blocks, whole (an unterminated block is cut to the end of the text);
+- an AWS secret access key (40 base64 characters) assigned to an aws secret name, or on the
+  same text as an AWS access key id (credential CSV and `aws configure` output);
+- a password in a URL (`scheme://user:password@host`), a `Bearer` token;
+- a value assigned to a secret-looking name (`NAME=value`, `NAME: value`, `"name": "value"`):
+  names ending in key/token/credential(s) need a high-entropy value (16+ characters, letters
+  and digits or mixed case, about 3 bits of entropy a character); names ending in
+  secret/password/passwd need 8+ characters that are not a reference (`$VAR`, `{{...}}`,
+  `os.environ`, an ALL_CAPS variable name, a snake_case identifier, a path).
+Git SHAs, UUIDs and ordinary words are left alone unless assigned to such a name.
+"""
 
 from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+
+MARK = "[REDACTED:{}]"
+PRIVATE_KEY_MARK = "[REDACTED:private-key]"
+
+# Literals (lowercase) of which every secret we recognize contains one: a line with none of
+# them costs one lower() and a few substring searches.
+_TRIGGERS = (
+    "key",
+    "token",
+    "secret",
+    "passw",
+    "credential",
+    "-----begin",
+    "sk-",
+    "xox",
+    "gh",
+    "://",
+    "bearer",
+    "ia",
+)
+_ASSIGNMENT_WORDS = ("key", "token", "secret", "passw", "credential")
+_AWS_PREFIXES = ("AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "APKA")
+_GITHUB_PREFIXES = ("ghp_", "gho_", "ghs_", "ghu_", "ghr_", "github_pat_")
+
+_PEM_BEGIN = re.compile(r"-----BEGIN ((?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?)-----")
+_PEM_END = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+_PEM_BLOCK = re.compile(
+    r"-----BEGIN ((?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?)-----.*?-----END \1-----", re.DOTALL
+)
+
+_AWS_KEY_ID = re.compile(
+    r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|ANPA|ANVA|APKA)"
+    r"[A-Z0-9]{16}(?![A-Z0-9])"
+)
+_AWS_SECRET_NAMED = re.compile(
+    r"(?i)(aws_?secret_?(?:access_?)?key\\?[\"']?\s*[:=]\s*\\?[\"']?)"
+    r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+)
+# A bare 40-character base64 run: only a secret next to an access key id (checked in code).
+_BASE64_40 = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+
+_GITHUB = re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,255}|\bgh[pousr]_[A-Za-z0-9]{36,255}\b")
+_ANTHROPIC = re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{20,}")
+_SLACK = re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}")
+_SLACK_WEBHOOK = re.compile(
+    r"https://hooks\.slack\.com/(?:services|workflows)/[A-Za-z0-9/_\-]{20,}"
+)
+# OpenAI keys: `sk-`, `sk-proj-`, `sk-svcacct-`, `sk-admin-`; random, so letters and digits.
+_OPENAI = re.compile(r"\bsk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}")
+_URL_PASSWORD = re.compile(
+    r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s:/@\"'<>]{1,200}:)([^\s@/\"'<>]{3,200})(@)"
+)
+_BEARER = re.compile(r"(?i)(\bbearer\s+)([A-Za-z0-9\-._~+/]{16,}=*)")
+
+# `name = value`, `name: value`, `"name": "value"`, also inside JSON-escaped text (\").
+# Anchored on the keyword that ends the name, so a long line is scanned quickly.
+_ASSIGNMENT = re.compile(
+    r"(?=[KkTtCcSsPp])(?i:(?P<kw>key|token|credentials?|secret|passwd|password))[sS]?"
+    r"(?P<pre>\\?[\"']?\s*[:=]\s*\\?[\"']?|[ =])"
+    r"(?P<value>[^\s\"'`\\,;&()\[\]{}<>|]{8,512}+)"
+    r"(?=$|[\s\"'`\\,;&)}\]|>])"
+)
+_PLACEHOLDER_WORDS = frozenset(
+    "none null nil true false undefined changeme password secret redacted example "
+    "placeholder your_token your_key string optional required".split()
+)
+_REFERENCE = re.compile(
+    r"^(?:[$%*<{~/.]|\[REDACTED)"  # $VAR, %(x)s, ****, <token>, {{x}}, ~/path, /path, ./x
+    r"|^[A-Z][A-Z0-9_]*$"  # an environment variable's name
+    r"|^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+$"  # a dotted attribute path
+    r"|^[a-z]+(?:[_\-][a-z]+)*$"  # a snake_case or kebab-case identifier or a word
+    r"|^(.)\1+$"  # xxxxxxxx
+)
+
+
+def _entropy(value: str) -> float:
+    counts = Counter(value)
+    n = len(value)
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def _high_entropy(value: str) -> bool:
+    if len(value) < 16 or _REFERENCE.search(value):
+        return False
+    has_digit = any(c.isdigit() for c in value)
+    has_alpha = any(c.isalpha() for c in value)
+    mixed_case = any(c.islower() for c in value) and any(c.isupper() for c in value)
+    return ((has_digit and has_alpha) or mixed_case) and _entropy(value) >= 3.0
+
+
+def _looks_like_password(value: str) -> bool:
+    return (
+        len(value) >= 8 and value.lower() not in _PLACEHOLDER_WORDS and not _REFERENCE.search(value)
+    )
+
+
+def _assignment(match: re.Match[str]) -> str:
+    keyword, value = match["kw"].lower(), match["value"]
+    if match["pre"] == " " and not _flag_before(match):
+        return match[0]  # `key value` is prose unless it is a `--key value` option
+    if keyword.startswith(("key", "token", "credential")):
+        secret = _high_entropy(value)
+    else:
+        secret = _looks_like_password(value)
+    if not secret:
+        return match[0]
+    return match[0][: match.start("value") - match.start()] + MARK.format("secret")
+
+
+def _flag_before(match: re.Match[str]) -> bool:
+    """Whether the keyword ends a command-line option such as `--api-key`."""
+    text, start = match.string, match.start()
+    i = start
+    while i > 0 and (text[i - 1].isalnum() or text[i - 1] in "-_"):
+        i -= 1
+    return text.startswith("--", i)
+
+
+def _openai(match: re.Match[str]) -> str:
+    token = match[0]
+    body = token.split("-", 2)[-1]
+    if any(c.isdigit() for c in body) and any(c.isalpha() for c in body):
+        return MARK.format("openai-key")
+    return token
+
+
+def _url_password(match: re.Match[str]) -> str:
+    if match[2].startswith("[REDACTED:"):
+        return match[0]
+    return match[1] + MARK.format("password") + match[3]
+
+
+def _bearer(match: re.Match[str]) -> str:
+    if _high_entropy(match[2]) or match[2].count(".") == 2:  # opaque token or a JWT
+        return match[1] + MARK.format("bearer-token")
+    return match[0]
+
+
+def _redact_closed(text: str) -> tuple[str, bool]:
+    """Redact `text`; the flag says an unterminated private key block was cut at its end."""
+    low = text.lower()
+    if not any(word in low for word in _TRIGGERS):
+        return text, False
+    opened = False
+    if "-----begin" in low:
+        text = _PEM_BLOCK.sub(PRIVATE_KEY_MARK, text)
+        begin = _PEM_BEGIN.search(text)
+        if begin:
+            text = text[: begin.start()] + PRIVATE_KEY_MARK
+            opened = True
+    if any(prefix in text for prefix in _AWS_PREFIXES):
+        text, found = _AWS_KEY_ID.subn(MARK.format("aws-access-key"), text)
+        if found:
+            text = _BASE64_40.sub(
+                lambda m: MARK.format("aws-secret-key") if _high_entropy(m[0]) else m[0], text
+            )
+    if any(prefix in text for prefix in _GITHUB_PREFIXES):
+        text = _GITHUB.sub(MARK.format("github-token"), text)
+    if "sk-" in text:
+        text = _ANTHROPIC.sub(MARK.format("anthropic-key"), text)
+        text = _OPENAI.sub(_openai, text)
+    if "xox" in text:
+        text = _SLACK.sub(MARK.format("slack-token"), text)
+    if "://" in text:
+        text = _SLACK_WEBHOOK.sub(MARK.format("slack-webhook"), text)
+        text = _URL_PASSWORD.sub(_url_password, text)
+    if "bearer" in low:
+        text = _BEARER.sub(_bearer, text)
+    if any(word in low for word in _ASSIGNMENT_WORDS):
+        if "secret" in low:
+            text = _AWS_SECRET_NAMED.sub(lambda m: m[1] + MARK.format("aws-secret-key"), text)
+        text = _ASSIGNMENT.sub(_assignment, text)
+    return text, opened
 
 
 def redact(text: str) -> str:
     """Replace secrets in `text` with redaction markers."""
-    return text
+    return _redact_closed(text)[0]
+
+
+class Redactor:
+    """Redacts text fed line by line, carrying an open private key block across lines."""
+
+    def __init__(self) -> None:
+        self.in_private_key = False
+        self.touched = False  # the last line was part of a multi-line private key block
+
+    def line(self, text: str) -> str:
+        """The redacted form of the next line."""
+        self.touched = self.in_private_key
+        prefix = ""
+        if self.in_private_key:
+            end = _PEM_END.search(text)
+            if not end:
+                return PRIVATE_KEY_MARK
+            self.in_private_key = False
+            prefix, text = PRIVATE_KEY_MARK, text[end.end() :]
+        out, opened = _redact_closed(text)
+        if opened:
+            self.in_private_key = self.touched = True
+        return prefix + out

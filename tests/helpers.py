@@ -72,3 +72,96 @@ def loopd(
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
     )
+
+
+def start_daemon(home: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """`loopd run` for `home` as a real process, returned once its lock and status exist."""
+    import time
+
+    full_env = dict(os.environ)
+    full_env.pop("LOOPD_HOME", None)
+    full_env.update(env or {})
+    log = open(home / "daemon.log", "a")  # noqa: SIM115 - the daemon's lifetime
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daemon.cli.main", "--home", str(home), "run"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=full_env,
+        cwd=ROOT,
+        text=True,
+    )
+    status = home / "state" / "status.toml"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"loopd run exited {proc.returncode}: {daemon_log(home)}")
+        if status.exists() and f"pid = {proc.pid}" in status.read_text():
+            return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(f"loopd run did not start: {daemon_log(home)}")
+
+
+def daemon_log(home: Path) -> str:
+    path = home / "daemon.log"
+    return path.read_text() if path.exists() else ""
+
+
+def stop_daemon(proc: subprocess.Popen[str], timeout: float = 30) -> int:
+    """SIGTERM, then wait; SIGKILL if it does not stop in time."""
+    import signal
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+def wait_for(predicate, timeout: float = 30, interval: float = 0.1, what: str = ""):  # noqa: ANN001, ANN201
+    """Poll `predicate` until it returns something true; fail after `timeout` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def events(home: Path) -> list[dict]:
+    import json
+
+    path = home / "state" / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def runs(home: Path) -> list[dict]:
+    """Every run.toml under the home's state, oldest first."""
+    import tomllib
+
+    folder = home / "state" / "runs"
+    out = []
+    for child in sorted(folder.iterdir()) if folder.exists() else []:
+        path = child / "run.toml"
+        if path.exists():
+            out.append(tomllib.loads(path.read_text()))
+    return out
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"

@@ -205,8 +205,12 @@ class ProcessTree:
     def refresh(self, table: dict[int, ProcInfo] | None = None) -> None:
         """Record every process now in the tree, so that it is found after it escapes."""
         table = snapshot() if table is None else table
-        for pid in self.find(table):
-            self.members.setdefault(pid, table[pid].start)
+        self.remember(self.find(table), table)
+
+    def remember(self, pids: Iterable[int], table: dict[int, ProcInfo]) -> None:
+        with _registry_lock:
+            for pid in pids:
+                self.members.setdefault(pid, table[pid].start)
 
     def find(self, table: dict[int, ProcInfo]) -> set[int]:
         """The tree's processes in `table`, by every rule of the module docstring."""
@@ -214,13 +218,14 @@ class ProcessTree:
         with _registry_lock:
             others = [tree for tree in _active_trees.values() if tree is not self]
             claimed = set(_claimed)
+            other_members = {pid for tree in others for pid in tree.members}
+            own_members = dict(self.members)
         other_roots = {tree.root for tree in others}
-        other_members = {pid for tree in others for pid in tree.members}
         other_sessions = {tree.session for tree in others}
 
         roots = {self.root}
         roots.update(
-            pid for pid, start in self.members.items() if pid in table and table[pid].start == start
+            pid for pid, start in own_members.items() if pid in table and table[pid].start == start
         )
         roots.update(
             info.pid
@@ -293,8 +298,7 @@ def kill_tree(
         while True:
             table = snapshot()
             members = tree.find(table)
-            for pid in members:
-                tree.members.setdefault(pid, table[pid].start)
+            tree.remember(members, table)
             _reap(members, table, spare=root_pid)
             alive = {pid for pid in members if not _gone(table.get(pid))}
             # A process forked during the grace gets the signal too.

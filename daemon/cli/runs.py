@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -38,6 +39,7 @@ def once(args: argparse.Namespace) -> int:
     from daemon.agents.processes import set_child_subreaper
     from daemon.runs.executor import RunExecutor, new_run
     from daemon.runs.services import RunServices, utc_now
+    from daemon.scheduling.queue import PendingRun
     from daemon.state.lock import LockHeld
     from daemon.state.records import Trigger
 
@@ -64,7 +66,10 @@ def once(args: argparse.Namespace) -> int:
     now = utc_now()
     trigger = Trigger(loop=loop.name, kind="manual", reason=args.reason or "loopd once", ts=now)
     services.event("trigger", loop=loop.name, kind="manual", reason=trigger.reason, via="once")
-    run = new_run(services, loop, trigger, [])
+    pending = PendingRun(
+        id=store.new_run_id(loop.name, now), loop=loop.name, trigger=trigger, queued_at=now
+    )
+    run = new_run(services, loop, pending)
     print(run.id, flush=True)
     executor = RunExecutor(services, loop, run)
     grace = loaded.daemon.limits.shutdown_grace.total_seconds()
@@ -110,20 +115,29 @@ def trigger(args: argparse.Namespace) -> int:
 
     home = home_of(args)
     loaded = home.load()
-    loop = valid_loop(home, loaded, args.loop)
+    if loaded.daemon_ok:
+        name = valid_loop(home, loaded, args.loop).name
+    else:
+        # A running daemon keeps the configuration it has; the trigger is still for it.
+        for error in loaded.errors:
+            if error.file == home.config_path:
+                print(f"loopd: warning: {error}", file=sys.stderr)
+        if not (home.loops_dir / f"{args.loop}.toml").is_file():
+            raise CommandError(f"unknown loop {args.loop!r} (no {home.loops_dir}/{args.loop}.toml)")
+        name = args.loop
     store = home.state(loaded.daemon.limits.events_rotate)
     pid = daemon_pid(home)
     if args.wait and pid is None:
         raise CommandError(
             f"no daemon runs for {home.root}; start it with `loopd --home {home.root} run`, "
-            f"or run the loop in the foreground with `loopd once {loop.name}`"
+            f"or run the loop in the foreground with `loopd once {name}`"
         )
     now = datetime.now(UTC)
-    trig = Trigger(loop=loop.name, kind="manual", reason=args.reason or "loopd trigger", ts=now)
+    trig = Trigger(loop=name, kind="manual", reason=args.reason or "loopd trigger", ts=now)
     path = store.put_trigger(trig)
     if not args.wait:
         where = f"daemon pid {pid}" if pid else "no daemon is running; `loopd run` will take it"
-        print(f"queued {path.name} for {loop.name} ({where})")
+        print(f"queued {path.name} for {name} ({where})")
         return 0
     return _wait_for(home, store, path.name, now)
 
@@ -313,4 +327,3 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     p = command(sub, "show", show, json_flag=True)
     p.add_argument("run_id")
-

@@ -25,8 +25,9 @@ from daemon.runs.guards import snapshot_refs
 from daemon.runs.prompt import PromptParts, build_prompt, fenced
 from daemon.runs.services import RunServices
 from daemon.runs.tree import RunTree, TreeError, prepare_tree, remove_tree, reopen_tree
+from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir, write_atomic
-from daemon.state.records import AttemptRecord, RunRecord, RunTrigger, StallRecord, Trigger
+from daemon.state.records import AttemptRecord, RunRecord, StallRecord
 
 
 class RunStopped(Exception):
@@ -49,28 +50,15 @@ class Judgement:
     passed: bool
 
 
-def new_run(services: RunServices, loop: Loop, trigger: Trigger, merged: list[Trigger]) -> RunRecord:
-    """Create the run's record (phase `preparing`) and its folder."""
-    now = services.clock()
-    run_id = services.store.new_run_id(loop.name, now)
+def new_run(services: RunServices, loop: Loop, pending: PendingRun) -> RunRecord:
+    """Create the run's record (phase `preparing`) and its folder, under the pending run's id."""
+    ensure_dir(services.store.run_dir(pending.id))
     run = RunRecord(
-        id=run_id,
+        id=pending.id,
         loop=loop.name,
         task=loop.config.task,
-        trigger=RunTrigger(
-            kind=trigger.kind,
-            reason=trigger.reason,
-            ref=trigger.ref,
-            old=trigger.old,
-            new=trigger.new,
-            ts=trigger.ts,
-            note=trigger.note,
-            retry_of=trigger.retry_of,
-            paths=trigger.paths,
-            inbox=[t.id for t in [trigger, *merged] if t.id],
-            merged=[t.summary() for t in merged],
-        ),
-        started=now,
+        trigger=pending.run_trigger(),
+        started=services.clock(),
         phase="preparing",
         isolation=loop.config.isolation,
         repo=str(loop.config.repo_path),
@@ -288,12 +276,12 @@ class RunExecutor:
         return path.read_text() if path.exists() else ""
 
     def _attempt(self, n: int) -> AttemptRecord | None:
+        from daemon.agents.base import Resume
         from daemon.agents.endings import ended_on_question
         from daemon.agents.environment import agent_environment
         from daemon.agents.registry import adapter_class
         from daemon.agents.supervisor import Supervisor
         from daemon.agents.transcript import Transcript
-        from daemon.agents.base import Resume
 
         run, cfg, tree = self.run, self.cfg, self.tree
         assert tree is not None
@@ -322,15 +310,20 @@ class RunExecutor:
         tokens_at_start = run.tokens
         deadline = time.monotonic() + cfg.attempt_timeout.total_seconds()
         session_id = ""
+        start_error = ""
 
         def on_start(pid: int) -> None:
             run.agent_pids = [pid]
             self._save()
 
+        session_tokens = [0]
+
         def on_event(event: Any) -> None:
+            # Only for the live budget; the run's count comes from each session's result.
             if event.type == "usage":
-                run.tokens += event.input_tokens + event.output_tokens
-                if cfg.max_tokens and run.tokens > cfg.max_tokens and self._supervisor:
+                session_tokens[0] += event.input_tokens + event.output_tokens
+                over = cfg.max_tokens and run.tokens + session_tokens[0] > cfg.max_tokens
+                if over and self._supervisor is not None:
                     self._supervisor.stop(0, "max_tokens")
 
         invocation = adapter.invocation(prompt)
@@ -339,7 +332,9 @@ class RunExecutor:
                 if invocation.home is not None:
                     ensure_dir(invocation.home)
                 env = agent_environment(
-                    profile.env, invocation.env, invocation.home or Path(os.environ.get("HOME", "/"))
+                    profile.env,
+                    invocation.env,
+                    invocation.home or Path(os.environ.get("HOME", "/")),
                 )
                 supervisor = Supervisor(
                     adapter, transcript, tree.path, env, on_start=on_start, on_event=on_event
@@ -362,16 +357,22 @@ class RunExecutor:
                     attempt.session_id = session_id
                 if result.final_text:
                     attempt.summary = redact(result.final_text)[-20000:]
-                if not adapter.usage:
-                    pass
-                elif result.input_tokens + result.output_tokens and run.tokens == tokens_at_start:
-                    run.tokens += result.input_tokens + result.output_tokens
+                session_tokens[0] = 0
+                run.tokens += result.input_tokens + result.output_tokens
                 self._save()
+                if result.error:
+                    start_error = result.error
+                    break
                 if result.stopped or result.timed_out:
                     break
                 if cfg.max_tokens and run.tokens > cfg.max_tokens:
                     break
                 stall, detail = result.stall, ""
+                if stall == "silence":
+                    detail = f"no output and no file change for {cfg.stall_after}"
+                elif stall == "repeated_tool_call" and result.tool_calls:
+                    call = result.tool_calls[-1]
+                    detail = f"{call.tool} {str(call.arguments)[:300]} repeated"
                 checks_tail = ""
                 if stall is None:
                     if result.denied:
@@ -380,6 +381,8 @@ class RunExecutor:
                         stall, detail = "question", (result.final_text or "")[-300:]
                     elif cfg.done_when and attempt.nudges < cfg.max_nudges:
                         # Stopping while the checks fail is stopping early.
+                        for lock in tree.git.remove_stale_locks():
+                            self._event("stale_lock_removed", path=lock)
                         tree.git.commit_all(f"loopd: {run.id} attempt {n} (work so far)")
                         early = run_checks(
                             cfg.done_when,
@@ -426,6 +429,10 @@ class RunExecutor:
             timed_out=attempt.timed_out,
         )
         self._check_stop()
+        if start_error:
+            self._commit_attempt(attempt)
+            self._finish("escalated", f"agent failed to start: {start_error}"[:300], True)
+            return None
         if cfg.max_tokens and run.tokens > cfg.max_tokens:
             self._commit_attempt(attempt)
             self._finish(
@@ -443,6 +450,8 @@ class RunExecutor:
         tree = self.tree
         assert tree is not None
         git = tree.git
+        for lock in git.remove_stale_locks():
+            self._event("stale_lock_removed", path=lock)
         git.commit_all(f"loopd: {self.run.id} attempt {attempt.n}")
         head = git.out("rev-parse", "HEAD")
         attempt.head_commit = head

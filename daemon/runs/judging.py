@@ -33,7 +33,9 @@ def ref_violations(executor: RunExecutor) -> list[str]:
     restore_refs(repo_git, executor.run.refs_before, moved, keep_as=executor.run.id)
     executor._event(
         "refs_restored",
-        refs={r: {"was": executor.run.refs_before.get(r), "agent_set": now_refs.get(r)} for r in moved},
+        refs={
+            r: {"was": executor.run.refs_before.get(r), "agent_set": now_refs.get(r)} for r in moved
+        },
     )
     return [f"ref moved: {ref}" for ref in moved]
 
@@ -60,10 +62,14 @@ def judge_attempt(executor: RunExecutor, attempt: AttemptRecord, head: str) -> J
         passed=checks.passed,
         results=[{"command": r.command, "exit_code": r.exit_code} for r in checks.results],
     )
-    violations = [
-        f"protected path changed: {path}"
-        for path in protect_violations(tree.git, executor.run.base_commit, head, cfg.protect)
-    ] if cfg.protect else []
+    violations = (
+        [
+            f"protected path changed: {path}"
+            for path in protect_violations(tree.git, executor.run.base_commit, head, cfg.protect)
+        ]
+        if cfg.protect
+        else []
+    )
     violations += ref_violations(executor)
     if violations:
         executor._event("violations", attempt=attempt.n, violations=violations)

@@ -156,7 +156,9 @@ def after_run(executor: RunExecutor, escalate: bool) -> None:
         )
     if escalate:
         path = write_escalation(services.store, run, now)
-        executor._event("escalated", reason=run.reason, file=str(path.relative_to(services.store.root)))
+        executor._event(
+            "escalated", reason=run.reason, file=str(path.relative_to(services.store.root))
+        )
     update_progress(services.store, run.loop, now)
     notifications = services.notifications
     if notifications is None:

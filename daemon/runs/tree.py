@@ -48,14 +48,14 @@ def prepare_tree(
     if isolation == "in-place":
         if not repo_git.is_clean():
             raise TreeError(
-                f"{repo} has uncommitted changes and the loop uses isolation = \"in-place\". "
-                "Fix: commit or stash them, or use isolation = \"worktree\""
+                f'{repo} has uncommitted changes and the loop uses isolation = "in-place". '
+                'Fix: commit or stash them, or use isolation = "worktree"'
             )
         current = repo_git.out("symbolic-ref", "--short", "-q", "HEAD", check=False)
         if not current:
             raise TreeError(
                 f"{repo} has a detached HEAD; in-place runs commit to the checked-out branch. "
-                "Fix: check out a branch, or use isolation = \"worktree\""
+                'Fix: check out a branch, or use isolation = "worktree"'
             )
         head = repo_git.out("rev-parse", "HEAD")
         return RunTree(path=repo, repo=repo, branch=current, base_commit=head, isolation="in-place")
@@ -77,7 +77,9 @@ def reopen_tree(repo: Path, path: Path, branch: str, isolation: str, base_commit
         if path.exists():
             shutil.rmtree(path)
         Git(repo).run("worktree", "add", "-q", str(path), branch)
-    return RunTree(path=path, repo=repo, branch=branch, base_commit=base_commit, isolation=isolation)
+    return RunTree(
+        path=path, repo=repo, branch=branch, base_commit=base_commit, isolation=isolation
+    )
 
 
 def remove_tree(tree: RunTree) -> None:

@@ -1,0 +1,620 @@
+"""The supervisor: runs one agent process, streams it into the transcript, watches it, kills it.
+
+One `run()` starts one process (argv, never a shell) in its own session and process group,
+stdin at /dev/null or the invocation's bytes then EOF, and reads stdout and stderr together
+through a selector in chunks, so memory stays bounded however much the agent prints: a line
+longer than `MAX_LINE` is cut into pieces, and the transcript stops at its cap.
+
+The process tree is killed (SIGTERM to the group and every descendant, SIGKILL after
+`kill_grace`) on any of:
+- `timeout` seconds after the start;
+- a silence stall: no output and no file change in `cwd` for `stall_after` seconds. File
+  changes are found by a lazy mtime scan: only when the output has been silent for
+  `stall_after` is the tree walked (`.git` skipped, symlinks not followed) for an entry
+  whose mtime or ctime is newer than the last activity, so a quiet tree costs one walk per
+  `stall_after` and a talking agent costs none;
+- a repeated tool call: the same tool with the same arguments `repeat_limit` (3) times in a
+  row;
+- `stop(grace, reason)` from another thread: the process may finish for `grace` seconds.
+When the agent's root process exits by itself, whatever it left running is killed too. When
+`run()` returns, no process of the tree is left and no zombie of it remains.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from daemon.agents.base import AgentAdapter, AgentEvent, Invocation
+from daemon.agents.environment import is_forbidden
+from daemon.agents.processes import ProcessTree, kill_tree, set_child_subreaper, spawning
+from daemon.agents.transcript import Transcript, redact_value
+from daemon.redact import redact
+from daemon.state.atomic import ensure_dir
+
+StallKind = Literal["silence", "repeated_tool_call"]
+
+MAX_LINE = 1 << 20  # longer lines are cut into pieces of this size
+READ_CHUNK = 1 << 16
+REPEAT_LIMIT = 3
+TOOL_CALLS_KEPT = 500  # the result keeps the first calls; `tool_call_count` counts all
+ARGUMENTS_KEPT = 4096  # characters of a call's JSON arguments kept in the result
+SAMPLE_EVERY = 1.0  # seconds between samples of the process tree (escapes are found later)
+DRAIN_AFTER_EXIT = 2.0  # seconds to read what is left in the pipes once the tree is gone
+_EXIT_POLL = 0.1  # where pidfd_open is missing
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class ToolCall:
+    """One tool call as the agent made it (arguments redacted, large ones shortened)."""
+
+    tool: str
+    arguments: Any
+
+
+@dataclass
+class ProcessResult:
+    """How one agent process ended and what it reported. Every string in it is redacted."""
+
+    exit_code: int | None = None  # negative: killed by that signal; None: never started
+    timed_out: bool = False
+    stopped: bool = False  # stop() was called during (or before) this run
+    stop_reason: str = ""
+    stall: StallKind | None = None
+    session_id: str = ""  # the last one seen
+    final_text: str = ""  # the last `final` event's text, else the last `text` event's
+    events: int = 0  # events parsed from stdout plus stderr lines
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_count: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    denied: bool = False  # a tool_result said a permission was refused
+    killed: bool = False  # loopd ended the process (timeout, stall, stop), not the agent
+    last_error: str = ""  # the last `error` event's text
+    error: str = ""  # why the process could not be started
+    pid: int = 0
+    output_bytes: int = 0
+    started: float = 0.0  # time.monotonic()
+    finished: float = 0.0  # time.monotonic()
+
+    @property
+    def duration(self) -> float:
+        return max(0.0, self.finished - self.started)
+
+
+def _utf8_cut(buf: bytearray, limit: int) -> int:
+    """An index <= limit that does not split a UTF-8 character."""
+    cut = limit
+    while cut > limit - 3 and cut > 0 and (buf[cut] & 0xC0) == 0x80:
+        cut -= 1
+    return cut if cut > 0 else limit
+
+
+class _LineSplitter:
+    """Bytes in, complete lines out; a line longer than MAX_LINE comes out in pieces."""
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        self.buf = bytearray()
+        self.open = True
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self.buf += data
+        lines: list[bytes] = []
+        start = 0
+        while True:
+            end = self.buf.find(b"\n", start)
+            if end < 0:
+                break
+            if end - start > MAX_LINE:
+                lines.extend(self._pieces(self.buf[start:end]))
+            else:
+                lines.append(bytes(self.buf[start:end]))
+            start = end + 1
+        del self.buf[:start]
+        while len(self.buf) > MAX_LINE:
+            cut = _utf8_cut(self.buf, MAX_LINE)
+            lines.append(bytes(self.buf[:cut]))
+            del self.buf[:cut]
+        return lines
+
+    def finish(self) -> list[bytes]:
+        rest, self.buf = bytes(self.buf), bytearray()
+        return [rest] if rest else []
+
+    @staticmethod
+    def _pieces(line: bytearray) -> list[bytes]:
+        pieces = []
+        while len(line) > MAX_LINE:
+            cut = _utf8_cut(line, MAX_LINE)
+            pieces.append(bytes(line[:cut]))
+            line = line[cut:]
+        pieces.append(bytes(line))
+        return pieces
+
+
+def newest_change(tree: Path, since: float) -> float | None:
+    """The mtime/ctime of a file or folder under `tree` newer than `since`, or None.
+
+    Stops at the first one found; `.git` is skipped, symlinks are not followed.
+    """
+    stack = [tree]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = os.scandir(folder)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                if entry.name == ".git":
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                changed = max(st.st_mtime, st.st_ctime)
+                if changed > since:
+                    return changed
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+    return None
+
+
+class Supervisor:
+    """Runs an agent's processes one at a time for one attempt; `stop()` from any thread."""
+
+    def __init__(
+        self,
+        adapter: AgentAdapter,
+        transcript: Transcript,
+        cwd: Path,
+        env: dict[str, str],
+        *,
+        kill_grace: float = 5.0,
+        on_start: Callable[[int], None] | None = None,
+        on_event: Callable[[AgentEvent], None] | None = None,
+        clock: Callable[[], datetime] = utc_now,
+        repeat_limit: int = REPEAT_LIMIT,
+    ) -> None:
+        self.adapter = adapter
+        self.transcript = transcript
+        self.cwd = Path(cwd)
+        self.env = dict(env)
+        self.kill_grace = kill_grace
+        self.on_start = on_start
+        self.on_event = on_event
+        self.clock = clock
+        self.repeat_limit = repeat_limit
+        self._lock = threading.Lock()
+        self._stop_at: float | None = None
+        self._stop_reason = ""
+        self._wake_w: int | None = None
+
+    # -- control from other threads -------------------------------------------------------
+
+    def stop(self, grace: float, reason: str) -> None:
+        """End the running process after `grace` seconds (0: now); later runs do not start."""
+        with self._lock:
+            at = time.monotonic() + max(0.0, grace)
+            if self._stop_at is None or at < self._stop_at:
+                self._stop_at = at
+            if not self._stop_reason:
+                self._stop_reason = reason
+            if self._wake_w is not None:
+                try:
+                    os.write(self._wake_w, b"x")
+                except OSError:
+                    pass
+
+    @property
+    def stop_requested(self) -> bool:
+        with self._lock:
+            return self._stop_at is not None
+
+    # -- one process ----------------------------------------------------------------------
+
+    def run(self, invocation: Invocation, *, timeout: float, stall_after: float) -> ProcessResult:
+        """Run one process to its end; see the module docstring for what ends it."""
+        set_child_subreaper()
+        result = ProcessResult(started=time.monotonic())
+        with self._lock:
+            if self._stop_at is not None:
+                result.stopped, result.stop_reason = True, self._stop_reason
+        if result.stopped:
+            self.transcript.write_loopd(
+                self.clock(), "process", event="not_started", reason=result.stop_reason
+            )
+            result.finished = time.monotonic()
+            return result
+
+        env = {k: v for k, v in {**self.env, **invocation.env}.items() if not is_forbidden(k)}
+        if invocation.home is not None:
+            ensure_dir(Path(invocation.home))
+        try:
+            with spawning():
+                proc = subprocess.Popen(
+                    invocation.argv,
+                    stdin=subprocess.PIPE if invocation.stdin is not None else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=self.cwd,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+                tree = ProcessTree(root=proc.pid, cwd=self.cwd.resolve())
+                tree.register()
+        except (OSError, ValueError) as exc:
+            result.error = redact(f"could not start {invocation.argv[:1]}: {exc}")
+            self.transcript.write_loopd(self.clock(), "process", event="failed", error=result.error)
+            result.finished = time.monotonic()
+            return result
+
+        result.pid = proc.pid
+        run = _Run(self, proc, tree, invocation, result, timeout, stall_after)
+        try:
+            self.transcript.write_loopd(
+                self.clock(),
+                "process",
+                event="started",
+                pid=proc.pid,
+                argv=shlex.join(invocation.argv)[:2000],
+                stdin="prompt" if invocation.stdin is not None else "/dev/null",
+            )
+            if self.on_start is not None:
+                self.on_start(proc.pid)
+            run.watch()
+        finally:
+            run.cleanup()
+            tree.unregister()
+            result.finished = time.monotonic()
+        with self._lock:
+            if self._stop_at is not None:
+                result.stopped, result.stop_reason = True, self._stop_reason
+        self.transcript.write_loopd(
+            self.clock(),
+            "process",
+            event="exited",
+            pid=proc.pid,
+            exit_code=result.exit_code,
+            reason=run.end_reason,
+            seconds=round(result.duration, 3),
+        )
+        return result
+
+
+class _Run:
+    """The state of one supervised process, from its start to its cleanup."""
+
+    def __init__(
+        self,
+        sup: Supervisor,
+        proc: subprocess.Popen[bytes],
+        tree: ProcessTree,
+        invocation: Invocation,
+        result: ProcessResult,
+        timeout: float,
+        stall_after: float,
+    ) -> None:
+        self.sup = sup
+        self.proc = proc
+        self.tree = tree
+        self.result = result
+        self.timeout_at = result.started + timeout if timeout and timeout > 0 else None
+        self.stall_after = stall_after if stall_after and stall_after > 0 else None
+        self.stdin_data = memoryview(invocation.stdin or b"")
+        self.end_reason = "exited"
+        self.killer: threading.Thread | None = None
+        self.last_activity = time.monotonic()
+        self.last_activity_wall = time.time()
+        self.last_text = ""
+        self.final_text: str | None = None
+        self.repeat_key: tuple[str, str] | None = None
+        self.repeat_count = 0
+        self.pending_stall: StallKind | None = None
+        self.sel = selectors.DefaultSelector()
+        self.splitters: dict[int, _LineSplitter] = {}
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(wake_w, False)
+        with sup._lock:
+            sup._wake_w = wake_w
+        self.pidfd: int | None = None
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def watch(self) -> None:
+        proc = self.proc
+        assert proc.stdout is not None and proc.stderr is not None
+        for pipe, stream in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
+            os.set_blocking(pipe.fileno(), False)
+            self.splitters[pipe.fileno()] = _LineSplitter(stream)
+            self.sel.register(pipe.fileno(), selectors.EVENT_READ, "out")
+        self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
+        if proc.stdin is not None:
+            os.set_blocking(proc.stdin.fileno(), False)
+            self.sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, "in")
+            if not self.stdin_data:
+                self._close_stdin()
+        try:
+            self.pidfd = os.pidfd_open(proc.pid)
+            self.sel.register(self.pidfd, selectors.EVENT_READ, "exit")
+        except (AttributeError, OSError):
+            self.pidfd = None
+        next_sample = time.monotonic() + SAMPLE_EVERY
+        exit_seen_at: float | None = None
+        tree_gone_at: float | None = None
+
+        while True:
+            now = time.monotonic()
+            if exit_seen_at is None and proc.poll() is not None:
+                exit_seen_at = now
+                self.result.exit_code = proc.returncode
+                self._start_kill(None)  # what the agent left running, if anything
+            if exit_seen_at is not None and self.killer is not None and not self.killer.is_alive():
+                # The tree is gone: read the pipes to their end, unless someone outside the
+                # tree holds them open.
+                tree_gone_at = now if tree_gone_at is None else tree_gone_at
+                if not self.splitters or now - tree_gone_at > DRAIN_AFTER_EXIT:
+                    break
+            if self.killer is None:
+                self._check_triggers(now)
+                if self.killer is None and now >= next_sample:
+                    self.tree.refresh()
+                    next_sample = now + SAMPLE_EVERY
+            wait = self._next_wait(now, next_sample, exit_seen_at)
+            for key, _ in self.sel.select(wait):
+                if key.data == "out":
+                    self._read(key.fd)
+                elif key.data == "in":
+                    self._write_stdin()
+                elif key.data == "wake":
+                    self._drain_wake()
+                elif key.data == "exit":
+                    self.sel.unregister(key.fd)
+
+    def _next_wait(self, now: float, next_sample: float, exit_seen_at: float | None) -> float:
+        if exit_seen_at is not None:
+            return 0.05
+        deadlines = [next_sample]
+        if self.killer is None:
+            if self.timeout_at is not None:
+                deadlines.append(self.timeout_at)
+            if self.stall_after is not None:
+                deadlines.append(self.last_activity + self.stall_after)
+            with self.sup._lock:
+                if self.sup._stop_at is not None:
+                    deadlines.append(self.sup._stop_at)
+        wait = min(deadlines) - now
+        if self.pidfd is None or self.killer is not None:
+            wait = min(wait, _EXIT_POLL)
+        return max(0.0, wait)
+
+    def _check_triggers(self, now: float) -> None:
+        with self.sup._lock:
+            stop_at = self.sup._stop_at
+        if self.pending_stall is not None:
+            self._stall(self.pending_stall, repeated=self.repeat_key)
+        elif stop_at is not None and now >= stop_at:
+            self.sup.transcript.write_loopd(
+                self.sup.clock(), "process", event="stopping", reason=self.sup._stop_reason
+            )
+            self._start_kill("stopped")
+        elif self.timeout_at is not None and now >= self.timeout_at:
+            self.result.timed_out = True
+            self.sup.transcript.write_loopd(
+                self.sup.clock(),
+                "process",
+                event="timeout",
+                after_seconds=round(now - self.result.started, 3),
+            )
+            self._start_kill("timeout")
+        elif self.stall_after is not None and now >= self.last_activity + self.stall_after:
+            changed = newest_change(self.sup.cwd, self.last_activity_wall)
+            if changed is None:
+                self._stall("silence")
+            else:
+                # Move the last activity to when the file changed, on the monotonic clock.
+                wall_now = time.time()
+                self.last_activity = now - max(0.0, wall_now - changed)
+                self.last_activity_wall = changed
+
+    def _stall(self, kind: StallKind, repeated: tuple[str, str] | None = None) -> None:
+        self.result.stall = kind
+        fields: dict[str, Any] = {"kind": kind}
+        if kind == "silence":
+            fields["silent_seconds"] = round(time.monotonic() - self.last_activity, 3)
+        elif repeated is not None:
+            fields["tool"] = repeated[0]
+            fields["arguments"] = repeated[1][:ARGUMENTS_KEPT]
+            fields["times"] = self.repeat_count
+        self.sup.transcript.write_loopd(self.sup.clock(), "stall", **fields)
+        self._start_kill("stall")
+
+    def _start_kill(self, reason: str | None) -> None:
+        if self.killer is not None:
+            return
+        if reason is not None:
+            self.end_reason = reason
+            self.result.killed = True
+        self.killer = threading.Thread(
+            target=kill_tree,
+            args=(self.proc.pid, self.proc.pid, self.sup.kill_grace),
+            kwargs={"tree": self.tree},
+            name=f"kill-{self.proc.pid}",
+            daemon=True,
+        )
+        self.killer.start()
+
+    # -- streams --------------------------------------------------------------------------
+
+    def _read(self, fd: int) -> None:
+        splitter = self.splitters[fd]
+        try:
+            data = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.sel.unregister(fd)
+            del self.splitters[fd]
+            lines = splitter.finish()
+        else:
+            self.result.output_bytes += len(data)
+            self._activity()
+            lines = splitter.feed(data)
+        for line in lines:
+            self._line(splitter.stream, line)
+
+    def _activity(self) -> None:
+        self.last_activity = time.monotonic()
+        self.last_activity_wall = time.time()
+
+    def _line(self, stream: str, data: bytes) -> None:
+        if data.endswith(b"\r"):
+            data = data[:-1]
+        text = data.decode("utf-8", "replace")
+        now = self.sup.clock()
+        if stream == "stderr":
+            self.result.events += 1
+            self.sup.transcript.write_line(now, stream, text, [AgentEvent(type="raw", text=text)])
+            return
+        try:
+            events = self.sup.adapter.parse_line(text)
+        except Exception:  # an adapter bug must not end the attempt
+            events = [AgentEvent(type="raw", text=text)]
+        self.sup.transcript.write_line(now, stream, text, events)
+        for event in events:
+            self.result.events += 1
+            self._account(event)
+            if self.sup.on_event is not None:
+                self.sup.on_event(event)
+
+    def _account(self, event: AgentEvent) -> None:
+        result = self.result
+        if event.session_id:
+            result.session_id = redact(event.session_id)
+        if event.type == "text" and event.text:
+            self.last_text = event.text
+        elif event.type == "final":
+            self.final_text = event.text
+            if event.is_error and event.text:
+                result.last_error = redact(event.text)
+        elif event.type == "error":
+            result.last_error = redact(event.text)
+        elif event.type == "tool_result":
+            result.denied = result.denied or event.denied
+        elif event.type == "usage":
+            result.input_tokens += event.input_tokens
+            result.output_tokens += event.output_tokens
+            result.cost_usd += event.cost_usd
+        elif event.type == "tool_call":
+            self._tool_call(event)
+
+    def _tool_call(self, event: AgentEvent) -> None:
+        result = self.result
+        result.tool_call_count += 1
+        arguments = json.dumps(event.arguments, sort_keys=True, default=str)
+        if len(result.tool_calls) < TOOL_CALLS_KEPT:
+            kept = (
+                event.arguments if len(arguments) <= ARGUMENTS_KEPT else arguments[:ARGUMENTS_KEPT]
+            )
+            result.tool_calls.append(ToolCall(tool=event.tool, arguments=redact_value(kept)))
+        key = (event.tool, arguments)
+        if key == self.repeat_key:
+            self.repeat_count += 1
+        else:
+            self.repeat_key, self.repeat_count = key, 1
+        if self.repeat_count >= self.sup.repeat_limit and self.pending_stall is None:
+            self.pending_stall = "repeated_tool_call"
+            self.repeat_key = (event.tool, redact(arguments))
+
+    def _write_stdin(self) -> None:
+        stdin = self.proc.stdin
+        assert stdin is not None
+        try:
+            written = os.write(stdin.fileno(), self.stdin_data[:READ_CHUNK])
+            self.stdin_data = self.stdin_data[written:]
+        except BlockingIOError:
+            return
+        except OSError:  # the agent closed its stdin: it does not want the rest
+            self.stdin_data = memoryview(b"")
+        if not self.stdin_data:
+            self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        stdin = self.proc.stdin
+        if stdin is None or stdin.closed:
+            return
+        try:
+            self.sel.unregister(stdin.fileno())
+        except (KeyError, ValueError):
+            pass
+        try:
+            stdin.close()
+        except OSError:
+            pass
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self.wake_r, 512):
+                pass
+        except OSError:
+            pass
+
+    # -- the end --------------------------------------------------------------------------
+
+    def cleanup(self) -> None:
+        """Kill whatever is left, reap the root, close every descriptor."""
+        try:
+            if self.killer is not None:
+                self.killer.join()
+            if self.proc.poll() is None or self.killer is None:
+                kill_tree(self.proc.pid, self.proc.pid, self.sup.kill_grace, tree=self.tree)
+            self.proc.wait()
+            if self.result.exit_code is None:
+                self.result.exit_code = self.proc.returncode
+            self._flush_partial_lines()
+            if self.final_text is not None:
+                self.result.final_text = redact(self.final_text)
+            else:
+                self.result.final_text = redact(self.last_text)
+        finally:
+            with self.sup._lock:
+                wake_w, self.sup._wake_w = self.sup._wake_w, None
+            for fd in (self.wake_r, wake_w, self.pidfd):
+                if fd is not None:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            self.sel.close()
+            for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+                if pipe is not None:
+                    try:
+                        pipe.close()
+                    except OSError:
+                        pass
+
+    def _flush_partial_lines(self) -> None:
+        for splitter in list(self.splitters.values()):
+            for line in splitter.finish():
+                self._line(splitter.stream, line)
+        self.splitters.clear()

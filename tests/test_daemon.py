@@ -1,0 +1,307 @@
+"""`loopd run` as a real process: triggers, the lock, schedules, kill -9 and restart, signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import (
+    daemon_log,
+    events,
+    loopd,
+    make_home,
+    make_repo,
+    pid_alive,
+    runs,
+    start_daemon,
+    stop_daemon,
+    wait_for,
+)
+
+BUGGY = {
+    "calc.py": "def add(a, b):\n    return a - b\n",
+    "check.py": "from calc import add\nassert add(2, 3) == 5\n",
+}
+
+
+def agent(script: str) -> str:
+    return (
+        '[agents.fixer]\nadapter = "command"\n'
+        f"command = {json.dumps([sys.executable, '-c', script])}\n"
+    )
+
+
+FIXER = (
+    "import pathlib; p = pathlib.Path('calc.py'); "
+    "p.write_text(p.read_text().replace('a - b', 'a + b'))"
+)
+
+
+def loop_text(repo: Path, **extra: object) -> str:
+    lines = [
+        f'repo = "{repo}"',
+        'task = "Make check.py pass."',
+        'agent = "fixer"',
+        'done_when = ["python3 check.py"]',
+        'attempt_timeout = "120s"',
+        'stall_after = "60s"',
+    ]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in extra.items()]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def daemons():
+    started = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_trigger_wait_runs_through_the_daemon_and_a_second_daemon_is_refused(
+    tmp_path: Path, daemons: list
+) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    home = make_home(tmp_path / "home", agent(FIXER), {"calc": loop_text(repo)})
+    proc = loopd(home, "trigger", "calc", "--wait")
+    assert proc.returncode == 2 and "no daemon runs" in proc.stderr
+    daemon = start_daemon(home)
+    daemons.append(daemon)
+    second = loopd(home, "run", timeout=30)
+    assert second.returncode == 2
+    assert f"pid {daemon.pid}" in second.stderr
+    proc = loopd(home, "trigger", "calc", "--reason", "from a test", "--wait", timeout=90)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + daemon_log(home)
+    run_id = proc.stdout.splitlines()[0]
+    (run,) = runs(home)
+    assert run["id"] == run_id and run["outcome"] == "succeeded"
+    assert run["trigger"]["kind"] == "manual" and run["trigger"]["reason"] == "from a test"
+    status = json.loads(loopd(home, "status", "--json").stdout)
+    assert status["daemon"]["running"] and status["daemon"]["pid"] == daemon.pid
+    assert status["loops"]["calc"]["last_outcome"] == "succeeded"
+    assert stop_daemon(daemon) == 0
+    types = [e["type"] for e in events(home)]
+    assert types[0] == "daemon_started" and types[-1] == "daemon_stopped"
+
+
+def test_a_schedule_runs_and_kill_9_mid_attempt_is_interrupted_and_retried_once(
+    tmp_path: Path, daemons: list
+) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    marker = tmp_path / "agent-pids"
+    # The first agent hangs after leaving a grandchild behind; the retry fixes the code.
+    script = (
+        "import os, pathlib, subprocess, sys, time\n"
+        f"marker = pathlib.Path({str(marker)!r})\n"
+        "if not marker.exists():\n"
+        "    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
+        " start_new_session=True)\n"
+        "    marker.write_text(f'{os.getpid()} {child.pid}')\n"
+        "    time.sleep(600)\n"
+        "p = pathlib.Path('calc.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
+    )
+    home = make_home(
+        tmp_path / "home", agent(script), {"calc": loop_text(repo, schedule=["* * * * *"])}
+    )
+    daemon = start_daemon(home)
+    daemons.append(daemon)
+    wait_for(marker.exists, timeout=75, what="the scheduled run's agent")
+    agent_pid, grandchild = (int(x) for x in marker.read_text().split())
+    (run,) = runs(home)
+    assert run["trigger"]["kind"] == "schedule" and run["phase"] == "running"
+    os.kill(daemon.pid, signal.SIGKILL)
+    daemon.wait()
+    restarted = start_daemon(home)
+    daemons.append(restarted)
+    wait_for(
+        lambda: not pid_alive(agent_pid) and not pid_alive(grandchild),
+        timeout=20,
+        what="the dead daemon's agent processes to be killed",
+    )
+
+    def two_finished() -> list[dict]:
+        found = runs(home)
+        return found if len(found) >= 2 and all(r.get("outcome") for r in found) else []
+
+    first, retry = wait_for(two_finished, timeout=60, what="the interrupted run and its retry")[:2]
+    assert first["outcome"] == "interrupted"
+    assert retry["trigger"]["kind"] == "retry" and retry["trigger"]["retry_of"] == first["id"]
+    assert retry["outcome"] == "succeeded"
+    assert stop_daemon(restarted) == 0
+    # No second retry, and every state file parses.
+    assert sum(r["trigger"]["kind"] == "retry" for r in runs(home)) == 1
+    for path in (home / "state").rglob("*.toml"):
+        tomllib.loads(path.read_text())
+    for line in (home / "state" / "events.jsonl").read_text().splitlines():
+        json.loads(line)
+
+
+def test_sigterm_gives_the_attempt_its_grace_then_the_run_is_interrupted(
+    tmp_path: Path, daemons: list
+) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    started = tmp_path / "started"
+    script = (
+        f"import pathlib, time; pathlib.Path({str(started)!r}).write_text('x'); time.sleep(600)"
+    )
+    home = make_home(
+        tmp_path / "home",
+        agent(script) + f'[limits]\nshutdown_grace = "1s"\nworktrees = "{tmp_path / "wt"}"\n',
+        {"calc": loop_text(repo)},
+    )
+    daemon = start_daemon(home)
+    daemons.append(daemon)
+    assert loopd(home, "trigger", "calc").returncode == 0
+    wait_for(started.exists, timeout=30, what="the agent to start")
+    assert stop_daemon(daemon, timeout=30) == 0
+    (run,) = runs(home)
+    assert run["outcome"] == "interrupted"
+    assert not Path(run["worktree"]).exists()
+
+
+def test_broken_loop_files_are_reported_and_the_others_keep_running(
+    tmp_path: Path, daemons: list
+) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    good = loop_text(repo)
+    home = make_home(
+        tmp_path / "home",
+        agent(FIXER),
+        {
+            "good": good,
+            "syntax": good + "max_attempts = = 3\n",
+            "typo": good + "max_attempt = 3\n",
+            "cron": loop_text(repo, schedule=["61 * * * *"]),
+            "norepo": loop_text(tmp_path / "missing"),
+            "notgit": loop_text(plain),
+        },
+    )
+    check = loopd(home, "check")
+    assert check.returncode == 2
+    out = check.stdout
+    assert "syntax.toml" in out and "TOML syntax error" in out
+    assert "typo.toml: max_attempt: unknown key" in out
+    assert "cron.toml: schedule" in out and "'61' is outside 0-59" in out
+    assert "norepo.toml: repo" in out and "does not exist" in out
+    assert "notgit.toml: repo" in out and "is not a git repository" in out
+    assert "good.toml" not in out
+    assert "1 valid loop(s): good" in out
+    daemon = start_daemon(home)
+    daemons.append(daemon)
+    proc = loopd(home, "trigger", "good", "--wait", timeout=90)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    status = json.loads(loopd(home, "status", "--json").stdout)
+    assert status["loops"]["typo"]["enabled"] is False
+    assert "unknown key" in status["loops"]["typo"]["error"]
+    assert stop_daemon(daemon) == 0
+
+
+def test_triggers_during_a_run_coalesce_into_one_pending_run(tmp_path: Path, daemons: list) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    gate = tmp_path / "gate"
+    script = (
+        "import pathlib, time\n"
+        f"gate = pathlib.Path({str(gate)!r})\n"
+        "while not gate.exists(): time.sleep(0.05)\n"
+        "p = pathlib.Path('calc.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
+    )
+    home = make_home(tmp_path / "home", agent(script), {"calc": loop_text(repo)})
+    daemon = start_daemon(home)
+    daemons.append(daemon)
+    assert loopd(home, "trigger", "calc", "--reason", "first").returncode == 0
+    wait_for(lambda: runs(home), timeout=30, what="the first run")
+    for i in range(10):
+        assert loopd(home, "trigger", "calc", "--reason", f"burst {i}").returncode == 0
+    wait_for(
+        lambda: sum(e["type"] in ("trigger", "trigger_merged") for e in events(home)) >= 11,
+        timeout=30,
+        what="all triggers taken",
+    )
+    gate.write_text("go")
+    done = wait_for(
+        lambda: (
+            [r for r in runs(home) if r.get("outcome")]
+            if len(runs(home)) == 2 and all(r.get("outcome") for r in runs(home))
+            else []
+        ),
+        timeout=60,
+        what="two runs",
+    )
+    first, merged = done
+    assert first["trigger"]["reason"] == "first"
+    reasons = [merged["trigger"]["reason"]] + [m["reason"] for m in merged["trigger"]["merged"]]
+    assert reasons == [f"burst {i}" for i in range(10)]
+    assert sum(e["type"] == "trigger_merged" for e in events(home)) == 9
+    assert stop_daemon(daemon) == 0
+
+
+def test_pause_records_triggers_and_resume_runs_them(tmp_path: Path, daemons: list) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    home = make_home(tmp_path / "home", agent(FIXER), {"calc": loop_text(repo)})
+    daemon = start_daemon(home)
+    daemons.append(daemon)
+    assert loopd(home, "pause", "calc").returncode == 0
+    assert loopd(home, "trigger", "calc", "--reason", "while paused").returncode == 0
+    wait_for(lambda: any(e["type"] == "trigger" for e in events(home)), what="the trigger taken")
+    status = json.loads(loopd(home, "status", "--json").stdout)
+    assert status["loops"]["calc"]["paused"] is True
+    assert runs(home) == []
+    assert loopd(home, "resume", "calc").returncode == 0
+    (run,) = wait_for(
+        lambda: [r for r in runs(home) if r.get("outcome")], timeout=60, what="the run"
+    )
+    assert run["trigger"]["reason"] == "while paused" and run["outcome"] == "succeeded"
+    types = [e["type"] for e in events(home)]
+    assert "loop_paused" in types and "loop_resumed" in types
+    assert stop_daemon(daemon) == 0
+
+
+def test_cancel_stops_a_running_run(tmp_path: Path, daemons: list) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    home = make_home(
+        tmp_path / "home", agent("import time; time.sleep(600)"), {"calc": loop_text(repo)}
+    )
+    daemon = start_daemon(home)
+    daemons.append(daemon)
+    assert loopd(home, "trigger", "calc").returncode == 0
+    (run,) = wait_for(
+        lambda: [r for r in runs(home) if r.get("phase") == "running"], what="a running run"
+    )
+    proc = loopd(home, "cancel", run["id"])
+    assert proc.returncode == 0, proc.stderr
+    (run,) = wait_for(lambda: [r for r in runs(home) if r.get("outcome")], what="the outcome")
+    assert run["outcome"] == "cancelled"
+    assert loopd(home, "cancel", "20990101T000000Z-calc-0000").returncode == 2
+    assert stop_daemon(daemon) == 0
+
+
+def test_sighup_with_a_broken_config_keeps_the_running_one(tmp_path: Path, daemons: list) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    home = make_home(tmp_path / "home", agent(FIXER), {"calc": loop_text(repo)})
+    daemon = start_daemon(home)
+    daemons.append(daemon)
+    config = home / "loopd.toml"
+    config.write_text(config.read_text() + "\n[limits\n")
+    daemon.send_signal(signal.SIGHUP)
+    wait_for(lambda: any(e["type"] == "reload_failed" for e in events(home)), what="reload_failed")
+    assert daemon.poll() is None
+    proc = loopd(home, "trigger", "calc", "--wait", timeout=90)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert stop_daemon(daemon) == 0
+
+
+def test_a_broken_loopd_toml_stops_the_daemon_with_exit_2(tmp_path: Path) -> None:
+    home = make_home(tmp_path / "home", "[verifier]\nbase_url = 3\n")
+    proc = loopd(home, "run", timeout=30)
+    assert proc.returncode == 2
+    assert "loopd.toml: verifier.base_url" in proc.stderr
