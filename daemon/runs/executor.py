@@ -335,6 +335,7 @@ class RunExecutor:
                     profile.env,
                     invocation.env,
                     invocation.home or Path(os.environ.get("HOME", "/")),
+                    withhold=[self.services.config.verifier.api_key_env],
                 )
                 supervisor = Supervisor(
                     adapter, transcript, tree.path, env, on_start=on_start, on_event=on_event
