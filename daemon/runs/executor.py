@@ -84,7 +84,7 @@ class RunExecutor:
         self._lock = threading.Lock()
         self.tree: RunTree | None = None
         self.rules_text = ""
-        self.fired_rules: list[str] = []
+        self.rule_reminders: list[Any] = []
 
     # control from other threads ------------------------------------------------
     def cancel(self) -> None:
@@ -228,7 +228,7 @@ class RunExecutor:
 
         selection = select_rules_for_run(self.services, self.loop, self.run)
         self.rules_text = selection.text
-        self.fired_rules = selection.rule_ids
+        self.rule_reminders = list(selection.reminders)
         self.run.rules_fired = list(selection.rule_ids)
         self._save()
         if selection.refuse:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from daemon.config import Loop
 from daemon.runs.services import RunServices
@@ -19,6 +19,7 @@ class RuleChoice:
 
     text: str = ""
     rule_ids: list[str] = field(default_factory=list)
+    reminders: list[Any] = field(default_factory=list)  # Rule objects, for the prompt
     refuse: str = ""  # id of a matched rule of severity refuse
     escalate: str = ""  # id of a matched rule of severity escalate
 
@@ -73,7 +74,11 @@ def select_rules_for_run(services: RunServices, loop: Loop, run: RunRecord) -> R
         services.clock(),
         run=run.id,
     )
-    choice = RuleChoice(text=render_rules(selection.reminders), rule_ids=list(selection.ids))
+    choice = RuleChoice(
+        text=render_rules(selection.reminders),
+        rule_ids=list(selection.ids),
+        reminders=list(selection.reminders),
+    )
     if selection.refuse:
         choice.refuse = selection.refuse[0].rule.id
     if selection.escalate:
@@ -123,13 +128,21 @@ def learn_from_attempt(executor: RunExecutor, attempt: AttemptRecord, passed: bo
         evidence_text=evidence.render(),
         kind_hint="skill" if passed else None,
     )
-    if passed or result is None or result.decision == "rejected":
+    more_attempts = attempt.n < executor.cfg.max_attempts
+    if passed or not more_attempts or result is None or result.decision == "rejected":
         return None
-    choice = select_rules_for_run(services, executor.loop, run)
-    for rule_id in choice.rule_ids:
-        if rule_id not in run.rules_fired:
-            run.rules_fired.append(rule_id)
-    return choice.text
+    # A verified rule goes into the next attempt's prompt, whether or not its patterns
+    # match this task (the post-mortem writes them for future tasks).
+    rule_id = result.duplicate_of or result.rule.id
+    stored = _library(services).find(rule_id)
+    if stored is None or rule_id in run.rules_fired:
+        return None
+    executor.rule_reminders.append(stored.rule)
+    run.rules_fired.append(rule_id)
+    services.event("rule_fired", loop=run.loop, run=run.id, rule=rule_id, why="learned")
+    from daemon.rules.evaluator import render_rules
+
+    return render_rules(executor.rule_reminders)
 
 
 def after_run(executor: RunExecutor, escalate: bool) -> None:
@@ -140,7 +153,9 @@ def after_run(executor: RunExecutor, escalate: bool) -> None:
     services = executor.services
     run = executor.run
     now = services.clock()
-    if run.rules_fired:
+    # Only runs whose agent worked count for or against their rules: a run refused or
+    # escalated by a rule before any agent, or stopped by a person or a crash, says nothing.
+    if run.rules_fired and run.attempts and run.outcome in ("succeeded", "escalated"):
         from daemon.rules.promotion import record_run
 
         record_run(
