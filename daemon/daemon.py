@@ -561,6 +561,8 @@ class Daemon:
         for watcher in [*self.watchers, *self.change_watchers.values()]:
             watcher.stop()
         self._save_queue()
+        if self.services is not None and self.services.notifications is not None:
+            self.services.notifications.drain(10)
         self.write_status(self.clock(), force=True)
         self.store.events.append("daemon_stopped", self.clock(), pid=os.getpid())
         self.store.lock.release()

@@ -212,7 +212,7 @@ def test_ids_come_from_the_given_factory_and_stay_unique() -> None:
     names = iter(
         ["20260501T090000Z-app-0001", "20260501T090000Z-app-0001", "20260501T090000Z-app-0002"]
     )
-    queue = RunQueue(new_id=lambda loop, now: next(names))
+    queue = RunQueue(new_id=lambda loop, now, bump: next(names))
     policy = config("queue")
     first = queue.offer(trig(n=1), policy, NOW).pending_id
     second = queue.offer(trig(n=2), policy, NOW).pending_id

@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -281,25 +281,21 @@ def _killpg(pgid: int, sig: signal.Signals) -> None:
             pass
 
 
-def kill_tree(
-    root_pid: int, pgid: int, grace: float, *, tree: ProcessTree | None = None
+def _terminate(
+    find: Callable[[dict[int, ProcInfo]], set[int]], pgids: Iterable[int], grace: float, spare: int
 ) -> set[int]:
-    """SIGTERM the group and every process of the tree, SIGKILL what remains after `grace`.
-
-    Reaps every reparented zombie of the tree; the root itself is left to its Popen. Returns
-    the pids that were signalled.
-    """
-    tree = tree if tree is not None else ProcessTree(root=root_pid)
+    """SIGTERM, up to `grace` seconds, SIGKILL; then reap what became our zombies."""
     signalled: set[int] = set()
+    alive: set[int] = set()
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, _KILL_WAIT)):
-        _killpg(pgid, sig)
+        for pgid in pgids:
+            _killpg(pgid, sig)
         deadline = time.monotonic() + wait
         sent: set[int] = set()
         while True:
             table = snapshot()
-            members = tree.find(table)
-            tree.remember(members, table)
-            _reap(members, table, spare=root_pid)
+            members = find(table)
+            _reap(members, table, spare=spare)
             alive = {pid for pid in members if not _gone(table.get(pid))}
             # A process forked during the grace gets the signal too.
             _signal_all(alive - sent, sig, table)
@@ -314,13 +310,31 @@ def kill_tree(
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:
         table = snapshot()
-        members = tree.find(table)
-        zombies = {p for p in members if p != root_pid and table[p].state == "Z"}
-        if not zombies and all(_gone(table.get(p)) for p in members):
+        members = find(table) | {pid for pid in signalled if pid in table}
+        zombies = {pid for pid in members if pid != spare and table[pid].state == "Z"}
+        if not zombies and all(_gone(table.get(pid)) for pid in members):
             break
-        _reap(zombies, table, spare=root_pid)
+        _reap(zombies, table, spare=spare)
         time.sleep(_POLL)
     return signalled
+
+
+def kill_tree(
+    root_pid: int, pgid: int, grace: float, *, tree: ProcessTree | None = None
+) -> set[int]:
+    """SIGTERM the group and every process of the tree, SIGKILL what remains after `grace`.
+
+    Reaps every reparented zombie of the tree; the root itself is left to its Popen. Returns
+    the pids that were signalled.
+    """
+    tree = tree if tree is not None else ProcessTree(root=root_pid)
+
+    def find(table: dict[int, ProcInfo]) -> set[int]:
+        members = tree.find(table)
+        tree.remember(members, table)
+        return members
+
+    return _terminate(find, [pgid], grace, spare=root_pid)
 
 
 def reap_orphans() -> int:
@@ -376,27 +390,11 @@ def kill_leftovers(
         for info in table.values():
             if info.pid in spare or info.tty != 0:
                 continue
-            if started_after is not None and booted + info.start / ticks < started_after - 1:
+            # btime is whole seconds: allow for it.
+            if started_after is not None and booted + info.start / ticks < started_after - 2:
                 continue
             if info.pgid in groups or _inside(process_cwd(info.pid), root):
                 chosen.add(info.pid)
         return (_closure(chosen, table) - spare) if chosen else set()
 
-    signalled: set[int] = set()
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, _KILL_WAIT)):
-        deadline = time.monotonic() + wait
-        sent: set[int] = set()
-        while True:
-            table = snapshot()
-            found = targets(table)
-            _reap(found, table, spare=0)
-            alive = {pid for pid in found if not _gone(table.get(pid))}
-            _signal_all(alive - sent, sig, table)
-            sent |= alive
-            signalled |= alive
-            if not alive or time.monotonic() >= deadline:
-                break
-            time.sleep(_POLL)
-        if not alive:
-            break
-    return signalled
+    return _terminate(targets, [], grace, spare=0)

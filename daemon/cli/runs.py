@@ -85,6 +85,9 @@ def once(args: argparse.Namespace) -> int:
         run = executor.execute()
     finally:
         lock.release()
+        if services.notifications is not None:
+            # Deliveries run in threads; the process must not end under them.
+            services.notifications.drain(20)
     _print_outcome(run)
     return 0 if run.outcome == "succeeded" else 1
 

@@ -54,34 +54,35 @@ _globs = None
 
 
 # ---------------------------------------------------------------------------- repository
-def _git_dir_of_cwd() -> str | None:
-    """The repository's common git folder, found without running git."""
+def _worktree_git_dir() -> str | None:
+    """The git folder of the work tree the hook runs in (per worktree), found without git."""
     env = os.environ.get("GIT_DIR")
     if env:
-        git_dir = os.path.abspath(env)
-    else:
-        git_dir = None
-        here = os.getcwd()
-        while True:
-            dot = os.path.join(here, ".git")
-            if os.path.isdir(dot):
-                git_dir = dot
-                break
-            if os.path.isfile(dot):
-                with open(dot, encoding="utf-8") as fh:
-                    line = fh.readline().strip()
-                if line.startswith("gitdir:"):
-                    git_dir = os.path.join(here, line[len("gitdir:") :].strip())
-                break
-            if os.path.isfile(os.path.join(here, "HEAD")) and os.path.isdir(
-                os.path.join(here, "objects")
-            ):
-                git_dir = here  # a bare repository
-                break
-            parent = os.path.dirname(here)
-            if parent == here:
-                break
-            here = parent
+        return os.path.abspath(env)
+    here = os.getcwd()
+    while True:
+        dot = os.path.join(here, ".git")
+        if os.path.isdir(dot):
+            return dot
+        if os.path.isfile(dot):
+            with open(dot, encoding="utf-8") as fh:
+                line = fh.readline().strip()
+            if line.startswith("gitdir:"):
+                return os.path.join(here, line[len("gitdir:") :].strip())
+            return None
+        if os.path.isfile(os.path.join(here, "HEAD")) and os.path.isdir(
+            os.path.join(here, "objects")
+        ):
+            return here  # a bare repository
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def _git_dir_of_cwd() -> str | None:
+    """The repository's common git folder (shared by its worktrees), found without git."""
+    git_dir = _worktree_git_dir()
     if git_dir is None:
         return None
     common = os.path.join(git_dir, "commondir")
@@ -89,6 +90,23 @@ def _git_dir_of_cwd() -> str | None:
         with open(common, encoding="utf-8") as fh:
             git_dir = os.path.join(git_dir, fh.read().strip())
     return os.path.realpath(git_dir)
+
+
+def _in_run_worktree() -> bool:
+    """Whether git runs in a loopd run's worktree (its HEAD is a `loopd/*` branch).
+
+    Only the agent runs git with hooks there (loopd's own git disables them); a ref it
+    moves is a violation that judging puts back, so it must not start another run.
+    """
+    git_dir = _worktree_git_dir()
+    if git_dir is None:
+        return False
+    try:
+        with open(os.path.join(git_dir, "HEAD"), encoding="utf-8") as fh:
+            head = fh.readline().strip()
+    except OSError:
+        return False
+    return head.startswith("ref: refs/heads/loopd/")
 
 
 def _head_update() -> list[tuple[str, str, str]]:
@@ -211,7 +229,7 @@ def handle(hooks_dir: str, hook: str, args: list[str]) -> list[str]:
         # pushed in does, and post-receive reports it.
         and not (hook == "reference-transaction" and _zero(old))
     ]
-    if not updates:
+    if not updates or _in_run_worktree():
         return []
     here = None
     written = []

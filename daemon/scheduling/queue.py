@@ -8,15 +8,14 @@ for from the first moment. Watchers enqueue from their own threads: every method
 
 from __future__ import annotations
 
-import secrets
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
 from daemon.config import LoopConfig
-from daemon.state.records import RunTrigger, Trigger
+from daemon.state.records import RunTrigger, Trigger, make_run_id
 
 Action = Literal["queued", "merged", "skipped", "dropped_queue_full"]
 _EVENTS: dict[str, str] = {
@@ -25,11 +24,6 @@ _EVENTS: dict[str, str] = {
     "skipped": "trigger_skipped",
     "dropped_queue_full": "trigger_skipped",
 }
-
-
-def make_run_id(loop: str, now: datetime) -> str:
-    """A RUN_ID, `YYYYMMDDTHHMMSSZ-LOOP-xxxx` (UTC, sortable)."""
-    return f"{now.astimezone(UTC).strftime('%Y%m%dT%H%M%SZ')}-{loop}-{secrets.token_hex(2)}"
 
 
 @dataclass
@@ -77,7 +71,7 @@ class Decision:
 class RunQueue:
     """Pending runs per loop, the active run of each loop, and the concurrency limit."""
 
-    def __init__(self, new_id: Callable[[str, datetime], str] = make_run_id) -> None:
+    def __init__(self, new_id: Callable[[str, datetime, int], str] = make_run_id) -> None:
         self._new_id = new_id
         self._pending: dict[str, list[PendingRun]] = {}
         self._active: dict[str, str] = {}  # loop -> RUN_ID ("" when not known)
@@ -212,7 +206,9 @@ class RunQueue:
         self._changed.notify_all()
 
     def _unique_id(self, loop: str, now: datetime) -> str:
+        bump = 0
         while True:
-            run_id = self._new_id(loop, now)
+            run_id = self._new_id(loop, now, bump)
             if run_id not in self._order and run_id not in self._active.values():
                 return run_id
+            bump += 1

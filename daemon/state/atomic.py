@@ -1,4 +1,4 @@
-"""Atomic file writes: temporary file, fsync, rename, fsync of the folder; 0600 files, 0700 folders."""
+"""Atomic writes: temporary file, fsync, rename, fsync of the folder; 0600 files, 0700 folders."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import secrets
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -11,6 +12,18 @@ TriggerKind = Literal["schedule", "push", "change", "manual", "catch-up", "retry
 Outcome = Literal["succeeded", "escalated", "refused", "interrupted", "cancelled", "error"]
 Phase = Literal["idle", "queued", "preparing", "running", "judging", "learning", "paused"]
 OUTCOMES: tuple[str, ...] = Outcome.__args__  # type: ignore[attr-defined]
+
+
+def make_run_id(loop: str, now: datetime, bump: int = 0) -> str:
+    """`YYYYMMDDTHHMMSSZ-LOOP-xxxx`: xxxx is the fraction of the second, so ids sort by time.
+
+    `bump` steps past an id already taken at the same instant.
+    """
+    utc = now.astimezone(UTC)
+    tick = int(utc.microsecond * 65536 / 1_000_000) + bump
+    if tick > 0xFFFF:
+        tick = secrets.randbelow(0x10000)
+    return f"{utc:%Y%m%dT%H%M%SZ}-{loop}-{tick:04x}"
 
 
 class Record(BaseModel):

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.events import EventLog
 from daemon.state.lock import HomeLock
-from daemon.state.records import RunRecord, StatusFile, Trigger
+from daemon.state.records import RunRecord, StatusFile, Trigger, make_run_id
 
 
 def _strip_none(value: Any) -> Any:
@@ -71,12 +71,13 @@ class StateStore:
 
     # runs ----------------------------------------------------------------
     def new_run_id(self, loop: str, now: datetime) -> str:
-        stamp = now.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+        bump = 0
         while True:
-            run_id = f"{stamp}-{loop}-{secrets.token_hex(2)}"
+            run_id = make_run_id(loop, now, bump)
             if not self.run_dir(run_id).exists():
                 ensure_dir(self.run_dir(run_id))
                 return run_id
+            bump += 1
 
     def save_run(self, run: RunRecord) -> None:
         write_atomic(self.run_dir(run.id) / "run.toml", dump_toml(run))
