@@ -81,16 +81,16 @@ def start_daemon(home: Path, env: dict[str, str] | None = None) -> subprocess.Po
     full_env = dict(os.environ)
     full_env.pop("LOOPD_HOME", None)
     full_env.update(env or {})
-    log = open(home / "daemon.log", "a")  # noqa: SIM115 - the daemon's lifetime
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon.cli.main", "--home", str(home), "run"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=full_env,
-        cwd=ROOT,
-        text=True,
-    )
+    with open(home / "daemon.log", "a") as log:  # the child keeps its own copy
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "daemon.cli.main", "--home", str(home), "run"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            cwd=ROOT,
+            text=True,
+        )
     status = home / "state" / "status.toml"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

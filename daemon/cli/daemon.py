@@ -43,7 +43,7 @@ def _status_data(home: Any) -> dict[str, Any]:
             "version": status.daemon.version,
             "started": status.daemon.started,
             "heartbeat": status.daemon.heartbeat,
-            "warnings": status.daemon.warnings + loaded.warnings,
+            "warnings": list(dict.fromkeys(status.daemon.warnings + loaded.warnings)),
         },
         "loops": {},
         "errors": [str(e) for e in loaded.errors],

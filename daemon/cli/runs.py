@@ -63,6 +63,9 @@ def once(args: argparse.Namespace) -> int:
     set_child_subreaper()
     services = RunServices(home=home, config=loaded.daemon, store=store)
     services.notifications = _notifications(loaded, store)
+    for warning in loaded.warnings:
+        print(f"loopd: warning: {warning}", file=sys.stderr)
+        services.event("config_warning", message=warning)
     now = utc_now()
     trigger = Trigger(loop=loop.name, kind="manual", reason=args.reason or "loopd once", ts=now)
     services.event("trigger", loop=loop.name, kind="manual", reason=trigger.reason, via="once")

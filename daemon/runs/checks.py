@@ -113,7 +113,7 @@ def run_check(command: str, cwd: Path, timeout: float, env: Mapping[str, str]) -
             pass
     text = out[-OUTPUT_CAP:].decode("utf-8", "replace")
     return CheckResult(
-        command=command,
+        command=redact(command),
         exit_code=None if timed_out else proc.returncode,
         seconds=time.monotonic() - started,
         timed_out=timed_out,

@@ -80,6 +80,7 @@ class RunExecutor:
         self.store = services.store
         self._cancelled = threading.Event()
         self._interrupted = threading.Event()
+        self._wakeup = threading.Event()  # ends a wait (judging backoff) on cancel or interrupt
         self._supervisor: Any = None
         self._lock = threading.Lock()
         self.tree: RunTree | None = None
@@ -90,6 +91,7 @@ class RunExecutor:
     def cancel(self) -> None:
         """Stop the run now; its outcome is `cancelled`."""
         self._cancelled.set()
+        self._wakeup.set()
         with self._lock:
             if self._supervisor is not None:
                 self._supervisor.stop(0, "cancelled")
@@ -97,6 +99,7 @@ class RunExecutor:
     def interrupt(self, grace: float) -> None:
         """Daemon shutdown: let the running attempt finish within `grace`, then kill it."""
         self._interrupted.set()
+        self._wakeup.set()
         with self._lock:
             if self._supervisor is not None:
                 self._supervisor.stop(grace, "shutdown")

@@ -129,7 +129,7 @@ def _ask_critic(executor: RunExecutor, attempt, checks, violations) -> Judgement
                 )
                 return None
             executor._check_stop()
-            if executor._interrupted.wait(delay) or executor._cancelled.is_set():
+            if executor._wakeup.wait(delay):
                 executor._check_stop()
             delay = min(delay * 2, BACKOFF_MAX)
     passed = checks.passed and not violations and verdict.score >= executor.cfg.critic_threshold
