@@ -182,7 +182,7 @@ class Daemon:
 
     # recovery ----------------------------------------------------------------
     def _recover(self, now: datetime) -> None:
-        """Runs a dead loopd left: judging resumes; mid-attempt becomes interrupted, retried once."""
+        """Runs a dead loopd left: judging resumes; a run mid-attempt is interrupted, retried."""
         from daemon.agents.processes import kill_leftovers
         from daemon.runs.executor import finish_interrupted
 

@@ -1,4 +1,4 @@
-"""Durations (`800ms`, `30s`, `5m`, `2h`, `1d`) and sizes (`100KB`, `50MB`) as configuration writes them."""
+"""Durations (`800ms`, `30s`, `2h`, `1d`) and sizes (`100KB`, `50MB`) as configuration has them."""
 
 from __future__ import annotations
 

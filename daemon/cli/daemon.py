@@ -25,7 +25,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"loopd: configuration error, not starting:\n{exc}", file=sys.stderr)
         return 2
     except LockHeld as exc:
-        raise CommandError(f"{exc}; stop it first (kill {exc.pid})" if exc.pid else str(exc))
+        message = f"{exc}; stop it first (kill {exc.pid})" if exc.pid else str(exc)
+        raise CommandError(message) from None
 
 
 def _status_data(home: Any) -> dict[str, Any]:

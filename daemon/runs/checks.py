@@ -1,4 +1,4 @@
-"""Checks: the loop's `done_when` commands, run by loopd in the run's tree after the agent is gone."""
+"""Checks: the loop's `done_when` commands, run by loopd in the run's tree after the agent."""
 
 from __future__ import annotations
 
