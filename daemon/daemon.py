@@ -286,6 +286,16 @@ class Daemon:
                     "trigger_skipped", now, loop=loop.name, why="branch not in on_push", **fields
                 )
                 return
+        if (
+            trigger.kind == "push"
+            and loop.config.isolation == "in-place"
+            and loop.name in (self.workers)
+        ):
+            # An in-place run commits on the watched branch itself; that is not a new push.
+            self.store.events.append(
+                "trigger_skipped", now, loop=loop.name, why="the loop's own in-place run", **fields
+            )
+            return
         if trigger.kind in ("schedule", "catch-up") and has_open_escalation(
             self.store, loop.name, loop.config.task
         ):

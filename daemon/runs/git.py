@@ -72,8 +72,9 @@ class Git:
     def __init__(self, cwd: Path) -> None:
         self.cwd = Path(cwd)
 
-    def _filter_overrides(self) -> list[str]:
-        # Filter drivers are named by the repository; neutralize each but git-lfs.
+    def _program_overrides(self) -> list[str]:
+        """`-c` options that switch off the filter drivers and diff programs the repo names."""
+        # One `git config` read serves both: it runs before every command, so it is kept cheap.
         proc = subprocess.run(
             [
                 "git",
@@ -81,7 +82,7 @@ class Git:
                 "core.fsmonitor=false",
                 "config",
                 "--get-regexp",
-                r"^filter\..*\.(clean|smudge|process)$",
+                r"^(filter\..*\.(clean|smudge|process)|diff\..*\.(textconv|command))$",
             ],
             cwd=self.cwd,
             capture_output=True,
@@ -89,48 +90,30 @@ class Git:
             env=git_environment(),
             stdin=subprocess.DEVNULL,
         )
-        names = set()
+        filters: set[str] = set()
+        args: list[str] = []
         for line in proc.stdout.splitlines():
             key, _, value = line.partition(" ")
-            name = key.split(".", 1)[1].rsplit(".", 1)[0]
+            section, _, rest = key.partition(".")
+            if section == "diff":
+                args += ["-c", f"{key}="]
+                continue
+            name = rest.rsplit(".", 1)[0]
             # git-lfs is kept only when it really is git-lfs: an agent can set filter.lfs.*.
             if name == "lfs" and value.strip().startswith(("git-lfs ", "git lfs ")):
                 continue
-            names.add(name)
-        args: list[str] = []
-        for name in sorted(names):
+            filters.add(name)
+        for name in sorted(filters):
             for part in ("clean", "smudge", "process"):
                 args += ["-c", f"filter.{name}.{part}="]
             args += ["-c", f"filter.{name}.required=false"]
-        return args
-
-    def _textconv_overrides(self) -> list[str]:
-        proc = subprocess.run(
-            [
-                "git",
-                "-c",
-                "core.fsmonitor=false",
-                "config",
-                "--name-only",
-                "--get-regexp",
-                r"^diff\..*\.(textconv|command)$",
-            ],
-            cwd=self.cwd,
-            capture_output=True,
-            text=True,
-            env=git_environment(),
-            stdin=subprocess.DEVNULL,
-        )
-        args: list[str] = []
-        for key in proc.stdout.split():
-            args += ["-c", f"{key}="]
         return args
 
     def argv(self, args: Sequence[str]) -> list[str]:
         out = ["git"]
         for item in _SAFE_CONFIG:
             out += ["-c", item]
-        out += self._filter_overrides() + self._textconv_overrides()
+        out += self._program_overrides()
         return out + list(args)
 
     def run(

@@ -18,13 +18,34 @@ BACKOFF_START = 5.0
 BACKOFF_MAX = 300.0
 
 
+def _moved_by_someone_else(repo_git: Git, ref: str, own_branch: str) -> bool:
+    """A ref now at a commit the run's branch does not hold: a person's commit or push.
+
+    The agent can only point refs at what its tree holds (its own commits or their
+    ancestors); a person's new commits on `main` during the run are not in the run's branch,
+    and putting `main` back would undo their work.
+    """
+    now = repo_git.out("rev-parse", "-q", "--verify", f"{ref}^{{commit}}", check=False)
+    if not now:
+        return False
+    ancestor = repo_git.run(
+        "merge-base", "--is-ancestor", now, f"refs/heads/{own_branch}", check=False
+    )
+    return ancestor.returncode == 1
+
+
 def ref_violations(executor: RunExecutor) -> list[str]:
     """Refs other than the run's own branch that moved during the attempt; they are put back."""
     tree = executor.tree
     assert tree is not None
     repo_git = Git(tree.repo)
     # check_refs leaves out refs/heads/loopd/*: other runs make and prune their branches.
-    moved = check_refs(repo_git, executor.run.refs_before, tree.branch)
+    moved = []
+    for ref in check_refs(repo_git, executor.run.refs_before, tree.branch):
+        if _moved_by_someone_else(repo_git, ref, tree.branch):
+            executor._event("ref_moved_outside_run", ref=ref)
+            continue
+        moved.append(ref)
     if not moved:
         return []
     now_refs = repo_git.refs()
