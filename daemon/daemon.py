@@ -62,7 +62,6 @@ class Daemon:
         self.change_watchers: dict[str, Any] = {}
         self._status_written: datetime | None = None
         self._status_cache: str = ""
-        self._wedged = False
 
     # configuration -----------------------------------------------------------
     @property
@@ -200,7 +199,10 @@ class Daemon:
                 continue  # `loopd once` is running it
             loop = self.loops.get(run.loop)
             grace = 5.0
-            kill_leftovers(run.agent_pids, _path(run.worktree), grace)
+            started = run.attempts[-1].started.timestamp() if run.attempts else None
+            # Only processes started since the attempt began: an in-place tree is the user's
+            # repository, where an editor's helpers may be working.
+            kill_leftovers(run.agent_pids, _path(run.worktree), grace, started_after=started)
             if loop is None:
                 self.store.events.append(
                     "run_orphaned", now, loop=run.loop, run=run.id, why="loop no longer valid"
@@ -339,6 +341,8 @@ class Daemon:
     # the tick ------------------------------------------------------------------
     def tick(self, now: datetime) -> None:
         """Take due work: inbox, cron, file changes, cancels; start ready runs; write status."""
+        from daemon.agents.processes import reap_orphans
+
         assert self.store is not None
         for trigger in self.store.take_triggers():
             self.offer(trigger, now)
@@ -355,6 +359,7 @@ class Daemon:
                 break
         self._cancel_queued(now)
         self._housekeeping(now)
+        reap_orphans()
         self._reap()
         if not self.flags.stop.is_set():
             self._start_ready(now)
@@ -534,11 +539,15 @@ class Daemon:
     # health, reload, stop -----------------------------------------------------
     def healthy(self) -> bool:
         """Scheduler, watchers and run workers alive: the systemd watchdog is fed only then."""
-        if self._wedged:
-            return False
+        import time
+
         if any(not w.alive() for w in self.watchers):
             return False
-        return all(w.thread.is_alive() or w.executor is None for w in self.workers.values())
+        now = time.monotonic()
+        for worker in self.workers.values():
+            if worker.executor is not None and worker.executor.wedged(now):
+                return False
+        return True
 
     def reload(self, now: datetime) -> str:
         """SIGHUP: read the configuration again; a broken one keeps the running configuration."""

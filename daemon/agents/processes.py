@@ -7,11 +7,12 @@ process belongs to an agent's tree when any of these holds:
   (`ProcessTree.refresh` samples the tree while the agent runs; pid and start time);
 - it is in the agent's session or process group;
 - it is a direct child of loopd (reparented) that is not in loopd's own session, not a
-  claimed process (`claim`), not another tree's root, member or session, and that started
-  after the agent's root; when other agents run at the same time, its cwd must also be in
-  this agent's tree.
-loopd's own helpers (git, the checks) either stay in loopd's session or are claimed, so
-they are never mistaken for an agent's escaped descendant.
+  claimed process (`claim`), not another tree's root, member or session, that started
+  after the agent's root and whose cwd is inside the agent's tree.
+An escaped process that left the tree's folder before a sample saw it (a daemon that
+double-forks and chdirs to / within `SAMPLE_EVERY`) is not found; loopd's own children
+(git, checks, notifications), which sit in loopd's session, in another tree, or are
+claimed, are never mistaken for an agent's.
 
 Zombies are reaped with waitpid on their own pids only: waitpid(-1) would steal the exit
 status of children that subprocess.Popen objects in other threads are waiting for.
@@ -244,7 +245,9 @@ class ProcessTree:
                 or info.start < self.root_start
             ):
                 continue
-            if others and (self.cwd is None or not _inside(process_cwd(info.pid), str(self.cwd))):
+            # loopd's own children (checks, notifications) may also sit in their own session;
+            # an escaped agent process is told apart by working in the agent's tree.
+            if self.cwd is None or not _inside(process_cwd(info.pid), str(self.cwd)):
                 continue
             roots.add(info.pid)
         found = _closure(roots, table)

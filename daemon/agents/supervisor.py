@@ -49,7 +49,7 @@ READ_CHUNK = 1 << 16
 REPEAT_LIMIT = 3
 TOOL_CALLS_KEPT = 500  # the result keeps the first calls; `tool_call_count` counts all
 ARGUMENTS_KEPT = 4096  # characters of a call's JSON arguments kept in the result
-SAMPLE_EVERY = 1.0  # seconds between samples of the process tree (escapes are found later)
+SAMPLE_EVERY = 0.5  # seconds between samples of the process tree (about 2 ms each)
 DRAIN_AFTER_EXIT = 2.0  # seconds to read what is left in the pipes once the tree is gone
 _EXIT_POLL = 0.1  # where pidfd_open is missing
 
@@ -267,7 +267,13 @@ class Supervisor:
             return result
 
         result.pid = proc.pid
-        run = _Run(self, proc, tree, invocation, result, timeout, stall_after)
+        try:
+            run = _Run(self, proc, tree, invocation, result, timeout, stall_after)
+        except BaseException:
+            kill_tree(proc.pid, proc.pid, self.kill_grace, tree=tree)
+            proc.wait()
+            tree.unregister()
+            raise
         try:
             self.transcript.write_loopd(
                 self.clock(),

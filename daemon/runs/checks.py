@@ -89,16 +89,30 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 def run_check(command: str, cwd: Path, timeout: float, env: Mapping[str, str]) -> CheckResult:
     """Run one `done_when` command with /bin/sh -c in its own process group."""
+    from daemon.agents.processes import claim, release, spawning
+
     started = time.monotonic()
-    proc = subprocess.Popen(
-        ["/bin/sh", "-c", command],
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        env=dict(env),
-    )
+    # Claimed, so that a concurrent attempt's sweep for escaped processes leaves it alone.
+    with spawning():
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(env),
+        )
+        claim(proc.pid)
+    try:
+        return _finish_check(proc, command, started, timeout)
+    finally:
+        release(proc.pid)
+
+
+def _finish_check(
+    proc: subprocess.Popen[bytes], command: str, started: float, timeout: float
+) -> CheckResult:
     timed_out = False
     try:
         out, _ = proc.communicate(timeout=timeout)

@@ -29,6 +29,8 @@ from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.records import AttemptRecord, RunRecord, StallRecord
 
+WEDGE_MARGIN = 600.0  # seconds beyond the longest step before a silent worker counts as stuck
+
 
 class RunStopped(Exception):
     """The run was cancelled or the daemon is shutting down."""
@@ -80,7 +82,8 @@ class RunExecutor:
         self.store = services.store
         self._cancelled = threading.Event()
         self._interrupted = threading.Event()
-        self._wakeup = threading.Event()  # ends a wait (judging backoff) on cancel or interrupt
+        self._wakeup = threading.Event()
+        self.progress_at = time.monotonic()  # ends a wait (judging backoff) on cancel or interrupt
         self._supervisor: Any = None
         self._lock = threading.Lock()
         self.tree: RunTree | None = None
@@ -116,7 +119,18 @@ class RunExecutor:
         self.services.event(type, loop=self.loop.name, run=self.run.id, **fields)
 
     def _save(self) -> None:
+        self.progress_at = time.monotonic()
         self.store.save_run(self.run)
+
+    def wedged(self, now_monotonic: float) -> bool:
+        """No progress for longer than any step of a run may take: the worker is stuck."""
+        cfg = self.cfg
+        longest = max(
+            cfg.attempt_timeout.total_seconds(),
+            cfg.check_timeout.total_seconds() * (len(cfg.done_when) + 1),
+            cfg.stall_after.total_seconds(),
+        )
+        return now_monotonic - self.progress_at > longest + WEDGE_MARGIN
 
     def _check_stop(self) -> None:
         if self._cancelled.is_set() or self.store.cancel_requested(self.run.id):
@@ -322,6 +336,7 @@ class RunExecutor:
         session_tokens = [0]
 
         def on_event(event: Any) -> None:
+            self.progress_at = time.monotonic()
             # Only for the live budget; the run's count comes from each session's result.
             if event.type == "usage":
                 session_tokens[0] += event.input_tokens + event.output_tokens
@@ -402,7 +417,8 @@ class RunExecutor:
                     break
                 attempt.stalls.append(StallRecord(kind=stall, at=self._now(), detail=detail[:500]))
                 self._event("stall", attempt=n, kind=stall, detail=detail[:500])
-                transcript.write_loopd(self._now(), "stall", kind=stall, detail=detail[:500])
+                if result.stall is None:  # the supervisor writes the stalls it detects
+                    transcript.write_loopd(self._now(), "stall", kind=stall, detail=detail[:500])
                 self._save()
                 if attempt.nudges >= cfg.max_nudges or time.monotonic() >= deadline:
                     break

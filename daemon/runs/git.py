@@ -27,6 +27,7 @@ _SAFE_CONFIG = (
     "core.sshCommand=false",
     "credential.helper=",
     "protocol.ext.allow=never",
+    "gc.autoDetach=false",
 )
 # Variables that would point git at another repository or config than the one we name.
 _DROPPED_ENV = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -150,6 +151,7 @@ def _ask_critic(executor: RunExecutor, attempt, checks, violations) -> Judgement
                 )
                 return None
             executor._check_stop()
+            executor.progress_at = time.monotonic()
             if executor._wakeup.wait(delay):
                 executor._check_stop()
             delay = min(delay * 2, BACKOFF_MAX)
