@@ -67,14 +67,18 @@ _AWS_SECRET_NAMED = re.compile(
 # A bare 40-character base64 run: only a secret next to an access key id (checked in code).
 _BASE64_40 = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 
-_GITHUB = re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,255}|\bgh[pousr]_[A-Za-z0-9]{36,255}\b")
-_ANTHROPIC = re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{20,}")
-_SLACK = re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}")
+# A token starts a word, or follows an escape such as `\n` in a quoted string or JSON.
+_START = r"(?:(?<![A-Za-z0-9_])|(?<=\\[nrt]))"
+_GITHUB = re.compile(
+    _START + r"github_pat_[A-Za-z0-9_]{22,255}|" + _START + r"gh[pousr]_[A-Za-z0-9]{36,255}\b"
+)
+_ANTHROPIC = re.compile(_START + r"sk-ant-[A-Za-z0-9_\-]{20,}")
+_SLACK = re.compile(_START + r"xox[abposr]-[A-Za-z0-9\-]{10,}")
 _SLACK_WEBHOOK = re.compile(
     r"https://hooks\.slack\.com/(?:services|workflows)/[A-Za-z0-9/_\-]{20,}"
 )
 # OpenAI keys: `sk-`, `sk-proj-`, `sk-svcacct-`, `sk-admin-`; random, so letters and digits.
-_OPENAI = re.compile(r"\bsk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}")
+_OPENAI = re.compile(_START + r"sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}")
 _URL_PASSWORD = re.compile(
     r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s:/@\"'<>]{1,200}:)([^\s@/\"'<>]{3,200})(@)"
 )

@@ -188,3 +188,51 @@ def test_once_on_unknown_and_broken_loops_exits_2(tmp_path: Path) -> None:
     proc = loopd(home, "once", "broken")
     assert proc.returncode == 2
     assert "colour" in proc.stderr and "unknown key" in proc.stderr
+
+
+def test_secrets_an_agent_prints_never_reach_state(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    aws = "AKIA" + "Q3EXAMPLE7KEYXYZ"
+    github = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    pem_body = "MIIEowIBAAKCAQEA7bq98Xyz" + "Q" * 40
+    script = (
+        f"print('key {aws}'); print('token {github}');"
+        "print('-----BEGIN RSA PRIVATE KEY-----');"
+        f"print('{pem_body}');"
+        "print('-----END RSA PRIVATE KEY-----');"
+        f"open('leak.txt', 'w').write('{aws}\\n{github}\\n')"
+    )
+    home = make_home(
+        tmp_path / "home", agent_config(script), {"calc": loop_file(repo, max_attempts=1)}
+    )
+    proc = loopd(home, "once", "calc")
+    assert proc.returncode == 1
+    texts = [
+        p.read_text(errors="replace") for p in (home / "state").rglob("*") if p.is_file()
+    ]
+    assert any("REDACTED" in t for t in texts)
+    for secret in (aws, github, pem_body):
+        assert not any(secret in t for t in texts), secret
+
+
+def test_an_agent_that_leaves_a_grandchild_and_hangs_is_killed_with_it(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    pids = tmp_path / "pids"
+    script = (
+        "import os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
+        " start_new_session=True)\n"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+        "time.sleep(600)\n"
+    )
+    home = make_home(
+        tmp_path / "home",
+        agent_config(script),
+        {"calc": loop_file(repo, max_attempts=1).replace('"60s"', '"3s"')},
+    )
+    proc = loopd(home, "once", "calc", timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run = read_run(home, proc.stdout.splitlines()[0])
+    assert run["attempts"][0]["timed_out"] is True
+    for pid in (int(p) for p in pids.read_text().split()):
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
