@@ -473,3 +473,23 @@ def test_a_git_lock_left_by_the_stopped_agent_does_not_lose_the_attempt(
     assert outcome.events("run_error") == [], outcome.run["reason"]
     assert outcome.run["outcome"] == "escalated"  # the checks fail; the attempt was judged
     assert outcome.attempt["checks_passed"] is False
+
+
+def test_a_run_over_max_tokens_is_stopped_and_escalated(
+    tmp_path: Path, model_server: ScriptedModelServer
+) -> None:
+    def decide(turn: Turn) -> Spec:
+        if turn.answered == "call_fix_1":
+            return "Fixed add() in calc.py."
+        if turn.answered == "call_read_1":
+            return write_fix(turn, "call_fix_1")
+        return read_calc(turn, "call_read_1")
+
+    model_server.script(agent_script(decide))
+    outcome = run_loop(tmp_path, model_server, max_tokens=10, max_attempts=3)
+    assert outcome.exit_code == 1, outcome.explain()
+    assert outcome.run["outcome"] == "escalated"
+    assert outcome.run["reason"].startswith("token budget exceeded")
+    assert outcome.run["tokens"] > 10
+    assert len(outcome.run["attempts"]) == 1  # stopped, not tried again
+    assert (outcome.home / "state" / "escalations" / f"{outcome.run_id}.md").is_file()
