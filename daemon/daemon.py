@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -634,6 +635,18 @@ def run_daemon(home: Home) -> int:
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGHUP, on_reload)
     daemon.start(utc_now())
+    enabled = sorted(n for n, loop in daemon.loops.items() if loop.config.enabled)
+    print(
+        f"loopd {package.__version__} running for {home.root} (pid {os.getpid()}): "
+        f"{len(enabled)} enabled loop(s){': ' + ', '.join(enabled) if enabled else ''}; "
+        "Ctrl-C or SIGTERM stops it",
+        flush=True,
+    )
+    assert daemon.loaded is not None
+    for error in daemon.loaded.errors:
+        print(f"loopd: loop disabled: {error}", file=sys.stderr, flush=True)
+    for warning in daemon.loaded.warnings:
+        print(f"loopd: warning: {warning}", file=sys.stderr, flush=True)
     # Agents must not inherit the socket: it would let them speak for loopd.
     notifier = SystemdNotifier.from_env(unset_environment=True)
     if notifier:
@@ -676,8 +689,10 @@ def run_daemon(home: Home) -> int:
         notifier.stopping()
     stopper = threading.Thread(target=daemon.stop, args=(utc_now(),), daemon=True)
     stopper.start()
+    print("loopd: stopping; running attempts get their shutdown grace", flush=True)
     while stopper.is_alive():
         stopper.join(timeout=0.2)
         if flags.stops > 1:
             daemon.shutdown_now()
+    print("loopd: stopped", flush=True)
     return 0
