@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +39,7 @@ from daemon.agents.base import AgentAdapter, AgentEvent, Invocation
 from daemon.agents.environment import is_forbidden
 from daemon.agents.processes import ProcessTree, kill_tree, set_child_subreaper, spawning
 from daemon.agents.transcript import Transcript, redact_value
+from daemon.clock import utc_now
 from daemon.redact import redact
 from daemon.state.atomic import ensure_dir
 
@@ -52,10 +53,6 @@ ARGUMENTS_KEPT = 4096  # characters of a call's JSON arguments kept in the resul
 SAMPLE_EVERY = 0.5  # seconds between samples of the process tree (about 2 ms each)
 DRAIN_AFTER_EXIT = 2.0  # seconds to read what is left in the pipes once the tree is gone
 _EXIT_POLL = 0.1  # where pidfd_open is missing
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass

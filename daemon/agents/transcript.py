@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.agents.base import AgentEvent
+from daemon.clock import utc_now
 from daemon.redact import PRIVATE_KEY_MARK, Redactor, redact
 from daemon.state.atomic import open_private
 
@@ -151,7 +152,7 @@ class Transcript:
             self._closed = True
             try:
                 if self.dropped_lines:
-                    now = self._last_now or datetime.now(UTC)
+                    now = self._last_now or utc_now()
                     marker = {
                         "ts": timestamp(now),
                         "stream": "loopd",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 from daemon.cli.common import CommandError, command, console, home_of, print_json
 from daemon.cli.runs import daemon_pid, valid_loop
+from daemon.clock import utc_now
 
 
 def run(args: argparse.Namespace) -> int:
@@ -140,9 +140,7 @@ def _set_paused(args: argparse.Namespace, paused: bool) -> int:
     was = loop.name in store.paused_loops()
     store.set_paused(loop.name, paused)
     if was != paused:
-        store.events.append(
-            "loop_paused" if paused else "loop_resumed", datetime.now(UTC), loop=loop.name
-        )
+        store.events.append("loop_paused" if paused else "loop_resumed", utc_now(), loop=loop.name)
     state = "paused" if paused else "resumed"
     note = " (triggers are recorded and run after `loopd resume`)" if paused else ""
     print(f"{loop.name} {state}{note}")

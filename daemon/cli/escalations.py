@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
 from daemon.cli.common import (
@@ -15,6 +15,7 @@ from daemon.cli.common import (
     home_of,
     print_json,
 )
+from daemon.clock import utc_now
 
 
 def _store(args: argparse.Namespace):  # noqa: ANN202 - StateStore
@@ -80,7 +81,7 @@ def resolve_escalation_cmd(args: argparse.Namespace) -> int:
     from daemon.people.escalation import AlreadyResolved, EscalationNotFound, resolve
 
     store = _store(args)
-    now = datetime.now(UTC)
+    now = utc_now()
     try:
         trigger = resolve(store, args.run_id, now, note=args.note or "", retry=args.retry)
     except EscalationNotFound:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime
 from typing import Any
 
 from daemon.cli.common import CommandError, command, console, home_of, print_json
+from daemon.clock import utc_now
 
 
 def report_cmd(args: argparse.Namespace) -> int:
@@ -19,7 +19,7 @@ def report_cmd(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CommandError(f"--since: {exc}") from None
     store = home_of(args).state()
-    now = datetime.now(UTC)
+    now = utc_now()
     report = build_report(store, now - window, now)
     write_report(store, report)
     if args.json:

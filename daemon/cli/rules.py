@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from daemon.cli.common import CommandError, add_home_and_json, command, home_of, print_json
+from daemon.clock import utc_now
 
 STATUS_CHOICES = ("trial", "active", "rejected", "retired")
 
@@ -127,7 +127,7 @@ def match_cmd(args: argparse.Namespace) -> int:
         client,
         cfg,
         None,
-        datetime.now(UTC),
+        utc_now(),
         cache=cache,
     )
     _warn(library)
@@ -173,7 +173,7 @@ def verify_cmd(args: argparse.Namespace) -> int:
             client,
             cfg,
             store.events if store else None,
-            datetime.now(UTC),
+            utc_now(),
             state_root=home.state_dir,
             use_model=not args.no_model,
             write=not args.dry_run,
@@ -202,7 +202,7 @@ def promote_cmd(args: argparse.Namespace) -> int:
     """Make a rule active; --severity refuse|escalate is a person's decision alone."""
     home, library = _library(args)
     stored = _get(library, args.id)
-    now = datetime.now(UTC)
+    now = utc_now()
     events = home.state().events
     update = {"severity": args.severity} if args.severity else None
     if stored.status != "active":
@@ -237,9 +237,7 @@ def retire_cmd(args: argparse.Namespace) -> int:
     if stored.status == "retired":
         print(f"{stored.rule.id} is already retired")
         return 0
-    library.move(
-        stored.rule.id, "retired", home.state().events, datetime.now(UTC), reason=args.reason
-    )
+    library.move(stored.rule.id, "retired", home.state().events, utc_now(), reason=args.reason)
     print(f"{stored.rule.id}: {stored.status} -> retired")
     return 0
 

@@ -6,10 +6,11 @@ import argparse
 import signal
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from daemon.cli.common import CommandError, command, console, home_of, print_json
+from daemon.clock import utc_now
 from daemon.config import LoadedConfig, Loop
 from daemon.home import Home
 
@@ -138,7 +139,7 @@ def trigger(args: argparse.Namespace) -> int:
             f"no daemon runs for {home.root}; start it with `loopd --home {home.root} run`, "
             f"or run the loop in the foreground with `loopd once {name}`"
         )
-    now = datetime.now(UTC)
+    now = utc_now()
     trig = Trigger(loop=name, kind="manual", reason=args.reason or "loopd trigger", ts=now)
     path = store.put_trigger(trig)
     if not args.wait:

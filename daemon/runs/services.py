@@ -5,17 +5,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from daemon.clock import utc_now
 from daemon.config import DaemonConfig
 from daemon.home import Home
 from daemon.state.store import StateStore
-
-
-def utc_now() -> datetime:
-    """The one real clock; everything else takes `now` or a clock from here."""
-    return datetime.now(UTC)
 
 
 @dataclass

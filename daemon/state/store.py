@@ -14,6 +14,7 @@ from typing import Any
 import tomli_w
 from pydantic import BaseModel, ValidationError
 
+from daemon.clock import utc_now
 from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.events import EventLog
 from daemon.state.lock import HomeLock
@@ -200,7 +201,7 @@ class StateStore:
                 os.replace(path, bad / name)
                 self.events.append(
                     "trigger_rejected",
-                    datetime.now(UTC),
+                    utc_now(),
                     file=f"inbox/bad/{name}",
                     reason=str(exc).splitlines()[0],
                 )

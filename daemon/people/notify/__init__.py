@@ -5,10 +5,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from daemon.clock import utc_now
 from daemon.config import NotifyConfig
 from daemon.people.notify.base import Notifier, NotifyError
 from daemon.people.notify.command import CommandNotifier
@@ -65,7 +66,7 @@ class Notifications:
         config: NotifyConfig,
         events: EventLog,
         notifiers: list[Notifier] | None = None,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.events = events
         self.notifiers = notifiers if notifiers is not None else notifiers_from_config(config)
