@@ -126,6 +126,28 @@ def tree_rss_kb(pid: int) -> tuple[int, dict[str, int]]:
     return total, detail
 
 
+def inotify_watches(pid: int) -> tuple[int, int]:
+    """(inotify instances, watches) the daemon holds: proof that the watchers are live."""
+    instances = watches = 0
+    try:
+        fds = os.listdir(f"/proc/{pid}/fdinfo")
+    except FileNotFoundError:
+        return 0, 0
+    for fd in fds:
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as fh:
+                lines = [line for line in fh if line.startswith("inotify wd:")]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        try:
+            is_inotify = os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:inotify"
+        except OSError:
+            is_inotify = False
+        instances += is_inotify
+        watches += len(lines)
+    return instances, watches
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loops", type=int, default=20)
@@ -174,6 +196,7 @@ def main() -> int:
             time.sleep(1.0)
         t1, c1 = time.monotonic(), tree_ticks(daemon.pid)
         final_rss, detail = tree_rss_kb(daemon.pid)
+        instances, watches = inotify_watches(daemon.pid)
         rss_samples.append(final_rss)
         cpu = (c1 - c0) / TICKS / (t1 - t0) * 100
 
@@ -201,6 +224,7 @@ def main() -> int:
             f"  CPU   {cpu:.2f}% of one core over {t1 - t0:.1f} s "
             f"({c1 - c0} ticks at {TICKS}/s, daemon and children)"
         )
+        print(f"  inotify: {instances} instances, {watches} watches")
         print(f"  events: {json.dumps(kinds, sort_keys=True)}")
         if log.strip():
             print("  daemon.log (last lines):")

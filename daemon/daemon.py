@@ -376,27 +376,31 @@ class Daemon:
             return
         self._pruned_at = now
         repos = {name: loop.config.repo_path for name, loop in self.loops.items()}
-        try:
-            prune(
-                self.store,
-                repos,
-                self.loaded.daemon.limits.retain_days,
-                now,
-                keep={w.run_id for w in self.workers.values()},
-                rules_dir=self.home.rules_dir,
-            )
-        except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
-            self._event("prune_failed", error=str(exc)[:500])
-        try:
-            from daemon.rules.promotion import retire_stale
-            from daemon.runs.learning import _library
+        keep = {w.run_id for w in self.workers.values()}
+        retain_days = self.loaded.daemon.limits.retain_days
+        store, services, rules_dir = self.store, self.services, self.home.rules_dir
 
-            assert self.services is not None
-            retire_stale(
-                _library(self.services), self.store.events, now, state_root=self.store.root
-            )
-        except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
-            self._event("retire_failed", error=str(exc)[:500])
+        def housekeeping() -> None:
+            # In its own thread: a first prune of thousands of runs takes many seconds,
+            # and the tick must keep taking triggers and signals meanwhile.
+            try:
+                prune(store, repos, retain_days, now, keep=keep, rules_dir=rules_dir)
+            except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
+                self._event("prune_failed", error=str(exc)[:500])
+            try:
+                from daemon.rules.promotion import retire_stale
+                from daemon.runs.learning import _library
+
+                assert services is not None
+                retire_stale(_library(services), store.events, now, state_root=store.root)
+            except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
+                self._event("retire_failed", error=str(exc)[:500])
+
+        thread = getattr(self, "_housekeeper", None)
+        if thread is not None and thread.is_alive():
+            return
+        self._housekeeper = threading.Thread(target=housekeeping, name="housekeeping", daemon=True)
+        self._housekeeper.start()
 
     def _cancel_queued(self, now: datetime) -> None:
         assert self.store is not None

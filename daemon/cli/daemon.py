@@ -50,6 +50,7 @@ def _status_data(home: Any) -> dict[str, Any]:
         "errors": [str(e) for e in loaded.errors],
     }
     paused = store.paused_loops()
+    newest = store.last_run_ids()
     names = set(loaded.loops) | (set(status.loops) if pid else set())
     for name in sorted(names):
         entry = status.loops.get(name)
@@ -57,11 +58,13 @@ def _status_data(home: Any) -> dict[str, Any]:
         if name in loaded.loops:
             info.setdefault("enabled", loaded.loops[name].config.enabled)
             info.setdefault("phase", "paused" if name in paused else "idle")
-            if not info.get("last_run"):
-                last = next(iter(store.iter_runs(name)), None)
-                if last is not None:
-                    info["last_run"] = last.id
-                    info["last_outcome"] = last.outcome or last.phase
+            if not info.get("last_run") and name in newest:
+                try:
+                    last = store.load_run(newest[name])
+                except Exception:  # noqa: BLE001 - a run being written: shown next time
+                    continue
+                info["last_run"] = last.id
+                info["last_outcome"] = last.outcome or last.phase
         info["paused"] = name in paused
         data["loops"][name] = info
     return data

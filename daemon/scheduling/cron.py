@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from apscheduler.triggers.base import BaseTrigger
-from apscheduler.triggers.combining import OrTrigger
-from apscheduler.triggers.cron import CronTrigger
+if TYPE_CHECKING:  # APScheduler is imported where triggers are built: `loopd check` needs none
+    from apscheduler.triggers.base import BaseTrigger
 
 _NAMES = {
     "month": ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"],
@@ -130,6 +130,9 @@ class CronExpression:
         )
 
     def trigger(self, timezone: tzinfo) -> BaseTrigger:
+        from apscheduler.triggers.combining import OrTrigger
+        from apscheduler.triggers.cron import CronTrigger
+
         """The APScheduler trigger that fires exactly when this expression does."""
 
         def join(values: tuple[int, ...]) -> str:

@@ -98,6 +98,13 @@ class StateStore:
             ids = [i for i in ids if i[17:].rsplit("-", 1)[0] == loop]
         return ids
 
+    def last_run_ids(self) -> dict[str, str]:
+        """The newest run id of each loop, from one listing of `runs/`."""
+        newest: dict[str, str] = {}
+        for run_id in reversed(self.run_ids()):
+            newest.setdefault(run_id[17:].rsplit("-", 1)[0], run_id)
+        return newest
+
     def iter_runs(self, loop: str | None = None, newest_first: bool = True) -> Iterator[RunRecord]:
         ids = self.run_ids(loop)
         for run_id in reversed(ids) if newest_first else ids:
