@@ -207,9 +207,7 @@ def test_secrets_an_agent_prints_never_reach_state(tmp_path: Path) -> None:
     )
     proc = loopd(home, "once", "calc")
     assert proc.returncode == 1
-    texts = [
-        p.read_text(errors="replace") for p in (home / "state").rglob("*") if p.is_file()
-    ]
+    texts = [p.read_text(errors="replace") for p in (home / "state").rglob("*") if p.is_file()]
     assert any("REDACTED" in t for t in texts)
     for secret in (aws, github, pem_body):
         assert not any(secret in t for t in texts), secret

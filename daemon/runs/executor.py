@@ -378,6 +378,8 @@ class RunExecutor:
                     attempt.summary = redact(result.final_text)[-20000:]
                 session_tokens[0] = 0
                 run.tokens += result.input_tokens + result.output_tokens
+                run.cost_usd = round(run.cost_usd + result.cost_usd, 6)
+                attempt.cost_usd = round(attempt.cost_usd + result.cost_usd, 6)
                 self._save()
                 if result.error:
                     start_error = result.error

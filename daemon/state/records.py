@@ -94,6 +94,7 @@ class AttemptRecord(Record):
     judged: bool = False  # scored by the critic model
     violations: list[str] = []  # protected paths changed, refs moved
     tokens: int = 0
+    cost_usd: float = 0.0  # where the agent reports it
     timed_out: bool = False
     summary: str = ""  # the agent's final text, kept for the critic
     session_id: str = ""
@@ -114,6 +115,7 @@ class RunRecord(Record):
     reason: str = ""
     branch: str = ""
     tokens: int = 0
+    cost_usd: float = 0.0  # summed from the agents' usage reports, where they give one
     rules_fired: list[str] = []
     attempts: list[AttemptRecord] = []
     phase: Phase = "preparing"

@@ -1,0 +1,132 @@
+"""The state store: atomic private files, the event log's repair and rotation, the home lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from daemon.state.events import EventLog
+from daemon.state.lock import HomeLock, LockHeld
+from daemon.state.records import (
+    AttemptRecord,
+    RunRecord,
+    RunTrigger,
+    StatusFile,
+    Trigger,
+    make_run_id,
+)
+from daemon.state.store import StateStore
+
+NOW = datetime(2026, 11, 29, 2, 14, 0, 250000, tzinfo=UTC)
+
+
+def test_run_records_round_trip_with_the_design_keys(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state")
+    run_id = store.new_run_id("review", NOW)
+    assert run_id.startswith("20261129T021400Z-review-")
+    run = RunRecord(
+        id=run_id,
+        loop="review",
+        task="t",
+        trigger=RunTrigger(kind="push", ref="refs/heads/main", ts=NOW),
+        started=NOW,
+        attempts=[AttemptRecord(n=1, started=NOW, score=8, verdict="ok")],
+    )
+    store.save_run(run)
+    path = store.run_dir(run_id) / "run.toml"
+    text = path.read_text()
+    for key in ("id", "loop", "task", "started", "branch", "tokens", "rules_fired"):
+        assert f"\n{key} = " in f"\n{text}"
+    assert "[trigger]" in text and "[[attempts]]" in text
+    assert store.load_run(run_id) == run
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert store.run_dir(run_id).stat().st_mode & 0o777 == 0o700
+    assert not [p for p in store.run_dir(run_id).iterdir() if p.name.endswith(".tmp")]
+
+
+def test_run_ids_sort_by_time_within_a_second() -> None:
+    early = make_run_id("a", NOW)
+    later = make_run_id("a", NOW.replace(microsecond=900000))
+    assert early < later
+    assert make_run_id("a", NOW, bump=1) > early
+
+
+def test_a_torn_last_event_line_is_repaired_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    log = EventLog(path)
+    log.append("trigger", NOW, loop="a", kind="manual")
+    with path.open("ab") as fh:
+        fh.write(b'{"ts": "2026-11-29T02:14:00Z", "type": "run_sta')
+    log = EventLog(path)
+    log.append("run_started", NOW, loop="a")
+    lines = path.read_text().splitlines()
+    assert [json.loads(line)["type"] for line in lines] == ["trigger", "run_started"]
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_event_log_rotates_past_its_size(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    log = EventLog(path, rotate_bytes=2000)
+    for i in range(100):
+        log.append("tick", NOW, n=i)
+    rotated = sorted(tmp_path.glob("events-*.jsonl"))
+    assert rotated, "no rotation happened"
+    numbers = []
+    for file in [*rotated, path]:
+        numbers += [json.loads(line)["n"] for line in file.read_text().splitlines()]
+    assert sorted(numbers) == list(range(100))
+    assert all(f.stat().st_size <= 2000 + 200 for f in rotated)
+
+
+def test_the_inbox_takes_valid_triggers_and_sets_bad_files_aside(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state")
+    store.put_trigger(Trigger(loop="a", kind="manual", reason="x", ts=NOW))
+    (store.inbox_dir / "zz-bad.json").write_text("{not json")
+    (taken,) = store.take_triggers()
+    assert taken.loop == "a" and taken.reason == "x" and taken.id.endswith(".json")
+    assert (store.inbox_dir / "bad" / "zz-bad.json").exists()
+    assert store.take_triggers() == []
+    assert any(e["type"] == "trigger_rejected" for e in store.events.read())
+
+
+def test_status_file_round_trips(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state")
+    status = StatusFile()
+    status.daemon.pid = 42
+    status.daemon.started = NOW
+    store.save_status(status)
+    assert store.load_status().daemon.pid == 42
+    assert store.status_path.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_lock_names_its_holder_and_is_not_inherited(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "loopd.lock"
+    lock = HomeLock(path)
+    lock.acquire()
+    try:
+        with pytest.raises(LockHeld) as info:
+            HomeLock(path).acquire()
+        assert info.value.pid == os.getpid()
+        assert str(os.getpid()) in str(info.value)
+        # A child process (an agent) does not hold the lock's descriptor.
+        child = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import os; print(' '.join(os.readlink(f'/proc/self/fd/{f}')"
+                " for f in os.listdir('/proc/self/fd') if os.path.exists(f'/proc/self/fd/{f}')))",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert str(path) not in child.stdout
+    finally:
+        lock.release()
+    HomeLock(path).acquire()
