@@ -403,15 +403,33 @@ class Daemon:
         self._housekeeper.start()
 
     def _cancel_queued(self, now: datetime) -> None:
-        assert self.store is not None
+        """`loopd cancel` of a run still in the queue: it ends as `cancelled` without starting."""
+        from daemon.runs.executor import new_run
+
+        assert self.store is not None and self.services is not None
         for pending in list(self.queue.pending()):
-            if self.store.cancel_requested(pending.id):
-                self.queue.cancel_pending(pending.loop, pending.id)
-                self.store.clear_cancel(pending.id)
-                self.store.events.append(
-                    "run_cancelled_queued", now, loop=pending.loop, run=pending.id
-                )
-                self._save_queue()
+            if not self.store.cancel_requested(pending.id):
+                continue
+            self.queue.cancel_pending(pending.loop, pending.id)
+            self.store.clear_cancel(pending.id)
+            loop = self.loops.get(pending.loop)
+            if loop is not None:
+                run = new_run(self.services, loop, pending)
+                run.outcome = "cancelled"
+                run.reason = "cancelled while queued"
+                run.finished = now
+                run.phase = "idle"
+                self.store.save_run(run)
+                self.store.unmark_live(run.id)
+            self.store.events.append(
+                "run_finished",
+                now,
+                loop=pending.loop,
+                run=pending.id,
+                outcome="cancelled",
+                reason="cancelled while queued",
+            )
+            self._save_queue()
 
     def _busy_loops(self) -> set[str]:
         assert self.store is not None

@@ -305,3 +305,39 @@ def test_a_broken_loopd_toml_stops_the_daemon_with_exit_2(tmp_path: Path) -> Non
     proc = loopd(home, "run", timeout=30)
     assert proc.returncode == 2
     assert "loopd.toml: verifier.base_url" in proc.stderr
+
+
+def test_cancel_of_a_queued_run_ends_it_without_starting(tmp_path: Path, daemons: list) -> None:
+    import tomllib
+
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    home = make_home(tmp_path / "home", agent(FIXER), {"calc": loop_text(repo)})
+    daemon = start_daemon(home)
+    daemons.append(daemon)
+    assert loopd(home, "pause", "calc").returncode == 0
+    assert loopd(home, "trigger", "calc").returncode == 0
+    queue = home / "state" / "queue.toml"
+    pending = wait_for(
+        lambda: queue.exists() and tomllib.loads(queue.read_text()).get("pending"),
+        what="the queued run",
+    )
+    run_id = pending[0]["id"]
+    proc = loopd(home, "cancel", run_id)
+    assert proc.returncode == 0, proc.stderr
+    (run,) = wait_for(lambda: runs(home), what="the cancelled run's record")
+    assert run["id"] == run_id and run["outcome"] == "cancelled" and run["attempts"] == []
+    assert loopd(home, "resume", "calc").returncode == 0
+    assert stop_daemon(daemon) == 0
+    assert len(runs(home)) == 1
+
+
+def test_once_refuses_while_the_daemon_runs_the_loop(tmp_path: Path, daemons: list) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    home = make_home(tmp_path / "home", agent(FIXER), {"calc": loop_text(repo)})
+    daemon = start_daemon(home)
+    daemons.append(daemon)
+    proc = loopd(home, "once", "calc")
+    assert proc.returncode == 2
+    assert f"pid {daemon.pid}" in proc.stderr and "loopd trigger calc --wait" in proc.stderr
+    assert runs(home) == []
+    assert stop_daemon(daemon) == 0

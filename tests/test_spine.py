@@ -234,3 +234,19 @@ def test_an_agent_that_leaves_a_grandchild_and_hangs_is_killed_with_it(tmp_path:
     assert run["attempts"][0]["timed_out"] is True
     for pid in (int(p) for p in pids.read_text().split()):
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+
+
+def test_an_agent_that_cannot_start_is_escalated_at_once(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    home = make_home(
+        tmp_path / "home",
+        '[agents.fixer]\nadapter = "command"\ncommand = ["/nonexistent/agent"]\n',
+        {"calc": loop_file(repo)},
+    )
+    proc = loopd(home, "once", "calc")
+    assert proc.returncode == 1
+    run = read_run(home, proc.stdout.splitlines()[0])
+    assert run["outcome"] == "escalated"
+    assert run["reason"].startswith("agent failed to start")
+    assert len(run["attempts"]) == 1
+    assert (home / "state" / "escalations" / f"{run['id']}.md").is_file()

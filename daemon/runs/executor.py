@@ -24,7 +24,14 @@ from daemon.runs.git import Git, GitError
 from daemon.runs.guards import snapshot_refs
 from daemon.runs.prompt import PromptParts, build_prompt, fenced
 from daemon.runs.services import RunServices
-from daemon.runs.tree import RunTree, TreeError, prepare_tree, remove_tree, reopen_tree
+from daemon.runs.tree import (
+    RunTree,
+    TreeError,
+    branch_name,
+    prepare_tree,
+    remove_tree,
+    reopen_tree,
+)
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.records import AttemptRecord, RunRecord, StallRecord
@@ -608,6 +615,12 @@ def execute_run(services: RunServices, loop: Loop, run: RunRecord) -> RunRecord:
 def finish_interrupted(services: RunServices, loop: Loop, run: RunRecord, reason: str) -> RunRecord:
     """End a run that a dead loopd left mid-attempt: commit what is there, outcome interrupted."""
     executor = RunExecutor(services, loop, run)
+    if not run.worktree and run.isolation == "worktree":
+        # Killed between making the worktree and recording it: it is at its usual place.
+        guess = services.config.limits.worktrees_path / loop.name / run.id
+        if guess.exists():
+            run.worktree = str(guess)
+            run.branch = run.branch or branch_name(loop.name, run.id)
     if run.worktree and Path(run.worktree).exists():
         executor.tree = RunTree(
             path=Path(run.worktree),
