@@ -92,7 +92,7 @@ def install_cmd(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "hooks",
-        help="git hooks that trigger on_push loops",
+        help="Git hooks that trigger on_push loops.",
         description="Git hooks that turn commits and pushes into triggers for on_push loops.",
     )
     add_home_and_json(parser, json_flag=False)

@@ -12,6 +12,19 @@ import daemon.cli
 from daemon.cli.common import CommandError
 
 
+# The order `loopd --help` lists the command groups in: a new user's path through them.
+GROUP_ORDER = {
+    "home": 0,
+    "runs": 1,
+    "daemon": 2,
+    "hooks": 3,
+    "rules": 4,
+    "escalations": 5,
+    "report": 6,
+    "systemd": 7,
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="loopd",
@@ -20,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"loopd {daemon.__version__}")
     parser.add_argument("--home", help="the home folder (default: $LOOPD_HOME, else the cwd)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(daemon.cli.__path__), key=lambda i: i.name):
+    modules = pkgutil.iter_modules(daemon.cli.__path__)
+    for info in sorted(modules, key=lambda i: (GROUP_ORDER.get(i.name, 99), i.name)):
         if info.name in {"main", "common"} or info.name.startswith("_"):
             continue
         module = importlib.import_module(f"daemon.cli.{info.name}")
