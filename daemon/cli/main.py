@@ -11,7 +11,6 @@ import daemon
 import daemon.cli
 from daemon.cli.common import CommandError
 
-
 # The order `loopd --help` lists the command groups in: a new user's path through them.
 GROUP_ORDER = {
     "home": 0,
