@@ -341,3 +341,32 @@ def test_once_refuses_while_the_daemon_runs_the_loop(tmp_path: Path, daemons: li
     assert f"pid {daemon.pid}" in proc.stderr and "loopd trigger calc --wait" in proc.stderr
     assert runs(home) == []
     assert stop_daemon(daemon) == 0
+
+
+def test_status_watch_redraws_as_state_changes(tmp_path: Path, daemons: list) -> None:
+    import subprocess
+
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    home = make_home(tmp_path / "home", agent(FIXER), {"calc": loop_text(repo)})
+    daemon = start_daemon(home)
+    daemons.append(daemon)
+    out = tmp_path / "watch.out"
+    with out.open("w") as fh:
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "daemon.cli.main", "--home", str(home), "status", "--watch"],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+    try:
+        wait_for(lambda: "idle" in out.read_text(), what="the first frame")
+        assert "succeeded" not in out.read_text()
+        assert loopd(home, "trigger", "calc", "--wait", timeout=90).returncode == 0
+        wait_for(lambda: "succeeded" in out.read_text(), what="a frame with the outcome")
+        watch.send_signal(signal.SIGINT)
+        assert watch.wait(timeout=30) == 0
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+    assert out.read_text().count("running, pid") >= 2  # more than one frame
+    assert stop_daemon(daemon) == 0

@@ -117,22 +117,38 @@ def status(args: argparse.Namespace) -> int:
         return 0
     from rich.live import Live
 
+    out = console()
     status_file = home.state_dir / "status.toml"
     seen: tuple[float, int] | None = None
-    with Live(_render_status(_status_data(home)), console=console(), screen=False) as live:
+
+    def changed() -> bool:
+        nonlocal seen
         try:
+            st = status_file.stat()
+            mark = (st.st_mtime, st.st_size)
+        except FileNotFoundError:
+            mark = (0.0, 0)
+        if mark == seen:
+            return False
+        seen = mark
+        return True
+
+    try:
+        if not out.is_terminal:
+            # Piped into a file or another program: one frame per change, appended.
+            while True:
+                if changed():
+                    out.print(_render_status(_status_data(home)))
+                    out.file.flush()
+                time.sleep(0.5)
+        with Live(_render_status(_status_data(home)), console=out, screen=False) as live:
+            changed()
             while True:
                 time.sleep(0.5)
-                try:
-                    st = status_file.stat()
-                    mark = (st.st_mtime, st.st_size)
-                except FileNotFoundError:
-                    mark = (0.0, 0)
-                if mark != seen:
-                    seen = mark
+                if changed():
                     live.update(_render_status(_status_data(home)))
-        except KeyboardInterrupt:
-            return 0
+    except KeyboardInterrupt:
+        return 0
 
 
 def _set_paused(args: argparse.Namespace, paused: bool) -> int:
