@@ -170,6 +170,7 @@ class Loop:
     name: str
     path: Path
     config: LoopConfig
+    notes: list[str] = field(default_factory=list)  # problems that do not disable it
 
 
 @dataclass
@@ -306,6 +307,14 @@ def load_loop(path: Path, daemon: DaemonConfig) -> tuple[Loop | None, list[Confi
         repo = path.parent.parent / repo
     config = config.model_copy(update={"repo": str(repo.resolve())})
     errors = check_loop(path.stem, path, config, daemon)
+    if not config.enabled:
+        # A disabled loop may point at a repository that is not there yet (the example does);
+        # `loopd once` on it fails with the same message when it matters.
+        problems = [e for e in errors if e.key != "repo"]
+        if not problems:
+            loop = Loop(name=path.stem, path=path, config=config)
+            loop.notes = [f"{e} (the loop is disabled)" for e in errors]
+            return loop, []
     if errors:
         return None, errors
     return Loop(name=path.stem, path=path, config=config), []
@@ -322,6 +331,15 @@ def load_home(home: Path) -> LoadedConfig:
         loaded.errors.extend(loop_errors)
         if loop is not None:
             loaded.loops[loop.name] = loop
+            loaded.warnings.extend(loop.notes)
+    if not loaded.daemon.verifier.configured:
+        for loop in loaded.loops.values():
+            if loop.config.enabled and loop.config.critic == "on":
+                loaded.warnings.append(
+                    f'loop {loop.name!r}: critic = "on" but loopd.toml has no [verifier] '
+                    "base_url, so attempts are judged by their checks alone; configure "
+                    '[verifier] or set critic = "off" in the loop file'
+                )
     if loaded.daemon.verifier.configured:
         for loop in loaded.loops.values():
             profile = loaded.daemon.profile(loop.config.agent)

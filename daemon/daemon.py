@@ -183,8 +183,7 @@ class Daemon:
     # recovery ----------------------------------------------------------------
     def _recover(self, now: datetime) -> None:
         """Runs a dead loopd left: judging resumes; a run mid-attempt is interrupted, retried."""
-        from daemon.agents.processes import kill_leftovers
-        from daemon.runs.executor import finish_interrupted
+        from daemon.runs.executor import finish_interrupted, kill_run_leftovers
 
         assert self.store is not None and self.services is not None
         for run_id in self.store.live_runs():
@@ -199,11 +198,7 @@ class Daemon:
             if self.store.loop_lock(run.loop).is_held():
                 continue  # `loopd once` is running it
             loop = self.loops.get(run.loop)
-            grace = 5.0
-            started = run.attempts[-1].started.timestamp() if run.attempts else None
-            # Only processes started since the attempt began: an in-place tree is the user's
-            # repository, where an editor's helpers may be working.
-            kill_leftovers(run.agent_pids, _path(run.worktree), grace, started_after=started)
+            kill_run_leftovers(run)
             if loop is None:
                 self.store.events.append(
                     "run_orphaned", now, loop=run.loop, run=run.id, why="loop no longer valid"
@@ -215,7 +210,7 @@ class Daemon:
                 self.store.save_run(run)
                 self.store.unmark_live(run.id)
                 continue
-            if run.phase == "judging" and run.attempts and run.attempts[-1].finished:
+            if run.phase in ("judging", "learning") and run.attempts and run.attempts[-1].finished:
                 self.store.events.append(
                     "run_recovered", now, loop=run.loop, run=run.id, to="judging"
                 )
@@ -282,7 +277,7 @@ class Daemon:
             why = "unknown or broken loop" if loop is None else "loop disabled"
             self.store.events.append("trigger_skipped", now, loop=trigger.loop, why=why, **fields)
             return
-        if trigger.kind == "push" and loop.config.on_push:
+        if trigger.kind == "push":
             branch = trigger.ref.removeprefix("refs/heads/")
             if not any(wildmatch(g, branch) for g in loop.config.on_push):
                 self.store.events.append(
@@ -491,6 +486,8 @@ class Daemon:
         for name, worker in list(self.workers.items()):
             if not worker.thread.is_alive():
                 worker.thread.join()
+                if worker.executor is not None and worker.executor.run.outcome:
+                    self.note_finished(name, worker.run_id, worker.executor.run.outcome)
                 del self.workers[name]
                 self.queue.finished(name)
 
@@ -514,7 +511,7 @@ class Daemon:
             worker = self.workers.get(name)
             run = worker.executor.run if worker and worker.executor else None
             phase = run.phase if run else ("paused" if name in paused else "idle")
-            if not run and self.queue.pending_count(name):
+            if not run and self.queue.pending_count(name) and name not in paused:
                 phase = "queued"
             status.loops[name] = LoopStatus(
                 phase=phase,
@@ -582,6 +579,7 @@ class Daemon:
             return f"reload failed, keeping the running configuration: {exc}"
         self.loaded = loaded
         self.services.config = loaded.daemon
+        self.services.notifications = self._notifications()
         self._report_config(loaded, now)
         self.timer.update(self._scheduled_loops(), now)
         self._start_change_watchers()
@@ -600,6 +598,19 @@ class Daemon:
                 worker.executor.interrupt(grace)
         for worker in self.workers.values():
             worker.thread.join(timeout=grace + 30)
+        for worker in self.workers.values():
+            run = worker.executor.run if worker.executor else None
+            if run is not None and run.outcome == "interrupted" and run.trigger.kind != "retry":
+                # Picked up from the inbox by the next start, like a restart after a crash.
+                self.store.put_trigger(
+                    Trigger(
+                        loop=run.loop,
+                        kind="retry",
+                        reason=f"retry of run {run.id}, interrupted by a stop",
+                        retry_of=run.id,
+                        ts=self.clock(),
+                    )
+                )
         for watcher in [*self.watchers, *self.change_watchers.values()]:
             watcher.stop()
         self._save_queue()
@@ -616,7 +627,7 @@ class Daemon:
                 worker.executor.interrupt(0)
 
 
-def _report_failure(home: Home, exc: BaseException) -> None:
+def report_failure(home: Home, exc: BaseException) -> None:
     """loopd cannot start: tell the person through [notify], if it can be read."""
     try:
         from daemon.people.notify import Notifications
@@ -629,12 +640,6 @@ def _report_failure(home: Home, exc: BaseException) -> None:
         )
     except Exception:  # noqa: BLE001 - the original error is what matters
         pass
-
-
-def _path(text: str):  # noqa: ANN202 - Path | None
-    from pathlib import Path
-
-    return Path(text) if text else None
 
 
 def run_daemon(home: Home) -> int:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from typing import Any
 
 MARK = "[REDACTED:{}]"
 PRIVATE_KEY_MARK = "[REDACTED:private-key]"
@@ -231,3 +232,22 @@ class Redactor:
         if opened:
             self.in_private_key = self.touched = True
         return prefix + out
+
+
+_SECRET_NAME_WORDS = ("key", "token", "secret", "passw", "credential")
+
+
+def redact_value(value: Any, name: str = "") -> Any:
+    """`value` with every string in it redacted; a dict key that names a secret counts."""
+    if isinstance(value, str):
+        if name and any(word in name.lower() for word in _SECRET_NAME_WORDS):
+            # The value alone may not look like a secret; with its name it does.
+            joined = redact(f"{name}={value}")
+            if joined.startswith(f"{name}="):
+                return joined[len(name) + 1 :]
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: redact_value(item, str(key)) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_value(item) for item in value]
+    return value

@@ -630,3 +630,199 @@ def test_real_qwen_session_tool_call_usage_and_resume(tmp_path: Path) -> None:
             assert final_text(second) == "Added nothing else; the fix is complete."
         finally:
             server.shutdown()
+
+
+# --- codex and opencode: lines recorded from the real CLIs (see tests/data/streams/README.md) --
+
+REAL = {"codex.real": "codex", "opencode.real": "opencode"}
+REAL_FINAL = "Done: the shell said hello and hello.txt is written."
+EXPECTED.update(
+    {
+        "codex.real": {
+            "session": "01a22668-a85e-7c70-bd81-6b6fe8f68222",
+            "final": REAL_FINAL,
+            "usage": (2400, 60, 0.0),  # two model calls of 1200 in, 30 out
+        },
+        "opencode.real": {
+            "session": "ses_dd9958231ffeJqviD6SsMbQDbX",
+            "final": REAL_FINAL,
+            "usage": (3 * 1200, 3 * 30, 0.0),
+        },
+    }
+)
+
+
+@pytest.fixture(params=sorted(REAL))
+def real_recorded(request: pytest.FixtureRequest) -> tuple[str, AgentAdapter, list[AgentEvent]]:
+    adapter = make(REAL[request.param])
+    return request.param, adapter, parse_all(adapter, stream_lines(request.param))
+
+
+def test_real_recordings_pass_the_shared_suite(real_recorded: tuple) -> None:
+    for check in (
+        test_structured_stream_is_declared_truthfully,
+        test_session_id_found,
+        test_tool_calls_and_results_paired_by_call_id,
+        test_final_text_found,
+        test_usage_summed,
+    ):
+        check(real_recorded)
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [*sorted(REAL), "codex-resume.real", "codex-noroute.real"]
+    + ["opencode-resume.real", "opencode-denied.real", "opencode-error.real"],
+)
+def test_real_recordings_keep_every_line(stream: str) -> None:
+    adapter = make(stream.split(".")[0].split("-")[0])
+    lines = stream_lines(stream)
+    for line in lines[:-1]:
+        assert adapter.parse_line(line), f"{stream} dropped the line {line[:80]!r}"
+    assert [(e.type, e.text) for e in adapter.parse_line(lines[-1])] == [("raw", GARBAGE)]
+
+
+def test_real_codex_warnings_are_not_errors() -> None:
+    # Every run on a model codex has no metadata for starts with such a warning item.
+    events = parse_all(make("codex"), stream_lines("codex.real"))
+    assert "Model metadata for `test-model` not found" in stream_lines("codex.real")[1]
+    assert [event for event in events if event.type == "error"] == []
+
+
+def test_real_codex_without_a_responses_route_fails_after_its_retries() -> None:
+    events = parse_all(make("codex"), stream_lines("codex-noroute.real"))
+    errors = {event.text for event in events if event.type == "error"}
+    assert errors == {
+        "unexpected status 404 Not Found: no route for POST /v1/responses, "
+        "url: http://127.0.0.1:18431/v1/responses"
+    }  # the five "Reconnecting... n/5" notices before it are not errors
+    finals = [event for event in events if event.type == "final"]
+    assert len(finals) == 1 and finals[0].is_error
+
+
+def test_real_codex_resume_reports_only_the_new_turn() -> None:
+    # turn.completed carries the thread's running total: 4800 after the resumed turn.
+    adapter = make("codex")
+    first = parse_all(adapter, stream_lines("codex.real"))
+    second = parse_all(adapter, stream_lines("codex-resume.real"))
+    sessions = {event.session_id for event in first + second if event.type == "session"}
+    assert sessions == {EXPECTED["codex.real"]["session"]}
+    usage = [(e.input_tokens, e.output_tokens) for e in second if e.type == "usage"]
+    assert usage == [(2400, 60)]
+    assert final_text(second) == REAL_FINAL
+    fresh = parse_all(make("codex"), stream_lines("codex-resume.real"))
+    assert [e.input_tokens for e in fresh if e.type == "usage"] == [4800]  # earlier turns again
+
+
+def test_real_opencode_resume_keeps_the_session() -> None:
+    events = parse_all(make("opencode"), stream_lines("opencode-resume.real"))
+    assert {e.session_id for e in events if e.type == "session"} == {
+        EXPECTED["opencode.real"]["session"]
+    }
+    assert final_text(events) == REAL_FINAL
+
+
+def test_real_opencode_denied_edit_is_marked() -> None:
+    # permission.edit = "ask": opencode run rejects the request itself and the session ends.
+    events = parse_all(make("opencode"), stream_lines("opencode-denied.real"))
+    denied = [event for event in events if event.type == "tool_result" and event.denied]
+    assert [(event.tool, event.is_error) for event in denied] == [("write", True)]
+    assert permission_denied(events)
+    assert not permission_denied(parse_all(make("opencode"), stream_lines("opencode.real")))
+    assert [event for event in events if event.type == "final"] == []
+
+
+def test_real_opencode_endpoint_error_is_an_error() -> None:
+    events = parse_all(make("opencode"), stream_lines("opencode-error.real"))
+    assert [event.text for event in events if event.type == "error"] == ["Not Found"]
+
+
+def test_opencode_names_new_sessions_itself() -> None:
+    adapter = make("opencode", model="m", base_url=LOCAL)
+    first = adapter.invocation(PROMPT).argv
+    assert first[first.index("--title") + 1] == "loopd"
+    assert "--title" not in adapter.invocation(PROMPT, Resume(SID, NUDGE)).argv
+
+
+# --- the real opencode CLI against the scripted OpenAI-compatible server ----------------------
+
+
+def find_opencode() -> str | None:
+    for candidate in (
+        os.environ.get("LOOPD_TEST_OPENCODE", ""),
+        shutil.which("opencode") or "",
+        "/tmp/agents/node_modules/.bin/opencode",
+    ):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
+
+
+def opencode_reply(body: dict[str, Any]) -> Any:
+    """bash, then write, then text: counted by the tool results since the last user message."""
+    messages = body.get("messages") or []
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=0)
+    done = sum(1 for m in messages[last_user:] if m.get("role") == "tool")
+    usage = {"prompt_tokens": 1200, "completion_tokens": 30}
+    if not body.get("tools"):  # a session title, should opencode ask for one
+        return {"text": "A title", "usage": usage}
+    if done == 0:
+        arguments = {"command": "echo hello", "description": "Print hello"}
+        return {"tool_calls": [{"name": "bash", "arguments": arguments}], "usage": usage}
+    if done == 1:
+        arguments = {"filePath": "hello.txt", "content": "hello\n"}
+        return {"tool_calls": [{"name": "write", "arguments": arguments}], "usage": usage}
+    return {"text": REAL_FINAL, "usage": usage}
+
+
+def run_opencode(adapter: AgentAdapter, cwd: Path, resume: Resume | None = None) -> list[str]:
+    inv = adapter.invocation("Say hello in the shell, then write hello.txt.", resume)
+    assert inv.home is not None
+    inv.home.mkdir(parents=True, exist_ok=True)
+    executable = find_opencode()
+    assert executable
+    env = {"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8", "HOME": str(inv.home), **inv.env}
+    proc = subprocess.run(
+        [executable, *inv.argv[1:]],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.splitlines()
+
+
+@pytest.mark.skipif(find_opencode() is None, reason="the opencode CLI is not installed")
+def test_real_opencode_session_tool_calls_usage_and_resume(tmp_path: Path) -> None:
+    from tests.model_server import ScriptedModelServer
+
+    work = tmp_path / "work"
+    work.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    with ScriptedModelServer() as server:
+        server.script(opencode_reply)
+        profile = AgentProfile(adapter="opencode", model="test-model", base_url=server.base_url)
+        adapter = adapter_class("opencode")(profile, private_home=tmp_path / "home", environ={})
+        first = parse_all(adapter, run_opencode(adapter, work))
+        assert (work / "hello.txt").read_text() == "hello\n"
+        assert [(e.type, e.tool) for e in first if e.type.startswith("tool_")] == [
+            ("tool_call", "bash"),
+            ("tool_result", "bash"),
+            ("tool_call", "write"),
+            ("tool_result", "write"),
+        ]
+        assert final_text(first) == REAL_FINAL
+        assert sum(e.input_tokens for e in first if e.type == "usage") == 3 * 1200
+        requests = server.chat_requests()
+        assert len(requests) == 3 and all(body["tools"] for body in requests)  # no title call
+        assert requests[0]["model"] == "test-model"
+
+        session = [e.session_id for e in first if e.type == "session"]
+        assert len(session) == 1
+        second = parse_all(adapter, run_opencode(adapter, work, Resume(session[0], "Go on.")))
+        assert [e.session_id for e in second if e.type == "session"] == session
+        assert final_text(second) == REAL_FINAL
+        assert len(server.chat_requests()) == 6

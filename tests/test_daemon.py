@@ -165,6 +165,9 @@ def test_sigterm_gives_the_attempt_its_grace_then_the_run_is_interrupted(
     (run,) = runs(home)
     assert run["outcome"] == "interrupted"
     assert not Path(run["worktree"]).exists()
+    # The next start retries it, as it would after a crash.
+    (waiting,) = [json.loads(p.read_text()) for p in (home / "state" / "inbox").glob("*.json")]
+    assert waiting["kind"] == "retry" and waiting["retry_of"] == run["id"]
 
 
 def test_broken_loop_files_are_reported_and_the_others_keep_running(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from daemon.agents.base import (
@@ -29,13 +30,20 @@ _TOOL_ITEMS = {
     "collab_tool_call",
 }
 
+# Codex's notice that it is retrying a dropped model stream ("Reconnecting... 2/5 (...)"): a
+# top-level `error` line, yet not a failure; a retry that runs out ends in `turn.failed`.
+_RETRY = re.compile(r"^Reconnecting\.\.\. \d+/\d+")
+
 
 class CodexAdapter(AgentAdapter):
     """Codex CLI `exec --json`: JSONL thread, turn and item events; resumes a thread by id.
 
     Stateful, because the format needs it: the agent's final answer is the last `agent_message`
-    item, known to be last only when `turn.completed` arrives; and a `file_change` item (or any
-    tool item whose start was not seen) appears only as completed, so the call is made up then.
+    item, known to be last only when `turn.completed` arrives; a `file_change` item (or any
+    tool item whose start was not seen) appears only as completed, so the call is made up then;
+    and `turn.completed` carries the thread's running total (a resumed thread counts its
+    earlier turns again), so the usage reported is what was added since this adapter last saw
+    that thread. A fresh adapter that resumes a thread reports the earlier turns once more.
     """
 
     name = "codex"
@@ -48,6 +56,9 @@ class CodexAdapter(AgentAdapter):
         super().__init__(*args, **kwargs)
         self._last_message = ""
         self._started: set[str] = set()
+        self._thread = ""
+        # thread id -> (input, output) totals at its last `turn.completed`
+        self._totals: dict[str, tuple[int, int]] = {}
 
     def invocation(self, prompt: str, resume: Resume | None = None) -> Invocation:
         argv = ["codex", "exec", "--json"]
@@ -81,21 +92,27 @@ class CodexAdapter(AgentAdapter):
             return raw(line)
         kind = data.get("type")
         if kind == "thread.started" and isinstance(data.get("thread_id"), str):
-            return [AgentEvent(type="session", session_id=data["thread_id"])]
+            self._thread = data["thread_id"]
+            return [AgentEvent(type="session", session_id=self._thread)]
         if kind == "turn.started":
             self._last_message = ""
             return raw(line)
         if kind == "turn.completed":
             usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
             # cached_input_tokens are a part of input_tokens, not extra.
+            total = (as_int(usage.get("input_tokens")), as_int(usage.get("output_tokens")))
+            before = self._totals.get(self._thread, (0, 0))
+            self._totals[self._thread] = total
             return [
                 AgentEvent(
                     type="usage",
-                    input_tokens=as_int(usage.get("input_tokens")),
-                    output_tokens=as_int(usage.get("output_tokens")),
+                    input_tokens=max(0, total[0] - before[0]),
+                    output_tokens=max(0, total[1] - before[1]),
                 ),
                 AgentEvent(type="final", text=self._last_message),
             ]
+        if kind == "error" and _RETRY.match(as_text(data.get("message"))):
+            return raw(line)
         if kind in {"turn.failed", "error"}:
             error = data.get("error") if kind == "turn.failed" else data
             message = error.get("message") if isinstance(error, dict) else None
@@ -114,8 +131,8 @@ class CodexAdapter(AgentAdapter):
         if item_type == "agent_message" and kind == "item.completed":
             self._last_message = as_text(item.get("text"))
             return [AgentEvent(type="text", text=self._last_message)]
-        if item_type == "error" and kind == "item.completed":
-            return [AgentEvent(type="error", text=as_text(item.get("message")))]
+        # An `error` item is a warning (unknown model metadata, an ignored config key): the
+        # turn goes on, so it stays in the transcript as it was and is not the session's error.
         if item_type not in _TOOL_ITEMS:
             return []
         events = []

@@ -13,11 +13,15 @@ class CommandAdapter(AgentAdapter):
     def invocation(self, prompt: str, resume: Resume | None = None) -> Invocation:
         # A command agent has no session: the caller passes the whole prompt, nudge included.
         argv = list(self.profile.command) + list(self.profile.args)
+        # The key keeps the name the profile gives it: a command reads what it reads.
+        env = {self.profile.api_key_env: self.api_key()} if self.profile.api_key_env else {}
         if any("{prompt}" in part for part in argv):
             return Invocation(
-                argv=[part.replace("{prompt}", prompt) for part in argv], home=self.home()
+                argv=[part.replace("{prompt}", prompt) for part in argv],
+                env=env,
+                home=self.home(),
             )
-        return Invocation(argv=argv, stdin=prompt.encode("utf-8"), home=self.home())
+        return Invocation(argv=argv, stdin=prompt.encode("utf-8"), env=env, home=self.home())
 
     def parse_line(self, line: str) -> list[AgentEvent]:
         return [AgentEvent(type="text", text=line)]

@@ -39,7 +39,7 @@ class OpencodeAdapter(AgentAdapter):
 
     Stateful, because the format needs it: the final answer is the text of the last step, and
     only the `step_finish` that follows it says (reason other than "tool-calls") that it was the
-    last; and every line repeats `sessionID`, which is reported once.
+    last; and every line repeats `sessionID`, which is reported once per process.
     """
 
     name = "opencode"
@@ -54,6 +54,7 @@ class OpencodeAdapter(AgentAdapter):
         self._step_text: list[str] = []
 
     def invocation(self, prompt: str, resume: Resume | None = None) -> Invocation:
+        self._session = ""  # a new process: its stream reports the session once more
         argv = ["opencode", "run", "--format", "json"]
         env: dict[str, str] = {}  # the profile's env is added by the caller
         key = self.api_key()
@@ -87,6 +88,10 @@ class OpencodeAdapter(AgentAdapter):
         argv += list(self.profile.args)
         if resume:
             argv += ["--session", resume.session_id]
+        else:
+            # A given title spares the model call opencode otherwise makes to name a new session
+            # (opencode 1.18): one request less on the endpoint, and none without tools.
+            argv += ["--title", "loopd"]
         argv.append(positional(resume.message if resume else prompt))
         return Invocation(argv=argv, env=env, home=self.home())
 

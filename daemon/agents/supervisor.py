@@ -38,9 +38,9 @@ from typing import Any, Literal
 from daemon.agents.base import AgentAdapter, AgentEvent, Invocation
 from daemon.agents.environment import is_forbidden
 from daemon.agents.processes import ProcessTree, kill_tree, set_child_subreaper, spawning
-from daemon.agents.transcript import Transcript, redact_value
+from daemon.agents.transcript import Transcript
 from daemon.clock import utc_now
-from daemon.redact import redact
+from daemon.redact import redact, redact_value
 from daemon.state.atomic import ensure_dir
 
 StallKind = Literal["silence", "repeated_tool_call"]

@@ -19,10 +19,8 @@ from typing import Any
 
 from daemon.agents.base import AgentEvent
 from daemon.clock import utc_now
-from daemon.redact import PRIVATE_KEY_MARK, Redactor, redact
+from daemon.redact import PRIVATE_KEY_MARK, Redactor, redact, redact_value
 from daemon.state.atomic import open_private
-
-_SECRET_NAME_WORDS = ("key", "token", "secret", "passw", "credential")
 
 
 def _size(text: str) -> int:
@@ -32,22 +30,6 @@ def _size(text: str) -> int:
 def timestamp(now: datetime) -> str:
     """`2026-11-29T02:00:01.123456Z`."""
     return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def redact_value(value: Any, name: str = "") -> Any:
-    """`value` with every string in it redacted; a dict key that names a secret counts."""
-    if isinstance(value, str):
-        if name and any(word in name.lower() for word in _SECRET_NAME_WORDS):
-            # The value alone may not look like a secret; with its name it does.
-            joined = redact(f"{name}={value}")
-            if joined.startswith(f"{name}="):
-                return joined[len(name) + 1 :]
-        return redact(value)
-    if isinstance(value, dict):
-        return {key: redact_value(item, str(key)) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact_value(item) for item in value]
-    return value
 
 
 def _replace_strings(value: Any, original: str, replacement: str) -> Any:

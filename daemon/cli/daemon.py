@@ -15,7 +15,7 @@ def run(args: argparse.Namespace) -> int:
     """The daemon, in the foreground (systemd runs this)."""
     import sys
 
-    from daemon.daemon import ConfigFatal, run_daemon
+    from daemon.daemon import ConfigFatal, report_failure, run_daemon
     from daemon.state.lock import LockHeld
 
     home = home_of(args)
@@ -27,6 +27,10 @@ def run(args: argparse.Namespace) -> int:
     except LockHeld as exc:
         message = f"{exc}; stop it first (kill {exc.pid})" if exc.pid else str(exc)
         raise CommandError(message) from None
+    except Exception as exc:
+        # loopd died: the person hears of it through [notify], then systemd restarts it.
+        report_failure(home, exc)
+        raise
 
 
 def _status_data(home: Any) -> dict[str, Any]:
@@ -51,6 +55,15 @@ def _status_data(home: Any) -> dict[str, Any]:
     }
     paused = store.paused_loops()
     newest = store.last_run_ids()
+    live: dict[str, Any] = {}
+    if pid is None:
+        # No daemon: a run under way is a `loopd once` (or one a dead daemon left).
+        for run_id in store.live_runs():
+            try:
+                run = store.load_run(run_id)
+            except Exception:  # noqa: BLE001 - being written: shown next time
+                continue
+            live[run.loop] = run
     names = set(loaded.loops) | (set(status.loops) if pid else set())
     for name in sorted(names):
         entry = status.loops.get(name)
@@ -58,6 +71,10 @@ def _status_data(home: Any) -> dict[str, Any]:
         if name in loaded.loops:
             info.setdefault("enabled", loaded.loops[name].config.enabled)
             info.setdefault("phase", "paused" if name in paused else "idle")
+            if name in live:
+                info.update(
+                    phase=live[name].phase, run=live[name].id, attempt=len(live[name].attempts)
+                )
             if not info.get("last_run") and name in newest:
                 try:
                     last = store.load_run(newest[name])

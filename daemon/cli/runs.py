@@ -51,7 +51,7 @@ def once(args: argparse.Namespace) -> int:
     loop = valid_loop(home, loaded, args.loop)
     store = home.state(loaded.daemon.limits.events_rotate)
     pid = daemon_pid(home)
-    if pid is not None and loop.config.enabled:
+    if pid is not None and loop.config.enabled and loop.name not in store.paused_loops():
         raise CommandError(
             f"the daemon (pid {pid}) runs loop {loop.name!r}; use `loopd trigger {loop.name} "
             "--wait` to run it through the daemon, or `loopd pause` it first"
@@ -63,6 +63,7 @@ def once(args: argparse.Namespace) -> int:
         raise CommandError(f"loop {loop.name!r} is running now ({exc})") from None
     set_child_subreaper()
     services = RunServices(home=home, config=loaded.daemon, store=store)
+    _finish_abandoned(services, loop)
     services.notifications = _notifications(loaded, store)
     for warning in loaded.warnings:
         print(f"loopd: warning: {warning}", file=sys.stderr)
@@ -96,6 +97,23 @@ def once(args: argparse.Namespace) -> int:
     return 0 if run.outcome == "succeeded" else 1
 
 
+def _finish_abandoned(services: Any, loop: Loop) -> None:
+    """Runs of this loop that a killed `loopd once` left: kill their leftovers, end them."""
+    from daemon.runs.executor import finish_interrupted, kill_run_leftovers
+
+    store = services.store
+    for run_id in store.live_runs():
+        try:
+            run = store.load_run(run_id)
+        except Exception:  # noqa: BLE001 - unreadable: nothing to finish
+            continue
+        if run.loop != loop.name or run.outcome is not None:
+            continue
+        kill_run_leftovers(run)
+        finish_interrupted(services, loop, run, "the loopd that ran it was stopped or killed")
+        print(f"loopd: ended abandoned run {run.id} as interrupted", file=sys.stderr)
+
+
 def _notifications(loaded: LoadedConfig, store: Any) -> Any:
     try:
         from daemon.people.notify import Notifications
@@ -109,11 +127,15 @@ def _print_outcome(run: Any) -> None:
     for a in run.attempts:
         score = "-" if a.score is None else a.score
         print(
-            f"  attempt {a.n}: checks {'pass' if a.checks_passed else 'fail'}, score {score}, "
+            f"  attempt {a.n}: checks {_checks_word(a.checks_passed)}, score {score}, "
             f"nudges {a.nudges}, exit {a.exit_code}"
         )
     if run.branch and run.isolation == "worktree":
         print(f"  branch {run.branch}")
+
+
+def _checks_word(passed: bool | None) -> str:
+    return "-" if passed is None else ("pass" if passed else "fail")
 
 
 def trigger(args: argparse.Namespace) -> int:
@@ -232,6 +254,9 @@ def runs(args: argparse.Namespace) -> int:
     """List runs, newest first."""
     home = home_of(args)
     store = home.state()
+    if args.loop and not (home.loops_dir / f"{args.loop}.toml").exists():
+        if not store.run_ids(args.loop):
+            raise CommandError(f"unknown loop {args.loop!r}: no loop file and no runs")
     records = []
     for run in store.iter_runs(args.loop):
         records.append(run)

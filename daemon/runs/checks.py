@@ -40,6 +40,8 @@ class ChecksResult:
 
     def log(self) -> str:
         """The text of checks.log."""
+        if not self.results:
+            return "(no done_when checks)\n"
         parts = []
         for r in self.results:
             status = "timed out" if r.timed_out else f"exit {r.exit_code}"
@@ -141,5 +143,5 @@ def run_checks(
     """Run every check (all of them, for the whole picture) and write checks.log."""
     result = ChecksResult([run_check(c, cwd, timeout, env) for c in commands])
     if log_path is not None:
-        write_atomic(log_path, result.log() if commands else "(no done_when checks)\n")
+        write_atomic(log_path, result.log())
     return result

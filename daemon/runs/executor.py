@@ -18,7 +18,7 @@ from typing import Any
 import tomli_w
 
 from daemon.config import Loop
-from daemon.redact import redact
+from daemon.redact import redact, redact_value
 from daemon.runs.checks import ChecksResult, checks_environment, run_checks
 from daemon.runs.git import Git, GitError
 from daemon.runs.guards import snapshot_refs
@@ -34,7 +34,7 @@ from daemon.runs.tree import (
 )
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir, write_atomic
-from daemon.state.records import AttemptRecord, RunRecord, StallRecord
+from daemon.state.records import AttemptRecord, RunRecord, RunTrigger, StallRecord
 
 WEDGE_MARGIN = 600.0  # seconds beyond the longest step before a silent worker counts as stuck
 
@@ -66,7 +66,7 @@ def new_run(services: RunServices, loop: Loop, pending: PendingRun) -> RunRecord
         id=pending.id,
         loop=loop.name,
         task=loop.config.task,
-        trigger=pending.run_trigger(),
+        trigger=RunTrigger.model_validate(redact_value(pending.run_trigger().model_dump())),
         started=services.clock(),
         phase="preparing",
         isolation=loop.config.isolation,
@@ -127,6 +127,7 @@ class RunExecutor:
 
     def _save(self) -> None:
         self.progress_at = time.monotonic()
+        self.checked: tuple[str, ChecksResult] | None = None  # (commit, its checks)
         self.store.save_run(self.run)
 
     def wedged(self, now_monotonic: float) -> bool:
@@ -184,7 +185,7 @@ class RunExecutor:
 
     def _execute(self) -> None:
         run = self.run
-        if run.phase == "judging" and run.attempts:
+        if run.phase in ("judging", "learning") and run.attempts:
             # Resumed after a restart: the last attempt's agent was done.
             self.tree = reopen_tree(
                 Path(run.repo), Path(run.worktree), run.branch, run.isolation, run.base_commit
@@ -312,7 +313,8 @@ class RunExecutor:
         limits = self.services.config.limits
         folder = self._attempt_dir(n)
         parts = self._prompt_parts(n)
-        prompt = build_prompt(parts, limits.prompt_cap)
+        # Redacted before the agent sees it: prompt.md is byte for byte what the agent got.
+        prompt = redact(build_prompt(parts, limits.prompt_cap))
         write_atomic(folder / "prompt.md", prompt)
         attempt = AttemptRecord(
             n=n, started=self._now(), base_commit=tree.git.out("rev-parse", "HEAD")
@@ -419,6 +421,8 @@ class RunExecutor:
                             self._checks_env(),
                             None,
                         )
+                        # Judging reuses these when the tree has not changed since.
+                        self.checked = (tree.git.out("rev-parse", "HEAD"), early)
                         if not early.passed:
                             stall, detail = "stopped_early", "the session ended; checks still fail"
                             checks_tail = early.failure_tail()
@@ -442,7 +446,7 @@ class RunExecutor:
                     invocation = adapter.invocation(message, Resume(session_id, message))
                 else:
                     parts.nudge = message
-                    invocation = adapter.invocation(build_prompt(parts, limits.prompt_cap))
+                    invocation = adapter.invocation(redact(build_prompt(parts, limits.prompt_cap)))
         finally:
             with self._lock:
                 self._supervisor = None
@@ -610,6 +614,18 @@ class RunExecutor:
 def execute_run(services: RunServices, loop: Loop, run: RunRecord) -> RunRecord:
     """Run `run` to its end in this thread."""
     return RunExecutor(services, loop, run).execute()
+
+
+def kill_run_leftovers(run: RunRecord, grace: float = 5.0) -> None:
+    """Kill what a dead loopd's attempt left running: its process group, and processes
+    started since the attempt began that work inside its worktree."""
+    from daemon.agents.processes import kill_leftovers
+
+    started = run.attempts[-1].started.timestamp() if run.attempts else None
+    # Only processes started since the attempt began: an in-place tree is the user's
+    # repository, where an editor's helpers may be working.
+    tree = Path(run.worktree) if run.worktree else None
+    kill_leftovers(run.agent_pids, tree, grace, started_after=started)
 
 
 def finish_interrupted(services: RunServices, loop: Loop, run: RunRecord, reason: str) -> RunRecord:

@@ -70,14 +70,22 @@ def judge_attempt(executor: RunExecutor, attempt: AttemptRecord, head: str) -> J
     tree = executor.tree
     assert tree is not None
     folder = executor._attempt_dir(attempt.n)
-    checks = run_checks(
-        cfg.done_when,
-        tree.path,
-        cfg.check_timeout.total_seconds(),
-        executor._checks_env(),
-        folder / "checks.log",
-    )
+    if executor.checked is not None and executor.checked[0] == head:
+        # The agent stopped, the checks ran on this very commit, nothing changed since.
+        checks = executor.checked[1]
+        write_atomic(folder / "checks.log", checks.log())
+    else:
+        checks = run_checks(
+            cfg.done_when,
+            tree.path,
+            cfg.check_timeout.total_seconds(),
+            executor._checks_env(),
+            folder / "checks.log",
+        )
+    executor.checked = None
     write_atomic(folder / "checks-failed.txt", checks.failure_tail())
+    attempt.checks_passed = checks.passed  # recorded now: the critic may keep the run waiting
+    executor._save()
     executor._event(
         "checks",
         attempt=attempt.n,

@@ -51,9 +51,11 @@ def _client(services: RunServices):  # noqa: ANN202 - ModelClient | None
 
 def run_task_text(loop: Loop, run: RunRecord) -> str:
     """What the trigger evaluator matches: the task and the trigger's details."""
+    # The reason is left out: a schedule's carries its fire time, which would defeat the
+    # judge's cache (keyed by task text) on every fire.
     parts = [loop.config.task]
     trigger = run.trigger
-    for value in (trigger.reason, trigger.ref, trigger.note):
+    for value in (trigger.ref, trigger.note):
         if value:
             parts.append(value)
     return "\n".join(parts)

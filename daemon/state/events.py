@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from daemon.redact import redact_value
 from daemon.state.atomic import FILE_MODE, ensure_dir, fsync_dir
 
 
@@ -69,7 +70,7 @@ class EventLog:
     ) -> dict[str, Any]:
         """Write one event line and return it."""
         event: dict[str, Any] = {"ts": iso(now), "type": type, "loop": loop, "run": run}
-        event.update(fields)
+        event.update(redact_value(fields))
         line = (json.dumps(event, default=str, ensure_ascii=False) + "\n").encode("utf-8")
         with self._lock:
             self._rotate_if_needed()
