@@ -250,3 +250,47 @@ def test_an_agent_that_cannot_start_is_escalated_at_once(tmp_path: Path) -> None
     assert run["reason"].startswith("agent failed to start")
     assert len(run["attempts"]) == 1
     assert (home / "state" / "escalations" / f"{run['id']}.md").is_file()
+
+
+def test_a_killed_once_leaves_a_run_the_next_once_ends(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from tests.helpers import ROOT, pid_alive, wait_for
+
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    pids = tmp_path / "pids"
+    script = (
+        "import os, pathlib, time\n"
+        f"p = pathlib.Path({str(pids)!r})\n"
+        "if not p.exists():\n"
+        "    p.write_text(str(os.getpid())); time.sleep(600)\n"
+        "c = pathlib.Path('calc.py'); c.write_text(c.read_text().replace('a - b', 'a + b'))\n"
+    )
+    home = make_home(tmp_path / "home", agent_config(script), {"calc": loop_file(repo)})
+    first = subprocess.Popen(
+        [sys.executable, "-m", "daemon.cli.main", "--home", str(home), "once", "calc"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        cwd=ROOT,
+        text=True,
+    )
+    try:
+        wait_for(pids.exists, timeout=30, what="the agent")
+        agent_pid = int(pids.read_text())
+        first_id = first.stdout.readline().strip()
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+        time.sleep(0.2)
+        assert pid_alive(agent_pid)  # orphaned, still running
+        proc = loopd(home, "once", "calc")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"ended abandoned run {first_id}" in proc.stderr
+        assert not pid_alive(agent_pid)
+        assert read_run(home, first_id)["outcome"] == "interrupted"
+    finally:
+        if first.poll() is None:
+            first.kill()
