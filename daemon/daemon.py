@@ -34,8 +34,6 @@ class Worker:
     run_id: str
     thread: threading.Thread
     executor: Any = None
-    lock: HomeLock | None = None
-    pending_id: str = ""
 
 
 @dataclass
@@ -103,6 +101,7 @@ class Daemon:
         self.loaded = loaded
         self.store = StateStore(self.home.state_dir, loaded.daemon.limits.events_rotate)
         self.store.lock.acquire()  # LockHeld propagates: exit 2 naming the pid
+        self.store.events.repair()
         set_child_subreaper()
         self.services = RunServices(
             home=self.home, config=loaded.daemon, store=self.store, clock=self.clock
@@ -198,7 +197,7 @@ class Daemon:
             if self.store.loop_lock(run.loop).is_held():
                 continue  # `loopd once` is running it
             loop = self.loops.get(run.loop)
-            kill_run_leftovers(run)
+            kill_run_leftovers(self.services, run)
             if loop is None:
                 self.store.events.append(
                     "run_orphaned", now, loop=run.loop, run=run.id, why="loop no longer valid"
@@ -214,7 +213,9 @@ class Daemon:
                 self.store.events.append(
                     "run_recovered", now, loop=run.loop, run=run.id, to="judging"
                 )
-                self._launch(loop, run, pending_id="")
+                lock = self.store.loop_lock(run.loop)
+                lock.acquire()  # free: checked above, and this daemon holds the home
+                self._launch(loop, run, lock)
                 continue
             finish_interrupted(
                 self.services, loop, run, "loopd stopped during the run (crash, kill or reboot)"
@@ -346,13 +347,10 @@ class Daemon:
             self.offer(trigger, now)
         for miss in self.timer.take_missed():
             self.store.events.append("schedule_missed", now, **miss)
-        for name, watcher in list(self.change_watchers.items()):
+        for watcher in self.change_watchers.values():
+            # poll() restarts its own watcher thread when it died, with a rescan.
             for trigger in watcher.poll(now):
                 self.offer(trigger, now)
-            if not watcher.alive():
-                self._event("watch_restarted", loop=name)
-                self._start_change_watchers()
-                break
         self._cancel_queued(now)
         self._housekeeping(now)
         reap_orphans()
@@ -435,7 +433,11 @@ class Daemon:
         return busy
 
     def _start_ready(self, now: datetime) -> None:
-        assert self.loaded is not None
+        from daemon.runs.executor import new_run
+
+        assert self.loaded is not None and self.store is not None and self.services is not None
+        if not self.queue.pending():
+            return
         limit = self.loaded.daemon.limits.max_concurrent_runs
         while len(self.workers) < limit:
             pending = self.queue.next_ready(limit, self._busy_loops() | set(self.workers))
@@ -445,41 +447,36 @@ class Daemon:
             if loop is None:
                 self.queue.finished(pending.loop)
                 continue
-            self._start_run(loop, pending, now)
+            lock = self.store.loop_lock(loop.name)
+            try:
+                lock.acquire()
+            except LockHeld:
+                # `loopd once` took the loop since `_busy_loops` looked: wait for it.
+                self.queue.finished(pending.loop)
+                self.queue.restore(pending)
+                return
+            self._launch(loop, new_run(self.services, loop, pending), lock)
             self._save_queue()
 
-    def _start_run(self, loop: Loop, pending: Any, now: datetime) -> None:
-        from daemon.runs.executor import new_run
-
-        assert self.services is not None
-        run = new_run(self.services, loop, pending)
-        self._launch(loop, run, pending_id=pending.id)
-
-    def _launch(self, loop: Loop, run: Any, pending_id: str) -> None:
+    def _launch(self, loop: Loop, run: Any, lock: HomeLock) -> None:
+        """Run `run` in its own thread, holding the loop's lock until it ends."""
         from daemon.runs.executor import RunExecutor
 
-        assert self.services is not None and self.store is not None
-        lock = self.store.loop_lock(loop.name)
-        try:
-            lock.acquire()
-        except LockHeld:
-            lock = None
+        assert self.services is not None
         executor = RunExecutor(self.services, loop, run)
 
         def body() -> None:
             try:
                 executor.execute()
             finally:
-                if lock is not None:
-                    lock.release()
+                lock.release()
                 self.flags.wake.set()
 
         thread = threading.Thread(target=body, name=f"run-{run.id}", daemon=True)
         self.workers[loop.name] = Worker(
-            loop=loop.name, run_id=run.id, thread=thread, executor=executor, lock=lock
+            loop=loop.name, run_id=run.id, thread=thread, executor=executor
         )
-        if pending_id:
-            self.queue.started(loop.name)
+        self.queue.started(loop.name, run.id)
         thread.start()
 
     def _reap(self) -> None:
@@ -614,6 +611,9 @@ class Daemon:
         for watcher in [*self.watchers, *self.change_watchers.values()]:
             watcher.stop()
         self._save_queue()
+        housekeeper = getattr(self, "_housekeeper", None)
+        if housekeeper is not None:
+            housekeeper.join(timeout=30)
         if self.services is not None and self.services.notifications is not None:
             self.services.notifications.drain(10)
         self.write_status(self.clock(), force=True)
@@ -714,6 +714,10 @@ def run_daemon(home: Home) -> int:
                 last_ping = time.monotonic()
     if notifier:
         notifier.stopping()
+        if daemon.workers:
+            # Running attempts get their grace, then the kill: more than TimeoutStopSec may hold.
+            grace = daemon.loaded.daemon.limits.shutdown_grace.total_seconds()
+            notifier.extend_timeout(grace + 60)
     stopper = threading.Thread(target=daemon.stop, args=(utc_now(),), daemon=True)
     stopper.start()
     print("loopd: stopping; running attempts get their shutdown grace", flush=True)

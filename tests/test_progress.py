@@ -50,7 +50,7 @@ def test_progress_after_three_runs(tmp_path: Path) -> None:
         outcome="succeeded",
     )
     store.events.append(
-        "rule_proposed",
+        "rule_accepted",
         NOW - timedelta(hours=3),
         loop="app",
         run=third.id,
@@ -58,7 +58,7 @@ def test_progress_after_three_runs(tmp_path: Path) -> None:
         intent="Arithmetic helpers with swapped operators",
     )
     store.events.append("rule_promoted", NOW - timedelta(hours=1), loop="app", rule="r-0001-sign")
-    store.events.append("rule_proposed", NOW, loop="other", rule="r-0002-elsewhere")
+    store.events.append("rule_accepted", NOW, loop="other", rule="r-0002-elsewhere")
     store.events.append("rule_rejected", NOW, loop="app", rule="r-0003-vague")
 
     text = update_progress(store, "app", NOW)

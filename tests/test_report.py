@@ -66,9 +66,9 @@ def night(store: StateStore, now: datetime) -> dict[str, list]:
             seconds=1,
         )
     )
-    store.events.append("rule_proposed", now - timedelta(days=1), loop="app", rule="r-0000-old")
+    store.events.append("rule_accepted", now - timedelta(days=1), loop="app", rule="r-0000-old")
     store.events.append(
-        "rule_proposed",
+        "rule_accepted",
         now - timedelta(hours=7),
         loop="app",
         rule="r-0001-sign",

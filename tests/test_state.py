@@ -57,13 +57,14 @@ def test_run_ids_sort_by_time_within_a_second() -> None:
     assert make_run_id("a", NOW, bump=1) > early
 
 
-def test_a_torn_last_event_line_is_repaired_on_open(tmp_path: Path) -> None:
+def test_a_torn_last_event_line_is_repaired(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     log = EventLog(path)
     log.append("trigger", NOW, loop="a", kind="manual")
     with path.open("ab") as fh:
         fh.write(b'{"ts": "2026-11-29T02:14:00Z", "type": "run_sta')
     log = EventLog(path)
+    log.repair()
     log.append("run_started", NOW, loop="a")
     lines = path.read_text().splitlines()
     assert [json.loads(line)["type"] for line in lines] == ["trigger", "run_started"]

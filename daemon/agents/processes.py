@@ -370,7 +370,7 @@ def boot_time() -> float:
 
 
 def kill_leftovers(
-    pgids: list[int], tree: Path, grace: float, *, started_after: float | None = None
+    pgids: list[int], tree: Path | None, grace: float, *, started_after: float | None = None
 ) -> set[int]:
     """After a restart: kill the recorded process groups and whatever works inside `tree`.
 
@@ -385,7 +385,7 @@ def kill_leftovers(
     if started_after is not None and booted > started_after:
         return set()
     spare = _ancestors()
-    root = str(Path(tree).resolve())
+    root = str(Path(tree).resolve()) if tree is not None else None
     groups = {g for g in pgids if g > 1}
 
     def targets(table: dict[int, ProcInfo]) -> set[int]:
@@ -396,7 +396,7 @@ def kill_leftovers(
             # btime is whole seconds: allow for it.
             if started_after is not None and booted + info.start / ticks < started_after - 2:
                 continue
-            if info.pgid in groups or _inside(process_cwd(info.pid), root):
+            if info.pgid in groups or (root and _inside(process_cwd(info.pid), root)):
                 chosen.add(info.pid)
         return (_closure(chosen, table) - spare) if chosen else set()
 

@@ -109,7 +109,7 @@ def _finish_abandoned(services: Any, loop: Loop) -> None:
             continue
         if run.loop != loop.name or run.outcome is not None:
             continue
-        kill_run_leftovers(run)
+        kill_run_leftovers(services, run)
         finish_interrupted(services, loop, run, "the loopd that ran it was stopped or killed")
         print(f"loopd: ended abandoned run {run.id} as interrupted", file=sys.stderr)
 

@@ -28,9 +28,9 @@ from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
 
 LAST_RUNS = 5
-RULE_EVENTS = ("rule_proposed", "rule_promoted", "rule_demoted", "rule_retired", "rule_rejected")
+RULE_EVENTS = ("rule_accepted", "rule_promoted", "rule_demoted", "rule_retired", "rule_rejected")
 _RULE_STATE = {
-    "rule_proposed": "trial",
+    "rule_accepted": "trial",
     "rule_promoted": "active",
     "rule_demoted": "retired",
     "rule_retired": "retired",

@@ -18,7 +18,7 @@ from daemon.state.records import OUTCOMES
 from daemon.state.store import StateStore
 
 RULE_CHANGE_TYPES = {
-    "rule_proposed": "learned (trial)",
+    "rule_accepted": "learned (trial)",
     "rule_promoted": "promoted",
     "rule_demoted": "retired",
     "rule_retired": "retired",

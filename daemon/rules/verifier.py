@@ -257,7 +257,7 @@ def verify_candidate(
         )
     events = events if write else None
     if events is not None:
-        events.append("rule_proposed", now, loop=loop, run=run, rule=rule.rule, kind=rule.kind)
+        events.append("rule_proposed", now, loop=loop, run=run, text=rule.rule, kind=rule.kind)
 
     # 1. Grounding, without a model.
     evidence = EvidenceSet.from_dir(evidence_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -112,22 +113,46 @@ def run_check(command: str, cwd: Path, timeout: float, env: Mapping[str, str]) -
         release(proc.pid)
 
 
+class _Tail:
+    """Reads a pipe to its end in a thread, keeping only the last OUTPUT_CAP bytes."""
+
+    def __init__(self, pipe) -> None:  # noqa: ANN001 - a binary file object
+        self.data = bytearray()
+        self.dropped = 0
+        self._pipe = pipe
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        for chunk in iter(lambda: self._pipe.read1(65536), b""):
+            self.data += chunk
+            if len(self.data) > OUTPUT_CAP:
+                cut = len(self.data) - OUTPUT_CAP
+                self.dropped += cut
+                del self.data[:cut]
+
+    def text(self, wait: float) -> str:
+        self._thread.join(wait)
+        head = f"[... {self.dropped} bytes of earlier output cut ...]\n" if self.dropped else ""
+        return head + bytes(self.data).decode("utf-8", "replace")
+
+
 def _finish_check(
     proc: subprocess.Popen[bytes], command: str, started: float, timeout: float
 ) -> CheckResult:
+    tail = _Tail(proc.stdout)
     timed_out = False
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
         _kill_group(proc)
-        out, _ = proc.communicate()
-    else:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # leftovers of the check
-        except (ProcessLookupError, PermissionError):
-            pass
-    text = out[-OUTPUT_CAP:].decode("utf-8", "replace")
+    # The shell is gone; what it left in its group (holding the pipe open) goes too.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    text = tail.text(wait=5)
     return CheckResult(
         command=redact(command),
         exit_code=None if timed_out else proc.returncode,

@@ -89,8 +89,10 @@ class RunExecutor:
         self.store = services.store
         self._cancelled = threading.Event()
         self._interrupted = threading.Event()
-        self._wakeup = threading.Event()
-        self.progress_at = time.monotonic()  # ends a wait (judging backoff) on cancel or interrupt
+        self._wakeup = threading.Event()  # ends a wait (judging backoff) on cancel or interrupt
+        self._done = threading.Event()
+        self.progress_at = time.monotonic()
+        self.checked: tuple[str, ChecksResult] | None = None  # (commit, its checks)
         self._supervisor: Any = None
         self._lock = threading.Lock()
         self.tree: RunTree | None = None
@@ -127,7 +129,6 @@ class RunExecutor:
 
     def _save(self) -> None:
         self.progress_at = time.monotonic()
-        self.checked: tuple[str, ChecksResult] | None = None  # (commit, its checks)
         self.store.save_run(self.run)
 
     def wedged(self, now_monotonic: float) -> bool:
@@ -173,15 +174,13 @@ class RunExecutor:
             self._event("run_error", error=f"{type(exc).__name__}: {exc}")
             self._finish("error", f"{type(exc).__name__}: {str(exc)[:300]}", escalate=True)
         finally:
-            self._done = True
+            self._done.set()
         return self.run
 
     def _watch_cancel(self) -> None:
-        self._done = False
-        while not getattr(self, "_done", False):
+        while not self._done.wait(0.3):
             if self.store.cancel_requested(self.run.id) and not self._cancelled.is_set():
                 self.cancel()
-            time.sleep(0.3)
 
     def _execute(self) -> None:
         run = self.run
@@ -411,9 +410,7 @@ class RunExecutor:
                         stall, detail = "question", (result.final_text or "")[-300:]
                     elif cfg.done_when and attempt.nudges < cfg.max_nudges:
                         # Stopping while the checks fail is stopping early.
-                        for lock in tree.git.remove_stale_locks():
-                            self._event("stale_lock_removed", path=lock)
-                        tree.git.commit_all(f"loopd: {run.id} attempt {n} (work so far)")
+                        self._commit_tree(f"loopd: {run.id} attempt {n} (work so far)")
                         early = run_checks(
                             cfg.done_when,
                             tree.path,
@@ -478,14 +475,19 @@ class RunExecutor:
         drop = {self.services.config.verifier.api_key_env} - {""}
         return checks_environment(os.environ, drop)
 
+    def _commit_tree(self, message: str) -> None:
+        """Commit what the agent left; its processes are gone, so a git lock it left is stale."""
+        assert self.tree is not None
+        for lock in self.tree.git.remove_stale_locks():
+            self._event("stale_lock_removed", path=lock)
+        self.tree.git.commit_all(message)
+
     def _commit_attempt(self, attempt: AttemptRecord) -> str:
         """Commit what the agent left and write diff.patch; returns the attempt's head."""
         tree = self.tree
         assert tree is not None
         git = tree.git
-        for lock in git.remove_stale_locks():
-            self._event("stale_lock_removed", path=lock)
-        git.commit_all(f"loopd: {self.run.id} attempt {attempt.n}")
+        self._commit_tree(f"loopd: {self.run.id} attempt {attempt.n}")
         head = git.out("rev-parse", "HEAD")
         attempt.head_commit = head
         base = attempt.base_commit or self.run.base_commit
@@ -616,11 +618,22 @@ def execute_run(services: RunServices, loop: Loop, run: RunRecord) -> RunRecord:
     return RunExecutor(services, loop, run).execute()
 
 
-def kill_run_leftovers(run: RunRecord, grace: float = 5.0) -> None:
+def locate_worktree(services: RunServices, run: RunRecord) -> None:
+    """Fill in a worktree that a loopd killed before recording it: it is at its usual place."""
+    if run.worktree or run.isolation != "worktree":
+        return
+    guess = services.config.limits.worktrees_path / run.loop / run.id
+    if guess.exists():
+        run.worktree = str(guess)
+        run.branch = run.branch or branch_name(run.loop, run.id)
+
+
+def kill_run_leftovers(services: RunServices, run: RunRecord, grace: float = 5.0) -> None:
     """Kill what a dead loopd's attempt left running: its process group, and processes
     started since the attempt began that work inside its worktree."""
     from daemon.agents.processes import kill_leftovers
 
+    locate_worktree(services, run)
     started = run.attempts[-1].started.timestamp() if run.attempts else None
     # Only processes started since the attempt began: an in-place tree is the user's
     # repository, where an editor's helpers may be working.
@@ -631,12 +644,7 @@ def kill_run_leftovers(run: RunRecord, grace: float = 5.0) -> None:
 def finish_interrupted(services: RunServices, loop: Loop, run: RunRecord, reason: str) -> RunRecord:
     """End a run that a dead loopd left mid-attempt: commit what is there, outcome interrupted."""
     executor = RunExecutor(services, loop, run)
-    if not run.worktree and run.isolation == "worktree":
-        # Killed between making the worktree and recording it: it is at its usual place.
-        guess = services.config.limits.worktrees_path / loop.name / run.id
-        if guess.exists():
-            run.worktree = str(guess)
-            run.branch = run.branch or branch_name(loop.name, run.id)
+    locate_worktree(services, run)
     if run.worktree and Path(run.worktree).exists():
         executor.tree = RunTree(
             path=Path(run.worktree),

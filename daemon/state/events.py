@@ -19,17 +19,20 @@ def iso(ts: datetime) -> str:
 
 
 class EventLog:
-    """Appends events; repairs a torn last line on open; rotates past `rotate_bytes`."""
+    """Appends events; rotates past `rotate_bytes`; `repair()` cuts a torn last line."""
 
     def __init__(self, path: Path, rotate_bytes: int = 64_000_000) -> None:
         self.path = path
         self.rotate_bytes = rotate_bytes
         self._lock = threading.Lock()
         ensure_dir(path.parent)
-        self._repair()
 
-    def _repair(self) -> None:
-        """Cut a last line that a crash left without its newline, or that does not parse."""
+    def repair(self) -> None:
+        """Cut a last line that a crash left without its newline.
+
+        Only the holder of the home's lock calls this (the daemon, at start): a reader that
+        repaired could cut a line another process is writing at that moment.
+        """
         if not self.path.exists():
             return
         with self.path.open("rb+") as fh:

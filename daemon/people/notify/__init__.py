@@ -20,7 +20,7 @@ from daemon.people.notify.messages import (
     outcome_message,
 )
 from daemon.people.notify.webhook import WebhookNotifier
-from daemon.redact import redact
+from daemon.redact import redact, redact_value
 from daemon.state.events import EventLog, iso
 from daemon.state.records import AttemptRecord, RunRecord
 
@@ -42,16 +42,6 @@ def notifiers_from_config(config: NotifyConfig) -> list[Notifier]:
     if config.webhook:
         out.append(WebhookNotifier(config.webhook))
     return out
-
-
-def _redact_payload(value: Any) -> Any:
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {k: _redact_payload(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact_payload(v) for v in value]
-    return value
 
 
 class Notifications:
@@ -83,7 +73,7 @@ class Notifications:
     ) -> list[threading.Thread]:
         """Send `message` through every notifier in the background; returns the threads."""
         message = redact(message)
-        payload = _redact_payload({"kind": kind, **payload, "ts": iso(now)})
+        payload = redact_value({"kind": kind, **payload, "ts": iso(now)})
         threads = []
         for notifier in self.notifiers:
             thread = threading.Thread(
