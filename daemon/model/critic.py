@@ -91,12 +91,12 @@ def judge(client: ModelClient, evidence: Evidence, threshold: int, checks_passed
     )
 
 
-def unjudged(checks_passed: bool, violations: list[str]) -> Verdict:
-    """The verdict of a loop with `critic = "off"`: the checks alone decide, and it says so."""
+def unjudged(checks_passed: bool, violations: list[str], why: str = 'critic = "off"') -> Verdict:
+    """The verdict when no model judges: the checks alone decide, and it says so, and why."""
     passed = checks_passed and not violations
     return Verdict(
         score=None,
-        verdict='Not judged by a model (critic = "off"); '
+        verdict=f"not judged by a model ({why}); "
         + ("the checks passed." if passed else "the checks or the protections failed."),
         passed=passed,
         checks_passed=checks_passed,

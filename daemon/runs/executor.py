@@ -10,12 +10,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-import tomli_w
 
 from daemon.config import Loop
 from daemon.redact import redact, redact_value
@@ -35,6 +32,7 @@ from daemon.runs.tree import (
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.records import AttemptRecord, RunRecord, RunTrigger, StallRecord
+from daemon.state.store import dump_toml
 
 WEDGE_MARGIN = 600.0  # seconds beyond the longest step before a silent worker counts as stuck
 
@@ -45,18 +43,6 @@ class RunStopped(Exception):
 
 class _Ended(RunStopped):
     """The run already has its outcome (refused or escalated before any agent)."""
-
-
-@dataclass
-class Judgement:
-    checks: ChecksResult
-    violations: list[str]
-    score: int | None
-    verdict: str
-    feedback: str
-    unsupported: list[str]
-    judged: bool
-    passed: bool
 
 
 def new_run(services: RunServices, loop: Loop, pending: PendingRun) -> RunRecord:
@@ -505,45 +491,34 @@ class RunExecutor:
             run.judging_since = self._now()
         self._save()
         head = self._commit_attempt(attempt)
-        judgement = judge_attempt(self, attempt, head)
-        if judgement is None:
+        judged = judge_attempt(self, attempt, head)
+        if judged is None:
             return True  # ended inside (verifier unavailable past its limit)
-        attempt.checks_passed = judgement.checks.passed
-        attempt.violations = judgement.violations
-        attempt.score = judgement.score
-        attempt.verdict = judgement.verdict
-        attempt.feedback = judgement.feedback
-        attempt.judged = judgement.judged
+        checks, verdict = judged
+        attempt.checks_passed = checks.passed
+        attempt.violations = verdict.violations
+        attempt.score = verdict.score
+        attempt.verdict = verdict.verdict
+        attempt.feedback = verdict.feedback
+        attempt.judged = verdict.judged
         run.judging_since = None
         self._save()
-        verdict = {
-            "passed": judgement.passed,
-            "checks_passed": judgement.checks.passed,
-            "judged": judgement.judged,
-            "verdict": judgement.verdict,
-            "feedback": judgement.feedback,
-            "unsupported_claims": judgement.unsupported,
-            "violations": judgement.violations,
-            "threshold": self.cfg.critic_threshold,
-        }
-        if judgement.score is not None:
-            verdict["score"] = judgement.score
-        write_atomic(self._attempt_dir(attempt.n) / "verdict.toml", tomli_w.dumps(verdict))
+        write_atomic(self._attempt_dir(attempt.n) / "verdict.toml", dump_toml(verdict))
         self._event(
             "verdict",
             attempt=attempt.n,
-            passed=judgement.passed,
-            score=judgement.score,
-            judged=judgement.judged,
-            verdict=judgement.verdict,
+            passed=verdict.passed,
+            score=verdict.score,
+            judged=verdict.judged,
+            verdict=verdict.verdict,
         )
-        if judgement.passed:
+        if verdict.passed:
             self._learn(attempt, passed=True)
             self._finish("succeeded", self._success_reason(attempt))
             return True
         self._notify_failed_attempt(attempt)
         self._learn(attempt, passed=False)
-        self._restore_protected(judgement)
+        self._restore_protected(verdict.violations)
         return False
 
     def _success_reason(self, attempt: AttemptRecord) -> str:
@@ -560,10 +535,10 @@ class RunExecutor:
         if new_rules:
             self.rules_text = new_rules
 
-    def _restore_protected(self, judgement: Judgement) -> None:
+    def _restore_protected(self, violations: list[str]) -> None:
         from daemon.runs.guards import restore_paths
 
-        protected = [v.split(": ", 1)[1] for v in judgement.violations if v.startswith("protected")]
+        protected = [v.split(": ", 1)[1] for v in violations if v.startswith("protected")]
         if protected and self.tree is not None:
             restore_paths(self.tree.git, self.run.base_commit, protected)
             self._event("protected_restored", paths=protected)

@@ -6,14 +6,15 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from daemon.runs.checks import run_checks
+from daemon.runs.checks import ChecksResult, run_checks
 from daemon.runs.git import Git
 from daemon.runs.guards import check_refs, protect_violations, restore_refs
 from daemon.state.atomic import write_atomic
 from daemon.state.records import AttemptRecord
 
 if TYPE_CHECKING:
-    from daemon.runs.executor import Judgement, RunExecutor
+    from daemon.model.critic import Verdict
+    from daemon.runs.executor import RunExecutor
 
 BACKOFF_START = 5.0
 BACKOFF_MAX = 300.0
@@ -62,9 +63,11 @@ def ref_violations(executor: RunExecutor) -> list[str]:
     return [f"ref moved: {ref}" for ref in moved]
 
 
-def judge_attempt(executor: RunExecutor, attempt: AttemptRecord, head: str) -> Judgement | None:
+def judge_attempt(
+    executor: RunExecutor, attempt: AttemptRecord, head: str
+) -> tuple[ChecksResult, Verdict] | None:
     """Checks, violations and the critic's verdict; None when the run ended while waiting."""
-    from daemon.runs.executor import Judgement
+    from daemon.model.critic import unjudged
 
     cfg = executor.cfg
     tree = executor.tree
@@ -106,26 +109,19 @@ def judge_attempt(executor: RunExecutor, attempt: AttemptRecord, head: str) -> J
 
     verifier = executor.services.config.verifier
     if cfg.critic == "off" or not verifier.configured:
-        why = "critic = off" if cfg.critic == "off" else "no [verifier] configured"
-        passed = checks.passed and not violations
-        return Judgement(
-            checks=checks,
-            violations=violations,
-            score=None,
-            verdict=f"not judged by a model ({why})",
-            feedback="",
-            unsupported=[],
-            judged=False,
-            passed=passed,
-        )
-    return _ask_critic(executor, attempt, checks, violations)
+        why = 'critic = "off"' if cfg.critic == "off" else "no [verifier] configured"
+        return checks, unjudged(checks.passed, violations, why)
+    verdict = _ask_critic(executor, attempt, checks, violations)
+    return None if verdict is None else (checks, verdict)
 
 
-def _ask_critic(executor: RunExecutor, attempt, checks, violations) -> Judgement | None:
+def _ask_critic(
+    executor: RunExecutor, attempt: AttemptRecord, checks: ChecksResult, violations: list[str]
+) -> Verdict | None:
+    """The critic's verdict, waiting with backoff while the endpoint is unavailable."""
     from daemon.model.client import ModelClient, ModelUnavailable
     from daemon.model.critic import judge
     from daemon.model.evidence import build_evidence
-    from daemon.runs.executor import Judgement
 
     services = executor.services
     verifier = services.config.verifier
@@ -163,14 +159,4 @@ def _ask_critic(executor: RunExecutor, attempt, checks, violations) -> Judgement
             if executor._wakeup.wait(delay):
                 executor._check_stop()
             delay = min(delay * 2, BACKOFF_MAX)
-    passed = checks.passed and not violations and verdict.score >= executor.cfg.critic_threshold
-    return Judgement(
-        checks=checks,
-        violations=violations,
-        score=verdict.score,
-        verdict=verdict.verdict,
-        feedback=verdict.feedback,
-        unsupported=list(verdict.unsupported_claims),
-        judged=True,
-        passed=passed,
-    )
+    return verdict
