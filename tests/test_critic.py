@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon.config import AgentProfile, VerifierConfig
+from daemon.config import VerifierConfig
 from daemon.model import ModelClient, ModelUnavailable
-from daemon.model.critic import CRITIC_SYSTEM, judge, same_model_warning, unjudged
+from daemon.model.critic import CRITIC_SYSTEM, judge, unjudged
 from daemon.model.evidence import build_evidence
 from tests.model_server import ScriptedModelServer
 
@@ -120,10 +120,3 @@ def test_critic_off_is_recorded_as_unjudged() -> None:
     assert result.passed and not result.judged and result.score is None
     assert "not judged by a model" in result.verdict.lower()
     assert not unjudged(checks_passed=True, violations=["ref main moved"]).passed
-
-
-def test_same_model_warning() -> None:
-    verifier = VerifierConfig(base_url="http://127.0.0.1:8000/v1", model="qwen3-coder")
-    assert same_model_warning(verifier, AgentProfile(model="qwen3-coder"))
-    assert same_model_warning(verifier, AgentProfile(model="other")) is None
-    assert same_model_warning(verifier, AgentProfile()) is None

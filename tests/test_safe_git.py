@@ -9,6 +9,7 @@ import pytest
 
 from daemon.runs.git import Git
 from daemon.runs.guards import (
+    changed_paths,
     check_refs,
     protect_violations,
     restore_paths,
@@ -58,7 +59,7 @@ def exercise(repo: Path) -> None:
     head = g.commit_all("loopd: attempt")
     assert head
     assert "changed" in g.diff(base, head)
-    assert sorted(g.changed_paths(base, head)) == ["a.txt", "tests/t.txt"]
+    assert sorted(changed_paths(g, base, head)) == ["a.txt", "tests/t.txt"]
     assert g.refs()["refs/heads/main"] == head
     assert g.is_clean()
     violations = protect_violations(g, base, head, ["tests/**"])
@@ -94,4 +95,4 @@ def test_changed_paths_lists_both_sides_of_a_rename(repo: Path) -> None:
     base = g.out("rev-parse", "HEAD")
     git(repo, "mv", "tests/t.txt", "t.txt")
     git(repo, "commit", "-q", "-m", "move out")
-    assert "tests/t.txt" in g.changed_paths(base, g.out("rev-parse", "HEAD"))
+    assert "tests/t.txt" in changed_paths(g, base, g.out("rev-parse", "HEAD"))

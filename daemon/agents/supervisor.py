@@ -219,11 +219,6 @@ class Supervisor:
                 except OSError:
                     pass
 
-    @property
-    def stop_requested(self) -> bool:
-        with self._lock:
-            return self._stop_at is not None
-
     # -- one process ----------------------------------------------------------------------
 
     def run(self, invocation: Invocation, *, timeout: float, stall_after: float) -> ProcessResult:

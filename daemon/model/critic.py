@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from daemon.config import AgentProfile, VerifierConfig
 from daemon.model.client import ModelClient
 from daemon.model.evidence import Evidence
 from daemon.model.schemas import CriticVerdict
@@ -103,14 +102,3 @@ def unjudged(checks_passed: bool, violations: list[str], why: str = 'critic = "o
         violations=violations,
         judged=False,
     )
-
-
-def same_model_warning(verifier: VerifierConfig, agent: AgentProfile) -> str | None:
-    """A warning when the critic would judge with the agent's own model, else None."""
-    if verifier.model and agent.model and verifier.model.strip() == agent.model.strip():
-        return (
-            f"the critic's model ([verifier] model = {verifier.model!r}) is the agent's model; "
-            "a model judging its own work misses its own mistakes: set a different "
-            "[verifier] model in loopd.toml"
-        )
-    return None

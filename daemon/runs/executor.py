@@ -102,10 +102,6 @@ class RunExecutor:
             if self._supervisor is not None:
                 self._supervisor.stop(grace, "shutdown")
 
-    @property
-    def phase(self) -> str:
-        return self.run.phase
-
     # helpers -----------------------------------------------------------------
     def _now(self) -> datetime:
         return self.services.clock()
@@ -586,11 +582,6 @@ class RunExecutor:
             attempt = self.run.attempts[-1]
             attempt.finished = self._now()
             self._commit_attempt(attempt)
-
-
-def execute_run(services: RunServices, loop: Loop, run: RunRecord) -> RunRecord:
-    """Run `run` to its end in this thread."""
-    return RunExecutor(services, loop, run).execute()
 
 
 def locate_worktree(services: RunServices, run: RunRecord) -> None:

@@ -12,8 +12,6 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from daemon.state.atomic import ensure_dir
-
 GIT_IDENTITY = ("loopd", "loopd@localhost")
 _SAFE_CONFIG = (
     "core.hooksPath=/dev/null",
@@ -178,13 +176,3 @@ class Git:
         return self.run(
             "diff", "--no-ext-diff", "--no-textconv", "--binary", old, new
         ).stdout.decode("utf-8", "replace")
-
-    def changed_paths(self, old: str, new: str) -> list[str]:
-        text = self.out(
-            "diff", "--no-ext-diff", "--no-textconv", "--no-renames", "--name-only", "-z", old, new
-        )
-        return [p for p in text.split("\0") if p]
-
-
-def ensure_worktree_root(path: Path) -> Path:
-    return ensure_dir(path)

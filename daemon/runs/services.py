@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,7 +21,6 @@ class RunServices:
     config: DaemonConfig
     store: StateStore
     clock: Callable[[], datetime] = utc_now
-    shutdown: threading.Event = field(default_factory=threading.Event)
     notifications: Any = None  # daemon.people.notify.Notifications, when configured
     rule_cache: dict[Any, Any] = field(default_factory=dict)  # the trigger evaluator's cache
 

@@ -126,12 +126,7 @@ class RunRecord(Record):
     refs_before: dict[str, str] = {}
     pid: int = 0  # the daemon (or `loopd once`) that ran it
     agent_pids: list[int] = []  # process groups of the running attempt, for a restart to kill
-    retries: int = 0
     judging_since: datetime | None = None
-
-    @property
-    def finished_ok(self) -> bool:
-        return self.outcome == "succeeded"
 
 
 class DaemonStatus(Record):
