@@ -11,10 +11,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import daemon as package
+from daemon.clock import utc_now
 from daemon.config import LoadedConfig, Loop
 from daemon.globs import wildmatch
 from daemon.home import Home
-from daemon.runs.services import RunServices, utc_now
+from daemon.runs.services import RunServices
 from daemon.state.lock import HomeLock, LockHeld
 from daemon.state.records import DaemonStatus, LoopStatus, StatusFile, Trigger
 from daemon.state.store import StateStore
@@ -265,59 +266,38 @@ class Daemon:
         assert self.store is not None
         self.store.events.append(type, self.clock(), **fields)
 
-    def offer(self, trigger: Trigger, now: datetime, restored: bool = False) -> None:
+    def offer(self, trigger: Trigger, now: datetime) -> None:
         """A trigger arrives: filter it, apply the loop's overlap policy, record it."""
-        from daemon.people.escalation import has_open_escalation
+        from daemon.people.escalation import blocking_escalation
 
         assert self.store is not None
-        loop = self.loops.get(trigger.loop)
         fields = {"kind": trigger.kind, "reason": trigger.reason, "inbox": trigger.id or None}
         if trigger.ref:
             fields.update(ref=trigger.ref, old=trigger.old, new=trigger.new)
-        if loop is None or not loop.config.enabled:
-            why = "unknown or broken loop" if loop is None else "loop disabled"
+
+        def skip(why: str) -> None:
             self.store.events.append("trigger_skipped", now, loop=trigger.loop, why=why, **fields)
-            return
+
+        loop = self.loops.get(trigger.loop)
+        if loop is None or not loop.config.enabled:
+            return skip("unknown or broken loop" if loop is None else "loop disabled")
         if trigger.kind == "push":
             branch = trigger.ref.removeprefix("refs/heads/")
             if not any(wildmatch(g, branch) for g in loop.config.on_push):
-                self.store.events.append(
-                    "trigger_skipped", now, loop=loop.name, why="branch not in on_push", **fields
-                )
-                return
-        if (
-            trigger.kind == "push"
-            and loop.config.isolation == "in-place"
-            and loop.name in (self.workers)
-        ):
-            # An in-place run commits on the watched branch itself; that is not a new push.
-            self.store.events.append(
-                "trigger_skipped", now, loop=loop.name, why="the loop's own in-place run", **fields
-            )
-            return
-        if trigger.kind in ("schedule", "catch-up") and has_open_escalation(
-            self.store, loop.name, loop.config.task
-        ):
-            self.store.events.append(
-                "trigger_skipped",
-                now,
-                loop=loop.name,
-                why="an escalation for this task is open; resolve it with `loopd escalations`",
-                **fields,
-            )
-            return
-        if not restored:
-            self.store.events.append("trigger", now, loop=loop.name, **fields)
+                return skip("branch not in on_push")
+            if loop.config.isolation == "in-place" and loop.name in self.workers:
+                # An in-place run commits on the watched branch itself: not a new push.
+                return skip("the loop's own in-place run")
+        if blocking_escalation(self.store, loop.name, loop.config.task, trigger.kind):
+            return skip("an escalation for this task is open; resolve it with `loopd escalations`")
+        self.store.events.append("trigger", now, loop=loop.name, **fields)
         decision = self.queue.offer(trigger, loop.config, now)
         if decision.action == "merged":
             self.store.events.append(
                 "trigger_merged", now, loop=loop.name, into=decision.pending_id, **fields
             )
-        elif decision.action in ("skipped", "dropped_queue_full"):
-            why = "a run is active or pending (overlap = skip)"
-            if decision.action == "dropped_queue_full":
-                why = f"queue full (max_queued = {loop.config.max_queued})"
-            self.store.events.append("trigger_skipped", now, loop=loop.name, why=why, **fields)
+        elif decision.event == "trigger_skipped":
+            skip(decision.why)
         self._save_queue()
 
     def _save_queue(self) -> None:

@@ -123,19 +123,17 @@ def _notifications(loaded: LoadedConfig, store: Any) -> Any:
 
 
 def _print_outcome(run: Any) -> None:
+    from daemon.people.digest import checks_word
+
     print(f"{run.outcome}: {run.reason}")
     for a in run.attempts:
         score = "-" if a.score is None else a.score
         print(
-            f"  attempt {a.n}: checks {_checks_word(a.checks_passed)}, score {score}, "
+            f"  attempt {a.n}: checks {checks_word(a.checks_passed)}, score {score}, "
             f"nudges {a.nudges}, exit {a.exit_code}"
         )
     if run.branch and run.isolation == "worktree":
         print(f"  branch {run.branch}")
-
-
-def _checks_word(passed: bool | None) -> str:
-    return "-" if passed is None else ("pass" if passed else "fail")
 
 
 def trigger(args: argparse.Namespace) -> int:
@@ -313,6 +311,8 @@ def show(args: argparse.Namespace) -> int:
     from rich.panel import Panel
     from rich.table import Table
 
+    from daemon.people.digest import checks_word
+
     out = console()
     head = [
         f"loop: {run.loop}",
@@ -321,7 +321,8 @@ def show(args: argparse.Namespace) -> int:
         + (f" ({len(run.trigger.merged)} merged)" if run.trigger.merged else ""),
         f"started: {run.started}   finished: {run.finished or '-'}",
         f"outcome: {run.outcome or run.phase}   {run.reason}",
-        f"branch: {run.branch}   tokens: {run.tokens}",
+        f"branch: {run.branch}   tokens: {run.tokens}"
+        + (f"   cost: ${run.cost_usd:.4f}" if run.cost_usd else ""),
     ]
     if run.rules_fired:
         head.append("rules fired: " + ", ".join(run.rules_fired))
@@ -335,7 +336,7 @@ def show(args: argparse.Namespace) -> int:
             "-" if a.exit_code is None else str(a.exit_code),
             str(a.nudges),
             ", ".join(s.kind for s in a.stalls) or "-",
-            "-" if a.checks_passed is None else ("pass" if a.checks_passed else "fail"),
+            checks_word(a.checks_passed),
             "-" if a.score is None else str(a.score),
             a.verdict + ("".join(f"\n! {v}" for v in a.violations)),
             a.feedback,
