@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -61,6 +62,7 @@ class Daemon:
         self.watchers: list[Any] = []
         self.change_watchers: dict[str, Any] = {}
         self._status_written: datetime | None = None
+        self._reap_pending = False
         self._status_cache: str = ""
 
     # configuration -----------------------------------------------------------
@@ -333,7 +335,10 @@ class Daemon:
                 self.offer(trigger, now)
         self._cancel_queued(now)
         self._housekeeping(now)
-        reap_orphans()
+        if self.workers or self._reap_pending:
+            # Orphans of what runs started (re-parented to loopd, the subreaper) are reaped.
+            reap_orphans()
+            self._reap_pending = bool(self.workers)
         self._reap()
         if not self.flags.stop.is_set():
             self._start_ready(now)
@@ -341,7 +346,7 @@ class Daemon:
 
     def _housekeeping(self, now: datetime) -> None:
         """Prune old runs at start and once a day (`retain_days`)."""
-        from daemon.state.retention import prune
+        from daemon.housekeeping import prune
 
         assert self.store is not None and self.loaded is not None
         last = getattr(self, "_pruned_at", None)
@@ -362,10 +367,10 @@ class Daemon:
                 self._event("prune_failed", error=str(exc)[:500])
             try:
                 from daemon.rules.promotion import retire_stale
-                from daemon.runs.learning import _library
+                from daemon.runs.learning import rule_library
 
                 assert services is not None
-                retire_stale(_library(services), store.events, now, state_root=store.root)
+                retire_stale(rule_library(services), store.events, now, state_root=store.root)
             except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
                 self._event("retire_failed", error=str(exc)[:500])
 
@@ -517,8 +522,9 @@ class Daemon:
         if cache is None:
             assert self.store is not None
             cache = {}
+            newest = self.store.last_run_ids()
             for name in self.loops:
-                for run in self.store.iter_runs(name):
+                for run in self.store.iter_runs(name) if name in newest else ():
                     if run.outcome is not None:
                         cache[name] = (run.id, run.outcome)
                         break
@@ -555,8 +561,10 @@ class Daemon:
             self.store.events.append("reload_failed", now, error=str(exc)[:1000])
             return f"reload failed, keeping the running configuration: {exc}"
         self.loaded = loaded
-        self.services.config = loaded.daemon
-        self.services.notifications = self._notifications()
+        # Running runs keep the services (configuration, notifier) they started with.
+        self.services = dataclasses.replace(
+            self.services, config=loaded.daemon, notifications=self._notifications()
+        )
         self._report_config(loaded, now)
         self.timer.update(self._scheduled_loops(), now)
         self._start_change_watchers()

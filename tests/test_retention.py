@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from daemon.housekeeping import PRUNED_MARKER, cited_by_rules, prune
 from daemon.people.escalation import resolve, write_escalation
-from daemon.state.retention import PRUNED_MARKER, cited_by_rules, prune
 from daemon.state.store import StateStore
 from tests.helpers import git, make_repo
 from tests.test_escalations import make_run

@@ -13,7 +13,7 @@ from daemon.clock import utc_now
 STATUS_CHOICES = ("trial", "active", "rejected", "retired")
 
 
-def _library(args: argparse.Namespace):  # noqa: ANN202 - RuleLibrary
+def rule_library(args: argparse.Namespace):  # noqa: ANN202 - RuleLibrary
     import logging
 
     from daemon.rules.library import RuleLibrary
@@ -73,7 +73,7 @@ def list_cmd(args: argparse.Namespace) -> int:
     """List the rules (live ones: trial and active; --status or --all for others)."""
     from daemon.rules.rulefile import LIVE, STATUSES
 
-    _, library = _library(args)
+    _, library = rule_library(args)
     if args.status:
         wanted = (args.status,)
     else:
@@ -99,7 +99,7 @@ def list_cmd(args: argparse.Namespace) -> int:
 
 def show_cmd(args: argparse.Namespace) -> int:
     """Show one rule: its file, its status and its version."""
-    _, library = _library(args)
+    _, library = rule_library(args)
     stored = _get(library, args.id)
     if args.json:
         data = stored.rule.model_dump(mode="json")
@@ -115,7 +115,7 @@ def match_cmd(args: argparse.Namespace) -> int:
     """Print the rules that would fire for a task, and why (pattern or model)."""
     from daemon.rules.evaluator import JudgeCache, select_rules
 
-    home, library = _library(args)
+    home, library = rule_library(args)
     cfg = _verifier(home)
     client = None if args.no_model else _client(cfg)
     cache = JudgeCache(home.state_dir / "cache" / "trigger-matches.json")
@@ -151,7 +151,7 @@ def verify_cmd(args: argparse.Namespace) -> int:
     from daemon.rules.rulefile import RuleFileError
     from daemon.rules.verifier import candidate_from_file, verify_candidate
 
-    home, library = _library(args)
+    home, library = rule_library(args)
     candidate_path = Path(args.candidate)
     evidence_dir = Path(args.evidence)
     if not evidence_dir.is_dir():
@@ -200,7 +200,7 @@ def verify_cmd(args: argparse.Namespace) -> int:
 
 def promote_cmd(args: argparse.Namespace) -> int:
     """Make a rule active; --severity refuse|escalate is a person's decision alone."""
-    home, library = _library(args)
+    home, library = rule_library(args)
     stored = _get(library, args.id)
     now = utc_now()
     events = home.state().events
@@ -232,7 +232,7 @@ def promote_cmd(args: argparse.Namespace) -> int:
 
 def retire_cmd(args: argparse.Namespace) -> int:
     """Retire a rule: it stops firing; the file moves to rules/retired/."""
-    home, library = _library(args)
+    home, library = rule_library(args)
     stored = _get(library, args.id)
     if stored.status == "retired":
         print(f"{stored.rule.id} is already retired")

@@ -31,7 +31,7 @@ def read_progress(services: RunServices, loop: str) -> str:
     return read(services.store, loop)
 
 
-def _library(services: RunServices):  # noqa: ANN202 - RuleLibrary
+def rule_library(services: RunServices):  # noqa: ANN202 - RuleLibrary
     """One rule library per process; it re-reads changed files on every call."""
     from daemon.rules.library import RuleLibrary
 
@@ -66,7 +66,7 @@ def select_rules_for_run(services: RunServices, loop: Loop, run: RunRecord) -> R
     from daemon.rules.evaluator import render_rules, select_rules
 
     selection = select_rules(
-        _library(services),
+        rule_library(services),
         run_task_text(loop, run),
         loop.name,
         list(run.trigger.paths),
@@ -116,7 +116,7 @@ def learn_from_attempt(executor: RunExecutor, attempt: AttemptRecord, passed: bo
         "violations": attempt.violations,
     }
     result = learn(
-        _library(services),
+        rule_library(services),
         client,
         services.config.verifier,
         services.store.root,
@@ -136,7 +136,7 @@ def learn_from_attempt(executor: RunExecutor, attempt: AttemptRecord, passed: bo
     # A verified rule goes into the next attempt's prompt, whether or not its patterns
     # match this task (the post-mortem writes them for future tasks).
     rule_id = result.duplicate_of or result.rule.id
-    stored = _library(services).find(rule_id)
+    stored = rule_library(services).find(rule_id)
     if stored is None or rule_id in run.rules_fired:
         return None
     executor.rule_reminders.append(stored.rule)
@@ -161,7 +161,7 @@ def after_run(executor: RunExecutor, escalate: bool) -> None:
         from daemon.rules.promotion import record_run
 
         record_run(
-            _library(services),
+            rule_library(services),
             list(run.rules_fired),
             run.loop,
             run.task,

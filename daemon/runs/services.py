@@ -22,7 +22,7 @@ class RunServices:
     store: StateStore
     clock: Callable[[], datetime] = utc_now
     notifications: Any = None  # daemon.people.notify.Notifications, when configured
-    rule_cache: dict[Any, Any] = field(default_factory=dict)  # the trigger evaluator's cache
+    rule_cache: dict[Any, Any] = field(default_factory=dict)  # holds the one RuleLibrary
 
     def event(self, type: str, loop: str | None = None, run: str | None = None, **fields: Any):
         return self.store.events.append(type, self.clock(), loop=loop, run=run, **fields)
