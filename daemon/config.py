@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -317,7 +318,29 @@ def load_loop(path: Path, daemon: DaemonConfig) -> tuple[Loop | None, list[Confi
             return loop, []
     if errors:
         return None, errors
-    return Loop(name=path.stem, path=path, config=config), []
+    loop = Loop(name=path.stem, path=path, config=config)
+    program = _agent_program(daemon.profile(config.agent))
+    if config.enabled and program and not _findable(program):
+        loop.notes.append(
+            f"{path}: agent: {program!r} is not on PATH here; install it, or check the PATH "
+            "loopd runs with (the systemd unit sets its own)"
+        )
+    return loop, []
+
+
+def _agent_program(profile: AgentProfile | None) -> str:
+    """The program a profile starts: the command's first word, else the adapter's CLI."""
+    if profile is None:
+        return ""
+    if profile.adapter == "command":
+        return profile.command[0] if profile.command else ""
+    return profile.adapter
+
+
+def _findable(program: str) -> bool:
+    if "/" in program:
+        return os.access(os.path.expanduser(program), os.X_OK)
+    return shutil.which(program) is not None
 
 
 def load_home(home: Path) -> LoadedConfig:
