@@ -826,3 +826,16 @@ def test_real_opencode_session_tool_calls_usage_and_resume(tmp_path: Path) -> No
         assert [e.session_id for e in second if e.type == "session"] == session
         assert final_text(second) == REAL_FINAL
         assert len(server.chat_requests()) == 6
+
+
+def test_aider_keeps_its_chat_history_in_the_scratch_folder_outside_the_tree(
+    tmp_path: Path,
+) -> None:
+    adapter = adapter_class("aider")(AgentProfile(adapter="aider", model="gpt-4o"), None)
+    adapter.scratch = tmp_path / "scratch"
+    argv = adapter.invocation("fix it").argv
+    history = argv[argv.index("--chat-history-file") + 1]
+    assert history == str(tmp_path / "scratch" / ".aider.chat.history.md")
+    resumed = adapter.invocation("go on", Resume("", "go on")).argv
+    assert "--restore-chat-history" in resumed
+    assert resumed[resumed.index("--chat-history-file") + 1] == history

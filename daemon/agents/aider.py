@@ -61,10 +61,11 @@ class AiderAdapter(AgentAdapter):
         if resume:
             argv.append("--restore-chat-history")
         home = self.home()
-        if home is not None:
+        keep = home or self.scratch
+        if keep is not None:
             # The chat history must outlive one process for the follow-up; keep it out of the tree.
-            argv += ["--chat-history-file", str(home / ".aider.chat.history.md")]
-            argv += ["--input-history-file", str(home / ".aider.input.history")]
+            argv += ["--chat-history-file", str(keep / ".aider.chat.history.md")]
+            argv += ["--input-history-file", str(keep / ".aider.input.history")]
         env: dict[str, str] = {}  # the profile's env is added by the caller
         model = self.profile.model
         key = self.api_key()

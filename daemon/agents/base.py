@@ -82,6 +82,9 @@ class AgentAdapter(ABC):
     ) -> None:
         self.profile = profile
         self.private_home = private_home
+        # A folder outside the run's tree and outside state/ for files an agent keeps between
+        # its processes (aider's chat history); set by the caller, removed with the worktree.
+        self.scratch: Path | None = None
         # loopd's own environment, where the key named by `api_key_env` lives; tests pass their own.
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
 

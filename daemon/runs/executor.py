@@ -8,6 +8,7 @@ whose agent was done (judging resumes).
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from datetime import datetime
@@ -313,6 +314,7 @@ class RunExecutor:
         if adapter.wants_private_home():
             # One private HOME per profile, so a resumed session finds its files.
             adapter = cls(profile, ensure_dir(self.store.root / "agent-homes" / cfg.agent))
+        adapter.scratch = ensure_dir(self._scratch_dir())
         transcript = Transcript(folder / "transcript.jsonl", limits.transcript_cap)
         tokens_at_start = run.tokens
         deadline = time.monotonic() + cfg.attempt_timeout.total_seconds()
@@ -546,8 +548,16 @@ class RunExecutor:
             )
 
     # the end -----------------------------------------------------------------
+    def _scratch_dir(self) -> Path:
+        """Beside the worktree: outside the tree (not committed) and outside state/."""
+        root = self.services.config.limits.worktrees_path
+        return root / self.loop.name / f"{self.run.id}.agent"
+
     def _cleanup_tree(self, keep: bool = False) -> None:
-        if self.tree is None or keep:
+        if keep:
+            return
+        shutil.rmtree(self._scratch_dir(), ignore_errors=True)
+        if self.tree is None:
             return
         try:
             remove_tree(self.tree)
