@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -15,3 +16,14 @@ def model_server() -> Iterator[ScriptedModelServer]:
     server = ScriptedModelServer()
     with server:
         yield server
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[subprocess.Popen[str]]]:
+    """`loopd run` processes a test started; any still running at the end are killed."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

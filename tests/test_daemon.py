@@ -9,8 +9,6 @@ import sys
 import tomllib
 from pathlib import Path
 
-import pytest
-
 from tests.helpers import (
     daemon_log,
     events,
@@ -54,16 +52,6 @@ def loop_text(repo: Path, **extra: object) -> str:
     ]
     lines += [f"{k} = {json.dumps(v)}" for k, v in extra.items()]
     return "\n".join(lines) + "\n"
-
-
-@pytest.fixture
-def daemons():
-    started = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_trigger_wait_runs_through_the_daemon_and_a_second_daemon_is_refused(

@@ -14,8 +14,6 @@ import sys
 import tomllib
 from pathlib import Path
 
-import pytest
-
 from tests.helpers import (
     daemon_log,
     events,
@@ -94,16 +92,6 @@ def hooks_state(folder: Path) -> dict[str, tuple[bytes, int]]:
 def install(home: Path) -> None:
     proc = loopd(home, "hooks", "install")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-@pytest.fixture
-def daemons():
-    started = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 # ---------------------------------------------------------------------------------- hooks

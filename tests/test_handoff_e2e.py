@@ -16,7 +16,6 @@ import sys
 import tempfile
 import threading
 import tomllib
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -192,16 +191,6 @@ def critic_server() -> ScriptedModelServer:
         return {"status": 400, "message": f"unexpected call {name}"}
 
     return ScriptedModelServer(answer)
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def run_dir(home: Path, run_id: str) -> Path:
