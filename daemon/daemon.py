@@ -185,7 +185,7 @@ class Daemon:
     # recovery ----------------------------------------------------------------
     def _recover(self, now: datetime) -> None:
         """Runs a dead loopd left: judging resumes; a run mid-attempt is interrupted, retried."""
-        from daemon.runs.executor import finish_interrupted, kill_run_leftovers
+        from daemon.runs.executor import end_without_agent, finish_interrupted, kill_run_leftovers
 
         assert self.store is not None and self.services is not None
         for run_id in self.store.live_runs():
@@ -202,15 +202,12 @@ class Daemon:
             loop = self.loops.get(run.loop)
             kill_run_leftovers(self.services, run)
             if loop is None:
-                self.store.events.append(
-                    "run_orphaned", now, loop=run.loop, run=run.id, why="loop no longer valid"
+                end_without_agent(
+                    self.services,
+                    run,
+                    "interrupted",
+                    "loopd stopped during the run; the loop file is no longer valid",
                 )
-                run.outcome = "interrupted"
-                run.reason = "loopd stopped during the run; the loop file is no longer valid"
-                run.finished = now
-                run.phase = "idle"
-                self.store.save_run(run)
-                self.store.unmark_live(run.id)
                 continue
             if run.phase in ("judging", "learning") and run.attempts and run.attempts[-1].finished:
                 self.store.events.append(
@@ -382,7 +379,7 @@ class Daemon:
 
     def _cancel_queued(self, now: datetime) -> None:
         """`loopd cancel` of a run still in the queue: it ends as `cancelled` without starting."""
-        from daemon.runs.executor import new_run
+        from daemon.runs.executor import end_without_agent, new_run
 
         assert self.store is not None and self.services is not None
         for pending in list(self.queue.pending()):
@@ -393,20 +390,16 @@ class Daemon:
             loop = self.loops.get(pending.loop)
             if loop is not None:
                 run = new_run(self.services, loop, pending)
-                run.outcome = "cancelled"
-                run.reason = "cancelled while queued"
-                run.finished = now
-                run.phase = "idle"
-                self.store.save_run(run)
-                self.store.unmark_live(run.id)
-            self.store.events.append(
-                "run_finished",
-                now,
-                loop=pending.loop,
-                run=pending.id,
-                outcome="cancelled",
-                reason="cancelled while queued",
-            )
+                end_without_agent(self.services, run, "cancelled", "cancelled while queued")
+            else:
+                self.store.events.append(
+                    "run_finished",
+                    now,
+                    loop=pending.loop,
+                    run=pending.id,
+                    outcome="cancelled",
+                    reason="cancelled while queued",
+                )
             self._save_queue()
 
     def _busy_loops(self) -> set[str]:

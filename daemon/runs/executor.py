@@ -604,6 +604,21 @@ def locate_worktree(services: RunServices, run: RunRecord) -> None:
         run.branch = run.branch or branch_name(run.loop, run.id)
 
 
+def end_without_agent(
+    services: RunServices, run: RunRecord, outcome: str, reason: str
+) -> RunRecord:
+    """End a run that no executor will take further (cancelled in the queue, orphaned)."""
+    now = services.clock()
+    run.outcome = outcome  # type: ignore[assignment]
+    run.reason = reason
+    run.finished = now
+    run.phase = "idle"
+    services.store.save_run(run)
+    services.store.unmark_live(run.id)
+    services.event("run_finished", loop=run.loop, run=run.id, outcome=outcome, reason=reason)
+    return run
+
+
 def kill_run_leftovers(services: RunServices, run: RunRecord, grace: float = 5.0) -> None:
     """Kill what a dead loopd's attempt left running: its process group, and processes
     started since the attempt began that work inside its worktree."""
