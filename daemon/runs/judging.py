@@ -119,7 +119,7 @@ def _ask_critic(
     executor: RunExecutor, attempt: AttemptRecord, checks: ChecksResult, violations: list[str]
 ) -> Verdict | None:
     """The critic's verdict, waiting with backoff while the endpoint is unavailable."""
-    from daemon.model.client import ModelClient, ModelUnavailable
+    from daemon.model.client import ModelUnavailable
     from daemon.model.critic import judge
     from daemon.model.evidence import build_evidence
 
@@ -129,7 +129,8 @@ def _ask_critic(
     evidence = build_evidence(
         folder, executor.cfg.task, attempt.summary, verifier.evidence_tokens, violations
     )
-    client = ModelClient(verifier)
+    client = services.model_client()
+    assert client is not None  # judging asks the critic only when a verifier is configured
     # Short verifier timeouts (tests, local servers) retry sooner.
     delay = min(BACKOFF_START, max(0.2, verifier.timeout.total_seconds()))
     pending_limit: timedelta = verifier.pending_limit

@@ -43,10 +43,7 @@ def rule_library(services: RunServices):  # noqa: ANN202 - RuleLibrary
 
 
 def _client(services: RunServices):  # noqa: ANN202 - ModelClient | None
-    from daemon.model.client import ModelClient
-
-    verifier = services.config.verifier
-    return ModelClient(verifier) if verifier.configured else None
+    return services.model_client()
 
 
 def run_task_text(loop: Loop, run: RunRecord) -> str:

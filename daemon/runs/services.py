@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daemon.clock import utc_now
 from daemon.config import DaemonConfig
 from daemon.home import Home
+from daemon.retry import JUDGING, RetryPolicy
 from daemon.state.store import StateStore
+
+if TYPE_CHECKING:
+    from daemon.model.client import ModelClient
 
 
 @dataclass
@@ -23,6 +27,23 @@ class RunServices:
     clock: Callable[[], datetime] = utc_now
     notifications: Any = None  # daemon.people.notify.Notifications, when configured
     rule_cache: dict[Any, Any] = field(default_factory=dict)  # holds the one RuleLibrary
+    judging_retry: RetryPolicy = JUDGING  # how a run waits for an unavailable verifier
+    # One client per verifier configuration for the process's life (shared by copies made
+    # on reload): what a server rejected (a response_format) is remembered across calls.
+    clients: dict[str, Any] = field(default_factory=dict)
 
     def event(self, type: str, loop: str | None = None, run: str | None = None, **fields: Any):
         return self.store.events.append(type, self.clock(), loop=loop, run=run, **fields)
+
+    def model_client(self) -> ModelClient | None:
+        """The verifier's client, None when no `[verifier] base_url` is configured."""
+        verifier = self.config.verifier
+        if not verifier.configured:
+            return None
+        key = verifier.model_dump_json()
+        client = self.clients.get(key)
+        if client is None:
+            from daemon.model.client import ModelClient
+
+            client = self.clients[key] = ModelClient(verifier)
+        return client
