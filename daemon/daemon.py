@@ -185,52 +185,18 @@ class Daemon:
     # recovery ----------------------------------------------------------------
     def _recover(self, now: datetime) -> None:
         """Runs a dead loopd left: judging resumes; a run mid-attempt is interrupted, retried."""
-        from daemon.runs.executor import end_without_agent, finish_interrupted, kill_run_leftovers
+        from daemon.runs.recovery import recover_run
 
         assert self.store is not None and self.services is not None
         for run_id in self.store.live_runs():
-            try:
-                run = self.store.load_run(run_id)
-            except Exception:  # noqa: BLE001 - a record we cannot read cannot be resumed
-                self.store.unmark_live(run_id)
-                continue
-            if run.outcome is not None:
-                self.store.unmark_live(run_id)
-                continue
-            if self.store.loop_lock(run.loop).is_held():
-                continue  # `loopd once` is running it
-            loop = self.loops.get(run.loop)
-            kill_run_leftovers(self.services, run)
-            if loop is None:
-                end_without_agent(
-                    self.services,
-                    run,
-                    "interrupted",
-                    "loopd stopped during the run; the loop file is no longer valid",
-                )
-                continue
-            if run.phase in ("judging", "learning") and run.attempts and run.attempts[-1].finished:
-                self.store.events.append(
-                    "run_recovered", now, loop=run.loop, run=run.id, to="judging"
-                )
-                lock = self.store.loop_lock(run.loop)
-                lock.acquire()  # free: checked above, and this daemon holds the home
-                self._launch(loop, run, lock)
-                continue
-            finish_interrupted(
-                self.services, loop, run, "loopd stopped during the run (crash, kill or reboot)"
-            )
-            if run.trigger.kind != "retry":
-                self.offer(
-                    Trigger(
-                        loop=run.loop,
-                        kind="retry",
-                        reason=f"retry of interrupted run {run.id}",
-                        retry_of=run.id,
-                        ts=now,
-                    ),
-                    now,
-                )
+            recovery = recover_run(self.services, self.loops, run_id, now)
+            if recovery.action == "resume" and recovery.run is not None:
+                loop = self.loops[recovery.run.loop]
+                lock = self.store.loop_lock(loop.name)
+                lock.acquire()  # free: checked by recover_run, and this daemon holds the home
+                self._launch(loop, recovery.run, lock)
+            elif recovery.action == "retry" and recovery.retry_trigger is not None:
+                self.offer(recovery.retry_trigger, now)
 
     def _restore_queue(self, now: datetime) -> None:
         """Pending runs a stopped daemon had queued are queued again, under their ids."""
