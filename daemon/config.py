@@ -1,4 +1,8 @@
-"""Pydantic models of `loopd.toml` and `loops/*.toml`: load, validate, explain."""
+"""Pydantic models of `loopd.toml` and `loops/*.toml`: load, validate, explain.
+
+The user's reference for every key here is `docs/configuration.md`; change both together
+(tests/test_config_docs.py checks that every key is documented with its range).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,17 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from daemon.units import Duration, Size
+from daemon.config_errors import ConfigError, did_you_mean, explain
+from daemon.units import duration, size
 
+# The agent adapters, in one place: the profile's Literal below is built from this tuple and
+# daemon/agents/registry.py must register exactly these (tests/test_adapters.py checks).
 ADAPTERS = ("qwen", "claude", "codex", "aider", "opencode", "gemini", "command")
+Adapter = Literal[ADAPTERS]  # type: ignore[valid-type]
 LOOP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -22,16 +31,22 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
+def _argv(value: list[str]) -> list[str]:
+    if any(not part.strip() for part in value):
+        raise ValueError("holds an empty argument")
+    return value
+
+
 class VerifierConfig(StrictModel):
-    base_url: str = ""
-    model: str = ""
-    api_key_env: str = ""
-    timeout: Duration = "60s"  # type: ignore[assignment]
-    pending_limit: Duration = "6h"  # type: ignore[assignment]
-    evidence_tokens: int = Field(12000, gt=0)
-    judge_timeout: Duration = "800ms"  # type: ignore[assignment]
-    judge_candidates: int = Field(40, ge=0)
-    embeddings_model: str = ""
+    base_url: str = Field("", examples=["http://127.0.0.1:8000/v1"])
+    model: str = Field("", examples=["qwen3-30b-a3b-instruct"])
+    api_key_env: str = Field("", examples=["LOCAL_LLM_KEY"])
+    timeout: duration("100ms", "1h") = "60s"  # type: ignore[valid-type]
+    pending_limit: duration("0s", "365d") = "6h"  # type: ignore[valid-type]
+    evidence_tokens: int = Field(12000, ge=1000, le=1_000_000)
+    judge_timeout: duration("0s", "10m") = "800ms"  # type: ignore[valid-type]
+    judge_candidates: int = Field(40, ge=0, le=1000)
+    embeddings_model: str = Field("", examples=["nomic-embed-text"])
 
     @property
     def configured(self) -> bool:
@@ -39,35 +54,48 @@ class VerifierConfig(StrictModel):
 
 
 class AgentProfile(StrictModel):
-    adapter: Literal["qwen", "claude", "codex", "aider", "opencode", "gemini", "command"] = "qwen"
-    model: str = ""
-    base_url: str = ""
-    api_key_env: str = ""
-    args: list[str] = []
-    env: dict[str, str] = {}
-    command: list[str] = []
+    adapter: Adapter = "qwen"  # type: ignore[valid-type]
+    model: str = Field("", examples=["qwen3-coder-30b-a3b-instruct"])
+    base_url: str = Field("", examples=["http://127.0.0.1:8000/v1"])
+    api_key_env: str = Field("", examples=["LOCAL_LLM_KEY"])
+    args: list[str] = Field([], examples=[["--verbose"]])
+    env: dict[str, str] = Field({}, examples=[{"HTTPS_PROXY": "http://127.0.0.1:3128"}])
+    command: list[str] = Field([], examples=[["my-agent", "--task", "{prompt}"]])
 
-    @field_validator("command")
-    @classmethod
-    def _command_not_empty_strings(cls, value: list[str]) -> list[str]:
-        if any(not part for part in value):
-            raise ValueError("command holds an empty argument; remove it")
-        return value
+    _command_argv = field_validator("command")(_argv)
 
 
 class NotifyConfig(StrictModel):
-    command: list[str] = []
-    webhook: str = ""
+    command: list[str] = Field([], examples=[["notify-send", "loopd"]])
+    webhook: str = Field("", examples=["https://hooks.example.com/loopd"])
+
+    _command_argv = field_validator("command")(_argv)
+
+    @field_validator("webhook")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value:
+            return value
+        parts = urlsplit(value)
+        try:
+            parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+        except ValueError:
+            raise ValueError(f"{value!r} has a port that is not a number") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{value!r} is not an http:// or https:// URL with a host")
+        if any(c.isspace() or ord(c) < 32 for c in value):
+            raise ValueError(f"{value!r} holds a space or a control character")
+        return value
 
 
 class LimitsConfig(StrictModel):
-    max_concurrent_runs: int = Field(1, ge=1)
-    retain_days: int = Field(30, ge=0)
-    transcript_cap: Size = "50MB"  # type: ignore[assignment]
-    prompt_cap: Size = "100KB"  # type: ignore[assignment]
-    shutdown_grace: Duration = "30s"  # type: ignore[assignment]
+    max_concurrent_runs: int = Field(1, ge=1, le=64)
+    retain_days: int = Field(30, ge=0, le=3650)
+    transcript_cap: size("64KB", "10GB") = "50MB"  # type: ignore[valid-type]
+    prompt_cap: size("4KB", "10MB") = "100KB"  # type: ignore[valid-type]
+    shutdown_grace: duration("0s", "1d") = "30s"  # type: ignore[valid-type]
     worktrees: str = "~/.cache/loopd/worktrees"
-    events_rotate: Size = "64MB"  # type: ignore[assignment]
+    events_rotate: size("64KB", "10GB") = "64MB"  # type: ignore[valid-type]
 
     @property
     def worktrees_path(self) -> Path:
@@ -87,36 +115,36 @@ class DaemonConfig(StrictModel):
         if name in self.agents:
             return self.agents[name]
         if name in ADAPTERS and name != "command":
-            return AgentProfile(adapter=name)  # type: ignore[arg-type]
+            return AgentProfile(adapter=name)
         return None
 
 
 class LoopConfig(StrictModel):
     """`loops/NAME.toml`."""
 
-    repo: str
-    task: str
+    repo: str = Field(examples=["~/src/app"])
+    task: str = Field(examples=["Make the failing tests pass without weakening them."])
     agent: str = "qwen"
     enabled: bool = True
-    schedule: list[str] = []
+    schedule: list[str] = Field([], examples=[["0 2 * * *"]])
     timezone: str = "UTC"
-    catch_up: Duration = "1h"  # type: ignore[assignment]
-    on_push: list[str] = []
-    on_change: list[str] = []
-    debounce: Duration = "10s"  # type: ignore[assignment]
+    catch_up: duration("0s", "365d") = "1h"  # type: ignore[valid-type]
+    on_push: list[str] = Field([], examples=[["main"]])
+    on_change: list[str] = Field([], examples=[["src/**"]])
+    debounce: duration("0s", "1d") = "10s"  # type: ignore[valid-type]
     overlap: Literal["coalesce", "skip", "queue"] = "coalesce"
-    max_queued: int = Field(10, ge=1)
+    max_queued: int = Field(10, ge=1, le=100_000)
     isolation: Literal["worktree", "in-place"] = "worktree"
     base: str = "HEAD"
-    done_when: list[str] = []
-    check_timeout: Duration = "10m"  # type: ignore[assignment]
-    protect: list[str] = []
-    max_attempts: int = Field(3, ge=1)
-    attempt_timeout: Duration = "45m"  # type: ignore[assignment]
-    stall_after: Duration = "5m"  # type: ignore[assignment]
-    max_nudges: int = Field(2, ge=0)
+    done_when: list[str] = Field([], examples=[["python3 -m pytest -q"]])
+    check_timeout: duration("1s", "1d") = "10m"  # type: ignore[valid-type]
+    protect: list[str] = Field([], examples=[["tests/**"]])
+    max_attempts: int = Field(3, ge=1, le=100)
+    attempt_timeout: duration("1s", "7d") = "45m"  # type: ignore[valid-type]
+    stall_after: duration("0s", "1d") = "5m"  # type: ignore[valid-type]
+    max_nudges: int = Field(2, ge=0, le=100)
     nudge: str = "Continue the task. If something blocks you, say exactly what."
-    max_tokens: int = Field(0, ge=0)
+    max_tokens: int = Field(0, ge=0, le=10_000_000_000)
     critic: Literal["on", "off"] = "on"
     critic_threshold: int = Field(7, ge=0, le=10)
     notify_on: list[Literal["escalated", "succeeded", "failed-attempt"]] = ["escalated"]
@@ -151,20 +179,6 @@ class LoopConfig(StrictModel):
 
 
 @dataclass
-class ConfigError:
-    """One problem in one file: where, which key, what to do."""
-
-    file: Path
-    key: str
-    message: str
-    fix: str
-
-    def __str__(self) -> str:
-        where = f"{self.file}: {self.key}" if self.key else str(self.file)
-        return f"{where}: {self.message}. Fix: {self.fix}"
-
-
-@dataclass
 class Loop:
     """A valid loop file, with its name."""
 
@@ -185,34 +199,35 @@ class LoadedConfig:
     daemon_ok: bool = True
 
 
-_FIXES = {
-    "extra_forbidden": "remove it or correct its spelling (see DESIGN.md section 3 for the keys)",
-    "missing": "add it",
-    "literal_error": "use one of the allowed values",
-}
+def _section_keys(model: type[BaseModel], where: str) -> dict[str, str]:
+    return {name: where for name in model.model_fields}
 
 
-def _key_path(loc: tuple[Any, ...]) -> str:
-    parts: list[str] = []
-    for part in loc:
-        if isinstance(part, int):
-            parts[-1] = f"{parts[-1]}[{part}]" if parts else f"[{part}]"
-        else:
-            parts.append(str(part))
-    return ".".join(parts)
-
-
-def _errors_from_validation(path: Path, exc: ValidationError) -> list[ConfigError]:
-    out = []
-    for err in exc.errors():
-        msg = err["msg"].removeprefix("Value error, ")
-        fix = _FIXES.get(err["type"], "correct the value")
-        if err["type"] == "missing":
-            msg = "this required key is missing"
-        elif err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        out.append(ConfigError(path, _key_path(err["loc"]), msg, fix))
+def _daemon_keys() -> dict[str, str]:
+    """Where each loopd.toml key lives, for a key written into the wrong file or section."""
+    out: dict[str, str] = {}
+    for section, model in (
+        ("verifier", VerifierConfig),
+        ("notify", NotifyConfig),
+        ("limits", LimitsConfig),
+    ):
+        out.update(_section_keys(model, f"in loopd.toml under [{section}]"))
     return out
+
+
+def _elsewhere(model: type[BaseModel]) -> dict[str, str]:
+    if model is LoopConfig:
+        return _daemon_keys()
+    loop_keys = _section_keys(LoopConfig, "in a loop file, loops/NAME.toml")
+    return {**loop_keys, **_daemon_keys()}
+
+
+def _errors_from_validation(
+    path: Path, model: type[BaseModel], exc: ValidationError
+) -> list[ConfigError]:
+    return [
+        ConfigError(path, p.key, p.message, p.fix) for p in explain(model, exc, _elsewhere(model))
+    ]
 
 
 def _read_toml(path: Path) -> tuple[dict[str, Any] | None, list[ConfigError]]:
@@ -220,9 +235,33 @@ def _read_toml(path: Path) -> tuple[dict[str, Any] | None, list[ConfigError]]:
         with path.open("rb") as fh:
             return tomllib.load(fh), []
     except tomllib.TOMLDecodeError as exc:
-        return None, [ConfigError(path, "", f"TOML syntax error: {exc}", "correct the syntax")]
+        return None, [
+            ConfigError(
+                path,
+                "",
+                f"TOML syntax error: {exc}",
+                "correct the line named: strings in double quotes, lists in [ ], one "
+                'key = value a line, e.g. max_attempts = 3 or done_when = ["pytest -q"]',
+            )
+        ]
+    except UnicodeDecodeError as exc:
+        return None, [
+            ConfigError(
+                path,
+                "",
+                f"not UTF-8 text (byte {exc.start})",
+                "save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)",
+            )
+        ]
     except OSError as exc:
-        return None, [ConfigError(path, "", f"cannot read: {exc.strerror}", "check the file")]
+        return None, [
+            ConfigError(
+                path,
+                "",
+                f"cannot read: {exc.strerror}",
+                f"make it a readable file for this user (`chmod u+r {path}`)",
+            )
+        ]
 
 
 def load_daemon_config(path: Path) -> tuple[DaemonConfig | None, list[ConfigError]]:
@@ -235,7 +274,7 @@ def load_daemon_config(path: Path) -> tuple[DaemonConfig | None, list[ConfigErro
     try:
         return DaemonConfig.model_validate(data), []
     except ValidationError as exc:
-        return None, _errors_from_validation(path, exc)
+        return None, _errors_from_validation(path, DaemonConfig, exc)
 
 
 def _git_dir_exists(repo: Path) -> bool:
@@ -259,7 +298,13 @@ def check_loop(
     repo = config.repo_path
     if not repo.exists():
         errors.append(
-            ConfigError(path, "repo", f"{repo} does not exist", "point repo at a git repository")
+            ConfigError(
+                path,
+                "repo",
+                f"{repo} does not exist",
+                'set repo to the path of a git repository, e.g. repo = "~/src/app" (a relative '
+                "path is relative to the home)",
+            )
         )
     elif not repo.is_dir() or not _git_dir_exists(repo):
         errors.append(
@@ -267,18 +312,21 @@ def check_loop(
                 path,
                 "repo",
                 f"{repo} is not a git repository",
-                f"run `git init {repo}` or point repo at a git repository",
+                f"run `git init {repo}`, or set repo to the path of a git repository",
             )
         )
     profile = daemon.profile(config.agent)
     if profile is None:
+        known = sorted(set(daemon.agents) | set(ADAPTERS) - {"command"})
+        guess = did_you_mean(config.agent, known)
         errors.append(
             ConfigError(
                 path,
                 "agent",
                 f"no agent profile {config.agent!r}",
-                f"add [agents.{config.agent}] to loopd.toml or use one of: "
-                + ", ".join(sorted(set(daemon.agents) | set(ADAPTERS) - {"command"})),
+                (f"did you mean {guess!r}? " if guess else "")
+                + f"add [agents.{config.agent}] to loopd.toml or use one of: "
+                + ", ".join(known),
             )
         )
     elif profile.adapter == "command" and not profile.command:
@@ -301,7 +349,7 @@ def load_loop(path: Path, daemon: DaemonConfig) -> tuple[Loop | None, list[Confi
     try:
         config = LoopConfig.model_validate(data)
     except ValidationError as exc:
-        return None, _errors_from_validation(path, exc)
+        return None, _errors_from_validation(path, LoopConfig, exc)
     repo = Path(os.path.expanduser(config.repo))
     if not repo.is_absolute():
         # A relative repo is relative to the home, not to wherever loopd was started.
@@ -351,6 +399,9 @@ def load_home(home: Path) -> LoadedConfig:
     loops_dir = home / "loops"
     for path in sorted(loops_dir.glob("*.toml")) if loops_dir.is_dir() else []:
         loop, loop_errors = load_loop(path, loaded.daemon)
+        if not loaded.daemon_ok:
+            # Profiles live in the broken loopd.toml: "no profile" would only mislead.
+            loop_errors = [e for e in loop_errors if e.key != "agent"]
         loaded.errors.extend(loop_errors)
         if loop is not None:
             loaded.loops[loop.name] = loop
