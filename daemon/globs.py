@@ -1,6 +1,6 @@
 """Globs with git's wildmatch semantics, compiled to regular expressions and cached.
 
-How loopd reads "globs follow git's wildmatch" (DESIGN.md section 3):
+How loopd reads "globs follow git's wildmatch" (docs/configuration.md, "Globs"):
 
 - A pattern is matched against the whole name: a branch name (`main`, `release/1.2`) or a
   path relative to the repository's top (`src/app.py`). Patterns are anchored at the top, as

@@ -186,3 +186,24 @@ def test_the_same_id_in_two_folders_keeps_one_and_warns(tmp_path: Path) -> None:
     found = library.scan()
     assert [(s.rule.id, s.status) for s in found] == [(stored.rule.id, "active")]
     assert any("also in" in w for w in library.warnings)
+
+
+@pytest.mark.parametrize(
+    "broken, key, fix",
+    [
+        (('kind = "failure"', 'knd = "failure"'), "knd", "did you mean `kind`?"),
+        (("confidence = 0.5", "confidense = 0.5"), "confidense", "did you mean `confidence`?"),
+        (('severity = "remind"', 'severity = "loud"'), "severity", '"remind" | "refuse"'),
+        (("fired = 0", "fired = -1"), "fired", "use a number of at least 0, e.g. fired = 0"),
+        (("confidence = 0.5", "confidence = 3"), "confidence", "from 0.0 to 1.0"),
+        (('kind = "failure"', "kind = ["), "front matter", "strings in double quotes"),
+    ],
+)
+def test_a_broken_rule_file_says_what_to_write(broken: tuple[str, str], key: str, fix: str) -> None:
+    with pytest.raises(RuleFileError) as info:
+        parse_rule(EXAMPLE.replace(*broken))
+    text = str(info.value)
+    assert text.startswith(key) and fix in text, text
+    assert "DESIGN" not in text and "correct the value" not in text
+    if "unknown key" in text:
+        assert "docs/rules.md" in text and (ROOT / "docs" / "rules.md").is_file()

@@ -1,8 +1,9 @@
 """Grounding without a model: the claims a rule makes, and whether the evidence holds them verbatim.
 
-Claims (DESIGN.md section 6): numbers, `code spans`, quoted strings, paths (containing `/` or
-ending in `.ext`) and identifiers (containing `_`, `::`, an inner capital, or followed by
-`(`). Every claim in **Why** is checked; in **Rule** only paths, identifiers and numbers.
+Claims (the rule verifier's first step, docs/rules.md): numbers, `code spans`, quoted
+strings, paths (containing `/` or ending in `.ext`) and identifiers (containing `_`, `::`, an
+inner capital, or followed by `(`). Every claim in **Why** is checked; in **Rule** only paths,
+identifiers and numbers.
 
 Choices written down here because the design leaves them open:
 - "Inner capital" means a capital after a lower-case letter (`getUser`) or a capital run

@@ -11,6 +11,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from daemon.config_errors import explain
+
+RULES_REFERENCE = "docs/rules.md"
+
 Kind = Literal["failure", "decision", "knowledge", "skill"]
 Severity = Literal["remind", "refuse", "escalate"]
 Status = Literal["trial", "active", "rejected", "retired"]
@@ -254,7 +258,10 @@ def parse_rule(text: str, require_id: bool = True) -> Rule:
     try:
         data = tomllib.loads(front)
     except tomllib.TOMLDecodeError as exc:
-        raise RuleFileError(f"front matter is not valid TOML: {exc}") from None
+        raise RuleFileError(
+            f"front matter is not valid TOML: {exc}; correct that line (strings in double "
+            "quotes, regular expressions in single quotes, one key = value a line)"
+        ) from None
     collision = {"rule", "why", "how_to_apply"} & set(data)
     if collision:
         raise RuleFileError(
@@ -264,13 +271,10 @@ def parse_rule(text: str, require_id: bool = True) -> Rule:
     try:
         rule = Rule.model_validate(data)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"]) or "front matter"
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = "unknown key; remove it or correct its spelling (DESIGN.md section 6)"
-            problems.append(f"{key}: {msg}")
+        problems = [
+            f"{p.key or 'front matter'}: {p.message} ({p.fix})"
+            for p in explain(Rule, exc, reference=RULES_REFERENCE)
+        ]
         raise RuleFileError("; ".join(problems)) from None
     if require_id and not rule.id:
         raise RuleFileError('id is missing; add id = "r-NNNN-slug" matching the file name')
