@@ -1,20 +1,14 @@
-"""Adapters by name."""
+"""Adapters by name: one class for each name of `daemon.config.ADAPTERS`."""
 
 from __future__ import annotations
 
 import importlib
 
 from daemon.agents.base import AgentAdapter
+from daemon.config import ADAPTERS
 
-_MODULES = {
-    "command": ("daemon.agents.command", "CommandAdapter"),
-    "qwen": ("daemon.agents.qwen", "QwenAdapter"),
-    "claude": ("daemon.agents.claude", "ClaudeAdapter"),
-    "codex": ("daemon.agents.codex", "CodexAdapter"),
-    "opencode": ("daemon.agents.opencode", "OpencodeAdapter"),
-    "gemini": ("daemon.agents.gemini", "GeminiAdapter"),
-    "aider": ("daemon.agents.aider", "AiderAdapter"),
-}
+# Imported on first use, so `loopd check` and `status` load no adapter code.
+_MODULES = {name: (f"daemon.agents.{name}", f"{name.capitalize()}Adapter") for name in ADAPTERS}
 
 
 def adapter_class(name: str) -> type[AgentAdapter]:
@@ -22,7 +16,7 @@ def adapter_class(name: str) -> type[AgentAdapter]:
     try:
         module_name, class_name = _MODULES[name]
     except KeyError:
-        raise KeyError(f"no agent adapter {name!r}; known: {', '.join(sorted(_MODULES))}") from None
+        raise KeyError(f"no agent adapter {name!r}; known: {', '.join(ADAPTERS)}") from None
     return getattr(importlib.import_module(module_name), class_name)
 
 
