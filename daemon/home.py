@@ -77,7 +77,8 @@ def resolve_home(explicit: str | None = None, cwd: Path | None = None) -> Home:
 
 
 EXAMPLE_CONFIG = """\
-# loopd.toml: the daemon's configuration. Every key is optional; see DESIGN.md section 3.
+# loopd.toml: the daemon's configuration. Every key is optional. docs/configuration.md in
+# loopd's source tree lists every key with its default and range; `loopd check` validates.
 
 # [verifier]                 # the separate model that judges results (critic, rules)
 # base_url = "http://127.0.0.1:8000/v1"    # vLLM, llama.cpp server, Ollama, LM Studio

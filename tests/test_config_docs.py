@@ -1,0 +1,74 @@
+"""docs/configuration.md documents every key the models have, with its default and range."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from daemon.config import (
+    ADAPTERS,
+    AgentProfile,
+    DaemonConfig,
+    LimitsConfig,
+    LoopConfig,
+    NotifyConfig,
+    VerifierConfig,
+)
+from daemon.config_errors import bounds_of, literal_values, toml_value
+from tests.helpers import ROOT
+
+DOC = (ROOT / "docs" / "configuration.md").read_text()
+SECTIONS: dict[str, type[BaseModel]] = {
+    "### [verifier]": VerifierConfig,
+    "### [agents.NAME]": AgentProfile,
+    "### [notify]": NotifyConfig,
+    "### [limits]": LimitsConfig,
+    "## loops/NAME.toml": LoopConfig,
+}
+
+
+def section(heading: str) -> str:
+    start = DOC.index(f"\n{heading}\n")
+    end = DOC.find("\n#", start + len(heading) + 2)
+    return DOC[start : end if end > 0 else None]
+
+
+def rows() -> list[tuple[str, str, object]]:
+    return [
+        (heading, name, info)
+        for heading, model in SECTIONS.items()
+        for name, info in model.model_fields.items()
+    ]
+
+
+def test_every_section_of_loopd_toml_is_documented() -> None:
+    assert set(DaemonConfig.model_fields) == {"verifier", "agents", "notify", "limits"}
+    for heading in SECTIONS:
+        assert f"\n{heading}\n" in DOC, heading
+
+
+@pytest.mark.parametrize("heading, name, info", rows(), ids=lambda v: str(v)[:30])
+def test_every_key_has_a_row_with_its_default_and_range(heading: str, name: str, info) -> None:  # noqa: ANN001
+    row = re.search(rf"^\| `{name}` \|.*$", section(heading), re.MULTILINE)
+    assert row, f"{heading}: no row for `{name}`"
+    text = row.group(0)
+    default = "required" if info.default is PydanticUndefined else f"`{toml_value(info.default)}`"
+    assert default in text, f"{name}: default {default} missing from {text}"
+    allowed = bounds_of(info)
+    if allowed:
+        assert allowed in text, f"{name}: range {allowed} missing from {text}"
+    for value in literal_values(info.annotation):
+        assert f'`"{value}"`' in text, f"{name}: value {value} missing"
+
+
+def test_no_row_documents_a_key_that_does_not_exist() -> None:
+    for heading, model in SECTIONS.items():
+        documented = re.findall(r"^\| `([a-z_]+)`", section(heading), re.MULTILINE)
+        assert set(documented) <= set(model.model_fields), heading
+
+
+def test_the_adapters_are_listed_as_the_code_has_them() -> None:
+    assert ", ".join(f'`"{a}"`' for a in ADAPTERS) in section("### [agents.NAME]")
