@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import tomllib
@@ -14,7 +15,17 @@ import pytest
 from daemon.agents.registry import _MODULES, adapter_class, adapter_names
 from daemon.config import ADAPTERS, AgentProfile, LoopConfig, load_home
 from daemon.config_errors import bounds_of
-from tests.helpers import ROOT, loopd, make_home, make_repo
+from tests.helpers import (
+    ROOT,
+    daemon_log,
+    events,
+    loopd,
+    make_home,
+    make_repo,
+    start_daemon,
+    stop_daemon,
+    wait_for,
+)
 
 AGENT = '[agents.echo]\nadapter = "command"\ncommand = ["true"]\n'
 
@@ -227,3 +238,25 @@ def test_dependencies_name_what_loopd_imports_and_pin_watchdog_below_its_next_ma
     assert set(project["optional-dependencies"]["dev"]) >= {"pytest", "ruff"}
     sources = [p.read_text() for p in (ROOT / "daemon").rglob("*.py")]
     assert not any("import git\n" in s or "from git import" in s for s in sources)
+
+
+def test_a_reload_with_huge_values_keeps_the_daemon_running(
+    tmp_path: Path, daemons: list[subprocess.Popen[str]]
+) -> None:
+    home = home_with(tmp_path, loop_extra="")
+    daemon = start_daemon(home)
+    daemons.append(daemon)
+    (home / "loops" / "app.toml").write_text(
+        loop_text(make_repo(tmp_path / "repo2"), 'attempt_timeout = "99999999999d"\n')
+    )
+    daemon.send_signal(signal.SIGHUP)
+    wait_for(lambda: any(e["type"] == "reloaded" for e in events(home)), what="reloaded")
+    errors = [e for e in events(home) if e["type"] == "config_error"]
+    assert [e["key"] for e in errors] == ["attempt_timeout"] and "1s to 7d" in errors[0]["fix"]
+    with (home / "loopd.toml").open("a") as fh:
+        fh.write('[limits]\nshutdown_grace = "99999999999d"\n')
+    daemon.send_signal(signal.SIGHUP)
+    wait_for(lambda: any(e["type"] == "reload_failed" for e in events(home)), what="reload_failed")
+    assert daemon.poll() is None, daemon_log(home)
+    assert stop_daemon(daemon) == 0
+    assert "Traceback" not in daemon_log(home)
