@@ -37,6 +37,22 @@ def _argv(value: list[str]) -> list[str]:
     return value
 
 
+def _http_url(value: str) -> str:
+    """An http(s) URL with a host, or empty: anything else fails only at its first use."""
+    if not value:
+        return value
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+    except ValueError:
+        raise ValueError(f"{value!r} has a port that is not a number") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{value!r} is not an http:// or https:// URL with a host")
+    if any(c.isspace() or ord(c) < 32 for c in value):
+        raise ValueError(f"{value!r} holds a space or a control character")
+    return value
+
+
 class VerifierConfig(StrictModel):
     base_url: str = Field("", examples=["http://127.0.0.1:8000/v1"])
     model: str = Field("", examples=["qwen3-30b-a3b-instruct"])
@@ -47,6 +63,8 @@ class VerifierConfig(StrictModel):
     judge_timeout: duration("0s", "10m") = "800ms"  # type: ignore[valid-type]
     judge_candidates: int = Field(40, ge=0, le=1000)
     embeddings_model: str = Field("", examples=["nomic-embed-text"])
+
+    _base_url = field_validator("base_url")(_http_url)
 
     @property
     def configured(self) -> bool:
@@ -63,6 +81,7 @@ class AgentProfile(StrictModel):
     command: list[str] = Field([], examples=[["my-agent", "--task", "{prompt}"]])
 
     _command_argv = field_validator("command")(_argv)
+    _base_url = field_validator("base_url")(_http_url)
 
 
 class NotifyConfig(StrictModel):
@@ -70,22 +89,7 @@ class NotifyConfig(StrictModel):
     webhook: str = Field("", examples=["https://hooks.example.com/loopd"])
 
     _command_argv = field_validator("command")(_argv)
-
-    @field_validator("webhook")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value:
-            return value
-        parts = urlsplit(value)
-        try:
-            parts.port  # noqa: B018 - raises ValueError on a port that is not a number
-        except ValueError:
-            raise ValueError(f"{value!r} has a port that is not a number") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{value!r} is not an http:// or https:// URL with a host")
-        if any(c.isspace() or ord(c) < 32 for c in value):
-            raise ValueError(f"{value!r} holds a space or a control character")
-        return value
+    _webhook_url = field_validator("webhook")(_http_url)
 
 
 class LimitsConfig(StrictModel):

@@ -70,6 +70,7 @@ _VALUE_FIXES = {
     ),
     "timezone": 'use an IANA time zone name, e.g. timezone = "Europe/Berlin" or "UTC"',
     "webhook": "write the whole URL with http:// or https:// and a host, e.g. {example}",
+    "base_url": "write the whole URL with http:// or https:// and a host, e.g. {example}",
     "command": (
         "write the program and each argument as its own non-empty string, e.g. {example}; "
         "it never runs through a shell"

@@ -103,6 +103,21 @@ def test_a_webhook_without_scheme_or_host_fails_check_and_run(tmp_path: Path, ur
         assert 'webhook = "https://' in out  # the fix shows a whole URL
 
 
+@pytest.mark.parametrize(
+    "config, key",
+    [
+        ('[verifier]\nbase_url = "127.0.0.1:8000/v1"\n', "verifier.base_url"),
+        ('[agents.q]\nbase_url = "localhost:8000/v1"\n', "agents.q.base_url"),
+    ],
+)
+def test_an_endpoint_without_scheme_is_a_check_error(tmp_path: Path, config: str, key: str) -> None:
+    home = home_with(tmp_path, AGENT + config)
+    proc = loopd(home, "check")
+    out = no_traceback(proc)
+    assert proc.returncode == 2 and f"loopd.toml: {key}: " in out
+    assert 'base_url = "http://127.0.0.1:8000/v1"' in out
+
+
 @pytest.mark.parametrize("url", ["https://hooks.example.com/x?token=1", "http://127.0.0.1:9/x"])
 def test_a_whole_webhook_url_passes(tmp_path: Path, url: str) -> None:
     home = home_with(tmp_path, AGENT + f'[notify]\nwebhook = "{url}"\n')
