@@ -7,8 +7,10 @@ import os
 import signal
 import sys
 import tomllib
+from datetime import datetime, timedelta
 from pathlib import Path
 
+from daemon.clock import utc_now
 from tests.helpers import (
     daemon_log,
     events,
@@ -54,6 +56,15 @@ def loop_text(repo: Path, **extra: object) -> str:
     return "\n".join(lines) + "\n"
 
 
+def seed_cursor(home: Path, loop: str, handled_until: datetime) -> None:
+    """The timer's cursor as a stopped daemon would have left it."""
+    import tomli_w
+
+    path = home / "state" / "schedule.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps({"loops": {loop: {"handled_until": handled_until}}}))
+
+
 def test_trigger_wait_runs_through_the_daemon_and_a_second_daemon_is_refused(
     tmp_path: Path, daemons: list
 ) -> None:
@@ -96,15 +107,22 @@ def test_a_schedule_runs_and_kill_9_mid_attempt_is_interrupted_and_retried_once(
         "    time.sleep(600)\n"
         "p = pathlib.Path('calc.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
     )
+    # A daily fire a minute ago, missed by a cursor seeded just before it: the daemon catches
+    # it up at start, without waiting for a real minute boundary.
+    fire = utc_now().replace(second=0, microsecond=0) - timedelta(minutes=1)
     home = make_home(
-        tmp_path / "home", agent(script), {"calc": loop_text(repo, schedule=["* * * * *"])}
+        tmp_path / "home",
+        agent(script),
+        {"calc": loop_text(repo, schedule=[f"{fire.minute} {fire.hour} * * *"], catch_up="1h")},
     )
+    seed_cursor(home, "calc", fire - timedelta(minutes=1))
     daemon = start_daemon(home)
     daemons.append(daemon)
-    wait_for(marker.exists, timeout=75, what="the scheduled run's agent")
+    wait_for(marker.exists, timeout=30, what="the scheduled run's agent")
     agent_pid, grandchild = (int(x) for x in marker.read_text().split())
     (run,) = runs(home)
-    assert run["trigger"]["kind"] == "schedule" and run["phase"] == "running"
+    assert run["trigger"]["kind"] == "catch-up" and run["phase"] == "running"
+    assert f"{fire.hour:02d}:{fire.minute:02d}" in run["trigger"]["reason"]
     os.kill(daemon.pid, signal.SIGKILL)
     daemon.wait()
     restarted = start_daemon(home)

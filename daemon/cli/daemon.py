@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _status_data(home: Any) -> dict[str, Any]:
-    from daemon.state.store import StateStore
+    from daemon.state.store import StateStore, UnreadableFile
 
     store = StateStore(home.state_dir)
     status = store.load_status()
@@ -61,7 +61,10 @@ def _status_data(home: Any) -> dict[str, Any]:
         for run_id in store.live_runs():
             try:
                 run = store.load_run(run_id)
-            except Exception:  # noqa: BLE001 - being written: shown next time
+            except FileNotFoundError:
+                continue  # being written: shown next time
+            except UnreadableFile as exc:
+                store.report_unreadable(exc)
                 continue
             live[run.loop] = run
     names = set(loaded.loops) | (set(status.loops) if pid else set())
@@ -76,15 +79,26 @@ def _status_data(home: Any) -> dict[str, Any]:
                     phase=live[name].phase, run=live[name].id, attempt=len(live[name].attempts)
                 )
             if not info.get("last_run") and name in newest:
-                try:
-                    last = store.load_run(newest[name])
-                except Exception:  # noqa: BLE001 - a run being written: shown next time
-                    continue
-                info["last_run"] = last.id
-                info["last_outcome"] = last.outcome or last.phase
+                last = _newest_readable(store, name, newest[name])
+                if last is not None:
+                    info["last_run"] = last.id
+                    info["last_outcome"] = last.outcome or last.phase
         info["paused"] = name in paused
         data["loops"][name] = info
     return data
+
+
+def _newest_readable(store: Any, loop: str, newest: str) -> Any:
+    """The loop's newest run record; past an unreadable one (named on stderr), the next."""
+    from daemon.state.store import UnreadableFile
+
+    try:
+        return store.load_run(newest)
+    except FileNotFoundError:
+        return None  # being written: shown next time
+    except UnreadableFile as exc:
+        store.report_unreadable(exc)
+    return next(store.iter_runs(loop), None)
 
 
 def _render_status(data: dict[str, Any]) -> Any:

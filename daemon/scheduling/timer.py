@@ -155,12 +155,6 @@ class CronTimer:
             entry = self._entries.get(loop)
             return entry.next_fire if entry else None
 
-    def next_wake(self) -> datetime | None:
-        """The earliest next fire over every loop: the daemon need not tick before it."""
-        with self._lock:
-            fires = [e.next_fire for e in self._entries.values() if e.next_fire is not None]
-        return min(fires) if fires else None
-
     # internals -------------------------------------------------------------------
     def _handle(self, name: str, entry: _Entry, now: datetime, on_time: bool) -> Fired:
         """Fires in (handled_until, now]: at most one trigger, every other one a miss."""
@@ -192,7 +186,7 @@ class CronTimer:
                 data = tomllib.load(fh)
         except FileNotFoundError:
             return {}
-        except (OSError, tomllib.TOMLDecodeError):
+        except (OSError, ValueError):  # a TOML error, a byte that is not UTF-8
             # Unreadable: start every loop from now. That can miss fires but never repeats one.
             return {}
         out: dict[str, datetime] = {}
