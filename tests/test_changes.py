@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import os
+import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -230,3 +232,31 @@ def test_inbox_watcher_wakes_for_a_file_already_waiting(tmp_path: Path) -> None:
         assert wake.is_set()
     finally:
         watcher.stop()
+
+
+def inotify_instances() -> int:
+    """inotify descriptors this process holds (/proc/self/fd links to anon_inode:inotify)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
+        except OSError:
+            continue
+    return count
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+def test_the_watchers_use_inotify_not_polling(tmp_path: Path) -> None:
+    before = inotify_instances()
+    inbox = InboxWatcher(tmp_path / "inbox", threading.Event())
+    inbox.start()
+    rig = Rig(tmp_path, ["src/**"])
+    rig.watcher.start()
+    try:
+        assert inbox.mode == "inotify" and rig.watcher.mode == "inotify"
+        assert not inbox.warning and not rig.watcher.warning
+        assert inotify_instances() == before + 2  # one kernel instance each, no polling thread
+    finally:
+        rig.watcher.stop()
+        inbox.stop()
+    assert inotify_instances() == before

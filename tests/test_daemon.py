@@ -379,3 +379,31 @@ def test_status_watch_redraws_as_state_changes(tmp_path: Path, daemons: list) ->
             watch.kill()
     assert out.read_text().count("running, pid") >= 2  # more than one frame
     assert stop_daemon(daemon) == 0
+
+
+def test_sighup_with_a_duration_too_large_to_load_keeps_the_daemon_alive(
+    tmp_path: Path, daemons: list
+) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    home = make_home(tmp_path / "home", agent(FIXER), {"calc": loop_text(repo)})
+    daemon = start_daemon(home)
+    daemons.append(daemon)
+    huge = loop_text(repo).replace('attempt_timeout = "120s"', 'attempt_timeout = "99999999999d"')
+    (home / "loops" / "huge.toml").write_text(huge)
+    daemon.send_signal(signal.SIGHUP)
+
+    def answered() -> list[dict]:
+        # Either the whole reload is refused, or the loop file alone is reported broken.
+        return [
+            e
+            for e in events(home)
+            if e["type"] == "reload_failed"
+            or (e["type"] == "config_error" and e.get("file", "").endswith("huge.toml"))
+        ]
+
+    wait_for(answered, what="the reload's answer to huge.toml")
+    assert daemon.poll() is None, daemon_log(home)
+    (home / "loops" / "huge.toml").unlink()  # for the command line's own loading
+    proc = loopd(home, "trigger", "calc", "--wait", timeout=90)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + daemon_log(home)
+    assert stop_daemon(daemon) == 0
