@@ -24,7 +24,7 @@ from daemon.state.records import RunRecord, StatusFile, Trigger, make_run_id
 M = TypeVar("M", bound=BaseModel)
 
 
-class UnreadableFile(Exception):
+class UnreadableFile(ValueError):
     """A state file exists but cannot be read or parsed (a bad byte, a cut, a wrong value)."""
 
     def __init__(self, path: Path, reason: str) -> None:
