@@ -25,7 +25,10 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class UnreadableFile(ValueError):
-    """A state file exists but cannot be read or parsed (a bad byte, a cut, a wrong value)."""
+    """A state file exists but cannot be read or parsed (a bad byte, a cut, a wrong value).
+
+    A ValueError, so that readers which already skip a record that does not parse still do.
+    """
 
     def __init__(self, path: Path, reason: str) -> None:
         self.path = path
