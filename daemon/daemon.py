@@ -112,7 +112,7 @@ class Daemon:
         )
         ctx.report_config()
         queue = RunQueue()
-        timer = CronTimer(store.root / "schedule.toml")
+        timer = CronTimer(store.root / "schedule.toml", warn=store.report_unreadable)
         pool = WorkerPool(ctx, queue)
         intake = Intake(ctx, queue, timer, pool.running)
         intake.restore()

@@ -260,8 +260,11 @@ def test_loop_timezone(tmp_path: Path) -> None:
 def test_a_cursor_file_with_a_byte_that_is_not_utf8_starts_from_now(tmp_path: Path) -> None:
     state(tmp_path).parent.mkdir(parents=True)
     state(tmp_path).write_bytes(b"[loops.a]\nhandled_until = 2026-05-01T00:00:00Z # \xff\n")
-    timer = CronTimer(state(tmp_path))
+    warned = []
+    timer = CronTimer(state(tmp_path), warn=warned.append)
     assert timer.start({"a": loop(["0 2 * * *"])}, utc(2026, 5, 2, 3)) == []
+    [problem] = warned
+    assert problem.path == state(tmp_path) and "starts from now" in problem.reason
     assert timer.next_fire("a") == utc(2026, 5, 3, 2)
     assert stored(tmp_path) == {"a": utc(2026, 5, 2, 3)}
 
