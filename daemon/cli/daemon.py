@@ -33,10 +33,11 @@ def run(args: argparse.Namespace) -> int:
         raise
 
 
-def _status_data(home: Any) -> dict[str, Any]:
+def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
+    """What `status` shows; `store` is kept across frames of --watch (one warning per file)."""
     from daemon.state.store import StateStore, UnreadableFile
 
-    store = StateStore(home.state_dir)
+    store = store or StateStore(home.state_dir)
     status = store.load_status()
     loaded = home.load()
     pid = daemon_pid(home)
@@ -148,7 +149,10 @@ def status(args: argparse.Namespace) -> int:
         return 0
     from rich.live import Live
 
+    from daemon.state.store import StateStore
+
     out = console()
+    store = StateStore(home.state_dir)
     status_file = home.state_dir / "status.toml"
     seen: tuple[float, int] | None = None
 
@@ -169,15 +173,15 @@ def status(args: argparse.Namespace) -> int:
             # Piped into a file or another program: one frame per change, appended.
             while True:
                 if changed():
-                    out.print(_render_status(_status_data(home)))
+                    out.print(_render_status(_status_data(home, store)))
                     out.file.flush()
                 time.sleep(0.5)
-        with Live(_render_status(_status_data(home)), console=out, screen=False) as live:
+        with Live(_render_status(_status_data(home, store)), console=out, screen=False) as live:
             changed()
             while True:
                 time.sleep(0.5)
                 if changed():
-                    live.update(_render_status(_status_data(home)))
+                    live.update(_render_status(_status_data(home, store)))
     except KeyboardInterrupt:
         return 0
 
