@@ -1,24 +1,20 @@
 """`loopd run` under a burst of inbox triggers, as a real process: kill -9 in the middle loses
-nothing, SIGTERM is honoured between triggers, and `trigger --wait` finds a merged run."""
+nothing, and SIGTERM is honoured between triggers."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 from tests.helpers import (
-    ROOT,
     daemon_log,
     events,
     loopd,
     make_home,
     make_repo,
-    runs,
     start_daemon,
     stop_daemon,
     wait_for,
@@ -105,76 +101,3 @@ def test_sigterm_during_a_burst_stops_between_triggers(tmp_path: Path, daemons: 
     assert set(names) == recorded(home) | left
     assert not recorded(home) & left  # what was taken is no longer in the inbox
     assert events(home)[-1]["type"] == "daemon_stopped"
-
-
-def test_trigger_wait_follows_a_trigger_merged_into_a_pending_run(
-    tmp_path: Path, daemons: list
-) -> None:
-    repo = make_repo(
-        tmp_path / "repo",
-        {
-            "calc.py": "def add(a, b):\n    return a - b\n",
-            "check.py": "from calc import add\nassert add(2, 3) == 5\n",
-        },
-    )
-    gate = tmp_path / "gate"
-    script = (
-        "import pathlib, time\n"
-        f"gate = pathlib.Path({str(gate)!r})\n"
-        "while not gate.exists(): time.sleep(0.05)\n"
-        "p = pathlib.Path('calc.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
-    )
-    agent = json.dumps([sys.executable, "-c", script])
-    loop = (
-        f'repo = "{repo}"\ntask = "Make check.py pass."\nagent = "gated"\n'
-        'done_when = ["python3 check.py"]\nattempt_timeout = "120s"\nstall_after = "60s"\n'
-    )
-    home = make_home(
-        tmp_path / "home",
-        f'[agents.gated]\nadapter = "command"\ncommand = {agent}\n',
-        {"calc": loop},
-    )
-    daemon = start_daemon(home)
-    daemons.append(daemon)
-    assert loopd(home, "trigger", "calc", "--reason", "first").returncode == 0
-    wait_for(lambda: runs(home), what="the first run")  # running, its agent at the gate
-    assert loopd(home, "trigger", "calc", "--reason", "second").returncode == 0
-    [queued] = wait_for(lambda: pending(home), what="the second trigger queued")
-    waiter = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daemon.cli.main",
-            "--home",
-            str(home),
-            "trigger",
-            "calc",
-            "--reason",
-            "third",
-            "--wait",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if k != "LOOPD_HOME"},
-    )
-    try:
-        wait_for(
-            lambda: any(e["type"] == "trigger_merged" for e in events(home)),
-            what="the third trigger merged into the queued run",
-        )
-        gate.write_text("go")
-        out, err = waiter.communicate(timeout=120)
-    finally:
-        if waiter.poll() is None:
-            waiter.kill()
-            waiter.communicate()
-    assert waiter.returncode == 0, out + err + daemon_log(home)
-    # The run it waited for is the pending one, older than the trigger it was merged into.
-    assert out.splitlines()[0] == queued["id"]
-    assert "succeeded" in out
-    merged_run = next(r for r in runs(home) if r["id"] == queued["id"])
-    assert merged_run["trigger"]["reason"] == "second"
-    assert [m["reason"] for m in merged_run["trigger"]["merged"]] == ["third"]
-    assert stop_daemon(daemon) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import tomllib
 from datetime import datetime, timedelta
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from daemon.clock import utc_now
 from tests.helpers import (
+    ROOT,
     daemon_log,
     events,
     loopd,
@@ -215,7 +217,8 @@ def test_broken_loop_files_are_reported_and_the_others_keep_running(
     assert stop_daemon(daemon) == 0
 
 
-def test_triggers_during_a_run_coalesce_into_one_pending_run(tmp_path: Path, daemons: list) -> None:
+def first_run_at_a_gate(tmp_path: Path, daemons: list) -> tuple[Path, Path, subprocess.Popen[str]]:
+    """A daemon whose first run (reason "first") waits at a gate; home, gate, daemon."""
     repo = make_repo(tmp_path / "repo", BUGGY)
     gate = tmp_path / "gate"
     script = (
@@ -229,6 +232,11 @@ def test_triggers_during_a_run_coalesce_into_one_pending_run(tmp_path: Path, dae
     daemons.append(daemon)
     assert loopd(home, "trigger", "calc", "--reason", "first").returncode == 0
     wait_for(lambda: runs(home), timeout=30, what="the first run")
+    return home, gate, daemon
+
+
+def test_triggers_during_a_run_coalesce_into_one_pending_run(tmp_path: Path, daemons: list) -> None:
+    home, gate, daemon = first_run_at_a_gate(tmp_path, daemons)
     for i in range(10):
         assert loopd(home, "trigger", "calc", "--reason", f"burst {i}").returncode == 0
     wait_for(
@@ -251,6 +259,46 @@ def test_triggers_during_a_run_coalesce_into_one_pending_run(tmp_path: Path, dae
     reasons = [merged["trigger"]["reason"]] + [m["reason"] for m in merged["trigger"]["merged"]]
     assert reasons == [f"burst {i}" for i in range(10)]
     assert sum(e["type"] == "trigger_merged" for e in events(home)) == 9
+    assert stop_daemon(daemon) == 0
+
+
+def test_trigger_wait_follows_a_trigger_merged_into_a_pending_run(
+    tmp_path: Path, daemons: list
+) -> None:
+    home, gate, daemon = first_run_at_a_gate(tmp_path, daemons)
+    assert loopd(home, "trigger", "calc", "--reason", "second").returncode == 0
+    queue = home / "state" / "queue.toml"
+    [queued] = wait_for(
+        lambda: queue.exists() and tomllib.loads(queue.read_text()).get("pending"),
+        what="the second trigger queued",
+    )
+    command = [sys.executable, "-m", "daemon.cli.main", "--home", str(home), "trigger", "calc"]
+    waiter = subprocess.Popen(
+        [*command, "--reason", "third", "--wait"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "LOOPD_HOME"},
+    )
+    try:
+        wait_for(
+            lambda: any(e["type"] == "trigger_merged" for e in events(home)),
+            what="the third trigger merged into the queued run",
+        )
+        gate.write_text("go")
+        out, err = waiter.communicate(timeout=120)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.communicate()
+    assert waiter.returncode == 0, out + err + daemon_log(home)
+    # The run it waited for is the pending one, older than the trigger merged into it.
+    assert out.splitlines()[0] == queued["id"]
+    assert "succeeded" in out
+    merged_run = next(r for r in runs(home) if r["id"] == queued["id"])
+    assert merged_run["trigger"]["reason"] == "second"
+    assert [m["reason"] for m in merged_run["trigger"]["merged"]] == ["third"]
     assert stop_daemon(daemon) == 0
 
 
@@ -317,8 +365,6 @@ def test_a_broken_loopd_toml_stops_the_daemon_with_exit_2(tmp_path: Path) -> Non
 
 
 def test_cancel_of_a_queued_run_ends_it_without_starting(tmp_path: Path, daemons: list) -> None:
-    import tomllib
-
     repo = make_repo(tmp_path / "repo", BUGGY)
     home = make_home(tmp_path / "home", agent(FIXER), {"calc": loop_text(repo)})
     daemon = start_daemon(home)
@@ -353,7 +399,6 @@ def test_once_refuses_while_the_daemon_runs_the_loop(tmp_path: Path, daemons: li
 
 
 def test_status_watch_redraws_as_state_changes(tmp_path: Path, daemons: list) -> None:
-    import subprocess
 
     repo = make_repo(tmp_path / "repo", BUGGY)
     home = make_home(tmp_path / "home", agent(FIXER), {"calc": loop_text(repo)})

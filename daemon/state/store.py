@@ -101,6 +101,16 @@ class StateStore:
         self._warned.add((problem.path, mark))
         self.warn(problem)
 
+    def _read_or_empty(self, path: Path, model: type[M]) -> M:
+        """`path` as `model`; the model's defaults when absent or unreadable (reported)."""
+        try:
+            return read_model(path, model)
+        except FileNotFoundError:
+            return model()
+        except UnreadableFile as exc:
+            self.report_unreadable(exc)
+            return model()
+
     # paths ---------------------------------------------------------------
     @property
     def runs_dir(self) -> Path:
@@ -199,13 +209,7 @@ class StateStore:
 
     def load_queue(self) -> QueueFile:
         """The saved queue; empty when there is none or it is unreadable (reported)."""
-        try:
-            return read_model(self.queue_path, QueueFile)
-        except FileNotFoundError:
-            return QueueFile()
-        except UnreadableFile as exc:
-            self.report_unreadable(exc)
-            return QueueFile()
+        return self._read_or_empty(self.queue_path, QueueFile)
 
     def queued_run(self, run_id: str) -> PendingRun | None:
         return next((p for p in self.load_queue().pending if p.id == run_id), None)
@@ -237,13 +241,7 @@ class StateStore:
     # status --------------------------------------------------------------
     def load_status(self) -> StatusFile:
         """status.toml; empty when absent or unreadable (reported)."""
-        try:
-            return read_model(self.status_path, StatusFile)
-        except FileNotFoundError:
-            return StatusFile()
-        except UnreadableFile as exc:
-            self.report_unreadable(exc)
-            return StatusFile()
+        return self._read_or_empty(self.status_path, StatusFile)
 
     def save_status(self, status: StatusFile) -> None:
         write_atomic(self.status_path, dump_toml(status))
