@@ -141,9 +141,14 @@ def test_a_crash_after_the_save_does_not_take_the_files_twice(tmp_path: Path) ->
     # The save happened, the deletions did not (killed in between).
     ctx.store.save_queue(QueueFile(pending=first.queue.pending(), taken=names))
     before = len(ctx.store.events.read())
+    outside = ctx.store.root / "outside.json"
+    outside.write_text("{}")
+    saved = ctx.store.load_queue()
+    saved.taken.append("../outside.json")  # a queue file can only name inbox files
+    ctx.store.save_queue(saved)
     again = intake_of(ctx)
     again.restore()
-    assert ctx.store.inbox_names() == []
+    assert ctx.store.inbox_names() == [] and outside.exists()
     assert again.take_inbox(NOW) is False
     assert len(ctx.store.events.read()) == before  # nothing offered twice
     [pending] = again.queue.pending()

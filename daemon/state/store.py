@@ -285,6 +285,8 @@ class StateStore:
     def remove_inbox(self, names: Iterable[str]) -> None:
         """Delete taken inbox files (only once the queue that holds them is saved)."""
         for name in names:
+            if "/" in name or name.startswith("."):
+                continue  # only plain inbox file names, whatever a queue file holds
             (self.inbox_dir / name).unlink(missing_ok=True)
 
     def take_triggers(self) -> list[Trigger]:
