@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import model_validator
+from pydantic import field_validator, model_validator
 
 from daemon.state.records import Record, RunTrigger, Trigger
 
@@ -26,6 +26,14 @@ class PendingRun(Record):
     queued_at: datetime
     merged: list[Trigger] = []  # the last MERGED_KEPT merged triggers, oldest first
     merged_count: int = 0  # every trigger merged into it
+
+    @field_validator("id", "loop")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        # Both become folder and file names under state/.
+        if not value or "/" in value or value.startswith("."):
+            raise ValueError(f"{value!r} is not a run id or loop name")
+        return value
 
     @model_validator(mode="after")
     def _bounded(self) -> PendingRun:
