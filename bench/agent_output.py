@@ -3,7 +3,7 @@ transcript's size.
 
     python bench/agent_output.py [--mb 200] [--cap 50MB] [--line-bytes 1024] [--long-line-mb 0]
 
-Target (DESIGN.md section 11): an agent printing 200 MB keeps the daemon's RSS <= 150 MB, the
+Target: an agent printing 200 MB keeps the daemon's RSS <= 150 MB, the
 transcript capped and marked. The RSS figure is this process's own (the supervisor side,
 resource.getrusage RUSAGE_SELF), not the agent's.
 """

@@ -1,6 +1,6 @@
 """The daemon idle with 20 loops watched: its RSS and CPU.
 
-Target (DESIGN.md section 11): RSS <= 100 MB and CPU <= 1% of one core on a 2-core machine.
+Target: RSS <= 100 MB and CPU <= 1% of one core on a 2-core machine.
 A home with 20 loops, each on its own real git repository, enabled, with a schedule that does
 not fire during the measurement (`0 3 1 1 *`): loops 0, 3, 6, ... have `on_push` (hooks
 installed by `loopd hooks install`), loops 1, 4, 7, ... `on_change = ["src/**"]` (so the

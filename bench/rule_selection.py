@@ -1,6 +1,6 @@
 """Rule selection at 10, 100, 1,000 and 10,000 generated rules: lexical-stage time, model calls.
 
-Targets (DESIGN.md section 11): the lexical stage <= 20 ms at 10,000 rules, and at most one
+Targets: the lexical stage <= 20 ms at 10,000 rules, and at most one
 model call per task at every size. The model is the scripted OpenAI-compatible server of
 tests/model_server.py, reached through the real ModelClient; the judge's cache is fresh for
 each task so that every task really asks. Usage: python bench/rule_selection.py [--tasks N]

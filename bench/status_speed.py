@@ -1,6 +1,6 @@
 """`loopd status` with 10,000 runs in state: wall time of the real command.
 
-Target (DESIGN.md section 11): <= 300 ms on a 2-core machine (heavy libraries imported
+Target: <= 300 ms on a 2-core machine (heavy libraries imported
 lazily). A home with several loops on real git repositories and N runs (default 10,000)
 written as real `run.toml` files through `StateStore.save_run` and `RunRecord`; then
 `loopd --home H status`, `status --json` and `runs --limit 20` run as real subprocesses

@@ -1,6 +1,6 @@
 """A commit to the agent's process start, through the git hooks and a running daemon.
 
-Target (DESIGN.md section 11): p99 <= 250 ms on a 2-core machine, no verifier configured.
+Target: p99 <= 250 ms on a 2-core machine, no verifier configured.
 A real repository with `loopd hooks install`, `loopd run` as a real process, a `command`
 agent that writes `time.time()` first thing; each of N commits (default 50) is its own run:
 the next commit waits until the daemon is idle again. Latency is measured from `git commit`

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import os
+import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -44,7 +46,6 @@ class Rig:
             (self.repo / rel).parent.mkdir(parents=True, exist_ok=True)
             (self.repo / rel).write_text("ignored\n")
         (self.repo / ".loopd-wt").mkdir()
-        self.triggers: list[Trigger] = []
         self.running = False
         self.events = EventLog(tmp_path / "events.jsonl")
         self.watcher = ChangeWatcher(
@@ -52,7 +53,6 @@ class Rig:
             self.repo,
             globs,
             debounce,
-            self.triggers.append,
             [self.repo / ".loopd-wt"],
             lambda: self.running,
             events=self.events,
@@ -99,7 +99,6 @@ def test_debounced_trigger_after_quiet_period(rig: Rig) -> None:
     assert rig.watcher.poll(T0 + timedelta(seconds=9.5)) == []
     assert rig.watcher.poll(T0 + timedelta(seconds=19)) == []
     (trigger,) = rig.watcher.poll(T0 + timedelta(seconds=19.5))
-    assert rig.triggers == [trigger]
     assert (trigger.loop, trigger.kind) == ("app", "change")
     assert trigger.paths == ["src/app.py", "src/new.py"]
     assert trigger.ts == T0 + timedelta(seconds=19.5)
@@ -149,7 +148,6 @@ def test_changes_during_a_run_of_the_loop_are_dropped(rig: Rig) -> None:
     rig.watcher._callback.on_queue_overflow()
     assert rig.watcher.poll(T0 + timedelta(seconds=31)) == []
     assert rig.watcher.poll(T0 + timedelta(seconds=60)) == []
-    assert rig.triggers == []
 
 
 def test_queue_overflow_forces_a_rescan_and_an_event(rig: Rig) -> None:
@@ -234,3 +232,31 @@ def test_inbox_watcher_wakes_for_a_file_already_waiting(tmp_path: Path) -> None:
         assert wake.is_set()
     finally:
         watcher.stop()
+
+
+def inotify_instances() -> int:
+    """inotify descriptors this process holds (/proc/self/fd links to anon_inode:inotify)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
+        except OSError:
+            continue
+    return count
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+def test_the_watchers_use_inotify_not_polling(tmp_path: Path) -> None:
+    before = inotify_instances()
+    inbox = InboxWatcher(tmp_path / "inbox", threading.Event())
+    inbox.start()
+    rig = Rig(tmp_path, ["src/**"])
+    rig.watcher.start()
+    try:
+        assert inbox.mode == "inotify" and rig.watcher.mode == "inotify"
+        assert not inbox.warning and not rig.watcher.warning
+        assert inotify_instances() == before + 2  # one kernel instance each, no polling thread
+    finally:
+        rig.watcher.stop()
+        inbox.stop()
+    assert inotify_instances() == before

@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import tomllib
+from datetime import datetime, timedelta
 from pathlib import Path
 
+from daemon.clock import utc_now
 from tests.helpers import (
+    ROOT,
     daemon_log,
     events,
     loopd,
@@ -54,6 +58,15 @@ def loop_text(repo: Path, **extra: object) -> str:
     return "\n".join(lines) + "\n"
 
 
+def seed_cursor(home: Path, loop: str, handled_until: datetime) -> None:
+    """The timer's cursor as a stopped daemon would have left it."""
+    import tomli_w
+
+    path = home / "state" / "schedule.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps({"loops": {loop: {"handled_until": handled_until}}}))
+
+
 def test_trigger_wait_runs_through_the_daemon_and_a_second_daemon_is_refused(
     tmp_path: Path, daemons: list
 ) -> None:
@@ -96,15 +109,22 @@ def test_a_schedule_runs_and_kill_9_mid_attempt_is_interrupted_and_retried_once(
         "    time.sleep(600)\n"
         "p = pathlib.Path('calc.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
     )
+    # A daily fire a minute ago, missed by a cursor seeded just before it: the daemon catches
+    # it up at start, without waiting for a real minute boundary.
+    fire = utc_now().replace(second=0, microsecond=0) - timedelta(minutes=1)
     home = make_home(
-        tmp_path / "home", agent(script), {"calc": loop_text(repo, schedule=["* * * * *"])}
+        tmp_path / "home",
+        agent(script),
+        {"calc": loop_text(repo, schedule=[f"{fire.minute} {fire.hour} * * *"], catch_up="1h")},
     )
+    seed_cursor(home, "calc", fire - timedelta(minutes=1))
     daemon = start_daemon(home)
     daemons.append(daemon)
-    wait_for(marker.exists, timeout=75, what="the scheduled run's agent")
+    wait_for(marker.exists, timeout=30, what="the scheduled run's agent")
     agent_pid, grandchild = (int(x) for x in marker.read_text().split())
     (run,) = runs(home)
-    assert run["trigger"]["kind"] == "schedule" and run["phase"] == "running"
+    assert run["trigger"]["kind"] == "catch-up" and run["phase"] == "running"
+    assert f"{fire.hour:02d}:{fire.minute:02d}" in run["trigger"]["reason"]
     os.kill(daemon.pid, signal.SIGKILL)
     daemon.wait()
     restarted = start_daemon(home)
@@ -197,7 +217,8 @@ def test_broken_loop_files_are_reported_and_the_others_keep_running(
     assert stop_daemon(daemon) == 0
 
 
-def test_triggers_during_a_run_coalesce_into_one_pending_run(tmp_path: Path, daemons: list) -> None:
+def first_run_at_a_gate(tmp_path: Path, daemons: list) -> tuple[Path, Path, subprocess.Popen[str]]:
+    """A daemon whose first run (reason "first") waits at a gate; home, gate, daemon."""
     repo = make_repo(tmp_path / "repo", BUGGY)
     gate = tmp_path / "gate"
     script = (
@@ -211,6 +232,11 @@ def test_triggers_during_a_run_coalesce_into_one_pending_run(tmp_path: Path, dae
     daemons.append(daemon)
     assert loopd(home, "trigger", "calc", "--reason", "first").returncode == 0
     wait_for(lambda: runs(home), timeout=30, what="the first run")
+    return home, gate, daemon
+
+
+def test_triggers_during_a_run_coalesce_into_one_pending_run(tmp_path: Path, daemons: list) -> None:
+    home, gate, daemon = first_run_at_a_gate(tmp_path, daemons)
     for i in range(10):
         assert loopd(home, "trigger", "calc", "--reason", f"burst {i}").returncode == 0
     wait_for(
@@ -233,6 +259,46 @@ def test_triggers_during_a_run_coalesce_into_one_pending_run(tmp_path: Path, dae
     reasons = [merged["trigger"]["reason"]] + [m["reason"] for m in merged["trigger"]["merged"]]
     assert reasons == [f"burst {i}" for i in range(10)]
     assert sum(e["type"] == "trigger_merged" for e in events(home)) == 9
+    assert stop_daemon(daemon) == 0
+
+
+def test_trigger_wait_follows_a_trigger_merged_into_a_pending_run(
+    tmp_path: Path, daemons: list
+) -> None:
+    home, gate, daemon = first_run_at_a_gate(tmp_path, daemons)
+    assert loopd(home, "trigger", "calc", "--reason", "second").returncode == 0
+    queue = home / "state" / "queue.toml"
+    [queued] = wait_for(
+        lambda: queue.exists() and tomllib.loads(queue.read_text()).get("pending"),
+        what="the second trigger queued",
+    )
+    command = [sys.executable, "-m", "daemon.cli.main", "--home", str(home), "trigger", "calc"]
+    waiter = subprocess.Popen(
+        [*command, "--reason", "third", "--wait"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "LOOPD_HOME"},
+    )
+    try:
+        wait_for(
+            lambda: any(e["type"] == "trigger_merged" for e in events(home)),
+            what="the third trigger merged into the queued run",
+        )
+        gate.write_text("go")
+        out, err = waiter.communicate(timeout=120)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.communicate()
+    assert waiter.returncode == 0, out + err + daemon_log(home)
+    # The run it waited for is the pending one, older than the trigger merged into it.
+    assert out.splitlines()[0] == queued["id"]
+    assert "succeeded" in out
+    merged_run = next(r for r in runs(home) if r["id"] == queued["id"])
+    assert merged_run["trigger"]["reason"] == "second"
+    assert [m["reason"] for m in merged_run["trigger"]["merged"]] == ["third"]
     assert stop_daemon(daemon) == 0
 
 
@@ -299,8 +365,6 @@ def test_a_broken_loopd_toml_stops_the_daemon_with_exit_2(tmp_path: Path) -> Non
 
 
 def test_cancel_of_a_queued_run_ends_it_without_starting(tmp_path: Path, daemons: list) -> None:
-    import tomllib
-
     repo = make_repo(tmp_path / "repo", BUGGY)
     home = make_home(tmp_path / "home", agent(FIXER), {"calc": loop_text(repo)})
     daemon = start_daemon(home)
@@ -335,7 +399,6 @@ def test_once_refuses_while_the_daemon_runs_the_loop(tmp_path: Path, daemons: li
 
 
 def test_status_watch_redraws_as_state_changes(tmp_path: Path, daemons: list) -> None:
-    import subprocess
 
     repo = make_repo(tmp_path / "repo", BUGGY)
     home = make_home(tmp_path / "home", agent(FIXER), {"calc": loop_text(repo)})
@@ -360,4 +423,32 @@ def test_status_watch_redraws_as_state_changes(tmp_path: Path, daemons: list) ->
         if watch.poll() is None:
             watch.kill()
     assert out.read_text().count("running, pid") >= 2  # more than one frame
+    assert stop_daemon(daemon) == 0
+
+
+def test_sighup_with_a_duration_too_large_to_load_keeps_the_daemon_alive(
+    tmp_path: Path, daemons: list
+) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    home = make_home(tmp_path / "home", agent(FIXER), {"calc": loop_text(repo)})
+    daemon = start_daemon(home)
+    daemons.append(daemon)
+    huge = loop_text(repo).replace('attempt_timeout = "120s"', 'attempt_timeout = "99999999999d"')
+    (home / "loops" / "huge.toml").write_text(huge)
+    daemon.send_signal(signal.SIGHUP)
+
+    def answered() -> list[dict]:
+        # Either the whole reload is refused, or the loop file alone is reported broken.
+        return [
+            e
+            for e in events(home)
+            if e["type"] == "reload_failed"
+            or (e["type"] == "config_error" and e.get("file", "").endswith("huge.toml"))
+        ]
+
+    wait_for(answered, what="the reload's answer to huge.toml")
+    assert daemon.poll() is None, daemon_log(home)
+    (home / "loops" / "huge.toml").unlink()  # for the command line's own loading
+    proc = loopd(home, "trigger", "calc", "--wait", timeout=90)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + daemon_log(home)
     assert stop_daemon(daemon) == 0

@@ -7,10 +7,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from daemon.daemon import Daemon, Worker
 from daemon.home import Home
 from daemon.runs.executor import WEDGE_MARGIN, RunExecutor
 from daemon.runs.services import RunServices
+from daemon.scheduling.queue import RunQueue
+from daemon.service.context import Context, Flags
+from daemon.service.workers import Worker, WorkerPool
 from daemon.state.records import RunRecord, RunTrigger
 from daemon.state.store import StateStore
 from tests.helpers import make_home, make_repo
@@ -40,15 +42,17 @@ def test_a_worker_without_progress_past_its_longest_step_is_wedged(tmp_path: Pat
         started=NOW,
     )
     executor = RunExecutor(services, loaded.loops["l"], run)
-    daemon = Daemon(home)
-    daemon.workers["l"] = Worker(
+    ctx = Context(
+        home=home, store=store, flags=Flags(), config=loaded, services=services, clock=lambda: NOW
+    )
+    pool = WorkerPool(ctx, RunQueue())
+    pool.workers["l"] = Worker(
         loop="l", run_id=run.id, thread=threading.current_thread(), executor=executor
     )
+    # The longest step is the attempt (60 s); past it and the margin, the worker is stuck.
     now = time.monotonic()
-    assert not executor.wedged(now)
-    assert daemon.healthy()
-    executor.progress_at = now - (60 + WEDGE_MARGIN - 5)
-    assert not executor.wedged(now)
-    executor.progress_at = now - (60 + WEDGE_MARGIN + 1)
-    assert executor.wedged(now)
-    assert not daemon.healthy()
+    assert not executor.wedged(now) and pool.healthy(now)
+    later = now + 60 + WEDGE_MARGIN - 5
+    assert not executor.wedged(later) and pool.healthy(later)
+    stuck = now + 60 + WEDGE_MARGIN + 1
+    assert executor.wedged(stuck) and not pool.healthy(stuck)

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from daemon.config import LoopConfig
 from daemon.scheduling.queue import PendingRun, RunQueue
+from daemon.state.queuefile import MERGED_KEPT, QueueFile
 from daemon.state.records import RunRecord, Trigger
 from daemon.state.store import dump_toml
 
@@ -78,6 +79,63 @@ def test_merged_triggers_go_into_run_toml() -> None:
     run = RunRecord(id=pending.id, loop="app", task="t", trigger=record, started=NOW)
     data = tomllib.loads(dump_toml(run))
     assert [m["ref"] for m in data["trigger"]["merged"]] == ["refs/heads/b1", "refs/heads/b2"]
+    assert data["trigger"]["merged_count"] == 2
+
+
+def test_a_burst_keeps_a_count_and_the_last_few_merged_triggers() -> None:
+    queue = RunQueue()
+    for n in range(10_000):
+        queue.offer(trig(n=n), config(), NOW)
+    [pending] = queue.pending()
+    assert pending.trigger.reason == "trigger 0" and pending.merged_count == 9_999
+    kept = [t.reason for t in pending.merged]
+    assert kept == [f"trigger {n}" for n in range(10_000 - MERGED_KEPT, 10_000)]
+    record = pending.run_trigger()
+    assert record.merged_count == 9_999 and len(record.merged) == MERGED_KEPT
+    # The queue file stays small and reads back as it was.
+    text = dump_toml(QueueFile(pending=queue.pending(), taken=["a.json"]))
+    assert len(text) < 20_000
+    again = QueueFile.model_validate(tomllib.loads(text))
+    assert again.pending == queue.pending() and again.taken == ["a.json"]
+
+
+def test_a_queue_file_from_before_merges_were_counted_is_bounded_on_reading() -> None:
+    old = {
+        "id": "20260501T080000Z-app-abcd",
+        "loop": "app",
+        "queued_at": NOW,
+        "trigger": trig(n=0).model_dump(),
+        "merged": [trig(n=n).model_dump() for n in range(1, 51)],
+    }
+    [pending] = QueueFile.model_validate({"pending": [old]}).pending
+    assert pending.merged_count == 50 and len(pending.merged) == MERGED_KEPT
+    assert pending.merged[-1].reason == "trigger 50"
+
+
+def test_every_change_to_pending_runs_bumps_the_version() -> None:
+    queue = RunQueue()
+    seen = [queue.version]
+
+    def changed() -> bool:
+        seen.append(queue.version)
+        return seen[-1] != seen[-2]
+
+    queue.offer(trig(n=0), config(), NOW)
+    assert changed()
+    queue.offer(trig(n=1), config(), NOW)  # merged
+    assert changed()
+    queue.started("other")
+    assert not changed()
+    run = queue.next_ready(5)
+    assert changed()
+    queue.finished(run.loop)
+    assert not changed()
+    assert queue.offer(trig(n=2), config("skip"), NOW).action == "queued"
+    assert changed()
+    assert queue.offer(trig(n=3), config("skip"), NOW).action == "skipped"
+    assert not changed()
+    queue.cancel_pending("app")
+    assert changed()
 
 
 # skip ---------------------------------------------------------------------------------------
@@ -136,7 +194,7 @@ def test_max_concurrent_runs_across_loops_oldest_first() -> None:
     second = queue.next_ready(2)
     assert (first.loop, second.loop) == ("c", "a")
     assert queue.next_ready(2) is None
-    assert queue.active_count() == 2
+    assert (queue.active("c"), queue.active("a")) == (first.id, second.id)
     queue.finished("a")
     third = queue.next_ready(2)
     assert third is not None and third.loop == "b"
@@ -239,28 +297,6 @@ def test_offers_from_many_threads_lose_nothing() -> None:
         thread.join(timeout=60)
     for name in loops[:3]:
         [run] = queue.pending(name)
-        assert 1 + len(run.merged) == 400
+        assert 1 + run.merged_count == 400 and len(run.merged) == MERGED_KEPT
     assert queue.pending_count("loop3") == 400
     assert len({p.id for p in queue.pending()}) == 403
-
-
-def test_wait_wakes_on_a_change_from_another_thread() -> None:
-    queue = RunQueue()
-    assert queue.wait(0) is False
-    stop = threading.Event()
-
-    def keep_offering() -> None:
-        n = 0
-        while not stop.is_set():
-            queue.offer(trig(n=n), config(), NOW)
-            n += 1
-            stop.wait(0.01)
-
-    thread = threading.Thread(target=keep_offering)
-    thread.start()
-    try:
-        assert queue.wait(30) is True
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-    assert queue.pending_count("app") == 1

@@ -131,3 +131,129 @@ def test_the_lock_names_its_holder_and_is_not_inherited(tmp_path: Path) -> None:
     finally:
         lock.release()
     HomeLock(path).acquire()
+
+
+# cross-process safety ------------------------------------------------------------------------
+WRITER = """
+import sys, time
+from datetime import datetime, UTC
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from daemon.state.events import EventLog
+log = EventLog(Path({path!r}), rotate_bytes={rotate})
+go = Path({go!r})
+while not go.exists():
+    time.sleep(0.001)
+for i in range({count}):
+    log.append("tick", datetime.now(UTC), writer={writer!r}, n=i)
+"""
+
+
+def test_two_processes_rotating_the_event_log_lose_and_repeat_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    go = tmp_path / "go"
+    count, rotate = 1500, 3000
+    root = str(Path(__file__).resolve().parent.parent)
+    writers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                WRITER.format(
+                    root=root, path=str(path), rotate=rotate, go=str(go), count=count, writer=w
+                ),
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for w in ("a", "b")
+    ]
+    go.write_text("go")
+    for writer in writers:
+        _, err = writer.communicate(timeout=120)
+        assert writer.returncode == 0, err
+    rotated = sorted(tmp_path.glob("events-*.jsonl"))
+    assert len(rotated) > 20
+    seen = []
+    for file in [*rotated, path]:
+        seen += [(e["writer"], e["n"]) for e in map(json.loads, file.read_text().splitlines())]
+    assert sorted(seen) == sorted((w, n) for w in ("a", "b") for n in range(count))
+    # One rotation per full file: a second rotation of a file just rotated would leave a
+    # small (or empty) events-N.jsonl behind.
+    assert all(f.stat().st_size >= rotate for f in rotated)
+
+
+PROBER = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from daemon.state.lock import HomeLock
+lock = HomeLock(Path({path!r}))
+stop = Path({stop!r})
+Path({ready!r}).write_text("ready")
+probes = 0
+while not stop.exists():
+    lock.is_held()
+    probes += 1
+print(probes)
+"""
+
+
+def test_probing_the_lock_never_makes_a_real_acquire_fail(tmp_path: Path) -> None:
+    path, stop, ready = tmp_path / "loopd.lock", tmp_path / "stop", tmp_path / "ready"
+    root = str(Path(__file__).resolve().parent.parent)
+    first = HomeLock(path)
+    first.acquire()  # creates the file
+    first.release()
+    prober = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            PROBER.format(root=root, path=str(path), stop=str(stop), ready=str(ready)),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while not ready.exists():
+            assert prober.poll() is None
+        failures = 0
+        for _ in range(3000):
+            lock = HomeLock(path)
+            try:
+                lock.acquire()
+            except LockHeld:
+                failures += 1
+                continue
+            lock.release()
+    finally:
+        stop.write_text("stop")
+        out, _ = prober.communicate(timeout=60)
+    assert int(out) > 0
+    assert failures == 0
+
+
+def test_the_probe_sees_a_lock_another_process_holds(tmp_path: Path) -> None:
+    path = tmp_path / "loopd.lock"
+    root = str(Path(__file__).resolve().parent.parent)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; sys.path.insert(0, {root!r})\n"
+            "from pathlib import Path\nfrom daemon.state.lock import HomeLock\n"
+            f"HomeLock(Path({str(path)!r})).acquire(); print('held', flush=True); input()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        probe = HomeLock(path)
+        assert probe.is_held() and probe.holder() == holder.pid
+        with pytest.raises(LockHeld):
+            probe.acquire()
+    finally:
+        holder.communicate("\n", timeout=30)
+    assert not HomeLock(path).is_held()

@@ -257,11 +257,16 @@ def test_loop_timezone(tmp_path: Path) -> None:
     assert "2026-01-15T02:00+01:00" in fired[0].trigger.reason
 
 
-def test_next_wake_is_the_earliest_fire(tmp_path: Path) -> None:
-    timer = CronTimer(state(tmp_path))
-    assert timer.next_wake() is None
-    timer.start({"a": loop(["0 2 * * *"]), "b": loop(["30 1 * * *"])}, utc(2026, 5, 1))
-    assert timer.next_wake() == utc(2026, 5, 1, 1, 30)
+def test_a_cursor_file_with_a_byte_that_is_not_utf8_starts_from_now(tmp_path: Path) -> None:
+    state(tmp_path).parent.mkdir(parents=True)
+    state(tmp_path).write_bytes(b"[loops.a]\nhandled_until = 2026-05-01T00:00:00Z # \xff\n")
+    warned = []
+    timer = CronTimer(state(tmp_path), warn=warned.append)
+    assert timer.start({"a": loop(["0 2 * * *"])}, utc(2026, 5, 2, 3)) == []
+    [problem] = warned
+    assert problem.path == state(tmp_path) and "starts from now" in problem.reason
+    assert timer.next_fire("a") == utc(2026, 5, 3, 2)
+    assert stored(tmp_path) == {"a": utc(2026, 5, 2, 3)}
 
 
 def test_update_new_loop_starts_from_now(tmp_path: Path) -> None:

@@ -33,10 +33,11 @@ def run(args: argparse.Namespace) -> int:
         raise
 
 
-def _status_data(home: Any) -> dict[str, Any]:
-    from daemon.state.store import StateStore
+def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
+    """What `status` shows; `store` is kept across frames of --watch (one warning per file)."""
+    from daemon.state.store import StateStore, UnreadableFile
 
-    store = StateStore(home.state_dir)
+    store = store or StateStore(home.state_dir)
     status = store.load_status()
     loaded = home.load()
     pid = daemon_pid(home)
@@ -61,7 +62,10 @@ def _status_data(home: Any) -> dict[str, Any]:
         for run_id in store.live_runs():
             try:
                 run = store.load_run(run_id)
-            except Exception:  # noqa: BLE001 - being written: shown next time
+            except FileNotFoundError:
+                continue  # being written: shown next time
+            except UnreadableFile as exc:
+                store.report_unreadable(exc)
                 continue
             live[run.loop] = run
     names = set(loaded.loops) | (set(status.loops) if pid else set())
@@ -76,15 +80,26 @@ def _status_data(home: Any) -> dict[str, Any]:
                     phase=live[name].phase, run=live[name].id, attempt=len(live[name].attempts)
                 )
             if not info.get("last_run") and name in newest:
-                try:
-                    last = store.load_run(newest[name])
-                except Exception:  # noqa: BLE001 - a run being written: shown next time
-                    continue
-                info["last_run"] = last.id
-                info["last_outcome"] = last.outcome or last.phase
+                last = _newest_readable(store, name, newest[name])
+                if last is not None:
+                    info["last_run"] = last.id
+                    info["last_outcome"] = last.outcome or last.phase
         info["paused"] = name in paused
         data["loops"][name] = info
     return data
+
+
+def _newest_readable(store: Any, loop: str, newest: str) -> Any:
+    """The loop's newest run record; past an unreadable one (named on stderr), the next."""
+    from daemon.state.store import UnreadableFile
+
+    try:
+        return store.load_run(newest)
+    except FileNotFoundError:
+        return None  # being written: shown next time
+    except UnreadableFile as exc:
+        store.report_unreadable(exc)
+    return next(store.iter_runs(loop), None)
 
 
 def _render_status(data: dict[str, Any]) -> Any:
@@ -134,7 +149,10 @@ def status(args: argparse.Namespace) -> int:
         return 0
     from rich.live import Live
 
+    from daemon.state.store import StateStore
+
     out = console()
+    store = StateStore(home.state_dir)
     status_file = home.state_dir / "status.toml"
     seen: tuple[float, int] | None = None
 
@@ -155,15 +173,15 @@ def status(args: argparse.Namespace) -> int:
             # Piped into a file or another program: one frame per change, appended.
             while True:
                 if changed():
-                    out.print(_render_status(_status_data(home)))
+                    out.print(_render_status(_status_data(home, store)))
                     out.file.flush()
                 time.sleep(0.5)
-        with Live(_render_status(_status_data(home)), console=out, screen=False) as live:
+        with Live(_render_status(_status_data(home, store)), console=out, screen=False) as live:
             changed()
             while True:
                 time.sleep(0.5)
                 if changed():
-                    live.update(_render_status(_status_data(home)))
+                    live.update(_render_status(_status_data(home, store)))
     except KeyboardInterrupt:
         return 0
 

@@ -6,7 +6,6 @@ import argparse
 import signal
 import sys
 import time
-from datetime import datetime
 from typing import Any
 
 from daemon.cli.common import CommandError, command, console, home_of, print_json
@@ -138,6 +137,7 @@ def _print_outcome(run: Any) -> None:
 
 def trigger(args: argparse.Namespace) -> int:
     """Queue a run for the daemon; --wait: exit as the run ends."""
+    from daemon.state.events import EventTail
     from daemon.state.records import Trigger
 
     home = home_of(args)
@@ -161,66 +161,54 @@ def trigger(args: argparse.Namespace) -> int:
         )
     now = utc_now()
     trig = Trigger(loop=name, kind="manual", reason=args.reason or "loopd trigger", ts=now)
+    # Followed from before the trigger exists: the daemon's answer cannot be missed.
+    tail = EventTail(store.events.path)
     path = store.put_trigger(trig)
     if not args.wait:
         where = f"daemon pid {pid}" if pid else "no daemon is running; `loopd run` will take it"
         print(f"queued {path.name} for {name} ({where})")
         return 0
-    return _wait_for(home, store, path.name, now)
+    return _wait_for(home, store, tail, path.name)
 
 
-def _wait_for(home: Home, store: Any, inbox_id: str, since: datetime) -> int:
-    stamp = since.strftime("%Y%m%dT%H%M%SZ")
+def _wait_for(home: Home, store: Any, tail: Any, inbox_id: str) -> int:
+    """Follow the events until the run holding `inbox_id` ends (or the trigger is skipped).
+
+    The daemon names the run in the trigger's event, whether the trigger made a new pending
+    run or was merged into one queued earlier (whose id is older than the trigger).
+    """
+    from daemon.state.store import UnreadableFile
+
     run_id = None
-    offset = 0
+    ended: dict[str, Any] = {}  # the run's `run_finished` event
     while True:
-        if run_id is None:
-            for rid in store.run_ids():
-                if rid[:16] < stamp:
-                    continue
-                try:
-                    run = store.load_run(rid)
-                except Exception:  # noqa: BLE001 - being written; read it next time
-                    continue
-                if inbox_id in run.trigger.inbox:
-                    run_id = rid
+        for event in tail.read():
+            if run_id is None and event.get("inbox") == inbox_id:
+                if event.get("type") == "trigger_skipped":
+                    print(f"trigger {inbox_id} was skipped: {event.get('why', 'overlap policy')}")
+                    return 1
+                if event.get("type") in ("trigger", "trigger_merged") and event.get("run"):
+                    run_id = event["run"]
                     print(run_id, flush=True)
-                    break
-            offset, skipped = _skipped(store, inbox_id, offset)
-            if skipped:
-                print(f"trigger {inbox_id} was {skipped}")
-                return 1
+            elif run_id is not None and event.get("run") == run_id:
+                if event.get("type") == "run_finished":
+                    ended = event
         if run_id is not None:
-            run = store.load_run(run_id)
-            if run.outcome is not None:
+            try:
+                run = store.load_run(run_id)
+            except FileNotFoundError:
+                if ended:  # it ended while queued, without a record
+                    print(f"{ended.get('outcome')}: {ended.get('reason', '')}")
+                    return 1
+                run = None  # still queued
+            except UnreadableFile as exc:
+                raise CommandError(str(exc), code=1) from None
+            if run is not None and run.outcome is not None:
                 _print_outcome(run)
                 return 0 if run.outcome == "succeeded" else 1
         if daemon_pid(home) is None:
             raise CommandError("the daemon stopped before the run ended")
         time.sleep(0.2)
-
-
-def _skipped(store: Any, inbox_id: str, offset: int) -> tuple[int, str]:
-    import json
-
-    path = store.events.path
-    try:
-        with path.open("rb") as fh:
-            fh.seek(offset)
-            data = fh.read()
-    except FileNotFoundError:
-        return offset, ""
-    end = data.rfind(b"\n") + 1
-    for line in data[:end].splitlines():
-        if inbox_id.encode() not in line:
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if event.get("type") == "trigger_skipped" and event.get("inbox") == inbox_id:
-            return offset + end, f"skipped: {event.get('why', 'overlap policy')}"
-    return offset + end, ""
 
 
 def cancel(args: argparse.Namespace) -> int:
@@ -234,17 +222,30 @@ def cancel(args: argparse.Namespace) -> int:
         store.request_cancel(args.run_id)
         print(f"cancel requested for queued run {args.run_id}")
         return 0
-    run = store.load_run(args.run_id)
+    from daemon.state.store import UnreadableFile
+
+    try:
+        run = store.load_run(args.run_id)
+    except UnreadableFile as exc:
+        # The daemon holds the run in memory: the request still reaches it.
+        print(f"loopd: warning: {exc}", file=sys.stderr)
+        store.request_cancel(args.run_id)
+        print(f"cancel requested for run {args.run_id}")
+        return 0
     if run.outcome is not None:
         print(f"run {run.id} already ended: {run.outcome}")
         return 1
     store.request_cancel(run.id)
+    outcome = None
     for _ in range(100):
         time.sleep(0.1)
-        run = store.load_run(run.id)
-        if run.outcome is not None:
+        try:
+            outcome = store.load_run(run.id).outcome
+        except (OSError, UnreadableFile):
+            continue  # being replaced; read it again
+        if outcome is not None:
             break
-    print(f"{run.id}: {run.outcome or 'cancel requested'}")
+    print(f"{run.id}: {outcome or 'cancel requested'}")
     return 0
 
 
@@ -302,9 +303,14 @@ def show(args: argparse.Namespace) -> int:
     """Show one run: trigger, attempts with checks, score, verdict and feedback."""
     home = home_of(args)
     store = home.state()
+    from daemon.state.store import UnreadableFile
+
     if not (store.run_dir(args.run_id) / "run.toml").exists():
         raise CommandError(f"unknown run {args.run_id!r}; `loopd runs` lists them")
-    run = store.load_run(args.run_id)
+    try:
+        run = store.load_run(args.run_id)
+    except UnreadableFile as exc:
+        raise CommandError(f"{exc}; the file is left as it is", code=1) from None
     if args.json:
         print_json(run.model_dump(mode="json"))
         return 0
@@ -314,11 +320,12 @@ def show(args: argparse.Namespace) -> int:
     from daemon.people.digest import checks_word
 
     out = console()
+    merged = max(run.trigger.merged_count, len(run.trigger.merged))
     head = [
         f"loop: {run.loop}",
         f"task: {run.task.strip()}",
         f"trigger: {run.trigger.kind} {run.trigger.reason}".rstrip()
-        + (f" ({len(run.trigger.merged)} merged)" if run.trigger.merged else ""),
+        + (f" ({merged} merged)" if merged else ""),
         f"started: {run.started}   finished: {run.finished or '-'}",
         f"outcome: {run.outcome or run.phase}   {run.reason}",
         f"branch: {run.branch}   tokens: {run.tokens}"

@@ -87,7 +87,6 @@ class ChangeWatcher:
         repo: Path,
         globs: Sequence[str],
         debounce: float | timedelta,
-        enqueue: Callable[[Trigger], None],
         ignore_under: Iterable[Path],
         is_running: Callable[[], bool],
         events: EventLog | None = None,
@@ -97,7 +96,6 @@ class ChangeWatcher:
         self.repo = Path(repo).resolve()
         self.globs = list(globs)
         self.debounce = debounce if isinstance(debounce, timedelta) else timedelta(seconds=debounce)
-        self.enqueue = enqueue
         self.ignore_under = [Path(p).expanduser().resolve() for p in ignore_under]
         self.is_running = is_running
         self.events = events
@@ -357,7 +355,7 @@ class ChangeWatcher:
         return candidates
 
     def poll(self, now: datetime) -> list[Trigger]:
-        """Handle what happened since the last poll; enqueue (and return) a due trigger."""
+        """Handle what happened since the last poll; return the trigger that is due, if any."""
         for kind, fields in self._notes:
             if self.events is not None:
                 self.events.append(kind, now, loop=self.loop, **fields)
@@ -412,7 +410,6 @@ class ChangeWatcher:
             paths=paths[:MAX_TRIGGER_PATHS],
             ts=now,
         )
-        self.enqueue(trigger)
         return [trigger]
 
     def _restart(self, now: datetime, reason: str) -> set[str]:

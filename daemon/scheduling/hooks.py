@@ -34,7 +34,7 @@ CONFIG_NAME = hook_script.CONFIG_NAME
 
 _WRAPPER = """\
 #!/bin/sh
-# loopd: turns ref updates into triggers for loops with on_push (DESIGN.md section 4).
+# loopd: turns ref updates into triggers for loops with on_push.
 # Written by `loopd hooks install`; `loopd hooks install --uninstall` puts back what was here.
 # The hook that was here before, if any, is now HOOK.loopd-orig and still runs first.
 {marker}

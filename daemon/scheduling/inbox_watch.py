@@ -42,6 +42,14 @@ def _is_trigger_file(path: str | bytes) -> bool:
     return name.endswith(".json") and not name.startswith(".")
 
 
+def _is_inotify(observer: Any) -> bool:
+    try:
+        from watchdog.observers.inotify import InotifyObserver
+    except ImportError:  # not Linux
+        return False
+    return isinstance(observer, InotifyObserver)
+
+
 class InboxWatcher:
     """Sets `wake` whenever a trigger file appears in the inbox folder."""
 
@@ -50,6 +58,7 @@ class InboxWatcher:
         self.wake = wake
         self.poll_interval = poll_interval
         self.warning = ""  # set when inotify could not be used
+        self.mode = "stopped"  # "inotify" | "polling" | "stopped"
         self._observer: Any = None
 
     def _handler(self) -> Any:
@@ -70,21 +79,27 @@ class InboxWatcher:
 
     def start(self) -> None:
         """Start watching; falls back to polling (and sets `warning`) at the inotify limit."""
+        from watchdog.events import FileCreatedEvent, FileMovedEvent
         from watchdog.observers import Observer
         from watchdog.observers.polling import PollingObserver
 
         self.inbox.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Only creations and renames: the daemon's own reads and deletions of a burst of
+        # ten thousand files must not wake watchdog's thread for each one.
+        only = [FileCreatedEvent, FileMovedEvent]
         observer = Observer()
         try:
-            observer.schedule(self._handler(), str(self.inbox), recursive=False)
+            observer.schedule(self._handler(), str(self.inbox), recursive=False, event_filter=only)
             observer.start()
+            self.mode = "inotify" if _is_inotify(observer) else "polling"
         except OSError as exc:
             if not is_inotify_limit(exc):
                 raise
             self.warning = inotify_limit_message(exc, str(self.inbox))
             observer = PollingObserver(timeout=self.poll_interval)
-            observer.schedule(self._handler(), str(self.inbox), recursive=False)
+            observer.schedule(self._handler(), str(self.inbox), recursive=False, event_filter=only)
             observer.start()
+            self.mode = "polling"
         self._observer = observer
         # A trigger written before the watch began must not wait for the next tick.
         if any(_is_trigger_file(p.name) for p in self.inbox.iterdir() if p.is_file()):
@@ -95,6 +110,7 @@ class InboxWatcher:
             self._observer.stop()
             self._observer.join(timeout=5)
             self._observer = None
+            self.mode = "stopped"
 
     def alive(self) -> bool:
         """Whether the watching thread runs; the daemon restarts the watcher when not."""

@@ -3,19 +3,22 @@
 A pending run gets its RUN_ID when it is queued (`YYYYMMDDTHHMMSSZ-LOOP-xxxx`, stamped with
 the time it was queued), and keeps it when it starts: `loopd cancel RUN_ID` then addresses
 a queued run and a running one alike, and `loopd trigger --wait` can name the run it waits
-for from the first moment. Watchers enqueue from their own threads: every method locks.
+for from the first moment. Every method locks, so any thread may offer.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from daemon.config import LoopConfig
-from daemon.state.records import RunTrigger, Trigger, make_run_id
+from daemon.state.queuefile import PendingRun
+from daemon.state.records import Trigger, make_run_id
+
+__all__ = ["Decision", "PendingRun", "RunQueue"]
 
 Action = Literal["queued", "merged", "skipped", "dropped_queue_full"]
 _EVENTS: dict[str, str] = {
@@ -24,34 +27,6 @@ _EVENTS: dict[str, str] = {
     "skipped": "trigger_skipped",
     "dropped_queue_full": "trigger_skipped",
 }
-
-
-@dataclass
-class PendingRun:
-    """A run waiting to start: the trigger that made it and those merged into it, in order."""
-
-    id: str  # its RUN_ID, kept when it starts
-    loop: str
-    trigger: Trigger
-    queued_at: datetime
-    merged: list[Trigger] = field(default_factory=list)
-
-    def run_trigger(self) -> RunTrigger:
-        """`[trigger]` of run.toml: the first trigger, with the merged ones summarized."""
-        first = self.trigger
-        return RunTrigger(
-            kind=first.kind,
-            reason=first.reason,
-            ref=first.ref,
-            old=first.old,
-            new=first.new,
-            ts=first.ts,
-            note=first.note,
-            retry_of=first.retry_of,
-            paths=list(first.paths),
-            inbox=[t.id for t in [first, *self.merged] if t.id],
-            merged=[t.summary() for t in self.merged],
-        )
 
 
 @dataclass(frozen=True)
@@ -77,18 +52,19 @@ class RunQueue:
         self._active: dict[str, str] = {}  # loop -> RUN_ID ("" when not known)
         self._order: dict[str, int] = {}  # pending RUN_ID -> arrival number, for fairness
         self._arrivals = 0
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
+        self.version = 0  # bumped whenever the pending runs change: the queue file is stale
 
     # triggers in -------------------------------------------------------------------
     def offer(self, trigger: Trigger, config: LoopConfig, now: datetime) -> Decision:
         """Apply the loop's `overlap` to a trigger: queue it, merge it, or drop it."""
         loop = trigger.loop
-        with self._changed:
+        with self._lock:
             pending = self._pending.setdefault(loop, [])
             busy = loop in self._active or bool(pending)
             if config.overlap == "coalesce" and pending:
-                pending[-1].merged.append(trigger)
-                self._changed.notify_all()
+                pending[-1].merge(trigger)
+                self.version += 1
                 return Decision("merged", pending[-1].id)
             if config.overlap == "skip" and busy:
                 return Decision("skipped", why="a run of this loop is active or pending")
@@ -104,7 +80,7 @@ class RunQueue:
 
     def restore(self, run: PendingRun) -> None:
         """Queue again, as it was, a pending run a stopped daemon had saved."""
-        with self._changed:
+        with self._lock:
             if any(p.id == run.id for p in self._pending.get(run.loop, [])):
                 return
             self._add(run)
@@ -117,7 +93,7 @@ class RunQueue:
         active or in `paused` (paused loops keep their pending runs).
         """
         blocked = set(paused)
-        with self._changed:
+        with self._lock:
             if len(self._active) >= max_concurrent:
                 return None
             heads = [
@@ -130,27 +106,26 @@ class RunQueue:
             run = min(heads, key=lambda r: self._order[r.id])
             self._pending[run.loop].pop(0)
             del self._order[run.id]
+            self.version += 1
             self._active[run.loop] = run.id
             return run
 
     def started(self, loop: str, run_id: str = "") -> None:
         """A run of `loop` is active (also one that did not come from the queue)."""
-        with self._changed:
+        with self._lock:
             if run_id or loop not in self._active:
                 self._active[loop] = run_id
-            self._changed.notify_all()
 
     def finished(self, loop: str) -> None:
         """The active run of `loop` ended: its next pending run may start."""
-        with self._changed:
+        with self._lock:
             self._active.pop(loop, None)
-            self._changed.notify_all()
 
     def cancel_pending(
         self, loop: str | None = None, run_id: str | None = None
     ) -> list[PendingRun]:
         """Remove pending runs: the one with `run_id`, or all of `loop`, or all; return them."""
-        with self._changed:
+        with self._lock:
             removed: list[PendingRun] = []
             for name, runs in self._pending.items():
                 if loop is not None and name != loop:
@@ -164,13 +139,13 @@ class RunQueue:
                         keep.append(run)
                 self._pending[name] = keep
             if removed:
-                self._changed.notify_all()
+                self.version += 1
             return removed
 
     # reading -------------------------------------------------------------------------
     def pending(self, loop: str | None = None) -> list[PendingRun]:
         """Pending runs (of one loop, or all), in the order they would start."""
-        with self._changed:
+        with self._lock:
             runs = [
                 run
                 for name, items in self._pending.items()
@@ -181,29 +156,20 @@ class RunQueue:
 
     def pending_count(self, loop: str) -> int:
         """How many runs of `loop` wait."""
-        with self._changed:
+        with self._lock:
             return len(self._pending.get(loop, []))
 
     def active(self, loop: str) -> str | None:
         """The RUN_ID of the loop's active run ("" when not known), None when none runs."""
-        with self._changed:
+        with self._lock:
             return self._active.get(loop)
-
-    def active_count(self) -> int:
-        with self._changed:
-            return len(self._active)
-
-    def wait(self, timeout: float) -> bool:
-        """Block until the queue changes or `timeout` seconds pass; True when it changed."""
-        with self._changed:
-            return self._changed.wait(timeout)
 
     # internals -----------------------------------------------------------------------
     def _add(self, run: PendingRun) -> None:
         self._pending.setdefault(run.loop, []).append(run)
         self._arrivals += 1
         self._order[run.id] = self._arrivals
-        self._changed.notify_all()
+        self.version += 1
 
     def _unique_id(self, loop: str, now: datetime) -> str:
         bump = 0

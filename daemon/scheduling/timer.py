@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -21,6 +21,7 @@ from daemon.scheduling.cron import Schedule
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
 from daemon.state.records import Trigger
+from daemon.state.store import UnreadableFile, warn_on_stderr
 
 # A fire this late at a tick still runs as `schedule`; later than this the daemon was
 # stalled or the machine slept, and the fire is a miss that `catch_up` may run once.
@@ -67,8 +68,11 @@ class _Entry:
 class CronTimer:
     """Scheduled fires of every loop with a `schedule`; the clock is passed in."""
 
-    def __init__(self, state_path: Path) -> None:
+    def __init__(
+        self, state_path: Path, warn: Callable[[UnreadableFile], None] = warn_on_stderr
+    ) -> None:
         self.path = state_path
+        self.warn = warn  # told when the cursor file cannot be read
         self._entries: dict[str, _Entry] = {}
         self._missed: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -155,12 +159,6 @@ class CronTimer:
             entry = self._entries.get(loop)
             return entry.next_fire if entry else None
 
-    def next_wake(self) -> datetime | None:
-        """The earliest next fire over every loop: the daemon need not tick before it."""
-        with self._lock:
-            fires = [e.next_fire for e in self._entries.values() if e.next_fire is not None]
-        return min(fires) if fires else None
-
     # internals -------------------------------------------------------------------
     def _handle(self, name: str, entry: _Entry, now: datetime, on_time: bool) -> Fired:
         """Fires in (handled_until, now]: at most one trigger, every other one a miss."""
@@ -192,8 +190,10 @@ class CronTimer:
                 data = tomllib.load(fh)
         except FileNotFoundError:
             return {}
-        except (OSError, tomllib.TOMLDecodeError):
+        except (OSError, ValueError) as exc:  # a TOML error, a byte that is not UTF-8
             # Unreadable: start every loop from now. That can miss fires but never repeats one.
+            reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            self.warn(UnreadableFile(self.path, f"{reason}; every schedule starts from now"))
             return {}
         out: dict[str, datetime] = {}
         for name, entry in (data.get("loops") or {}).items():

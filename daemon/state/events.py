@@ -1,7 +1,14 @@
-"""`state/events.jsonl`: the append-only audit log, one JSON object a line."""
+"""`state/events.jsonl`: the append-only audit log, one JSON object a line.
+
+Several processes write it (the daemon, `loopd once`, `pause`, the escalation commands), so
+rotation is decided under an flock on the file being rotated: whoever holds it checks that
+the path still names the file it opened, renames it once, and the others follow to the new
+file. A line is written whole with one `write` on an O_APPEND descriptor.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import threading
@@ -9,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from daemon.clock import utc_now
 from daemon.redact import redact_value
 from daemon.state.atomic import FILE_MODE, ensure_dir, fsync_dir
 
@@ -50,36 +58,55 @@ class EventLog:
             fh.flush()
             os.fsync(fh.fileno())
 
-    def _rotate_if_needed(self) -> None:
-        try:
-            size = self.path.stat().st_size
-        except FileNotFoundError:
-            return
-        if size < self.rotate_bytes:
-            return
+    def _open_current(self) -> int:
+        """An fd of the current log, flock-ed, rotated first when it is full."""
+        while True:
+            fd = os.open(
+                self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE
+            )
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                mine = os.fstat(fd)
+                try:
+                    named = os.stat(self.path)
+                except FileNotFoundError:
+                    named = None
+                if named is None or (named.st_ino, named.st_dev) != (mine.st_ino, mine.st_dev):
+                    os.close(fd)  # another process rotated it since we opened it
+                    continue
+                if mine.st_size == 0 or mine.st_size < self.rotate_bytes:
+                    return fd
+                os.replace(self.path, self._next_rotated())
+                fsync_dir(self.path.parent)
+                os.close(fd)  # releases the flock: waiting writers see the rename
+            except BaseException:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+                raise
+
+    def _next_rotated(self) -> Path:
         n = 1
         while (self.path.parent / f"events-{n}.jsonl").exists():
             n += 1
-        os.replace(self.path, self.path.parent / f"events-{n}.jsonl")
-        fsync_dir(self.path.parent)
+        return self.path.parent / f"events-{n}.jsonl"
 
     def append(
         self,
         type: str,
-        now: datetime,
+        now: datetime | None = None,
         loop: str | None = None,
         run: str | None = None,
         **fields: Any,
     ) -> dict[str, Any]:
-        """Write one event line and return it."""
-        event: dict[str, Any] = {"ts": iso(now), "type": type, "loop": loop, "run": run}
+        """Write one event line and return it; stamped with the time of writing by default."""
+        stamp = now if now is not None else utc_now()
+        event: dict[str, Any] = {"ts": iso(stamp), "type": type, "loop": loop, "run": run}
         event.update(redact_value(fields))
         line = (json.dumps(event, default=str, ensure_ascii=False) + "\n").encode("utf-8")
         with self._lock:
-            self._rotate_if_needed()
-            fd = os.open(
-                self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE
-            )
+            fd = self._open_current()
             try:
                 os.write(fd, line)
             finally:
@@ -97,4 +124,63 @@ class EventLog:
                     out.append(json.loads(raw))
                 except ValueError:
                     continue
+        return out
+
+
+class EventTail:
+    """Follows the log from the moment it is made, across rotations: new whole lines only."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            st = os.stat(path)
+            self._file: tuple[int, int] | None = (st.st_dev, st.st_ino)
+            self._offset = st.st_size
+        except FileNotFoundError:
+            self._file, self._offset = None, 0
+
+    def read(self) -> list[dict[str, Any]]:
+        """Events written since the last call, oldest first."""
+        out: list[dict[str, Any]] = []
+        try:
+            st = os.stat(self.path)
+            now: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            now = None
+        if self._file is not None and now != self._file:
+            # Rotated: the rest of the file we followed now has an events-N.jsonl name.
+            old = self._rotated(self._file)
+            if old is not None:
+                out += self._read_from(old)
+            self._offset = 0
+        self._file = now
+        if now is not None:
+            out += self._read_from(self.path)
+        return out
+
+    def _rotated(self, ident: tuple[int, int]) -> Path | None:
+        for path in self.path.parent.glob("events-*.jsonl"):
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            if (st.st_dev, st.st_ino) == ident:
+                return path
+        return None
+
+    def _read_from(self, path: Path) -> list[dict[str, Any]]:
+        try:
+            with path.open("rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1  # a line still being written is read next time
+        self._offset += end
+        out = []
+        for raw in data[:end].splitlines():
+            try:
+                out.append(json.loads(raw))
+            except ValueError:
+                continue
         return out

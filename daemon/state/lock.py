@@ -1,12 +1,28 @@
-"""One daemon per home: an flock on `state/loopd.lock` that child processes cannot inherit."""
+"""One daemon per home, one runner per loop: open-file-description locks on lock files.
+
+The lock is an OFD write lock (`F_OFD_SETLK`): like flock it belongs to the open file, not
+the process, and the fd is close-on-exec, so agents never hold it. Unlike flock it can be
+probed without being taken: `F_OFD_GETLK` asks the kernel whether a lock would conflict. A
+probe that took a shared lock for a moment (the old way) could make a real `acquire` in
+another process fail while it held it.
+"""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import struct
 from pathlib import Path
 
 from daemon.state.atomic import FILE_MODE, ensure_dir
+
+# struct flock on 64-bit Linux: l_type, l_whence (short), l_start, l_len (off_t), l_pid (int),
+# padded to 32 bytes. l_pid must be 0 for the OFD commands.
+_FLOCK = struct.Struct("@hhqqi4x")
+
+
+def _request(kind: int) -> bytes:
+    return _FLOCK.pack(kind, os.SEEK_SET, 0, 0, 0)  # the whole file
 
 
 class LockHeld(Exception):
@@ -20,7 +36,7 @@ class LockHeld(Exception):
 
 
 class HomeLock:
-    """Exclusive lock of a home; the fd is close-on-exec, so agents never hold it."""
+    """Exclusive lock of a home (or of a loop); the fd is close-on-exec."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -30,8 +46,8 @@ class HomeLock:
         ensure_dir(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _request(fcntl.F_WRLCK))
+        except OSError:  # EAGAIN or EACCES: held elsewhere
             os.close(fd)
             raise LockHeld(self.path, self.holder()) from None
         os.ftruncate(fd, 0)
@@ -41,7 +57,7 @@ class HomeLock:
 
     def release(self) -> None:
         if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            fcntl.fcntl(self._fd, fcntl.F_OFD_SETLK, _request(fcntl.F_UNLCK))
             os.close(self._fd)
             self._fd = None
 
@@ -54,7 +70,7 @@ class HomeLock:
         return int(text) if text.isdigit() else None
 
     def is_held(self) -> bool:
-        """Whether some process (possibly this one) holds the lock now."""
+        """Whether some process (possibly this one) holds the lock now; takes no lock."""
         if self._fd is not None:
             return True
         try:
@@ -62,12 +78,10 @@ class HomeLock:
         except FileNotFoundError:
             return False
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
+            answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _request(fcntl.F_WRLCK))
         finally:
             os.close(fd)
-        return False
+        return _FLOCK.unpack(answer)[0] != fcntl.F_UNLCK
 
     def __enter__(self) -> HomeLock:
         self.acquire()

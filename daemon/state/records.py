@@ -68,8 +68,9 @@ class RunTrigger(Record):
     note: str = ""
     retry_of: str = ""
     paths: list[str] = []
-    inbox: list[str] = []  # inbox file names of the trigger and the merged ones (`--wait`)
-    merged: list[dict[str, Any]] = []
+    inbox: list[str] = []  # inbox file names of the trigger and the merged ones kept
+    merged: list[dict[str, Any]] = []  # the last merged triggers (a burst keeps a few)
+    merged_count: int = 0  # every trigger merged into the run
 
 
 class StallRecord(Record):

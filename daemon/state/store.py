@@ -5,20 +5,58 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sys
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import tomli_w
 from pydantic import BaseModel, ValidationError
 
-from daemon.clock import utc_now
 from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.events import EventLog
 from daemon.state.lock import HomeLock
+from daemon.state.queuefile import PendingRun, QueueFile
 from daemon.state.records import RunRecord, StatusFile, Trigger, make_run_id
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class UnreadableFile(ValueError):
+    """A state file exists but cannot be read or parsed (a bad byte, a cut, a wrong value).
+
+    A ValueError, so that readers which already skip a record that does not parse still do.
+    """
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cannot read {path}: {reason}")
+
+
+def read_model(path: Path, model: type[M]) -> M:
+    """`path` parsed as TOML into `model`; FileNotFoundError when absent, else UnreadableFile."""
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+        return model.model_validate(data)
+    except FileNotFoundError:
+        raise
+    except ValidationError as exc:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise UnreadableFile(path, f"{where}: {first.get('msg', exc)}") from None
+    except UnicodeDecodeError as exc:
+        raise UnreadableFile(path, f"not UTF-8 (byte {exc.start})") from None
+    except (OSError, ValueError) as exc:  # TOMLDecodeError is a ValueError
+        raise UnreadableFile(path, str(exc).splitlines()[0] if str(exc) else repr(exc)) from None
+
+
+def warn_on_stderr(problem: UnreadableFile) -> None:
+    """The default report of an unreadable state file: one line on stderr."""
+    print(f"loopd: warning: {problem}; skipped", file=sys.stderr, flush=True)
 
 
 def _strip_none(value: Any) -> Any:
@@ -37,13 +75,41 @@ def dump_toml(model: BaseModel) -> str:
 class StateStore:
     """Owns `state/` of one home."""
 
-    def __init__(self, root: Path, events_rotate: int = 64_000_000) -> None:
+    def __init__(
+        self,
+        root: Path,
+        events_rotate: int = 64_000_000,
+        warn: Callable[[UnreadableFile], None] = warn_on_stderr,
+    ) -> None:
         self.root = root
         ensure_dir(root)
         for sub in ("runs", "inbox", "progress", "escalations"):
             ensure_dir(root / sub)
         self.events = EventLog(root / "events.jsonl", rotate_bytes=events_rotate)
         self.lock = HomeLock(root / "loopd.lock")
+        self.warn = warn  # told once per unreadable file (and again when it changes)
+        self._warned: set[tuple[Path, int]] = set()
+
+    def report_unreadable(self, problem: UnreadableFile) -> None:
+        """Name an unreadable file once (per version of it), through `warn`."""
+        try:
+            mark = os.stat(problem.path).st_mtime_ns
+        except OSError:
+            mark = 0
+        if (problem.path, mark) in self._warned:
+            return
+        self._warned.add((problem.path, mark))
+        self.warn(problem)
+
+    def _read_or_empty(self, path: Path, model: type[M]) -> M:
+        """`path` as `model`; the model's defaults when absent or unreadable (reported)."""
+        try:
+            return read_model(path, model)
+        except FileNotFoundError:
+            return model()
+        except UnreadableFile as exc:
+            self.report_unreadable(exc)
+            return model()
 
     # paths ---------------------------------------------------------------
     @property
@@ -84,8 +150,8 @@ class StateStore:
         write_atomic(self.run_dir(run.id) / "run.toml", dump_toml(run))
 
     def load_run(self, run_id: str) -> RunRecord:
-        with (self.run_dir(run_id) / "run.toml").open("rb") as fh:
-            return RunRecord.model_validate(tomllib.load(fh))
+        """The run's record; FileNotFoundError when it has none, UnreadableFile when bad."""
+        return read_model(self.run_dir(run_id) / "run.toml", RunRecord)
 
     def run_ids(self, loop: str | None = None) -> list[str]:
         """Run ids, oldest first (they sort by time)."""
@@ -106,12 +172,15 @@ class StateStore:
         return newest
 
     def iter_runs(self, loop: str | None = None, newest_first: bool = True) -> Iterator[RunRecord]:
+        """Readable run records; an unreadable one is reported (`warn`) and skipped."""
         ids = self.run_ids(loop)
         for run_id in reversed(ids) if newest_first else ids:
             try:
                 yield self.load_run(run_id)
-            except (OSError, tomllib.TOMLDecodeError, ValidationError):
-                continue
+            except FileNotFoundError:
+                continue  # a folder whose record is not written yet
+            except UnreadableFile as exc:
+                self.report_unreadable(exc)
 
     def loop_lock(self, loop: str) -> HomeLock:
         """Held by whoever runs the loop now (the daemon's worker or `loopd once`)."""
@@ -131,18 +200,19 @@ class StateStore:
             return []
 
     # the daemon's queue of pending runs, for `loopd status` and `loopd cancel`
-    def save_queue(self, entries: list[dict[str, Any]]) -> None:
-        write_atomic(self.root / "queue.toml", tomli_w.dumps({"pending": entries}))
+    @property
+    def queue_path(self) -> Path:
+        return self.root / "queue.toml"
 
-    def load_queue(self) -> list[dict[str, Any]]:
-        try:
-            with (self.root / "queue.toml").open("rb") as fh:
-                return list(tomllib.load(fh).get("pending", []))
-        except (OSError, tomllib.TOMLDecodeError):
-            return []
+    def save_queue(self, queue: QueueFile) -> None:
+        write_atomic(self.queue_path, dump_toml(queue))
 
-    def queued_run(self, run_id: str) -> dict[str, Any] | None:
-        return next((e for e in self.load_queue() if e.get("id") == run_id), None)
+    def load_queue(self) -> QueueFile:
+        """The saved queue; empty when there is none or it is unreadable (reported)."""
+        return self._read_or_empty(self.queue_path, QueueFile)
+
+    def queued_run(self, run_id: str) -> PendingRun | None:
+        return next((p for p in self.load_queue().pending if p.id == run_id), None)
 
     # control -------------------------------------------------------------
     def request_cancel(self, run_id: str) -> None:
@@ -170,11 +240,8 @@ class StateStore:
 
     # status --------------------------------------------------------------
     def load_status(self) -> StatusFile:
-        try:
-            with self.status_path.open("rb") as fh:
-                return StatusFile.model_validate(tomllib.load(fh))
-        except (OSError, tomllib.TOMLDecodeError, ValidationError):
-            return StatusFile()
+        """status.toml; empty when absent or unreadable (reported)."""
+        return self._read_or_empty(self.status_path, StatusFile)
 
     def save_status(self, status: StatusFile) -> None:
         write_atomic(self.status_path, dump_toml(status))
@@ -189,30 +256,42 @@ class StateStore:
         write_atomic(path, json.dumps(data))
         return path
 
-    def take_triggers(self) -> list[Trigger]:
-        """Read and remove every inbox file, oldest first; a bad file becomes `inbox/bad/`."""
-        out = []
+    def inbox_names(self) -> list[str]:
+        """Names of the trigger files waiting in the inbox, oldest first."""
         try:
-            names = sorted(os.listdir(self.inbox_dir))
+            names = os.listdir(self.inbox_dir)
         except FileNotFoundError:
-            return out
+            return []
+        return sorted(n for n in names if n.endswith(".json") and not n.startswith("."))
+
+    def read_trigger(self, name: str) -> Trigger | None:
+        """One inbox file as a trigger (left in place); a bad file is moved to `inbox/bad/`."""
+        path = self.inbox_dir / name
+        try:
+            trigger = Trigger.model_validate_json(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            return None
+        except (OSError, ValueError) as exc:  # ValidationError and bad JSON are ValueErrors
+            bad = ensure_dir(self.inbox_dir / "bad")
+            os.replace(path, bad / name)
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self.events.append("trigger_rejected", file=f"inbox/bad/{name}", reason=reason)
+            return None
+        trigger.id = name
+        return trigger
+
+    def remove_inbox(self, names: Iterable[str]) -> None:
+        """Delete taken inbox files (only once the queue that holds them is saved)."""
         for name in names:
-            path = self.inbox_dir / name
-            if not name.endswith(".json") or name.startswith(".") or not path.is_file():
-                continue
-            try:
-                trigger = Trigger.model_validate_json(path.read_bytes())
-                trigger.id = name
-            except (OSError, ValidationError, ValueError) as exc:
-                bad = ensure_dir(self.inbox_dir / "bad")
-                os.replace(path, bad / name)
-                self.events.append(
-                    "trigger_rejected",
-                    utc_now(),
-                    file=f"inbox/bad/{name}",
-                    reason=str(exc).splitlines()[0],
-                )
-                continue
-            path.unlink(missing_ok=True)
-            out.append(trigger)
+            if "/" in name or name.startswith("."):
+                continue  # only plain inbox file names, whatever a queue file holds
+            (self.inbox_dir / name).unlink(missing_ok=True)
+
+    def take_triggers(self) -> list[Trigger]:
+        """Read and remove every inbox file, oldest first (for tools and tests, not the daemon)."""
+        names = self.inbox_names()
+        out = [t for t in map(self.read_trigger, names) if t is not None]
+        self.remove_inbox(t.id for t in out)
         return out

@@ -1,0 +1,2 @@
+"""The daemon's parts, each built once by `Daemon.start()`: intake, workers, watchers,
+recovery, status and housekeeping, sharing one `Context`."""

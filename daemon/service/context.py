@@ -1,0 +1,102 @@
+"""What every part of the daemon shares: the home, its state, the configuration, the flags."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from daemon.config import LoadedConfig, Loop, LoopConfig
+from daemon.home import Home
+from daemon.runs.services import RunServices
+from daemon.state.store import StateStore, UnreadableFile
+
+
+class ConfigFatal(Exception):
+    """`loopd.toml` itself is broken, or the configuration cannot be loaded at all (exit 2)."""
+
+
+@dataclass
+class Flags:
+    """Set by signal handlers (and by threads that want a tick now), read by the driver."""
+
+    stop: threading.Event = field(default_factory=threading.Event)
+    reload: threading.Event = field(default_factory=threading.Event)
+    wake: threading.Event = field(default_factory=threading.Event)
+    stops: int = 0
+
+
+def load_config(home: Home) -> LoadedConfig:
+    """The home's configuration; ConfigFatal when loopd.toml is broken or loading fails."""
+    try:
+        loaded = home.load()
+    except Exception as exc:  # noqa: BLE001 - whatever the files hold, the caller decides
+        raise ConfigFatal(
+            f"cannot load the configuration in {home.root}: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not loaded.daemon_ok:
+        raise ConfigFatal("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
+    return loaded
+
+
+def notifications_for(loaded: LoadedConfig, store: StateStore) -> Any:
+    """The notifier of `[notify]`."""
+    from daemon.people.notify import Notifications
+
+    return Notifications(loaded.daemon.notify, store.events)
+
+
+@dataclass
+class Context:
+    """The daemon's shared state; `config` and `services` are replaced by a reload."""
+
+    home: Home
+    store: StateStore
+    flags: Flags
+    config: LoadedConfig
+    services: RunServices
+    clock: Callable[[], datetime]
+    monotonic: Callable[[], float] = time.monotonic
+
+    @property
+    def loops(self) -> dict[str, Loop]:
+        return self.config.loops
+
+    def scheduled_loops(self) -> dict[str, LoopConfig]:
+        """Enabled loops with a schedule, for the cron timer."""
+        return {
+            name: loop.config
+            for name, loop in self.loops.items()
+            if loop.config.enabled and loop.config.schedule
+        }
+
+    def event(self, type: str, **fields: Any) -> None:
+        """Record an event stamped now."""
+        self.store.events.append(type, self.clock(), **fields)
+
+    def report_config(self) -> None:
+        """Record the configuration's errors and warnings."""
+        for error in self.config.errors:
+            self.event(
+                "config_error",
+                file=str(error.file),
+                key=error.key,
+                message=error.message,
+                fix=error.fix,
+            )
+        for warning in self.config.warnings:
+            self.event("config_warning", message=warning)
+
+
+def unreadable_reporter(store: StateStore) -> Callable[[UnreadableFile], None]:
+    """How the daemon names an unreadable state file: an event and a line on stderr."""
+
+    def report(problem: UnreadableFile) -> None:
+        print(f"loopd: warning: {problem}; skipped", file=sys.stderr, flush=True)
+        store.events.append("state_unreadable", file=str(problem.path), error=problem.reason)
+
+    return report

@@ -1,0 +1,79 @@
+"""Chores off the tick's thread: pruning old runs and retiring stale rules (at start, then
+daily), and retrying lessons deferred while the verifier was down."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+
+from daemon.service.context import Context
+
+PRUNE_EVERY = 86400.0  # seconds of the monotonic clock
+LESSONS_EVERY = 300.0
+
+
+class Housekeeper:
+    """Starts at most one chores thread at a time; the tick never waits for it."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._pruned_at = float("-inf")
+        self._lessons_at = float("-inf")
+        self._thread: threading.Thread | None = None
+
+    def tick(self, now: datetime, keep: set[str]) -> None:
+        """Start the chores that are due, unless the previous ones still run."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        mono = self.ctx.monotonic()
+        prune = mono - self._pruned_at >= PRUNE_EVERY
+        lessons = mono - self._lessons_at >= LESSONS_EVERY
+        if not (prune or lessons):
+            return
+        if prune:
+            self._pruned_at = mono
+        if lessons:
+            self._lessons_at = mono
+
+        def chores() -> None:
+            # In its own thread: a first prune of thousands of runs takes many seconds, and
+            # lessons wait on the model; the tick keeps taking triggers and signals meanwhile.
+            if prune:
+                self.prune(now, keep)
+            if lessons:
+                self.retry_deferred_lessons()
+
+        self._thread = threading.Thread(target=chores, name="housekeeping", daemon=True)
+        self._thread.start()
+
+    def prune(self, now: datetime, keep: set[str]) -> None:
+        """`retain_days`: prune old runs, then retire rules that stopped earning their place."""
+        from daemon.housekeeping import prune
+
+        ctx = self.ctx
+        repos = {name: loop.config.repo_path for name, loop in ctx.loops.items()}
+        retain_days = ctx.config.daemon.limits.retain_days
+        try:
+            prune(ctx.store, repos, retain_days, now, keep=keep, rules_dir=ctx.home.rules_dir)
+        except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
+            ctx.event("prune_failed", error=str(exc)[:500])
+        try:
+            from daemon.rules.promotion import retire_stale
+            from daemon.runs.learning import rule_library
+
+            retire_stale(
+                rule_library(ctx.services), ctx.store.events, now, state_root=ctx.store.root
+            )
+        except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
+            ctx.event("retire_failed", error=str(exc)[:500])
+
+    def retry_deferred_lessons(self) -> None:
+        """Post-mortems deferred while the verifier was down (`rule_deferred`), tried again.
+
+        Placeholder: `retry_deferred_lessons(services)` from daemon.runs is called here once
+        it exists; until then there is nothing to retry.
+        """
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)

@@ -1,0 +1,185 @@
+"""Triggers in: the inbox, the cron timer, file changes and recovery, through the overlap
+policy into the run queue; the queue file, saved once per tick.
+
+Under a burst (ten thousand pushes at once) a tick takes at most `BATCH` inbox files or
+`BATCH_SECONDS`, and stops early when the stop flag is set, so the heartbeat and signals
+keep going. An inbox file is deleted only after the queue file that holds it (or the event
+that records it) is written; the names are saved with the queue as `taken`, and a restart
+deletes those a crash left behind instead of taking them twice.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from daemon.globs import wildmatch
+from daemon.scheduling.queue import RunQueue
+from daemon.scheduling.timer import CronTimer
+from daemon.service.context import Context
+from daemon.state.queuefile import QueueFile
+from daemon.state.records import Trigger
+from daemon.state.store import UnreadableFile, read_model
+
+BATCH = 500  # inbox files per tick
+BATCH_SECONDS = 1.0  # and at most this long taking them
+
+
+class Intake:
+    """Filters triggers, applies the overlap policy, and keeps `state/queue.toml`."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        queue: RunQueue,
+        timer: CronTimer,
+        is_running: Callable[[str], bool],
+    ) -> None:
+        self.ctx = ctx
+        self.queue = queue
+        self.timer = timer
+        self.is_running = is_running
+        self._taken: list[str] = []  # inbox files offered since the queue was last saved
+        self._taken_set: set[str] = set()
+        self._saved_version = -1  # never saved: the first save always writes
+
+    # start -------------------------------------------------------------------------------
+    def restore(self) -> None:
+        """Queue again what a stopped daemon had queued, and finish its inbox deletions."""
+        store = self.ctx.store
+        try:
+            saved = read_model(store.queue_path, QueueFile)
+        except FileNotFoundError:
+            saved = QueueFile()
+        except UnreadableFile as exc:
+            store.report_unreadable(exc)
+            # Kept for a person: the next save would replace it.
+            aside = store.queue_path.with_name("queue.unreadable.toml")
+            os.replace(store.queue_path, aside)
+            self.ctx.event("queue_unreadable", file=str(aside), error=exc.reason)
+            saved = QueueFile()
+        # A crash between the save and the deletions left these: their triggers are held
+        # by the saved queue or recorded as events already.
+        store.remove_inbox(saved.taken)
+        for pending in saved.pending:
+            if pending.loop not in self.ctx.loops:
+                self.ctx.event(
+                    "queue_entry_dropped",
+                    loop=pending.loop,
+                    run=pending.id,
+                    error="the loop is no longer valid",
+                )
+            elif (store.run_dir(pending.id) / "run.toml").exists():
+                continue  # it started before the crash: recovery takes care of it
+            else:
+                self.queue.restore(pending)
+
+    def start_schedule(self, now: datetime) -> None:
+        """Misses while loopd was down are recorded; the latest is caught up when recent."""
+        for trigger, misses in self.timer.start(self.ctx.scheduled_loops(), now):
+            for miss in misses:
+                self.ctx.event("schedule_missed", **miss)
+            if trigger is not None:
+                self.offer(trigger, now)
+
+    # each tick -----------------------------------------------------------------------------
+    def take_inbox(self, now: datetime) -> bool:
+        """Offer waiting inbox files (a bounded batch); True when more wait."""
+        store = self.ctx.store
+        stop = self.ctx.flags.stop
+        deadline = self.ctx.monotonic() + BATCH_SECONDS
+        offered = 0
+        for name in store.inbox_names():
+            if name in self._taken_set:
+                continue  # offered already; deleted once the queue is saved
+            if stop.is_set() or offered >= BATCH or self.ctx.monotonic() > deadline:
+                return True
+            trigger = store.read_trigger(name)
+            if trigger is None:
+                continue  # set aside as bad (an event says so), or gone
+            self.offer(trigger, now)
+            self._taken.append(name)
+            self._taken_set.add(name)
+            offered += 1
+        return False
+
+    def take_schedule(self, now: datetime) -> None:
+        for trigger in self.timer.due(now):
+            self.offer(trigger, now)
+        for miss in self.timer.take_missed():
+            self.ctx.event("schedule_missed", **miss)
+
+    def offer(self, trigger: Trigger, now: datetime) -> None:
+        """A trigger arrives: filter it, apply the loop's overlap policy, record it."""
+        from daemon.people.escalation import blocking_escalation
+
+        ctx = self.ctx
+        fields: dict[str, Any] = {
+            "kind": trigger.kind,
+            "reason": trigger.reason,
+            "inbox": trigger.id or None,
+        }
+        if trigger.ref:
+            fields.update(ref=trigger.ref, old=trigger.old, new=trigger.new)
+
+        def record(type: str, run: str | None = None, **more: Any) -> None:
+            # Stamped as written: a long tick does not give its events one time.
+            ctx.store.events.append(type, ctx.clock(), loop=trigger.loop, run=run, **fields, **more)
+
+        loop = ctx.loops.get(trigger.loop)
+        if loop is None or not loop.config.enabled:
+            why = "unknown or broken loop" if loop is None else "loop disabled"
+            return record("trigger_skipped", why=why)
+        if trigger.kind == "push":
+            branch = trigger.ref.removeprefix("refs/heads/")
+            if not any(wildmatch(g, branch) for g in loop.config.on_push):
+                return record("trigger_skipped", why="branch not in on_push")
+            if loop.config.isolation == "in-place" and self.is_running(loop.name):
+                # An in-place run commits on the watched branch itself: not a new push.
+                return record("trigger_skipped", why="the loop's own in-place run")
+        if blocking_escalation(ctx.store, loop.name, loop.config.task, trigger.kind):
+            why = "an escalation for this task is open; resolve it with `loopd escalations`"
+            return record("trigger_skipped", why=why)
+        decision = self.queue.offer(trigger, loop.config, now)
+        record("trigger", run=decision.pending_id or None)
+        if decision.action == "merged":
+            record("trigger_merged", run=decision.pending_id, into=decision.pending_id)
+        elif decision.event == "trigger_skipped":
+            record("trigger_skipped", why=decision.why)
+
+    def cancel_queued(self) -> None:
+        """`loopd cancel` of a run still in the queue: it ends `cancelled` without starting."""
+        from daemon.runs.executor import end_without_agent, new_run
+
+        store = self.ctx.store
+        for pending in self.queue.pending():
+            if not store.cancel_requested(pending.id):
+                continue
+            self.queue.cancel_pending(pending.loop, pending.id)
+            store.clear_cancel(pending.id)
+            loop = self.ctx.loops.get(pending.loop)
+            if loop is not None:
+                run = new_run(self.ctx.services, loop, pending)
+                end_without_agent(self.ctx.services, run, "cancelled", "cancelled while queued")
+            else:
+                self.ctx.event(
+                    "run_finished",
+                    loop=pending.loop,
+                    run=pending.id,
+                    outcome="cancelled",
+                    reason="cancelled while queued",
+                )
+
+    def save(self) -> None:
+        """Write the queue file when it changed, then delete the inbox files it accounts for."""
+        taken = self._taken
+        version = self.queue.version
+        if version == self._saved_version and not taken:
+            return
+        self.ctx.store.save_queue(QueueFile(pending=self.queue.pending(), taken=taken))
+        self._saved_version = version
+        self.ctx.store.remove_inbox(taken)
+        self._taken = []
+        self._taken_set = set()

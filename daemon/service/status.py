@@ -1,0 +1,93 @@
+"""`state/status.toml`: what each loop is doing, rewritten when it changes and at least every
+`HEARTBEAT_EVERY` seconds of the monotonic clock (a wall-clock jump neither stops nor floods
+the heartbeat; the heartbeat's value is the wall-clock time a person reads)."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+import daemon as package
+from daemon.scheduling.queue import RunQueue
+from daemon.scheduling.timer import CronTimer
+from daemon.service.context import Context
+from daemon.service.workers import WorkerPool
+from daemon.state.records import DaemonStatus, LoopStatus, RunRecord, StatusFile
+
+HEARTBEAT_EVERY = 10.0  # seconds
+
+
+class StatusBoard:
+    """Builds status.toml from the queue, the workers and the timer."""
+
+    def __init__(
+        self, ctx: Context, queue: RunQueue, timer: CronTimer, pool: WorkerPool, started: datetime
+    ) -> None:
+        self.ctx = ctx
+        self.queue = queue
+        self.timer = timer
+        self.pool = pool
+        self.started = started
+        self._written_at = float("-inf")  # monotonic time of the last write
+        self._body = ""
+        self._outcomes = self._newest_outcomes()
+
+    def _newest_outcomes(self) -> dict[str, tuple[str, str]]:
+        """The newest finished run of each loop: (run id, outcome)."""
+        store = self.ctx.store
+        out: dict[str, tuple[str, str]] = {}
+        newest = store.last_run_ids()
+        for name in self.ctx.loops:
+            for run in store.iter_runs(name) if name in newest else ():
+                if run.outcome is not None:
+                    out[name] = (run.id, run.outcome)
+                    break
+        return out
+
+    def note_finished(self, run: RunRecord) -> None:
+        if run.outcome is not None:
+            self._outcomes[run.loop] = (run.id, run.outcome)
+
+    def write(self, now: datetime, force: bool = False) -> None:
+        """Rewrite status.toml when something changed, and when the heartbeat is due."""
+        ctx = self.ctx
+        paused = ctx.store.paused_loops()
+        status = StatusFile(
+            daemon=DaemonStatus(
+                pid=os.getpid(),
+                version=package.__version__,
+                started=self.started,
+                heartbeat=now,
+                running=not ctx.flags.stop.is_set(),
+                warnings=list(ctx.config.warnings),
+            )
+        )
+        for name, loop in sorted(ctx.loops.items()):
+            run = self.pool.run_of(name)
+            if run is not None and run.outcome is not None:
+                self.note_finished(run)
+            pending = self.queue.pending_count(name)
+            phase = run.phase if run else ("paused" if name in paused else "idle")
+            if not run and pending and name not in paused:
+                phase = "queued"
+            last_run, last_outcome = self._outcomes.get(name, ("", ""))
+            status.loops[name] = LoopStatus(
+                phase=phase,
+                run=run.id if run else "",
+                attempt=len(run.attempts) if run else 0,
+                last_outcome=last_outcome,
+                last_run=last_run,
+                next_fire=self.timer.next_fire(name) if loop.config.enabled else None,
+                paused=name in paused,
+                enabled=loop.config.enabled,
+                pending=pending,
+            )
+        for error in ctx.config.errors:
+            if error.file.parent.name == "loops" and error.file.stem not in status.loops:
+                status.loops[error.file.stem] = LoopStatus(enabled=False, error=str(error))
+        body = status.model_dump_json(exclude={"daemon": {"heartbeat"}})
+        mono = ctx.monotonic()
+        if force or body != self._body or mono - self._written_at >= HEARTBEAT_EVERY:
+            ctx.store.save_status(status)
+            self._written_at = mono
+            self._body = body

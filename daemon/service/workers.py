@@ -1,0 +1,148 @@
+"""The worker pool: each run in its own thread, holding its loop's lock until it ends."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from daemon.config import Loop
+from daemon.scheduling.queue import RunQueue
+from daemon.service.context import Context
+from daemon.state.lock import HomeLock, LockHeld
+from daemon.state.records import RunRecord
+
+if TYPE_CHECKING:
+    from daemon.runs.executor import RunExecutor
+
+
+@dataclass
+class Worker:
+    """A run in its own thread."""
+
+    loop: str
+    run_id: str
+    thread: threading.Thread
+    executor: RunExecutor
+
+    @property
+    def run(self) -> RunRecord:
+        return self.executor.run
+
+
+class WorkerPool:
+    """Starts ready runs up to `max_concurrent_runs`, reaps finished ones, stops them all."""
+
+    def __init__(self, ctx: Context, queue: RunQueue) -> None:
+        self.ctx = ctx
+        self.queue = queue
+        self.workers: dict[str, Worker] = {}
+        self._reap_orphans = False
+
+    def running(self, loop: str) -> bool:
+        """Whether this daemon runs `loop` now."""
+        return loop in self.workers
+
+    def run_of(self, loop: str) -> RunRecord | None:
+        worker = self.workers.get(loop)
+        return worker.run if worker is not None else None
+
+    def run_ids(self) -> set[str]:
+        return {w.run_id for w in self.workers.values()}
+
+    # starting --------------------------------------------------------------------------
+    def launch(self, loop: Loop, run: RunRecord, lock: HomeLock) -> None:
+        """Run `run` in its own thread, holding the loop's lock (taken) until it ends."""
+        from daemon.runs.executor import RunExecutor
+
+        executor = RunExecutor(self.ctx.services, loop, run)
+        wake = self.ctx.flags.wake
+
+        def body() -> None:
+            try:
+                executor.execute()
+            finally:
+                lock.release()
+                wake.set()  # reaped at once, and the loop's next run may start
+
+        thread = threading.Thread(target=body, name=f"run-{run.id}", daemon=True)
+        self.workers[loop.name] = Worker(
+            loop=loop.name, run_id=run.id, thread=thread, executor=executor
+        )
+        self.queue.started(loop.name, run.id)
+        thread.start()
+
+    def resume(self, loop: Loop, run: RunRecord) -> None:
+        """Launch a recovered run (its loop's lock is free: recovery checked it)."""
+        lock = self.ctx.store.loop_lock(loop.name)
+        lock.acquire()
+        self.launch(loop, run, lock)
+
+    def start_ready(self, now: datetime) -> None:
+        """Start pending runs while the limit allows."""
+        from daemon.runs.executor import new_run
+
+        if not self.queue.pending():
+            return
+        limit = self.ctx.config.daemon.limits.max_concurrent_runs
+        while len(self.workers) < limit:
+            pending = self.queue.next_ready(limit, self._busy_loops() | set(self.workers))
+            if pending is None:
+                return
+            loop = self.ctx.loops.get(pending.loop)
+            if loop is None:
+                self.queue.finished(pending.loop)
+                continue
+            lock = self.ctx.store.loop_lock(loop.name)
+            try:
+                lock.acquire()
+            except LockHeld:
+                # `loopd once` took the loop since `_busy_loops` looked: wait for it.
+                self.queue.finished(pending.loop)
+                self.queue.restore(pending)
+                return
+            self.launch(loop, new_run(self.ctx.services, loop, pending), lock)
+
+    def _busy_loops(self) -> set[str]:
+        store = self.ctx.store
+        busy = set(store.paused_loops())
+        for name in self.ctx.loops:
+            if name not in self.workers and store.loop_lock(name).is_held():
+                busy.add(name)  # `loopd once` is running it
+        return busy
+
+    # ending ----------------------------------------------------------------------------
+    def reap(self) -> list[RunRecord]:
+        """Forget the workers whose thread ended; their runs."""
+        from daemon.agents.processes import reap_orphans
+
+        if self.workers or self._reap_orphans:
+            # Orphans of what runs started (re-parented to loopd, the subreaper) are reaped.
+            reap_orphans()
+            self._reap_orphans = bool(self.workers)
+        done = []
+        for name, worker in list(self.workers.items()):
+            if not worker.thread.is_alive():
+                worker.thread.join()
+                done.append(worker.run)
+                del self.workers[name]
+                self.queue.finished(name)
+        return done
+
+    def healthy(self, now_monotonic: float) -> bool:
+        """No worker is wedged (silent past its longest step)."""
+        return not any(w.executor.wedged(now_monotonic) for w in self.workers.values())
+
+    def stop(self, grace: float) -> list[RunRecord]:
+        """Interrupt every run (`grace` for a running attempt), wait; the runs interrupted."""
+        for worker in self.workers.values():
+            worker.executor.interrupt(grace)
+        for worker in self.workers.values():
+            worker.thread.join(timeout=grace + 30)
+        return [w.run for w in self.workers.values() if w.run.outcome == "interrupted"]
+
+    def shutdown_now(self) -> None:
+        """A second signal: stop waiting for running attempts."""
+        for worker in self.workers.values():
+            worker.executor.interrupt(0)
