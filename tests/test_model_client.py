@@ -283,6 +283,11 @@ def test_a_proxy_html_page_with_200_is_unavailable(model_server: ScriptedModelSe
     model_server.down = "html"
     with pytest.raises(ModelUnavailable, match="200 answer that is not JSON: '<html>"):
         client.structured("critic_verdict", CriticVerdict, "s", "u")
+    # Asking the server for its models, and for embeddings, too.
+    with pytest.raises(ModelUnavailable, match="`models` failed after 3 tries: malformed"):
+        make_client(model_server, model="").structured("trigger_matches", TriggerMatches, "s", "u")
+    with pytest.raises(ModelUnavailable, match="`embeddings` failed after 3 tries: malformed"):
+        make_client(model_server, embeddings_model="e").embeddings(["x"])
 
 
 @pytest.mark.parametrize(

@@ -135,6 +135,7 @@ class Exchange:
     body: Any
     status: int
     answer: bytes
+    seconds: float
 
     @property
     def name(self) -> str | None:
@@ -166,6 +167,7 @@ class _Forward(BaseHTTPRequestHandler):
     def _forward(self, method: str) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else None
+        started = time.monotonic()
         request = urllib.request.Request(
             self.server.upstream + self.path,
             data=raw,
@@ -181,7 +183,9 @@ class _Forward(BaseHTTPRequestHandler):
             content_type = error.headers.get("Content-Type", "application/json")
         body = json.loads(raw) if raw else None
         with self.server.lock:
-            self.server.exchanges.append(Exchange(self.path, body, status, answer))
+            self.server.exchanges.append(
+                Exchange(self.path, body, status, answer, time.monotonic() - started)
+            )
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(answer)))
@@ -201,6 +205,15 @@ class _Proxy(ThreadingHTTPServer):
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def summary(self) -> str:
+        """One line per exchange, for failure messages."""
+        with self.lock:
+            return "\n".join(
+                f"{e.name or e.path} {e.format if isinstance(e.body, dict) else ''} "
+                f"{e.status} {e.seconds:.1f}s {len(e.answer)} bytes"
+                for e in self.exchanges
+            )
 
     def chats(self, name: str | None = None) -> list[Exchange]:
         with self.lock:
@@ -290,6 +303,7 @@ def setup_home(tmp_path: Path, base_url: str) -> tuple[Path, str]:
 def test_loopd_once_judges_and_learns_with_a_real_model(tmp_path: Path, proxy: _Proxy) -> None:
     home, rule_id = setup_home(tmp_path, proxy.base_url)
     proc = loopd(home, "once", "calc", timeout=RUN_TIMEOUT)
+    print(proxy.summary())  # shown when the test fails: what was asked, how long it took
     assert proc.stdout, proc.stderr
     run_id = proc.stdout.splitlines()[0]
     run_dir = home / "state" / "runs" / run_id

@@ -137,10 +137,10 @@ class ModelClient:
         redacted = [redact(text) for text in texts]
 
         def send(client: OpenAI, request_timeout: float) -> list[Any]:
-            response = client.embeddings.create(
+            raw = client.embeddings.with_raw_response.create(
                 model=self.config.embeddings_model, input=redacted, timeout=request_timeout
             )
-            return _listed(response, "data")
+            return _listed(_parsed(raw), "data")
 
         import openai
 
@@ -171,13 +171,15 @@ class ModelClient:
             import openai
 
             def send(client: OpenAI, request_timeout: float) -> list[Any]:
-                return _listed(client.models.list(timeout=request_timeout), "data")
+                raw = client.models.with_raw_response.list(timeout=request_timeout)
+                return _listed(_parsed(raw), "data")
 
             try:
-                ids = [m.id for m in self._send(send, deadline, "models")]
+                listed = self._send(send, deadline, "models")
+                ids = [str(getattr(m, "id", "") or "") for m in listed]
             except openai.APIStatusError:  # a server without /v1/models
                 ids = []
-            self._model = ids[0] if ids else "default"
+            self._model = next((i for i in ids if i), "default")
         return self._model
 
     def _client(self) -> OpenAI:
@@ -190,6 +192,8 @@ class ModelClient:
             if self._openai is None:
                 from openai import OpenAI  # heavy: imported on the first call only
 
+                # max_retries=0: the openai package would retry on its own, with its own
+                # backoff and Retry-After reading; `_send` and `self.retry` are the only ones.
                 self._openai = OpenAI(
                     base_url=self.config.base_url, api_key=self.api_key, max_retries=0
                 )
@@ -219,14 +223,14 @@ class ModelClient:
                 extra["response_format"] = {"type": "json_object", "schema": schema}
 
             def send(client: OpenAI, request_timeout: float, extra: dict[str, Any] = extra) -> str:
-                response = client.chat.completions.create(
+                raw = client.chat.completions.with_raw_response.create(
                     model=model,
                     messages=messages,  # type: ignore[arg-type]
                     temperature=0,
                     timeout=request_timeout,
                     **extra,
                 )
-                choices = _listed(response, "choices")
+                choices = _listed(_parsed(raw), "choices")
                 if not choices:
                     return ""
                 message = getattr(choices[0], "message", None)
@@ -314,16 +318,28 @@ def _rejects_format(error: Any) -> bool:
     return bool(_FORMAT_REJECTED.search(_error_text(error)))
 
 
-def _listed(response: Any, field: str) -> list[Any]:
-    """`response.<field>` as a list; anything else is a malformed 200 answer.
+def _parsed(raw: Any) -> Any:
+    """The openai package's object for a successful raw answer, checked to be JSON first.
 
-    With `max_retries=0` and lax validation the openai package hands back a body that is
-    not JSON as a plain string (a proxy's HTML error page), and a JSON body of another shape
-    as an object without the field.
+    Left to itself the package hands back a body that is not JSON (a proxy's HTML error
+    page) as a plain string, or fails on it inside its own parsing, and builds a JSON body
+    of another shape as an object without the expected fields.
     """
-    if isinstance(response, (str, bytes)):
-        text = response.decode("utf-8", "replace") if isinstance(response, bytes) else response
-        raise _Malformed(f"a 200 answer that is not JSON: {_one_line(text)[:120]!r}")
+    text = raw.http_response.text
+    try:
+        json.loads(text)
+    except ValueError:
+        raise _Malformed(
+            f"a {raw.status_code} answer that is not JSON: {_one_line(text)[:120]!r}"
+        ) from None
+    try:
+        return raw.parse()
+    except (AttributeError, TypeError, KeyError, ValueError) as error:  # its parsing failed
+        raise _Malformed(f"an answer of another shape ({type(error).__name__})") from None
+
+
+def _listed(response: Any, field: str) -> list[Any]:
+    """`response.<field>` as a list; anything else is a malformed answer."""
     value = getattr(response, field, None)
     if not isinstance(value, list):
         raise _Malformed(f"a 200 answer without `{field}`")
