@@ -8,21 +8,26 @@ name, see `call_name`), or asks a callable. A reply spec is JSON-able:
     {"json": {...}}                             an object, serialized as the content
     {"tool_calls": [{"name": N, "arguments": {...} | "...", "id": optional}], "text": optional}
     {"status": 400, "message": "...", "body": optional raw JSON error body}
+    {"raw": "<html>...", "content_type": "text/html", "status": optional (200)}
+                                                a body as is (a proxy's error page)
     {"drop": true}                              close the connection without answering
     {"hang": SECONDS, ...}                      wait, then answer the rest of the spec
-Optional keys in any answer: "finish_reason", "usage" {prompt_tokens, completion_tokens},
-"chunk_chars" (streamed piece size), "stream_drop_after": K (streaming: close after K chunks),
-"stream_pause": {"after": K, "seconds": S} (streaming: pause after K chunks).
+Optional keys in any answer: "headers" {NAME: VALUE} (e.g. "Retry-After"), "finish_reason",
+"usage" {prompt_tokens, completion_tokens}, "chunk_chars" (streamed piece size),
+"stream_drop_after": K (streaming: close after K chunks), "stream_pause": {"after": K,
+"seconds": S} (streaming: pause after K chunks).
 
-Switches: `reject_json_schema` (400 to response_format json_schema, as some servers do),
-`reject_json_object`, `down` ("refuse": nothing listens; "503": every request gets 503).
+Switches: `reject_json_schema` (True: 400 to response_format json_schema, as some servers do;
+"llama.cpp": HTTP 500 "Input should be 'text' or 'json_object'", as llama-cpp-python's server
+does), `reject_json_object`, `down` ("refuse": nothing listens; "503": every request gets 503;
+"html": every request gets a 200 HTML page, as from a proxy before a dead server).
 
 As a process: `python -m tests.model_server --script FILE.json [--port N] [--log FILE.jsonl]`
 prints its base URL on the first line. FILE.json is a list of specs, or an object
 {"replies": [...], "by_name": {NAME: [...]}, "default": spec, "models": [...],
 "reject_json_schema": bool, "reject_json_object": bool}. Another process can steer it through
 `POST /_control/script` (same object; replies are appended), `POST /_control/down`
-{"mode": "503"}, `POST /_control/up`, and read `GET /_control/requests`.
+{"mode": "503" | "html"}, `POST /_control/up`, and read `GET /_control/requests`.
 """
 
 from __future__ import annotations
@@ -50,6 +55,14 @@ Script = Iterable[Spec] | Callable[[dict[str, Any]], Spec]
 _HIDDEN_HEADERS = {"authorization", "api-key", "x-api-key", "proxy-authorization", "cookie"}
 _REPLY_NAME = re.compile(r"the `([A-Za-z0-9_.-]+)` reply")
 EMBEDDING_DIMENSIONS = 64
+PROXY_PAGE = "<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
+# llama-cpp-python's server (0.3) answers response_format json_schema with this, as HTTP 500.
+LLAMA_CPP_REJECTION = (
+    "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', "
+    "'type'), 'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema', "
+    "'ctx': {'expected': \"'text' or 'json_object'\"}}\n\n  File \"llama_cpp/server/app.py\", "
+    "line 376, in create_chat_completion\n    POST /v1/chat/completions"
+)
 
 
 def call_name(body: dict[str, Any]) -> str | None:
@@ -160,7 +173,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if owner.down == "refuse":
                 raise _Dropped
-            if owner.down:
+            if owner.down == "html":
+                self._raw(200, PROXY_PAGE, "text/html")
+            elif owner.down:
                 self._error(503, "the scripted model server is down")
             elif method == "GET" and route == "/models":
                 self._json(200, owner._models_body())
@@ -183,6 +198,9 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         response_format = body.get("response_format")
         kind = response_format.get("type") if isinstance(response_format, dict) else None
+        if kind == "json_schema" and owner.reject_json_schema == "llama.cpp":
+            self._json(500, {"error": _error_body(500, LLAMA_CPP_REJECTION)})
+            return
         if kind in owner.rejected_formats:
             self._error(
                 400,
@@ -198,16 +216,22 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _Dropped
         if spec.get("drop"):
             raise _Dropped
+        headers = spec.get("headers") or {}
+        if "raw" in spec:
+            status = int(spec.get("status", 200))
+            self._raw(status, str(spec["raw"]), spec.get("content_type", "text/html"), headers)
+            return
         if spec.get("status"):
             if "body" in spec:
-                self._json(int(spec["status"]), spec["body"])
+                self._json(int(spec["status"]), spec["body"], headers)
             else:
-                self._error(int(spec["status"]), str(spec.get("message", "scripted error")))
+                message = str(spec.get("message", "scripted error"))
+                self._error(int(spec["status"]), message, headers=headers)
             return
         if body.get("stream"):
             self._stream(body, spec)
         else:
-            self._json(200, _completion(body, spec))
+            self._json(200, _completion(body, spec), headers)
 
     def _stream(self, body: dict[str, Any], spec: dict[str, Any]) -> None:
         owner = self.server.owner
@@ -265,7 +289,8 @@ class _Handler(BaseHTTPRequestHandler):
             owner.load(payload)
             self._json(200, {"ok": True})
         elif method == "POST" and path == "/_control/down":
-            owner.down = "503"  # only this form can be undone over HTTP
+            # "refuse" cannot be undone over HTTP: only the answering forms are offered.
+            owner.down = "html" if payload.get("mode") == "html" else "503"
             self._json(200, {"ok": True})
         elif method == "POST" and path == "/_control/up":
             owner.down = None
@@ -273,24 +298,30 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._error(404, f"no control route {method} {path}")
 
-    def _json(self, status: int, payload: Any) -> None:
-        data = json.dumps(payload).encode()
+    def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        self._raw(status, json.dumps(payload), "application/json", headers)
+
+    def _raw(
+        self, status: int, text: str, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
+        data = text.encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, str(value))
         self.end_headers()
         self.wfile.write(data)
         self.wfile.flush()
 
-    def _error(self, status: int, message: str, param: str | None = None) -> None:
-        kinds = {400: "invalid_request_error", 404: "not_found_error", 503: "server_error"}
-        error = {
-            "message": message,
-            "type": kinds.get(status, "server_error"),
-            "param": param,
-            "code": None,
-        }
-        self._json(status, {"error": error})
+    def _error(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self._json(status, {"error": _error_body(status, message, param)}, headers)
 
     def _drop(self) -> None:
         self.close_connection = True
@@ -298,6 +329,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+def _error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+    kinds = {400: "invalid_request_error", 404: "not_found_error", 500: "internal_server_error"}
+    return {
+        "message": message,
+        "type": kinds.get(status, "server_error"),
+        "param": param,
+        "code": None,
+    }
 
 
 def _completion_id() -> str:
@@ -421,7 +462,7 @@ class ScriptedModelServer:
         default: Spec | None = None,
         port: int = 0,
         models: Iterable[str] = ("scripted-model",),
-        reject_json_schema: bool = False,
+        reject_json_schema: bool | str = False,
         reject_json_object: bool = False,
         embedder: Callable[[list[str]], list[list[float]]] | None = None,
         log_path: Path | None = None,
@@ -476,7 +517,10 @@ class ScriptedModelServer:
             self.default = payload["default"]
         if "models" in payload:
             self.models = list(payload["models"])
-        self.reject_json_schema = bool(payload.get("reject_json_schema", self.reject_json_schema))
+        schema_rejection = payload.get("reject_json_schema", self.reject_json_schema)
+        self.reject_json_schema = (
+            schema_rejection if schema_rejection == "llama.cpp" else bool(schema_rejection)
+        )
         self.reject_json_object = bool(payload.get("reject_json_object", self.reject_json_object))
 
     @property
@@ -559,14 +603,14 @@ class ScriptedModelServer:
 
     @property
     def down(self) -> str | None:
-        """None when serving; "refuse" when nothing listens; "503" when every answer is 503."""
+        """None when serving; "refuse": nothing listens; "503" or "html": every answer is that."""
         return self._down
 
     @down.setter
     def down(self, mode: str | bool | None) -> None:
         mode = "refuse" if mode is True else (mode or None)
-        if mode not in (None, "refuse", "503"):
-            raise ValueError(f"down must be None, 'refuse' or '503', not {mode!r}")
+        if mode not in (None, "refuse", "503", "html"):
+            raise ValueError(f"down must be None, 'refuse', '503' or 'html', not {mode!r}")
         was = self._down
         self._down = mode
         if mode == "refuse" and was != "refuse":

@@ -11,6 +11,7 @@ from daemon.config import VerifierConfig
 from daemon.model import ModelClient, ModelUnavailable
 from daemon.model.critic import CRITIC_SYSTEM, judge, unjudged
 from daemon.model.evidence import build_evidence
+from daemon.retry import RetryPolicy
 from tests.model_server import ScriptedModelServer
 
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
@@ -48,7 +49,7 @@ def attempt(tmp_path: Path) -> Path:
 
 def client_for(server: ScriptedModelServer) -> ModelClient:
     config = VerifierConfig(base_url=server.base_url, model="critic-model", timeout="2s")
-    return ModelClient(config, {}, retries=1, backoff=0.01)
+    return ModelClient(config, {}, retry=RetryPolicy(first=0.01, tries=2), sleep=lambda _: None)
 
 
 SUMMARY = "Review done: line 17 of app.py has a TODO; all tests pass."

@@ -9,15 +9,26 @@ import pytest
 from daemon.config import VerifierConfig
 from daemon.model import CriticVerdict, ModelClient, ModelUnavailable, TriggerMatches
 from daemon.model.client import PLACEHOLDER_KEY
-from tests.model_server import ScriptedModelServer
+from daemon.retry import RetryPolicy
+from tests.model_server import PROXY_PAGE, ScriptedModelServer
 
 GOOD = {"score": 8, "verdict": "Done.", "unsupported_claims": [], "feedback": ""}
 AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+# Three tries, tiny delays, Retry-After waited up to 10 s (on a fake sleep).
+FAST = RetryPolicy(first=0.01, cap=0.04, tries=3, longest=10.0)
 
 
-def make_client(server: ScriptedModelServer, **config: object) -> ModelClient:
+def make_client(
+    server: ScriptedModelServer,
+    *,
+    retry: RetryPolicy = FAST,
+    waits: list[float] | None = None,
+    **config: object,
+) -> ModelClient:
+    """A client whose waits between tries are recorded in `waits`, never slept."""
     settings = {"base_url": server.base_url, "model": "critic-model", "timeout": "2s"} | config
-    return ModelClient(VerifierConfig(**settings), {}, retries=2, backoff=0.01)
+    record = waits if waits is not None else []
+    return ModelClient(VerifierConfig(**settings), {}, retry=retry, sleep=record.append)
 
 
 def formats(server: ScriptedModelServer) -> list[str | None]:
@@ -113,12 +124,8 @@ def test_server_down_raises_quickly_after_bounded_retries(
 ) -> None:
     model_server.down = True
     waits: list[float] = []
-    client = ModelClient(
-        VerifierConfig(base_url=model_server.base_url, timeout="1s"),
-        {},
-        retries=3,
-        backoff=0.5,
-        sleep=waits.append,
+    client = make_client(
+        model_server, retry=RetryPolicy(first=0.5, cap=8.0, tries=4), waits=waits, timeout="1s"
     )
     with pytest.raises(ModelUnavailable, match="unreachable"):
         client.structured("critic_verdict", CriticVerdict, "s", "u")
@@ -145,8 +152,7 @@ def test_down_then_up_the_same_client_works_again(model_server: ScriptedModelSer
 
 def test_hanging_server_times_out(model_server: ScriptedModelServer) -> None:
     model_server.add({"hang": 5}, {"hang": 5})
-    client = make_client(model_server, timeout="300ms")
-    client.retries = 1
+    client = make_client(model_server, retry=RetryPolicy(first=0.01, tries=2), timeout="300ms")
     with pytest.raises(ModelUnavailable, match="no answer within"):
         client.structured("critic_verdict", CriticVerdict, "s", "u")
     assert client.requests == 2
@@ -212,3 +218,137 @@ def test_every_text_sent_is_redacted(model_server: ScriptedModelServer) -> None:
     log = model_server.log_text()
     assert AWS_KEY not in log
     assert "[REDACTED:aws-access-key]" in log
+
+
+# -- Retry-After, malformed answers, a rejected response_format on a 5xx -----------------------
+
+
+def test_retry_after_is_waited_at_least(model_server: ScriptedModelServer) -> None:
+    model_server.add({"status": 429, "message": "slow down", "headers": {"Retry-After": "2"}})
+    model_server.add({"json": GOOD})
+    waits: list[float] = []
+    client = make_client(model_server, waits=waits)
+    assert client.structured("critic_verdict", CriticVerdict, "s", "u").score == 8
+    assert waits == [2.0]  # what the server asked for, not the policy's 0.01
+
+
+def test_retry_after_past_what_the_call_can_wait_gives_up_at_once(
+    model_server: ScriptedModelServer,
+) -> None:
+    """A 429 asking for 30 s is not retried in a loop: one request, then 'retry after 30s'."""
+    model_server.add(
+        *[{"status": 429, "message": "rate limited", "headers": {"Retry-After": "30"}}] * 3
+    )
+    waits: list[float] = []
+    client = make_client(model_server, waits=waits)
+    with pytest.raises(ModelUnavailable, match=r"retry after 30s \(at 20") as caught:
+        client.structured("critic_verdict", CriticVerdict, "s", "u")
+    assert caught.value.retry_after == 30.0
+    assert "HTTP 429: rate limited" in str(caught.value)
+    assert client.requests == 1 and waits == []
+
+
+def test_retry_after_past_the_deadline_gives_up_at_once(model_server: ScriptedModelServer) -> None:
+    model_server.add({"status": 503, "message": "busy", "headers": {"Retry-After": "5"}})
+    waits: list[float] = []
+    client = make_client(model_server, waits=waits)
+    with pytest.raises(ModelUnavailable, match="retry after 5s") as caught:
+        client.structured("trigger_matches", TriggerMatches, "s", "u", timeout=3)
+    assert caught.value.retry_after == 5.0
+    assert client.requests == 1 and waits == []
+
+
+def test_the_default_policy_does_not_sleep_through_a_long_retry_after(
+    model_server: ScriptedModelServer,
+) -> None:
+    model_server.add({"status": 429, "message": "later", "headers": {"Retry-After": "30"}})
+    waits: list[float] = []
+    client = ModelClient(
+        VerifierConfig(base_url=model_server.base_url, model="m", timeout="2s"),
+        {},
+        sleep=waits.append,
+    )
+    with pytest.raises(ModelUnavailable) as caught:
+        client.structured("critic_verdict", CriticVerdict, "s", "u")
+    assert caught.value.retry_after == 30.0 and client.requests == 1 and waits == []
+
+
+def test_a_proxy_html_page_with_200_is_unavailable(model_server: ScriptedModelServer) -> None:
+    """A non-JSON 200 (a proxy's error page) is the endpoint being unavailable, retried."""
+    model_server.add(*[{"raw": PROXY_PAGE, "content_type": "text/html"}] * 2, {"json": GOOD})
+    waits: list[float] = []
+    client = make_client(model_server, waits=waits)
+    assert client.structured("critic_verdict", CriticVerdict, "s", "u").score == 8
+    assert client.requests == 3 and waits == [0.01, 0.02]
+    model_server.down = "html"
+    with pytest.raises(ModelUnavailable, match="200 answer that is not JSON: '<html>"):
+        client.structured("critic_verdict", CriticVerdict, "s", "u")
+    # Asking the server for its models, and for embeddings, too.
+    with pytest.raises(ModelUnavailable, match="`models` failed after 3 tries: malformed"):
+        make_client(model_server, model="").structured("trigger_matches", TriggerMatches, "s", "u")
+    with pytest.raises(ModelUnavailable, match="`embeddings` failed after 3 tries: malformed"):
+        make_client(model_server, embeddings_model="e").embeddings(["x"])
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        ("{not json", "malformed answer"),
+        ('{"error": "backend busy"}', "without `choices`"),
+        ("[1, 2]", "without `choices`"),
+    ],
+)
+def test_a_json_200_of_the_wrong_shape_is_unavailable(
+    model_server: ScriptedModelServer, raw: str, problem: str
+) -> None:
+    model_server.add(*[{"raw": raw, "content_type": "application/json"}] * 3)
+    client = make_client(model_server)
+    with pytest.raises(ModelUnavailable, match=problem):
+        client.structured("critic_verdict", CriticVerdict, "s", "u")
+    assert client.requests == 3
+
+
+def test_llama_cpp_500_rejecting_json_schema_falls_back_and_remembers(
+    model_server: ScriptedModelServer,
+) -> None:
+    """llama-cpp-python answers json_schema with HTTP 500; that is a format, not an outage."""
+    model_server.reject_json_schema = "llama.cpp"
+    model_server.add({"json": GOOD}, {"json": {"matches": []}})
+    waits: list[float] = []
+    client = make_client(model_server, waits=waits)
+    assert client.structured("critic_verdict", CriticVerdict, "s", "u").score == 8
+    assert client.structured("trigger_matches", TriggerMatches, "s", "u").matches == []
+    assert formats(model_server) == ["json_schema", "json_object", "json_object"]
+    assert model_server.chat_requests()[1]["response_format"]["schema"]["required"] == [
+        "score",
+        "verdict",
+        "unsupported_claims",
+        "feedback",
+    ]
+    assert client.format == "json_object" and waits == []
+
+
+@pytest.mark.parametrize("status", [500, 502, 503])
+def test_a_5xx_outage_is_retried_not_a_format_step_down(
+    model_server: ScriptedModelServer, status: int
+) -> None:
+    model_server.add(*[{"status": status, "message": "upstream connect error"}] * 3)
+    client = make_client(model_server)
+    with pytest.raises(ModelUnavailable, match=f"HTTP {status}"):
+        client.structured("critic_verdict", CriticVerdict, "s", "u")
+    assert formats(model_server) == ["json_schema"] * 3
+    assert client.format == "json_schema"
+
+
+def test_replies_state_bounds_that_a_grammar_enforces_and_the_client_does_not(
+    model_server: ScriptedModelServer,
+) -> None:
+    """A grammar-driven server stops a looping model at the bounds; others' replies still pass."""
+    schema = CriticVerdict.strict_schema()["properties"]
+    assert schema["score"]["enum"] == list(range(11))
+    assert schema["verdict"]["maxLength"] == 400 and schema["feedback"]["maxLength"] == 1000
+    assert schema["unsupported_claims"]["maxItems"] == 10
+    long = {**GOOD, "verdict": "x" * 900, "unsupported_claims": ["c"] * 30}
+    model_server.add({"json": long})
+    reply = make_client(model_server).structured("critic_verdict", CriticVerdict, "s", "u")
+    assert len(reply.verdict) == 900 and len(reply.unsupported_claims) == 30

@@ -134,6 +134,37 @@ def test_reject_json_schema_switch(model_server: ScriptedModelServer) -> None:
     assert ask(model_server, response_format={"type": "json_object"}).choices[0].message.content
 
 
+def test_reject_json_schema_like_llama_cpp_python(model_server: ScriptedModelServer) -> None:
+    model_server.reject_json_schema = "llama.cpp"
+    model_server.add("{}")
+    schema_format = {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}
+    with pytest.raises(openai.InternalServerError, match="Input should be 'text' or 'json_object'"):
+        ask(model_server, response_format=schema_format)
+    assert model_server.remaining == 1
+    assert ask(model_server, response_format={"type": "json_object"}).choices[0].message.content
+
+
+def test_headers_and_raw_bodies(model_server: ScriptedModelServer) -> None:
+    model_server.add(
+        {"status": 429, "message": "later", "headers": {"Retry-After": "30"}},
+        {"raw": "<html>Bad Gateway</html>"},
+        {"json": {"a": 1}, "headers": {"X-Extra": "yes"}},
+    )
+    with pytest.raises(openai.RateLimitError) as caught:
+        ask(model_server)
+    assert caught.value.response.headers["retry-after"] == "30"
+    status, content_type, data = raw_post(model_server, "/v1/chat/completions", {"messages": []})
+    assert (status, content_type, data) == (200, "text/html", b"<html>Bad Gateway</html>")
+    raw = client(model_server).chat.completions.with_raw_response.create(model="m", messages=[])
+    assert raw.headers["x-extra"] == "yes"
+
+
+def test_down_html_answers_a_proxy_page(model_server: ScriptedModelServer) -> None:
+    model_server.down = "html"
+    status, content_type, data = raw_post(model_server, "/v1/chat/completions", {"messages": []})
+    assert status == 200 and content_type == "text/html" and data.startswith(b"<html>")
+
+
 def test_down_refuse_then_up_and_503(model_server: ScriptedModelServer) -> None:
     model_server.add("one", "two")
     assert ask(model_server).choices[0].message.content == "one"

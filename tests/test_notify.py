@@ -23,6 +23,7 @@ from daemon.people.notify import (
     WebhookNotifier,
     notifiers_from_config,
 )
+from daemon.retry import RetryPolicy
 from daemon.state.store import StateStore
 from tests.test_escalations import three_failed
 
@@ -36,15 +37,18 @@ with open(sys.argv[1], "w") as fh:
 
 
 class Receiver(BaseHTTPRequestHandler):
-    """Records POST bodies; answers with the next status of the server's script."""
+    """Records POST bodies; answers with the next status (or (status, headers)) of the script."""
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         body = self.rfile.read(int(self.headers["Content-Length"]))
         server: Any = self.server
-        status = server.statuses.pop(0) if server.statuses else 200
+        answer = server.statuses.pop(0) if server.statuses else 200
+        status, headers = answer if isinstance(answer, tuple) else (answer, {})
         server.bodies.append((status, self.headers["Content-Type"], json.loads(body)))
         self.send_response(status)
         self.send_header("Content-Length", "0")
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.end_headers()
 
     def log_message(self, *args: Any) -> None:
@@ -135,9 +139,39 @@ def test_webhook_retries_with_exponential_backoff(webhook_server: Any) -> None:
     webhook_server.statuses = [500, 503, 200]
     waits: list[float] = []
     url = f"http://127.0.0.1:{webhook_server.server_address[1]}/"
-    WebhookNotifier(url, backoff=1.0, sleep=waits.append).send("hi", {"run": "R"})
+    WebhookNotifier(url, retry=RetryPolicy(first=1.0, tries=4), sleep=waits.append).send(
+        "hi", {"run": "R"}
+    )
     assert [s for s, _, _ in webhook_server.bodies] == [500, 503, 200]
     assert waits == [1.0, 2.0]
+
+
+def test_webhook_waits_what_retry_after_asks(webhook_server: Any) -> None:
+    webhook_server.statuses = [(429, {"Retry-After": "20"}), 200]
+    waits: list[float] = []
+    url = f"http://127.0.0.1:{webhook_server.server_address[1]}/"
+    WebhookNotifier(url, sleep=waits.append).send("hi", {})
+    assert waits == [20.0] and len(webhook_server.bodies) == 2
+
+
+def test_webhook_gives_up_at_once_on_a_retry_after_past_its_policy(webhook_server: Any) -> None:
+    webhook_server.statuses = [(503, {"Retry-After": "3600"})] * 4
+    waits: list[float] = []
+    url = f"http://127.0.0.1:{webhook_server.server_address[1]}/"
+    with pytest.raises(NotifyError, match=r"after 1 tries: HTTP 503; .* retry after 3600s"):
+        WebhookNotifier(url, sleep=waits.append).send("hi", {})
+    assert waits == [] and len(webhook_server.bodies) == 1
+
+
+def test_drain_cuts_the_retry_waits_short_and_records_the_failure(tmp_path: Path) -> None:
+    """loopd exiting does not sit out a dead webhook's backoff: one more try, then the event."""
+    store = StateStore(tmp_path / "state")
+    config = NotifyConfig(webhook=f"http://127.0.0.1:{dead_port()}/hook")
+    notes = Notifications(config, store.events)  # the real policy, waits of 1, 2 and 4 s
+    notes.notify("escalated", "hello", {"loop": "app", "run": "R9"}, NOW)
+    assert notes.drain(60)
+    (event,) = events_of(store, "notify_failed")
+    assert "failed after 2 tries" in event["error"]
 
 
 def test_webhook_does_not_repeat_a_request_the_server_rejects(webhook_server: Any) -> None:
@@ -148,10 +182,15 @@ def test_webhook_does_not_repeat_a_request_the_server_rejects(webhook_server: An
     assert len(webhook_server.bodies) == 1
 
 
-def test_a_dead_webhook_never_blocks_and_its_failure_is_an_event(tmp_path: Path) -> None:
-    with socket.socket() as probe:  # a port nobody listens on
+def dead_port() -> int:
+    """A port nobody listens on."""
+    with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        return probe.getsockname()[1]
+
+
+def test_a_dead_webhook_never_blocks_and_its_failure_is_an_event(tmp_path: Path) -> None:
+    port = dead_port()
     store = StateStore(tmp_path / "state")
     gate = threading.Event()
     waits: list[float] = []

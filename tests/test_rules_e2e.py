@@ -13,6 +13,7 @@ from typing import Any
 
 from daemon.config import VerifierConfig
 from daemon.model.client import ModelClient
+from daemon.retry import RetryPolicy
 from daemon.rules.evaluator import JudgeCache, render_rules, select_rules
 from daemon.rules.library import RuleLibrary
 from daemon.rules.postmortem import learn_from_attempt
@@ -96,7 +97,7 @@ def test_the_model_down_defers_learning_with_an_event(tmp_path: Path, model_serv
     events = EventLog(state / "events.jsonl")
     cfg = VerifierConfig(base_url=model_server.base_url, model="m", timeout="2s")
     model_server.down = "503"
-    client = ModelClient(cfg, environ={}, retries=0)
+    client = ModelClient(cfg, environ={}, retry=RetryPolicy(tries=1))
     result = learn_from_attempt(
         RuleLibrary(tmp_path / "rules"),
         client,

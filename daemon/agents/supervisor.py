@@ -8,11 +8,8 @@ longer than `MAX_LINE` is cut into pieces, and the transcript stops at its cap.
 The process tree is killed (SIGTERM to the group and every descendant, SIGKILL after
 `kill_grace`) on any of:
 - `timeout` seconds after the start;
-- a silence stall: no output and no file change in `cwd` for `stall_after` seconds. File
-  changes are found by a lazy mtime scan: only when the output has been silent for
-  `stall_after` is the tree walked (`.git` skipped, symlinks not followed) for an entry
-  whose mtime or ctime is newer than the last activity, so a quiet tree costs one walk per
-  `stall_after` and a talking agent costs none;
+- a silence stall: no output and no file change in `cwd` for `stall_after` seconds (see
+  `daemon.agents.stalls`);
 - a repeated tool call: the same tool with the same arguments `repeat_limit` (3) times in a
   row;
 - `stop(grace, reason)` from another thread: the process may finish for `grace` seconds.
@@ -30,147 +27,26 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
 
 from daemon.agents.base import AgentAdapter, AgentEvent, Invocation
 from daemon.agents.environment import is_forbidden
+from daemon.agents.lines import MAX_LINE, READ_CHUNK, LineSplitter
 from daemon.agents.processes import ProcessTree, kill_tree, set_child_subreaper, spawning
+from daemon.agents.results import ProcessResult, ToolCall
+from daemon.agents.stalls import ARGUMENTS_KEPT, REPEAT_LIMIT, StallKind, StallWatcher
 from daemon.agents.transcript import Transcript
 from daemon.clock import utc_now
 from daemon.redact import redact, redact_value
 from daemon.state.atomic import ensure_dir
 
-StallKind = Literal["silence", "repeated_tool_call"]
+__all__ = ["MAX_LINE", "ProcessResult", "Supervisor", "ToolCall"]
 
-MAX_LINE = 1 << 20  # longer lines are cut into pieces of this size
-READ_CHUNK = 1 << 16
-REPEAT_LIMIT = 3
 TOOL_CALLS_KEPT = 500  # the result keeps the first calls; `tool_call_count` counts all
-ARGUMENTS_KEPT = 4096  # characters of a call's JSON arguments kept in the result
 SAMPLE_EVERY = 0.5  # seconds between samples of the process tree (about 2 ms each)
 DRAIN_AFTER_EXIT = 2.0  # seconds to read what is left in the pipes once the tree is gone
 _EXIT_POLL = 0.1  # where pidfd_open is missing
-
-
-@dataclass
-class ToolCall:
-    """One tool call as the agent made it (arguments redacted, large ones shortened)."""
-
-    tool: str
-    arguments: Any
-
-
-@dataclass
-class ProcessResult:
-    """How one agent process ended and what it reported. Every string in it is redacted."""
-
-    exit_code: int | None = None  # negative: killed by that signal; None: never started
-    timed_out: bool = False
-    stopped: bool = False  # stop() was called during (or before) this run
-    stop_reason: str = ""
-    stall: StallKind | None = None
-    session_id: str = ""  # the last one seen
-    final_text: str = ""  # the last `final` event's text, else the last `text` event's
-    events: int = 0  # events parsed from stdout plus stderr lines
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    tool_call_count: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
-    denied: bool = False  # a tool_result said a permission was refused
-    killed: bool = False  # loopd ended the process (timeout, stall, stop), not the agent
-    last_error: str = ""  # the last `error` event's text
-    error: str = ""  # why the process could not be started
-    pid: int = 0
-    output_bytes: int = 0
-    started: float = 0.0  # time.monotonic()
-    finished: float = 0.0  # time.monotonic()
-
-    @property
-    def duration(self) -> float:
-        return max(0.0, self.finished - self.started)
-
-
-def _utf8_cut(buf: bytearray, limit: int) -> int:
-    """An index <= limit that does not split a UTF-8 character."""
-    cut = limit
-    while cut > limit - 3 and cut > 0 and (buf[cut] & 0xC0) == 0x80:
-        cut -= 1
-    return cut if cut > 0 else limit
-
-
-class _LineSplitter:
-    """Bytes in, complete lines out; a line longer than MAX_LINE comes out in pieces."""
-
-    def __init__(self, stream: str) -> None:
-        self.stream = stream
-        self.buf = bytearray()
-        self.open = True
-
-    def feed(self, data: bytes) -> list[bytes]:
-        self.buf += data
-        lines: list[bytes] = []
-        start = 0
-        while True:
-            end = self.buf.find(b"\n", start)
-            if end < 0:
-                break
-            if end - start > MAX_LINE:
-                lines.extend(self._pieces(self.buf[start:end]))
-            else:
-                lines.append(bytes(self.buf[start:end]))
-            start = end + 1
-        del self.buf[:start]
-        while len(self.buf) > MAX_LINE:
-            cut = _utf8_cut(self.buf, MAX_LINE)
-            lines.append(bytes(self.buf[:cut]))
-            del self.buf[:cut]
-        return lines
-
-    def finish(self) -> list[bytes]:
-        rest, self.buf = bytes(self.buf), bytearray()
-        return [rest] if rest else []
-
-    @staticmethod
-    def _pieces(line: bytearray) -> list[bytes]:
-        pieces = []
-        while len(line) > MAX_LINE:
-            cut = _utf8_cut(line, MAX_LINE)
-            pieces.append(bytes(line[:cut]))
-            line = line[cut:]
-        pieces.append(bytes(line))
-        return pieces
-
-
-def newest_change(tree: Path, since: float) -> float | None:
-    """The mtime/ctime of a file or folder under `tree` newer than `since`, or None.
-
-    Stops at the first one found; `.git` is skipped, symlinks are not followed.
-    """
-    stack = [tree]
-    while stack:
-        folder = stack.pop()
-        try:
-            entries = os.scandir(folder)
-        except OSError:
-            continue
-        with entries:
-            for entry in entries:
-                if entry.name == ".git":
-                    continue
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                changed = max(st.st_mtime, st.st_ctime)
-                if changed > since:
-                    return changed
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-    return None
 
 
 class Supervisor:
@@ -315,19 +191,14 @@ class _Run:
         self.tree = tree
         self.result = result
         self.timeout_at = result.started + timeout if timeout and timeout > 0 else None
-        self.stall_after = stall_after if stall_after and stall_after > 0 else None
+        self.stalls = StallWatcher(sup.cwd, stall_after, sup.repeat_limit)
         self.stdin_data = memoryview(invocation.stdin or b"")
         self.end_reason = "exited"
         self.killer: threading.Thread | None = None
-        self.last_activity = time.monotonic()
-        self.last_activity_wall = time.time()
         self.last_text = ""
         self.final_text: str | None = None
-        self.repeat_key: tuple[str, str] | None = None
-        self.repeat_count = 0
-        self.pending_stall: StallKind | None = None
         self.sel = selectors.DefaultSelector()
-        self.splitters: dict[int, _LineSplitter] = {}
+        self.splitters: dict[int, LineSplitter] = {}
         self.wake_r, wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(wake_w, False)
@@ -342,7 +213,7 @@ class _Run:
         assert proc.stdout is not None and proc.stderr is not None
         for pipe, stream in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
             os.set_blocking(pipe.fileno(), False)
-            self.splitters[pipe.fileno()] = _LineSplitter(stream)
+            self.splitters[pipe.fileno()] = LineSplitter(stream)
             self.sel.register(pipe.fileno(), selectors.EVENT_READ, "out")
         self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
         if proc.stdin is not None:
@@ -394,8 +265,9 @@ class _Run:
         if self.killer is None:
             if self.timeout_at is not None:
                 deadlines.append(self.timeout_at)
-            if self.stall_after is not None:
-                deadlines.append(self.last_activity + self.stall_after)
+            stall_at = self.stalls.deadline()
+            if stall_at is not None:
+                deadlines.append(stall_at)
             with self.sup._lock:
                 if self.sup._stop_at is not None:
                     deadlines.append(self.sup._stop_at)
@@ -407,8 +279,8 @@ class _Run:
     def _check_triggers(self, now: float) -> None:
         with self.sup._lock:
             stop_at = self.sup._stop_at
-        if self.pending_stall is not None:
-            self._stall(self.pending_stall, repeated=self.repeat_key)
+        if self.stalls.pending is not None:
+            self._stall(self.stalls.pending)
         elif stop_at is not None and now >= stop_at:
             self.sup.transcript.write_loopd(
                 self.sup.clock(), "process", event="stopping", reason=self.sup._stop_reason
@@ -423,26 +295,12 @@ class _Run:
                 after_seconds=round(now - self.result.started, 3),
             )
             self._start_kill("timeout")
-        elif self.stall_after is not None and now >= self.last_activity + self.stall_after:
-            changed = newest_change(self.sup.cwd, self.last_activity_wall)
-            if changed is None:
-                self._stall("silence")
-            else:
-                # Move the last activity to when the file changed, on the monotonic clock.
-                wall_now = time.time()
-                self.last_activity = now - max(0.0, wall_now - changed)
-                self.last_activity_wall = changed
+        elif self.stalls.silent(now):
+            self._stall("silence")
 
-    def _stall(self, kind: StallKind, repeated: tuple[str, str] | None = None) -> None:
+    def _stall(self, kind: StallKind) -> None:
         self.result.stall = kind
-        fields: dict[str, Any] = {"kind": kind}
-        if kind == "silence":
-            fields["silent_seconds"] = round(time.monotonic() - self.last_activity, 3)
-        elif repeated is not None:
-            fields["tool"] = repeated[0]
-            fields["arguments"] = repeated[1][:ARGUMENTS_KEPT]
-            fields["times"] = self.repeat_count
-        self.sup.transcript.write_loopd(self.sup.clock(), "stall", **fields)
+        self.sup.transcript.write_loopd(self.sup.clock(), "stall", **self.stalls.details(kind))
         self._start_kill("stall")
 
     def _start_kill(self, reason: str | None) -> None:
@@ -476,14 +334,10 @@ class _Run:
             lines = splitter.finish()
         else:
             self.result.output_bytes += len(data)
-            self._activity()
+            self.stalls.activity()
             lines = splitter.feed(data)
         for line in lines:
             self._line(splitter.stream, line)
-
-    def _activity(self) -> None:
-        self.last_activity = time.monotonic()
-        self.last_activity_wall = time.time()
 
     def _line(self, stream: str, data: bytes) -> None:
         if data.endswith(b"\r"):
@@ -535,14 +389,7 @@ class _Run:
                 event.arguments if len(arguments) <= ARGUMENTS_KEPT else arguments[:ARGUMENTS_KEPT]
             )
             result.tool_calls.append(ToolCall(tool=event.tool, arguments=redact_value(kept)))
-        key = (event.tool, arguments)
-        if key == self.repeat_key:
-            self.repeat_count += 1
-        else:
-            self.repeat_key, self.repeat_count = key, 1
-        if self.repeat_count >= self.sup.repeat_limit and self.pending_stall is None:
-            self.pending_stall = "repeated_tool_call"
-            self.repeat_key = (event.tool, redact(arguments))
+        self.stalls.tool_call(event.tool, arguments)
 
     def _write_stdin(self) -> None:
         stdin = self.proc.stdin

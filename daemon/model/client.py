@@ -1,4 +1,8 @@
-"""The verifier endpoint client: structured replies, format fallback, repair, retries."""
+"""The verifier endpoint client: structured replies, format fallback, repair, retries.
+
+Retries are this module's own (one `RetryPolicy`); the openai package's are off
+(`max_retries=0`), so a server's `Retry-After` is honoured in one place.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +12,15 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from daemon.clock import utc_now
 from daemon.config import VerifierConfig
 from daemon.redact import redact
+from daemon.retry import MODEL_REQUEST, RetryPolicy, retry_after_of
 
 if TYPE_CHECKING:
     from openai import OpenAI
@@ -22,14 +29,29 @@ T = TypeVar("T", bound=BaseModel)
 
 # Keyless local servers accept any key; the openai package insists on one.
 PLACEHOLDER_KEY = "loopd-no-key"
-# What a server may accept, best first; the client steps down on a 400 and remembers.
+# What a server may accept, best first; the client steps down when one is rejected and
+# remembers what was accepted.
 FORMATS = ("json_schema", "json_object", "none")
+# How servers word a rejected response_format, whatever the status: llama-cpp-python answers
+# json_schema with HTTP 500 "Input should be 'text' or 'json_object'".
+_FORMAT_REJECTED = re.compile(r"response_format|json_schema|json_object|json schema", re.I)
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
 class ModelUnavailable(Exception):
-    """The endpoint is unreachable, timing out, or still answering invalid replies."""
+    """The endpoint is unreachable, timing out, or still answering invalid replies.
+
+    `retry_after` is the pause (seconds) the server asked for, when it asked for one.
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class _Malformed(Exception):
+    """A 200 answer that is not the JSON asked for (a proxy's error page, say)."""
 
 
 class ModelClient:
@@ -40,18 +62,14 @@ class ModelClient:
         config: VerifierConfig,
         environ: Mapping[str, str] = os.environ,
         *,
-        retries: int = 2,
-        backoff: float = 0.5,
-        max_backoff: float = 8.0,
-        sleep: Callable[[float], None] = time.sleep,
+        retry: RetryPolicy = MODEL_REQUEST,
+        sleep: Callable[[float], object] = time.sleep,
     ) -> None:
         self.config = config
         self.api_key = (environ.get(config.api_key_env, "") if config.api_key_env else "") or (
             PLACEHOLDER_KEY
         )
-        self.retries = retries  # further tries of one request after a transient failure
-        self.backoff = backoff  # seconds before the first retry; doubles each time
-        self.max_backoff = max_backoff
+        self.retry = retry  # how one request is retried after a transient failure
         self.sleep = sleep
         self.format = FORMATS[0]  # what the server accepted last
         self.calls = 0  # structured() and embeddings() calls, whatever their result
@@ -118,21 +136,22 @@ class ModelClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         redacted = [redact(text) for text in texts]
 
-        def send(client: OpenAI, request_timeout: float) -> Any:
-            return client.embeddings.create(
+        def send(client: OpenAI, request_timeout: float) -> list[Any]:
+            raw = client.embeddings.with_raw_response.create(
                 model=self.config.embeddings_model, input=redacted, timeout=request_timeout
             )
+            return _listed(_parsed(raw), "data")
 
         import openai
 
         try:
-            response = self._send(send, deadline, "embeddings")
+            data = self._send(send, deadline, "embeddings")
         except openai.APIStatusError as error:
             raise ModelUnavailable(
                 f"{self.config.base_url}: embeddings refused with HTTP {error.status_code}: "
                 f"{_error_message(error)}"
             ) from None
-        data = sorted(response.data, key=lambda item: item.index)
+        data = sorted(data, key=lambda item: item.index)
         if len(data) != len(texts):
             raise ModelUnavailable(
                 f"{self.config.base_url}: {len(data)} embeddings for {len(texts)} texts"
@@ -151,12 +170,16 @@ class ModelClient:
         if not self._model:
             import openai
 
+            def send(client: OpenAI, request_timeout: float) -> list[Any]:
+                raw = client.models.with_raw_response.list(timeout=request_timeout)
+                return _listed(_parsed(raw), "data")
+
             try:
-                listed = self._send(lambda c, t: c.models.list(timeout=t), deadline, "models")
-                ids = [m.id for m in listed.data]
+                listed = self._send(send, deadline, "models")
+                ids = [str(getattr(m, "id", "") or "") for m in listed]
             except openai.APIStatusError:  # a server without /v1/models
                 ids = []
-            self._model = ids[0] if ids else "default"
+            self._model = next((i for i in ids if i), "default")
         return self._model
 
     def _client(self) -> OpenAI:
@@ -169,6 +192,8 @@ class ModelClient:
             if self._openai is None:
                 from openai import OpenAI  # heavy: imported on the first call only
 
+                # max_retries=0: the openai package would retry on its own, with its own
+                # backoff and Retry-After reading; `_send` and `self.retry` are the only ones.
                 self._openai = OpenAI(
                     base_url=self.config.base_url, api_key=self.api_key, max_retries=0
                 )
@@ -197,73 +222,140 @@ class ModelClient:
             elif fmt == "json_object":
                 extra["response_format"] = {"type": "json_object", "schema": schema}
 
-            def send(client: OpenAI, request_timeout: float, extra: dict[str, Any] = extra) -> Any:
-                return client.chat.completions.create(
+            def send(client: OpenAI, request_timeout: float, extra: dict[str, Any] = extra) -> str:
+                raw = client.chat.completions.with_raw_response.create(
                     model=model,
                     messages=messages,  # type: ignore[arg-type]
                     temperature=0,
                     timeout=request_timeout,
                     **extra,
                 )
+                choices = _listed(_parsed(raw), "choices")
+                if not choices:
+                    return ""
+                message = getattr(choices[0], "message", None)
+                return getattr(message, "content", None) or ""
 
             try:
-                response = self._send(send, deadline, name)
+                content = self._send(send, deadline, name)
             except openai.APIStatusError as error:
-                # Servers answer an unsupported response_format with 400 (some with 422).
-                if error.status_code in (400, 422) and index + 1 < len(FORMATS):
+                if _rejects_format(error) and index + 1 < len(FORMATS):
                     continue
                 raise ModelUnavailable(
                     f"{self.config.base_url}: `{name}` refused with HTTP {error.status_code}: "
                     f"{_error_message(error)}"
                 ) from None
             self.format = fmt
-            if not response.choices:
-                return ""
-            return response.choices[0].message.content or ""
+            return content
         raise AssertionError("unreachable: the last format sends no response_format")
 
     def _send(self, send: Callable[[OpenAI, float], Any], deadline: float | None, what: str) -> Any:
-        """One request with bounded retries and backoff on transient failures.
+        """One request, retried by `self.retry` on transient failures.
 
-        A 400-class answer is raised as `openai.APIStatusError` for the caller to decide on;
-        anything transient that outlasts the retries becomes ModelUnavailable.
+        An answer that only a change of request can fix (a 4xx, a rejected response_format)
+        is raised as `openai.APIStatusError` for the caller to decide on. A transient failure
+        that outlasts the policy, or a server asking to come back later than the policy (or
+        the deadline) can wait, becomes ModelUnavailable saying when to retry.
         """
         import openai
 
         client = self._client()
         per_request = self.config.timeout.total_seconds()
-        delay = self.backoff
-        last = ""
-        for attempt in range(self.retries + 1):
+        tries = 0
+        last = "out of time"
+        while True:
             request_timeout = per_request
             if deadline is not None:
                 request_timeout = min(per_request, deadline - time.monotonic())
                 if request_timeout <= 0:
-                    break
+                    raise ModelUnavailable(
+                        f"{self.config.base_url}: `{what}` out of time after {tries} tries: {last}"
+                    )
             self.requests += 1
+            tries += 1
+            retry_after = None
             try:
                 return send(client, request_timeout)
             except openai.APIStatusError as error:
-                if error.status_code < 500 and error.status_code not in (408, 409, 429):
+                if _rejects_format(error) or not _transient(error.status_code):
                     raise
+                retry_after = retry_after_of(error.response.headers)
                 last = f"HTTP {error.status_code}: {_error_message(error)}"
             except openai.APITimeoutError:
                 last = f"no answer within {request_timeout:g}s"
             except openai.APIConnectionError as error:
                 last = f"unreachable ({error.__cause__ or error})"
-            except openai.APIResponseValidationError as error:
-                last = f"malformed response ({error})"
-            if attempt == self.retries:
-                break
-            wait = min(delay, self.max_backoff)
-            if deadline is not None and time.monotonic() + wait >= deadline:
-                break
+            except (openai.APIResponseValidationError, _Malformed, ValueError) as error:
+                # ValueError: a JSON content type with a body that does not parse.
+                last = f"malformed answer ({_one_line(str(error))})"
+            left = None if deadline is None else deadline - time.monotonic()
+            wait = self.retry.next_wait(tries, retry_after, left)
+            if wait is None:
+                raise ModelUnavailable(
+                    f"{self.config.base_url}: `{what}` failed after {tries} tries: {last}"
+                    + _come_back(retry_after),
+                    retry_after=retry_after,
+                )
             self.sleep(wait)
-            delay *= 2
-        raise ModelUnavailable(
-            f"{self.config.base_url}: `{what}` failed after {attempt + 1} tries: "
-            f"{last or 'out of time'}"
-        )
+
+
+def _transient(status: int) -> bool:
+    """Whether an HTTP status may pass by itself (timeouts, rate limits, server errors)."""
+    return status >= 500 or status in (408, 409, 429)
+
+
+def _rejects_format(error: Any) -> bool:
+    """Whether an error answer is about the response_format sent, whatever its status.
+
+    400 and 422 step down too: some servers reject an unknown format with a bare message.
+    """
+    if error.status_code in (400, 422):
+        return True
+    body = getattr(error, "body", None)
+    inner = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(inner, dict) and inner.get("param") == "response_format":
+        return True
+    return bool(_FORMAT_REJECTED.search(_error_text(error)))
+
+
+def _parsed(raw: Any) -> Any:
+    """The openai package's object for a successful raw answer, checked to be JSON first.
+
+    Left to itself the package hands back a body that is not JSON (a proxy's HTML error
+    page) as a plain string, or fails on it inside its own parsing, and builds a JSON body
+    of another shape as an object without the expected fields.
+    """
+    text = raw.http_response.text
+    try:
+        json.loads(text)
+    except ValueError:
+        raise _Malformed(
+            f"a {raw.status_code} answer that is not JSON: {_one_line(text)[:120]!r}"
+        ) from None
+    try:
+        return raw.parse()
+    except (AttributeError, TypeError, KeyError, ValueError) as error:  # its parsing failed
+        raise _Malformed(f"an answer of another shape ({type(error).__name__})") from None
+
+
+def _listed(response: Any, field: str) -> list[Any]:
+    """`response.<field>` as a list; anything else is a malformed answer."""
+    value = getattr(response, field, None)
+    if not isinstance(value, list):
+        raise _Malformed(f"a 200 answer without `{field}`")
+    return value
+
+
+def _come_back(retry_after: float | None) -> str:
+    """The sentence saying when the server asked to be asked again."""
+    if retry_after is None:
+        return ""
+    when = (utc_now() + timedelta(seconds=retry_after)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"; the server asks to retry after {retry_after:g}s (at {when})"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _schema_of(reply: type[BaseModel]) -> dict[str, Any]:
@@ -312,12 +404,17 @@ def _problem(error: Exception) -> str:
     return str(error)
 
 
-def _error_message(error: Any) -> str:
+def _error_text(error: Any) -> str:
+    """The whole message of an error answer."""
     body = getattr(error, "body", None)
     if isinstance(body, dict):
         inner = body.get("error", body)
         if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])[:300]
+            return str(inner["message"])
         if isinstance(inner, str):
-            return inner[:300]
-    return str(getattr(error, "message", error))[:300]
+            return inner
+    return str(getattr(error, "message", error))
+
+
+def _error_message(error: Any) -> str:
+    return _error_text(error)[:300]

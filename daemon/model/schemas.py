@@ -1,4 +1,4 @@
-"""The four structured model replies of DESIGN.md section 7, with their strict JSON schemas."""
+"""The four structured model replies, with their strict JSON schemas."""
 
 from __future__ import annotations
 
@@ -6,6 +6,18 @@ import copy
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+# Bounds stated in the schema, not checked on the reply: a server that generates by the schema
+# (a grammar) stops a model looping inside a string or a list, the prompt states them, and a
+# longer reply from a server that ignores them is still taken. Kept small enough for
+# llama.cpp's grammars, which refuse a repetition of much more than 1000.
+SENTENCE: dict[str, Any] = {"maxLength": 400}
+PARAGRAPH: dict[str, Any] = {"maxLength": 1000}
+
+
+def _strings(most: int, length: int = 400) -> dict[str, Any]:
+    """The schema bounds of a list of strings: at most `most` items of `length` characters."""
+    return {"maxItems": most, "items": {"type": "string", "maxLength": length}}
 
 
 class Reply(BaseModel):
@@ -26,12 +38,18 @@ class CriticVerdict(Reply):
 
     NAME: ClassVar[str] = "critic_verdict"
 
-    score: int = Field(ge=0, le=10, description="0-10; 10: every claim backed by evidence")
-    verdict: str = Field(description="one sentence")
-    unsupported_claims: list[str] = Field(
-        description="claims of the summary that the evidence does not back"
+    score: int = Field(
+        ge=0,
+        le=10,
+        description="0-10; 10: every claim backed by evidence",
+        json_schema_extra={"enum": list(range(11))},  # grammars ignore minimum and maximum
     )
-    feedback: str = Field(description="what the next attempt must fix")
+    verdict: str = Field(description="one sentence", json_schema_extra=SENTENCE)
+    unsupported_claims: list[str] = Field(
+        description="claims of the summary that the evidence does not back",
+        json_schema_extra=_strings(10),
+    )
+    feedback: str = Field(description="what the next attempt must fix", json_schema_extra=PARAGRAPH)
 
 
 class EvidenceQuote(BaseModel):
@@ -39,9 +57,12 @@ class EvidenceQuote(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(description="a file of the evidence, e.g. transcript.jsonl or diff.patch")
+    path: str = Field(
+        description="a file of the evidence, e.g. transcript.jsonl or diff.patch",
+        json_schema_extra={"maxLength": 200},
+    )
     line: int = Field(ge=0, description="the line in that file; 0 when not known")
-    quote: str = Field(description="verbatim text found at that place")
+    quote: str = Field(description="verbatim text found at that place", json_schema_extra=SENTENCE)
 
 
 class PostmortemRule(Reply):
@@ -50,13 +71,20 @@ class PostmortemRule(Reply):
     NAME: ClassVar[str] = "postmortem_rule"
 
     kind: Literal["failure", "decision", "knowledge", "skill"]
-    rule: str = Field(description="one sentence: what to do")
-    why: str = Field(description="one sentence: what happened, with facts from the evidence")
-    how_to_apply: str = Field(description="one sentence")
-    trigger_intent: str = Field(description="one sentence: the tasks this rule is for")
-    trigger_patterns: list[str] = Field(description="regular expressions matching such tasks")
+    rule: str = Field(description="one sentence: what to do", json_schema_extra=SENTENCE)
+    why: str = Field(
+        description="one sentence: what happened, with facts from the evidence",
+        json_schema_extra=SENTENCE,
+    )
+    how_to_apply: str = Field(description="one sentence", json_schema_extra=SENTENCE)
+    trigger_intent: str = Field(
+        description="one sentence: the tasks this rule is for", json_schema_extra=SENTENCE
+    )
+    trigger_patterns: list[str] = Field(
+        description="regular expressions matching such tasks", json_schema_extra=_strings(5, 200)
+    )
     severity: Literal["remind", "refuse", "escalate"]
-    evidence: list[EvidenceQuote]
+    evidence: list[EvidenceQuote] = Field(json_schema_extra={"maxItems": 5})
 
 
 class RuleVerification(Reply):
@@ -65,9 +93,13 @@ class RuleVerification(Reply):
     NAME: ClassVar[str] = "rule_verification"
 
     grounded: bool
-    unsupported: list[str] = Field(description="claims of the rule not found in the evidence")
-    contradicts: list[str] = Field(description="ids of the related rules it contradicts")
-    reason: str
+    unsupported: list[str] = Field(
+        description="claims of the rule not found in the evidence", json_schema_extra=_strings(10)
+    )
+    contradicts: list[str] = Field(
+        description="ids of the related rules it contradicts", json_schema_extra=_strings(10, 80)
+    )
+    reason: str = Field(json_schema_extra=PARAGRAPH)
 
 
 class TriggerMatches(Reply):
@@ -75,7 +107,7 @@ class TriggerMatches(Reply):
 
     NAME: ClassVar[str] = "trigger_matches"
 
-    matches: list[str]
+    matches: list[str] = Field(json_schema_extra=_strings(40, 80))
 
 
 REPLIES: dict[str, type[Reply]] = {

@@ -34,13 +34,15 @@ __all__ = [
 ]
 
 
-def notifiers_from_config(config: NotifyConfig) -> list[Notifier]:
-    """The notifiers `[notify]` names, command first."""
+def notifiers_from_config(
+    config: NotifyConfig, sleep: Callable[[float], object] = time.sleep
+) -> list[Notifier]:
+    """The notifiers `[notify]` names, command first; `sleep` waits between a webhook's tries."""
     out: list[Notifier] = []
     if config.command:
         out.append(CommandNotifier(config.command))
     if config.webhook:
-        out.append(WebhookNotifier(config.webhook))
+        out.append(WebhookNotifier(config.webhook, sleep=sleep))
     return out
 
 
@@ -48,7 +50,8 @@ class Notifications:
     """Sends each notification through every notifier, each in its own background thread.
 
     `notify` returns at once: a dead webhook costs a thread for its retries, never a run's
-    time. Each failure is the event `notify_failed`; each delivery `notified`.
+    time. Each failure is the event `notify_failed`; each delivery `notified`. `drain`, called
+    when loopd is about to exit, cuts the waits between retries short.
     """
 
     def __init__(
@@ -59,7 +62,12 @@ class Notifications:
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.events = events
-        self.notifiers = notifiers if notifiers is not None else notifiers_from_config(config)
+        self._exiting = threading.Event()  # set by drain(): retries stop waiting
+        self.notifiers = (
+            notifiers
+            if notifiers is not None
+            else notifiers_from_config(config, sleep=self._exiting.wait)
+        )
         self._clock = clock  # failures happen later, on another thread
         self._pending: set[threading.Thread] = set()
         self._lock = threading.Lock()
@@ -120,7 +128,12 @@ class Notifications:
                 self._pending.discard(threading.current_thread())
 
     def drain(self, timeout: float) -> bool:
-        """Wait up to `timeout` seconds for notifications in flight; True when none is left."""
+        """loopd is exiting: wait up to `timeout` seconds for notifications in flight.
+
+        A webhook waiting to retry tries once more at once instead, so its failure is
+        recorded before loopd exits. True when no notification is left in flight.
+        """
+        self._exiting.set()
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:

@@ -1,4 +1,4 @@
-"""`[notify] webhook`: a JSON POST with retries and exponential backoff (stdlib urllib)."""
+"""`[notify] webhook`: a JSON POST, retried by the webhook retry policy (stdlib urllib)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,15 @@ from urllib.parse import urlsplit
 
 import daemon
 from daemon.people.notify.base import Notifier, NotifyError
+from daemon.retry import WEBHOOK, RetryPolicy, retry_after_of
 
 
 class WebhookNotifier(Notifier):
-    """POSTs `{"text": message, ...payload}` as JSON; 2xx is delivered, else retried."""
+    """POSTs `{"text": message, ...payload}` as JSON; 2xx is delivered, else retried.
+
+    `sleep(seconds)` waits between tries; when it returns True the wait was cut short (loopd
+    is exiting): one more try is made at once, and then no other.
+    """
 
     name = "webhook"
 
@@ -23,17 +28,15 @@ class WebhookNotifier(Notifier):
         self,
         url: str,
         timeout: float = 5.0,
-        attempts: int = 4,
-        backoff: float = 1.0,
-        sleep: Callable[[float], None] = time.sleep,
+        retry: RetryPolicy = WEBHOOK,
+        sleep: Callable[[float], object] = time.sleep,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"[notify] webhook {url!r} is not an http(s) URL")
         self.url = url
         self.timeout = timeout
-        self.attempts = max(1, attempts)
-        self.backoff = backoff
+        self.retry = retry
         self._sleep = sleep
 
     def _where(self) -> str:
@@ -51,10 +54,11 @@ class WebhookNotifier(Notifier):
                 "User-Agent": f"loopd/{daemon.__version__}",
             },
         )
-        last = ""
-        for attempt in range(self.attempts):
-            if attempt:
-                self._sleep(self.backoff * 2 ** (attempt - 1))
+        tries = 0
+        cut_short = False
+        while True:
+            tries += 1
+            retry_after = None
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     response.read(65536)
@@ -63,9 +67,16 @@ class WebhookNotifier(Notifier):
                 last = f"HTTP {exc.code}"
                 if 400 <= exc.code < 500 and exc.code not in (408, 429):
                     break  # the request itself is wrong; repeating it will not help
+                retry_after = retry_after_of(exc.headers)
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 reason = getattr(exc, "reason", exc)
                 last = str(reason) or type(exc).__name__
-        raise NotifyError(
-            f"[notify] webhook at {self._where()} failed after {attempt + 1} tries: {last}"
-        )
+            if cut_short:
+                break
+            wait = self.retry.next_wait(tries, retry_after)
+            if wait is None:
+                if retry_after is not None and not self.retry.gives_up(tries):
+                    last += f"; the server asks to retry after {retry_after:g}s"
+                break
+            cut_short = bool(self._sleep(wait))
+        raise NotifyError(f"[notify] webhook at {self._where()} failed after {tries} tries: {last}")
