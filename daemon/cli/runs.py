@@ -99,7 +99,7 @@ def once(args: argparse.Namespace) -> int:
 
 def _finish_abandoned(services: Any, loop: Loop) -> None:
     """Runs of this loop that a killed `loopd once` left: kill their leftovers, end them."""
-    from daemon.runs.executor import finish_interrupted, kill_run_leftovers
+    from daemon.runs.finish import complete_finish, finish_interrupted, kill_run_leftovers
 
     store = services.store
     for run_id in store.live_runs():
@@ -107,10 +107,18 @@ def _finish_abandoned(services: Any, loop: Loop) -> None:
             run = store.load_run(run_id)
         except Exception:  # noqa: BLE001 - unreadable: nothing to finish
             continue
-        if run.loop != loop.name or run.outcome is not None:
+        if run.loop != loop.name:
             continue
-        kill_run_leftovers(services, run)
-        finish_interrupted(services, loop, run, "the loopd that ran it was stopped or killed")
+        try:
+            if run.outcome is not None:
+                # Killed while finishing it: complete what finishing had not done.
+                complete_finish(services, run, notify_on=loop.config.notify_on)
+                continue
+            kill_run_leftovers(services, run)
+            finish_interrupted(services, loop, run, "the loopd that ran it was stopped or killed")
+        except Exception as exc:  # noqa: BLE001 - one broken run must not stop this one
+            print(f"loopd: could not end abandoned run {run.id}: {exc}", file=sys.stderr)
+            continue
         print(f"loopd: ended abandoned run {run.id} as interrupted", file=sys.stderr)
 
 

@@ -1,6 +1,7 @@
 """The post-mortem: one `postmortem_rule` call turns an attempt's evidence into one candidate.
 
-`learn_from_attempt` is the learn step of a run: post-mortem, then the rule verifier.
+`propose_and_verify` is the learn step of a run: post-mortem, then the rule verifier;
+`learn_from_attempt` is the same for callers that only want the model's absence recorded.
 """
 
 from __future__ import annotations
@@ -126,6 +127,39 @@ def propose_rule(
     )
 
 
+def propose_and_verify(
+    library: RuleLibrary,
+    client: StructuredModel,
+    cfg: VerifierConfig,
+    state_root: Path,
+    attempt_dir: Path,
+    verdict: dict[str, Any],
+    task: str,
+    loop: str,
+    run_id: str,
+    events: EventLog,
+    now: datetime,
+    evidence_text: str = "",
+    kind_hint: str | None = None,
+) -> Verification:
+    """Post-mortem then verifier; raises ModelUnavailable when the model is down."""
+    candidate = propose_rule(
+        client, attempt_dir, evidence_text, verdict, task, loop, run_id, kind_hint
+    )
+    return verify_candidate(
+        library,
+        candidate,
+        attempt_dir,
+        client,
+        cfg,
+        events,
+        now,
+        state_root=state_root,
+        loop=loop,
+        run=run_id,
+    )
+
+
 def learn_from_attempt(
     library: RuleLibrary,
     client: StructuredModel,
@@ -143,20 +177,20 @@ def learn_from_attempt(
 ) -> Verification | None:
     """Post-mortem then verifier; None (and a `rule_deferred` event) when the model is down."""
     try:
-        candidate = propose_rule(
-            client, attempt_dir, evidence_text, verdict, task, loop, run_id, kind_hint
-        )
-        return verify_candidate(
+        return propose_and_verify(
             library,
-            candidate,
-            attempt_dir,
             client,
             cfg,
+            state_root,
+            attempt_dir,
+            verdict,
+            task,
+            loop,
+            run_id,
             events,
             now,
-            state_root=state_root,
-            loop=loop,
-            run=run_id,
+            evidence_text,
+            kind_hint,
         )
     except ModelUnavailable as exc:
         events.append("rule_deferred", now, loop=loop, run=run_id, reason=str(exc))
