@@ -200,7 +200,8 @@ def _wait_for(home: Home, store: Any, inbox_id: str, since: datetime) -> int:
                 return 1
         if run_id is not None:
             run = store.load_run(run_id)
-            if run.outcome is not None:
+            # Ended once finished: its escalation and notifications are done, it is not live.
+            if run.outcome is not None and run_id not in store.live_runs():
                 _print_outcome(run)
                 return 0 if run.outcome == "succeeded" else 1
         if daemon_pid(home) is None:

@@ -1,8 +1,8 @@
 """Finishing a run: one function, safe to run again after a crash anywhere inside it.
 
-The outcome is saved first; then, each recorded in `finish_done` once done: the tree is
-removed, the rules' counters are updated, the escalation is written (and its event), the
-progress notes rebuilt, a person notified, `run_finished` recorded. Only then is the `live`
+The outcome is saved first; then, each recorded in `finish_done` once done: the rules'
+counters are updated, the escalation is written (and its event), the progress notes
+rebuilt, a person notified, the tree removed, `run_finished` recorded. Only then is the `live`
 marker removed, so a restart finds a half-finished run and `complete_finish` does the rest.
 """
 
@@ -127,9 +127,6 @@ def complete_finish(
         run.finish_done.append(name)
         journal.save()
 
-    if step("tree"):
-        _remove_tree(services, journal, tree or tree_of(services, run))
-        done("tree")
     if step("counters"):
         _count_rules(services, run)
         done("counters")
@@ -152,6 +149,9 @@ def complete_finish(
     if step("notified"):
         _notify(services, run, escalate, notify_on)
         done("notified")
+    if step("tree"):
+        _remove_tree(services, journal, tree or tree_of(services, run))
+        done("tree")
     if step("event"):
         journal.event(
             "run_finished",
