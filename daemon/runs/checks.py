@@ -22,6 +22,7 @@ from daemon.state.atomic import write_atomic
 TAIL_BYTES = 8000
 OUTPUT_CAP = 2_000_000  # per command, in checks.log
 STOP_POLL = 0.2  # seconds between looks at the stop token while a check runs
+KILL_GRACE = 3.0  # seconds a killed check gets between SIGTERM and SIGKILL
 
 
 @dataclass
@@ -82,18 +83,14 @@ def checks_environment(base: Mapping[str, str], drop: set[str]) -> dict[str, str
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=3)
-            # The shell is gone; its group may still hold children.
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (subprocess.TimeoutExpired, ProcessLookupError):
-            continue
-        return
+    """SIGTERM the check's group and descendants, SIGKILL after a grace; reap what it left."""
+    from daemon.agents.processes import kill_tree
+
+    kill_tree(proc.pid, proc.pid, KILL_GRACE)
+    try:
+        proc.wait(timeout=KILL_GRACE)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def run_check(

@@ -17,6 +17,7 @@ from pathlib import Path
 GIT_IDENTITY = ("loopd", "loopd@localhost")
 TIMEOUT = 120.0  # seconds a git command may take before it counts as hung
 CONFIG_TIMEOUT = 30.0
+STREAM_TIMEOUT = 600.0  # a streamed diff of a huge tree takes longer than one command
 STREAM_LINE = 1 << 20  # longer lines of a streamed command come in pieces of this size
 _SAFE_CONFIG = (
     "core.hooksPath=/dev/null",
@@ -137,10 +138,11 @@ class Git:
         *args: str,
         check: bool = True,
         input: bytes | None = None,
-        timeout: float = TIMEOUT,
+        timeout: float | None = None,
     ) -> subprocess.CompletedProcess[bytes]:
         """Run `git ARGS` and return the completed process (bytes); GitTimeout when it hangs."""
         argv = self.argv(args)
+        timeout = TIMEOUT if timeout is None else timeout
         try:
             proc = subprocess.run(
                 argv,
@@ -192,12 +194,13 @@ class Git:
         self.run("commit", "--no-verify", "--no-gpg-sign", "-q", "-m", message)
         return self.out("rev-parse", "HEAD")
 
-    def stream(self, *args: str, timeout: float = TIMEOUT) -> Iterator[bytes]:
+    def stream(self, *args: str, timeout: float | None = None) -> Iterator[bytes]:
         """The lines of `git ARGS`'s output as they come, never the whole output at once.
 
         Closing the iterator early kills git. A failure raises GitError once the output has
         been read; a command still running after `timeout` seconds is killed (GitTimeout).
         """
+        timeout = STREAM_TIMEOUT if timeout is None else timeout
         with tempfile.TemporaryFile() as errors:
             proc = subprocess.Popen(
                 self.argv(args),
