@@ -26,7 +26,7 @@ from daemon.runs.services import RunServices
 from daemon.runs.stop import RunStopped, StopToken
 from daemon.runs.tree import RunTree, scratch_dir
 from daemon.state.atomic import ensure_dir, write_atomic
-from daemon.state.records import AttemptRecord, RunRecord, StallRecord
+from daemon.state.records import AttemptRecord, StallRecord
 
 
 @dataclass
@@ -128,10 +128,6 @@ class Attempt:
         self.tree = tree
         self.rules_text = rules_text
         self.n = n
-
-    @property
-    def run_record(self) -> RunRecord:
-        return self.journal.run
 
     def run(self) -> AttemptResult:
         """Start the agent, nudge its stalls, and record the attempt as finished."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NoReturn
 
 from daemon.config import Loop
 from daemon.redact import redact_value
@@ -314,7 +315,7 @@ class RunExecutor:
         threshold = self.cfg.critic_threshold
         return f"attempts used up; last score {last.score} below {threshold}", Cause.CRITIC_REJECTED
 
-    def _end(self, outcome: str, reason: str, cause: Cause) -> None:
+    def _end(self, outcome: str, reason: str, cause: Cause) -> NoReturn:
         """Finish the run with this outcome and leave the state machine."""
         self._finish(outcome, reason, cause)
         raise _Ended()

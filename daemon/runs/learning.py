@@ -23,6 +23,7 @@ from daemon.state.records import AttemptRecord, Record, RunRecord
 from daemon.state.store import dump_toml
 
 DEFERRED = "deferred"
+DEFERRED_PER_RUN = 3  # deferred lessons a run retries before its own, so it is not held long
 _retrying = threading.Lock()  # one retry of the deferred lessons at a time in a process
 
 
@@ -197,8 +198,6 @@ def learn_from_attempt(
 
 
 # -- lessons deferred while the model was down ------------------------------------------------
-
-DEFERRED_PER_RUN = 3  # deferred lessons a run retries before its own, so it is not held long
 
 
 class DeferredLesson(Record):
