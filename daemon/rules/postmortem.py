@@ -1,7 +1,6 @@
 """The post-mortem: one `postmortem_rule` call turns an attempt's evidence into one candidate.
 
-`propose_and_verify` is the learn step of a run: post-mortem, then the rule verifier;
-`learn_from_attempt` is the same for callers that only want the model's absence recorded.
+`learn_from_attempt` is the learn step of a run: post-mortem, then the rule verifier.
 """
 
 from __future__ import annotations
@@ -127,39 +126,6 @@ def propose_rule(
     )
 
 
-def propose_and_verify(
-    library: RuleLibrary,
-    client: StructuredModel,
-    cfg: VerifierConfig,
-    state_root: Path,
-    attempt_dir: Path,
-    verdict: dict[str, Any],
-    task: str,
-    loop: str,
-    run_id: str,
-    events: EventLog,
-    now: datetime,
-    evidence_text: str = "",
-    kind_hint: str | None = None,
-) -> Verification:
-    """Post-mortem then verifier; raises ModelUnavailable when the model is down."""
-    candidate = propose_rule(
-        client, attempt_dir, evidence_text, verdict, task, loop, run_id, kind_hint
-    )
-    return verify_candidate(
-        library,
-        candidate,
-        attempt_dir,
-        client,
-        cfg,
-        events,
-        now,
-        state_root=state_root,
-        loop=loop,
-        run=run_id,
-    )
-
-
 def learn_from_attempt(
     library: RuleLibrary,
     client: StructuredModel,
@@ -174,24 +140,32 @@ def learn_from_attempt(
     now: datetime,
     evidence_text: str = "",
     kind_hint: str | None = None,
+    *,
+    defer: bool = False,
 ) -> Verification | None:
-    """Post-mortem then verifier; None (and a `rule_deferred` event) when the model is down."""
+    """Post-mortem then verifier.
+
+    When the model is down: with `defer`, ModelUnavailable is raised for the caller to keep
+    the lesson; without, a `rule_deferred` event is recorded and None returned.
+    """
     try:
-        return propose_and_verify(
+        candidate = propose_rule(
+            client, attempt_dir, evidence_text, verdict, task, loop, run_id, kind_hint
+        )
+        return verify_candidate(
             library,
+            candidate,
+            attempt_dir,
             client,
             cfg,
-            state_root,
-            attempt_dir,
-            verdict,
-            task,
-            loop,
-            run_id,
             events,
             now,
-            evidence_text,
-            kind_hint,
+            state_root=state_root,
+            loop=loop,
+            run=run_id,
         )
     except ModelUnavailable as exc:
+        if defer:
+            raise
         events.append("rule_deferred", now, loop=loop, run=run_id, reason=str(exc))
         return None

@@ -7,13 +7,11 @@ The counts come from `git diff --numstat`, so what people read never needs the w
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from daemon.redact import Redactor
 from daemon.runs.git import Git
-from daemon.state.atomic import FILE_MODE, ensure_dir, fsync_dir, write_atomic
+from daemon.state.atomic import atomic_writer, write_atomic
 from daemon.state.records import DiffStat, FileChange
 
 PATCH_CAP = 20_000_000  # bytes of diff.patch; the counts in diffstat.json cover the rest
@@ -76,36 +74,25 @@ def cap_marker(cap: int, base: str, head: str) -> str:
 
 def write_patch(git: Git, base: str, head: str, path: Path, cap: int = PATCH_CAP) -> bool:
     """Stream `git diff --binary BASE HEAD` into `path`, redacted; True when it was capped."""
-    ensure_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     capped = False
-    try:
-        with os.fdopen(fd, "wb") as out:
-            written = 0
-            redactor = Redactor()
-            lines = git.stream(*_DIFF, "--binary", base, head)
-            try:
-                for raw in lines:
-                    text = raw.decode("utf-8", "replace")
-                    end = "\n" if text.endswith("\n") else ""
-                    data = (redactor.line(text.removesuffix("\n")) + end).encode("utf-8")
-                    if written + len(data) > cap:
-                        capped = True
-                        break
-                    out.write(data)
-                    written += len(data)
-            finally:
-                lines.close()  # kills git when the cap stopped the reading
-            if capped:
-                out.write(cap_marker(cap, base, head).encode("utf-8"))
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    with atomic_writer(path) as out:
+        written = 0
+        redactor = Redactor()
+        lines = git.stream(*_DIFF, "--binary", base, head)
+        try:
+            for raw in lines:
+                text = raw.decode("utf-8", "replace")
+                end = "\n" if text.endswith("\n") else ""
+                data = (redactor.line(text.removesuffix("\n")) + end).encode("utf-8")
+                if written + len(data) > cap:
+                    capped = True
+                    break
+                out.write(data)
+                written += len(data)
+        finally:
+            lines.close()  # kills git when the cap stopped the reading
+        if capped:
+            out.write(cap_marker(cap, base, head).encode("utf-8"))
     return capped
 
 

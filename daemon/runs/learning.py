@@ -127,7 +127,7 @@ def _post_mortem(
 ) -> Any:
     """One post-mortem and its verification; raises ModelUnavailable when the model is down."""
     from daemon.model.evidence import build_evidence
-    from daemon.rules.postmortem import propose_and_verify
+    from daemon.rules.postmortem import learn_from_attempt as post_mortem
 
     folder = services.store.attempt_dir(run.id, attempt.n)
     evidence = build_evidence(
@@ -137,7 +137,7 @@ def _post_mortem(
         services.config.verifier.evidence_tokens,
         [v.text() for v in attempt.violations],
     )
-    return propose_and_verify(
+    return post_mortem(
         rule_library(services),
         client,
         services.config.verifier,
@@ -151,6 +151,7 @@ def _post_mortem(
         services.clock(),
         evidence_text=evidence.render(),
         kind_hint=kind_hint,
+        defer=True,
     )
 
 
