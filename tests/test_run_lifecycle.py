@@ -80,6 +80,7 @@ def make_case(
     tmp_path: Path,
     agent: str = IDLE_AGENT,
     server: ScriptedModelServer | None = None,
+    pending_limit: str = "600s",
     **loop: Any,
 ) -> Case:
     repo = make_repo(tmp_path / "repo", BUGGY)
@@ -88,7 +89,8 @@ def make_case(
     if server is not None:
         config = (
             f'[verifier]\nbase_url = "{server.base_url}"\nmodel = "critic"\n'
-            'timeout = "5s"\njudge_timeout = "5s"\npending_limit = "600s"\n\n' + config
+            'timeout = "5s"\njudge_timeout = "5s"\n'
+            f'pending_limit = "{pending_limit}"\n\n' + config
         )
     settings: dict[str, Any] = {
         "repo": str(repo),
@@ -175,6 +177,33 @@ def test_after_a_restart_mid_judging_later_prompts_keep_the_runs_rules(
     assert resumed.outcome == "escalated" and len(resumed.attempts) == 2
     prompt = (case.store.run_dir(run.id) / "attempt-2" / "prompt.md").read_text()
     assert "# Rules from earlier runs" in prompt and RULE_TEXT in prompt
+
+
+def test_a_verifier_that_stays_down_past_pending_limit_is_an_exception_judging_raises(
+    tmp_path: Path, model_server: ScriptedModelServer
+) -> None:
+    from daemon.runs.journal import RunJournal
+    from daemon.runs.judging import VerifierGaveUp, judge_attempt
+    from daemon.runs.stop import StopToken
+
+    model_server.down = "refuse"
+    case = make_case(tmp_path, server=model_server, pending_limit="1s")
+    run = case.new_run()
+    limits = case.services.config.limits
+    tree = prepare_tree(case.repo, "calc", run.id, "worktree", "HEAD", limits.worktrees_path)
+    run.worktree, run.branch, run.base_commit = str(tree.path), tree.branch, tree.base_commit
+    now = datetime.now(UTC)
+    attempt = AttemptRecord(n=1, started=now, finished=now, base_commit=tree.base_commit)
+    run.attempts, run.judging_since = [attempt], now
+    journal = RunJournal(case.services, run)
+    with pytest.raises(VerifierGaveUp) as caught:
+        judge_attempt(
+            case.services, journal, StopToken(), tree, case.loop.config, attempt, tree.base_commit
+        )
+    assert caught.value.limit_seconds == 1 and "pending_limit 1s" in str(caught.value)
+    # Judging only reports: the run is not ended behind the executor's back.
+    assert run.outcome is None and run.id in case.store.live_runs()
+    assert attempt.checks_passed is False and case.events(run.id, "verifier_unavailable")
 
 
 # -- stopping reaches a running check ----------------------------------------------------------
