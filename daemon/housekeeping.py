@@ -2,7 +2,8 @@
 
 A pruned run keeps its `run.toml` (history, reports) and gains `pruned.toml`; its attempt
 folders and other files go, and so does its branch. Runs cited by an open escalation, by a
-live rule's evidence (`keep`), or still without an outcome are never pruned.
+live rule's evidence (`keep`), by a lesson waiting for the model (`state/deferred/`), or
+still without an outcome are never pruned.
 `retain_days = 0` keeps everything.
 """
 
@@ -45,6 +46,15 @@ def cited_by_open_escalations(store: StateStore) -> set[str]:
     from daemon.people.escalation import open_escalations
 
     return {e.run for e in open_escalations(store)}
+
+
+def cited_by_deferred_lessons(store: StateStore) -> set[str]:
+    """Runs whose post-mortem waits in `state/deferred/` for the model to answer again."""
+    try:
+        names = os.listdir(store.root / "deferred")
+    except FileNotFoundError:
+        return set()
+    return {run for name in names for run in RUN_ID_PATTERN.findall(name)}
 
 
 def _run_started(run_id: str) -> datetime | None:
@@ -103,10 +113,10 @@ def prune(
     if retain_days <= 0:
         return result
     cutoff = now - timedelta(days=retain_days)
-    protected = set(keep) | cited_by_open_escalations(store)
+    protected = set(keep) | cited_by_open_escalations(store) | cited_by_deferred_lessons(store)
     if rules_dir is not None:
         protected |= cited_by_rules(rules_dir)
-    live = set(getattr(store, "live_runs", lambda: [])())
+    live = set(store.live_runs())
     for run_id in store.run_ids():
         started = _run_started(run_id)
         if started is None:

@@ -10,6 +10,20 @@ import pytest
 from tests.model_server import ScriptedModelServer
 
 
+@pytest.fixture(autouse=True)
+def _reap_orphans() -> Iterator[None]:
+    """Reap zombies reparented to the test process.
+
+    Once a test has run a supervisor in process, pytest is a child subreaper: an agent that a
+    killed `loopd` subprocess left behind becomes pytest's child, and its zombie would show up
+    in a later test that counts our zombies.
+    """
+    yield
+    from daemon.agents.processes import reap_orphans
+
+    reap_orphans()
+
+
 @pytest.fixture
 def model_server() -> Iterator[ScriptedModelServer]:
     """A started scripted OpenAI-compatible server on 127.0.0.1; give it replies with `.add`."""

@@ -14,14 +14,20 @@ from daemon.people.escalation import (
     AlreadyResolved,
     EscalationNotFound,
     blocking_escalation,
-    classify,
-    has_open_escalation,
     open_escalations,
     read_escalation,
     resolve,
     write_escalation,
 )
-from daemon.state.records import AttemptRecord, RunRecord, RunTrigger, StallRecord
+from daemon.people.escalation_text import cause_of
+from daemon.state.records import (
+    AttemptRecord,
+    Cause,
+    RunRecord,
+    RunTrigger,
+    StallRecord,
+    Violation,
+)
 from daemon.state.store import StateStore
 from tests.helpers import git, loopd, make_home, make_repo
 
@@ -53,6 +59,7 @@ def make_run(
     tokens: int = 0,
     kind: str = "schedule",
     seconds: int = 600,
+    cause: Cause | None = None,
 ) -> RunRecord:
     """A run record with attempt folders, built by hand the way the run lifecycle writes them."""
     run_id = store.new_run_id(loop, started)
@@ -76,6 +83,7 @@ def make_run(
         finished=started + timedelta(seconds=seconds) if outcome else None,
         outcome=outcome,
         reason=reason if outcome != "succeeded" else "checks pass, score 8",
+        cause=cause,
         branch=f"loopd/{loop}/{run_id}",
         tokens=tokens,
         rules_fired=rules_fired or [],
@@ -176,7 +184,7 @@ def test_escalation_file_tells_a_person_everything(tmp_path: Path) -> None:
     assert f"loopd escalations resolve {run.id} --retry --note" in step
 
     meta = read_escalation(path)
-    assert meta is not None and meta.status == "open" and meta.cause == "checks-failing"
+    assert meta is not None and meta.status == "open" and meta.cause == "checks-failed"
     assert meta.attempts == 3 and meta.best_score == 4
 
 
@@ -186,16 +194,19 @@ def test_open_escalation_holds_back_only_scheduled_repeats_of_the_same_task(
     store = StateStore(tmp_path / "state")
     run = three_failed(tmp_path, store)
     write_escalation(store, run, NOW)
-    assert has_open_escalation(
-        store, "app", "  Make the failing tests\npass without weakening them."
-    )
-    assert not has_open_escalation(store, "app", "Another task.")
-    assert not has_open_escalation(store, "other", TASK)
+    spaced = "  Make the failing tests\npass without weakening them."
+    assert blocking_escalation(store, "app", spaced).run == run.id
+    assert blocking_escalation(store, "app", "Another task.") is None
+    assert blocking_escalation(store, "other", TASK) is None
     assert blocking_escalation(store, "app", TASK, "catch-up").run == run.id
     for kind in ("push", "change", "manual", "retry"):
         assert blocking_escalation(store, "app", TASK, kind) is None
     resolve(store, run.id, NOW + timedelta(hours=1))
-    assert not has_open_escalation(store, "app", TASK)
+    assert blocking_escalation(store, "app", TASK) is None
+
+
+PROTECTED_TOKENIZER = [Violation(kind="protected", target="src/tokenizer.py")]
+PROTECTED_ENDPOINTS = [Violation(kind="protected", target="api/endpoints.py")]
 
 
 @pytest.mark.parametrize(
@@ -205,56 +216,116 @@ def test_open_escalation_holds_back_only_scheduled_repeats_of_the_same_task(
             [dict(checks_passed=True, score=4, feedback="Claims untested.")],
             "escalated",
             "attempts used up; last score 4 below 7",
-            "critic-rejected",
+            Cause.CRITIC_REJECTED,
             "The checks pass but",
         ),
         (
             [dict(checks_passed=True, score=None)],
             "escalated",
             "verifier unavailable for 21600s (pending_limit 21600s)",
-            "verifier-unavailable",
+            Cause.VERIFIER_UNAVAILABLE,
             "[verifier] base_url",
         ),
-        ([], "refused", "refused by rule r-0009-no-prod", "refused", "loopd rules retire"),
+        ([], "refused", "refused by rule r-0009-no-prod", Cause.REFUSED, "loopd rules retire"),
         (
             [],
             "escalated",
             "rule r-0010-ask-first asks for a person first",
-            "rule-escalate",
+            Cause.RULE_ESCALATE,
             "severity `escalate`",
         ),
         (
             [dict(exit_code=127)],
-            "error",
-            "FileNotFoundError: [Errno 2] No such file or directory: 'qwen'",
-            "agent-failed-to-start",
+            "escalated",
+            "agent failed to start: could not start ['qwen']: No such file or directory",
+            Cause.AGENT_FAILED,
             "loopd once app",
         ),
         (
             [dict(checks_passed=False)],
             "escalated",
             "token budget exceeded: 900 > 500",
-            "token-cap",
+            Cause.TOKEN_CAP,
             "max_tokens",
         ),
         (
-            [dict(checks_passed=False, violations=["protected path changed: tests/test_app.py"])],
+            [dict(checks_passed=False, violations=PROTECTED_TOKENIZER)],
             "escalated",
-            "attempts used up; protected path changed: tests/test_app.py",
-            "violations",
+            "attempts used up; protected path changed: src/tokenizer.py",
+            Cause.PROTECT_VIOLATION,
+            "`src/tokenizer.py`, which `protect` in loops/app.toml forbids",
+        ),
+        (
+            [dict(checks_passed=False, violations=PROTECTED_ENDPOINTS)],
+            "escalated",
+            "attempts used up; protected path changed: api/endpoints.py",
+            Cause.PROTECT_VIOLATION,
             "narrow `protect`",
+        ),
+        (
+            [
+                dict(
+                    checks_passed=True,
+                    score=2,
+                    violations=[Violation(kind="ref_moved", target="refs/heads/main")],
+                )
+            ],
+            "escalated",
+            "attempts used up; ref moved: refs/heads/main",
+            Cause.REF_VIOLATION,
+            "refs/loopd/displaced/",
+        ),
+        (
+            [dict(checks_passed=False)],
+            "interrupted",
+            "loopd stopped during the run",
+            Cause.INTERRUPTED_RETRY,
+            "during its retry",
+        ),
+        (
+            [],
+            "error",
+            "git failed: git worktree add timed out after 120s",
+            Cause.GIT_FAILED,
+            "stale lock",
         ),
     ],
 )
 def test_the_suggested_step_follows_the_cause(
-    tmp_path: Path, attempts: list, outcome: str, reason: str, cause: str, words: str
+    tmp_path: Path, attempts: list, outcome: str, reason: str, cause: Cause, words: str
 ) -> None:
     store = StateStore(tmp_path / "state")
-    run = make_run(store, "app", NOW - timedelta(hours=1), attempts, outcome=outcome, reason=reason)
-    assert classify(run) == cause
+    run = make_run(store, "app", NOW - timedelta(hours=1), attempts, outcome, reason, cause=cause)
     body = write_escalation(store, run, NOW).read_text()
     step = body.split("**Suggested next step:**", 1)[1].split("\n", 1)[0]
     assert words in step
+    assert read_escalation(store.escalation_path(run.id)).cause == cause.value
+
+
+@pytest.mark.parametrize(
+    ("path", "misleading"),
+    [("src/tokenizer.py", "max_tokens"), ("api/endpoints.py", "[verifier] base_url")],
+)
+def test_a_cause_is_never_guessed_from_the_words_of_the_reason(
+    tmp_path: Path, path: str, misleading: str
+) -> None:
+    """A run.toml written before causes were kept: its cause comes from its attempts."""
+    store = StateStore(tmp_path / "state")
+    violations = [f"protected path changed: {path}"]  # as older run.toml files hold them
+    run = make_run(
+        store,
+        "app",
+        NOW - timedelta(hours=1),
+        [dict(checks_passed=False, violations=violations)],
+        reason=f"attempts used up; protected path changed: {path}",
+    )
+    assert run.cause is None
+    assert run.attempts[0].violations == [Violation(kind="protected", target=path)]
+    assert cause_of(run) == Cause.PROTECT_VIOLATION
+    body = write_escalation(store, run, NOW).read_text()
+    step = body.split("**Suggested next step:**", 1)[1].split("\n", 1)[0]
+    assert f"`{path}`" in step and "narrow `protect`" in step
+    assert misleading not in step
 
 
 def test_resolve_with_retry_queues_the_note_and_records_the_event(tmp_path: Path) -> None:
@@ -352,4 +423,4 @@ def test_secrets_in_the_task_are_redacted_and_the_file_still_reads(tmp_path: Pat
     assert "AKIAIOSFODNN7EXAMPLE" not in text and "hunter2hunter2" not in text
     meta = read_escalation(path)
     assert meta is not None and "[REDACTED:aws-access-key]" in meta.task
-    assert has_open_escalation(store, "app", task)
+    assert blocking_escalation(store, "app", task) is not None

@@ -413,8 +413,8 @@ def test_an_agent_editing_protected_tests_fails_and_the_next_attempt_gets_them_b
     one, two = run["attempts"]
     assert one["checks_passed"] is True  # the weakened test passes: only the guard catches it
     assert one["violations"] == [
-        "protected path changed: tests/extra.py",
-        "protected path changed: tests/test_calc.py",
+        {"kind": "protected", "target": "tests/extra.py", "detail": ""},
+        {"kind": "protected", "target": "tests/test_calc.py", "detail": ""},
     ]
     prompt = (folder / "attempt-2" / "prompt.md").read_text()
     assert prompt == second["prompt"]
@@ -468,7 +468,10 @@ def test_an_agent_moving_main_fails_its_attempt_and_main_is_put_back(
     assert git(repo, "rev-parse", "main") == git(repo, "rev-parse", "release") == main_before
     one, two = run["attempts"]
     assert one["checks_passed"] is True
-    assert one["violations"] == ["ref moved: refs/heads/main", "ref moved: refs/heads/release"]
+    assert one["violations"] == [
+        {"kind": "ref_moved", "target": "refs/heads/main", "detail": ""},
+        {"kind": "ref_moved", "target": "refs/heads/release", "detail": ""},
+    ]
     first, second = records(log)
     assert first["main"] == second["main"] == second["release"] == main_before
     feedback = second["prompt"].split("# Reviewer feedback", 1)[1]

@@ -261,7 +261,7 @@ def check_escalation_file(home: Path, repo: Path, run_id: str) -> None:
     front = tomllib.loads(text.split("+++\n")[1])
     assert front["status"] == "open" and front["run"] == run_id and front["loop"] == "calc"
     assert front["branch"] == f"loopd/calc/{run_id}" and front["attempts"] == 2
-    assert front["cause"] == "checks-failing" and front["best_score"] == 3
+    assert front["cause"] == "checks-failed" and front["best_score"] == 3
     body = text.split("\n+++\n", 1)[1]
     assert "## Task" in body and f"> {TASK}" in body
     for n in (1, 2):
@@ -280,7 +280,7 @@ def check_escalation_file(home: Path, repo: Path, run_id: str) -> None:
     assert types.count("escalated") == 1
 
     listed = loopd(home, "escalations", "list")
-    assert listed.returncode == 0 and run_id in listed.stdout and "checks-failing" in listed.stdout
+    assert listed.returncode == 0 and run_id in listed.stdout and "checks-failed" in listed.stdout
     shown = loopd(home, "escalations", "show", run_id)
     assert shown.returncode == 0 and shown.stdout == body
     as_json = json.loads(loopd(home, "escalations", "show", run_id, "--json").stdout)

@@ -99,3 +99,17 @@ def test_old_reports_are_pruned(tmp_path: Path) -> None:
     result = prune(store, {}, 30, NOW, keep=set())
     assert result["reports_removed"] == 1
     assert [p.name for p in reports.iterdir()] == ["report-20261128T000000Z.md"]
+
+
+def test_a_run_whose_lesson_waits_for_the_model_is_kept(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state")
+    old = NOW - timedelta(days=40)
+    waiting = make_run(store, "app", old, [dict(checks_passed=False)], outcome="succeeded")
+    plain = make_run(
+        store, "app", old + timedelta(hours=1), [dict(checks_passed=False)], outcome="succeeded"
+    )
+    (store.root / "deferred").mkdir()
+    (store.root / "deferred" / f"{waiting.id}-1.toml").write_text("")
+    result = prune(store, {}, 30, NOW, keep=set())
+    assert result["pruned"] == [plain.id] and result["kept"] == [waiting.id]
+    assert (store.run_dir(waiting.id) / "attempt-1").is_dir()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon.runs.diffs import record_diff
 from daemon.runs.git import Git
 from daemon.runs.guards import (
     changed_paths,
@@ -58,7 +59,9 @@ def exercise(repo: Path) -> None:
     (repo / "a.txt").write_text("a change\n")
     head = g.commit_all("loopd: attempt")
     assert head
-    assert "changed" in g.diff(base, head)
+    stat = record_diff(g, base, head, repo.parent / "attempt")
+    assert "changed" in (repo.parent / "attempt" / "diff.patch").read_text()
+    assert [c.path for c in stat.files] == ["a.txt", "tests/t.txt"]
     assert sorted(changed_paths(g, base, head)) == ["a.txt", "tests/t.txt"]
     assert g.refs()["refs/heads/main"] == head
     assert g.is_clean()

@@ -1,8 +1,10 @@
 """How an agent session ended: its final summary, and the signs that it stopped early.
 
 Pure functions over normalized events, called by the attempt logic once a session is over (and
-`repeated_tool_call` also while it runs). The heuristics are conservative: a false "it asked a
-question" costs a needless nudge, while a missed one costs only what the checks catch anyway.
+`repeated_tool_call` also while it runs); `classify_ending` turns what is known at the end of a
+session into the stall the attempt nudges, or `none`. The heuristics are conservative: a false
+"it asked a question" costs a needless nudge, while a missed one costs only what the checks
+catch anyway.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from daemon.agents.base import AgentEvent
 
@@ -110,3 +113,53 @@ def _canonical(arguments: Any) -> str:
         return json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)
     except (TypeError, ValueError):
         return repr(arguments)
+
+
+# -- how a session ended, as the attempt acts on it ----------------------------------------
+
+StallKind = Literal[
+    "silence", "repeated_tool_call", "question", "stopped_early", "permission_denied", "none"
+]
+DETAIL_CHARS = 500
+
+
+@dataclass(frozen=True)
+class SessionEnd:
+    """What is known when one agent session is over (no process of it is left)."""
+
+    stall: str | None = None  # the supervisor's: silence | repeated_tool_call
+    denied: bool = False  # a tool call was refused a permission
+    final_text: str = ""
+    last_tool_call: str = ""  # tool and arguments of the last call, for the detail
+    stall_after: str = ""  # the loop's stall_after, as the person wrote it
+    checks_failed: bool | None = None  # None: the checks were not run after the session
+    checks_tail: str = ""
+
+
+@dataclass(frozen=True)
+class Ending:
+    """Whether the session stalled (and so earns a nudge), of which kind, and why."""
+
+    kind: StallKind
+    detail: str = ""
+
+    @property
+    def stalled(self) -> bool:
+        return self.kind != "none"
+
+
+def classify_ending(end: SessionEnd) -> Ending:
+    """How a session ended: the supervisor's stall first, then a refusal, a question, and
+    stopping while the checks fail; `none` when it simply finished."""
+    if end.stall == "silence":
+        return Ending("silence", f"no output and no file change for {end.stall_after}")
+    if end.stall == "repeated_tool_call":
+        detail = f"{end.last_tool_call[:300]} repeated" if end.last_tool_call else ""
+        return Ending("repeated_tool_call", detail)
+    if end.denied:
+        return Ending("permission_denied", "a tool call was refused")
+    if ended_on_question(end.final_text):
+        return Ending("question", end.final_text[-300:])
+    if end.checks_failed:
+        return Ending("stopped_early", "the session ended; checks still fail")
+    return Ending("none")

@@ -98,7 +98,7 @@ def once(args: argparse.Namespace) -> int:
 
 def _finish_abandoned(services: Any, loop: Loop) -> None:
     """Runs of this loop that a killed `loopd once` left: kill their leftovers, end them."""
-    from daemon.runs.executor import finish_interrupted, kill_run_leftovers
+    from daemon.runs.finish import complete_finish, finish_interrupted, kill_run_leftovers
 
     store = services.store
     for run_id in store.live_runs():
@@ -106,10 +106,18 @@ def _finish_abandoned(services: Any, loop: Loop) -> None:
             run = store.load_run(run_id)
         except Exception:  # noqa: BLE001 - unreadable: nothing to finish
             continue
-        if run.loop != loop.name or run.outcome is not None:
+        if run.loop != loop.name:
             continue
-        kill_run_leftovers(services, run)
-        finish_interrupted(services, loop, run, "the loopd that ran it was stopped or killed")
+        try:
+            if run.outcome is not None:
+                # Killed while finishing it: complete what finishing had not done.
+                complete_finish(services, run, notify_on=loop.config.notify_on)
+                continue
+            kill_run_leftovers(services, run)
+            finish_interrupted(services, loop, run, "the loopd that ran it was stopped or killed")
+        except Exception as exc:  # noqa: BLE001 - one broken run must not stop this one
+            print(f"loopd: could not end abandoned run {run.id}: {exc}", file=sys.stderr)
+            continue
         print(f"loopd: ended abandoned run {run.id} as interrupted", file=sys.stderr)
 
 
@@ -203,7 +211,8 @@ def _wait_for(home: Home, store: Any, tail: Any, inbox_id: str) -> int:
                 run = None  # still queued
             except UnreadableFile as exc:
                 raise CommandError(str(exc), code=1) from None
-            if run is not None and run.outcome is not None:
+            # Ended once finished: its escalation and notifications are done, it is not live.
+            if run is not None and run.outcome is not None and run_id not in store.live_runs():
                 _print_outcome(run)
                 return 0 if run.outcome == "succeeded" else 1
         if daemon_pid(home) is None:

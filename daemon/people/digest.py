@@ -3,32 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.redact import redact
-from daemon.state.records import AttemptRecord, RunRecord
+from daemon.state.records import AttemptRecord, DiffStat, FileChange, RunRecord
 from daemon.state.store import StateStore
 
 TAIL_LINES = 40
 TAIL_BYTES = 16_000
-
-
-@dataclass
-class FileChange:
-    """One file of a diff, as `git diff --stat` counts it."""
-
-    path: str
-    added: int = 0
-    removed: int = 0
-    binary: bool = False
-    status: str = "modified"  # modified | added | deleted | renamed
-
-    def stat(self) -> str:
-        if self.binary:
-            return f"{self.path} (binary, {self.status})"
-        extra = "" if self.status == "modified" else f", {self.status}"
-        return f"{self.path} (+{self.added} -{self.removed}{extra})"
 
 
 def _unquote_path(text: str) -> str:
@@ -38,19 +22,23 @@ def _unquote_path(text: str) -> str:
     return text
 
 
-def diff_stat(patch: str) -> list[FileChange]:
-    """Files changed with +/- counts, read from a `git diff` patch."""
-    changes: list[FileChange] = []
+def diff_stat(lines: Iterable[str]) -> DiffStat:
+    """Files changed with +/- counts, read from the lines of a `git diff` patch.
+
+    Only for attempts recorded before loopd kept `diffstat.json`; the lines are streamed.
+    """
+    stat = DiffStat()
     current: FileChange | None = None
     in_hunk = False
-    for line in patch.splitlines():
+    for line in lines:
+        line = line.rstrip("\n")
         if line.startswith("diff --git "):
             rest = line[len("diff --git ") :]
             # "a/PATH b/PATH": the b side is the new name; split on the middle " b/".
             cut = rest.rfind(" b/")
             path = rest[cut + 3 :] if cut >= 0 else rest
             current = FileChange(path=_unquote_path(path.strip()))
-            changes.append(current)
+            stat.files.append(current)
             in_hunk = False
             continue
         if current is None:
@@ -75,18 +63,22 @@ def diff_stat(patch: str) -> list[FileChange]:
             current.removed += 1
         elif line.startswith("GIT binary patch"):
             current.binary = True
-    return changes
+    stat.total_files = len(stat.files)
+    stat.added = sum(c.added for c in stat.files)
+    stat.removed = sum(c.removed for c in stat.files)
+    return stat
 
 
-def format_stat(changes: list[FileChange], limit: int = 30) -> list[str]:
+def format_stat(stat: DiffStat, limit: int = 30) -> list[str]:
     """`git diff --stat`-like lines with a total; long lists are cut with a count."""
-    lines = [c.stat() for c in changes[:limit]]
-    if len(changes) > limit:
-        lines.append(f"... and {len(changes) - limit} more files")
-    added = sum(c.added for c in changes)
-    removed = sum(c.removed for c in changes)
-    files = "1 file" if len(changes) == 1 else f"{len(changes)} files"
-    lines.append(f"{files} changed, +{added} -{removed}")
+    lines = [c.stat() for c in stat.files[:limit]]
+    total = max(stat.total_files, len(stat.files))
+    if total > min(limit, len(stat.files)):
+        lines.append(f"... and {total - min(limit, len(stat.files))} more files")
+    files = "1 file" if total == 1 else f"{total} files"
+    lines.append(f"{files} changed, +{stat.added} -{stat.removed}")
+    if stat.patch_capped:
+        lines.append(f"(diff.patch was capped at {stat.patch_bytes} bytes)")
     return lines
 
 
@@ -106,28 +98,35 @@ def read_tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = TAIL_BYTES) 
     return redact("\n".join(kept))
 
 
-def read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
 @dataclass
 class LastDiff:
     """The most recent attempt that left a diff."""
 
     attempt: int
-    changes: list[FileChange]
+    stat: DiffStat
+
+
+def attempt_diffstat(folder: Path) -> DiffStat | None:
+    """The attempt's counts: `diffstat.json`, else (older attempts) its streamed diff.patch."""
+    try:
+        return DiffStat.model_validate_json((folder / "diffstat.json").read_bytes())
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError):
+        return None
+    try:
+        with (folder / "diff.patch").open(encoding="utf-8", errors="replace") as fh:
+            return diff_stat(fh)
+    except OSError:
+        return None
 
 
 def last_diff(store: StateStore, run: RunRecord) -> LastDiff | None:
     """The diff of the last attempt that changed something."""
     for attempt in reversed(run.attempts):
-        patch = store.run_dir(run.id) / f"attempt-{attempt.n}" / "diff.patch"
-        changes = diff_stat(read_text(patch))
-        if changes:
-            return LastDiff(attempt=attempt.n, changes=changes)
+        stat = attempt_diffstat(store.run_dir(run.id) / f"attempt-{attempt.n}")
+        if stat is not None and (stat.total_files or stat.files):
+            return LastDiff(attempt=attempt.n, stat=stat)
     return None
 
 

@@ -8,7 +8,6 @@ prose, so a fresh agent session starts from what was recorded. The next prompt's
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -36,11 +35,6 @@ _RULE_STATE = {
     "rule_retired": "retired",
     "rule_rejected": "rejected",
 }
-
-# The rules engineer may set this to list a loop's learned rules from the rule library;
-# it gets (store, loop) and returns Markdown list lines. Unset: read from events.
-RulesLearned = Callable[[StateStore, str], list[str]]
-rules_learned_hook: RulesLearned | None = None
 
 
 def _rule_id(event: dict[str, Any]) -> str:
@@ -79,8 +73,6 @@ def rule_events(store: StateStore, loop: str | None = None) -> list[dict[str, An
 
 def learned_rules_lines(store: StateStore, loop: str) -> list[str]:
     """One line per rule this loop's runs proposed, with the state its last event gave it."""
-    if rules_learned_hook is not None:
-        return rules_learned_hook(store, loop)
     latest: dict[str, dict[str, Any]] = {}
     for event in rule_events(store, loop):
         rule = _rule_id(event)
@@ -139,7 +131,7 @@ def build_progress(
         run, diff = diff_run
         where = f" on branch `{run.branch}`" if run.branch else ""
         out += [f"Run {run.id}, attempt {diff.attempt}{where} ({run.outcome or run.phase}):", ""]
-        out += [f"- {line}" for line in format_stat(diff.changes, limit=20)]
+        out += [f"- {line}" for line in format_stat(diff.stat, limit=20)]
     out += [""]
 
     out += ["## Checks that still fail", ""]

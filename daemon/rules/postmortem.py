@@ -140,8 +140,14 @@ def learn_from_attempt(
     now: datetime,
     evidence_text: str = "",
     kind_hint: str | None = None,
+    *,
+    defer: bool = False,
 ) -> Verification | None:
-    """Post-mortem then verifier; None (and a `rule_deferred` event) when the model is down."""
+    """Post-mortem then verifier.
+
+    When the model is down: with `defer`, ModelUnavailable is raised for the caller to keep
+    the lesson; without, a `rule_deferred` event is recorded and None returned.
+    """
     try:
         candidate = propose_rule(
             client, attempt_dir, evidence_text, verdict, task, loop, run_id, kind_hint
@@ -159,5 +165,7 @@ def learn_from_attempt(
             run=run_id,
         )
     except ModelUnavailable as exc:
+        if defer:
+            raise
         events.append("rule_deferred", now, loop=loop, run=run_id, reason=str(exc))
         return None

@@ -1,4 +1,8 @@
-"""Checks: the loop's `done_when` commands, run by loopd in the run's tree after the agent."""
+"""Checks: the loop's `done_when` commands, run by loopd in the run's tree after the agent.
+
+A cancel or a shutdown reaches a running check through the run's StopToken: its whole
+process group is killed and the run stops (RunStopped) instead of waiting for the check.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.redact import redact
+from daemon.runs.stop import StopToken
 from daemon.state.atomic import write_atomic
 
 TAIL_BYTES = 8000
 OUTPUT_CAP = 2_000_000  # per command, in checks.log
+STOP_POLL = 0.2  # seconds between looks at the stop token while a check runs
+KILL_GRACE = 3.0  # seconds a killed check gets between SIGTERM and SIGKILL
 
 
 @dataclass
@@ -76,22 +83,27 @@ def checks_environment(base: Mapping[str, str], drop: set[str]) -> dict[str, str
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=3)
-            # The shell is gone; its group may still hold children.
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (subprocess.TimeoutExpired, ProcessLookupError):
-            continue
-        return
+    """SIGTERM the check's group and descendants, SIGKILL after a grace; reap what it left."""
+    from daemon.agents.processes import kill_tree
+
+    kill_tree(proc.pid, proc.pid, KILL_GRACE)
+    try:
+        proc.wait(timeout=KILL_GRACE)
+    except subprocess.TimeoutExpired:
+        pass
 
 
-def run_check(command: str, cwd: Path, timeout: float, env: Mapping[str, str]) -> CheckResult:
-    """Run one `done_when` command with /bin/sh -c in its own process group."""
+def run_check(
+    command: str,
+    cwd: Path,
+    timeout: float,
+    env: Mapping[str, str],
+    stop: StopToken | None = None,
+) -> CheckResult:
+    """Run one `done_when` command with /bin/sh -c in its own process group.
+
+    Stopping the run kills the check's group; the caller learns it from the token.
+    """
     from daemon.agents.processes import claim, release, spawning
 
     started = time.monotonic()
@@ -108,7 +120,7 @@ def run_check(command: str, cwd: Path, timeout: float, env: Mapping[str, str]) -
         )
         claim(proc.pid)
     try:
-        return _finish_check(proc, command, started, timeout)
+        return _finish_check(proc, command, started, timeout, stop)
     finally:
         release(proc.pid)
 
@@ -137,25 +149,46 @@ class _Tail:
         return head + bytes(self.data).decode("utf-8", "replace")
 
 
+def _wait(
+    proc: subprocess.Popen[bytes], timeout: float, stop: StopToken | None
+) -> tuple[bool, bool]:
+    """Wait for the check; (timed out, stopped). Either way its group is killed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            proc.wait(timeout=max(0.0, min(left, STOP_POLL if stop is not None else left)))
+            return False, False
+        except subprocess.TimeoutExpired:
+            pass
+        if stop is not None and stop.stopped:
+            _kill_group(proc)
+            return False, True
+        if time.monotonic() >= deadline:
+            _kill_group(proc)
+            return True, False
+
+
 def _finish_check(
-    proc: subprocess.Popen[bytes], command: str, started: float, timeout: float
+    proc: subprocess.Popen[bytes],
+    command: str,
+    started: float,
+    timeout: float,
+    stop: StopToken | None,
 ) -> CheckResult:
     tail = _Tail(proc.stdout)
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
+    timed_out, stopped = _wait(proc, timeout, stop)
     # The shell is gone; what it left in its group (holding the pipe open) goes too.
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     text = tail.text(wait=5)
+    if stopped:
+        text += "\n[stopped: the run was cancelled or loopd is stopping]\n"
     return CheckResult(
         command=redact(command),
-        exit_code=None if timed_out else proc.returncode,
+        exit_code=None if timed_out or stopped else proc.returncode,
         seconds=time.monotonic() - started,
         timed_out=timed_out,
         output=redact(text),
@@ -163,10 +196,22 @@ def _finish_check(
 
 
 def run_checks(
-    commands: list[str], cwd: Path, timeout: float, env: Mapping[str, str], log_path: Path | None
+    commands: list[str],
+    cwd: Path,
+    timeout: float,
+    env: Mapping[str, str],
+    log_path: Path | None,
+    stop: StopToken | None = None,
 ) -> ChecksResult:
-    """Run every check (all of them, for the whole picture) and write checks.log."""
-    result = ChecksResult([run_check(c, cwd, timeout, env) for c in commands])
+    """Run every check (all of them, for the whole picture) and write checks.log.
+
+    Raises RunStopped, without writing checks.log, when the run stops meanwhile.
+    """
+    result = ChecksResult()
+    for command in commands:
+        result.results.append(run_check(command, cwd, timeout, env, stop))
+        if stop is not None:
+            stop.raise_if_stopped()
     if log_path is not None:
         write_atomic(log_path, result.log())
     return result

@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Sequence
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 GIT_IDENTITY = ("loopd", "loopd@localhost")
+TIMEOUT = 120.0  # seconds a git command may take before it counts as hung
+CONFIG_TIMEOUT = 30.0
+STREAM_TIMEOUT = 600.0  # a streamed diff of a huge tree takes longer than one command
+STREAM_LINE = 1 << 20  # longer lines of a streamed command come in pieces of this size
 _SAFE_CONFIG = (
     "core.hooksPath=/dev/null",
     "core.fsmonitor=false",
@@ -56,6 +62,13 @@ class GitError(Exception):
         super().__init__(f"git {' '.join(argv)} failed ({returncode}): {stderr.strip()[:500]}")
 
 
+class GitTimeout(GitError):
+    """A git command did not end in time (a hung lock, a huge tree); it was killed."""
+
+    def __init__(self, argv: Sequence[str], timeout: float) -> None:
+        super().__init__(argv, -1, f"timed out after {timeout:.0f}s")
+
+
 def git_environment() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
     env["GIT_TERMINAL_PROMPT"] = "0"
@@ -74,21 +87,26 @@ class Git:
     def _program_overrides(self) -> list[str]:
         """`-c` options that switch off the filter drivers and diff programs the repo names."""
         # One `git config` read serves both: it runs before every command, so it is kept cheap.
-        proc = subprocess.run(
-            [
-                "git",
-                "-c",
-                "core.fsmonitor=false",
-                "config",
-                "--get-regexp",
-                r"^(filter\..*\.(clean|smudge|process)|diff\..*\.(textconv|command))$",
-            ],
-            cwd=self.cwd,
-            capture_output=True,
-            text=True,
-            env=git_environment(),
-            stdin=subprocess.DEVNULL,
-        )
+        argv = [
+            "git",
+            "-c",
+            "core.fsmonitor=false",
+            "config",
+            "--get-regexp",
+            r"^(filter\..*\.(clean|smudge|process)|diff\..*\.(textconv|command))$",
+        ]
+        try:
+            proc = subprocess.run(
+                argv,
+                cwd=self.cwd,
+                capture_output=True,
+                text=True,
+                env=git_environment(),
+                stdin=subprocess.DEVNULL,
+                timeout=CONFIG_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired:
+            raise GitTimeout(argv[1:], CONFIG_TIMEOUT) from None
         filters: set[str] = set()
         args: list[str] = []
         for line in proc.stdout.splitlines():
@@ -120,19 +138,23 @@ class Git:
         *args: str,
         check: bool = True,
         input: bytes | None = None,
-        timeout: float = 120,
+        timeout: float | None = None,
     ) -> subprocess.CompletedProcess[bytes]:
-        """Run `git ARGS` and return the completed process (bytes)."""
+        """Run `git ARGS` and return the completed process (bytes); GitTimeout when it hangs."""
         argv = self.argv(args)
-        proc = subprocess.run(
-            argv,
-            cwd=self.cwd,
-            input=input,
-            stdin=None if input is not None else subprocess.DEVNULL,
-            capture_output=True,
-            env=git_environment(),
-            timeout=timeout,
-        )
+        timeout = TIMEOUT if timeout is None else timeout
+        try:
+            proc = subprocess.run(
+                argv,
+                cwd=self.cwd,
+                input=input,
+                stdin=None if input is not None else subprocess.DEVNULL,
+                capture_output=True,
+                env=git_environment(),
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise GitTimeout(args, timeout) from None
         if check and proc.returncode != 0:
             raise GitError(args, proc.returncode, proc.stderr.decode("utf-8", "replace"))
         return proc
@@ -172,7 +194,45 @@ class Git:
         self.run("commit", "--no-verify", "--no-gpg-sign", "-q", "-m", message)
         return self.out("rev-parse", "HEAD")
 
-    def diff(self, old: str, new: str) -> str:
-        return self.run(
-            "diff", "--no-ext-diff", "--no-textconv", "--binary", old, new
-        ).stdout.decode("utf-8", "replace")
+    def stream(self, *args: str, timeout: float | None = None) -> Iterator[bytes]:
+        """The lines of `git ARGS`'s output as they come, never the whole output at once.
+
+        Closing the iterator early kills git. A failure raises GitError once the output has
+        been read; a command still running after `timeout` seconds is killed (GitTimeout).
+        """
+        timeout = STREAM_TIMEOUT if timeout is None else timeout
+        with tempfile.TemporaryFile() as errors:
+            proc = subprocess.Popen(
+                self.argv(args),
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                env=git_environment(),
+            )
+            expired = threading.Event()
+
+            def kill() -> None:
+                expired.set()
+                proc.kill()
+
+            timer = threading.Timer(timeout, kill)
+            timer.daemon = True
+            timer.start()
+            finished = False
+            try:
+                assert proc.stdout is not None
+                while line := proc.stdout.readline(STREAM_LINE):
+                    yield line
+                finished = True
+            finally:
+                timer.cancel()
+                if not finished:
+                    proc.kill()
+                proc.stdout.close()  # type: ignore[union-attr]
+                proc.wait()
+            if expired.is_set():
+                raise GitTimeout(args, timeout)
+            if proc.returncode != 0:
+                errors.seek(0)
+                raise GitError(args, proc.returncode, errors.read(8000).decode("utf-8", "replace"))

@@ -1,23 +1,53 @@
-"""Judging an attempt: checks, protected paths, refs, then the critic on the local endpoint."""
+"""Judging an attempt: checks, protected paths, refs, then the critic on the local endpoint.
+
+Judging returns a `Judgement` and never ends the run: a verifier that stays unavailable past
+`pending_limit` raises VerifierGaveUp, a stopped run RunStopped; the executor decides.
+"""
 
 from __future__ import annotations
 
-import time
-from datetime import timedelta
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from daemon.config import LoopConfig
+from daemon.runs.attempt import CheckedCommit, checks_env
 from daemon.runs.checks import ChecksResult, run_checks
 from daemon.runs.git import Git
 from daemon.runs.guards import check_refs, protect_violations, restore_refs
+from daemon.runs.journal import RunJournal
+from daemon.runs.services import RunServices
+from daemon.runs.stop import StopToken
+from daemon.runs.tree import RunTree
 from daemon.state.atomic import write_atomic
-from daemon.state.records import AttemptRecord
+from daemon.state.records import AttemptRecord, Violation
 
 if TYPE_CHECKING:
     from daemon.model.critic import Verdict
-    from daemon.runs.executor import RunExecutor
 
-BACKOFF_START = 5.0
-BACKOFF_MAX = 300.0
+
+class VerifierGaveUp(Exception):
+    """The verifier stayed unavailable for `pending_limit`: the attempt cannot be judged."""
+
+    def __init__(self, waited_seconds: int, limit_seconds: int, error: str) -> None:
+        self.waited_seconds = waited_seconds
+        self.limit_seconds = limit_seconds
+        self.error = error
+        super().__init__(
+            f"verifier unavailable for {waited_seconds}s (pending_limit {limit_seconds}s)"
+        )
+
+
+@dataclass
+class Judgement:
+    """What judging found: the checks, the violations, and the verdict."""
+
+    checks: ChecksResult
+    violations: list[Violation]
+    verdict: Verdict
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict.passed
 
 
 def _moved_by_someone_else(repo_git: Git, ref: str, own_branch: str) -> bool:
@@ -36,16 +66,15 @@ def _moved_by_someone_else(repo_git: Git, ref: str, own_branch: str) -> bool:
     return ancestor.returncode == 1
 
 
-def ref_violations(executor: RunExecutor) -> list[str]:
+def ref_violations(journal: RunJournal, tree: RunTree) -> list[Violation]:
     """Refs other than the run's own branch that moved during the attempt; they are put back."""
-    tree = executor.tree
-    assert tree is not None
+    run = journal.run
     repo_git = Git(tree.repo)
     # check_refs leaves out refs/heads/loopd/*: other runs make and prune their branches.
     moved = []
-    for ref in check_refs(repo_git, executor.run.refs_before, tree.branch):
+    for ref in check_refs(repo_git, run.refs_before, tree.branch):
         if _moved_by_someone_else(repo_git, ref, tree.branch):
-            executor._event("ref_moved_outside_run", ref=ref)
+            journal.event("ref_moved_outside_run", ref=ref)
             continue
         moved.append(ref)
     if not moved:
@@ -53,111 +82,111 @@ def ref_violations(executor: RunExecutor) -> list[str]:
     now_refs = repo_git.refs()
     # The displaced commits are kept under refs/loopd/displaced/RUN/: a person's own commit
     # made during the attempt looks the same as an agent's and must not be lost.
-    restore_refs(repo_git, executor.run.refs_before, moved, keep_as=executor.run.id)
-    executor._event(
+    restore_refs(repo_git, run.refs_before, moved, keep_as=run.id)
+    journal.event(
         "refs_restored",
-        refs={
-            r: {"was": executor.run.refs_before.get(r), "agent_set": now_refs.get(r)} for r in moved
-        },
+        refs={r: {"was": run.refs_before.get(r), "agent_set": now_refs.get(r)} for r in moved},
     )
-    return [f"ref moved: {ref}" for ref in moved]
+    return [Violation(kind="ref_moved", target=ref) for ref in moved]
 
 
 def judge_attempt(
-    executor: RunExecutor, attempt: AttemptRecord, head: str
-) -> tuple[ChecksResult, Verdict] | None:
-    """Checks, violations and the critic's verdict; None when the run ended while waiting."""
+    services: RunServices,
+    journal: RunJournal,
+    stop: StopToken,
+    tree: RunTree,
+    cfg: LoopConfig,
+    attempt: AttemptRecord,
+    head: str,
+    checked: CheckedCommit | None = None,
+) -> Judgement:
+    """Checks, violations and the critic's verdict of `attempt`, committed at `head`."""
     from daemon.model.critic import unjudged
 
-    cfg = executor.cfg
-    tree = executor.tree
-    assert tree is not None
-    folder = executor._attempt_dir(attempt.n)
-    if executor.checked is not None and executor.checked[0] == head:
+    folder = journal.attempt_dir(attempt.n)
+    if checked is not None and checked.commit == head:
         # The agent stopped, the checks ran on this very commit, nothing changed since.
-        checks = executor.checked[1]
+        checks = checked.checks
         write_atomic(folder / "checks.log", checks.log())
     else:
         checks = run_checks(
             cfg.done_when,
             tree.path,
             cfg.check_timeout.total_seconds(),
-            executor._checks_env(),
+            checks_env(services),
             folder / "checks.log",
+            stop,
         )
-    executor.checked = None
     write_atomic(folder / "checks-failed.txt", checks.failure_tail())
     attempt.checks_passed = checks.passed  # recorded now: the critic may keep the run waiting
-    executor._save()
-    executor._event(
+    journal.save()
+    journal.event(
         "checks",
         attempt=attempt.n,
         passed=checks.passed,
         results=[{"command": r.command, "exit_code": r.exit_code} for r in checks.results],
     )
-    violations = (
-        [
-            f"protected path changed: {path}"
-            for path in protect_violations(tree.git, executor.run.base_commit, head, cfg.protect)
-        ]
-        if cfg.protect
-        else []
-    )
-    violations += ref_violations(executor)
+    violations = [
+        Violation(kind="protected", target=path)
+        for path in protect_violations(tree.git, journal.run.base_commit, head, cfg.protect)
+    ]
+    violations += ref_violations(journal, tree)
     if violations:
-        executor._event("violations", attempt=attempt.n, violations=violations)
-
-    verifier = executor.services.config.verifier
+        journal.event(
+            "violations", attempt=attempt.n, violations=[v.model_dump() for v in violations]
+        )
+    texts = [v.text() for v in violations]
+    verifier = services.config.verifier
     if cfg.critic == "off" or not verifier.configured:
         why = 'critic = "off"' if cfg.critic == "off" else "no [verifier] configured"
-        return checks, unjudged(checks.passed, violations, why)
-    verdict = _ask_critic(executor, attempt, checks, violations)
-    return None if verdict is None else (checks, verdict)
+        return Judgement(checks, violations, unjudged(checks.passed, texts, why))
+    verdict = _ask_critic(services, journal, stop, cfg, attempt, checks, texts)
+    return Judgement(checks, violations, verdict)
 
 
 def _ask_critic(
-    executor: RunExecutor, attempt: AttemptRecord, checks: ChecksResult, violations: list[str]
-) -> Verdict | None:
-    """The critic's verdict, waiting with backoff while the endpoint is unavailable."""
+    services: RunServices,
+    journal: RunJournal,
+    stop: StopToken,
+    cfg: LoopConfig,
+    attempt: AttemptRecord,
+    checks: ChecksResult,
+    violations: list[str],
+) -> Verdict:
+    """The critic's verdict, waiting with the judging retry policy while it is unavailable."""
     from daemon.model.client import ModelUnavailable
     from daemon.model.critic import judge
     from daemon.model.evidence import build_evidence
 
-    services = executor.services
     verifier = services.config.verifier
-    folder = executor._attempt_dir(attempt.n)
     evidence = build_evidence(
-        folder, executor.cfg.task, attempt.summary, verifier.evidence_tokens, violations
+        journal.attempt_dir(attempt.n),
+        cfg.task,
+        attempt.summary,
+        verifier.evidence_tokens,
+        violations,
     )
     client = services.model_client()
     assert client is not None  # judging asks the critic only when a verifier is configured
-    # Short verifier timeouts (tests, local servers) retry sooner.
-    delay = min(BACKOFF_START, max(0.2, verifier.timeout.total_seconds()))
-    pending_limit: timedelta = verifier.pending_limit
+    limit = verifier.pending_limit.total_seconds()
+    tries = 0
     while True:
         try:
-            verdict = judge(client, evidence, executor.cfg.critic_threshold, checks.passed)
-            break
+            return judge(client, evidence, cfg.critic_threshold, checks.passed)
         except ModelUnavailable as exc:
-            since = executor.run.judging_since or services.clock()
-            waited = services.clock() - since
-            executor._event(
+            tries += 1
+            since = journal.run.judging_since or services.clock()
+            waited = (services.clock() - since).total_seconds()
+            journal.event(
                 "verifier_unavailable",
                 attempt=attempt.n,
                 error=str(exc)[:300],
-                waited_seconds=int(waited.total_seconds()),
+                waited_seconds=int(waited),
             )
-            if waited >= pending_limit:
-                executor._finish(
-                    "escalated",
-                    f"verifier unavailable for {int(waited.total_seconds())}s "
-                    f"(pending_limit {int(pending_limit.total_seconds())}s)",
-                    escalate=True,
-                )
-                return None
-            executor._check_stop()
-            executor.progress_at = time.monotonic()
-            if executor._wakeup.wait(delay):
-                executor._check_stop()
-            delay = min(delay * 2, BACKOFF_MAX)
-    return verdict
+            if waited >= limit:
+                raise VerifierGaveUp(int(waited), int(limit), str(exc)[:300]) from None
+            stop.raise_if_stopped()
+            journal.beat()
+            # Never past pending_limit: the last try comes as the limit ends.
+            if stop.wait(min(services.judging_retry.delay(tries), limit - waited)):
+                stop.raise_if_stopped()

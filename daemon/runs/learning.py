@@ -1,37 +1,55 @@
-"""Where a run meets the rule library and the people: rule selection, learning, the end of a run."""
+"""Where a run meets the rule library: selecting its rules, and learning from its attempts.
+
+A lesson the model could not take (the endpoint down during the post-mortem) is kept in
+`state/deferred/RUN_ID-N.toml` and taken up again by `retry_deferred_lessons` once the
+endpoint answers: at the start of each run's learning, and on the daemon's tick.
+"""
 
 from __future__ import annotations
 
+import os
+import threading
+import tomllib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 from daemon.config import Loop
+from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
-from daemon.state.records import AttemptRecord, RunRecord
+from daemon.state.atomic import write_atomic
+from daemon.state.records import AttemptRecord, Record, RunRecord
+from daemon.state.store import dump_toml
 
-if TYPE_CHECKING:
-    from daemon.runs.executor import RunExecutor
+DEFERRED = "deferred"
+DEFERRED_PER_RUN = 3  # deferred lessons a run retries before its own, so it is not held long
+_retrying = threading.Lock()  # one retry of the deferred lessons at a time in a process
 
 
 @dataclass
 class RuleChoice:
-    """The rules selected for a run, rendered for the prompt."""
+    """The rules a run's prompts carry, and a rule that stops the run before any agent."""
 
-    text: str = ""
-    rule_ids: list[str] = field(default_factory=list)
     reminders: list[Any] = field(default_factory=list)  # Rule objects, for the prompt
+    rule_ids: list[str] = field(default_factory=list)
     refuse: str = ""  # id of a matched rule of severity refuse
     escalate: str = ""  # id of a matched rule of severity escalate
 
+    @property
+    def text(self) -> str:
+        """The body of the prompt's `# Rules from earlier runs`."""
+        from daemon.rules.evaluator import render_rules
 
-def read_progress(services: RunServices, loop: str) -> str:
-    """The loop's progress notes for `# Progress so far`."""
-    from daemon.people.progress import read_progress as read
+        return render_rules(self.reminders)
 
-    return read(services.store, loop)
+    def add(self, rule: Any) -> None:
+        """A rule learned during the run: it goes into the next attempt's prompt."""
+        self.reminders.append(rule)
+        self.rule_ids.append(rule.id)
 
 
-def rule_library(services: RunServices):  # noqa: ANN202 - RuleLibrary
+def rule_library(services: RunServices):  # noqa: ANN201 - RuleLibrary
     """One rule library per process; it re-reads changed files on every call."""
     from daemon.rules.library import RuleLibrary
 
@@ -40,10 +58,6 @@ def rule_library(services: RunServices):  # noqa: ANN202 - RuleLibrary
         library = RuleLibrary(services.home.rules_dir)
         services.rule_cache["library"] = library
     return library
-
-
-def _client(services: RunServices):  # noqa: ANN202 - ModelClient | None
-    return services.model_client()
 
 
 def run_task_text(loop: Loop, run: RunRecord) -> str:
@@ -60,24 +74,20 @@ def run_task_text(loop: Loop, run: RunRecord) -> str:
 
 def select_rules_for_run(services: RunServices, loop: Loop, run: RunRecord) -> RuleChoice:
     """Pick the rules that apply to this run's task (lexical, then one model call)."""
-    from daemon.rules.evaluator import render_rules, select_rules
+    from daemon.rules.evaluator import select_rules
 
     selection = select_rules(
         rule_library(services),
         run_task_text(loop, run),
         loop.name,
         list(run.trigger.paths),
-        _client(services),
+        services.model_client(),
         services.config.verifier,
         services.store.events,
         services.clock(),
         run=run.id,
     )
-    choice = RuleChoice(
-        text=render_rules(selection.reminders),
-        rule_ids=list(selection.ids),
-        reminders=list(selection.reminders),
-    )
+    choice = RuleChoice(reminders=list(selection.reminders), rule_ids=list(selection.ids))
     if selection.refuse:
         choice.refuse = selection.refuse[0].rule.id
     if selection.escalate:
@@ -85,50 +95,99 @@ def select_rules_for_run(services: RunServices, loop: Loop, run: RunRecord) -> R
     return choice
 
 
-def learn_from_attempt(executor: RunExecutor, attempt: AttemptRecord, passed: bool) -> str | None:
-    """Post-mortem of a failed attempt (or a skill after a late pass); new rules text, if any."""
-    from daemon.model.evidence import build_evidence
-    from daemon.rules.postmortem import learn_from_attempt as learn
+def rules_of_run(services: RunServices, run: RunRecord) -> RuleChoice:
+    """The reminders a resumed run's prompts carry: the rules it fired, read back by id."""
+    library = rule_library(services)
+    choice = RuleChoice(rule_ids=list(run.rules_fired))
+    for rule_id in run.rules_fired:
+        stored = library.find(rule_id)
+        # A rule deleted or retired by a person since is left out of the prompt.
+        if stored is not None and stored.status in ("trial", "active"):
+            if stored.rule.severity == "remind":
+                choice.reminders.append(stored.rule)
+    return choice
 
-    services = executor.services
-    client = _client(services)
-    run = executor.run
-    if client is None:
-        return None
-    if passed and not any(a.n < attempt.n for a in run.attempts):
-        return None  # a first-try pass teaches nothing new
-    folder = executor._attempt_dir(attempt.n)
-    evidence = build_evidence(
-        folder,
-        executor.cfg.task,
-        attempt.summary,
-        services.config.verifier.evidence_tokens,
-        attempt.violations,
-    )
-    verdict = {
+
+def _verdict(attempt: AttemptRecord) -> dict[str, Any]:
+    return {
         "score": attempt.score,
         "verdict": attempt.verdict,
         "feedback": attempt.feedback,
         "checks_passed": attempt.checks_passed,
-        "violations": attempt.violations,
+        "violations": [v.text() for v in attempt.violations],
     }
-    result = learn(
+
+
+def _post_mortem(
+    services: RunServices,
+    client: Any,
+    run: RunRecord,
+    attempt: AttemptRecord,
+    kind_hint: str | None,
+) -> Any:
+    """One post-mortem and its verification; raises ModelUnavailable when the model is down."""
+    from daemon.model.evidence import build_evidence
+    from daemon.rules.postmortem import learn_from_attempt as post_mortem
+
+    folder = services.store.attempt_dir(run.id, attempt.n)
+    evidence = build_evidence(
+        folder,
+        run.task,
+        attempt.summary,
+        services.config.verifier.evidence_tokens,
+        [v.text() for v in attempt.violations],
+    )
+    return post_mortem(
         rule_library(services),
         client,
         services.config.verifier,
         services.store.root,
         folder,
-        verdict,
-        executor.cfg.task,
-        executor.loop.name,
+        _verdict(attempt),
+        run.task,
+        run.loop,
         run.id,
         services.store.events,
         services.clock(),
         evidence_text=evidence.render(),
-        kind_hint="skill" if passed else None,
+        kind_hint=kind_hint,
+        defer=True,
     )
-    more_attempts = attempt.n < executor.cfg.max_attempts
-    if passed or not more_attempts or result is None or result.decision == "rejected":
+
+
+def learn_from_attempt(
+    services: RunServices,
+    journal: RunJournal,
+    max_attempts: int,
+    attempt: AttemptRecord,
+    passed: bool,
+) -> Any:
+    """Post-mortem of a failed attempt (or a skill after a late pass).
+
+    Returns the verified rule (a Rule) for the next attempt's prompt, or None.
+    """
+    from daemon.model.client import ModelUnavailable
+
+    client = services.model_client()
+    run = journal.run
+    if client is None:
+        return None
+    retry_deferred_lessons(services, limit=DEFERRED_PER_RUN)
+    if passed and not any(a.n < attempt.n for a in run.attempts):
+        return None  # a first-try pass teaches nothing new
+    kind_hint = "skill" if passed else None
+    try:
+        result = _post_mortem(services, client, run, attempt, kind_hint)
+    except ModelUnavailable as exc:
+        path = defer_lesson(services, run, attempt.n, kind_hint, str(exc))
+        journal.event(
+            "rule_deferred",
+            attempt=attempt.n,
+            reason=str(exc)[:300],
+            file=str(path.relative_to(services.store.root)),
+        )
+        return None
+    if passed or attempt.n >= max_attempts or result.decision == "rejected":
         return None
     # A verified rule goes into the next attempt's prompt, whether or not its patterns
     # match this task (the post-mortem writes them for future tasks).
@@ -136,48 +195,127 @@ def learn_from_attempt(executor: RunExecutor, attempt: AttemptRecord, passed: bo
     stored = rule_library(services).find(rule_id)
     if stored is None or rule_id in run.rules_fired:
         return None
-    executor.rule_reminders.append(stored.rule)
-    run.rules_fired.append(rule_id)
-    services.event("rule_fired", loop=run.loop, run=run.id, rule=rule_id, why="learned")
-    from daemon.rules.evaluator import render_rules
-
-    return render_rules(executor.rule_reminders)
+    return stored.rule
 
 
-def after_run(executor: RunExecutor, escalate: bool) -> None:
-    """Rule counters, progress notes, the escalation file and notifications."""
-    from daemon.people.escalation import write_escalation
-    from daemon.people.progress import update_progress
+# -- lessons deferred while the model was down ------------------------------------------------
 
-    services = executor.services
-    run = executor.run
-    now = services.clock()
-    # Only runs whose agent worked count for or against their rules: a run refused or
-    # escalated by a rule before any agent, or stopped by a person or a crash, says nothing.
-    if run.rules_fired and run.attempts and run.outcome in ("succeeded", "escalated"):
-        from daemon.rules.promotion import record_run
 
-        record_run(
-            rule_library(services),
-            list(run.rules_fired),
-            run.loop,
-            run.task,
-            run.outcome == "succeeded",
-            services.store.events,
-            now,
-            state_root=services.store.root,
-            run=run.id,
-        )
-    if escalate:
-        path = write_escalation(services.store, run, now)
-        executor._event(
-            "escalated", reason=run.reason, file=str(path.relative_to(services.store.root))
-        )
-    update_progress(services.store, run.loop, now)
-    notifications = services.notifications
-    if notifications is None:
-        return
-    if escalate:
-        notifications.escalated(run, services.store.escalation_path(run.id), now)
-    else:
-        notifications.run_finished(run, executor.cfg.notify_on, now)
+class DeferredLesson(Record):
+    """`state/deferred/RUN_ID-N.toml`: a post-mortem to take again when the model answers."""
+
+    run: str
+    loop: str
+    attempt: int
+    kind_hint: str = ""
+    created: datetime
+    tries: int = 1
+    last_error: str = ""
+
+
+def _deferred_dir(services: RunServices) -> Path:
+    return services.store.root / DEFERRED
+
+
+def defer_lesson(
+    services: RunServices, run: RunRecord, n: int, kind_hint: str | None, error: str
+) -> Path:
+    """Keep the lesson of attempt `n` for later; returns its file."""
+    path = _deferred_dir(services) / f"{run.id}-{n}.toml"
+    lesson = DeferredLesson(
+        run=run.id,
+        loop=run.loop,
+        attempt=n,
+        kind_hint=kind_hint or "",
+        created=services.clock(),
+        last_error=error[:300],
+    )
+    write_atomic(path, dump_toml(lesson))
+    return path
+
+
+def deferred_lessons(services: RunServices) -> list[Path]:
+    """The files of the lessons waiting for the model, oldest run first."""
+    try:
+        names = sorted(os.listdir(_deferred_dir(services)))
+    except FileNotFoundError:
+        return []
+    return [
+        _deferred_dir(services) / n for n in names if n.endswith(".toml") and not n.startswith(".")
+    ]
+
+
+def retry_deferred_lessons(services: RunServices, limit: int | None = None) -> int:
+    """Take up the deferred lessons while the model answers; returns how many were taken.
+
+    Stops at the first call the model fails again. The daemon's tick may call this; so does
+    each run before its own learning.
+    """
+    from daemon.model.client import ModelUnavailable
+
+    paths = deferred_lessons(services)
+    client = services.model_client() if paths else None
+    if client is None or not _retrying.acquire(blocking=False):
+        return 0
+    done = 0
+    try:
+        for path in paths[:limit]:
+            lesson, run, attempt = _load_lesson(services, path)
+            if lesson is None or run is None or attempt is None:
+                continue
+            try:
+                result = _post_mortem(services, client, run, attempt, lesson.kind_hint or None)
+            except ModelUnavailable as exc:
+                lesson.tries += 1
+                lesson.last_error = str(exc)[:300]
+                write_atomic(path, dump_toml(lesson))
+                break
+            path.unlink(missing_ok=True)
+            done += 1
+            services.event(
+                "rule_deferred_learned",
+                loop=run.loop,
+                run=run.id,
+                attempt=attempt.n,
+                decision=result.decision,
+                rule=result.duplicate_of or result.rule.id,
+            )
+    finally:
+        _retrying.release()
+    return done
+
+
+def _load_lesson(
+    services: RunServices, path: Path
+) -> tuple[DeferredLesson | None, RunRecord | None, AttemptRecord | None]:
+    """The lesson, its run and attempt; a lesson that cannot be taken any more is dropped."""
+    try:
+        with path.open("rb") as fh:
+            lesson = DeferredLesson.model_validate(tomllib.load(fh))
+    except FileNotFoundError:
+        return None, None, None  # taken by another process meanwhile
+    except (OSError, ValueError) as exc:
+        _drop(services, path, None, f"unreadable: {exc}")
+        return None, None, None
+    try:
+        run = services.store.load_run(lesson.run)
+    except (OSError, ValueError) as exc:
+        _drop(services, path, lesson, f"its run.toml is unreadable: {exc}")
+        return lesson, None, None
+    attempt = next((a for a in run.attempts if a.n == lesson.attempt), None)
+    folder = services.store.run_dir(run.id) / f"attempt-{lesson.attempt}"
+    if attempt is None or not folder.is_dir():
+        _drop(services, path, lesson, "its attempt folder is gone")
+        return lesson, run, None
+    return lesson, run, attempt
+
+
+def _drop(services: RunServices, path: Path, lesson: DeferredLesson | None, why: str) -> None:
+    path.unlink(missing_ok=True)
+    services.event(
+        "rule_deferred_dropped",
+        loop=lesson.loop if lesson else None,
+        run=lesson.run if lesson else None,
+        file=f"{DEFERRED}/{path.name}",
+        reason=why[:300],
+    )

@@ -1,4 +1,4 @@
-"""The prompt: Markdown sections in the order DESIGN.md section 4 gives, capped in size."""
+"""The prompt: Markdown sections in a fixed order (task first, nudge last), capped in size."""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""What a starting daemon does with a run a dead loopd left live: resume, retry, or end it."""
+"""What a starting daemon does with a run a dead loopd left live: resume, retry, or end it.
+
+One broken run never stops the others: whatever goes wrong recovering it is recorded
+(`run_recovery_failed`) and the run is ended as well as it can be.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from typing import Literal
 
 from daemon.config import Loop
 from daemon.runs.services import RunServices
-from daemon.state.records import RunRecord, Trigger
+from daemon.state.records import Cause, RunRecord, Trigger
 
 Action = Literal["resume", "retry", "ended", "skip"]
 
@@ -33,21 +37,40 @@ class Recovery:
 def recover_run(
     services: RunServices, loops: Mapping[str, Loop], run_id: str, now: datetime
 ) -> Recovery:
-    """Decide (and do the ending part of) what happens to the live run `run_id`."""
-    from daemon.runs.executor import end_without_agent, finish_interrupted, kill_run_leftovers
-
+    """Decide (and do the ending part of) what happens to the live run `run_id`; never raises."""
     store = services.store
     try:
         run = store.load_run(run_id)
-    except Exception:  # noqa: BLE001 - a record we cannot read cannot be resumed
+    except Exception as exc:  # noqa: BLE001 - a record we cannot read cannot be resumed
+        _failed(services, run_id, None, f"run.toml is unreadable: {exc}")
         store.unmark_live(run_id)
         return Recovery(run_id, "ended")
-    if run.outcome is not None:
-        store.unmark_live(run_id)
-        return Recovery(run_id, "ended", run)
-    if store.loop_lock(run.loop).is_held():
-        return Recovery(run_id, "skip", run)  # `loopd once` is running it
+    try:
+        return _recover(services, loops, run, now)
+    except Exception as exc:  # noqa: BLE001 - one broken run must not stop the daemon's start
+        _failed(services, run_id, run, f"{type(exc).__name__}: {exc}")
+        return _end_anyhow(services, run)
+
+
+def _recover(
+    services: RunServices, loops: Mapping[str, Loop], run: RunRecord, now: datetime
+) -> Recovery:
+    from daemon.runs.finish import (
+        complete_finish,
+        end_without_agent,
+        finish_interrupted,
+        kill_run_leftovers,
+    )
+
+    store = services.store
     loop = loops.get(run.loop)
+    if store.loop_lock(run.loop).is_held():
+        return Recovery(run.id, "skip", run)  # `loopd once` is running it
+    if run.outcome is not None:
+        # Its loopd died while finishing it: do what finishing had not done yet.
+        notify_on = loop.config.notify_on if loop is not None else None
+        complete_finish(services, run, notify_on=notify_on)
+        return Recovery(run.id, "ended", run)
     kill_run_leftovers(services, run)
     if loop is None:
         end_without_agent(
@@ -56,15 +79,16 @@ def recover_run(
             "interrupted",
             "loopd stopped during the run; the loop file is no longer valid",
         )
-        return Recovery(run_id, "ended", run)
+        return Recovery(run.id, "ended", run)
     if run.phase in ("judging", "learning") and run.attempts and run.attempts[-1].finished:
         services.event("run_recovered", loop=run.loop, run=run.id, to="judging")
-        return Recovery(run_id, "resume", run)
-    run = finish_interrupted(
-        services, loop, run, "loopd stopped during the run (crash, kill or reboot)"
-    )
+        return Recovery(run.id, "resume", run)
+    reason = "loopd stopped during the run (crash, kill or reboot)"
     if run.trigger.kind == "retry":
-        return Recovery(run_id, "ended", run)
+        # Retried once already: a person looks at it.
+        finish_interrupted(services, loop, run, reason, Cause.INTERRUPTED_RETRY)
+        return Recovery(run.id, "ended", run)
+    run = finish_interrupted(services, loop, run, reason)
     retry = Trigger(
         loop=run.loop,
         kind="retry",
@@ -72,4 +96,32 @@ def recover_run(
         retry_of=run.id,
         ts=now,
     )
-    return Recovery(run_id, "retry", run, retry)
+    return Recovery(run.id, "retry", run, retry)
+
+
+def _failed(services: RunServices, run_id: str, run: RunRecord | None, error: str) -> None:
+    try:
+        services.event(
+            "run_recovery_failed", loop=run.loop if run else None, run=run_id, error=error[:1000]
+        )
+    except Exception:  # noqa: BLE001 - the event log itself may be what is broken
+        pass
+
+
+def _end_anyhow(services: RunServices, run: RunRecord) -> Recovery:
+    """End a run whose recovery failed: as `error` when that works, else just unmark it."""
+    from daemon.runs.finish import end_without_agent
+
+    try:
+        if run.outcome is None:
+            run.outcome = "error"
+            run.reason = "loopd could not recover this run after a restart"
+            run.cause = Cause.LOOPD_ERROR
+            run.finished = services.clock()
+            run.phase = "idle"
+            services.store.save_run(run)
+        end_without_agent(services, run, "error", run.reason)
+    except Exception as exc:  # noqa: BLE001 - nothing more can be done here
+        _failed(services, run.id, run, f"ending it failed too: {type(exc).__name__}: {exc}")
+        services.store.unmark_live(run.id)
+    return Recovery(run.id, "ended", run)

@@ -33,6 +33,11 @@ def branch_name(loop: str, run_id: str) -> str:
     return f"loopd/{loop}/{run_id}"
 
 
+def scratch_dir(worktrees_root: Path, loop: str, run_id: str) -> Path:
+    """The agent's scratch folder: beside the worktree, outside the tree and outside state/."""
+    return worktrees_root / loop / f"{run_id}.agent"
+
+
 def prepare_tree(
     repo: Path, loop: str, run_id: str, isolation: str, base: str, worktrees_root: Path
 ) -> RunTree:
@@ -83,7 +88,7 @@ def reopen_tree(repo: Path, path: Path, branch: str, isolation: str, base_commit
 
 
 def remove_tree(tree: RunTree) -> None:
-    """Remove the worktree; the branch stays for the person."""
+    """Remove the worktree; the branch stays for the person. Removing it again is harmless."""
     if tree.isolation != "worktree":
         return
     repo_git = Git(tree.repo)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -26,15 +29,14 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes | str) -> None:
-    """Replace `path` with `data` so a reader sees the old file or the new one, never a part."""
-    if isinstance(data, str):
-        data = data.encode("utf-8")
+@contextmanager
+def atomic_writer(path: Path) -> Iterator[BinaryIO]:
+    """A file to write in pieces; it replaces `path` when the block ends without an error."""
     ensure_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, FILE_MODE)
@@ -43,6 +45,12 @@ def write_atomic(path: Path, data: bytes | str) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Replace `path` with `data` so a reader sees the old file or the new one, never a part."""
+    with atomic_writer(path) as fh:
+        fh.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
 def open_private(path: Path, mode: str = "ab"):  # noqa: ANN201 - a file object

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import secrets
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 TriggerKind = Literal["schedule", "push", "change", "manual", "catch-up", "retry"]
 Outcome = Literal["succeeded", "escalated", "refused", "interrupted", "cancelled", "error"]
@@ -73,6 +74,98 @@ class RunTrigger(Record):
     merged_count: int = 0  # every trigger merged into the run
 
 
+class Cause(StrEnum):
+    """Why a run ended the way it did, in `run.toml` as `cause`; the escalation's next step
+    follows from it."""
+
+    CHECKS_FAILED = "checks-failed"
+    CRITIC_REJECTED = "critic-rejected"
+    PROTECT_VIOLATION = "protect-violation"
+    REF_VIOLATION = "ref-violation"
+    TIMEOUTS = "timeouts"  # every attempt hit attempt_timeout
+    TOKEN_CAP = "token-cap"
+    VERIFIER_UNAVAILABLE = "verifier-unavailable"
+    AGENT_FAILED = "agent-failed"  # the agent could not be started
+    SETUP_FAILED = "setup-failed"  # the run's tree could not be made
+    GIT_FAILED = "git-failed"  # a git command on the run's tree failed or hung
+    REFUSED = "refused"
+    RULE_ESCALATE = "rule-escalate"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+    INTERRUPTED_RETRY = "interrupted-retry"  # the retry of an interrupted run was interrupted
+    LOOPD_ERROR = "loopd-error"
+    PASSED = "passed"
+    # Room for later causes (a quota wait past its bound, no sandbox, a blocked landing):
+    # a new member here, its next step in people/escalation_text.py.
+
+
+# Outcomes that hand the run to a person; an interrupted retry does too (it is not retried).
+ESCALATING_OUTCOMES = frozenset({"escalated", "refused", "error"})
+
+
+def escalates(outcome: str | None, cause: Cause | None) -> bool:
+    """Whether a run that ended so gets an escalation file."""
+    return outcome in ESCALATING_OUTCOMES or cause == Cause.INTERRUPTED_RETRY
+
+
+class Violation(Record):
+    """Something an attempt may not do that it did: a protected path changed, a ref moved."""
+
+    kind: Literal["protected", "ref_moved"]
+    target: str  # the protected path, or the ref
+    detail: str = ""
+
+    def text(self) -> str:
+        """One line for people and models."""
+        head = (
+            f"protected path changed: {self.target}"
+            if self.kind == "protected"
+            else f"ref moved: {self.target}"
+        )
+        return f"{head} ({self.detail})" if self.detail else head
+
+    def __str__(self) -> str:
+        return self.text()
+
+    @classmethod
+    def from_legacy(cls, text: str) -> Violation:
+        """A violation as run.toml files written before violations were records hold it."""
+        for prefix, kind in (
+            ("protected path changed: ", "protected"),
+            ("ref moved: ", "ref_moved"),
+        ):
+            if text.startswith(prefix):
+                return cls(kind=kind, target=text[len(prefix) :])  # type: ignore[arg-type]
+        return cls(kind="protected", target="", detail=text)
+
+
+class FileChange(Record):
+    """One file of an attempt's diff, as `git diff --numstat` counts it."""
+
+    path: str
+    added: int = 0
+    removed: int = 0
+    binary: bool = False
+    status: str = "modified"  # modified | added | deleted | renamed
+
+    def stat(self) -> str:
+        if self.binary:
+            return f"{self.path} (binary, {self.status})"
+        extra = "" if self.status == "modified" else f", {self.status}"
+        return f"{self.path} (+{self.added} -{self.removed}{extra})"
+
+
+class DiffStat(Record):
+    """`attempt-N/diffstat.json`: the attempt's changed files, counted when loopd committed."""
+
+    files: list[FileChange] = []  # the first FILES_KEPT files
+    total_files: int = 0
+    added: int = 0
+    removed: int = 0
+    patch_bytes: int = 0  # the size of the whole patch, before any cap
+    patch_capped: bool = False
+
+
 class StallRecord(Record):
     kind: str
     at: datetime
@@ -93,7 +186,7 @@ class AttemptRecord(Record):
     verdict: str = ""
     feedback: str = ""
     judged: bool = False  # scored by the critic model
-    violations: list[str] = []  # protected paths changed, refs moved
+    violations: list[Violation] = []  # protected paths changed, refs moved
     tokens: int = 0
     cost_usd: float = 0.0  # where the agent reports it
     timed_out: bool = False
@@ -101,6 +194,14 @@ class AttemptRecord(Record):
     session_id: str = ""
     base_commit: str = ""  # the tree's commit when the attempt started
     head_commit: str = ""  # loopd's commit of what the agent left
+    interrupted: bool = False  # the attempt ended with the run (cancel, stop, crash)
+
+    @field_validator("violations", mode="before")
+    @classmethod
+    def _legacy_violations(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [Violation.from_legacy(v) if isinstance(v, str) else v for v in value]
+        return value
 
 
 class RunRecord(Record):
@@ -114,6 +215,7 @@ class RunRecord(Record):
     finished: datetime | None = None
     outcome: Outcome | None = None
     reason: str = ""
+    cause: Cause | None = None
     branch: str = ""
     tokens: int = 0
     cost_usd: float = 0.0  # summed from the agents' usage reports, where they give one
@@ -128,6 +230,9 @@ class RunRecord(Record):
     pid: int = 0  # the daemon (or `loopd once`) that ran it
     agent_pids: list[int] = []  # process groups of the running attempt, for a restart to kill
     judging_since: datetime | None = None
+    # The steps of finishing already done (counters, escalation, notified, ...): finishing
+    # again after a crash completes the rest without repeating these.
+    finish_done: list[str] = []
 
 
 class DaemonStatus(Record):

@@ -1,0 +1,277 @@
+"""Finishing a run: one function, safe to run again after a crash anywhere inside it.
+
+The outcome is saved first; then, each recorded in `finish_done` once done: the rules'
+counters are updated, the escalation is written (and its event), the progress notes
+rebuilt, a person notified, the tree removed, `run_finished` recorded. Only then is the `live`
+marker removed, so a restart finds a half-finished run and `complete_finish` does the rest.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from daemon.config import Loop
+from daemon.runs.git import GitError
+from daemon.runs.journal import RunJournal
+from daemon.runs.services import RunServices
+from daemon.runs.tree import RunTree, branch_name, remove_tree, scratch_dir
+from daemon.state.records import Cause, RunRecord, StallRecord, escalates
+
+# An outcome without a cause (a record from an older loopd, or a caller that gives none).
+DEFAULT_CAUSE = {
+    "succeeded": Cause.PASSED,
+    "cancelled": Cause.CANCELLED,
+    "interrupted": Cause.INTERRUPTED,
+    "refused": Cause.REFUSED,
+    "error": Cause.LOOPD_ERROR,
+}
+
+
+def locate_worktree(services: RunServices, run: RunRecord) -> None:
+    """Fill in a worktree that a loopd killed before recording it: it is at its usual place."""
+    if run.worktree or run.isolation != "worktree":
+        return
+    guess = services.config.limits.worktrees_path / run.loop / run.id
+    if guess.exists():
+        run.worktree = str(guess)
+        run.branch = run.branch or branch_name(run.loop, run.id)
+
+
+def tree_of(services: RunServices, run: RunRecord) -> RunTree | None:
+    """The run's tree as its record names it, when it is still there."""
+    locate_worktree(services, run)
+    if not run.worktree or not Path(run.worktree).exists():
+        return None
+    return RunTree(
+        path=Path(run.worktree),
+        repo=Path(run.repo),
+        branch=run.branch,
+        base_commit=run.base_commit,
+        isolation=run.isolation,
+    )
+
+
+def _close_open_attempt(journal: RunJournal, tree: RunTree | None) -> None:
+    """The last attempt, cut short: commit what the agent left and record it as finished."""
+    from daemon.runs.attempt import commit_attempt
+
+    run = journal.run
+    if not run.attempts:
+        return
+    attempt = run.attempts[-1]
+    if tree is not None and not attempt.head_commit:
+        try:
+            commit_attempt(journal, tree, attempt)
+        except (GitError, OSError) as exc:
+            journal.event("commit_failed", attempt=attempt.n, error=str(exc)[:300])
+    if attempt.finished is None:
+        attempt.finished = journal.now()
+        attempt.interrupted = True
+        journal.save()
+        journal.event(
+            "attempt_finished",
+            attempt=attempt.n,
+            exit_code=attempt.exit_code,
+            nudges=attempt.nudges,
+            timed_out=attempt.timed_out,
+            interrupted=True,
+        )
+
+
+def finish_run(
+    services: RunServices,
+    run: RunRecord,
+    outcome: str,
+    reason: str,
+    cause: Cause | None = None,
+    *,
+    tree: RunTree | None = None,
+    notify_on: list[str] | None = None,
+) -> RunRecord:
+    """Give the run its outcome (unless it has one) and finish it; see `complete_finish`."""
+    journal = RunJournal(services, run)
+    if run.outcome is None:
+        if outcome in ("cancelled", "interrupted", "error"):
+            _close_open_attempt(journal, tree)
+        run.outcome = outcome  # type: ignore[assignment]
+        run.reason = reason
+        run.cause = cause or DEFAULT_CAUSE.get(outcome)
+        run.finished = journal.now()
+        run.phase = "idle"
+        run.agent_pids = []
+        journal.save()
+    return complete_finish(services, run, tree=tree, notify_on=notify_on)
+
+
+def complete_finish(
+    services: RunServices,
+    run: RunRecord,
+    *,
+    tree: RunTree | None = None,
+    notify_on: list[str] | None = None,
+) -> RunRecord:
+    """The steps of finishing a run with an outcome that are not done yet, then unmark it live.
+
+    `notify_on` is the loop's; None (the loop is gone) notifies escalations only.
+    """
+    assert run.outcome is not None, "finishing needs an outcome"
+    journal = RunJournal(services, run)
+    if run.cause is None:
+        run.cause = DEFAULT_CAUSE.get(run.outcome)
+
+    def step(name: str) -> bool:
+        return name not in run.finish_done
+
+    def done(name: str) -> None:
+        run.finish_done.append(name)
+        journal.save()
+
+    if step("counters"):
+        _count_rules(services, run)
+        done("counters")
+    escalate = escalates(run.outcome, run.cause)
+    if step("escalation"):
+        if escalate:
+            _write_escalation(services, journal)
+        done("escalation")
+    if step("escalated"):
+        if escalate:
+            path = services.store.escalation_path(run.id)
+            where = str(path.relative_to(services.store.root))
+            journal.event("escalated", reason=run.reason, cause=str(run.cause), file=where)
+        done("escalated")
+    if step("progress"):
+        from daemon.people.progress import update_progress
+
+        update_progress(services.store, run.loop, journal.now())
+        done("progress")
+    if step("notified"):
+        _notify(services, run, escalate, notify_on)
+        done("notified")
+    if step("tree"):
+        _remove_tree(services, journal, tree or tree_of(services, run))
+        done("tree")
+    if step("event"):
+        journal.event(
+            "run_finished",
+            outcome=run.outcome,
+            reason=run.reason,
+            cause=str(run.cause or ""),
+            tokens=run.tokens,
+        )
+        done("event")
+    services.store.clear_cancel(run.id)
+    services.store.unmark_live(run.id)
+    return run
+
+
+def _remove_tree(services: RunServices, journal: RunJournal, tree: RunTree | None) -> None:
+    run = journal.run
+    root = services.config.limits.worktrees_path
+    shutil.rmtree(scratch_dir(root, run.loop, run.id), ignore_errors=True)
+    if tree is None:
+        return
+    try:
+        remove_tree(tree)
+    except (GitError, OSError) as exc:
+        journal.event("worktree_remove_failed", error=str(exc)[:300])
+
+
+def _count_rules(services: RunServices, run: RunRecord) -> None:
+    # Only runs whose agent worked count for or against their rules: a run refused or
+    # escalated by a rule before any agent, or stopped by a person or a crash, says nothing.
+    if not (run.rules_fired and run.attempts and run.outcome in ("succeeded", "escalated")):
+        return
+    from daemon.rules.promotion import record_run
+    from daemon.runs.learning import rule_library
+
+    record_run(
+        rule_library(services),
+        list(run.rules_fired),
+        run.loop,
+        run.task,
+        run.outcome == "succeeded",
+        services.store.events,
+        services.clock(),
+        state_root=services.store.root,
+        run=run.id,
+    )
+
+
+def _write_escalation(services: RunServices, journal: RunJournal) -> None:
+    from daemon.people.escalation import write_escalation
+
+    # Written once: after a crash the file may be there already, perhaps resolved since.
+    if not services.store.escalation_path(journal.run.id).exists():
+        write_escalation(services.store, journal.run, journal.now())
+
+
+def _notify(
+    services: RunServices, run: RunRecord, escalate: bool, notify_on: list[str] | None
+) -> None:
+    notifications = services.notifications
+    if notifications is None:
+        return
+    now = services.clock()
+    if escalate:
+        notifications.escalated(run, services.store.escalation_path(run.id), now)
+    elif notify_on is not None:
+        notifications.run_finished(run, notify_on, now)
+
+
+# -- runs ended outside an executor -----------------------------------------------------------
+
+
+def end_without_agent(
+    services: RunServices,
+    run: RunRecord,
+    outcome: str,
+    reason: str,
+    cause: Cause | None = None,
+    notify_on: list[str] | None = None,
+) -> RunRecord:
+    """End a run that no executor will take further (cancelled in the queue, orphaned)."""
+    return finish_run(
+        services, run, outcome, reason, cause, tree=tree_of(services, run), notify_on=notify_on
+    )
+
+
+def kill_run_leftovers(services: RunServices, run: RunRecord, grace: float = 5.0) -> None:
+    """Kill what a dead loopd's attempt left running: its process group, and processes
+    started since the attempt began that work inside its worktree."""
+    from daemon.agents.processes import kill_leftovers
+
+    locate_worktree(services, run)
+    started = run.attempts[-1].started.timestamp() if run.attempts else None
+    # Only processes started since the attempt began: an in-place tree is the user's
+    # repository, where an editor's helpers may be working.
+    tree = Path(run.worktree) if run.worktree else None
+    kill_leftovers(run.agent_pids, tree, grace, started_after=started)
+
+
+def finish_interrupted(
+    services: RunServices,
+    loop: Loop,
+    run: RunRecord,
+    reason: str,
+    cause: Cause = Cause.INTERRUPTED,
+) -> RunRecord:
+    """End a run that a dead loopd left mid-attempt: commit what is there, outcome interrupted.
+
+    With `cause` interrupted-retry (a retry that was itself interrupted) it is escalated.
+    """
+    for attempt in run.attempts:
+        if attempt.finished is None:
+            attempt.stalls.append(
+                StallRecord(kind="interrupted", at=services.clock(), detail=reason)
+            )
+    return finish_run(
+        services,
+        run,
+        "interrupted",
+        reason,
+        cause,
+        tree=tree_of(services, run),
+        notify_on=loop.config.notify_on,
+    )

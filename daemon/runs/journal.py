@@ -1,0 +1,44 @@
+"""The run's record and files, with one owner: whatever changes them goes through here."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from daemon.runs.services import RunServices
+from daemon.state.records import RunRecord
+
+
+class RunJournal:
+    """`run.toml`, the run's events and attempt folders, and a heartbeat on the monotonic clock."""
+
+    def __init__(self, services: RunServices, run: RunRecord) -> None:
+        self.services = services
+        self.run = run
+        self.heartbeat = time.monotonic()  # the last sign of progress
+
+    def now(self) -> datetime:
+        return self.services.clock()
+
+    def beat(self) -> None:
+        """Record progress without saving (a long wait, an agent's output)."""
+        self.heartbeat = time.monotonic()
+
+    def idle_for(self, now_monotonic: float) -> float:
+        """Seconds since the last sign of progress."""
+        return now_monotonic - self.heartbeat
+
+    def save(self) -> None:
+        """Write run.toml (atomically)."""
+        self.beat()
+        self.services.store.save_run(self.run)
+
+    def event(self, type: str, **fields: Any) -> None:
+        """Append an event of this run to `state/events.jsonl`."""
+        self.services.event(type, loop=self.run.loop, run=self.run.id, **fields)
+
+    def attempt_dir(self, n: int) -> Path:
+        """`state/runs/RUN_ID/attempt-N/`, made when missing."""
+        return self.services.store.attempt_dir(self.run.id, n)

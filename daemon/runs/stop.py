@@ -1,0 +1,133 @@
+"""Stopping a run: one token that a cancel, a daemon shutdown and the cancel file all reach.
+
+Whatever the run is doing (an agent session, a check, a wait for the verifier) registers
+what stops it with `on_stop`, or waits with `wait`, which returns as soon as the run stops.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Literal
+
+StopWhy = Literal["cancelled", "interrupted"]
+# Called with (grace seconds, reason): 0 for a cancel, the shutdown grace for a stop.
+StopCallback = Callable[[float, str], None]
+CANCEL_POLL = 0.3  # seconds between looks at the cancel file
+
+
+class RunStopped(Exception):
+    """The run was cancelled, or the process running it is stopping."""
+
+    def __init__(self, why: StopWhy) -> None:
+        super().__init__(why)
+        self.why: StopWhy = why
+
+
+class StopToken:
+    """Cancel (outcome `cancelled`) or interrupt (shutdown, with a grace) one run."""
+
+    def __init__(
+        self, cancel_requested: Callable[[], bool] | None = None, poll: float = CANCEL_POLL
+    ) -> None:
+        self._cancel_requested = cancel_requested
+        self._poll = poll
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._why: StopWhy | None = None
+        self._grace = 0.0
+        self._callbacks: dict[int, StopCallback] = {}
+        self._next = 0
+        self._closed = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    # stopping ---------------------------------------------------------------------------
+    def cancel(self) -> None:
+        """Stop now; the run's outcome is `cancelled` (a cancel wins over an interrupt)."""
+        self._stop("cancelled", 0.0)
+
+    def interrupt(self, grace: float) -> None:
+        """Shutdown: what runs may finish within `grace` seconds."""
+        self._stop("interrupted", grace)
+
+    def _stop(self, why: StopWhy, grace: float) -> None:
+        with self._lock:
+            if self._why == "cancelled" or (self._why == why and grace >= self._grace):
+                return
+            self._why, self._grace = why, grace
+            callbacks = list(self._callbacks.values())
+        self._stopped.set()
+        reason = "cancelled" if why == "cancelled" else "shutdown"
+        for callback in callbacks:
+            callback(grace, reason)
+
+    # asking -----------------------------------------------------------------------------
+    def _look(self) -> None:
+        if self._why != "cancelled" and self._cancel_requested and self._cancel_requested():
+            self.cancel()
+
+    @property
+    def why(self) -> StopWhy | None:
+        """`cancelled`, `interrupted`, or None while the run may go on."""
+        self._look()
+        return self._why
+
+    @property
+    def stopped(self) -> bool:
+        return self.why is not None
+
+    @property
+    def cancelled(self) -> bool:
+        return self.why == "cancelled"
+
+    def raise_if_stopped(self) -> None:
+        """Raise RunStopped when the run was cancelled or interrupted."""
+        why = self.why
+        if why is not None:
+            raise RunStopped(why)
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`; True (early) as soon as the run is stopped."""
+        remaining = max(0.0, seconds)
+        while True:
+            if self.stopped:
+                return True
+            step = min(remaining, self._poll) if self._cancel_requested else remaining
+            if self._stopped.wait(step):
+                return True
+            remaining -= step
+            if remaining <= 0:
+                return self.stopped
+
+    @contextmanager
+    def on_stop(self, callback: StopCallback) -> Iterator[None]:
+        """Call `callback(grace, reason)` if the run stops while inside the block (or did)."""
+        with self._lock:
+            key = self._next
+            self._next += 1
+            self._callbacks[key] = callback
+            why, grace = self._why, self._grace
+        if why is not None:
+            callback(grace, "cancelled" if why == "cancelled" else "shutdown")
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._callbacks.pop(key, None)
+
+    # the cancel file --------------------------------------------------------------------
+    def watch(self) -> None:
+        """Look at the cancel file in a thread until `close()`, so a cancel reaches the run."""
+        if self._cancel_requested is None or self._watcher is not None:
+            return
+        self._watcher = threading.Thread(target=self._watch, name="cancel-watch", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        while not self._closed.wait(self._poll):
+            self._look()
+
+    def close(self) -> None:
+        """Stop watching the cancel file."""
+        self._closed.set()
