@@ -11,6 +11,7 @@ from typing import Any
 from daemon.runs.journal import RunJournal
 from daemon.runs.learning import deferred_lessons, learn_from_attempt, retry_deferred_lessons
 from daemon.state.records import AttemptRecord
+from tests.helpers import events, start_daemon, stop_daemon, wait_for
 from tests.model_server import ScriptedModelServer, call_name
 from tests.test_run_lifecycle import make_case
 
@@ -81,3 +82,36 @@ def test_a_deferred_lesson_whose_attempt_is_gone_is_dropped_with_an_event(
     dropped = [e for e in case.store.events.read() if e["type"] == "rule_deferred_dropped"]
     assert len(dropped) == 2
     assert model_server.chat_requests("postmortem_rule") == []
+
+
+def test_the_daemon_takes_up_a_deferred_lesson_once_the_model_answers(
+    tmp_path: Path, model_server: ScriptedModelServer, daemons: list
+) -> None:
+    def reply(body: dict[str, Any]) -> Any:
+        if call_name(body) == "postmortem_rule":
+            return {"json": GENERIC}
+        return {"status": 400, "message": "not expected"}
+
+    model_server.script(reply)
+    case = make_case(tmp_path, server=model_server)
+    run = case.new_run()
+    now = datetime.now(UTC)
+    attempt = AttemptRecord(n=1, started=now, finished=now, checks_passed=False, score=2)
+    run.attempts = [attempt]
+    run.outcome = "escalated"
+    case.store.save_run(run)
+    folder = case.store.attempt_dir(run.id, 1)
+    (folder / "prompt.md").write_text("# Task\n\nMake check.py pass.\n")
+    (folder / "checks.log").write_text("$ python3 check.py\nAssertionError: add(2, 3) gave -1\n")
+    model_server.down = "503"
+    learn_from_attempt(case.services, RunJournal(case.services, run), 2, attempt, passed=False)
+    assert deferred_lessons(case.services)
+
+    model_server.down = None
+    daemons.append(start_daemon(case.home.root))
+    wait_for(
+        lambda: any(e["type"] == "rule_deferred_learned" for e in events(case.home.root)),
+        what="the daemon's housekeeping to take up the deferred lesson",
+    )
+    assert deferred_lessons(case.services) == []
+    stop_daemon(daemons[-1])

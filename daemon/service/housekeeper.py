@@ -68,11 +68,13 @@ class Housekeeper:
             ctx.event("retire_failed", error=str(exc)[:500])
 
     def retry_deferred_lessons(self) -> None:
-        """Post-mortems deferred while the verifier was down (`rule_deferred`), tried again.
+        """Post-mortems deferred while the verifier was down (`rule_deferred`), tried again."""
+        from daemon.runs.learning import retry_deferred_lessons
 
-        Placeholder: `retry_deferred_lessons(services)` from daemon.runs is called here once
-        it exists; until then there is nothing to retry.
-        """
+        try:
+            retry_deferred_lessons(self.ctx.services)
+        except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
+            self.ctx.event("deferred_lessons_failed", error=str(exc)[:500])
 
     def join(self, timeout: float) -> None:
         if self._thread is not None:
