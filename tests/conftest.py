@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 
 from tests.model_server import ScriptedModelServer
+
+# Where a test may skip even in CI: it is about another platform than the one CI runs on.
+PLATFORM_SKIPS = ("inotify is Linux's",)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """In CI (CI=true) a skipped test fails: a real part that cannot start must be seen."""
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("CI") != "true" or not report.skipped or sys.platform != "linux":
+        return
+    why = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
+    if any(allowed in why for allowed in PLATFORM_SKIPS):
+        return
+    report.outcome = "failed"
+    report.longrepr = f"skipped in CI, where every real part must run: {why}"
 
 
 @pytest.fixture(autouse=True)

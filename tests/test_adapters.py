@@ -750,8 +750,8 @@ def test_opencode_names_new_sessions_itself() -> None:
 def find_opencode() -> str | None:
     for candidate in (
         os.environ.get("LOOPD_TEST_OPENCODE", ""),
+        str(Path(__file__).resolve().parent.parent / "node_modules" / ".bin" / "opencode"),
         shutil.which("opencode") or "",
-        "/tmp/agents/node_modules/.bin/opencode",
     ):
         if candidate and Path(candidate).exists():
             return candidate
