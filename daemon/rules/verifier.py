@@ -426,8 +426,18 @@ def _merge(
     known = {(e.path, e.line, e.quote) for e in old.evidence}
     added = [e for e in candidate.evidence if (e.path, e.line, e.quote) not in known]
     confidence = min(CONFIDENCE_CAP, old.confidence + CONFIDENCE_STEP)
+    scope = old.scope
+    if scope.repos and candidate.scope.repos:
+        # The same lesson learned in another repository: the rule holds there too.
+        repos = list(dict.fromkeys([*scope.repos, *candidate.scope.repos]))
+        scope = scope.model_copy(update={"repos": repos})
     merged = Rule.model_validate(
-        {**old.model_dump(), "confidence": confidence, "evidence": [*old.evidence, *added]}
+        {
+            **old.model_dump(),
+            "confidence": confidence,
+            "evidence": [*old.evidence, *added],
+            "scope": scope.model_dump(),
+        }
     )
     result = Verification(
         "duplicate",

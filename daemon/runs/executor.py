@@ -35,7 +35,14 @@ from daemon.runs.stop import RunStopped, StopToken
 from daemon.runs.tree import RunTree, TreeError, prepare_tree, reopen_tree
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir, write_atomic
-from daemon.state.records import AttemptRecord, Cause, RunRecord, RunTrigger, is_experiment
+from daemon.state.records import (
+    AttemptRecord,
+    Cause,
+    ExperimentArm,
+    RunRecord,
+    RunTrigger,
+    is_experiment,
+)
 from daemon.state.store import dump_toml
 
 __all__ = [
@@ -51,7 +58,12 @@ __all__ = [
 WEDGE_MARGIN = 600.0  # seconds beyond the longest step before a silent worker counts as stuck
 
 
-def new_run(services: RunServices, loop: Loop, pending: PendingRun) -> RunRecord:
+def new_run(
+    services: RunServices,
+    loop: Loop,
+    pending: PendingRun,
+    experiment: ExperimentArm | None = None,
+) -> RunRecord:
     """Create the run's record (phase `preparing`) and its folder, under the pending run's id."""
     ensure_dir(services.store.run_dir(pending.id))
     run = RunRecord(
@@ -64,6 +76,7 @@ def new_run(services: RunServices, loop: Loop, pending: PendingRun) -> RunRecord
         isolation=loop.config.isolation,
         repo=str(loop.config.repo_path),
         pid=os.getpid(),
+        experiment=experiment,
     )
     services.store.save_run(run)
     services.store.mark_live(run.id)
