@@ -378,6 +378,7 @@ def verify_candidate(
                 loop=loop,
                 run=run,
                 rule=stored.rule.id,
+                kind=stored.rule.kind,
                 to="trial",
                 verified_by=stored.rule.verified_by,
             )
@@ -407,7 +408,13 @@ def _reject(
     result.rule, result.status, result.path = stored.rule, stored.status, stored.path
     if events is not None:
         events.append(
-            "rule_rejected", now, loop=loop, run=run, rule=stored.rule.id, reason="; ".join(reasons)
+            "rule_rejected",
+            now,
+            loop=loop,
+            run=run,
+            rule=stored.rule.id,
+            kind=stored.rule.kind,
+            reason="; ".join(reasons),
         )
     return result
 
