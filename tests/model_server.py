@@ -18,8 +18,9 @@ Optional keys in any answer: "headers" {NAME: VALUE} (e.g. "Retry-After"), "fini
 "seconds": S} (streaming: pause after K chunks).
 
 A `critic_verdict` reply given as {"json": {...}} without `rules_followed` and
-`rules_irrelevant` gets them filled in: every rule id the critic was told (the `- ID: rule`
-lines before the evidence) as followed, none irrelevant. Scripts written before the critic
+`rules_irrelevant`, to a critic that was told of rules, gets them filled in: every rule id
+the critic was told (the `- ID: rule` lines before the evidence) as followed, none
+irrelevant. Scripts written before the critic
 attributed rules keep their meaning (every rule in the prompt was followed); a script that
 gives either list is sent as it is.
 
@@ -359,8 +360,10 @@ def _with_attribution(body: dict[str, Any], spec: dict[str, Any]) -> dict[str, A
         return spec
     if "rules_followed" in reply or "rules_irrelevant" in reply or "verdict" not in reply:
         return spec  # attributed already, or not a whole verdict (a test of the repair)
-    filled = {**reply, "rules_followed": critic_rule_ids(body), "rules_irrelevant": []}
-    return {**spec, "json": filled}
+    told = critic_rule_ids(body)
+    if not told:
+        return spec  # nothing to attribute: the reply goes out as scripted
+    return {**spec, "json": {**reply, "rules_followed": told, "rules_irrelevant": []}}
 
 
 def _error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:

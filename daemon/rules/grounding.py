@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon.rules.claims import Claim, claims_of, locations_in
+from daemon.rules.claims import Claim, claims_of, is_path, locations_in
 from daemon.rules.rulefile import Evidence
 
 __all__ = [
@@ -108,13 +108,23 @@ def _strings(
             _strings(item, out, depth, skip)
 
 
-def _decoded(line: str, skip: frozenset[str] = frozenset()) -> str:
-    out: list[str] = []
+def _parsed(line: str) -> Any:
     try:
-        _strings(json.loads(line), out, skip=skip)
+        return json.loads(line)
     except ValueError:
-        return ""
+        return None
+
+
+def _joined(value: Any, skip: frozenset[str] = frozenset()) -> str:
+    """The string values of a parsed line, one a line; '' for a line that did not parse."""
+    out: list[str] = []
+    if value is not None:
+        _strings(value, out, skip=skip)
     return "\n".join(out)
+
+
+def _decoded(line: str) -> str:
+    return _joined(_parsed(line))
 
 
 @dataclass
@@ -173,9 +183,10 @@ class EvidenceSet:
             decoded: list[str] = []
             content = raw
             if path.suffix == ".jsonl":
-                decoded = [_decoded(line) for line in lines]
-                content = "\n".join(_decoded(line, METADATA) for line in lines)
-                evidence.locations |= _listed_locations(lines)
+                parsed = [_parsed(line) for line in lines]  # each line parsed once
+                decoded = [_joined(value) for value in parsed]
+                content = "\n".join(_joined(value, METADATA) for value in parsed)
+                evidence.locations |= _listed_locations(parsed)
             if path.name == "diff.patch" or path.suffix in (".patch", ".diff"):
                 evidence.locations |= _hunk_locations(lines)
             name = path.relative_to(root).as_posix()
@@ -263,18 +274,12 @@ def _hunk_locations(lines: list[str]) -> set[tuple[str, int]]:
     return found
 
 
-def _listed_locations(lines: list[str]) -> set[tuple[str, int]]:
+def _listed_locations(parsed: list[Any]) -> set[tuple[str, int]]:
     """Numbered lines of a file that a command naming it printed (`cat -n`, `grep -n`)."""
-    from daemon.rules.claims import is_path
-
     named: dict[str, list[str]] = {}  # call id -> the files its command names
     found: set[tuple[str, int]] = set()
     last: list[str] = []
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
+    for event in parsed:
         if not isinstance(event, dict):
             continue
         if event.get("type") == "tool_call":
