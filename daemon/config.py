@@ -106,6 +106,10 @@ class LimitsConfig(StrictModel):
         return Path(os.path.expanduser(self.worktrees))
 
 
+class RulesConfig(StrictModel):
+    max_breadth: float = Field(0.3, ge=0.0, le=1.0)
+
+
 class DaemonConfig(StrictModel):
     """`loopd.toml`."""
 
@@ -113,6 +117,7 @@ class DaemonConfig(StrictModel):
     agents: dict[str, AgentProfile] = {}
     notify: NotifyConfig = NotifyConfig()
     limits: LimitsConfig = LimitsConfig()
+    rules: RulesConfig = RulesConfig()
 
     def profile(self, name: str) -> AgentProfile | None:
         """The named profile; an adapter's own name works without a profile."""
@@ -214,6 +219,7 @@ def _daemon_keys() -> dict[str, str]:
         ("verifier", VerifierConfig),
         ("notify", NotifyConfig),
         ("limits", LimitsConfig),
+        ("rules", RulesConfig),
     ):
         out.update(_section_keys(model, f"in loopd.toml under [{section}]"))
     return out

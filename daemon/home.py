@@ -111,6 +111,9 @@ max_concurrent_runs = 1
 # shutdown_grace = "30s"
 # worktrees = "~/.cache/loopd/worktrees"
 # events_rotate = "64MB"
+
+# [rules]
+# max_breadth = 0.3          # a learned rule firing on more of other loops' runs stays in trial
 """
 
 EXAMPLE_LOOP = """\

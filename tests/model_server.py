@@ -17,6 +17,13 @@ Optional keys in any answer: "headers" {NAME: VALUE} (e.g. "Retry-After"), "fini
 "stream_drop_after": K (streaming: close after K chunks), "stream_pause": {"after": K,
 "seconds": S} (streaming: pause after K chunks).
 
+A `critic_verdict` reply given as {"json": {...}} without `rules_followed` and
+`rules_irrelevant`, to a critic that was told of rules, gets them filled in: every rule id
+the critic was told (the `- ID: rule` lines before the evidence) as followed, none
+irrelevant. Scripts written before the critic
+attributed rules keep their meaning (every rule in the prompt was followed); a script that
+gives either list is sent as it is.
+
 Switches: `reject_json_schema` (True: 400 to response_format json_schema, as some servers do;
 "llama.cpp": HTTP 500 "Input should be 'text' or 'json_object'", as llama-cpp-python's server
 does), `reject_json_object`, `down` ("refuse": nothing listens; "503": every request gets 503;
@@ -211,6 +218,7 @@ class _Handler(BaseHTTPRequestHandler):
         spec = owner._next_spec(body)
         if isinstance(spec, str):
             spec = {"text": spec}
+        spec = _with_attribution(body, spec)
         if spec.get("hang"):
             if owner._stopping.wait(float(spec["hang"])):
                 raise _Dropped
@@ -329,6 +337,33 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+_RULE_LINE = re.compile(r"^- (r-\d{4,}-[a-z0-9]+(?:-[a-z0-9]+)*): ", re.MULTILINE)
+
+
+def critic_rule_ids(body: dict[str, Any]) -> list[str]:
+    """The rule ids a `critic_verdict` request told the critic about (before the evidence)."""
+    users = [
+        m for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "user"
+    ]
+    if not users:
+        return []
+    head = _message_text(users[0]).split("<<<EVIDENCE", 1)[0]
+    return _RULE_LINE.findall(head)
+
+
+def _with_attribution(body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """A scripted critic verdict without attribution: every rule it was told of, followed."""
+    reply = spec.get("json")
+    if call_name(body) != "critic_verdict" or not isinstance(reply, dict):
+        return spec
+    if "rules_followed" in reply or "rules_irrelevant" in reply or "verdict" not in reply:
+        return spec  # attributed already, or not a whole verdict (a test of the repair)
+    told = critic_rule_ids(body)
+    if not told:
+        return spec  # nothing to attribute: the reply goes out as scripted
+    return {**spec, "json": {**reply, "rules_followed": told, "rules_irrelevant": []}}
 
 
 def _error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:

@@ -121,3 +121,63 @@ def test_critic_off_is_recorded_as_unjudged() -> None:
     assert result.passed and not result.judged and result.score is None
     assert "not judged by a model" in result.verdict.lower()
     assert not unjudged(checks_passed=True, violations=["ref main moved"]).passed
+
+
+RULES = [("r-0001-grep-n", "Take line numbers from `grep -n`."), ("r-0002-docs", "Edit docs/.")]
+
+
+def attributed(score: int, **lists: object) -> dict:
+    reply = verdict(score)
+    reply["json"].update(lists)
+    return reply
+
+
+def test_the_critic_is_told_the_rules_and_its_attribution_is_cleaned(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    model_server.add(
+        attributed(
+            8,
+            rules_followed=["r-0001-grep-n", " r-0002-docs", "r-0404-invented"],
+            rules_irrelevant=["r-0002-docs"],
+        )
+    )
+    evidence = build_evidence(attempt(tmp_path), "Review app.py", SUMMARY, 12000)
+    result = judge(client_for(model_server), evidence, 7, checks_passed=True, rules=RULES)
+    # Unknown ids dropped; an id in both lists is neither.
+    assert result.rules == ["r-0001-grep-n", "r-0002-docs"]
+    assert result.rules_followed == ["r-0001-grep-n"] and result.rules_irrelevant == []
+    assert result.attributed
+    user = model_server.chat_requests("critic_verdict")[0]["messages"][1]["content"]
+    assert "- r-0001-grep-n: Take line numbers from `grep -n`." in user
+    assert user.index("r-0002-docs") < user.index("<<<EVIDENCE")
+    assert "which listed rules it followed" in user
+    assert "rules_irrelevant gets its id" in CRITIC_SYSTEM
+
+
+def test_a_reply_without_the_lists_attributes_nothing_and_a_wrong_one_is_repaired(
+    model_server: ScriptedModelServer, tmp_path: Path
+) -> None:
+    bare = {"score": 8, "verdict": "ok", "unsupported_claims": [], "feedback": ""}
+    # As a server that ignores the schema answers (sent as text: the scripted server would
+    # otherwise fill in the lists).
+    model_server.add({"text": json.dumps(bare)})
+    evidence = build_evidence(attempt(tmp_path), "t", SUMMARY, 12000)
+    result = judge(client_for(model_server), evidence, 7, checks_passed=True, rules=RULES)
+    assert result.passed and not result.attributed and result.rules_followed == []
+    # A list given as a string is invalid: one repair, then the fixed reply counts.
+    model_server.add(
+        {"json": {**bare, "rules_followed": "r-0001-grep-n", "rules_irrelevant": []}},
+        {"json": {**bare, "rules_followed": ["r-0001-grep-n"], "rules_irrelevant": []}},
+    )
+    result = judge(client_for(model_server), evidence, 7, checks_passed=True, rules=RULES)
+    assert result.attributed and result.rules_followed == ["r-0001-grep-n"]
+    repair = model_server.chat_requests("critic_verdict")[-1]["messages"][-1]["content"]
+    assert "rules_followed" in repair and "not a valid `critic_verdict` object" in repair
+    # Without rules in the prompt there is nothing to attribute.
+    model_server.add(verdict(8))
+    assert not judge(client_for(model_server), evidence, 7, checks_passed=True).attributed
+    last = model_server.chat_requests("critic_verdict")[-1]["messages"][1]["content"]
+    assert "No rules from earlier runs were in the agent's prompt" in last
+    off = unjudged(checks_passed=True, violations=[], rules=["r-0001-grep-n"])
+    assert off.rules == ["r-0001-grep-n"] and not off.attributed

@@ -97,8 +97,11 @@ def default_reply(body: dict[str, Any]) -> Any:
     return {"status": 400, "message": f"the test did not expect a {name} call"}
 
 
-def setup_home(tmp_path: Path, server: Any, loops: dict[str, dict[str, Any]]) -> tuple[Path, Path]:
-    """A home whose loops each get a fresh repository; returns (home, agent marker file)."""
+def setup_home(
+    tmp_path: Path, server: Any, loops: dict[str, dict[str, Any]], shared: bool = False
+) -> tuple[Path, Path]:
+    """A home whose loops each get a fresh repository (`shared`: all loops one repository);
+    returns (home, agent marker file)."""
     server.script(default_reply)
     script = tmp_path / "agent.py"
     script.write_text(AGENT.replace("RULE_MARK", repr(RULE_MARK)))
@@ -111,7 +114,8 @@ def setup_home(tmp_path: Path, server: Any, loops: dict[str, dict[str, Any]]) ->
     )
     files = {}
     for name, extra in loops.items():
-        repo = make_repo(tmp_path / f"repo-{name}", REPO)
+        folder = tmp_path / ("repo" if shared else f"repo-{name}")
+        repo = folder if shared and folder.exists() else make_repo(folder, REPO)
         lines = [
             f'repo = "{repo}"',
             'agent = "fixer"',
@@ -154,10 +158,12 @@ def run_events(home: Path, run_id: str, kind: str) -> list[dict[str, Any]]:
 def test_a_failure_becomes_a_rule_that_fixes_attempt_2_and_a_later_task(
     tmp_path: Path, model_server: Any
 ) -> None:
+    # Two loops on one repository: a learned rule is scoped to the repository it came from.
     home, marker = setup_home(
         tmp_path,
         model_server,
         {"calc": {"task": TASK_A, "max_attempts": 2}, "sums": {"task": TASK_B, "max_attempts": 1}},
+        shared=True,
     )
     model_server.add({"json": LEARNED}, name="postmortem_rule")
     model_server.add({"json": AGREES}, name="rule_verification")
@@ -176,6 +182,7 @@ def test_a_failure_becomes_a_rule_that_fixes_attempt_2_and_a_later_task(
     rid = trial[0].stem
     front = rule_file(home, "trial", rid)
     assert front["severity"] == "remind" and front["kind"] == "failure"
+    assert front["scope"]["repos"] == [str((tmp_path / "repo").resolve())]
     assert front["verified_by"] == ["grounding", "duplicates", "model:critic-model"]
     assert front["source_run"] == run_a and front["source_task"] == TASK_A
     cited = {(e["path"], e["quote"]) for e in front["evidence"]}

@@ -49,7 +49,15 @@ def test_sends_strict_json_schema_named_and_states_it_in_the_prompt(
     assert response_format["json_schema"]["strict"] is True
     schema = response_format["json_schema"]["schema"]
     assert schema["additionalProperties"] is False
-    assert schema["required"] == ["score", "verdict", "unsupported_claims", "feedback"]
+    assert schema["required"] == [
+        "score",
+        "verdict",
+        "unsupported_claims",
+        "feedback",
+        "rules_followed",
+        "rules_irrelevant",
+    ]
+    assert schema["properties"]["rules_followed"]["maxItems"] == 40
     system = body["messages"][0]["content"]
     assert system.startswith("You judge.") and '"unsupported_claims"' in system
     assert body["model"] == "critic-model" and body["messages"][1]["content"] == "the evidence"
@@ -69,6 +77,8 @@ def test_falls_back_to_json_object_and_remembers(model_server: ScriptedModelServ
         "verdict",
         "unsupported_claims",
         "feedback",
+        "rules_followed",
+        "rules_irrelevant",
     ]
     assert client.format == "json_object" and client.calls == 2
 
@@ -324,6 +334,8 @@ def test_llama_cpp_500_rejecting_json_schema_falls_back_and_remembers(
         "verdict",
         "unsupported_claims",
         "feedback",
+        "rules_followed",
+        "rules_irrelevant",
     ]
     assert client.format == "json_object" and waits == []
 

@@ -255,3 +255,25 @@ def test_runs_as_a_process_with_script_control_and_log(tmp_path: Path) -> None:
     assert process.returncode == 0
     paths = [json.loads(line)["path"] for line in log.read_text().splitlines()]
     assert paths == ["/v1/models", "/v1/chat/completions", "/v1/chat/completions"]
+
+
+def test_a_scripted_critic_without_attribution_follows_every_rule_it_was_told_of() -> None:
+    verdict = {"score": 8, "verdict": "ok", "unsupported_claims": [], "feedback": ""}
+    told = (
+        "Rules from earlier runs that were in the agent's prompt (id: rule):\n<<<RULES-1\n"
+        "- r-0001-grep-n: Use grep -n.\n- r-0012-calc: Fix calc.py.\nRULES-1>>>\n\n"
+        "<<<EVIDENCE\n- r-0099-in-evidence: not a rule the critic was told of\nEVIDENCE>>>"
+    )
+    system = "Answer with the `critic_verdict` reply."
+    with ScriptedModelServer(
+        by_name={"critic_verdict": [{"json": verdict}, {"json": {**verdict, "rules_followed": []}}]}
+    ) as s:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": told}]
+        first = client(s).chat.completions.create(model="m", messages=messages)
+        assert json.loads(first.choices[0].message.content) == {
+            **verdict,
+            "rules_followed": ["r-0001-grep-n", "r-0012-calc"],
+            "rules_irrelevant": [],
+        }
+        second = client(s).chat.completions.create(model="m", messages=messages)
+        assert json.loads(second.choices[0].message.content) == {**verdict, "rules_followed": []}

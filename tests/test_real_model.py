@@ -33,7 +33,9 @@ import pytest
 
 from daemon.config import VerifierConfig
 from daemon.model import CriticVerdict, ModelClient, PostmortemRule, TriggerMatches
+from daemon.model.critic import attribution
 from daemon.rules.library import RuleLibrary
+from daemon.rules.postmortem import fitting_kind
 from daemon.rules.rulefile import Rule
 from tests.helpers import events, loopd, make_home, make_repo
 from tests.model_server import call_name
@@ -334,14 +336,14 @@ def test_loopd_once_judges_and_learns_with_a_real_model(tmp_path: Path, proxy: _
     # The critic's verdict: schema-valid, recorded in verdict.toml, the model's own words.
     verdict = tomllib.loads((run_dir / "attempt-1" / "verdict.toml").read_text())
     assert verdict["judged"] is True and verdict["checks_passed"] is False
-    recorded = CriticVerdict(
-        score=verdict["score"],
-        verdict=verdict["verdict"],
-        unsupported_claims=verdict["unsupported_claims"],
-        feedback=verdict["feedback"],
-    )
     critic = [c for c in proxy.chats("critic_verdict") if c.status == 200]
-    assert recorded == CriticVerdict.model_validate_json(critic[-1].content)
+    reply = CriticVerdict.model_validate_json(critic[-1].content)
+    said = ("score", "verdict", "unsupported_claims", "feedback")
+    assert {k: verdict[k] for k in said} == reply.model_dump(include=set(said))
+    # The rules it attributed: only the ids of the attempt's prompt (the list may be empty).
+    rules = verdict.get("rules", [])
+    followed, irrelevant = attribution(rules, reply.rules_followed, reply.rules_irrelevant)
+    assert (verdict["rules_followed"], verdict["rules_irrelevant"]) == (followed, irrelevant)
     assert verdict["passed"] is False  # checks failed, whatever the score
     assert len(critic) in (1, 2)  # a second request is the one repair
     if len(critic) == 2:
@@ -361,5 +363,8 @@ def test_loopd_once_judges_and_learns_with_a_real_model(tmp_path: Path, proxy: _
         assert len(postmortems) == 2 and "rule_proposed" not in kinds
     else:
         (event,) = [e for e in log if e["type"] == "rule_proposed"]
-        assert event["text"] == proposed.rule and event["kind"] == proposed.kind
+        # The kind the model chose, unless the attempt rules it out (no note: no decision;
+        # a failed attempt: no skill).
+        assert event["text"] == proposed.rule
+        assert event["kind"] == fitting_kind(proposed.kind, None, "")
         assert {"rule_accepted", "rule_rejected", "rule_merged", "rule_deferred"} & set(kinds)

@@ -67,7 +67,11 @@ def test_a_failure_becomes_a_trial_rule_that_fires_helps_and_is_promoted(
     assert selection.ids == [rid] and selection.fired[0].why == "pattern"
     assert "never from `grep -c`" in render_rules(selection.rules)
     assert selection.model_calls == 0
-    record_run(library, selection.ids, "review", TASK, True, events, NOW, state_root=state)
+    followed = dict.fromkeys(selection.ids, "followed")
+    record_run(
+        library, selection.ids, "review", TASK, True, events, NOW, state_root=state,
+        attribution=followed,
+    )  # fmt: skip
     assert library.get(rid).status == "trial"  # same task: not yet
 
     # A later run of another task that the rule matches passes too.
@@ -75,7 +79,11 @@ def test_a_failure_becomes_a_trial_rule_that_fires_helps_and_is_promoted(
     other = "Fix the off-by-one in lib.py and report the line numbers you changed."
     selection = select_rules(library, other, "fixes", [], client, cfg, events, later, cache=cache)
     assert rid in selection.ids
-    record_run(library, selection.ids, "fixes", other, True, events, later, state_root=state)
+    followed = dict.fromkeys(selection.ids, "followed")
+    record_run(
+        library, selection.ids, "fixes", other, True, events, later, state_root=state,
+        attribution=followed,
+    )  # fmt: skip
     stored = library.get(rid)
     assert stored.status == "active"
     assert (stored.rule.fired, stored.rule.helped, stored.rule.harmed) == (2, 2, 0)

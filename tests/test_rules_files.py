@@ -19,7 +19,7 @@ NOW = datetime(2026, 11, 29, 2, 14, tzinfo=UTC)
 EXAMPLE = """\
 +++
 id = "r-0042-grep-count-is-not-a-line-number"
-kind = "failure"
+kind = "failure"  # a failure: a mistake an earlier attempt made, and how to avoid it
 severity = "remind"
 trigger_intent = "Reviews or edits that cite specific line numbers of a source file"
 trigger_patterns = ['(?i)\\bline\\s+\\d+', '(?i)\\breview']
@@ -28,6 +28,7 @@ confidence = 0.5
 fired = 0
 helped = 0
 harmed = 0
+idle = 0
 created = 2026-11-29T02:14:00Z
 expires = 2027-02-27T02:14:00Z
 source_run = "20261129T021000Z-review-3f2a"

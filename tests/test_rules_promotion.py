@@ -29,6 +29,10 @@ def trial_rule(library: RuleLibrary, status: str = "trial", **kw) -> str:  # noq
     return library.add(Rule(**fields), status).rule.id  # type: ignore[arg-type]
 
 
+def followed(*ids: str) -> dict[str, str]:
+    return dict.fromkeys(ids, "followed")
+
+
 def test_a_passing_run_of_the_same_task_counts_but_does_not_promote(tmp_path: Path) -> None:
     library = RuleLibrary(tmp_path / "rules")
     rid = trial_rule(library)
@@ -40,6 +44,7 @@ def test_a_passing_run_of_the_same_task_counts_but_does_not_promote(tmp_path: Pa
         True,
         None,
         NOW,
+        attribution=followed(rid),
     )
     stored = library.get(rid)
     assert changes == [] and stored.status == "trial"
@@ -51,8 +56,11 @@ def test_a_passing_run_of_another_task_or_loop_promotes(tmp_path: Path) -> None:
     events = EventLog(tmp_path / "events.jsonl")
     by_task = trial_rule(library)
     by_loop = trial_rule(library, rule="Use `nl -ba` to number lines.")
-    record_run(library, [by_task], "review", "Review lib.py for bugs.", True, events, NOW)
-    record_run(library, [by_loop], "audit", TASK, True, events, NOW)
+    review = "Review lib.py for bugs."
+    record_run(
+        library, [by_task], "review", review, True, events, NOW, attribution=followed(by_task)
+    )
+    record_run(library, [by_loop], "audit", TASK, True, events, NOW, attribution=followed(by_loop))
     assert library.get(by_task).status == "active" and library.get(by_loop).status == "active"
     promoted = [e for e in events.read() if e["type"] == "rule_promoted"]
     assert [(e["rule"], e["from"], e["to"]) for e in promoted] == [
@@ -61,7 +69,7 @@ def test_a_passing_run_of_another_task_or_loop_promotes(tmp_path: Path) -> None:
     ]
     # A failing run of another task counts as harm and promotes nothing.
     third = trial_rule(library, rule="Use `wc -l` before citing.")
-    record_run(library, [third], "audit", "Other", False, events, NOW)
+    record_run(library, [third], "audit", "Other", False, events, NOW, attribution=followed(third))
     assert library.get(third).status == "trial" and library.get(third).rule.harmed == 1
 
 
@@ -69,18 +77,19 @@ def test_harm_minus_help_of_two_retires(tmp_path: Path) -> None:
     library = RuleLibrary(tmp_path / "rules")
     events = EventLog(tmp_path / "events.jsonl")
     rid = trial_rule(library, status="active")
-    record_run(library, [rid], "review", TASK, True, events, NOW)  # helped 1
-    record_run(library, [rid], "review", TASK, False, events, NOW)  # harmed 1: 0
-    record_run(library, [rid], "review", TASK, False, events, NOW)  # harmed 2: 1
+    said = followed(rid)
+    record_run(library, [rid], "review", TASK, True, events, NOW, attribution=said)  # helped 1
+    record_run(library, [rid], "review", TASK, False, events, NOW, attribution=said)  # harmed 1
+    record_run(library, [rid], "review", TASK, False, events, NOW, attribution=said)  # harmed 2
     assert library.get(rid).status == "active"
-    changes = record_run(library, [rid], "review", TASK, False, events, NOW)  # harmed 3: 2
+    changes = record_run(library, [rid], "review", TASK, False, events, NOW, attribution=said)
     stored = library.get(rid)
     assert stored.status == "retired" and "harmed 3 runs and helped 1" in stored.rule.reason
     assert [c.to for c in changes] == ["retired"]
     demoted = [e for e in events.read() if e["type"] == "rule_demoted"]
     assert demoted[0]["to"] == "retired" and demoted[0]["rule"] == rid
     # A retired rule is not counted any more; its file is kept.
-    record_run(library, [rid], "review", TASK, False, events, NOW)
+    record_run(library, [rid], "review", TASK, False, events, NOW, attribution=said)
     assert library.get(rid).rule.harmed == 3 and stored.path.exists()
 
 
@@ -107,3 +116,57 @@ def test_a_rule_deleted_during_the_run_is_skipped(tmp_path: Path) -> None:
     rid = trial_rule(library)
     library.get(rid).path.unlink()
     assert record_run(library, [rid, "r-9999-unknown"], "x", "y", True, None, NOW) == []
+
+
+def test_an_irrelevant_firing_counts_idle_and_never_promotes(tmp_path: Path) -> None:
+    library = RuleLibrary(tmp_path / "rules")
+    events = EventLog(tmp_path / "events.jsonl")
+    rid = trial_rule(library)
+    for _ in range(3):  # passing runs of other loops, where the critic called it irrelevant
+        record_run(library, [rid], "docs", "Fix the README.", True, events, NOW,
+                   attribution={rid: "irrelevant"})  # fmt: skip
+    stored = library.get(rid)
+    assert stored.status == "trial"
+    assert (stored.rule.fired, stored.rule.helped, stored.rule.harmed, stored.rule.idle) == (
+        3, 0, 0, 3,
+    )  # fmt: skip
+    assert [e for e in events.read() if e["type"] == "rule_promoted"] == []
+    # idle is a counter: the rule's version does not change with it.
+    assert stored.rule.version == stored.rule.model_copy(update={"idle": 0}).version
+
+
+def test_without_attribution_a_firing_counts_fired_alone(tmp_path: Path) -> None:
+    """No critic (or critic = "off"): nothing says the rule was followed, so nothing more."""
+    library = RuleLibrary(tmp_path / "rules")
+    rid = trial_rule(library)
+    record_run(library, [rid], "docs", "Fix the README.", True, None, NOW)
+    record_run(library, [rid], "docs", "Fix the README.", False, None, NOW, attribution={})
+    stored = library.get(rid)
+    assert stored.status == "trial"
+    assert (stored.rule.fired, stored.rule.helped, stored.rule.harmed, stored.rule.idle) == (
+        2, 0, 0, 0,
+    )  # fmt: skip
+
+
+def test_a_rule_too_broad_stays_in_trial_with_the_reason(tmp_path: Path) -> None:
+    library = RuleLibrary(tmp_path / "rules")
+    events = EventLog(tmp_path / "events.jsonl")
+    rid = trial_rule(library)
+    asked: list[str] = []
+
+    def too_broad(rule: Rule) -> str:
+        asked.append(rule.id)
+        return "too broad: fires on 9 of 10 runs of other loops (90%, over [rules] max_breadth 0.3)"
+
+    record_run(library, [rid], "docs", "Fix the README.", True, events, NOW,
+               attribution=followed(rid), too_broad=too_broad)  # fmt: skip
+    stored = library.get(rid)
+    assert asked == [rid] and stored.status == "trial"
+    assert stored.rule.reason.startswith("too broad: fires on 9 of 10")
+    assert stored.rule.helped == 1
+    [held] = [e for e in events.read() if e["type"] == "rule_held"]
+    assert held["rule"] == rid and "max_breadth" in held["reason"]
+    # Not asked when nothing is due: a failing run.
+    record_run(library, [rid], "docs", "Fix the README.", False, events, NOW,
+               attribution=followed(rid), too_broad=too_broad)  # fmt: skip
+    assert asked == [rid]

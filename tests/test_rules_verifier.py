@@ -125,7 +125,7 @@ def test_claims_follow_the_design() -> None:
     why = 'Line 17 of src/app.py called parse_config() and `make` printed "no rule"; getUser too.'
     found = {(c.kind, c.text) for c in claims_of(why, "Why")}
     assert found == {
-        ("number", "17"),
+        ("line", "src/app.py:17"),  # a line location: checked as that file at that line
         ("path", "src/app.py"),
         ("identifier", "parse_config"),
         ("code", "make"),

@@ -18,6 +18,7 @@ GROUP_ORDER = {
     "daemon": 2,
     "hooks": 3,
     "rules": 4,
+    "experiment": 4.5,  # replay and experiment (daemon/cli/experiment.py), after the rules
     "escalations": 5,
     "report": 6,
     "systemd": 7,

@@ -18,9 +18,10 @@ def report_cmd(args: argparse.Namespace) -> int:
         window = parse_duration(args.since)
     except ValueError as exc:
         raise CommandError(f"--since: {exc}") from None
-    store = home_of(args).state()
+    home = home_of(args)
+    store = home.state()
     now = utc_now()
-    report = build_report(store, now - window, now)
+    report = build_report(store, now - window, now, home.rules_dir)
     write_report(store, report)
     if args.json:
         print_json(report.model_dump(mode="json"))

@@ -64,14 +64,16 @@ def _row(stored: Any) -> dict[str, Any]:
         "fired": rule.fired,
         "helped": rule.helped,
         "harmed": rule.harmed,
+        "idle": rule.idle,
+        "repos": rule.scope.repos,
         "rule": rule.rule,
         "path": str(stored.path),
     }
 
 
 def list_cmd(args: argparse.Namespace) -> int:
-    """List the rules (live ones: trial and active; --status or --all for others)."""
-    from daemon.rules.rulefile import LIVE, STATUSES
+    """List the rules by kind (live ones: trial and active; --status or --all for others)."""
+    from daemon.rules.rulefile import KIND_WORDS, LIVE, STATUSES
 
     _, library = rule_library(args)
     if args.status:
@@ -80,20 +82,28 @@ def list_cmd(args: argparse.Namespace) -> int:
         wanted = STATUSES if args.all else LIVE
     items = [s for s in library.scan() if s.status in wanted]
     _warn(library)
-    items.sort(key=lambda s: (STATUS_CHOICES.index(s.status), s.rule.id))
+    kinds = list(KIND_WORDS)
+    items.sort(key=lambda s: (kinds.index(s.rule.kind), STATUS_CHOICES.index(s.status), s.rule.id))
     if args.json:
         print_json([_row(s) for s in items])
         return 0
     if not items:
         print("No rules.")
         return 0
-    for s in items:
-        r = s.rule
-        print(
-            f"{r.id}  {s.status}  {r.severity}  fired {r.fired}  helped {r.helped}  "
-            f"harmed {r.harmed}  confidence {r.confidence:.2f}"
-        )
-        print(f"    {r.rule}")
+    for kind in kinds:
+        of_kind = [s for s in items if s.rule.kind == kind]
+        if not of_kind:
+            continue
+        print(f"{kind} ({len(of_kind)}): {KIND_WORDS[kind].split(': ', 1)[1]}")
+        for s in of_kind:
+            r = s.rule
+            where = "every repository" if not r.scope.repos else ", ".join(r.scope.repos)
+            print(
+                f"  {r.id}  {s.status}  {r.severity}  fired {r.fired}  helped {r.helped}  "
+                f"harmed {r.harmed}  idle {r.idle}  confidence {r.confidence:.2f}"
+            )
+            print(f"      {r.rule}")
+            print(f"      scope: {where}")
     return 0
 
 
@@ -119,6 +129,7 @@ def match_cmd(args: argparse.Namespace) -> int:
     cfg = _verifier(home)
     client = None if args.no_model else _client(cfg)
     cache = JudgeCache(home.state_dir / "cache" / "trigger-matches.json")
+    loop = home.load().loops.get(args.loop) if args.loop else None
     selection = select_rules(
         library,
         args.task,
@@ -129,6 +140,7 @@ def match_cmd(args: argparse.Namespace) -> int:
         None,
         utc_now(),
         cache=cache,
+        repo=str(loop.config.repo_path) if loop is not None else None,
     )
     _warn(library)
     if args.json:
@@ -199,34 +211,45 @@ def verify_cmd(args: argparse.Namespace) -> int:
 
 
 def promote_cmd(args: argparse.Namespace) -> int:
-    """Make a rule active; --severity refuse|escalate is a person's decision alone."""
+    """Make a rule active; --severity refuse|escalate and --scope all are a person's decisions."""
+    from daemon.rules.rulefile import Rule
+
     home, library = rule_library(args)
     stored = _get(library, args.id)
+    rule = stored.rule
     now = utc_now()
     events = home.state().events
-    update = {"severity": args.severity} if args.severity else None
+    update: dict[str, Any] = {}
+    said: list[str] = []
+    if args.severity and args.severity != rule.severity:
+        update["severity"] = args.severity
+        said.append(f"severity {rule.severity} -> {args.severity}")
+    if args.scope == "all" and rule.scope.repos:
+        update["scope"] = {**rule.scope.model_dump(), "repos": []}
+        said.append(f"scope {', '.join(rule.scope.repos)} -> every repository")
     if stored.status != "active":
         moved = library.move(
-            stored.rule.id, "active", events, now, reason="promoted by a person", update=update
+            rule.id, "active", events, now, reason="promoted by a person", update=update or None
         )
         print(f"{moved.rule.id}: {stored.status} -> active ({moved.rule.severity})")
+        if "scope" in update:
+            print(f"{moved.rule.id}: {said[-1]}")
         return 0
-    if args.severity and args.severity != stored.rule.severity:
-        from daemon.rules.rulefile import Rule
-
-        rule = Rule.model_validate({**stored.rule.model_dump(), "severity": args.severity})
-        library.save(stored, rule)
-        events.append(
-            "rule_promoted",
-            now,
-            rule=rule.id,
-            **{"from": "active", "to": "active"},
-            severity=args.severity,
-            reason="severity set by a person",
-        )
-        print(f"{rule.id}: severity {stored.rule.severity} -> {args.severity}")
+    if not update:
+        print(f"{rule.id} is already active ({rule.severity})")
         return 0
-    print(f"{stored.rule.id} is already active ({stored.rule.severity})")
+    library.save(stored, Rule.model_validate({**rule.model_dump(), **update}))
+    fields = {k: v for k, v in (("severity", args.severity), ("scope", args.scope)) if k in update}
+    events.append(
+        "rule_promoted",
+        now,
+        rule=rule.id,
+        **{"from": "active", "to": "active"},
+        **fields,
+        reason="set by a person: " + "; ".join(said),
+    )
+    for line in said:
+        print(f"{rule.id}: {line}")
     return 0
 
 
@@ -258,7 +281,9 @@ def register(sub: Any) -> None:
     p.add_argument("id", metavar="ID")
     p = command(actions, "match", match_cmd, json_flag=True)
     p.add_argument("--task", required=True, help="the task text")
-    p.add_argument("--loop", default="", help="apply the rules' loop scopes for this loop")
+    p.add_argument(
+        "--loop", default="", help="apply the rules' scopes for this loop and its repository"
+    )
     p.add_argument("--path", action="append", help="a changed path (repeatable)")
     p.add_argument("--no-model", action="store_true", help="the lexical stage only")
     p = command(actions, "verify", verify_cmd, json_flag=True)
@@ -269,6 +294,11 @@ def register(sub: Any) -> None:
     p = command(actions, "promote", promote_cmd)
     p.add_argument("id", metavar="ID")
     p.add_argument("--severity", choices=("remind", "refuse", "escalate"))
+    p.add_argument(
+        "--scope",
+        choices=("all",),
+        help="all: the rule applies to every repository, not only the one it was learned in",
+    )
     p = command(actions, "retire", retire_cmd)
     p.add_argument("id", metavar="ID")
     p.add_argument("--reason", default="retired by a person")

@@ -50,6 +50,17 @@ class CriticVerdict(Reply):
         json_schema_extra=_strings(10),
     )
     feedback: str = Field(description="what the next attempt must fix", json_schema_extra=PARAGRAPH)
+    # Absent from a reply (a server that ignores the schema): no attribution, not an error.
+    rules_followed: list[str] = Field(
+        [],
+        description="ids of the listed rules that the attempt followed",
+        json_schema_extra=_strings(40, 80),
+    )
+    rules_irrelevant: list[str] = Field(
+        [],
+        description="ids of the listed rules that had nothing to do with this attempt",
+        json_schema_extra=_strings(40, 80),
+    )
 
 
 class EvidenceQuote(BaseModel):

@@ -113,9 +113,11 @@ def build_progress(
         runs = []
         for run_id in reversed(store.run_ids(loop)):
             try:
-                runs.append(store.load_run(run_id))
+                run = store.load_run(run_id)
             except Exception:  # noqa: BLE001 - a broken run.toml must not hide the others
                 continue
+            if run.experiment is None:  # an experiment's runs are not the loop's work
+                runs.append(run)
             if len(runs) == LAST_RUNS:
                 break
     out = [f"# Progress: {loop}", "", f"Rebuilt by loopd from state at {iso(now)}.", ""]

@@ -23,6 +23,7 @@ RULE_CHANGE_TYPES = {
     "rule_demoted": "retired",
     "rule_retired": "retired",
     "rule_rejected": "rejected",
+    "rule_held": "kept in trial",
 }
 # A run that started this long before `since` may still have finished inside the window.
 _RUN_LOOKBACK = timedelta(days=1)
@@ -58,6 +59,7 @@ class RuleChange(BaseModel):
     ts: str
     change: str
     rule: str
+    kind: str = ""  # failure | decision | knowledge | skill; "" when no longer known
     loop: str | None = None
     run: str | None = None
     text: str = ""
@@ -121,8 +123,23 @@ def _run_ids_since(store: StateStore, since: datetime) -> list[str]:
     return [i for i in store.run_ids() if i[:16] >= floor]
 
 
-def build_report(store: StateStore, since: datetime, now: datetime) -> Report:
-    """Runs, rule changes and waiting escalations since `since`, from state only."""
+def _fill_kinds(changes: list[RuleChange], rules_dir: Path | None) -> None:
+    """The kind of each changed rule its event did not carry, from its file when it is there."""
+    missing = [c for c in changes if not c.kind and c.rule]
+    if not missing or rules_dir is None:
+        return
+    from daemon.rules.library import RuleLibrary
+
+    kinds = {s.rule.id: s.rule.kind for s in RuleLibrary(rules_dir).scan()}
+    for change in missing:
+        change.kind = kinds.get(change.rule, "")
+
+
+def build_report(
+    store: StateStore, since: datetime, now: datetime, rules_dir: Path | None = None
+) -> Report:
+    """Runs, rule changes and waiting escalations since `since`, from state (and `rules_dir`
+    for the kind of a rule whose event does not name it)."""
     report = Report(generated=now, since=since)
     for run_id in _run_ids_since(store, since):
         try:
@@ -186,6 +203,7 @@ def build_report(store: StateStore, since: datetime, now: datetime) -> Report:
                     ts=str(event.get("ts", "")),
                     change=RULE_CHANGE_TYPES[kind],
                     rule=rule,
+                    kind=str(event.get("kind") or ""),
                     loop=event.get("loop"),
                     run=event.get("run"),
                     text=one_line(text, 140),
@@ -193,6 +211,7 @@ def build_report(store: StateStore, since: datetime, now: datetime) -> Report:
             )
         elif kind == "notify_failed":
             report.notify_failed.append(one_line(str(event.get("error", "")), 160))
+    _fill_kinds(report.rules, rules_dir)
     report.escalations = open_escalations(store)
     return report
 
@@ -212,6 +231,19 @@ def _score(value: float | int | None) -> str:
 def _outcomes_text(outcomes: dict[str, int]) -> str:
     order = [o for o in OUTCOMES if o in outcomes] + sorted(set(outcomes) - set(OUTCOMES))
     return ", ".join(f"{outcomes[o]} {o}" for o in order)
+
+
+KINDS = ("failure", "decision", "knowledge", "skill")
+
+
+def _by_kind(changes: list[RuleChange]) -> list[tuple[str, list[RuleChange]]]:
+    """The rule changes grouped by the rule's kind, in the kinds' order; unknown kinds last."""
+    groups = []
+    for kind in (*KINDS, ""):
+        found = [c for c in changes if (c.kind if c.kind in KINDS else "") == kind]
+        if found:
+            groups.append((kind or "kind not known", found))
+    return groups
 
 
 def render_markdown(report: Report) -> str:
@@ -250,12 +282,17 @@ def render_markdown(report: Report) -> str:
     else:
         out.append("None.")
     out += ["", "## Rules learned or retired", ""]
-    out += [
-        f"- {c.ts[:16]}Z `{c.rule or '?'}` {c.change}"
-        + (f" (loop {c.loop})" if c.loop else "")
-        + (f": {c.text}" if c.text else "")
-        for c in report.rules
-    ] or ["None."]
+    if not report.rules:
+        out.append("None.")
+    for kind, changes in _by_kind(report.rules):
+        out += [f"### {kind}", ""]
+        out += [
+            f"- {c.ts[:16]}Z `{c.rule or '?'}` {c.change}"
+            + (f" (loop {c.loop})" if c.loop else "")
+            + (f": {c.text}" if c.text else "")
+            for c in changes
+        ]
+        out.append("")
     out += ["", "## Escalations waiting", ""]
     out += [
         f"- {e.run} ({e.loop}): {one_line(e.reason or e.cause, 120)}; "
@@ -316,12 +353,14 @@ def render_rich(report: Report, console: Any, max_rows: int = 6, max_loops: int 
         if len(bad) > max_rows:
             console.print(f"  ... {len(bad) - max_rows} more in the file")
     if report.rules:
-        counts: dict[str, int] = {}
-        for c in report.rules:
-            counts[c.change] = counts.get(c.change, 0) + 1
-        console.print("[bold]Rules[/] " + ", ".join(f"{v} {k}" for k, v in counts.items()))
-        for c in report.rules[-max_rows:]:
-            console.print(f"  {esc(c.rule or '?')} {c.change}")
+        console.print("[bold]Rules[/]")
+        for kind, changes in _by_kind(report.rules):
+            counts: dict[str, int] = {}
+            for c in changes:
+                counts[c.change] = counts.get(c.change, 0) + 1
+            console.print(f"  {kind}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+            for c in changes[-max_rows:]:
+                console.print(f"    {esc(c.rule or '?')} {c.change}")
     console.print(f"[bold]Escalations waiting[/] {len(report.escalations)}")
     for e in report.escalations[:max_rows]:
         console.print(f"  {e.run} {esc(one_line(e.reason or e.cause, 60))}")

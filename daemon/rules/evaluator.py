@@ -7,8 +7,10 @@ that any match must contain, taken from the parsed regex, under the rarest trigr
 literal; a task only runs the regexes whose literal it contains, so 10,000 rules cost
 milliseconds. Patterns without such a literal (3+ characters) are run on every task.
 
-Scope: `loops` are globs of loop names (not applied when no loop is given, as in `loopd
-rules match` without --loop); `paths` are wildmatch globs of changed paths
+Scope: `repos` are the repositories a learned rule is scoped to (none: every repository;
+not applied when no repository is given, as in replay's breadth); `loops` are globs of loop
+names (not applied when no loop is given, as in `loopd rules match` without --loop);
+`paths` are wildmatch globs of changed paths
 (daemon.globs.path_matches). When the caller knows no changed paths (a scheduled run),
 `paths` cannot exclude the rule.
 
@@ -17,17 +19,18 @@ Model stage: among the live in-scope rules that did not fire, at most `judge_can
 `embeddings_model` is set, else by word overlap between the task and the rule's intent, go
 into one `trigger_matches` call bounded by `judge_timeout`. Answers are cached by (task,
 rule id, rule version): rules whose answer is cached are not asked again, and when every
-candidate is cached no call is made. The cache is a `JudgeCache`: in memory for the daemon
-(one per process), or a JSON file such as `state/cache/trigger-matches.json` for the CLI.
+candidate is cached no call is made. The cache is a `JudgeCache` (rules/judge_cache.py):
+runs and the CLI keep it in `state/cache/trigger-matches.json`, where `loopd replay` reads
+it; without a file, one in memory per process.
 On timeout or error: the lexical matches alone, and a `rule_judge_failed` event.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import hashlib
-import json
+import functools
 import math
+import os
 import re
 import threading
 import time
@@ -35,16 +38,15 @@ import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Literal
 
 from daemon.config import VerifierConfig
 from daemon.globs import path_matches
 from daemon.model.schemas import TriggerMatches
+from daemon.rules.judge_cache import JudgeCache, task_key
 from daemon.rules.library import RuleLibrary, StoredRule
 from daemon.rules.modelcalls import StructuredModel
 from daemon.rules.rulefile import Rule, Status
-from daemon.state.atomic import write_atomic
 from daemon.state.events import EventLog
 
 try:  # Python 3.11+: the regex parser lives here; sre_parse is its deprecated alias
@@ -188,7 +190,21 @@ def index_for(library: RuleLibrary, live: list[StoredRule]) -> PatternIndex:
 # -- scope and words --------------------------------------------------------------------------
 
 
-def in_scope(rule: Rule, loop: str, paths: list[str]) -> bool:
+@functools.lru_cache(maxsize=4096)
+def repo_key(path: str) -> str:
+    """A repository path as compared in `scope.repos`: `~` expanded, absolute, resolved."""
+    return os.path.realpath(os.path.expanduser(path))
+
+
+def in_scope(rule: Rule, loop: str, paths: list[str], repo: str | None = None) -> bool:
+    """Whether the rule's scope admits this loop, these changed paths and this repository.
+
+    `repo` None: the repositories are not looked at (replay's breadth, `rules match`).
+    """
+    if repo is not None and rule.scope.repos:
+        here = repo_key(repo)
+        if not any(repo_key(r) == here for r in rule.scope.repos):
+            return False
     loops = rule.scope.loops or ["*"]
     if loop and "*" not in loops and not any(fnmatch.fnmatchcase(loop, g) for g in loops):
         return False
@@ -204,60 +220,6 @@ def words(text: str) -> set[str]:
             continue
         out.add(word[:-1] if len(word) > 4 and word.endswith("s") else word)
     return out
-
-
-# -- the judge's cache --------------------------------------------------------------------------
-
-
-def task_key(task_text: str, loop: str, paths: list[str]) -> str:
-    subject = " ".join(task_text.split()) + "\n" + loop + "\n" + "\n".join(sorted(paths))
-    return hashlib.sha256(subject.encode("utf-8")).hexdigest()[:24]
-
-
-class JudgeCache:
-    """`trigger_matches` answers by (task, rule id, rule version); optionally kept in a file."""
-
-    def __init__(self, path: Path | None = None, max_tasks: int = 2000) -> None:
-        self.path = path
-        self.max_tasks = max_tasks
-        self._tasks: dict[str, dict[str, bool]] = {}
-        self._vectors: dict[tuple[str, str], list[float]] = {}
-        self._loaded = path is None
-        self._lock = threading.Lock()
-
-    def _load(self) -> None:
-        if self._loaded:
-            return
-        self._loaded = True
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))  # type: ignore[union-attr]
-            self._tasks = {k: dict(v) for k, v in data.get("tasks", {}).items()}
-        except (OSError, ValueError, AttributeError):
-            self._tasks = {}
-
-    def get(self, task: str, rule: Rule) -> bool | None:
-        with self._lock:
-            self._load()
-            return self._tasks.get(task, {}).get(f"{rule.id}@{rule.version}")
-
-    def put(self, task: str, answers: dict[Rule, bool] | list[tuple[Rule, bool]]) -> None:
-        items = answers.items() if isinstance(answers, dict) else answers
-        with self._lock:
-            self._load()
-            entry = self._tasks.pop(task, {})
-            for rule, matched in items:
-                entry[f"{rule.id}@{rule.version}"] = matched
-            self._tasks[task] = entry  # most recent last
-            while len(self._tasks) > self.max_tasks:
-                self._tasks.pop(next(iter(self._tasks)))
-            if self.path is not None:
-                write_atomic(self.path, json.dumps({"tasks": self._tasks}))
-
-    def vector(self, rule: Rule) -> list[float] | None:
-        return self._vectors.get((rule.id, rule.version))
-
-    def put_vector(self, rule: Rule, vector: list[float]) -> None:
-        self._vectors[(rule.id, rule.version)] = vector
 
 
 PROCESS_CACHE = JudgeCache()  # the daemon's: one per process, in memory
@@ -329,12 +291,12 @@ class Selection:
 
 
 def lexical_stage(
-    index: PatternIndex, task_text: str, loop: str, paths: list[str]
+    index: PatternIndex, task_text: str, loop: str, paths: list[str], repo: str | None = None
 ) -> dict[int, str]:
     """{rule index: matched pattern} for the in-scope rules whose patterns match."""
     subject = task_text + ("\n" + "\n".join(paths) if paths else "")
     hits = index.matches(subject)
-    return {i: p for i, p in hits.items() if in_scope(index.rules[i].rule, loop, paths)}
+    return {i: p for i, p in hits.items() if in_scope(index.rules[i].rule, loop, paths, repo)}
 
 
 def _cosine(a: list[float], b: list[float]) -> float:
@@ -397,13 +359,17 @@ def select_rules(
     *,
     run: str | None = None,
     cache: JudgeCache | None = None,
+    repo: str | None = None,
 ) -> Selection:
-    """The rules that fire for a task; `rule_fired` events when `events` is given."""
+    """The rules that fire for a task; `rule_fired` events when `events` is given.
+
+    `repo`: the run's repository, for the rules' `scope.repos` (None: not looked at).
+    """
     cache = cache if cache is not None else PROCESS_CACHE
     live = [s for s in library.rules() if not s.rule.expired(now)]
     index = index_for(library, live)
     started = time.perf_counter()
-    hits = lexical_stage(index, task_text, loop, paths)
+    hits = lexical_stage(index, task_text, loop, paths, repo)
     selection = Selection(lexical_seconds=time.perf_counter() - started)
     for i, pattern in sorted(hits.items()):
         selection.fired.append(
@@ -413,7 +379,7 @@ def select_rules(
     rest = [
         i
         for i, s in enumerate(index.rules)
-        if i not in hits and s.rule.trigger_intent.strip() and in_scope(s.rule, loop, paths)
+        if i not in hits and s.rule.trigger_intent.strip() and in_scope(s.rule, loop, paths, repo)
     ]
     if rest and client is not None and cfg.judge_candidates > 0:
         _judge(selection, index, rest, task_text, loop, paths, client, cfg, cache, events, now, run)

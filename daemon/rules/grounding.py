@@ -1,203 +1,130 @@
-"""Grounding without a model: the claims a rule makes, and whether the evidence holds them verbatim.
+"""Grounding without a model: whether the evidence holds each claim a rule makes.
 
-Claims (the rule verifier's first step, docs/rules.md): numbers, `code spans`, quoted
-strings, paths (containing `/` or ending in `.ext`) and identifiers (containing `_`, `::`, an
-inner capital, or followed by `(`). Every claim in **Why** is checked; in **Rule** only paths,
-identifiers and numbers.
-
-Choices written down here because the design leaves them open:
-- "Inner capital" means a capital after a lower-case letter (`getUser`) or a capital run
-  followed by a lower-case letter (`HTTPServer`); all-capital words (`TODO`, `JSON`) are
-  ordinary words, not identifiers.
-- Numbers and identifiers must occur as whole tokens (`17` is not found in `2017`); code
-  spans, quoted strings and paths as plain substrings.
-- A command that the Rule prescribes may be new: a code span in **Rule** whose first word is
-  a program (a known developer tool, or a name found on PATH) is a command. Its program
-  name, its options (`-n`, `--stat`), its numbers and its placeholders (`FILE`, `<path>`,
-  `{name}`, `$VAR`) are not claims; a path or identifier among its arguments still is,
-  because a command about a file the agent never saw is not grounded.
+The claims are found by daemon/rules/claims.py. How they are matched, choices written down
+here because the design leaves them open:
 - The evidence of an attempt folder is transcript.jsonl, checks.log, diff.patch and
   prompt.md (verdict.toml is the critic's opinion, not evidence). For `loopd rules verify
   --evidence DIR`, every file under DIR but verdict.toml. JSON string values of the
-  transcript are searched decoded too, so a quote need not carry JSON escapes.
+  transcript are searched decoded, so a quote need not carry JSON escapes, and without the
+  transcript's bookkeeping (times, ids, process numbers, token counts): a number a rule
+  states must be in what the agent saw or did, not in a timestamp.
+- Before matching, runs of whitespace (line breaks included) count as one space, on both
+  sides: a quote that differs only in whitespace, or a claim split over a line break, is
+  found.
+- A word claim (an identifier, or a code span of one word) without digits or underscores
+  is found with or without a plural -s/-es or a possessive 's: `HTTPErrors` is found where
+  the evidence says `HTTPError`. Numbers, paths, and identifiers holding a digit or an
+  underscore match exactly; numbers and identifiers as whole tokens (`17` is not found in
+  `2017`), code spans, quoted strings and paths as substrings.
+- A line location (`fetch.py:22`, `line 22 of fetch.py`) holds when the evidence shows that
+  file at that line: the same words in the evidence (`fetch.py:22` in a traceback or grep
+  output, `File "fetch.py", line 22`, `fetch.py line 22`), a line of a diff hunk of that
+  file, or a numbered listing of it (`cat -n`, `grep -n`, `nl` output of a command naming
+  the file). The file is compared by its name.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from daemon.rules.claims import Claim, claims_of, is_path, locations_in
 from daemon.rules.rulefile import Evidence
+
+__all__ = [
+    "ATTEMPT_FILES",
+    "Claim",
+    "EvidenceSet",
+    "claims_of",
+    "normalize",
+    "quote_in_file",
+    "ungrounded",
+]
 
 ATTEMPT_FILES = ("transcript.jsonl", "checks.log", "diff.patch", "prompt.md")
 NOT_EVIDENCE = {"verdict.toml"}
 MAX_FILE_BYTES = 64 * 1024 * 1024
-
-ClaimKind = Literal["number", "code", "quoted", "path", "identifier", "evidence"]
-
-_CODE = re.compile(r"`([^`\n]+)`")
-_QUOTED = re.compile(
-    r"\"([^\"\n]{1,400})\"|\u201c([^\u201d\n]{1,400})\u201d|(?<![\w])'([^'\n]{1,400})'(?![\w])"
+# Transcript keys that hold bookkeeping, not what the agent saw or did; `raw` repeats the
+# agent's own line, ids and all, whose content the other keys already hold.
+METADATA = frozenset(
+    "ts stream type subtype pid argv stdin event reason seconds exit_code session_id call_id "
+    "uuid id parent_tool_use_id input_tokens output_tokens cost_usd duration_ms "
+    "duration_api_ms num_turns raw model cwd tools mcp_servers slash_commands agents "
+    "permission_mode qwen_code_version".split()
 )
-_URL = re.compile(r"\bhttps?://[^\s`'\"<>)]+")
-_PATH_TOKEN = re.compile(r"(?<![\w./~-])[\w.~/-]*[\w/]")
-_EXT = re.compile(r"^\.?[\w-]+(?:\.[\w-]+)*\.[A-Za-z][A-Za-z0-9]{0,7}$")
-_IDENT = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:(?:::|\.)[A-Za-z_]\w*)*(\s*\()?")
-_NUMBER = re.compile(r"\b\d+(?:\.\d+)?\b")
-_SLASH_WORDS = {
-    "and/or",
-    "either/or",
-    "input/output",
-    "read/write",
-    "yes/no",
-    "true/false",
-    "pass/fail",
-    "on/off",
-    "i/o",
-}
-_ABBREVIATIONS = {"e.g", "i.e", "etc", "vs", "a.m", "p.m", "u.s"}
-_PROGRAMS = set(
-    "grep rg ag sed awk cat head tail nl wc ls find fd git python python3 pytest pip pip3 uv "
-    "poetry tox nox npm npx node yarn pnpm bun deno tsc eslint prettier jest vitest mocha "
-    "cargo rustc go gofmt make cmake ctest gcc clang ruff mypy black flake8 pylint isort "
-    "jq yq diff sort uniq cut tr curl wget docker kubectl bash sh zsh java javac mvn gradle "
-    "dotnet bundle rake rspec ruby php composer perl echo printf test stat file xargs tree "
-    "less more cd pwd mkdir rm cp mv touch chmod tar unzip sqlite3 psql mysql".split()
-)
-_PLACEHOLDER = re.compile(r"^(?:[A-Z][A-Z0-9_]*|<[^>]*>|\{[^}]*\}|\$\{?\w+\}?)$")
+_SPACE = re.compile(r"\s+")
+_WORD_CLAIM = re.compile(r"^[A-Za-z][A-Za-z.]*(?:'s|\u2019s)?$")
+_SUFFIXES = ("'s", "\u2019s", "es", "s")
+_TRACEBACK = re.compile(r'File "(?P<path>[^"\n]+)", line (?P<n>\d+)')
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_LISTED = re.compile(r"^(?:Output: )?\s*(\d+)(?:\t|:)", re.MULTILINE)
 
 
-@dataclass(frozen=True)
-class Claim:
-    """One thing a rule states as fact, to be found verbatim in the evidence."""
-
-    kind: ClaimKind
-    text: str
-    where: str  # "rule", "why" or the evidence entry
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.text!r} ({self.where})"
+def normalize(text: str) -> str:
+    """Runs of whitespace, line breaks included, as one space."""
+    return _SPACE.sub(" ", text).strip()
 
 
-def _blank(text: str, span: tuple[int, int]) -> str:
-    return text[: span[0]] + " " * (span[1] - span[0]) + text[span[1] :]
+def word_pattern(word: str) -> str:
+    """A regex for `word` as a whole token with or without a plural or possessive ending."""
+    stems = {word}
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) > len(suffix) + 1:
+            stems.add(word[: -len(suffix)])
+    alternatives = "|".join(re.escape(s) for s in sorted(stems, key=len, reverse=True))
+    return rf"(?<![\w])(?:{alternatives})(?:'s|\u2019s|es|s)?(?![\w])"
 
 
-def is_identifier(token: str, followed_by_paren: bool = False) -> bool:
-    name = token.rstrip("(").strip()
-    return (
-        followed_by_paren
-        or "_" in name
-        or "::" in name
-        or re.search(r"[a-z][A-Z]|[A-Z]{2}[a-z]", name) is not None
-    )
+def inflectable(text: str) -> bool:
+    """A word claim that may take a plural or possessive: no digit, no underscore."""
+    return _WORD_CLAIM.match(text) is not None
 
 
-def is_path(token: str) -> bool:
-    token = token.strip()
-    low = token.lower()
-    if low in _SLASH_WORDS or low.rstrip(".") in _ABBREVIATIONS:
-        return False
-    if "/" in token:
-        return any(c.isalnum() for c in token)
-    return _EXT.match(token) is not None or re.match(r"^\.[A-Za-z][\w-]{2,}$", token) is not None
-
-
-def _paths_and_identifiers(text: str, where: str) -> tuple[list[Claim], str]:
-    """Paths and identifiers of `text`, and the text with them blanked out."""
-    claims: list[Claim] = []
-    for match in list(_URL.finditer(text)):
-        claims.append(Claim("path", match.group(0).rstrip(".,;:"), where))
-        text = _blank(text, match.span())
-    for match in list(_PATH_TOKEN.finditer(text)):
-        token = match.group(0).rstrip(".-")
-        if is_path(token):
-            claims.append(Claim("path", token, where))
-            text = _blank(text, (match.start(), match.start() + len(token)))
-    for match in list(_IDENT.finditer(text)):
-        paren = bool(match.group(1))
-        name = match.group(0).rstrip("( \t")
-        if is_identifier(name, paren):
-            claims.append(Claim("identifier", name, where))
-            text = _blank(text, match.span())
-    return claims, text
-
-
-def _numbers(text: str, where: str) -> list[Claim]:
-    return [Claim("number", m.group(0), where) for m in _NUMBER.finditer(text)]
-
-
-def is_command(span: str) -> bool:
-    """A code span that runs a program (see the module docstring)."""
-    words = span.split()
-    if not words:
-        return False
-    program = words[0]
-    if not re.match(r"^[a-z][a-z0-9+._-]*$", program) or is_identifier(program):
-        return False
-    return program in _PROGRAMS or shutil.which(program) is not None
-
-
-def command_claims(span: str, where: str) -> list[Claim]:
-    """Paths and identifiers among a prescribed command's arguments."""
-    claims: list[Claim] = []
-    for word in span.split()[1:]:
-        word = word.strip("'\"")
-        if not word or word.startswith("-") or _PLACEHOLDER.match(word):
-            continue
-        found, _ = _paths_and_identifiers(word, where)
-        claims.extend(found)
-    return claims
-
-
-def claims_of(text: str, where: str, facts_only: bool = False) -> list[Claim]:
-    """The claims of a paragraph; `facts_only` (the Rule) keeps paths, identifiers, numbers."""
-    claims: list[Claim] = []
-    for match in list(_CODE.finditer(text)):
-        span = match.group(1)
-        if facts_only and is_command(span):
-            claims.extend(command_claims(span, where))
-        elif facts_only:
-            inner, rest = _paths_and_identifiers(span, where)
-            claims.extend(inner + _numbers(rest, where))
-        else:
-            claims.append(Claim("code", span, where))
-        text = _blank(text, match.span())
-    for match in list(_QUOTED.finditer(text)):
-        quoted = next(g for g in match.groups() if g is not None)
-        if facts_only:
-            inner, rest = _paths_and_identifiers(quoted, where)
-            claims.extend(inner + _numbers(rest, where))
-        else:
-            claims.append(Claim("quoted", quoted, where))
-        text = _blank(text, match.span())
-    found, text = _paths_and_identifiers(text, where)
-    claims.extend(found)
-    claims.extend(_numbers(text, where))
-    unique: dict[tuple[str, str], Claim] = {}
-    for claim in claims:
-        unique.setdefault((claim.kind, claim.text), claim)
-    return list(unique.values())
-
-
-def _strings(value: Any, out: list[str], depth: int = 0) -> None:
+def _strings(
+    value: Any, out: list[str], depth: int = 0, skip: frozenset[str] = frozenset()
+) -> None:
+    """The string values of a JSON value, JSON held in strings decoded; `skip`: keys left out."""
     if isinstance(value, str):
-        out.append(value)
+        inner: Any = None
         if depth < 2 and value[:1] in "{[":
             try:
-                _strings(json.loads(value), out, depth + 1)
+                inner = json.loads(value)
             except ValueError:
                 pass
+        if not isinstance(inner, dict):  # a record is searched by its values alone
+            out.append(value)
+        if inner is not None:
+            _strings(inner, out, depth + 1, skip)
     elif isinstance(value, dict):
-        for item in value.values():
-            _strings(item, out, depth)
+        for key, item in value.items():
+            if key not in skip:
+                _strings(item, out, depth, skip)
     elif isinstance(value, list):
         for item in value:
-            _strings(item, out, depth)
+            _strings(item, out, depth, skip)
+
+
+def _parsed(line: str) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
+
+
+def _joined(value: Any, skip: frozenset[str] = frozenset()) -> str:
+    """The string values of a parsed line, one a line; '' for a line that did not parse."""
+    out: list[str] = []
+    if value is not None:
+        _strings(value, out, skip=skip)
+    return "\n".join(out)
+
+
+def _decoded(line: str) -> str:
+    return _joined(_parsed(line))
 
 
 @dataclass
@@ -205,22 +132,38 @@ class EvidenceFile:
     name: str
     lines: list[str]  # as written
     decoded: list[str]  # per line: the JSON string values, for .jsonl files
+    content: str = ""  # what claims are searched in: the decoded content, or the text
 
     def find(self, quote: str) -> int | None:
-        """The first line (1-based) holding `quote`, raw or decoded."""
+        """The first line (1-based) holding `quote`, raw or decoded, whitespace aside."""
         for i, line in enumerate(self.lines):
             if quote in line or (i < len(self.decoded) and quote in self.decoded[i]):
                 return i + 1
+        wanted = normalize(quote)
+        if not wanted:
+            return None
+        for rows in (self.lines, self.decoded):
+            starts, joined = [], []
+            at = 0
+            for row in rows:
+                starts.append(at)
+                piece = normalize(row)
+                joined.append(piece)
+                at += len(piece) + 1
+            index = " ".join(joined).find(wanted)
+            if index >= 0:
+                return bisect_right(starts, index)
         return None
 
 
 @dataclass
 class EvidenceSet:
-    """The evidence files of an attempt, searchable verbatim."""
+    """The evidence files of an attempt, searchable for claims."""
 
     root: Path
     files: dict[str, EvidenceFile] = field(default_factory=dict)
-    _text: str = ""
+    _text: str = ""  # the content of every file, whitespace normalized
+    locations: set[tuple[str, int]] = field(default_factory=set)  # (file name, line)
 
     @classmethod
     def from_dir(cls, root: Path) -> EvidenceSet:
@@ -238,21 +181,19 @@ class EvidenceSet:
                 continue
             lines = raw.split("\n")
             decoded: list[str] = []
+            content = raw
             if path.suffix == ".jsonl":
-                for line in lines:
-                    out: list[str] = []
-                    try:
-                        _strings(json.loads(line), out)
-                    except ValueError:
-                        pass
-                    decoded.append("\n".join(out))
+                parsed = [_parsed(line) for line in lines]  # each line parsed once
+                decoded = [_joined(value) for value in parsed]
+                content = "\n".join(_joined(value, METADATA) for value in parsed)
+                evidence.locations |= _listed_locations(parsed)
+            if path.name == "diff.patch" or path.suffix in (".patch", ".diff"):
+                evidence.locations |= _hunk_locations(lines)
             name = path.relative_to(root).as_posix()
-            evidence.files[name] = EvidenceFile(name, lines, decoded)
-        parts = []
-        for item in evidence.files.values():
-            parts.append("\n".join(item.lines))
-            parts.append("\n".join(item.decoded))
-        evidence._text = "\n".join(parts)
+            evidence.files[name] = EvidenceFile(name, lines, decoded, content)
+        whole = "\n".join(item.content for item in evidence.files.values())
+        evidence.locations |= _written_locations(whole)
+        evidence._text = normalize(whole)
         return evidence
 
     @property
@@ -260,11 +201,23 @@ class EvidenceSet:
         return self._text
 
     def holds(self, claim: Claim) -> bool:
-        """The claim occurs verbatim: whole tokens for numbers and identifiers."""
-        needle = claim.text
+        """Whether the evidence holds the claim (see the module docstring)."""
+        needle = normalize(claim.text)
+        if claim.kind == "line":
+            path, _, number = claim.text.rpartition(":")
+            if (Path(path).name, int(number)) in self.locations:
+                return True
+            # "line 24 in REVIEW.md" may also mean the words "line 24" written in that file.
+            return (
+                bool(claim.alt)
+                and re.search(rf"\b{re.escape(claim.alt)}(?!\d)", self._text, re.IGNORECASE)
+                is not None
+            )
         if claim.kind == "number":
             pattern = rf"(?<!\d)(?<!\d\.){re.escape(needle)}(?!\d)(?!\.\d)"
             return re.search(pattern, self._text) is not None
+        if claim.kind in ("identifier", "code") and inflectable(needle):
+            return re.search(word_pattern(needle), self._text) is not None
         if claim.kind == "identifier":
             return re.search(rf"(?<![\w]){re.escape(needle)}(?![\w])", self._text) is not None
         return needle in self._text
@@ -290,6 +243,58 @@ class EvidenceSet:
         return entry.model_copy(update={"line": line}), None
 
 
+def _written_locations(text: str) -> set[tuple[str, int]]:
+    """Line locations the evidence states in words: tracebacks, grep output, messages."""
+    found = {(Path(path).name, number) for path, number, _, _ in locations_in(text)}
+    for match in _TRACEBACK.finditer(text):
+        found.add((Path(match.group("path")).name, int(match.group("n"))))
+    return found
+
+
+def _hunk_locations(lines: list[str]) -> set[tuple[str, int]]:
+    """Each line a diff shows, by its number in the old and in the new file."""
+    found: set[tuple[str, int]] = set()
+    old = new = ""
+    for line in lines:
+        if line.startswith("--- "):
+            old = line[4:].strip().removeprefix("a/")
+        elif line.startswith("+++ "):
+            new = line[4:].strip().removeprefix("b/")
+        else:
+            hunk = _HUNK.match(line)
+            if hunk is None:
+                continue
+            for path, start, count in (
+                (old, hunk.group(1), hunk.group(2)),
+                (new, hunk.group(3), hunk.group(4)),
+            ):
+                if path and path != "/dev/null":
+                    first, many = int(start), int(count if count is not None else 1)
+                    found.update((Path(path).name, n) for n in range(first, first + many))
+    return found
+
+
+def _listed_locations(parsed: list[Any]) -> set[tuple[str, int]]:
+    """Numbered lines of a file that a command naming it printed (`cat -n`, `grep -n`)."""
+    named: dict[str, list[str]] = {}  # call id -> the files its command names
+    found: set[tuple[str, int]] = set()
+    last: list[str] = []
+    for event in parsed:
+        if not isinstance(event, dict):
+            continue
+        if event.get("type") == "tool_call":
+            args = event.get("arguments") or event.get("input") or {}
+            command = args.get("command", "") if isinstance(args, dict) else ""
+            files = [w.strip("'\"") for w in str(command).split() if is_path(w.strip("'\""))]
+            named[str(event.get("call_id", ""))] = last = files
+        elif event.get("type") == "tool_result":
+            files = named.get(str(event.get("call_id", "")), last)
+            output = str(event.get("output", ""))
+            for number in _LISTED.findall(output):
+                found.update((Path(f).name, int(number)) for f in files)
+    return found
+
+
 def ungrounded(
     rule_text: str, why: str, evidence: EvidenceSet, entries: list[Evidence]
 ) -> tuple[list[str], list[Evidence]]:
@@ -309,7 +314,7 @@ def ungrounded(
 
 
 def quote_in_file(path: Path, quote: str) -> bool:
-    """The file exists and holds `quote` (in a .jsonl file, also in its decoded strings)."""
+    """The file exists and holds `quote` (decoded in a .jsonl file; whitespace aside)."""
     try:
         with path.open("rb") as fh:
             raw = fh.read(MAX_FILE_BYTES).decode("utf-8", errors="replace")
@@ -317,13 +322,6 @@ def quote_in_file(path: Path, quote: str) -> bool:
         return False
     if not quote or quote in raw:
         return True
-    if path.suffix == ".jsonl":
-        for line in raw.split("\n"):
-            out: list[str] = []
-            try:
-                _strings(json.loads(line), out)
-            except ValueError:
-                continue
-            if quote in "\n".join(out):
-                return True
-    return False
+    lines = raw.split("\n")
+    decoded = [_decoded(line) for line in lines] if path.suffix == ".jsonl" else []
+    return EvidenceFile(path.name, lines, decoded).find(quote) is not None

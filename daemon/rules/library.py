@@ -221,7 +221,13 @@ class RuleLibrary:
                     kind = "rule_promoted"
                 else:
                     kind = "rule_demoted"
-                fields = {"rule": rule_id, "from": stored.status, "to": to, "reason": reason}
+                fields = {
+                    "rule": rule_id,
+                    "kind": stored.rule.kind,
+                    "from": stored.status,
+                    "to": to,
+                    "reason": reason,
+                }
                 events.append(kind, now, loop=loop, run=run, **fields)
             return StoredRule(stored.rule, to, target)
 

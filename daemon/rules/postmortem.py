@@ -17,17 +17,21 @@ from daemon.model.schemas import PostmortemRule
 from daemon.rules.grounding import ATTEMPT_FILES, EvidenceSet
 from daemon.rules.library import RuleLibrary
 from daemon.rules.modelcalls import StructuredModel
-from daemon.rules.rulefile import Evidence, Rule
+from daemon.rules.rulefile import Evidence, Rule, Scope
 from daemon.rules.verifier import Verification, verify_candidate
 from daemon.state.events import EventLog
 
 FALLBACK_EVIDENCE_CHARS = 48_000
 
 POSTMORTEM_SYSTEM = """\
-You study one attempt of a coding agent and write ONE rule that would have prevented its
-failure (kind "failure"), records a decision the person made ("decision"), a fact about
-this repository the agent lacked ("knowledge"), or, for a passing attempt after failed
-ones, the way that finally worked ("skill").
+You study one attempt of a coding agent and write ONE rule of the kind that fits:
+- "decision": a person left a note for this run (the "# Note from a person" of the
+  agent's prompt) and the attempt went against what the person decided there; the rule
+  records that decision, and why quotes the note.
+- "knowledge": the agent lacked a fact about this repository (how its tests are run, where
+  a module lives, a convention) that the evidence shows; the rule states the fact.
+- "failure": the agent made a mistake of its own; the rule says how to avoid it.
+- "skill": only for a passing attempt after failed ones: the way that finally worked.
 
 The rule will be checked mechanically against the evidence, so:
 - rule: one sentence, an action naming something specific: a command in backticks
@@ -83,20 +87,23 @@ def propose_rule(
     run_id: str,
     kind_hint: str | None = None,
     timeout: float | None = None,
+    *,
+    note: str = "",
+    repo: str = "",
 ) -> Rule:
     """One candidate rule from a failed attempt (or a `skill` from a passing one).
 
     `evidence_text` is the critic's evidence bundle; when empty, the attempt folder's files
-    are listed with line numbers. The candidate has no id yet: the verifier files it.
-    Raises ModelUnavailable when the call fails.
+    are listed with line numbers. `note`: a person's note to the run (a `decision` may come
+    of it); `repo`: the repository the rule is scoped to. The candidate has no id yet: the
+    verifier files it. Raises ModelUnavailable when the call fails.
     """
     if not evidence_text.strip():
         evidence_text = evidence_listing(attempt_dir)
-    hint = f'\nWrite a rule of kind "{kind_hint}".' if kind_hint else ""
     user = (
         f"# Task\n{task}\n\n# Loop\n{loop}\n\n"
         f"# The critic's verdict\n{json.dumps(verdict, default=str, indent=1)}\n\n"
-        f"# Evidence\n<evidence>\n{evidence_text}\n</evidence>{hint}"
+        f"# Evidence\n<evidence>\n{evidence_text}\n</evidence>\n\n{kind_guidance(kind_hint, note)}"
     )
     reply = client.structured(
         "postmortem_rule", PostmortemRule, POSTMORTEM_SYSTEM, user, timeout=timeout
@@ -110,8 +117,9 @@ def propose_rule(
             continue  # an invalid regex would break the whole rule file; the intent remains
     prefix = attempt_prefix(attempt_dir)
     return Rule(
-        kind=kind_hint or reply.kind,  # type: ignore[arg-type]
+        kind=fitting_kind(reply.kind, kind_hint, note),  # type: ignore[arg-type]
         severity="remind",
+        scope=Scope(repos=[repo] if repo else []),
         trigger_intent=reply.trigger_intent.strip(),
         trigger_patterns=patterns,
         source_run=run_id,
@@ -124,6 +132,28 @@ def propose_rule(
         why=reply.why,
         how_to_apply=reply.how_to_apply,
     )
+
+
+def kind_guidance(kind_hint: str | None, note: str) -> str:
+    """The closing lines of the post-mortem's message: which kind fits this attempt."""
+    if kind_hint:
+        return f'Write a rule of kind "{kind_hint}".'
+    if note.strip():
+        return (
+            "A person left this note for the run; if the attempt went against it, write kind "
+            '"decision", else "knowledge" or "failure":\n<note>\n' + note.strip() + "\n</note>"
+        )
+    return 'No person left a note for this run: write kind "knowledge" or "failure".'
+
+
+def fitting_kind(said: str, kind_hint: str | None, note: str) -> str:
+    """The model's kind, unless the attempt rules it out: a decision needs a person's note,
+    a skill a passing attempt after failed ones."""
+    if kind_hint:
+        return kind_hint
+    if said == "skill" or (said == "decision" and not note.strip()):
+        return "failure"
+    return said
 
 
 def learn_from_attempt(
@@ -142,6 +172,8 @@ def learn_from_attempt(
     kind_hint: str | None = None,
     *,
     defer: bool = False,
+    note: str = "",
+    repo: str = "",
 ) -> Verification | None:
     """Post-mortem then verifier.
 
@@ -150,7 +182,16 @@ def learn_from_attempt(
     """
     try:
         candidate = propose_rule(
-            client, attempt_dir, evidence_text, verdict, task, loop, run_id, kind_hint
+            client,
+            attempt_dir,
+            evidence_text,
+            verdict,
+            task,
+            loop,
+            run_id,
+            kind_hint,
+            note=note,
+            repo=repo,
         )
         return verify_candidate(
             library,

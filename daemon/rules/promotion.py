@@ -1,18 +1,27 @@
 """Promotion and retirement: each run's outcome updates the counters of the rules that fired.
 
-`trial` -> `active` once a rule fired in a passing run of a different task (another loop,
-or a task text that differs from `source_task` after whitespace normalization). Any live
-rule -> `retired` when `harmed - helped >= 2`, when `expires` has passed, or when none of
-its evidence resolves any more (the file under `state/` is gone or no longer holds the
-quote). A rule without evidence (a starter rule written by a person) has nothing to
-resolve. Files move between folders; nothing is deleted.
+Every firing counts `fired`. What else it counts follows the critic's attribution (see
+docs/rules.md): a rule the critic said was followed counts `helped` in a passing run and
+`harmed` in a failing one; a rule it called irrelevant counts `idle`; a rule it said nothing
+of (no critic, `critic = "off"`, or neither list) counts `fired` alone.
+
+`trial` -> `active` once a rule was followed in a passing run of a different task (another
+loop, or a task text that differs from `source_task` after whitespace normalization), and
+replay over the record does not find it too broad (`too_broad`, which then keeps it in
+trial with that reason). Idle firings never promote. Any live rule -> `retired` when
+`harmed - helped >= 2`, when `expires` has passed, or when none of its evidence resolves any
+more (the file under `state/` is gone or no longer holds the quote). A rule without evidence
+(a starter rule written by a person) has nothing to resolve. Files move between folders;
+nothing is deleted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Literal
 
 from daemon.rules.grounding import quote_in_file
 from daemon.rules.library import RuleLibrary, StoredRule
@@ -20,6 +29,7 @@ from daemon.rules.rulefile import LIVE, Rule
 from daemon.state.events import EventLog
 
 HARM_BOUND = 2
+Attribution = Literal["followed", "irrelevant", "unknown"]
 
 
 @dataclass
@@ -83,30 +93,49 @@ def record_run(
     *,
     state_root: Path | None = None,
     run: str | None = None,
+    attribution: Mapping[str, Attribution] | None = None,
+    too_broad: Callable[[Rule], str] | None = None,
 ) -> list[RuleChange]:
-    """Count a finished run for each rule that fired in it; promote or retire as due."""
+    """Count a finished run for each rule that fired in it; promote or retire as due.
+
+    `attribution`: what the critic said of each rule (absent: "unknown"). `too_broad`: the
+    reason a rule due for promotion is too broad (replay), or '' to promote it.
+    """
     changes: list[RuleChange] = []
+    said = attribution or {}
     for rule_id in dict.fromkeys(fired_rule_ids):
         stored = library.find(rule_id)
         if stored is None or stored.status not in LIVE:
             continue  # deleted or moved by hand since the run started
         old = stored.rule
+        followed = said.get(rule_id) == "followed"
         counted = Rule.model_validate(
             {
                 **old.model_dump(),
                 "fired": old.fired + 1,
-                "helped": old.helped + (1 if succeeded else 0),
-                "harmed": old.harmed + (0 if succeeded else 1),
+                "helped": old.helped + (1 if followed and succeeded else 0),
+                "harmed": old.harmed + (1 if followed and not succeeded else 0),
+                "idle": old.idle + (1 if said.get(rule_id) == "irrelevant" else 0),
             }
         )
         stored = library.save(stored, counted)
         reason = retirement_reason(counted, now, state_root)
         if reason:
             changes.append(_move(library, stored, "retired", reason, events, now, loop, run))
-        elif stored.status == "trial" and succeeded and is_different_task(counted, loop, task):
-            where = f"loop {loop}" if loop != counted.source_loop else "another task"
-            reason = f"fired in a passing run of {where}"
-            changes.append(_move(library, stored, "active", reason, events, now, loop, run))
+            continue
+        due = stored.status == "trial" and followed and succeeded
+        if not due or not is_different_task(counted, loop, task):
+            continue
+        hold = too_broad(counted) if too_broad is not None else ""
+        if hold:
+            if counted.reason != hold:
+                library.save(stored, Rule.model_validate({**counted.model_dump(), "reason": hold}))
+            if events is not None:
+                events.append("rule_held", now, loop=loop, run=run, rule=rule_id, reason=hold)
+            continue
+        where = f"loop {loop}" if loop != counted.source_loop else "another task"
+        reason = f"followed in a passing run of {where}"
+        changes.append(_move(library, stored, "active", reason, events, now, loop, run))
     return changes
 
 

@@ -26,7 +26,7 @@ RULE_ID = re.compile(r"^r-(\d{4,})-([a-z0-9]+(?:-[a-z0-9]+)*)$")
 # The counters change on every run a rule fires in (and confidence on every duplicate that
 # supports it); they are left out of the version so that the trigger evaluator's cache,
 # keyed by version, survives them. Everything a person or the verifier writes is in it.
-COUNTERS = ("confidence", "fired", "helped", "harmed")
+COUNTERS = ("confidence", "fired", "helped", "harmed", "idle")
 FRONT_KEYS = (
     "id",
     "kind",
@@ -38,6 +38,7 @@ FRONT_KEYS = (
     "fired",
     "helped",
     "harmed",
+    "idle",
     "created",
     "expires",
     "source_run",
@@ -47,6 +48,13 @@ FRONT_KEYS = (
     "reason",
 )
 DEFAULT_LIFETIME = timedelta(days=90)
+# What each kind means, written after `kind` in every rule file so a reader need not guess.
+KIND_WORDS: dict[str, str] = {
+    "failure": "a failure: a mistake an earlier attempt made, and how to avoid it",
+    "decision": "a decision: what a person decided; follow it",
+    "knowledge": "knowledge: a fact about this repository that an agent lacked",
+    "skill": "a skill: the way that made a run pass after failed attempts",
+}
 FENCE = "+++"
 _SECTION = re.compile(r"^\*\*(Rule|Why|How to apply):\*\*[ \t]*", re.MULTILINE)
 _SECTION_FIELDS = {"Rule": "rule", "Why": "why", "How to apply": "how_to_apply"}
@@ -67,10 +75,14 @@ class Evidence(BaseModel):
 
 
 class Scope(BaseModel):
-    """Which loops (globs) and changed paths (wildmatch globs) a rule may fire for."""
+    """Which repositories, loops (globs) and changed paths (wildmatch globs) a rule fires for.
+
+    `repos` empty (or absent, in a hand-written or older file): every repository.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
+    repos: list[str] = []
     loops: list[str] = ["*"]
     paths: list[str] = []
 
@@ -90,6 +102,7 @@ class Rule(BaseModel):
     fired: int = Field(0, ge=0)
     helped: int = Field(0, ge=0)
     harmed: int = Field(0, ge=0)
+    idle: int = Field(0, ge=0)  # firings the critic called irrelevant
     created: datetime | None = None
     expires: datetime | None = None
     source_run: str = ""
@@ -213,7 +226,12 @@ def dump_rule(rule: Rule, exclude: tuple[str, ...] = ()) -> str:
             lines.extend(f"  {_toml_value(item)}," for item in value)
             lines.append("]")
             continue
-        lines.append(f"{key} = {_toml_value(value)}")
+        if key == "scope" and not value["repos"]:
+            value = {k: v for k, v in value.items() if k != "repos"}  # every repository
+        line = f"{key} = {_toml_value(value)}"
+        if key == "kind" and value in KIND_WORDS:
+            line += f"  # {KIND_WORDS[value]}"
+        lines.append(line)
     lines.append(FENCE)
     body = (
         f"**Rule:** {rule.rule}\n\n**Why:** {rule.why}\n\n**How to apply:** {rule.how_to_apply}\n"

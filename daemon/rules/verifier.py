@@ -378,6 +378,7 @@ def verify_candidate(
                 loop=loop,
                 run=run,
                 rule=stored.rule.id,
+                kind=stored.rule.kind,
                 to="trial",
                 verified_by=stored.rule.verified_by,
             )
@@ -407,7 +408,13 @@ def _reject(
     result.rule, result.status, result.path = stored.rule, stored.status, stored.path
     if events is not None:
         events.append(
-            "rule_rejected", now, loop=loop, run=run, rule=stored.rule.id, reason="; ".join(reasons)
+            "rule_rejected",
+            now,
+            loop=loop,
+            run=run,
+            rule=stored.rule.id,
+            kind=stored.rule.kind,
+            reason="; ".join(reasons),
         )
     return result
 
@@ -426,8 +433,18 @@ def _merge(
     known = {(e.path, e.line, e.quote) for e in old.evidence}
     added = [e for e in candidate.evidence if (e.path, e.line, e.quote) not in known]
     confidence = min(CONFIDENCE_CAP, old.confidence + CONFIDENCE_STEP)
+    scope = old.scope
+    if scope.repos and candidate.scope.repos:
+        # The same lesson learned in another repository: the rule holds there too.
+        repos = list(dict.fromkeys([*scope.repos, *candidate.scope.repos]))
+        scope = scope.model_copy(update={"repos": repos})
     merged = Rule.model_validate(
-        {**old.model_dump(), "confidence": confidence, "evidence": [*old.evidence, *added]}
+        {
+            **old.model_dump(),
+            "confidence": confidence,
+            "evidence": [*old.evidence, *added],
+            "scope": scope.model_dump(),
+        }
     )
     result = Verification(
         "duplicate",

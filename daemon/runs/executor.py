@@ -35,7 +35,14 @@ from daemon.runs.stop import RunStopped, StopToken
 from daemon.runs.tree import RunTree, TreeError, prepare_tree, reopen_tree
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir, write_atomic
-from daemon.state.records import AttemptRecord, Cause, RunRecord, RunTrigger
+from daemon.state.records import (
+    AttemptRecord,
+    Cause,
+    ExperimentArm,
+    RunRecord,
+    RunTrigger,
+    is_experiment,
+)
 from daemon.state.store import dump_toml
 
 __all__ = [
@@ -51,7 +58,12 @@ __all__ = [
 WEDGE_MARGIN = 600.0  # seconds beyond the longest step before a silent worker counts as stuck
 
 
-def new_run(services: RunServices, loop: Loop, pending: PendingRun) -> RunRecord:
+def new_run(
+    services: RunServices,
+    loop: Loop,
+    pending: PendingRun,
+    experiment: ExperimentArm | None = None,
+) -> RunRecord:
     """Create the run's record (phase `preparing`) and its folder, under the pending run's id."""
     ensure_dir(services.store.run_dir(pending.id))
     run = RunRecord(
@@ -64,6 +76,7 @@ def new_run(services: RunServices, loop: Loop, pending: PendingRun) -> RunRecord
         isolation=loop.config.isolation,
         repo=str(loop.config.repo_path),
         pid=os.getpid(),
+        experiment=experiment,
     )
     services.store.save_run(run)
     services.store.mark_live(run.id)
@@ -166,7 +179,14 @@ class RunExecutor:
             self.stop.raise_if_stopped()
             assert self.tree is not None
             attempt = Attempt(
-                self.services, self.loop, self.journal, self.stop, self.tree, self.rules.text, n
+                self.services,
+                self.loop,
+                self.journal,
+                self.stop,
+                self.tree,
+                self.rules.text,
+                n,
+                rule_ids=[rule.id for rule in self.rules.reminders],
             )
             result = attempt.run()
             if result.start_error:
@@ -198,7 +218,8 @@ class RunExecutor:
         run.worktree = str(self.tree.path)
         run.base_commit = self.tree.base_commit
         self.journal.save()
-        self.rules = select_rules_for_run(self.services, self.loop, run)
+        if not run.without("rules"):
+            self.rules = select_rules_for_run(self.services, self.loop, run)
         run.rules_fired = list(self.rules.rule_ids)
         self.journal.save()
         if self.rules.refuse:
@@ -238,7 +259,15 @@ class RunExecutor:
         head = self._commit(attempt)
         try:
             judged = judge_attempt(
-                self.services, journal, self.stop, self.tree, self.cfg, attempt, head, checked
+                self.services,
+                journal,
+                self.stop,
+                self.tree,
+                self.cfg,
+                attempt,
+                head,
+                checked,
+                rules=[(r.id, r.rule) for r in self.rules.reminders if r.id in attempt.rules],
             )
         except VerifierGaveUp as exc:
             self._end("escalated", str(exc), Cause.VERIFIER_UNAVAILABLE)
@@ -249,9 +278,17 @@ class RunExecutor:
         attempt.verdict = verdict.verdict
         attempt.feedback = verdict.feedback
         attempt.judged = verdict.judged
+        attempt.rules_followed = verdict.rules_followed
+        attempt.rules_irrelevant = verdict.rules_irrelevant
+        attempt.attributed = verdict.attributed
         run.judging_since = None
         journal.save()
         write_atomic(journal.attempt_dir(attempt.n) / "verdict.toml", dump_toml(verdict))
+        attribution = (
+            {"rules_followed": verdict.rules_followed, "rules_irrelevant": verdict.rules_irrelevant}
+            if verdict.attributed
+            else {}
+        )
         journal.event(
             "verdict",
             attempt=attempt.n,
@@ -259,11 +296,12 @@ class RunExecutor:
             score=verdict.score,
             judged=verdict.judged,
             verdict=verdict.verdict,
+            **attribution,
         )
         if verdict.passed:
             self._learn(attempt, passed=True)
             self._end("succeeded", self._success_reason(attempt), Cause.PASSED)
-        if self.services.notifications is not None:
+        if self.services.notifications is not None and not is_experiment(run):
             self.services.notifications.attempt_failed(
                 run, attempt, self.cfg.notify_on, journal.now()
             )
@@ -277,6 +315,8 @@ class RunExecutor:
 
     def _learn(self, attempt: AttemptRecord, passed: bool) -> None:
         run = self.run
+        if is_experiment(run):
+            return  # experiment runs never teach rules
         run.phase = "learning"
         self.journal.save()
         rule = learn_from_attempt(

@@ -16,7 +16,7 @@ from daemon.runs.git import GitError
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
 from daemon.runs.tree import RunTree, branch_name, remove_tree, scratch_dir
-from daemon.state.records import Cause, RunRecord, StallRecord, escalates
+from daemon.state.records import Cause, RunRecord, StallRecord, escalates, is_experiment
 
 # An outcome without a cause (a record from an older loopd, or a caller that gives none).
 DEFAULT_CAUSE = {
@@ -130,7 +130,10 @@ def complete_finish(
     if step("counters"):
         _count_rules(services, run)
         done("counters")
-    escalate = escalates(run.outcome, run.cause)
+    # An experiment's run is read in its report: no escalation, no notification, and the
+    # loop's progress notes stay as they were for the experiment's other runs.
+    experiment = is_experiment(run)
+    escalate = escalates(run.outcome, run.cause) and not experiment
     if step("escalation"):
         if escalate:
             _write_escalation(services, journal)
@@ -144,10 +147,12 @@ def complete_finish(
     if step("progress"):
         from daemon.people.progress import update_progress
 
-        update_progress(services.store, run.loop, journal.now())
+        if not experiment:
+            update_progress(services.store, run.loop, journal.now())
         done("progress")
     if step("notified"):
-        _notify(services, run, escalate, notify_on)
+        if not experiment:
+            _notify(services, run, escalate, notify_on)
         done("notified")
     if step("tree"):
         _remove_tree(services, journal, tree or tree_of(services, run))
@@ -181,11 +186,17 @@ def _remove_tree(services: RunServices, journal: RunJournal, tree: RunTree | Non
 def _count_rules(services: RunServices, run: RunRecord) -> None:
     # Only runs whose agent worked count for or against their rules: a run refused or
     # escalated by a rule before any agent, or stopped by a person or a crash, says nothing.
+    # An experiment's runs never count: an arm without a support is not the rules' doing.
     if not (run.rules_fired and run.attempts and run.outcome in ("succeeded", "escalated")):
         return
+    if is_experiment(run):
+        return
     from daemon.rules.promotion import record_run
-    from daemon.runs.learning import rule_library
+    from daemon.rules.replay import breadth_reason
+    from daemon.runs.learning import rule_attribution, rule_library
 
+    now = services.clock()
+    max_breadth = services.config.rules.max_breadth
     record_run(
         rule_library(services),
         list(run.rules_fired),
@@ -193,9 +204,11 @@ def _count_rules(services: RunServices, run: RunRecord) -> None:
         run.task,
         run.outcome == "succeeded",
         services.store.events,
-        services.clock(),
+        now,
         state_root=services.store.root,
         run=run.id,
+        attribution=rule_attribution(run),
+        too_broad=lambda rule: breadth_reason(rule, services.store, now, max_breadth),
     )
 
 

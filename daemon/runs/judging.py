@@ -99,8 +99,12 @@ def judge_attempt(
     attempt: AttemptRecord,
     head: str,
     checked: CheckedCommit | None = None,
+    rules: list[tuple[str, str]] | None = None,
 ) -> Judgement:
-    """Checks, violations and the critic's verdict of `attempt`, committed at `head`."""
+    """Checks, violations and the critic's verdict of `attempt`, committed at `head`.
+
+    `rules`: (id, text) of the rules in the attempt's prompt, for the critic to attribute.
+    """
     from daemon.model.critic import unjudged
 
     folder = journal.attempt_dir(attempt.n)
@@ -139,8 +143,9 @@ def judge_attempt(
     verifier = services.config.verifier
     if cfg.critic == "off" or not verifier.configured:
         why = 'critic = "off"' if cfg.critic == "off" else "no [verifier] configured"
-        return Judgement(checks, violations, unjudged(checks.passed, texts, why))
-    verdict = _ask_critic(services, journal, stop, cfg, attempt, checks, texts)
+        ids = [rule_id for rule_id, _ in rules or []]
+        return Judgement(checks, violations, unjudged(checks.passed, texts, why, ids))
+    verdict = _ask_critic(services, journal, stop, cfg, attempt, checks, texts, rules)
     return Judgement(checks, violations, verdict)
 
 
@@ -152,6 +157,7 @@ def _ask_critic(
     attempt: AttemptRecord,
     checks: ChecksResult,
     violations: list[str],
+    rules: list[tuple[str, str]] | None = None,
 ) -> Verdict:
     """The critic's verdict, waiting with the judging retry policy while it is unavailable."""
     from daemon.model.client import ModelUnavailable
@@ -172,7 +178,7 @@ def _ask_critic(
     tries = 0
     while True:
         try:
-            return judge(client, evidence, cfg.critic_threshold, checks.passed)
+            return judge(client, evidence, cfg.critic_threshold, checks.passed, rules)
         except ModelUnavailable as exc:
             tries += 1
             since = journal.run.judging_since or services.clock()

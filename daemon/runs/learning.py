@@ -72,6 +72,16 @@ def run_task_text(loop: Loop, run: RunRecord) -> str:
     return "\n".join(parts)
 
 
+def judge_cache(services: RunServices):  # noqa: ANN201 - JudgeCache
+    """The trigger evaluator's cache, kept under state/ where `loopd replay` reads it."""
+    from daemon.rules.replay import judge_cache as state_cache
+
+    cache = services.rule_cache.get("judge")
+    if cache is None:
+        cache = services.rule_cache["judge"] = state_cache(services.store)
+    return cache
+
+
 def select_rules_for_run(services: RunServices, loop: Loop, run: RunRecord) -> RuleChoice:
     """Pick the rules that apply to this run's task (lexical, then one model call)."""
     from daemon.rules.evaluator import select_rules
@@ -86,6 +96,8 @@ def select_rules_for_run(services: RunServices, loop: Loop, run: RunRecord) -> R
         services.store.events,
         services.clock(),
         run=run.id,
+        cache=judge_cache(services),
+        repo=str(loop.config.repo_path),
     )
     choice = RuleChoice(reminders=list(selection.reminders), rule_ids=list(selection.ids))
     if selection.refuse:
@@ -106,6 +118,25 @@ def rules_of_run(services: RunServices, run: RunRecord) -> RuleChoice:
             if stored.rule.severity == "remind":
                 choice.reminders.append(stored.rule)
     return choice
+
+
+def rule_attribution(run: RunRecord) -> dict[str, str]:
+    """What the critic said of each rule that fired: "followed", "irrelevant" or "unknown".
+
+    Followed in any judged attempt whose prompt held it: "followed". Else called irrelevant
+    by every attempt that attributed it (at least one): "irrelevant". Else "unknown" (no
+    critic, `critic = "off"`, or the critic named it in neither list).
+    """
+    out: dict[str, str] = {}
+    for rule_id in run.rules_fired:
+        said = [a for a in run.attempts if a.attributed and rule_id in a.rules]
+        if any(rule_id in a.rules_followed for a in said):
+            out[rule_id] = "followed"
+        elif said and all(rule_id in a.rules_irrelevant for a in said):
+            out[rule_id] = "irrelevant"
+        else:
+            out[rule_id] = "unknown"
+    return out
 
 
 def _verdict(attempt: AttemptRecord) -> dict[str, Any]:
@@ -152,6 +183,8 @@ def _post_mortem(
         evidence_text=evidence.render(),
         kind_hint=kind_hint,
         defer=True,
+        note=run.trigger.note,
+        repo=run.repo,
     )
 
 

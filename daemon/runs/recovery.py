@@ -13,7 +13,7 @@ from typing import Literal
 
 from daemon.config import Loop
 from daemon.runs.services import RunServices
-from daemon.state.records import Cause, RunRecord, Trigger
+from daemon.state.records import Cause, RunRecord, Trigger, is_experiment
 
 Action = Literal["resume", "retry", "ended", "skip"]
 
@@ -79,6 +79,11 @@ def _recover(
             "interrupted",
             "loopd stopped during the run; the loop file is no longer valid",
         )
+        return Recovery(run.id, "ended", run)
+    if is_experiment(run):
+        # Its experiment ended with the loopd that ran it: neither resumed nor retried.
+        reason = "the loopd experiment that ran it was stopped or killed"
+        finish_interrupted(services, loop, run, reason)
         return Recovery(run.id, "ended", run)
     if run.phase in ("judging", "learning") and run.attempts and run.attempts[-1].finished:
         services.event("run_recovered", loop=run.loop, run=run.id, to="judging")

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-TriggerKind = Literal["schedule", "push", "change", "manual", "catch-up", "retry"]
+TriggerKind = Literal["schedule", "push", "change", "manual", "catch-up", "retry", "experiment"]
 Outcome = Literal["succeeded", "escalated", "refused", "interrupted", "cancelled", "error"]
 Phase = Literal["idle", "queued", "preparing", "running", "judging", "learning", "paused"]
 OUTCOMES: tuple[str, ...] = Outcome.__args__  # type: ignore[attr-defined]
@@ -101,6 +101,12 @@ class Cause(StrEnum):
 
 # Outcomes that hand the run to a person; an interrupted retry does too (it is not retried).
 ESCALATING_OUTCOMES = frozenset({"escalated", "refused", "error"})
+
+
+def is_experiment(run: RunRecord) -> bool:
+    """A run of `loopd experiment`: it never lands, escalates, notifies, teaches rules, updates
+    rule counters, supersedes an escalation or is skipped; its tokens count like any run's."""
+    return run.trigger.kind == "experiment"
 
 
 def escalates(outcome: str | None, cause: Cause | None) -> bool:
@@ -195,6 +201,12 @@ class AttemptRecord(Record):
     base_commit: str = ""  # the tree's commit when the attempt started
     head_commit: str = ""  # loopd's commit of what the agent left
     interrupted: bool = False  # the attempt ended with the run (cancel, stop, crash)
+    # The ids of the rules in the attempt's prompt, and the critic's attribution of them
+    # (`attributed` false: no critic said anything of them).
+    rules: list[str] = []
+    rules_followed: list[str] = []
+    rules_irrelevant: list[str] = []
+    attributed: bool = False
 
     @field_validator("violations", mode="before")
     @classmethod
@@ -202,6 +214,14 @@ class AttemptRecord(Record):
         if isinstance(value, list):
             return [Violation.from_legacy(v) if isinstance(v, str) else v for v in value]
         return value
+
+
+class ExperimentArm(Record):
+    """`[experiment]` of an experiment run's run.toml: which experiment, which arm."""
+
+    id: str
+    arm: str  # "all", or "no-SUPPORT"
+    without: list[str] = []  # the supports removed: rules, progress, feedback, nudges
 
 
 class RunRecord(Record):
@@ -233,6 +253,11 @@ class RunRecord(Record):
     # The steps of finishing already done (counters, escalation, notified, ...): finishing
     # again after a crash completes the rest without repeating these.
     finish_done: list[str] = []
+    experiment: ExperimentArm | None = None  # a run of `loopd experiment`
+
+    def without(self, support: str) -> bool:
+        """Whether this run is an experiment arm without `support`."""
+        return self.experiment is not None and support in self.experiment.without
 
 
 class DaemonStatus(Record):

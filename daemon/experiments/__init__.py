@@ -1,0 +1,1 @@
+"""`loopd experiment`: paired runs with and without each support, and their report."""

@@ -1,0 +1,170 @@
+"""Grounding without a model: the labelled set from real qwen attempts, and the matching rules."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from daemon.rules.claims import Claim, claims_of
+from daemon.rules.grounding import EvidenceSet, quote_in_file, ungrounded
+from daemon.rules.rulefile import Evidence
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import grounding as bench  # noqa: E402
+
+KINDS = ("line", "path", "identifier", "quote")
+
+
+def test_the_labelled_set_is_drawn_from_real_qwen_attempts() -> None:
+    candidates = bench.candidates()
+    assert len(candidates) >= 40
+    labels = {c["label"] for c in candidates}
+    assert labels == {"grounded", "hallucinated"}
+    kinds = {c["kind"] for c in candidates if c["label"] == "hallucinated"}
+    assert kinds == set(KINDS)
+    folders = {c["attempt"] for c in candidates}
+    assert len(folders) >= 5
+    for folder in folders:
+        attempt = bench.DATA / "attempts" / folder
+        transcript = (attempt / "transcript.jsonl").read_text()
+        first = json.loads(transcript.splitlines()[0])
+        assert first["type"] == "process" and first["argv"].startswith("qwen --output-format")
+        assert any(json.loads(line)["type"] == "tool_result" for line in transcript.splitlines())
+        assert (attempt / "prompt.md").read_text().startswith("# Task")
+
+
+def test_the_check_keeps_grounded_candidates_and_rejects_every_hallucinated_kind() -> None:
+    outcomes = bench.evaluate()
+    figures = bench.rates(outcomes)
+    print(
+        f"grounded rejected {figures['grounded_rejected']:.1%}, hallucinated accepted "
+        f"{figures['hallucinated_accepted']:.1%}, accuracy {figures['accuracy']:.1%}"
+    )
+    wrong = [(o.id, o.reasons) for o in outcomes if not o.right]
+    assert figures["accuracy"] >= 0.95, wrong
+    assert figures["grounded_rejected"] <= 0.05, wrong
+    for kind in KINDS:
+        of_kind = [o for o in outcomes if o.label == "hallucinated" and o.kind == kind]
+        assert of_kind and all(o.rejected for o in of_kind), (kind, wrong)
+
+
+# --- the matching rules, on a small attempt folder ---------------------------------------------
+
+
+@pytest.fixture
+def evidence(tmp_path: Path) -> EvidenceSet:
+    attempt = tmp_path / "attempt-1"
+    attempt.mkdir()
+    lines = [
+        {
+            "ts": "2026-11-30T17:40:33.222663Z",
+            "stream": "stdout",
+            "type": "tool_call",
+            "tool": "run_shell_command",
+            "call_id": "c1",
+            "arguments": {"command": "cat -n settings.ini"},
+        },
+        {
+            "ts": "2026-11-30T17:41:19.5Z",
+            "stream": "stdout",
+            "type": "tool_result",
+            "call_id": "c1",
+            "output": "     1\t[server]\n     2\ttimeout_seconds = 30",
+        },
+        {"ts": "2026-11-30T17:41:20Z", "stream": "stdout", "type": "usage", "input_tokens": 4180},
+        {
+            "ts": "2026-11-30T17:41:21Z",
+            "stream": "stdout",
+            "type": "text",
+            "text": "fetch.HTTPError raised; parse_config failed; getHTTP2Error seen in 2017",
+        },
+    ]
+    (attempt / "transcript.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    (attempt / "checks.log").write_text(
+        "$ pytest\nE       AssertionError: assert 8 == 11\n"
+        'File "/tmp/tree/check.py", line 2, in <module>\n'
+        "tests/test_cart.py:5: AssertionError\n1 failed,\n2 passed in 0.13s\n"
+    )
+    (attempt / "diff.patch").write_text(
+        "diff --git a/fetch.py b/fetch.py\n--- a/fetch.py\n+++ b/fetch.py\n"
+        "@@ -7,3 +7,3 @@ class HTTPError(Exception):\n RETRYABLE = {404}\n-MAX = 3\n+MAX = 1\n"
+    )
+    (attempt / "prompt.md").write_text("# Task\nFix it.\n")
+    return EvidenceSet.from_dir(attempt)
+
+
+def holds(evidence: EvidenceSet, text: str, where: str = "Why") -> dict[str, bool]:
+    return {str(c): evidence.holds(c) for c in claims_of(text, where)}
+
+
+@pytest.mark.parametrize(
+    "why",
+    [
+        "fetch_json() raised HTTPErrors twice.",  # plural of an identifier
+        "The `HTTPError`'s text and the HTTPError's status.",  # possessive
+        "Both AssertionErrors came from `assert 8 == 11`.",  # plural, and a code span
+        'pytest said "E AssertionError: assert 8 == 11".',  # whitespace differs
+        'The checks ended "1 failed, 2 passed in 0.13s".',  # a line break in the evidence
+        'The checks ended "1 failed,\n2 passed in 0.13s".',  # a line break in the claim
+        "settings.ini line 2 holds timeout_seconds; tests/test_cart.py:5 failed.",
+        "check.py line 2 raised, and fetch.py:8 sets MAX.",  # a traceback, a diff hunk
+    ],
+)
+def test_grounded_wording_is_found(evidence: EvidenceSet, why: str) -> None:
+    found = holds(evidence, why.replace("fetch_json()", "parse_config"))
+    assert all(found.values()), found
+
+
+@pytest.mark.parametrize(
+    ("why", "claim"),
+    [
+        ("parse_configs failed.", "identifier 'parse_configs'"),  # an underscore: exact
+        ("getHTTP2Errors were seen.", "identifier 'getHTTP2Errors'"),  # a digit: exact
+        ("It failed 17 times.", "number '17'"),  # 17 only inside 2017 and a timestamp
+        ("It failed 33 times.", "number '33'"),  # only in a timestamp
+        ("It used 4180 tokens.", "number '4180'"),  # bookkeeping, not what the agent saw
+        ('pytest said "E AssertionError: assert 8 == 12".', "quoted"),
+        ("settings.ini line 3 holds timeout_seconds.", "line '3' of settings.ini"),
+        ("fetch.py line 14 raises.", "line '14' of fetch.py"),
+        ("The HTTPErrorz class.", "identifier 'HTTPErrorz'"),
+    ],
+)
+def test_what_the_evidence_lacks_is_not_found(evidence: EvidenceSet, why: str, claim: str) -> None:
+    found = holds(evidence, why)
+    assert any(text.startswith(claim) and not ok for text, ok in found.items()), found
+
+
+def test_line_in_a_file_may_also_mean_words_written_in_it(evidence: EvidenceSet) -> None:
+    (claim,) = [c for c in claims_of("It cited line 2 in REVIEW.md.", "Why") if c.kind == "line"]
+    assert claim == Claim("line", "REVIEW.md:2", "Why", alt="line 2")
+    assert evidence.holds(claim)  # "line 2" is written in the evidence (the traceback)
+    assert not evidence.holds(claims_of("line 9 in REVIEW.md", "Why")[0])
+
+
+def test_evidence_quotes_are_found_whitespace_aside_and_point_at_their_line(
+    evidence: EvidenceSet,
+) -> None:
+    entries = [
+        Evidence(path="checks.log", line=1, quote="E AssertionError: assert 8 == 11"),
+        Evidence(path="checks.log", line=1, quote="1 failed, 2 passed"),
+        Evidence(path="transcript.jsonl", line=9, quote="[server] 2 timeout_seconds = 30"),
+    ]
+    missing, checked = ungrounded("Rule.", "Why.", evidence, entries)
+    assert missing == []
+    assert [e.line for e in checked] == [2, 5, 2]
+    wrong = [Evidence(path="checks.log", line=1, quote="1 failed, 3 passed")]
+    missing, _ = ungrounded("Rule.", "Why.", evidence, wrong)
+    assert missing == ["evidence quote '1 failed, 3 passed' is not in checks.log"]
+    log = evidence.root / "checks.log"
+    assert quote_in_file(log, "E AssertionError:  assert 8 == 11")
+    assert not quote_in_file(log, "assert 9 == 11")
+
+
+def test_a_word_before_a_remark_is_not_an_identifier() -> None:
+    texts = {c.text for c in claims_of("It ran grep (it printed 3) and add() failed.", "Why")}
+    assert "grep" not in texts and "add" in texts
