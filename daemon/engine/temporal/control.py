@@ -106,6 +106,9 @@ class EngineControl:
                     run = await self._run_view(client, name, view.running)
                     if run is not None:
                         info.update(phase=run.phase, attempt=run.attempt, worker=run.worker)
+                    info["worker"] = (
+                        await self._working(client, name, view.running) or info["worker"]
+                    )
             data["loops"][name] = info
         return data
 
@@ -151,6 +154,17 @@ class EngineControl:
             )
         except Exception:  # noqa: BLE001 - starting, or no home worker to answer
             return None
+
+    async def _working(self, client: Any, loop: str, run_id: str) -> str:
+        """The worker that runs the run's attempt or checks now (the engine knows it)."""
+        try:
+            described = await client.get_workflow_handle(run_workflow_id(loop, run_id)).describe()
+        except Exception:  # noqa: BLE001 - gone meanwhile
+            return ""
+        for pending in described.raw_description.pending_activities:
+            if pending.activity_type.name in ("attempt", "checks") and pending.last_worker_identity:
+                return pending.last_worker_identity
+        return ""
 
     async def _next_fire(self, client: Any, loop: str) -> Any:
         times = []
