@@ -12,6 +12,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,3 +113,45 @@ def test_a_year_of_two_schedules_in_new_york_agrees_with_loopds_cron(fires: Fire
         f for f in got if f.astimezone(Schedule(crons, "America/New_York").timezone).minute == 30
     ]
     assert len(daily) == 365  # one a day, the repeated and the missing hour included
+
+
+def test_check_compares_each_loops_schedules_on_the_engine_with_its_cron(
+    tmp_path: Path, temporal: Any
+) -> None:
+    from tests.helpers import loopd, make_home, make_repo
+    from tests.machines import command_agent, engine_toml, loop_toml
+    from tests.temporal_server import client_call, free_port
+
+    server, namespace = temporal
+    repo = make_repo(tmp_path / "repo")
+    loop = loop_toml(
+        repo,
+        task="t",
+        agent="a",
+        schedule=["30 2 * * *", "0 9 13 * 5"],
+        timezone="Europe/Berlin",
+    )
+    agent = command_agent("a", "print('hi')")
+    home = make_home(
+        tmp_path / "home", agent + engine_toml(server.address, namespace), {"calc": loop}
+    )
+    proc = loopd(home, "check", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["errors"] == []
+    assert not [w for w in report["warnings"] if "offline" in w]
+    left = client_call(
+        server.address,
+        namespace,
+        "print(json.dumps([s.id async for s in await client.list_schedules()]))",
+    )
+    assert json.loads(left.splitlines()[-1]) == []  # the check's own schedules are gone
+    # No engine to ask: the mapping is checked offline, and the check says so.
+    away = make_home(
+        tmp_path / "away",
+        agent + engine_toml(f"127.0.0.1:{free_port()}", namespace),
+        {"calc": loop},
+    )
+    proc = loopd(away, "check", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [w for w in json.loads(proc.stdout)["warnings"] if "checked offline only" in w]

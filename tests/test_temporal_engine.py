@@ -393,3 +393,58 @@ def test_a_schedule_fires_and_a_fire_missed_while_the_workers_were_down_is_caugh
         assert len(home.runs()) == 2
     finally:
         cluster.stop()
+
+
+def test_the_homes_activities_act_only_for_runs_the_home_started(
+    tmp_path: Path, temporal: Any
+) -> None:
+    """Anyone who reaches the engine can start a run workflow on the home's queue (with the
+    inputs of a real run, read from its history); the home's activities refuse to act for it."""
+    from tests.temporal_server import client_call
+
+    server, namespace = temporal
+    loop = {**LOOP, "runs_on": ""}
+    agents = command_agent("a", "import pathlib\n" + FIX)
+    cluster = make_cluster(tmp_path, server.address, namespace, BUGGY, agents, loop, workers=0)
+    home = cluster.home
+    try:
+        home.start("run")
+        proc = home.loopd("trigger", "calc", "--wait")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        real = proc.stdout.splitlines()[0]
+        forged, stolen = "20990101T000000Z-calc-0001", "20990101T000000Z-calc-0002"
+        out = client_call(
+            server.address,
+            namespace,
+            f"""
+            from temporalio.client import WorkflowFailureError
+            history = await client.get_workflow_handle("loopd/calc/{real}").fetch_history()
+            start = history.events[0].workflow_execution_started_event_attributes
+            given = json.loads(start.input.payloads[0].data)
+            fake = json.loads(json.dumps(given))
+            fake["ref"]["run_id"], fake["ref"]["token"] = "{forged}", "0" * 32
+            attempts = {{"{forged}": fake, "{stolen}": given}}
+            result = {{}}
+            for run_id, arg in attempts.items():
+                handle = await client.start_workflow(
+                    "RunWorkflow", arg, id=f"loopd/calc/{{run_id}}", task_queue="loopd"
+                )
+                try:
+                    await asyncio.wait_for(handle.result(), 60)
+                    result[run_id] = "completed"
+                except WorkflowFailureError as exc:
+                    result[run_id] = str(exc.cause)
+            print(json.dumps(result))
+            """,
+            timeout=120,
+        )
+        result = json.loads(out.splitlines()[-1])
+        assert set(result) == {forged, stolen}
+        assert all(outcome != "completed" for outcome in result.values()), result
+        # Nothing was done for them: no record, no event, no branch, no attempt.
+        assert [r["id"] for r in home.runs()] == [real]
+        assert not [e for e in home.events() if e.get("run") in (forged, stolen)]
+        branches = git(home.repo, "branch", "--format=%(refname:short)").split()
+        assert sorted(branches) == sorted(["main", f"loopd/calc/{real}"])
+    finally:
+        cluster.stop()

@@ -30,8 +30,12 @@ from daemon.state.store import StateStore
 KEY_FILE = "engine.key"
 
 
-class NotOurs(Exception):
-    """An activity was asked to act for a run (or loop) this home did not start."""
+def NotOurs(message: str) -> Exception:  # noqa: N802 - reads as the exception it makes
+    """An activity was asked to act for a run (or loop) this home did not start: refused for
+    good (never retried)."""
+    from temporalio.exceptions import ApplicationError
+
+    return ApplicationError(message, type="NotOurs", non_retryable=True)
 
 
 def home_key(store: StateStore) -> bytes:

@@ -55,6 +55,7 @@ class Process:
         self.stop = asyncio.Event()
         self.stops = 0
         self.wake = threading.Event()
+        self.resync = asyncio.Event()  # SIGHUP: read the configuration again now
         self.workers: list[Any] = []
 
     # the whole life ------------------------------------------------------------------------
@@ -102,11 +103,19 @@ class Process:
         self._signals()
         self._announce(shared)
         tasks.append(self._forward(client))
+        notifier = _notifier()
         async with asyncio.TaskGroup() as group:
             running = [group.create_task(w.run()) for w in self.workers]
             chores = [group.create_task(t) for t in tasks]
+            if notifier is not None:
+                chores.append(group.create_task(self._watchdog(notifier, running)))
+                notifier.ready()
+                notifier.status(f"on the engine at {self.engine.address}")
             await self.stop.wait()
             print("loopd: stopping; running attempts get their shutdown grace", flush=True)
+            if notifier is not None:
+                notifier.stopping()
+                notifier.extend_timeout(limits.shutdown_grace.total_seconds() + 60)
             for chore in chores:
                 chore.cancel()
             await asyncio.gather(*(w.shutdown() for w in self.workers), return_exceptions=True)
@@ -138,8 +147,17 @@ class Process:
             identity=identity,
         )
 
+    async def _watchdog(self, notifier: Any, running: list[Any]) -> None:
+        """systemd's watchdog is fed while every worker still runs."""
+        every = (notifier.watchdog_interval() or 0) / 2
+        while every:
+            await asyncio.sleep(every)
+            if not any(task.done() for task in running):
+                notifier.watchdog()
+
     def _signals(self) -> None:
         loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGHUP, self.resync.set)
 
         def on_stop() -> None:
             self.stops += 1
@@ -253,9 +271,13 @@ class Process:
         """A changed loopd.toml or loop file: controllers and schedules follow."""
         mark = config_mark(self.home)
         while True:
-            await asyncio.sleep(RESYNC_EVERY)
+            try:
+                await asyncio.wait_for(self.resync.wait(), RESYNC_EVERY)
+            except TimeoutError:
+                pass
+            asked, _ = self.resync.is_set(), self.resync.clear()
             now = config_mark(self.home)
-            if now == mark:
+            if now == mark and not asked:
                 continue
             mark = now
             loaded = side.config()
@@ -329,3 +351,10 @@ def _worker_lock(store: StateStore) -> Any:
     from daemon.state.lock import HomeLock
 
     return HomeLock(store.root / "worker.lock")
+
+
+def _notifier() -> Any:
+    """systemd's notify socket, taken out of the environment (agents must not inherit it)."""
+    from daemon.systemd import SystemdNotifier
+
+    return SystemdNotifier.from_env(unset_environment=True)
