@@ -306,11 +306,12 @@ def test_a_rule_learned_from_an_attempt_on_one_worker_guides_a_run_on_the_other(
         for entry in front["evidence"]:  # the home holds the cited lines at their numbers
             lines = (home.home / "state" / entry["path"]).read_text().split("\n")
             assert entry["quote"] in lines[entry["line"] - 1]
-        # The worker sent the evidence bundle and the rule's excerpts, never the transcript.
-        assert (
-            not (home.home / "state/runs" / run_1 / "attempt-1/transcript.jsonl").stat().st_size
-            > (first.home / "state/runs" / run_1 / "attempt-1/transcript.jsonl").stat().st_size
-        )
+        # The worker sent the rule's evidence lines, never the whole transcript.
+        name = "attempt-1/transcript.jsonl"
+        whole = (first.home / "state/runs" / run_1 / name).read_text().split("\n")
+        lines = (home.home / "state/runs" / run_1 / name).read_text().split("\n")
+        assert len(lines) == len(whole)
+        assert 0 < sum(bool(line) for line in lines) < sum(bool(line) for line in whole)
         first.stop()
         second.start("worker", "--queue", "gpu")
         proc = home.loopd("trigger", "calc", "--wait")

@@ -258,7 +258,7 @@ async def start_controller(client: Any, task_queue: str, loop: str, batch: Trigg
     """Signal the loop's controller with `batch`, starting it when it does not run."""
     from temporalio.common import WorkflowIDConflictPolicy
 
-    from daemon.engine.temporal.workflows import Controller
+    from daemon.engine.temporal.controller import Controller
 
     await client.start_workflow(
         Controller.run,

@@ -100,6 +100,7 @@ class Process:
             self.workers.insert(0, self._home_worker(client, home_side, identity))
             await register(client, self.loaded)
             tasks.append(self._resync(client, home_side))
+            tasks.append(self._housekeeping(home_side))
         self._signals()
         self._announce(shared)
         tasks.append(self._forward(client))
@@ -129,7 +130,7 @@ class Process:
         from temporalio.worker import Worker
         from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-        from daemon.engine.temporal.workflows import WORKFLOWS
+        from daemon.engine.temporal.controller import WORKFLOWS
 
         acts = RunActivities(side).activities() + LoopActivities(side).activities()
         return Worker(
@@ -266,6 +267,25 @@ class Process:
                 continue
             out.append(watcher)
         return out
+
+    async def _housekeeping(self, side: HomeSide) -> None:
+        """Pruning old runs and retiring stale rules, as the local daemon does."""
+        from daemon.service.context import Context, Flags
+        from daemon.service.housekeeper import Housekeeper
+
+        ctx = Context(
+            home=self.home,
+            store=self.store,
+            flags=Flags(),
+            config=side.config(),
+            services=side.services,
+            clock=utc_now,
+        )
+        keeper = Housekeeper(ctx)
+        while True:
+            ctx.config, ctx.services = side.config(), side.services
+            keeper.tick(utc_now(), keep=set(self.store.live_runs()))
+            await asyncio.sleep(60)
 
     async def _resync(self, client: Any, side: HomeSide) -> None:
         """A changed loopd.toml or loop file: controllers and schedules follow."""
