@@ -292,14 +292,26 @@ class EngineControl:
     async def _trigger(
         self, client: Any, loop: str, reason: str, wait: bool, emit: Any
     ) -> RunRecord | str:
+        from daemon.config import LOOP_NAME
         from daemon.engine.temporal.loopacts import start_controller
 
+        if not LOOP_NAME.match(loop):
+            raise EngineError(f"{loop!r} is not a loop name")
         trigger = Trigger(
             loop=loop, kind="manual", reason=reason, ts=utc_now(), id=f"cli-{uuid.uuid4().hex}"
         )
-        await start_controller(
-            client, self.engine.task_queue, loop, TriggerBatch(triggers=[trigger])
-        )
+        batch = TriggerBatch(triggers=[trigger])
+        if loop in self.loaded.loops:
+            await start_controller(client, self.engine.task_queue, loop, batch)
+        else:  # a loop of the home that this machine has no file of: its controller runs
+            try:
+                await client.get_workflow_handle(controller_id(loop)).signal("trigger", batch)
+            except Exception as exc:
+                if not _not_found(exc):
+                    raise
+                raise EngineError(
+                    f"unknown loop {loop!r}: the engine runs no controller for it"
+                ) from None
         if not wait:
             return trigger.id
         run_id = await self._routed(client, loop, trigger.id)
