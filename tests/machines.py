@@ -16,6 +16,12 @@ from typing import Any
 from tests.helpers import ROOT, git, make_home, make_repo
 
 START_TIMEOUT = 60.0
+# A repository whose check fails until `add` is fixed, and the task that says so.
+BUGGY = {
+    "calc.py": "def add(a, b):\n    return a - b\n",
+    "check.py": "from calc import add\nassert add(2, 3) == 5, f'add(2, 3) gave {add(2, 3)}'\n",
+}
+TASK = "Make check.py pass: add in calc.py returns the wrong sum."
 
 
 def engine_toml(address: str, namespace: str, remote: str = "", heartbeat: str = "3s") -> str:

@@ -18,13 +18,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import make_home, make_repo, pid_alive, wait_for
-from tests.machines import Machine, command_agent, engine_toml, loop_toml
+from tests.machines import BUGGY, TASK, Machine, command_agent, engine_toml, loop_toml
 
-BUGGY = {
-    "calc.py": "def add(a, b):\n    return a - b\n",
-    "check.py": "from calc import add\nassert add(2, 3) == 5, f'add(2, 3) gave {add(2, 3)}'\n",
-}
-TASK = "Make check.py pass: add in calc.py returns the wrong sum."
 FIX = (
     "import pathlib; p = pathlib.Path('calc.py'); "
     "p.write_text(p.read_text().replace('a - b', 'a + b'))"

@@ -10,13 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import git, pid_alive, wait_for
-from tests.machines import Cluster, command_agent, make_cluster
+from tests.machines import BUGGY, TASK, Cluster, command_agent, make_cluster
 
-BUGGY = {
-    "calc.py": "def add(a, b):\n    return a - b\n",
-    "check.py": "from calc import add\nassert add(2, 3) == 5, f'add(2, 3) gave {add(2, 3)}'\n",
-}
-TASK = "Make check.py pass: add in calc.py returns the wrong sum."
 FIX = "p = pathlib.Path('calc.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
 LOOP = {
     "task": TASK,
@@ -310,8 +305,9 @@ def test_a_rule_learned_from_an_attempt_on_one_worker_guides_a_run_on_the_other(
         name = "attempt-1/transcript.jsonl"
         whole = (first.home / "state/runs" / run_1 / name).read_text().split("\n")
         lines = (home.home / "state/runs" / run_1 / name).read_text().split("\n")
-        assert len(lines) == len(whole)
-        assert 0 < sum(bool(line) for line in lines) < sum(bool(line) for line in whole)
+        assert len(lines) == len(whole)  # at their line numbers; the others left blank
+        assert all(line in ("", whole[i]) for i, line in enumerate(lines))
+        assert any("patched legacy/calc.py" in line for line in lines)
         first.stop()
         second.start("worker", "--queue", "gpu")
         proc = home.loopd("trigger", "calc", "--wait")

@@ -225,7 +225,8 @@ class EngineControl:
         """The run's record (running: as the home last wrote it); "queued"; None: unknown."""
         return self._do(self._record, run_id)
 
-    async def _record(self, client: Any, run_id: str) -> RunRecord | str | None:
+    async def _lookup(self, client: Any, run_id: str) -> tuple[Any, bool | None]:
+        """The run's workflow handle and whether it runs (None: no workflow yet, or never)."""
         from temporalio.client import WorkflowExecutionStatus
 
         loop = loop_of_run(run_id)
@@ -235,11 +236,19 @@ class EngineControl:
         except Exception as exc:
             if not _not_found(exc):
                 raise
-            view = await self._controller(client, loop)
-            return "queued" if view is not None and run_id in view.pending else None
-        if described.status == WorkflowExecutionStatus.RUNNING:
-            record = await handle.query("record", result_type=RunRecord, rpc_timeout=RPC_TIMEOUT)
-            return record
+            return handle, None
+        return handle, described.status == WorkflowExecutionStatus.RUNNING
+
+    async def _queued(self, client: Any, run_id: str) -> bool:
+        view = await self._controller(client, loop_of_run(run_id))
+        return view is not None and run_id in view.pending
+
+    async def _record(self, client: Any, run_id: str) -> RunRecord | str | None:
+        handle, running = await self._lookup(client, run_id)
+        if running is None:
+            return "queued" if await self._queued(client, run_id) else None
+        if running:
+            return await handle.query("record", result_type=RunRecord, rpc_timeout=RPC_TIMEOUT)
         try:
             return await handle.result()
         except Exception as exc:  # noqa: BLE001 - the workflow failed: say so, do not crash
@@ -251,21 +260,14 @@ class EngineControl:
         return self._do(self._cancel, run_id)
 
     async def _cancel(self, client: Any, run_id: str) -> tuple[int, str]:
-        from temporalio.client import WorkflowExecutionStatus
-
-        loop = loop_of_run(run_id)
-        handle = client.get_workflow_handle(run_workflow_id(loop, run_id), result_type=RunRecord)
-        try:
-            described = await handle.describe()
-        except Exception as exc:
-            if not _not_found(exc):
-                raise
-            view = await self._controller(client, loop)
-            if view is None or run_id not in view.pending:
+        handle, running = await self._lookup(client, run_id)
+        if running is None:
+            if not await self._queued(client, run_id):
                 return 2, f"unknown run {run_id!r}; `loopd runs` lists them"
-            await client.get_workflow_handle(controller_id(loop)).signal("cancel", run_id)
+            controller = client.get_workflow_handle(controller_id(loop_of_run(run_id)))
+            await controller.signal("cancel", run_id)
             return 0, f"cancel requested for queued run {run_id}"
-        if described.status != WorkflowExecutionStatus.RUNNING:
+        if not running:
             record = await handle.result()
             return 1, f"run {run_id} already ended: {record.outcome}"
         await handle.cancel()

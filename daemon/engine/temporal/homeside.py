@@ -62,24 +62,17 @@ def config_mark(home: Home) -> tuple:
     return tuple(marks)
 
 
-class HomeSide:
-    """What the home's activities share: the loaded configuration (reloaded when its files
-    change), the services a run needs, and the key."""
+class Configured:
+    """A home's configuration, read again whenever its files change; a broken loopd.toml
+    keeps the last good one."""
 
-    def __init__(self, home: Home, loaded: LoadedConfig, store: StateStore, client: Any) -> None:
+    def __init__(self, home: Home, loaded: LoadedConfig) -> None:
         self.home = home
-        self.store = store
-        self.client = client  # the engine, for a Fire that must start a controller
-        self.key = home_key(store)
+        self.loaded = loaded
         self._lock = threading.Lock()
         self._mark = config_mark(home)
-        self.loaded = loaded
-        self.services = RunServices(home=home, config=loaded.daemon, store=store)
-        self.services.notifications = _notifications(loaded, store)
 
-    # configuration ----------------------------------------------------------------------------
     def config(self) -> LoadedConfig:
-        """The home's configuration now; a broken loopd.toml keeps the last good one."""
         with self._lock:
             mark = config_mark(self.home)
             if mark != self._mark:
@@ -87,12 +80,30 @@ class HomeSide:
                 loaded = self.home.load()
                 if loaded.daemon_ok:
                     self.loaded = loaded
-                    self.services = dataclasses.replace(
-                        self.services,
-                        config=loaded.daemon,
-                        notifications=_notifications(loaded, self.store),
-                    )
+                    self.reloaded(loaded)
             return self.loaded
+
+    def reloaded(self, loaded: LoadedConfig) -> None:
+        """Called (under the lock) with a new configuration."""
+
+
+class HomeSide(Configured):
+    """What the home's activities share: the configuration, the services a run needs, the key."""
+
+    def __init__(self, home: Home, loaded: LoadedConfig, store: StateStore, client: Any) -> None:
+        super().__init__(home, loaded)
+        self.store = store
+        self.client = client  # the engine, for a Fire that must start a controller
+        self.key = home_key(store)
+        self.services = RunServices(home=home, config=loaded.daemon, store=store)
+        self.services.notifications = _notifications(loaded, store)
+
+    def reloaded(self, loaded: LoadedConfig) -> None:
+        self.services = dataclasses.replace(
+            self.services,
+            config=loaded.daemon,
+            notifications=_notifications(loaded, self.store),
+        )
 
     def loop(self, name: str) -> Loop | None:
         return self.config().loops.get(name)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import time
 from pathlib import Path
 from typing import Any
 
@@ -297,31 +296,24 @@ class RunActivities:
     def _critic(
         self, services: Any, journal: RunJournal, cfg: LoopConfig, checks: Any, texts: list[str]
     ) -> Any:
-        """The critic's verdict; waits (heartbeating) while the verifier is unavailable."""
-        from daemon.model.client import ModelUnavailable
-        from daemon.model.critic import judge
-        from daemon.runs.judging import VerifierGaveUp
+        """The critic's verdict on the worker's evidence bundle, waiting (heartbeating, a
+        cancel ends the wait) while the verifier is unavailable, as local judging does."""
+        from daemon.runs.judging import ask_critic
+        from daemon.runs.stop import RunStopped, StopToken
 
-        client = services.model_client()
-        limit = services.config.verifier.pending_limit.total_seconds()
+        def cancelled() -> bool:
+            if not activity.info().is_local:
+                activity.heartbeat({"phase": "judging"})
+            return activity.is_cancelled()
+
+        attempt = journal.run.attempts[-1]
         bundle = _Bundle(checks.evidence, texts)
-        tries = 0
-        while True:
-            try:
-                return judge(client, bundle, cfg.critic_threshold, checks.passed)
-            except ModelUnavailable as exc:
-                tries += 1
-                since = journal.run.judging_since or services.clock()
-                waited = (services.clock() - since).total_seconds()
-                journal.event(
-                    "verifier_unavailable",
-                    attempt=journal.run.attempts[-1].n,
-                    error=str(exc)[:300],
-                    waited_seconds=int(waited),
-                )
-                if waited >= limit:
-                    raise VerifierGaveUp(int(waited), int(limit), str(exc)[:300]) from None
-                _wait(min(services.judging_retry.delay(tries), limit - waited))
+        try:
+            return ask_critic(
+                services, journal, StopToken(cancelled), cfg, attempt, checks, texts, bundle
+            )
+        except RunStopped:
+            raise CancelledError("cancelled by a person") from None
 
     # learning ----------------------------------------------------------------------------------
     @activity.defn(name="file_lesson")
@@ -398,17 +390,3 @@ class RunActivities:
             notify_on=loop.config.notify_on if loop is not None else None,
         )
         return trimmed(run)
-
-
-def _wait(seconds: float) -> None:
-    """Sleep while the verifier is down; heartbeat, and end early on a cancel."""
-    deadline = time.monotonic() + seconds
-    while True:
-        if activity.is_cancelled():
-            raise CancelledError("cancelled by a person")
-        if not activity.info().is_local:
-            activity.heartbeat({"phase": "judging"})
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        time.sleep(min(1.0, left))

@@ -57,6 +57,8 @@ class Process:
         self.wake = threading.Event()
         self.resync = asyncio.Event()  # SIGHUP: read the configuration again now
         self.workers: list[Any] = []
+        self.ctx: Any = None  # the home's daemon context (watchers, housekeeping)
+        self.watchers: Any = None
 
     # the whole life ------------------------------------------------------------------------
     async def run(self, queue: str | None) -> int:
@@ -99,6 +101,7 @@ class Process:
             home_side = HomeSide(self.home, self.loaded, self.store, client)
             self.workers.insert(0, self._home_worker(client, home_side, identity))
             await register(client, self.loaded)
+            self.ctx = _context(self.home, self.store, home_side, self.wake)
             tasks.append(self._resync(client, home_side))
             tasks.append(self._housekeeping(home_side))
         self._signals()
@@ -195,18 +198,19 @@ class Process:
     async def _forward(self, client: Any) -> None:
         """Inbox files (and, at the home, file changes) to the loops' controllers."""
         from daemon.scheduling.inbox_watch import InboxWatcher
+        from daemon.service.watchers import Watchers
 
-        watcher = InboxWatcher(self.store.inbox_dir, self.wake)
-        watcher.start()
-        changes = self._change_watchers() if self.role == "home" else []
+        if self.ctx is not None:  # the home: the local daemon's watchers, as they are
+            self.watchers = watcher = Watchers.start(self.ctx, lambda _name: False)
+        else:
+            watcher = InboxWatcher(self.store.inbox_dir, self.wake)
+            watcher.start()
         loop = asyncio.get_running_loop()
         try:
             while not self.stop.is_set():
                 await loop.run_in_executor(None, self.wake.wait, 0.5)
                 self.wake.clear()
-                triggers = []
-                for watcher_ in changes:
-                    triggers += watcher_.poll(utc_now())
+                triggers = self.watchers.poll(utc_now()) if self.watchers else []
                 names = self.store.inbox_names()[:INBOX_BATCH]
                 for name in names:
                     trigger = self.store.read_trigger(name)
@@ -218,8 +222,6 @@ class Process:
                     self.wake.set()
         finally:
             watcher.stop()
-            for watcher_ in changes:
-                watcher_.stop()
 
     async def _send(self, client: Any, triggers: list[Any]) -> None:
         by_loop: dict[str, list[Any]] = {}
@@ -243,47 +245,12 @@ class Process:
                 "trigger_skipped", utc_now(), loop=name, inbox=trigger.id, why=why[:300]
             )
 
-    def _change_watchers(self) -> list[Any]:
-        from daemon.scheduling.changes import ChangeWatcher
-
-        out = []
-        worktrees = self.loaded.daemon.limits.worktrees_path
-        for name, loop in self.loaded.loops.items():
-            if not (loop.config.enabled and loop.config.on_change):
-                continue
-            watcher = ChangeWatcher(
-                loop=name,
-                repo=loop.config.repo_path,
-                globs=loop.config.on_change,
-                debounce=loop.config.debounce.total_seconds(),
-                ignore_under=[worktrees],
-                is_running=lambda: False,
-                events=self.store.events,
-            )
-            try:
-                watcher.start()
-            except Exception as exc:  # noqa: BLE001 - one loop's watcher must not stop loopd
-                self.store.events.append("watch_failed", utc_now(), loop=name, error=str(exc)[:500])
-                continue
-            out.append(watcher)
-        return out
-
     async def _housekeeping(self, side: HomeSide) -> None:
         """Pruning old runs and retiring stale rules, as the local daemon does."""
-        from daemon.service.context import Context, Flags
         from daemon.service.housekeeper import Housekeeper
 
-        ctx = Context(
-            home=self.home,
-            store=self.store,
-            flags=Flags(),
-            config=side.config(),
-            services=side.services,
-            clock=utc_now,
-        )
-        keeper = Housekeeper(ctx)
+        keeper = Housekeeper(self.ctx)
         while True:
-            ctx.config, ctx.services = side.config(), side.services
             keeper.tick(utc_now(), keep=set(self.store.live_runs()))
             await asyncio.sleep(60)
 
@@ -304,6 +271,9 @@ class Process:
             try:
                 await register(client, loaded)
                 self.loaded = loaded
+                self.ctx.config, self.ctx.services = loaded, side.services
+                if self.watchers is not None:
+                    self.watchers.restart_changes()
                 self.store.events.append("reloaded", utc_now(), loops=sorted(loaded.loops))
             except Exception as exc:  # noqa: BLE001 - a reload never stops loopd
                 self.store.events.append("reload_failed", utc_now(), error=str(exc)[:1000])
@@ -378,3 +348,17 @@ def _notifier() -> Any:
     from daemon.systemd import SystemdNotifier
 
     return SystemdNotifier.from_env(unset_environment=True)
+
+
+def _context(home: Home, store: StateStore, side: HomeSide, wake: threading.Event) -> Any:
+    """The local daemon's context, for its watchers and housekeeper at the home."""
+    from daemon.service.context import Context, Flags
+
+    return Context(
+        home=home,
+        store=store,
+        flags=Flags(wake=wake),
+        config=side.config(),
+        services=side.services,
+        clock=utc_now,
+    )

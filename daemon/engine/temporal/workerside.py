@@ -25,7 +25,7 @@ from temporalio.exceptions import ApplicationError, CancelledError
 
 from daemon.config import AgentProfile, LoadedConfig, Loop, LoopConfig, VerifierConfig
 from daemon.engine.temporal import branches
-from daemon.engine.temporal.homeside import config_mark
+from daemon.engine.temporal.homeside import Configured
 from daemon.engine.temporal.models import (
     AttemptInput,
     AttemptOutput,
@@ -90,7 +90,7 @@ class Heartbeat:
             thread.join(timeout=5)
 
 
-class WorkerSide:
+class WorkerSide(Configured):
     """The attempts this machine runs, for whichever home owns the engine."""
 
     def __init__(
@@ -101,30 +101,17 @@ class WorkerSide:
         own_queue: str,
         beside_home: bool = False,
     ) -> None:
-        self.home = home
-        self.loaded = loaded
+        super().__init__(home, loaded)
         self.identity = identity
         self.own_queue = own_queue
         rotate = loaded.daemon.limits.events_rotate
         self.store = WorkerStore(home.state_dir, rotate, beside_home=beside_home)
-        self._mark = config_mark(home)
-        self._lock = threading.Lock()
         self._checked: dict[tuple[str, int], Any] = {}  # checks run at a session's end
 
     def activities(self) -> list[Any]:
         return [self.attempt, self.checks, self.post_mortem]
 
-    # configuration -----------------------------------------------------------------------
-    def config(self) -> LoadedConfig:
-        with self._lock:
-            mark = config_mark(self.home)
-            if mark != self._mark:
-                self._mark = mark
-                loaded = self.home.load()
-                if loaded.daemon_ok:
-                    self.loaded = loaded
-            return self.loaded
-
+    # this machine ----------------------------------------------------------------------------
     def repo_for(self, loop: str, config: LoopConfig) -> Path:
         """This machine's copy of the loop's repository: its own loop file's `repo`."""
         own = self.config().loops.get(loop)
@@ -162,19 +149,10 @@ class WorkerSide:
         from daemon.runs.prompt import PromptParts
 
         plan = inp.plan
-        config = LoopConfig.model_validate(plan.config)
-        try:
-            repo = self.repo_for(inp.ref.loop, config)
-            config = config.model_copy(update={"repo": str(repo)})
-            services = self.services(
-                config.agent, plan.profile, (plan.prompt_cap, plan.transcript_cap)
-            )
-            tree = branches.open_tree(
-                repo, inp.remote, inp.ref.loop, inp.ref.run_id, inp.head,
-                services.config.limits.worktrees_path,
-            )  # fmt: skip
-        except (TreeError, GitError, OSError) as exc:
-            raise failure(exc) from None
+        config, services, tree = self._here(
+            inp.ref, plan.config, inp.remote, inp.head,
+            agent=(plan.profile, (plan.prompt_cap, plan.transcript_cap)),
+        )  # fmt: skip
         run = self._mirror(plan.record, tree)
         journal = RunJournal(services, run)
         stop = StopToken()
@@ -222,6 +200,21 @@ class WorkerSide:
             own_queue=self.own_queue,
         )
 
+    def _here(
+        self, ref: Any, config: dict, remote: str, head: str, agent: tuple | None = None
+    ) -> tuple[LoopConfig, RunServices, RunTree]:
+        """The loop with this machine's repository, the services, and the run's tree here."""
+        cfg = LoopConfig.model_validate(config)
+        try:
+            repo = self.repo_for(ref.loop, cfg)
+            cfg = cfg.model_copy(update={"repo": str(repo)})
+            services = self.services(cfg.agent, *agent) if agent else self.services()
+            worktrees = services.config.limits.worktrees_path
+            tree = branches.open_tree(repo, remote, ref.loop, ref.run_id, head, worktrees)
+        except (TreeError, GitError, OSError) as exc:
+            raise failure(exc) from None
+        return cfg, services, tree
+
     def _mirror(self, record: RunRecord, tree: RunTree) -> RunRecord:
         """This machine's record of the run, marked live while an attempt runs here."""
         run = record.model_copy(deep=True)
@@ -240,17 +233,8 @@ class WorkerSide:
         from daemon.runs.guards import restore_paths
         from daemon.runs.judging import judge_attempt
 
-        config = LoopConfig.model_validate(inp.config)
-        try:
-            repo = self.repo_for(inp.ref.loop, config)
-            config = config.model_copy(update={"repo": str(repo), "critic": "off"})
-            services = self.services()
-            tree = branches.open_tree(
-                repo, inp.remote, inp.ref.loop, inp.ref.run_id, inp.head,
-                services.config.limits.worktrees_path,
-            )  # fmt: skip
-        except (TreeError, GitError, OSError) as exc:
-            raise failure(exc) from None
+        config, services, tree = self._here(inp.ref, inp.config, inp.remote, inp.head)
+        config = config.model_copy(update={"critic": "off"})  # the home asks the critic
         run = self._checks_record(inp, tree)
         journal = RunJournal(services, run)
         attempt = run.attempts[-1]
