@@ -75,6 +75,17 @@ class EngineControl:
         }
         homes = [p for p in data["workers"] if p["queue"] == engine.task_queue]
         data["daemon"]["running"] = bool(homes)
+        polled = {p["queue"] for p in data["workers"]}
+        for name, loop in sorted(self.loaded.loops.items()):
+            queue = worker_queue(engine.task_queue, loop.config.runs_on)
+            if loop.config.enabled and queue not in polled:
+                data["daemon"]["warnings"].append(
+                    f"no worker polls queue {queue}: loop {name}'s attempts wait; start "
+                    f"`loopd worker --queue {loop.config.runs_on}` on a machine"
+                    if loop.config.runs_on
+                    else f"no worker polls queue {queue}: loop {name}'s attempts wait for "
+                    "`loopd run` (or `loopd worker`)"
+                )
         answering = bool(homes)
         for name, loop in sorted(self.loaded.loops.items()):
             info: dict[str, Any] = {

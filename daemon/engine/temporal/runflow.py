@@ -128,6 +128,9 @@ class RunWorkflow:
             ending = CANCELLED
         except ActivityError as exc:
             ending = CANCELLED if _cancelled(exc) else _failed(exc)
+        except Exception as exc:  # noqa: BLE001 - a run ends with an outcome, not a crash
+            reason = f"{type(exc).__name__}: {str(exc)[:300]}"
+            ending = EndOfRun(outcome="error", reason=reason, cause=Cause.LOOPD_ERROR)
         record = await workflow.execute_local_activity(
             "finish",
             FinishInput(ref=inp.ref, ending=ending, remote=inp.remote),
