@@ -111,6 +111,13 @@ max_concurrent_runs = 1
 # shutdown_grace = "30s"
 # worktrees = "~/.cache/loopd/worktrees"
 # events_rotate = "64MB"
+
+# [engine]                   # where schedules and runs happen; see "Past one machine"
+# kind = "local"             # local (this process) | temporal (a Temporal cluster, workers
+#                            # on any machine: `loopd worker`)
+# address = "127.0.0.1:7233"
+# namespace = "default"
+# remote = ""                # a git repository every worker can reach (run branches)
 """
 
 EXAMPLE_LOOP = """\
@@ -138,6 +145,7 @@ max_nudges = 2
 critic = "on"                     # on | off
 critic_threshold = 7
 notify_on = ["escalated"]
+# runs_on = ""                    # [engine] kind = "temporal": `loopd worker --queue NAME`
 """
 
 
