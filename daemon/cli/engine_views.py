@@ -19,14 +19,12 @@ def show_status(control: Any, args: argparse.Namespace) -> int:
     def frame() -> Any:
         data = control.status()
         engine = data["engine"]
+        homes = [w["seen"] for w in data["workers"] if w["queue"] == engine["task_queue"]]
+        polled = f"the home's loopd run last polled at {max(homes)}" if homes else ""
         head = Text(
             f"engine: temporal at {engine['address']}, namespace {engine['namespace']}; "
-            + (
-                "the home's loopd run is polling"
-                if data["daemon"]["running"]
-                else "no loopd run polls the home's queue"
-            ),
-            style=None if data["daemon"]["running"] else "yellow",
+            + (polled or "no loopd run polls the home's queue"),
+            style=None if polled else "yellow",
         )
         loops = Table(title=data["home"])
         for col in (
