@@ -110,6 +110,50 @@ class RulesConfig(StrictModel):
     max_breadth: float = Field(0.3, ge=0.0, le=1.0)
 
 
+ENGINES = ("local", "temporal")
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _queue_name(value: str) -> str:
+    if value and not QUEUE_NAME.match(value):
+        raise ValueError(f"{value!r} is not a plain name: use letters, digits, '-', '_' and '.'")
+    return value
+
+
+class EngineConfig(StrictModel):
+    """`[engine]`: where scheduling and runs happen; `local` is everything in this process."""
+
+    kind: Literal[ENGINES] = "local"  # type: ignore[valid-type]
+    address: str = "127.0.0.1:7233"
+    namespace: str = "default"
+    task_queue: str = "loopd"
+    remote: str = Field("", examples=["ssh://git.example.com/srv/loopd/{loop}.git"])
+    heartbeat_timeout: duration("1s", "1h") = "60s"  # type: ignore[valid-type]
+    tls_cert: str = Field("", examples=["engine/client.pem"])
+    tls_key: str = Field("", examples=["engine/client.key"])
+    tls_ca: str = Field("", examples=["engine/ca.pem"])
+    api_key_file: str = Field("", examples=["engine/api-key"])
+
+    _task_queue = field_validator("task_queue")(_queue_name)
+
+    @field_validator("address")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f'{value!r} is not HOST:PORT, e.g. "127.0.0.1:7233"')
+        return value
+
+    @property
+    def temporal(self) -> bool:
+        return self.kind == "temporal"
+
+    @property
+    def secured(self) -> bool:
+        """A client certificate or an API key authenticates loopd to the engine."""
+        return bool(self.tls_cert or self.api_key_file)
+
+
 class DaemonConfig(StrictModel):
     """`loopd.toml`."""
 
@@ -118,6 +162,7 @@ class DaemonConfig(StrictModel):
     notify: NotifyConfig = NotifyConfig()
     limits: LimitsConfig = LimitsConfig()
     rules: RulesConfig = RulesConfig()
+    engine: EngineConfig = EngineConfig()
 
     def profile(self, name: str) -> AgentProfile | None:
         """The named profile; an adapter's own name works without a profile."""
@@ -157,6 +202,9 @@ class LoopConfig(StrictModel):
     critic: Literal["on", "off"] = "on"
     critic_threshold: int = Field(7, ge=0, le=10)
     notify_on: list[Literal["escalated", "succeeded", "failed-attempt"]] = ["escalated"]
+    runs_on: str = Field("", examples=["gpu"])
+
+    _runs_on = field_validator("runs_on")(_queue_name)
 
     @field_validator("task")
     @classmethod
@@ -220,6 +268,7 @@ def _daemon_keys() -> dict[str, str]:
         ("notify", NotifyConfig),
         ("limits", LimitsConfig),
         ("rules", RulesConfig),
+        ("engine", EngineConfig),
     ):
         out.update(_section_keys(model, f"in loopd.toml under [{section}]"))
     return out
@@ -325,6 +374,16 @@ def check_loop(
                 f"run `git init {repo}`, or set repo to the path of a git repository",
             )
         )
+    if daemon.engine.temporal and config.isolation == "in-place":
+        errors.append(
+            ConfigError(
+                path,
+                "isolation",
+                'isolation = "in-place" works on this machine\'s checkout, and with [engine] '
+                'kind = "temporal" attempts run on whichever worker takes them',
+                'use isolation = "worktree" (each attempt\'s commit goes to [engine] remote)',
+            )
+        )
     profile = daemon.profile(config.agent)
     if profile is None:
         known = sorted(set(daemon.agents) | set(ADAPTERS) - {"command"})
@@ -424,6 +483,7 @@ def load_home(home: Path) -> LoadedConfig:
                     "base_url, so attempts are judged by their checks alone; configure "
                     '[verifier] or set critic = "off" in the loop file'
                 )
+    loaded.warnings.extend(engine_warnings(home, loaded))
     if loaded.daemon.verifier.configured:
         for loop in loaded.loops.values():
             profile = loaded.daemon.profile(loop.config.agent)
@@ -433,3 +493,16 @@ def load_home(home: Path) -> LoadedConfig:
                     "model; a separate model judges more independently"
                 )
     return loaded
+
+
+def engine_warnings(home: Path, loaded: LoadedConfig) -> list[str]:
+    """What a person should know about `[engine]`: an engine any agent could reach."""
+    engine = loaded.daemon.engine
+    if not engine.temporal or engine.secured:
+        return []
+    return [
+        f"loopd.toml: [engine]: no tls_cert and no api_key_file, so the engine at "
+        f"{engine.address} accepts anyone who can reach it, agents with network access "
+        "included; loopd's own activities act only for runs this home started. Give the "
+        "engine a client certificate or an API key (files in the home, hidden from agents)"
+    ]

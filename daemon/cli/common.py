@@ -26,6 +26,14 @@ def home_of(args: argparse.Namespace) -> Home:
         raise CommandError(str(exc)) from None
 
 
+def engine_control(home: Home, loaded: Any = None) -> Any:
+    """Where the commands act: None for the home's own state/ (the local engine), else the
+    engine's view (daemon.engine.temporal.control.EngineControl)."""
+    from daemon.engine import engine_for
+
+    return engine_for(home, loaded).control()
+
+
 def add_home_and_json(parser: argparse.ArgumentParser, json_flag: bool = True) -> None:
     """Let `--home` (and `--json`) also be given after the subcommand."""
     parser.add_argument("--home", default=argparse.SUPPRESS, help="the home folder")

@@ -6,7 +6,14 @@ import argparse
 import time
 from typing import Any
 
-from daemon.cli.common import CommandError, command, console, home_of, print_json
+from daemon.cli.common import (
+    CommandError,
+    command,
+    console,
+    engine_control,
+    home_of,
+    print_json,
+)
 from daemon.cli.runs import daemon_pid, valid_loop
 from daemon.clock import utc_now
 
@@ -20,6 +27,10 @@ def run(args: argparse.Namespace) -> int:
 
     home = home_of(args)
     try:
+        if engine_control(home) is not None:  # another engine runs the loops
+            from daemon.engine import engine_for
+
+            return engine_for(home).serve()
         return run_daemon(home)
     except ConfigFatal as exc:
         print(f"loopd: configuration error, not starting:\n{exc}", file=sys.stderr)
@@ -141,6 +152,11 @@ def _render_status(data: dict[str, Any]) -> Any:
 def status(args: argparse.Namespace) -> int:
     """Loops, phases, last outcomes, next fires."""
     home = home_of(args)
+    control = engine_control(home)
+    if control is not None:
+        from daemon.cli.engine_views import show_status
+
+        return show_status(control, args)
     if args.json:
         print_json(_status_data(home))
         return 0
@@ -190,6 +206,13 @@ def _set_paused(args: argparse.Namespace, paused: bool) -> int:
     home = home_of(args)
     loaded = home.load()
     loop = valid_loop(home, loaded, args.loop)
+    control = engine_control(home, loaded)
+    if control is not None:  # the loop's controller holds its runs (and records the event)
+        control.pause(loop.name, paused)
+        state = "paused" if paused else "resumed"
+        note = " (triggers are recorded and run after `loopd resume`)" if paused else ""
+        print(f"{loop.name} {state}{note}")
+        return 0
     store = home.state(loaded.daemon.limits.events_rotate)
     was = loop.name in store.paused_loops()
     store.set_paused(loop.name, paused)

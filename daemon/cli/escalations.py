@@ -12,6 +12,7 @@ from daemon.cli.common import (
     add_home_and_json,
     command,
     console,
+    engine_control,
     home_of,
     print_json,
 )
@@ -31,9 +32,14 @@ def _not_found(run_id: str) -> CommandError:
 
 def list_escalations_cmd(args: argparse.Namespace) -> int:
     """List the escalations waiting for a person (--all: resolved ones too)."""
-    from daemon.people.escalation import list_escalations
+    from daemon.people.escalation import Escalation, list_escalations
 
-    items = list_escalations(_store(args))
+    control = engine_control(home_of(args))
+    if control is not None:  # the home answers through the engine, from any machine
+        reply = control.escalations({"action": "list", "all": getattr(args, "all", False)})
+        items = [Escalation.model_validate(item) for item in reply.get("items", [])]
+    else:
+        items = list_escalations(_store(args))
     if not getattr(args, "all", False):
         items = [e for e in items if e.is_open]
     if getattr(args, "json", False):
@@ -55,12 +61,19 @@ def list_escalations_cmd(args: argparse.Namespace) -> int:
 
 def show_escalation_cmd(args: argparse.Namespace) -> int:
     """Show one escalation file: what happened and what to do next."""
-    from daemon.people.escalation import EscalationNotFound, load_escalation
+    from daemon.people.escalation import Escalation, EscalationNotFound, load_escalation
 
-    try:
-        meta, text = load_escalation(_store(args), args.run_id)
-    except EscalationNotFound:
-        raise _not_found(args.run_id) from None
+    control = engine_control(home_of(args))
+    if control is not None:
+        reply = control.escalations({"action": "show", "run_id": args.run_id})
+        if reply.get("error"):
+            raise _not_found(args.run_id)
+        meta, text = Escalation.model_validate(reply["meta"]), reply["text"]
+    else:
+        try:
+            meta, text = load_escalation(_store(args), args.run_id)
+        except EscalationNotFound:
+            raise _not_found(args.run_id) from None
     if args.json:
         data: dict[str, Any] = meta.model_dump(mode="json")
         data["text"] = text
@@ -80,6 +93,18 @@ def resolve_escalation_cmd(args: argparse.Namespace) -> int:
     """Resolve an escalation; --retry queues a new run whose prompt carries --note."""
     from daemon.people.escalation import AlreadyResolved, EscalationNotFound, resolve
 
+    control = engine_control(home_of(args))
+    if control is not None:
+        request = {"action": "resolve", "run_id": args.run_id, "note": args.note or ""}
+        reply = control.escalations({**request, "retry": args.retry})
+        if reply.get("error") == "not_found":
+            raise _not_found(args.run_id)
+        if reply.get("error"):
+            raise CommandError(reply.get("message") or reply["error"], 1)
+        print(f"resolved {args.run_id}")
+        if reply.get("trigger"):
+            print(f"retry queued at the home: state/inbox/{reply['trigger']}")
+        return 0
     store = _store(args)
     now = utc_now()
     try:

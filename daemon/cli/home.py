@@ -24,6 +24,12 @@ def check(args: argparse.Namespace) -> int:
     """Validate loopd.toml and loops/*.toml."""
     home = home_of(args)
     loaded = home.load()
+    if loaded.daemon_ok and loaded.daemon.engine.temporal:
+        from daemon.engine.temporal.check import check_schedules
+
+        errors, warnings = check_schedules(home, loaded)
+        loaded.errors.extend(errors)
+        loaded.warnings.extend(warnings)
     if args.json:
         print_json(
             {

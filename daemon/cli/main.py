@@ -16,6 +16,7 @@ GROUP_ORDER = {
     "home": 0,
     "runs": 1,
     "daemon": 2,
+    "worker": 2,
     "hooks": 3,
     "rules": 4,
     "experiment": 4.5,  # replay and experiment (daemon/cli/experiment.py), after the rules
@@ -50,13 +51,23 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from daemon.engine.base import EngineError
+
     try:
-        return int(args.func(args) or 0)
-    except CommandError as exc:
+        code = int(args.func(args) or 0)
+    except (CommandError, EngineError) as exc:
         print(f"loopd: {exc}", file=sys.stderr)
-        return exc.code
+        code = getattr(exc, "code", 2)
     except KeyboardInterrupt:
-        return 130
+        code = 130
+    return _leave(code)
+
+
+def _leave(code: int) -> int:
+    """A process that talked to the Temporal engine ends at once (its SDK can crash an
+    ordinary interpreter exit); any other returns `code`."""
+    connect = sys.modules.get("daemon.engine.temporal.connect")
+    return connect.leave(code) if connect is not None else code
 
 
 if __name__ == "__main__":

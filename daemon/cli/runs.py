@@ -8,7 +8,14 @@ import sys
 import time
 from typing import Any
 
-from daemon.cli.common import CommandError, command, console, home_of, print_json
+from daemon.cli.common import (
+    CommandError,
+    command,
+    console,
+    engine_control,
+    home_of,
+    print_json,
+)
 from daemon.clock import utc_now
 from daemon.config import LoadedConfig, Loop
 from daemon.home import Home
@@ -48,6 +55,11 @@ def once(args: argparse.Namespace) -> int:
     if not loaded.daemon_ok:
         raise CommandError("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
     loop = valid_loop(home, loaded, args.loop)
+    if engine_control(home, loaded) is not None:
+        raise CommandError(
+            f"with [engine] kind = {loaded.daemon.engine.kind!r} the engine runs loop "
+            f"{loop.name!r}; use `loopd trigger {loop.name} --wait` to run it there"
+        )
     store = home.state(loaded.daemon.limits.events_rotate)
     pid = daemon_pid(home)
     if pid is not None and loop.config.enabled and loop.name not in store.paused_loops():
@@ -150,6 +162,11 @@ def trigger(args: argparse.Namespace) -> int:
 
     home = home_of(args)
     loaded = home.load()
+    control = engine_control(home, loaded)
+    if control is not None:
+        from daemon.cli.engine_views import trigger_on_engine
+
+        return trigger_on_engine(control, args)
     if loaded.daemon_ok:
         name = valid_loop(home, loaded, args.loop).name
     else:
@@ -223,6 +240,13 @@ def _wait_for(home: Home, store: Any, tail: Any, inbox_id: str) -> int:
 def cancel(args: argparse.Namespace) -> int:
     """Stop a queued or running run; its outcome is `cancelled`."""
     home = home_of(args)
+    control = engine_control(home)
+    if control is not None:
+        code, message = control.cancel(args.run_id)
+        if code == 2:
+            raise CommandError(message)
+        print(message)
+        return code
     store = home.state()
     if not store.run_dir(args.run_id).is_dir():
         queued = store.queued_run(args.run_id)
@@ -261,6 +285,11 @@ def cancel(args: argparse.Namespace) -> int:
 def runs(args: argparse.Namespace) -> int:
     """List runs, newest first."""
     home = home_of(args)
+    control = engine_control(home)
+    if control is not None:
+        from daemon.cli.engine_views import show_runs
+
+        return show_runs(control, args)
     store = home.state()
     if args.loop and not (home.loops_dir / f"{args.loop}.toml").exists():
         if not store.run_ids(args.loop):
@@ -314,12 +343,18 @@ def show(args: argparse.Namespace) -> int:
     store = home.state()
     from daemon.state.store import UnreadableFile
 
-    if not (store.run_dir(args.run_id) / "run.toml").exists():
+    control = engine_control(home)
+    if control is not None:  # the engine holds every machine's runs
+        from daemon.cli.engine_views import engine_record
+
+        run = engine_record(control, args.run_id)
+    elif not (store.run_dir(args.run_id) / "run.toml").exists():
         raise CommandError(f"unknown run {args.run_id!r}; `loopd runs` lists them")
-    try:
-        run = store.load_run(args.run_id)
-    except UnreadableFile as exc:
-        raise CommandError(f"{exc}; the file is left as it is", code=1) from None
+    else:
+        try:
+            run = store.load_run(args.run_id)
+        except UnreadableFile as exc:
+            raise CommandError(f"{exc}; the file is left as it is", code=1) from None
     if args.json:
         print_json(run.model_dump(mode="json"))
         return 0

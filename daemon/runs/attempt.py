@@ -121,6 +121,7 @@ class Attempt:
         rules_text: str,
         n: int,
         rule_ids: list[str] | None = None,
+        parts: PromptParts | None = None,
     ) -> None:
         self.services = services
         self.loop = loop
@@ -131,6 +132,7 @@ class Attempt:
         self.rules_text = rules_text
         self.rule_ids = list(rule_ids or [])  # the rules in its prompt, for the critic
         self.n = n
+        self.parts = parts  # assembled elsewhere (the home of a Temporal run), else here
 
     def run(self) -> AttemptResult:
         """Start the agent, nudge its stalls, and record the attempt as finished."""
@@ -140,7 +142,7 @@ class Attempt:
         journal, run, cfg, n = self.journal, self.journal.run, self.cfg, self.n
         limits = self.services.config.limits
         folder = journal.attempt_dir(n)
-        parts = attempt_prompt(self.services, self.loop, journal, n, self.rules_text)
+        parts = self.parts or attempt_prompt(self.services, self.loop, journal, n, self.rules_text)
         # Redacted before the agent sees it: prompt.md is byte for byte what the agent got.
         prompt = redact(build_prompt(parts, limits.prompt_cap))
         write_atomic(folder / "prompt.md", prompt)

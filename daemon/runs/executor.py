@@ -14,6 +14,7 @@ from typing import NoReturn
 
 from daemon.config import Loop
 from daemon.redact import redact_value
+from daemon.runs import decisions
 from daemon.runs.attempt import Attempt, CheckedCommit, commit_attempt
 from daemon.runs.finish import (
     end_without_agent,
@@ -140,14 +141,11 @@ class RunExecutor:
         except _Ended:
             pass
         except RunStopped as stopped:
-            if stopped.why == "cancelled":
-                self._finish("cancelled", "cancelled by a person", Cause.CANCELLED)
-            elif self.run.phase != "judging":
-                # A retry is not retried again: it goes to a person.
-                retry = self.run.trigger.kind == "retry"
-                cause = Cause.INTERRUPTED_RETRY if retry else Cause.INTERRUPTED
-                self._finish("interrupted", "loopd stopped during the run", cause)
-            # else: judging resumes after a restart; the agent's work is committed.
+            # A retry is not retried again: it goes to a person. While judging, nothing
+            # ends: judging resumes after a restart; the agent's work is committed.
+            ending = decisions.stopped(stopped.why, self.run.phase, self.run.trigger.kind)
+            if ending is not None:
+                self._finish(*ending)
         except TreeError as exc:
             self._finish("error", str(exc), Cause.SETUP_FAILED)
         except GitError as exc:  # a git timeout included
@@ -189,14 +187,12 @@ class RunExecutor:
                 rule_ids=[rule.id for rule in self.rules.reminders],
             )
             result = attempt.run()
-            if result.start_error:
+            ending = decisions.cut_short(
+                result.start_error, result.over_budget, run.tokens, self.cfg.max_tokens
+            )
+            if ending is not None:
                 self._commit(result.record)
-                reason = f"agent failed to start: {result.start_error}"[:300]
-                self._end("escalated", reason, Cause.AGENT_FAILED)
-            if result.over_budget:
-                self._commit(result.record)
-                reason = f"token budget exceeded: {run.tokens} > {self.cfg.max_tokens}"
-                self._end("escalated", reason, Cause.TOKEN_CAP)
+                self._end(*ending)
             self._judge(result.record, result.checked)
         self._end("escalated", *self._why_given_up())
 
@@ -309,9 +305,7 @@ class RunExecutor:
         self._restore_protected(attempt)
 
     def _success_reason(self, attempt: AttemptRecord) -> str:
-        if not attempt.judged:
-            return f"checks pass on attempt {attempt.n} (not judged by a model)"
-        return f"checks pass and score {attempt.score} on attempt {attempt.n}"
+        return decisions.success_reason(attempt)
 
     def _learn(self, attempt: AttemptRecord, passed: bool) -> None:
         run = self.run
@@ -339,21 +333,8 @@ class RunExecutor:
     # the end -----------------------------------------------------------------
     def _why_given_up(self) -> tuple[str, Cause]:
         """The reason and cause of a run whose attempts are used up."""
-        attempts = self.run.attempts
-        last = attempts[-1] if attempts else None
-        if last is None:
-            return "attempts used up", Cause.LOOPD_ERROR
-        if not last.checks_passed:
-            why = f"attempts used up; checks still fail after {len(attempts)} attempts"
-            if all(a.timed_out for a in attempts):
-                return why + ", each cut at attempt_timeout", Cause.TIMEOUTS
-            return why, Cause.CHECKS_FAILED
-        if last.violations:
-            first = last.violations[0]
-            cause = Cause.PROTECT_VIOLATION if first.kind == "protected" else Cause.REF_VIOLATION
-            return f"attempts used up; {first.text()}", cause
-        threshold = self.cfg.critic_threshold
-        return f"attempts used up; last score {last.score} below {threshold}", Cause.CRITIC_REJECTED
+        ending = decisions.given_up(self.run.attempts, self.cfg.critic_threshold)
+        return ending.reason, ending.cause
 
     def _end(self, outcome: str, reason: str, cause: Cause) -> NoReturn:
         """Finish the run with this outcome and leave the state machine."""

@@ -7,7 +7,7 @@ Judging returns a `Judgement` and never ends the run: a verifier that stays unav
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from daemon.config import LoopConfig
 from daemon.runs.attempt import CheckedCommit, checks_env
@@ -158,20 +158,25 @@ def _ask_critic(
     checks: ChecksResult,
     violations: list[str],
     rules: list[tuple[str, str]] | None = None,
+    evidence: Any = None,
 ) -> Verdict:
-    """The critic's verdict, waiting with the judging retry policy while it is unavailable."""
+    """The critic's verdict, waiting with the judging retry policy while it is unavailable.
+
+    `evidence` is the attempt's bundle when another machine built it; else it is built here.
+    """
     from daemon.model.client import ModelUnavailable
     from daemon.model.critic import judge
     from daemon.model.evidence import build_evidence
 
     verifier = services.config.verifier
-    evidence = build_evidence(
-        journal.attempt_dir(attempt.n),
-        cfg.task,
-        attempt.summary,
-        verifier.evidence_tokens,
-        violations,
-    )
+    if evidence is None:
+        evidence = build_evidence(
+            journal.attempt_dir(attempt.n),
+            cfg.task,
+            attempt.summary,
+            verifier.evidence_tokens,
+            violations,
+        )
     client = services.model_client()
     assert client is not None  # judging asks the critic only when a verifier is configured
     limit = verifier.pending_limit.total_seconds()
@@ -196,3 +201,6 @@ def _ask_critic(
             # Never past pending_limit: the last try comes as the limit ends.
             if stop.wait(min(services.judging_retry.delay(tries), limit - waited)):
                 stop.raise_if_stopped()
+
+
+ask_critic = _ask_critic  # for an engine that judges evidence another machine gathered

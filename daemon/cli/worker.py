@@ -1,0 +1,38 @@
+"""`loopd worker`: run attempts for the home that owns the engine, on this machine."""
+
+from __future__ import annotations
+
+import argparse
+
+from daemon.cli.common import CommandError, command, home_of
+
+
+def worker(args: argparse.Namespace) -> int:
+    """Run attempts of the loops whose runs_on names --queue (default: the default queue)."""
+    import sys
+
+    from daemon.config import QUEUE_NAME
+    from daemon.engine import engine_for
+    from daemon.service.context import ConfigFatal
+    from daemon.state.lock import LockHeld
+
+    if args.queue and not QUEUE_NAME.match(args.queue):
+        raise CommandError(f"--queue {args.queue!r}: use letters, digits, '-', '_' and '.'")
+    home = home_of(args)
+    try:
+        return engine_for(home).work(args.queue)
+    except ConfigFatal as exc:
+        print(f"loopd: configuration error, not starting:\n{exc}", file=sys.stderr)
+        return 2
+    except LockHeld as exc:
+        raise CommandError(f"a loopd worker (pid {exc.pid}) runs for this home already") from None
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = command(sub, "worker", worker)
+    p.add_argument(
+        "--queue",
+        default="",
+        metavar="NAME",
+        help="the queue as a loop's runs_on names it (default: loops without runs_on)",
+    )

@@ -1,0 +1,1 @@
+"""The Temporal engine (`[engine] kind = "temporal"`); see engine.py and service.py."""

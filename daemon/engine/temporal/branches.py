@@ -1,0 +1,114 @@
+"""A run's branch on `[engine] remote`: published by the home, continued by any worker.
+
+The home pushes the run's base as branch `loopd/LOOP/RUN_ID`; a worker fetches it into its own
+copy of the repository, makes its tree there, and pushes each attempt's commit back, so the
+next attempt (or a retry) can continue on another machine. When the run ends the home fetches
+the branch into the person's repository, where it stays for review.
+
+Git goes through loopd's safe git (daemon/runs/git.py); only ssh is given back for the remote,
+so a remote reached over ssh works with the user's own ssh configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from daemon.runs.git import Git, GitError
+from daemon.runs.tree import RunTree, TreeError, branch_name
+from daemon.state.atomic import ensure_dir
+
+REMOTE = ("-c", "core.sshCommand=ssh")  # the safe git turns ssh off; the remote needs it
+FETCHED = "refs/loopd/remote"  # where a worker keeps what it fetched (the guards ignore it)
+
+
+def same_repository(repo: Path, remote: str) -> bool:
+    """Whether `remote` is this very repository (the default remote: the loop's `repo`)."""
+    path = Path(os.path.expanduser(remote))
+    if not path.is_absolute() or not path.exists():
+        return False
+    try:
+        return path.resolve() == repo.resolve() or os.path.samefile(path, repo)
+    except OSError:
+        return False
+
+
+def publish(repo: Path, remote: str, branch: str, commit: str) -> None:
+    """Make `branch` on the remote point at `commit` (the run's base)."""
+    git = Git(repo)
+    if same_repository(repo, remote):
+        git.run("update-ref", f"refs/heads/{branch}", commit)
+        return
+    git.run(*REMOTE, "push", "-q", "--no-verify", "-f", remote, f"{commit}:refs/heads/{branch}")
+
+
+def remote_tip(repo: Path, remote: str, branch: str) -> str:
+    """The commit the remote's `branch` points at, "" when it has none."""
+    git = Git(repo)
+    if same_repository(repo, remote):
+        return git.out("rev-parse", "-q", "--verify", f"refs/heads/{branch}", check=False)
+    out = git.out(*REMOTE, "ls-remote", "--heads", remote, f"refs/heads/{branch}", check=False)
+    return out.split()[0] if out else ""
+
+
+def fetch_branch(repo: Path, remote: str, branch: str) -> None:
+    """Bring the remote's `branch` into the person's repository as the same branch."""
+    if same_repository(repo, remote):
+        return
+    Git(repo).run(
+        *REMOTE, "fetch", "-q", "--no-tags", remote, f"+refs/heads/{branch}:refs/heads/{branch}"
+    )
+
+
+def open_tree(
+    repo: Path, remote: str, loop: str, run_id: str, head: str, worktrees: Path
+) -> RunTree:
+    """The run's tree on this machine, at `head` (what the last attempt pushed)."""
+    git = Git(repo)
+    branch = branch_name(loop, run_id)
+    path = ensure_dir(worktrees / loop) / run_id
+    if (path / ".git").exists():
+        here = Git(path).out("rev-parse", "HEAD", check=False)
+        if here == head and Git(path).is_clean():
+            return RunTree(path, repo, branch, head, "worktree")
+        close_tree(RunTree(path, repo, branch, head, "worktree"), remote, keep_branch=True)
+    if not same_repository(repo, remote):
+        fetched = f"{FETCHED}/{loop}/{run_id}"
+        try:
+            git.run(*REMOTE, "fetch", "-q", "--no-tags", remote, f"+refs/heads/{branch}:{fetched}")
+        except GitError as exc:
+            raise TreeError(
+                f"cannot fetch branch {branch} from {remote} into {repo}: "
+                f"{exc.stderr.strip()[:300]}. Fix: make [engine] remote a repository this "
+                "worker can reach (a path or an ssh URL)"
+            ) from None
+    if git.out("cat-file", "-t", head, check=False) != "commit":
+        raise TreeError(f"commit {head[:12]} of run {run_id} is not in {repo} nor at {remote}")
+    if path.exists():
+        shutil.rmtree(path)
+    git.run("worktree", "prune")
+    git.run("worktree", "add", "-q", "-B", branch, str(path), head)
+    return RunTree(path, repo, branch, head, "worktree")
+
+
+def push_tree(tree: RunTree, remote: str) -> None:
+    """Push the tree's HEAD to the run's branch on the remote."""
+    if same_repository(tree.repo, remote):
+        return  # the tree's commits are on the branch already
+    tree.git.run(
+        *REMOTE, "push", "-q", "--no-verify", "-f", remote, f"HEAD:refs/heads/{tree.branch}"
+    )
+
+
+def close_tree(tree: RunTree, remote: str, keep_branch: bool = False) -> None:
+    """Remove the tree; its local branch too when the remote holds the run's branch."""
+    git = Git(tree.repo)
+    git.run("worktree", "remove", "--force", str(tree.path), check=False)
+    if tree.path.exists():
+        shutil.rmtree(tree.path, ignore_errors=True)
+    git.run("worktree", "prune", check=False)
+    if not keep_branch and not same_repository(tree.repo, remote):
+        git.run("branch", "-q", "-D", tree.branch, check=False)
+        loop, run_id = tree.branch.split("/")[1:3]
+        git.run("update-ref", "-d", f"{FETCHED}/{loop}/{run_id}", check=False)

@@ -1,0 +1,293 @@
+"""What crosses the engine: workflow inputs, signals, activity inputs and results.
+
+Every payload is a pydantic model and stays small: a run's prompt parts, its record without
+transcripts, the evidence bundle within `evidence_tokens`, and for a lesson only the lines of
+the attempt's files that its claims rest on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from daemon.state.queuefile import PendingRun
+from daemon.state.records import AttemptRecord, Cause, RunRecord, Trigger, Violation
+
+ROUTED_KEPT = 500  # trigger ids a controller remembers (for `loopd trigger --wait`)
+
+
+class Payload(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class RunRef(Payload):
+    """A run as the home's activities know it: the token proves the home started it."""
+
+    loop: str
+    run_id: str
+    token: str
+
+
+class EndOfRun(Payload):
+    outcome: str
+    reason: str
+    cause: Cause
+
+
+# -- the controller ---------------------------------------------------------------------------
+
+
+class TriggerBatch(Payload):
+    """One signal to a controller: triggers taken together (an inbox's burst, a fire)."""
+
+    triggers: list[Trigger]
+
+
+class ControllerState(Payload):
+    """What a loop's controller carries across continue-as-new."""
+
+    loop: str
+    pending: list[PendingRun] = []
+    paused: bool = False
+    routed: dict[str, str] = {}  # trigger id -> RUN_ID, or "skipped: WHY"
+    last_run: str = ""
+    last_outcome: str = ""
+    waiting: list[Trigger] = []  # triggers signalled but not yet taken
+
+
+class ControllerView(Payload):
+    """The `status` query of a controller."""
+
+    loop: str
+    paused: bool
+    running: str
+    pending: list[str]
+    last_run: str
+    last_outcome: str
+    routed: dict[str, str] = {}
+
+
+class IntakeInput(Payload):
+    loop: str
+    triggers: list[Trigger]
+    pending: list[PendingRun]
+    running: str
+    in_place_running: bool = False
+
+
+class IntakeResult(Payload):
+    pending: list[PendingRun]
+    routed: dict[str, str]
+
+
+class PauseInput(Payload):
+    loop: str
+    paused: bool
+
+
+class CancelQueued(Payload):
+    loop: str
+    pending: list[PendingRun]
+
+
+class Admitted(Payload):
+    """A pending run the home has recorded: what its workflow needs."""
+
+    input: RunInput | None = None
+    skipped: str = ""  # why the run could not start (the loop is gone): no workflow
+
+
+class RunSummary(Payload):
+    """A finished run, as the run workflow tells its controller."""
+
+    run_id: str
+    outcome: str
+    cause: str = ""
+    retry: bool = False
+    trigger_kind: str = ""
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+class RunInput(Payload):
+    """Everything a run workflow needs; the loop's configuration as the run started with it."""
+
+    ref: RunRef
+    config: dict[str, Any]  # LoopConfig, as its model dumps it
+    queue: str  # the shared worker queue: `loopd-NAME`
+    heartbeat_seconds: float
+    remote: str  # where the run's branch lives for every worker
+    trigger_kind: str = "manual"
+    critic: bool = False  # a model judges the attempts (critic on, a verifier configured)
+    learns: bool = False  # failed attempts get a post-mortem (a verifier configured)
+    verifier: dict[str, Any] = {}  # VerifierConfig, for the workers' post-mortems
+    verifier_timeout: float = 60.0
+    pending_limit: float = 21600.0
+    record: RunRecord | None = None  # the run as it starts (`loopd show` of a running run)
+
+
+class BeginAttempt(Payload):
+    ref: RunRef
+    n: int
+    head: str
+    config: dict[str, Any]
+
+
+class AttemptEnded(Payload):
+    ref: RunRef
+    output: AttemptOutput
+
+
+class Prepared(Payload):
+    """The prepared run: its base, branch and rules; or how it ended before any agent."""
+
+    ended: EndOfRun | None = None
+    base_commit: str = ""
+    branch: str = ""
+    rules_text: str = ""
+    rule_ids: list[str] = []
+    resume_at: int = 1  # the first attempt to run (a restarted run resumes)
+
+
+class AttemptPlan(Payload):
+    """What the home's `begin_attempt` hands to a worker."""
+
+    n: int
+    parts: dict[str, str]  # PromptParts
+    record: RunRecord  # the run as far as it went, without transcripts
+    config: dict[str, Any]
+    profile: dict[str, Any]  # the home's AgentProfile (a worker's own profile of the name wins)
+    verifier_key_env: str = ""  # withheld from the agent
+    prompt_cap: int
+    transcript_cap: int
+
+
+class AttemptInput(Payload):
+    ref: RunRef
+    plan: AttemptPlan
+    remote: str
+    head: str  # the commit the attempt starts from
+    heartbeat_seconds: float
+
+
+class AttemptOutput(Payload):
+    """The worker's account of an attempt: its record, its commit, where it ran."""
+
+    record: AttemptRecord
+    head: str
+    start_error: str = ""
+    over_budget: bool = False
+    tokens: int = 0
+    cost_usd: float = 0.0
+    worker: str = ""  # identity of the worker process
+    own_queue: str = ""  # that worker's own queue: checks and post-mortem go there
+
+
+class ChecksInput(Payload):
+    ref: RunRef
+    n: int
+    record: RunRecord
+    config: dict[str, Any]
+    remote: str
+    head: str
+    evidence_tokens: int
+    heartbeat_seconds: float
+
+
+class SparseFile(Payload):
+    """Lines of one file of an attempt folder, at their line numbers (1-based)."""
+
+    name: str
+    total: int
+    lines: dict[int, str]
+
+    def text(self) -> str:
+        """The file with the lines not carried left blank, so line numbers hold."""
+        out = [""] * self.total
+        for number, line in self.lines.items():
+            if 0 < number <= self.total:
+                out[number - 1] = line
+        return "\n".join(out)
+
+
+class ChecksOutput(Payload):
+    passed: bool
+    results: list[dict[str, Any]]  # command, exit_code
+    violations: list[Violation]
+    log: SparseFile  # checks.log
+    failed_tail: str  # checks-failed.txt
+    diffstat: str = ""  # diffstat.json
+    evidence: str  # the critic's evidence bundle, rendered
+    summary: str = ""
+    head: str  # after protected paths were put back
+    restored: list[str] = []
+    worker: str = ""
+
+
+class VerdictInput(Payload):
+    ref: RunRef
+    n: int
+    config: dict[str, Any]
+    checks: ChecksOutput
+    critic: bool
+
+
+class Judged(Payload):
+    passed: bool
+    attempt: AttemptRecord | None = None  # as judged
+    verdict: dict[str, Any] = {}  # the critic's Verdict
+    gave_up: EndOfRun | None = None  # the verifier stayed down past pending_limit
+
+
+class LessonInput(Payload):
+    ref: RunRef
+    n: int
+    task: str
+    verdict: dict[str, Any]
+    kind_hint: str = ""
+    verifier: dict[str, Any]
+
+
+class LessonOutput(Payload):
+    """The post-mortem's candidate after grounding on the worker, with its evidence lines."""
+
+    decision: str = ""  # accepted | rejected | unavailable | none
+    rule: dict[str, Any] = {}
+    reasons: list[str] = []
+    missing: list[str] = []
+    excerpts: list[SparseFile] = []
+    error: str = ""
+
+
+class FileLesson(Payload):
+    ref: RunRef
+    n: int
+    passed: bool
+    max_attempts: int
+    lesson: LessonOutput
+
+
+class Learned(Payload):
+    rule_id: str = ""
+    rules_text: str = ""  # the run's reminders, with the new rule
+
+
+class FinishInput(Payload):
+    ref: RunRef
+    ending: EndOfRun
+    remote: str
+
+
+class RunView(Payload):
+    """The `view` query of a run workflow."""
+
+    run_id: str
+    phase: str
+    attempt: int
+    worker: str = ""
+
+
+Admitted.model_rebuild()
+AttemptEnded.model_rebuild()

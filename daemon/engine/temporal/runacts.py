@@ -1,0 +1,420 @@
+"""The home's steps of a run: admit, prepare, assemble each prompt, record, judge, learn, finish.
+
+They run on the home's queue (most as local activities of the run workflow) and write the
+home's state/ through the same building blocks as the local engine: the run's journal, rule
+selection, the prompt, the critic, the rule verifier, `finish_run`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import CancelledError
+
+from daemon.config import LoopConfig
+from daemon.engine.temporal import branches
+from daemon.engine.temporal.homeside import HomeSide, loop_of, remote_for, trimmed
+from daemon.engine.temporal.lessons import file_rejected, write_excerpts
+from daemon.engine.temporal.models import (
+    Admitted,
+    AttemptEnded,
+    AttemptPlan,
+    BeginAttempt,
+    EndOfRun,
+    FileLesson,
+    FinishInput,
+    Judged,
+    Learned,
+    Prepared,
+    RunInput,
+    RunRef,
+    VerdictInput,
+)
+from daemon.engine.temporal.names import worker_queue
+from daemon.redact import redact
+from daemon.runs.git import Git, GitError
+from daemon.runs.journal import RunJournal
+from daemon.state.atomic import write_atomic
+from daemon.state.queuefile import PendingRun
+from daemon.state.records import AttemptRecord, Cause, RunRecord
+from daemon.state.store import dump_toml
+
+
+class _Bundle:
+    """The evidence bundle a worker built, as the critic reads it."""
+
+    def __init__(self, text: str, violations: list[str]) -> None:
+        self.text = text
+        self.violations = violations
+
+    def render(self) -> str:
+        return self.text
+
+
+def _ended(outcome: str, reason: str, cause: Cause) -> Prepared:
+    return Prepared(ended=EndOfRun(outcome=outcome, reason=reason, cause=cause))
+
+
+class RunActivities:
+    """The run activities of one home."""
+
+    def __init__(self, side: HomeSide) -> None:
+        self.side = side
+
+    def activities(self) -> list[Any]:
+        return [
+            self.admit,
+            self.prepare,
+            self.begin_attempt,
+            self.attempt_ended,
+            self.judge,
+            self.file_lesson,
+            self.finish,
+        ]
+
+    # admit ---------------------------------------------------------------------------------
+    @activity.defn(name="admit")
+    def admit(self, pending: PendingRun) -> Admitted:
+        """Record a pending run that starts now (run.toml, live) and make its workflow's input."""
+        from daemon.runs.executor import new_run
+
+        side = self.side
+        side.check_controller(pending.loop)
+        loaded = side.config()
+        loop = loaded.loops.get(pending.loop)
+        if loop is None or not loop.config.enabled:
+            return Admitted(skipped="the loop is no longer valid or enabled")
+        engine, verifier = loaded.daemon.engine, loaded.daemon.verifier
+        try:
+            run = side.store.load_run(pending.id)  # admitted already (a replay)
+        except FileNotFoundError:
+            run = new_run(side.services, loop, pending)
+        cfg = loop.config
+        return Admitted(
+            input=RunInput(
+                ref=RunRef(loop=loop.name, run_id=run.id, token=side.token(run.id)),
+                config=cfg.model_dump(mode="json"),
+                queue=worker_queue(engine.task_queue, cfg.runs_on),
+                heartbeat_seconds=engine.heartbeat_timeout.total_seconds(),
+                remote=remote_for(engine.remote, loop.name, cfg.repo_path),
+                trigger_kind=run.trigger.kind,
+                critic=cfg.critic == "on" and verifier.configured,
+                learns=verifier.configured,
+                verifier=verifier.model_dump(mode="json"),
+                verifier_timeout=verifier.timeout.total_seconds(),
+                pending_limit=verifier.pending_limit.total_seconds(),
+                record=trimmed(run),
+            )
+        )
+
+    # prepare ---------------------------------------------------------------------------------
+    @activity.defn(name="prepare")
+    def prepare(self, inp: RunInput) -> Prepared:
+        """The run's base published as its branch on the remote; its rules; refuse/escalate."""
+        from daemon.runs.learning import rules_of_run, select_rules_for_run
+        from daemon.runs.tree import branch_name
+
+        services, journal = self.side.open_run(inp.ref)
+        run = journal.run
+        loop = loop_of(inp.ref.loop, self.side.home, inp.config)
+        cfg = loop.config
+        if run.base_commit and run.branch:  # prepared already (the home restarted meanwhile)
+            choice = rules_of_run(services, run)
+            return Prepared(
+                base_commit=run.base_commit, branch=run.branch, rule_ids=choice.rule_ids
+            )
+        journal.event("run_started", trigger=run.trigger.kind, reason=run.trigger.reason)
+        repo = cfg.repo_path
+        base = self._retry_base(run, repo) or cfg.base
+        try:
+            base_commit = Git(repo).out("rev-parse", "--verify", f"{base}^{{commit}}")
+        except GitError as exc:
+            reason = (
+                f"base {base!r} is not a commit in {repo}: {exc.stderr.strip()[:200]}. Fix: set "
+                "`base` in the loop file to a branch, tag or commit that exists"
+            )
+            return _ended("error", reason, Cause.SETUP_FAILED)
+        branch = branch_name(loop.name, run.id)
+        try:
+            branches.publish(repo, inp.remote, branch, base_commit)
+        except GitError as exc:
+            journal.event("run_error", error=str(exc)[:1000])
+            reason = f"cannot push the run's branch to [engine] remote {inp.remote}: {exc}"
+            return _ended("error", reason[:300], Cause.GIT_FAILED)
+        run.branch, run.base_commit, run.worktree = branch, base_commit, ""
+        journal.save()
+        choice = select_rules_for_run(services, loop, run)
+        run.rules_fired = list(choice.rule_ids)
+        journal.save()
+        if choice.refuse:
+            return _ended("refused", f"refused by rule {choice.refuse}", Cause.REFUSED)
+        if choice.escalate:
+            why = f"rule {choice.escalate} asks for a person first"
+            return _ended("escalated", why, Cause.RULE_ESCALATE)
+        return Prepared(base_commit=base_commit, branch=branch, rule_ids=choice.rule_ids)
+
+    def _retry_base(self, run: RunRecord, repo: Any) -> str:
+        """A retry builds on the earlier run's branch, when the person's repository has it."""
+        retry_of = run.trigger.retry_of if run.trigger.kind == "retry" else ""
+        if not retry_of:
+            return ""
+        try:
+            earlier = self.side.store.load_run(retry_of)
+        except (OSError, ValueError):
+            return ""
+        if not earlier.branch:
+            return ""
+        ref = f"refs/heads/{earlier.branch}"
+        ok = Git(repo).run("rev-parse", "--verify", "-q", ref, check=False)
+        return earlier.branch if ok.returncode == 0 else ""
+
+    # each attempt -----------------------------------------------------------------------------
+    @activity.defn(name="begin_attempt")
+    def begin_attempt(self, inp: BeginAttempt) -> AttemptPlan:
+        """Assemble attempt N's prompt here (progress notes, rules, what failed) for a worker."""
+        from daemon.runs.attempt import attempt_prompt
+        from daemon.runs.learning import rules_of_run
+        from daemon.runs.prompt import build_prompt
+
+        services, journal = self.side.open_run(inp.ref)
+        run = journal.run
+        loop = loop_of(inp.ref.loop, self.side.home, inp.config)
+        run.attempts = [a for a in run.attempts if a.n < inp.n]
+        rules_text = rules_of_run(services, run).text
+        parts = attempt_prompt(services, loop, journal, inp.n, rules_text)
+        limits = services.config.limits
+        prompt = redact(build_prompt(copy.copy(parts), limits.prompt_cap))
+        write_atomic(journal.attempt_dir(inp.n) / "prompt.md", prompt)
+        record = trimmed(run)
+        run.attempts.append(AttemptRecord(n=inp.n, started=journal.now(), base_commit=inp.head))
+        run.phase = "running"
+        journal.save()
+        journal.event("attempt_started", attempt=inp.n)
+        profile = services.config.profile(loop.config.agent)
+        return AttemptPlan(
+            n=inp.n,
+            parts=dataclasses.asdict(parts),
+            record=record,
+            config=inp.config,
+            profile=profile.model_dump(mode="json") if profile else {},
+            verifier_key_env=services.config.verifier.api_key_env,
+            prompt_cap=limits.prompt_cap,
+            transcript_cap=limits.transcript_cap,
+        )
+
+    @activity.defn(name="attempt_ended")
+    def attempt_ended(self, inp: AttemptEnded) -> RunRecord:
+        """The worker's record of the attempt, in the home's run.toml and events."""
+        _services, journal = self.side.open_run(inp.ref)
+        run, out = journal.run, inp.output
+        record = out.record
+        run.attempts = [a for a in run.attempts if a.n < record.n] + [record]
+        run.tokens = out.tokens
+        run.cost_usd = out.cost_usd
+        run.phase = "judging"
+        run.judging_since = run.judging_since or journal.now()
+        journal.save()
+        journal.event(
+            "attempt_finished",
+            attempt=record.n,
+            exit_code=record.exit_code,
+            nudges=record.nudges,
+            stalls=len(record.stalls),
+            timed_out=record.timed_out,
+            worker=out.worker,
+        )
+        return trimmed(run)
+
+    # judging -----------------------------------------------------------------------------------
+    @activity.defn(name="judge")
+    def judge(self, inp: VerdictInput) -> Judged:
+        """The checks' result recorded here, and the critic's verdict on the worker's evidence."""
+        from daemon.model.critic import unjudged
+        from daemon.runs.judging import VerifierGaveUp
+
+        services, journal = self.side.open_run(inp.ref)
+        run, checks = journal.run, inp.checks
+        cfg = LoopConfig.model_validate(inp.config)
+        attempt = next(a for a in run.attempts if a.n == inp.n)
+        folder = journal.attempt_dir(inp.n)
+        for name, text in (
+            ("checks.log", checks.log.text()),
+            ("checks-failed.txt", checks.failed_tail),
+        ):
+            write_atomic(folder / name, text)
+        if checks.diffstat and not (folder / "diffstat.json").exists():
+            write_atomic(folder / "diffstat.json", checks.diffstat)
+        attempt.checks_passed = checks.passed
+        attempt.violations = list(checks.violations)
+        journal.save()
+        journal.event("checks", attempt=inp.n, passed=checks.passed, results=checks.results)
+        if checks.violations:
+            journal.event(
+                "violations",
+                attempt=inp.n,
+                violations=[v.model_dump() for v in checks.violations],
+            )
+        if checks.restored:
+            journal.event("protected_restored", paths=checks.restored)
+        texts = [v.text() for v in checks.violations]
+        if inp.critic:
+            rules = self._rules_in_prompt(services, run, attempt)
+            try:
+                verdict = self._critic(services, journal, cfg, checks, texts, rules)
+            except VerifierGaveUp as exc:
+                gave_up = EndOfRun(
+                    outcome="escalated", reason=str(exc), cause=Cause.VERIFIER_UNAVAILABLE
+                )
+                return Judged(passed=False, attempt=attempt, gave_up=gave_up)
+        else:
+            why = 'critic = "off"' if cfg.critic == "off" else "no [verifier] configured"
+            verdict = unjudged(checks.passed, texts, why)
+        attempt.score = verdict.score
+        attempt.verdict = verdict.verdict
+        attempt.feedback = verdict.feedback
+        attempt.judged = verdict.judged
+        # The critic's attribution: what rule counters (helped, harmed, idle) are made of.
+        attempt.rules_followed = list(verdict.rules_followed)
+        attempt.rules_irrelevant = list(verdict.rules_irrelevant)
+        run.judging_since = None
+        journal.save()
+        write_atomic(folder / "verdict.toml", dump_toml(verdict))
+        journal.event(
+            "verdict",
+            attempt=inp.n,
+            passed=verdict.passed,
+            score=verdict.score,
+            judged=verdict.judged,
+            verdict=verdict.verdict,
+        )
+        if not verdict.passed and services.notifications is not None:
+            services.notifications.attempt_failed(run, attempt, cfg.notify_on, journal.now())
+        return Judged(
+            passed=verdict.passed, attempt=attempt, verdict=verdict.model_dump(mode="json")
+        )
+
+    @staticmethod
+    def _rules_in_prompt(services: Any, run: Any, attempt: Any) -> list[tuple[str, str]]:
+        """The rules the attempt's prompt held (the run's rules), for the critic to attribute."""
+        from daemon.runs.learning import rules_of_run
+
+        reminders = rules_of_run(services, run).reminders
+        if not attempt.rules:
+            attempt.rules = [rule.id for rule in reminders]
+        return [(rule.id, rule.rule) for rule in reminders if rule.id in attempt.rules]
+
+    def _critic(
+        self,
+        services: Any,
+        journal: RunJournal,
+        cfg: LoopConfig,
+        checks: Any,
+        texts: list[str],
+        rules: list[tuple[str, str]],
+    ) -> Any:
+        """The critic's verdict on the worker's evidence bundle, waiting (heartbeating, a
+        cancel ends the wait) while the verifier is unavailable, as local judging does."""
+        from daemon.runs.judging import ask_critic
+        from daemon.runs.stop import RunStopped, StopToken
+
+        def cancelled() -> bool:
+            if not activity.info().is_local:
+                activity.heartbeat({"phase": "judging"})
+            return activity.is_cancelled()
+
+        attempt = journal.run.attempts[-1]
+        bundle = _Bundle(checks.evidence, texts)
+        try:
+            return ask_critic(
+                services,
+                journal,
+                StopToken(cancelled),
+                cfg,
+                attempt,
+                checks,
+                texts,
+                rules=rules,
+                evidence=bundle,
+            )
+        except RunStopped:
+            raise CancelledError("cancelled by a person") from None
+
+    # learning ----------------------------------------------------------------------------------
+    @activity.defn(name="file_lesson")
+    def file_lesson(self, inp: FileLesson) -> Learned:
+        """The worker's candidate through the home's rule verifier (one writer of rules/)."""
+        from daemon.model.client import ModelUnavailable
+        from daemon.rules.rulefile import Rule
+        from daemon.rules.verifier import verify_candidate
+        from daemon.runs.learning import rule_library
+
+        services, journal = self.side.open_run(inp.ref)
+        run, lesson = journal.run, inp.lesson
+        library = rule_library(services)
+        events, now = services.store.events, services.clock()
+        if lesson.decision in ("unavailable", "none", ""):
+            if lesson.decision == "unavailable":
+                journal.event("rule_deferred", attempt=inp.n, reason=lesson.error[:300])
+            return Learned()
+        if lesson.decision == "rejected":
+            file_rejected(library, events, lesson, now, run.loop, run.id)
+            return Learned()
+        folder = journal.attempt_dir(inp.n)
+        write_excerpts(folder, lesson.excerpts)
+        candidate = Rule.model_validate(lesson.rule)
+        try:
+            result = verify_candidate(
+                library,
+                candidate,
+                folder,
+                services.model_client(),
+                services.config.verifier,
+                events,
+                now,
+                state_root=services.store.root,
+                loop=run.loop,
+                run=run.id,
+            )
+        except ModelUnavailable as exc:
+            journal.event("rule_deferred", attempt=inp.n, reason=str(exc)[:300])
+            return Learned()
+        if inp.passed or inp.n >= inp.max_attempts or result.decision == "rejected":
+            return Learned()
+        rule_id = result.duplicate_of or result.rule.id
+        stored = library.find(rule_id)
+        if stored is None or rule_id in run.rules_fired:
+            return Learned()
+        run.rules_fired.append(rule_id)
+        journal.save()
+        journal.event("rule_fired", rule=rule_id, why="learned")
+        return Learned(rule_id=rule_id)
+
+    # the end -----------------------------------------------------------------------------------
+    @activity.defn(name="finish")
+    def finish(self, inp: FinishInput) -> RunRecord:
+        """The run's branch into the person's repository, then `finish_run` as locally."""
+        from daemon.runs.finish import finish_run
+
+        services, journal = self.side.open_run(inp.ref)
+        run = journal.run
+        loop = self.side.loop(run.loop)
+        if run.branch and run.outcome is None:
+            try:
+                branches.fetch_branch(Path(run.repo), inp.remote, run.branch)
+            except GitError as exc:
+                journal.event("branch_fetch_failed", branch=run.branch, error=str(exc)[:300])
+        end = inp.ending
+        finish_run(
+            services,
+            run,
+            end.outcome,
+            end.reason,
+            end.cause,
+            tree=None,
+            notify_on=loop.config.notify_on if loop is not None else None,
+        )
+        return trimmed(run)

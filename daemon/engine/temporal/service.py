@@ -1,0 +1,364 @@
+"""`loopd run` and `loopd worker` on the Temporal engine: the processes, their workers, signals.
+
+`loopd run` (the home) registers the loops (a controller workflow each, their Schedules, the
+home workflow), forwards its inbox (hooks, `escalations resolve --retry`) and file changes to
+the controllers, and runs a worker: the home's queue (workflows, rules, prompts, progress,
+escalations) and the default worker queue. `loopd worker` runs attempts only, on its queue
+(`loopd-NAME`) and on a queue of its own for the steps that need its files. Both kill, at
+start, what attempts of a killed predecessor left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import daemon as package
+from daemon.clock import utc_now
+from daemon.config import LOOP_NAME, LoadedConfig
+from daemon.engine.temporal.connect import connect
+from daemon.engine.temporal.homeside import HomeSide, config_mark
+from daemon.engine.temporal.loopacts import LoopActivities, start_controller
+from daemon.engine.temporal.models import TriggerBatch
+from daemon.engine.temporal.names import (
+    HOME_WORKFLOW_ID,
+    controller_id,
+    own_queue,
+    worker_id,
+    worker_queue,
+)
+from daemon.engine.temporal.runacts import RunActivities
+from daemon.engine.temporal.workerside import WorkerSide
+from daemon.home import Home
+from daemon.state.store import StateStore
+
+INBOX_BATCH = 500  # inbox files forwarded per round
+RESYNC_EVERY = 2.0  # seconds between looks at the configuration files
+
+
+class Process:
+    """One `loopd run` or `loopd worker` process."""
+
+    def __init__(self, home: Home, loaded: LoadedConfig, store: StateStore, role: str) -> None:
+        self.home = home
+        self.loaded = loaded
+        self.store = store
+        self.role = role  # "home" | "worker"
+        self.engine = loaded.daemon.engine
+        self.stop = asyncio.Event()
+        self.stops = 0
+        self.wake = threading.Event()
+        self.resync = asyncio.Event()  # SIGHUP: read the configuration again now
+        self.workers: list[Any] = []
+        self.ctx: Any = None  # the home's daemon context (watchers, housekeeping)
+        self.watchers: Any = None
+
+    # the whole life ------------------------------------------------------------------------
+    async def run(self, queue: str | None) -> int:
+        from temporalio.worker import Worker
+
+        wid = worker_id(self.home.root)
+        identity = f"{self.role}:{wid}:{os.getpid()}"
+        client = await connect(self.engine, self.home.root, identity)
+        shared = worker_queue(self.engine.task_queue, queue or "")
+        mine = own_queue(shared, wid)
+        side = WorkerSide(self.home, self.loaded, identity, mine, self.role == "home")
+        for run_id in side.reap():
+            print(f"loopd: killed what a stopped worker left of run {run_id}", flush=True)
+        limits = self.loaded.daemon.limits
+        slots = limits.max_concurrent_runs
+        grace = timedelta(seconds=limits.shutdown_grace.total_seconds() + 15)
+        pool = ThreadPoolExecutor(max_workers=2 * slots + 4, thread_name_prefix="attempt")
+        self.workers = [
+            Worker(
+                client,
+                task_queue=shared,
+                activities=[side.attempt],
+                activity_executor=pool,
+                max_concurrent_activities=slots,
+                graceful_shutdown_timeout=grace,
+                identity=identity,
+            ),
+            Worker(
+                client,
+                task_queue=mine,
+                activities=[side.checks, side.post_mortem],
+                activity_executor=pool,
+                max_concurrent_activities=slots + 1,
+                graceful_shutdown_timeout=grace,
+                identity=identity,
+            ),
+        ]
+        tasks: list[Any] = []
+        if self.role == "home":
+            home_side = HomeSide(self.home, self.loaded, self.store, client)
+            self.workers.insert(0, self._home_worker(client, home_side, identity))
+            await register(client, self.loaded)
+            self.ctx = _context(self.home, self.store, home_side, self.wake)
+            tasks.append(self._resync(client, home_side))
+            tasks.append(self._housekeeping(home_side))
+        self._signals()
+        self._announce(shared)
+        tasks.append(self._forward(client))
+        notifier = _notifier()
+        async with asyncio.TaskGroup() as group:
+            running = [group.create_task(w.run()) for w in self.workers]
+            chores = [group.create_task(t) for t in tasks]
+            if notifier is not None:
+                chores.append(group.create_task(self._watchdog(notifier, running)))
+                notifier.ready()
+                notifier.status(f"on the engine at {self.engine.address}")
+            await self.stop.wait()
+            print("loopd: stopping; running attempts get their shutdown grace", flush=True)
+            if notifier is not None:
+                notifier.stopping()
+                notifier.extend_timeout(limits.shutdown_grace.total_seconds() + 60)
+            for chore in chores:
+                chore.cancel()
+            await asyncio.gather(*(w.shutdown() for w in self.workers), return_exceptions=True)
+            for task in running:
+                task.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+        print("loopd: stopped", flush=True)
+        return 0
+
+    def _home_worker(self, client: Any, side: HomeSide, identity: str) -> Any:
+        from temporalio.worker import Worker
+        from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+        from daemon.engine.temporal.controller import WORKFLOWS
+
+        acts = RunActivities(side).activities() + LoopActivities(side).activities()
+        return Worker(
+            client,
+            task_queue=self.engine.task_queue,
+            workflows=WORKFLOWS,
+            activities=acts,
+            activity_executor=ThreadPoolExecutor(max_workers=24, thread_name_prefix="home"),
+            max_concurrent_activities=16,
+            max_concurrent_local_activities=16,
+            # loopd's own modules are imported once, not again for every workflow run.
+            workflow_runner=SandboxedWorkflowRunner(
+                restrictions=SandboxRestrictions.default.with_passthrough_modules("daemon")
+            ),
+            identity=identity,
+        )
+
+    async def _watchdog(self, notifier: Any, running: list[Any]) -> None:
+        """systemd's watchdog is fed while every worker still runs."""
+        every = (notifier.watchdog_interval() or 0) / 2
+        while every:
+            await asyncio.sleep(every)
+            if not any(task.done() for task in running):
+                notifier.watchdog()
+
+    def _signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGHUP, self.resync.set)
+
+        def on_stop() -> None:
+            self.stops += 1
+            self.stop.set()
+            if self.stops > 1:
+                os._exit(1)  # a second signal: do not wait for running attempts
+
+        loop.add_signal_handler(signal.SIGTERM, on_stop)
+        loop.add_signal_handler(signal.SIGINT, on_stop)
+
+    def _announce(self, queue: str) -> None:
+        engine = self.engine
+        where = f"the engine at {engine.address}, namespace {engine.namespace}"
+        if self.role == "home":
+            enabled = sorted(n for n, lp in self.loaded.loops.items() if lp.config.enabled)
+            what = f"{len(enabled)} enabled loop(s){': ' + ', '.join(enabled) if enabled else ''}"
+            print(
+                f"loopd {package.__version__} running for {self.home.root} (pid {os.getpid()}) "
+                f"on {where}: {what}; attempts of queue {queue}; Ctrl-C or SIGTERM stops it",
+                flush=True,
+            )
+        else:
+            print(
+                f"loopd {package.__version__} worker for {self.home.root} (pid {os.getpid()}) "
+                f"on {where}: attempts of queue {queue}; Ctrl-C or SIGTERM stops it",
+                flush=True,
+            )
+        for error in self.loaded.errors:
+            print(f"loopd: loop disabled: {error}", file=sys.stderr, flush=True)
+        for warning in self.loaded.warnings:
+            print(f"loopd: warning: {warning}", file=sys.stderr, flush=True)
+
+    # triggers in -----------------------------------------------------------------------------
+    async def _forward(self, client: Any) -> None:
+        """Inbox files (and, at the home, file changes) to the loops' controllers."""
+        from daemon.scheduling.inbox_watch import InboxWatcher
+        from daemon.service.watchers import Watchers
+
+        if self.ctx is not None:  # the home: the local daemon's watchers, as they are
+            self.watchers = watcher = Watchers.start(self.ctx, lambda _name: False)
+        else:
+            watcher = InboxWatcher(self.store.inbox_dir, self.wake)
+            watcher.start()
+        loop = asyncio.get_running_loop()
+        try:
+            while not self.stop.is_set():
+                await loop.run_in_executor(None, self.wake.wait, 0.5)
+                self.wake.clear()
+                triggers = self.watchers.poll(utc_now()) if self.watchers else []
+                names = self.store.inbox_names()[:INBOX_BATCH]
+                for name in names:
+                    trigger = self.store.read_trigger(name)
+                    if trigger is not None:
+                        triggers.append(trigger)
+                await self._send(client, triggers)
+                self.store.remove_inbox(names)
+                if len(names) == INBOX_BATCH:
+                    self.wake.set()
+        finally:
+            watcher.stop()
+
+    async def _send(self, client: Any, triggers: list[Any]) -> None:
+        by_loop: dict[str, list[Any]] = {}
+        for trigger in triggers:
+            by_loop.setdefault(trigger.loop, []).append(trigger)
+        for name, batch in by_loop.items():
+            message = TriggerBatch(triggers=batch)
+            if self.role == "home" and name in self.loaded.loops:
+                await start_controller(client, self.engine.task_queue, name, message)
+            elif LOOP_NAME.match(name):
+                try:  # a worker does not know the home's loops: only a running controller
+                    await client.get_workflow_handle(controller_id(name)).signal("trigger", message)
+                except Exception as exc:  # noqa: BLE001 - RPCError: no such loop on the engine
+                    self._dropped(name, batch, f"no controller for loop {name!r}: {exc}")
+            else:
+                self._dropped(name, batch, "not a loop name")
+
+    def _dropped(self, name: str, batch: list[Any], why: str) -> None:
+        for trigger in batch:
+            self.store.events.append(
+                "trigger_skipped", utc_now(), loop=name, inbox=trigger.id, why=why[:300]
+            )
+
+    async def _housekeeping(self, side: HomeSide) -> None:
+        """Pruning old runs and retiring stale rules, as the local daemon does."""
+        from daemon.service.housekeeper import Housekeeper
+
+        keeper = Housekeeper(self.ctx)
+        while True:
+            keeper.tick(utc_now(), keep=set(self.store.live_runs()))
+            await asyncio.sleep(60)
+
+    async def _resync(self, client: Any, side: HomeSide) -> None:
+        """A changed loopd.toml or loop file: controllers and schedules follow."""
+        mark = config_mark(self.home)
+        while True:
+            try:
+                await asyncio.wait_for(self.resync.wait(), RESYNC_EVERY)
+            except TimeoutError:
+                pass
+            asked, _ = self.resync.is_set(), self.resync.clear()
+            now = config_mark(self.home)
+            if now == mark and not asked:
+                continue
+            mark = now
+            loaded = side.config()
+            try:
+                await register(client, loaded)
+                self.loaded = loaded
+                self.ctx.config, self.ctx.services = loaded, side.services
+                if self.watchers is not None:
+                    self.watchers.restart_changes()
+                self.store.events.append("reloaded", utc_now(), loops=sorted(loaded.loops))
+            except Exception as exc:  # noqa: BLE001 - a reload never stops loopd
+                self.store.events.append("reload_failed", utc_now(), error=str(exc)[:1000])
+
+
+async def register(client: Any, loaded: LoadedConfig) -> None:
+    """The home workflow, a controller per enabled loop, and the loops' Schedules."""
+    from temporalio.common import WorkflowIDConflictPolicy
+
+    from daemon.engine.temporal.schedules import HORIZON, delete, put_loop_schedules
+
+    task_queue = loaded.daemon.engine.task_queue
+    await client.start_workflow(
+        "Home",
+        id=HOME_WORKFLOW_ID,
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+    scheduled = set()
+    now = utc_now()
+    for name, loop in sorted(loaded.loops.items()):
+        if not loop.config.enabled:
+            continue
+        await start_controller(client, task_queue, name, TriggerBatch(triggers=[]))
+        if loop.config.schedule:
+            await put_loop_schedules(client, name, loop.config, task_queue, now, now + HORIZON)
+            scheduled.add(name)
+    async for listed in await client.list_schedules():
+        sid = listed.id
+        if sid.startswith("loopd/") and sid.split("/")[1] not in scheduled:
+            await delete(client, sid)
+
+
+def serve(home: Home, role: str, queue: str | None = None) -> int:
+    """The process: take the home's lock, run until SIGTERM."""
+    from daemon.agents.processes import set_child_subreaper
+    from daemon.service.context import load_config
+
+    loaded = load_config(home)  # ConfigFatal: exit 2 with the reason
+    store = StateStore(home.state_dir, loaded.daemon.limits.events_rotate)
+    lock = store.lock if role == "home" else _worker_lock(store)
+    lock.acquire()  # LockHeld: exit 2 naming the pid
+    set_child_subreaper()
+    started = time.monotonic()
+    store.events.append(
+        "daemon_started" if role == "home" else "worker_started",
+        utc_now(),
+        pid=os.getpid(),
+        version=package.__version__,
+        engine="temporal",
+    )
+    try:
+        return asyncio.run(Process(home, loaded, store, role).run(queue))
+    finally:
+        store.events.append(
+            "daemon_stopped" if role == "home" else "worker_stopped",
+            utc_now(),
+            pid=os.getpid(),
+            seconds=round(time.monotonic() - started, 1),
+        )
+        lock.release()
+
+
+def _worker_lock(store: StateStore) -> Any:
+    from daemon.state.lock import HomeLock
+
+    return HomeLock(store.root / "worker.lock")
+
+
+def _notifier() -> Any:
+    """systemd's notify socket, taken out of the environment (agents must not inherit it)."""
+    from daemon.systemd import SystemdNotifier
+
+    return SystemdNotifier.from_env(unset_environment=True)
+
+
+def _context(home: Home, store: StateStore, side: HomeSide, wake: threading.Event) -> Any:
+    """The local daemon's context, for its watchers and housekeeper at the home."""
+    from daemon.service.context import Context, Flags
+
+    return Context(
+        home=home,
+        store=store,
+        flags=Flags(wake=wake),
+        config=side.config(),
+        services=side.services,
+        clock=utc_now,
+    )

@@ -1,0 +1,386 @@
+"""A worker's activities: an attempt, its checks, its post-mortem, on this machine.
+
+The attempt takes its tree from `[engine] remote` at the commit the run has reached, runs
+the agent with loopd's own Attempt (sessions, stalls, nudges), commits and pushes the work.
+It heartbeats while the agent works, with the time of the agent's last output, so the engine
+notices a dead worker within `heartbeat_timeout`; a cancel reaches the agent through the
+run's StopToken. The checks run in the same tree when they can (the worker's own queue), and
+send the home the evidence bundle, never the transcript.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, CancelledError
+
+from daemon.config import AgentProfile, LoadedConfig, Loop, LoopConfig, VerifierConfig
+from daemon.engine.temporal import branches
+from daemon.engine.temporal.homeside import Configured
+from daemon.engine.temporal.models import (
+    AttemptInput,
+    AttemptOutput,
+    ChecksInput,
+    ChecksOutput,
+    LessonInput,
+    LessonOutput,
+    SparseFile,
+)
+from daemon.engine.temporal.workerstore import WorkerStore
+from daemon.home import Home
+from daemon.runs.git import GitError
+from daemon.runs.journal import RunJournal
+from daemon.runs.services import RunServices
+from daemon.runs.stop import RunStopped, StopToken
+from daemon.runs.tree import RunTree, TreeError, scratch_dir
+from daemon.state.records import RunRecord
+
+LOG_WHOLE = 256_000  # checks.log travels whole up to this size, else its head and tail
+LOG_HEAD_LINES, LOG_TAIL_LINES = 200, 2000
+
+
+def failure(exc: BaseException) -> ApplicationError:
+    """A step that failed for good: its type names the cause the run ends with."""
+    kind = "TreeError" if isinstance(exc, TreeError) else "GitError"
+    if not isinstance(exc, (TreeError, GitError)):
+        kind = "LoopdError"
+    message = f"{type(exc).__name__}: {exc}"[:1000]
+    return ApplicationError(message, type=kind, non_retryable=True)
+
+
+class Heartbeat:
+    """Heartbeats from a thread of the activity's own context; turns a cancel into a stop."""
+
+    def __init__(self, stop: StopToken, journal: RunJournal, every: float, grace: float) -> None:
+        self.stop, self.journal, self.every, self.grace = stop, journal, every, grace
+        self.phase = "attempt"
+        self._done = threading.Event()
+
+    def _beat(self) -> None:
+        while not self._done.wait(self.every):
+            quiet = time.monotonic() - self.journal.heartbeat
+            activity.heartbeat({"phase": self.phase, "quiet_for": round(quiet, 1)})
+            if activity.is_worker_shutdown():
+                self.stop.interrupt(self.grace)
+            elif activity.is_cancelled():
+                details = activity.cancellation_details()
+                if details is not None and details.worker_shutdown:
+                    self.stop.interrupt(0)
+                else:
+                    self.stop.cancel()
+
+    @contextmanager
+    def running(self) -> Iterator[Heartbeat]:
+        context = contextvars.copy_context()
+        thread = threading.Thread(target=context.run, args=(self._beat,), daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._done.set()
+            thread.join(timeout=5)
+
+
+class WorkerSide(Configured):
+    """The attempts this machine runs, for whichever home owns the engine."""
+
+    def __init__(
+        self,
+        home: Home,
+        loaded: LoadedConfig,
+        identity: str,
+        own_queue: str,
+        beside_home: bool = False,
+    ) -> None:
+        super().__init__(home, loaded)
+        self.identity = identity
+        self.own_queue = own_queue
+        rotate = loaded.daemon.limits.events_rotate
+        self.store = WorkerStore(home.state_dir, rotate, beside_home=beside_home)
+        self._checked: dict[tuple[str, int], Any] = {}  # checks run at a session's end
+
+    def activities(self) -> list[Any]:
+        return [self.attempt, self.checks, self.post_mortem]
+
+    # this machine ----------------------------------------------------------------------------
+    def repo_for(self, loop: str, config: LoopConfig) -> Path:
+        """This machine's copy of the loop's repository: its own loop file's `repo`."""
+        own = self.config().loops.get(loop)
+        if own is not None:
+            return own.config.repo_path
+        home_repo = config.repo_path
+        if (home_repo / ".git").exists():
+            return home_repo
+        raise TreeError(
+            f"this worker ({self.identity}) has no loops/{loop}.toml naming its copy of the "
+            f"repository, and {home_repo} is not one here. Fix: add {self.home.loops_dir}/"
+            f'{loop}.toml with repo = "PATH OF THE CLONE" (and the loop\'s task)'
+        )
+
+    def services(
+        self, agent: str = "", profile: dict | None = None, caps: tuple = ()
+    ) -> RunServices:
+        """Services for one step: this machine's configuration, the home's profile when this
+        machine has none of that name, the home's prompt and transcript caps."""
+        own = self.config().daemon
+        agents = dict(own.agents)
+        if agent and agent not in agents and profile is not None:
+            agents[agent] = AgentProfile.model_validate(profile)
+        limits = own.limits
+        if caps:
+            limits = limits.model_copy(update={"prompt_cap": caps[0], "transcript_cap": caps[1]})
+        config = own.model_copy(update={"agents": agents, "limits": limits})
+        return RunServices(home=self.home, config=config, store=self.store)
+
+    # the attempt -------------------------------------------------------------------------
+    @activity.defn(name="attempt", no_thread_cancel_exception=True)
+    def attempt(self, inp: AttemptInput) -> AttemptOutput:
+        """Run one attempt here: tree from the remote, the agent, the commit pushed back."""
+        from daemon.runs.attempt import Attempt, commit_attempt
+        from daemon.runs.prompt import PromptParts
+
+        plan = inp.plan
+        config, services, tree = self._here(
+            inp.ref, plan.config, inp.remote, inp.head,
+            agent=(plan.profile, (plan.prompt_cap, plan.transcript_cap)),
+        )  # fmt: skip
+        run = self._mirror(plan.record, tree)
+        journal = RunJournal(services, run)
+        stop = StopToken()
+        loop = Loop(name=inp.ref.loop, path=self.home.loops_dir, config=config)
+        grace = services.config.limits.shutdown_grace.total_seconds()
+        why = None
+        result = None
+        beat = Heartbeat(stop, journal, _every(inp.heartbeat_seconds), grace)
+        try:
+            with beat.running():
+                try:
+                    parts = PromptParts(**plan.parts)
+                    step = Attempt(services, loop, journal, stop, tree, "", plan.n, parts=parts)
+                    result = step.run()
+                except RunStopped as stopped:
+                    why = stopped.why
+                record = run.attempts[-1]
+                head = commit_attempt(journal, tree, record)
+                branches.push_tree(tree, inp.remote)
+        except (TreeError, GitError, OSError) as exc:
+            raise failure(exc) from None
+        finally:
+            run.agent_pids = []
+            journal.save()
+            self.store.unmark_live(run.id)
+        if why == "cancelled":
+            raise CancelledError("cancelled by a person")
+        if why == "interrupted":
+            raise ApplicationError(
+                f"the worker {self.identity} stopped during the attempt",
+                type="Interrupted",
+                non_retryable=True,
+            )
+        assert result is not None
+        if result.checked is not None:
+            self._checked[(run.id, plan.n)] = result.checked
+        return AttemptOutput(
+            record=record,
+            head=head,
+            start_error=result.start_error,
+            over_budget=result.over_budget,
+            tokens=run.tokens,
+            cost_usd=run.cost_usd,
+            worker=self.identity,
+            own_queue=self.own_queue,
+        )
+
+    def _here(
+        self, ref: Any, config: dict, remote: str, head: str, agent: tuple | None = None
+    ) -> tuple[LoopConfig, RunServices, RunTree]:
+        """The loop with this machine's repository, the services, and the run's tree here."""
+        cfg = LoopConfig.model_validate(config)
+        try:
+            repo = self.repo_for(ref.loop, cfg)
+            cfg = cfg.model_copy(update={"repo": str(repo)})
+            services = self.services(cfg.agent, *agent) if agent else self.services()
+            worktrees = services.config.limits.worktrees_path
+            tree = branches.open_tree(repo, remote, ref.loop, ref.run_id, head, worktrees)
+        except (TreeError, GitError, OSError) as exc:
+            raise failure(exc) from None
+        return cfg, services, tree
+
+    def _mirror(self, record: RunRecord, tree: RunTree) -> RunRecord:
+        """This machine's record of the run, marked live while an attempt runs here."""
+        run = record.model_copy(deep=True)
+        run.repo, run.worktree, run.branch = str(tree.repo), str(tree.path), tree.branch
+        run.isolation = "worktree"
+        run.pid = os.getpid()
+        self.store.save_run(run)
+        self.store.mark_live(run.id)
+        return run
+
+    # the checks ----------------------------------------------------------------------------
+    @activity.defn(name="checks", no_thread_cancel_exception=True)
+    def checks(self, inp: ChecksInput) -> ChecksOutput:
+        """Checks, protected paths and refs of an attempt's commit; the evidence bundle."""
+        from daemon.model.evidence import build_evidence
+        from daemon.runs.guards import restore_paths
+        from daemon.runs.judging import judge_attempt
+
+        config, services, tree = self._here(inp.ref, inp.config, inp.remote, inp.head)
+        config = config.model_copy(update={"critic": "off"})  # the home asks the critic
+        run = self._checks_record(inp, tree)
+        journal = RunJournal(services, run)
+        attempt = run.attempts[-1]
+        stop = StopToken()
+        checked = self._checked.pop((run.id, inp.n), None)
+        beat = Heartbeat(stop, journal, _every(inp.heartbeat_seconds), 0)
+        beat.phase = "checks"
+        try:
+            with beat.running():
+                judged = judge_attempt(
+                    services, journal, stop, tree, config, attempt, inp.head, checked
+                )
+                texts = [v.text() for v in judged.violations]
+                folder = journal.attempt_dir(attempt.n)
+                bundle = build_evidence(
+                    folder, config.task, attempt.summary, inp.evidence_tokens, texts
+                )
+                protected = [v.target for v in judged.violations if v.kind == "protected"]
+                head = inp.head
+                if protected:
+                    head = restore_paths(tree.git, run.base_commit, protected) or head
+                    branches.push_tree(tree, inp.remote)
+        except RunStopped as stopped:
+            raise (
+                CancelledError("cancelled by a person")
+                if stopped.why == "cancelled"
+                else ApplicationError("the worker stopped", type="Interrupted", non_retryable=True)
+            ) from None
+        except (TreeError, GitError, OSError) as exc:
+            raise failure(exc) from None
+        finally:
+            journal.save()
+        try:
+            branches.close_tree(tree, inp.remote)
+        except GitError:
+            pass  # a tree left behind is removed when the run's branch is taken again
+        worktrees = services.config.limits.worktrees_path
+        shutil.rmtree(scratch_dir(worktrees, inp.ref.loop, inp.ref.run_id), ignore_errors=True)
+        return ChecksOutput(
+            passed=judged.checks.passed,
+            results=[
+                {"command": r.command, "exit_code": r.exit_code} for r in judged.checks.results
+            ],
+            violations=judged.violations,
+            log=_log_file(folder / "checks.log"),
+            failed_tail=_read(folder / "checks-failed.txt"),
+            diffstat=_read(folder / "diffstat.json"),
+            evidence=bundle.render(),
+            head=head,
+            restored=protected,
+            worker=self.identity,
+        )
+
+    def _checks_record(self, inp: ChecksInput, tree: RunTree) -> RunRecord:
+        """The record the attempt left here; on another worker, the home's (no ref snapshot)."""
+        from daemon.runs.git import Git
+        from daemon.runs.guards import snapshot_refs
+
+        try:
+            run = self.store.load_run(inp.ref.run_id)
+            if not run.attempts or run.attempts[-1].n != inp.n:
+                raise ValueError("another attempt")
+        except (OSError, ValueError):
+            run = inp.record.model_copy(deep=True)
+            run.refs_before = snapshot_refs(Git(tree.repo))
+        run.repo, run.worktree, run.branch = str(tree.repo), str(tree.path), tree.branch
+        return run
+
+    # the post-mortem --------------------------------------------------------------------------
+    @activity.defn(name="post_mortem")
+    def post_mortem(self, inp: LessonInput) -> LessonOutput:
+        """One candidate rule from this machine's evidence of the attempt, grounded here."""
+        from daemon.clock import utc_now
+        from daemon.model.client import ModelClient
+        from daemon.model.evidence import build_evidence
+
+        folder = self.store.run_dir(inp.ref.run_id) / f"attempt-{inp.n}"
+        if not (folder / "transcript.jsonl").exists():
+            return LessonOutput(decision="none", error=f"no evidence of attempt {inp.n} here")
+        own = self.config().daemon.verifier
+        verifier = own if own.configured else VerifierConfig.model_validate(inp.verifier)
+        try:
+            run = self.store.load_run(inp.ref.run_id)
+            summary = run.attempts[-1].summary if run.attempts else ""
+        except (OSError, ValueError):
+            summary = ""
+        violations = [str(v) for v in inp.verdict.get("violations", [])]
+        evidence = build_evidence(folder, inp.task, summary, verifier.evidence_tokens, violations)
+        from daemon.engine.temporal.lessons import worker_lesson
+
+        return worker_lesson(
+            ModelClient(verifier), verifier, folder, self.store.root, evidence.render(),
+            inp.verdict, inp.task, inp.ref.loop, inp.ref.run_id, inp.kind_hint, utc_now(),
+        )  # fmt: skip
+
+    # after a crash --------------------------------------------------------------------------
+    def reap(self) -> list[str]:
+        """Attempts a killed worker left: kill their processes, remove their trees."""
+        from daemon.runs.finish import kill_run_leftovers
+
+        services = self.services()
+        reaped = []
+        for run_id in self.store.live_runs():
+            try:
+                run = self.store.load_run(run_id)
+            except (OSError, ValueError):
+                self.store.unmark_live(run_id)
+                continue
+            kill_run_leftovers(services, run)
+            if run.attempts and run.attempts[-1].finished is None:
+                run.attempts[-1].interrupted = True
+                run.attempts[-1].finished = services.clock()
+            run.agent_pids = []
+            self.store.save_run(run)
+            if run.worktree and Path(run.worktree).exists():
+                tree = RunTree(Path(run.worktree), Path(run.repo), run.branch, "", "worktree")
+                try:
+                    branches.close_tree(tree, "", keep_branch=True)
+                except GitError:
+                    pass
+            self.store.unmark_live(run_id)
+            services.event("attempt_reaped", loop=run.loop, run=run.id, worker=self.identity)
+            reaped.append(run_id)
+        return reaped
+
+
+def _every(heartbeat_seconds: float) -> float:
+    """How often to heartbeat: well within the timeout (the SDK sends at most every 0.8 of it)."""
+    return max(0.2, min(5.0, heartbeat_seconds / 4))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _log_file(path: Path) -> SparseFile:
+    """checks.log for the home: whole when small, else its head and tail at their lines."""
+    lines = _read(path).split("\n")
+    if sum(len(line) + 1 for line in lines) <= LOG_WHOLE:
+        keep = range(len(lines))
+    else:
+        tail_start = max(LOG_HEAD_LINES, len(lines) - LOG_TAIL_LINES)
+        keep = [*range(min(LOG_HEAD_LINES, len(lines))), *range(tail_start, len(lines))]
+    return SparseFile(
+        name="checks.log", total=len(lines), lines={i + 1: lines[i][:4000] for i in keep}
+    )

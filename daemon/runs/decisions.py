@@ -1,0 +1,83 @@
+"""What comes next in a run, decided from its record alone: pure functions both engines call.
+
+The local executor and the Temporal run workflow ask the same questions (did the attempt end
+the run, why did the run give up, what does a stop mean), so they get the same answers here.
+Nothing in this module reads a file, a clock or the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, NamedTuple
+
+from daemon.state.records import AttemptRecord, Cause
+
+StopWhy = Literal["cancelled", "interrupted"]
+
+
+class Ending(NamedTuple):
+    """How a run ends: its outcome, the reason in a few words, and the cause."""
+
+    outcome: str
+    reason: str
+    cause: Cause
+
+
+def success_reason(attempt: AttemptRecord) -> str:
+    """The reason of a run whose attempt passed."""
+    if not attempt.judged:
+        return f"checks pass on attempt {attempt.n} (not judged by a model)"
+    return f"checks pass and score {attempt.score} on attempt {attempt.n}"
+
+
+def cut_short(start_error: str, over_budget: bool, tokens: int, max_tokens: int) -> Ending | None:
+    """An attempt that ends the run before judging: the agent did not start, or the budget
+    is spent. None when the attempt goes on to be judged."""
+    if start_error:
+        reason = f"agent failed to start: {start_error}"[:300]
+        return Ending("escalated", reason, Cause.AGENT_FAILED)
+    if over_budget:
+        return Ending(
+            "escalated", f"token budget exceeded: {tokens} > {max_tokens}", Cause.TOKEN_CAP
+        )
+    return None
+
+
+def given_up(attempts: Sequence[AttemptRecord], critic_threshold: int) -> Ending:
+    """The ending of a run whose attempts are used up."""
+    last = attempts[-1] if attempts else None
+    if last is None:
+        return Ending("escalated", "attempts used up", Cause.LOOPD_ERROR)
+    if not last.checks_passed:
+        why = f"attempts used up; checks still fail after {len(attempts)} attempts"
+        if all(a.timed_out for a in attempts):
+            return Ending("escalated", why + ", each cut at attempt_timeout", Cause.TIMEOUTS)
+        return Ending("escalated", why, Cause.CHECKS_FAILED)
+    if last.violations:
+        first = last.violations[0]
+        cause = Cause.PROTECT_VIOLATION if first.kind == "protected" else Cause.REF_VIOLATION
+        return Ending("escalated", f"attempts used up; {first.text()}", cause)
+    return Ending(
+        "escalated",
+        f"attempts used up; last score {last.score} below {critic_threshold}",
+        Cause.CRITIC_REJECTED,
+    )
+
+
+def stopped(why: StopWhy, phase: str, trigger_kind: str, by: str = "loopd") -> Ending | None:
+    """A run stopped from outside: cancelled by a person, or interrupted (a stop, a crash, a
+    worker gone). None: the run was judging, and judging resumes where it stopped.
+
+    An interrupted run is retried once; a retry that is interrupted again goes to a person.
+    """
+    if why == "cancelled":
+        return Ending("cancelled", "cancelled by a person", Cause.CANCELLED)
+    if phase == "judging":
+        return None
+    cause = Cause.INTERRUPTED_RETRY if trigger_kind == "retry" else Cause.INTERRUPTED
+    return Ending("interrupted", f"{by} stopped during the run", cause)
+
+
+def retried(ending: Ending) -> bool:
+    """Whether a run that ended so gets a `retry` run (an interrupted first run does)."""
+    return ending.outcome == "interrupted" and ending.cause == Cause.INTERRUPTED

@@ -1,0 +1,59 @@
+"""What comes next in a run, decided from its record alone (both engines ask these)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from daemon.runs import decisions
+from daemon.state.records import AttemptRecord, Cause, Violation
+
+NOW = datetime(2026, 11, 30, tzinfo=UTC)
+
+
+def attempt(n: int, **fields: object) -> AttemptRecord:
+    return AttemptRecord(n=n, started=NOW, **fields)  # type: ignore[arg-type]
+
+
+def test_a_run_gives_up_with_the_cause_its_last_attempt_shows() -> None:
+    failing = [attempt(1, checks_passed=False), attempt(2, checks_passed=False)]
+    assert decisions.given_up(failing, 7) == (
+        "escalated",
+        "attempts used up; checks still fail after 2 attempts",
+        Cause.CHECKS_FAILED,
+    )
+    cut = [attempt(1, checks_passed=False, timed_out=True)]
+    assert decisions.given_up(cut, 7).cause == Cause.TIMEOUTS
+    protected = [
+        attempt(1, checks_passed=True, violations=[Violation(kind="protected", target="t")])
+    ]
+    assert decisions.given_up(protected, 7).cause == Cause.PROTECT_VIOLATION
+    moved = [attempt(1, checks_passed=True, violations=[Violation(kind="ref_moved", target="r")])]
+    assert decisions.given_up(moved, 7).cause == Cause.REF_VIOLATION
+    low = decisions.given_up([attempt(1, checks_passed=True, score=4)], 7)
+    assert low.cause == Cause.CRITIC_REJECTED and "last score 4 below 7" in low.reason
+    assert decisions.given_up([], 7).cause == Cause.LOOPD_ERROR
+
+
+def test_an_agent_that_did_not_start_or_spent_the_budget_ends_the_run_before_judging() -> None:
+    assert decisions.cut_short("", False, 10, 0) is None
+    assert decisions.cut_short("no such file", False, 0, 0).cause == Cause.AGENT_FAILED
+    over = decisions.cut_short("", True, 120, 100)
+    assert over.cause == Cause.TOKEN_CAP and "120 > 100" in over.reason
+
+
+def test_a_stop_cancels_interrupts_retries_once_or_lets_judging_resume() -> None:
+    assert decisions.stopped("cancelled", "judging", "manual").outcome == "cancelled"
+    assert decisions.stopped("interrupted", "judging", "manual") is None
+    first = decisions.stopped("interrupted", "running", "manual", by="its worker")
+    assert first == ("interrupted", "its worker stopped during the run", Cause.INTERRUPTED)
+    assert decisions.retried(first)
+    again = decisions.stopped("interrupted", "running", "retry")
+    assert again.cause == Cause.INTERRUPTED_RETRY and not decisions.retried(again)
+
+
+def test_success_says_whether_a_model_judged() -> None:
+    assert decisions.success_reason(attempt(2)) == (
+        "checks pass on attempt 2 (not judged by a model)"
+    )
+    judged = attempt(1, judged=True, score=8)
+    assert decisions.success_reason(judged) == "checks pass and score 8 on attempt 1"

@@ -1,0 +1,355 @@
+"""The run lifecycle's behaviour, the same on both engines: outcomes, retries, coalescing,
+cancel, escalation, learning, the critic's feedback, pause.
+
+Each test runs against `loopd run` with `[engine] kind = "local"` and with `"temporal"` (a real
+dev server; the home's own worker runs the attempts), through the same commands. The home's
+state/ is what a person reads in both cases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import make_home, make_repo, pid_alive, wait_for
+from tests.machines import BUGGY, TASK, Machine, command_agent, engine_toml, loop_toml
+
+FIX = (
+    "import pathlib; p = pathlib.Path('calc.py'); "
+    "p.write_text(p.read_text().replace('a - b', 'a + b'))"
+)
+IDLE = "print('looked around, changed nothing')"
+LOOP = {
+    "task": TASK,
+    "agent": "a",
+    "done_when": ["python3 check.py"],
+    "attempt_timeout": "120s",
+    "stall_after": "60s",
+    "max_nudges": 0,
+    "max_attempts": 1,
+    "critic": "off",
+}
+
+
+@pytest.fixture(params=["local", "temporal"])
+def engine(request: pytest.FixtureRequest) -> str:
+    """The engine's part of loopd.toml ("" for the local engine)."""
+    if request.param == "local":
+        return ""
+    server, namespace = request.getfixturevalue("temporal")
+    return engine_toml(server.address, namespace)
+
+
+def make_machine(tmp_path: Path, engine: str, agent: str, config: str = "", **loop: Any) -> Machine:
+    """One machine: a home with loop `calc` on its own repository, its own HOME."""
+    root = tmp_path / "machine"
+    repo = make_repo(root / "src" / "app", BUGGY)
+    text = agent + config + f'\n[limits]\nworktrees = "{root / "worktrees"}"\n' + engine
+    home = make_home(root / "loopd-home", text, {"calc": loop_toml(repo, **{**LOOP, **loop})})
+    return Machine("machine", root, home, repo)
+
+
+def script_agent(script: str) -> str:
+    return command_agent("a", script)
+
+
+def finished(machine: Machine, count: int) -> list[dict[str, Any]]:
+    found = machine.runs()
+    return found if len(found) >= count and all(r.get("outcome") for r in found) else []
+
+
+@pytest.fixture
+def machines() -> Any:
+    started: list[Machine] = []
+    yield started
+    for machine in started:
+        for proc in machine.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_a_fixing_agent_succeeds_and_an_idle_one_is_escalated_with_its_cause(
+    tmp_path: Path, engine: str, machines: list
+) -> None:
+    machine = make_machine(tmp_path, engine, script_agent(FIX))
+    machines.append(machine)
+    machine.start("run")
+    proc = machine.loopd("trigger", "calc", "--reason", "from a test", "--wait")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0]
+    assert "succeeded: checks pass on attempt 1" in proc.stdout
+    shown = json.loads(machine.loopd("show", run_id, "--json").stdout)
+    assert shown["outcome"] == "succeeded" and shown["trigger"]["reason"] == "from a test"
+    (run,) = machine.runs()
+    assert run["id"] == run_id and run["outcome"] == "succeeded" and run["cause"] == "passed"
+    listed = json.loads(machine.loopd("runs", "--json").stdout)
+    assert [(r["id"], r["outcome"]) for r in listed] == [(run_id, "succeeded")]
+    status = json.loads(machine.loopd("status", "--json").stdout)
+    assert status["loops"]["calc"]["last_outcome"] == "succeeded"
+
+    (machine.home / "loopd.toml").write_text(
+        (machine.home / "loopd.toml").read_text().replace(json.dumps(FIX), json.dumps(IDLE))
+    )
+    assert machine.stop() == 0
+    loop = machine.home / "loops" / "calc.toml"
+    loop.write_text(loop.read_text().replace("max_attempts = 1", "max_attempts = 2"))
+    machine.start("run")
+    proc = machine.loopd("trigger", "calc", "--wait")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    failed = proc.stdout.splitlines()[0]
+    record = next(r for r in machine.runs() if r["id"] == failed)
+    assert record["outcome"] == "escalated" and record["cause"] == "checks-failed"
+    assert record["reason"] == "attempts used up; checks still fail after 2 attempts"
+    assert [a["checks_passed"] for a in record["attempts"]] == [False, False]
+    # The second prompt carries what failed; the escalation is the home's, for a person.
+    prompt = machine.home / "state" / "runs" / failed / "attempt-2" / "prompt.md"
+    assert "# What failed last time" in prompt.read_text()
+    assert "add(2, 3) gave -1" in prompt.read_text()
+    assert (machine.home / "state" / "escalations" / f"{failed}.md").is_file()
+    listed = json.loads(machine.loopd("escalations", "list", "--json").stdout)
+    assert [(e["run"], e["cause"]) for e in listed] == [(failed, "checks-failed")]
+    shown = machine.loopd("escalations", "show", failed)
+    assert shown.returncode == 0 and "checks" in shown.stdout
+    resolved = machine.loopd("escalations", "resolve", failed, "--note", "looked at it")
+    assert resolved.returncode == 0, resolved.stderr
+    assert json.loads(machine.loopd("escalations", "list", "--json").stdout) == []
+    assert machine.stop() == 0
+
+
+def gated_machine(tmp_path: Path, engine: str, machines: list) -> tuple[Machine, Path]:
+    """A machine whose first run's agent waits at a gate file."""
+    gate, started = tmp_path / "gate", tmp_path / "started"
+    script = (
+        "import pathlib, time\n"
+        f"pathlib.Path({str(started)!r}).write_text('x')\n"
+        f"while not pathlib.Path({str(gate)!r}).exists():\n"
+        "    time.sleep(0.05)\n"
+        "p = pathlib.Path('calc.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
+    )
+    machine = make_machine(tmp_path, engine, script_agent(script))
+    machines.append(machine)
+    machine.start("run")
+    assert machine.loopd("trigger", "calc", "--reason", "first").returncode == 0
+    wait_for(started.exists, timeout=60, what="the first run's agent")
+    return machine, gate
+
+
+def test_triggers_during_a_run_coalesce_into_one_pending_run(
+    tmp_path: Path, engine: str, machines: list
+) -> None:
+    machine, gate = gated_machine(tmp_path, engine, machines)
+    for i in range(6):
+        assert machine.loopd("trigger", "calc", "--reason", f"burst {i}").returncode == 0
+    wait_for(lambda: len(machine.events("trigger")) >= 7, timeout=60, what="every trigger taken")
+    gate.write_text("go")
+    first, merged = wait_for(lambda: finished(machine, 2), timeout=90, what="two runs")
+    assert first["trigger"]["reason"] == "first"
+    reasons = [merged["trigger"]["reason"]] + [m["reason"] for m in merged["trigger"]["merged"]]
+    assert reasons == [f"burst {i}" for i in range(6)]
+    assert len(machine.events("trigger_merged")) == 5
+    assert len(machine.runs()) == 2 and merged["outcome"] == "succeeded"
+    assert machine.stop() == 0
+
+
+def test_a_queued_run_can_be_cancelled_before_it_starts_and_a_running_one_while_it_runs(
+    tmp_path: Path, engine: str, machines: list
+) -> None:
+    machine, gate = gated_machine(tmp_path, engine, machines)
+    assert machine.loopd("trigger", "calc", "--reason", "second").returncode == 0
+    # The trigger's event names the pending run that holds it, on both engines.
+    (queued,) = wait_for(
+        lambda: [e for e in machine.events("trigger") if e.get("reason") == "second"],
+        what="the queued run",
+    )
+    queued = [{"id": queued["run"]}]
+    proc = machine.loopd("cancel", queued[0]["id"])
+    assert proc.returncode == 0 and "cancel requested for queued run" in proc.stdout
+    (running,) = wait_for(lambda: [r for r in machine.runs() if r.get("phase") == "running"])
+    proc = machine.loopd("cancel", running["id"])
+    assert proc.returncode == 0, proc.stderr
+    runs = wait_for(lambda: finished(machine, 2), timeout=60, what="both runs cancelled")
+    assert sorted((r["id"], r["outcome"]) for r in runs) == sorted(
+        [(queued[0]["id"], "cancelled"), (running["id"], "cancelled")]
+    )
+    never = next(r for r in runs if r["id"] == queued[0]["id"])
+    assert never["attempts"] == [] and never["reason"] == "cancelled while queued"
+    assert machine.stop() == 0
+
+
+def test_kill_9_mid_attempt_is_interrupted_then_retried_once_and_leftovers_killed(
+    tmp_path: Path, engine: str, machines: list
+) -> None:
+    marker = tmp_path / "agent-pids"
+    script = (
+        "import os, pathlib, subprocess, sys, time\n"
+        f"marker = pathlib.Path({str(marker)!r})\n"
+        "if not marker.exists():\n"
+        "    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
+        " start_new_session=True)\n"
+        "    tmp = marker.with_suffix('.tmp')\n"
+        "    tmp.write_text(f'{os.getpid()} {child.pid}')\n"
+        "    tmp.rename(marker)\n"
+        "    time.sleep(600)\n" + FIX.replace("; ", "\n") + "\n"
+    )
+    machine = make_machine(tmp_path, engine, script_agent(script))
+    machines.append(machine)
+    machine.start("run")
+    assert machine.loopd("trigger", "calc").returncode == 0
+    agent, grandchild = (
+        int(x) for x in wait_for(lambda: marker.exists() and marker.read_text()).split()
+    )
+    machine.kill9()
+    machine.start("run")
+    try:
+        wait_for(
+            lambda: not pid_alive(agent) and not pid_alive(grandchild),
+            timeout=30,
+            what="the killed loopd's agent processes to be killed",
+        )
+        first, retry = wait_for(lambda: finished(machine, 2), timeout=90, what="the retry")[:2]
+        assert first["outcome"] == "interrupted" and first["cause"] == "interrupted"
+        assert retry["trigger"]["kind"] == "retry" and retry["trigger"]["retry_of"] == first["id"]
+        assert retry["outcome"] == "succeeded"
+        assert first["attempts"][0]["interrupted"] is True
+        assert sum(r["trigger"]["kind"] == "retry" for r in machine.runs()) == 1
+        assert machine.stop() == 0
+    finally:
+        for pid in (agent, grandchild):
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_failure_becomes_a_rule_that_the_next_attempts_prompt_carries(
+    tmp_path: Path, engine: str, machines: list, model_server: Any
+) -> None:
+    from tests.test_learning_e2e import AGENT, AGREES, LEARNED, RULE_MARK, default_reply
+
+    model_server.script(default_reply)
+    model_server.add({"json": LEARNED}, name="postmortem_rule")
+    model_server.add({"json": AGREES}, name="rule_verification")
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT.replace("RULE_MARK", repr(RULE_MARK)))
+    argv = [sys.executable, str(script), str(tmp_path / "started.txt")]
+    agent = f'[agents.a]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
+    verifier = (
+        f'[verifier]\nbase_url = "{model_server.base_url}"\nmodel = "critic-model"\n'
+        'timeout = "20s"\njudge_timeout = "20s"\npending_limit = "30s"\n'
+    )
+    machine = make_machine(tmp_path, engine, agent, verifier, critic="on", max_attempts=2)
+    (machine.repo / "legacy").mkdir()
+    (machine.repo / "legacy" / "calc.py").write_text(BUGGY["calc.py"])
+    from tests.helpers import git
+
+    git(machine.repo, "add", "-A")
+    git(machine.repo, "commit", "-q", "-m", "legacy")
+    machines.append(machine)
+    machine.start("run")
+    proc = machine.loopd("trigger", "calc", "--wait")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0]
+    (run,) = machine.runs()
+    assert [a["checks_passed"] for a in run["attempts"]] == [False, True]
+    (rule,) = (machine.home / "rules" / "trial").glob("*.md")
+    assert rule.stem in run["rules_fired"]
+    folder = machine.home / "state" / "runs" / run_id
+    assert "# Rules from earlier runs" not in (folder / "attempt-1" / "prompt.md").read_text()
+    second = (folder / "attempt-2" / "prompt.md").read_text()
+    assert "# Rules from earlier runs" in second and LEARNED["rule"] in second
+    fired = [e for e in machine.events("rule_fired") if e["run"] == run_id]
+    assert [(e["rule"], e["why"]) for e in fired] == [(rule.stem, "learned")]
+    assert machine.stop() == 0
+
+
+def test_the_critics_feedback_goes_into_the_next_attempts_prompt(
+    tmp_path: Path, engine: str, machines: list, model_server: Any
+) -> None:
+    from tests.test_learning_e2e import default_reply
+
+    feedback = "Show the output of python3 check.py before claiming it passes."
+    model_server.script(default_reply)
+    model_server.add(
+        {
+            "json": {
+                "score": 3,
+                "verdict": "Unsupported.",
+                "unsupported_claims": [],
+                "feedback": feedback,
+            }
+        },
+        {"json": {"score": 9, "verdict": "Backed.", "unsupported_claims": [], "feedback": "none"}},
+        name="critic_verdict",
+    )
+    verifier = (
+        f'[verifier]\nbase_url = "{model_server.base_url}"\nmodel = "critic-model"\n'
+        'timeout = "20s"\njudge_timeout = "20s"\npending_limit = "30s"\n'
+    )
+    machine = make_machine(
+        tmp_path, engine, script_agent(FIX), verifier, critic="on", max_attempts=2
+    )
+    machines.append(machine)
+    machine.start("run")
+    proc = machine.loopd("trigger", "calc", "--wait")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0]
+    shown = json.loads(machine.loopd("show", run_id, "--json").stdout)
+    assert [(a["score"], a["feedback"]) for a in shown["attempts"]] == [(3, feedback), (9, "none")]
+    prompt = (machine.home / "state" / "runs" / run_id / "attempt-2" / "prompt.md").read_text()
+    assert "# Reviewer feedback" in prompt and feedback in prompt
+    assert machine.stop() == 0
+
+
+def test_a_refuse_rule_ends_the_run_before_any_agent_and_escalates_it(
+    tmp_path: Path, engine: str, machines: list
+) -> None:
+    from daemon.rules.library import RuleLibrary
+    from daemon.rules.rulefile import Rule
+
+    started = tmp_path / "started"
+    machine = make_machine(
+        tmp_path, engine, script_agent(f"open({str(started)!r}, 'w').write('x')")
+    )
+    rule = Rule(
+        rule="Do not let an agent change `calc.py`: the finance team owns it.",
+        why="A person decided so.",
+        how_to_apply="Do it.",
+        severity="refuse",
+        trigger_intent="Tasks that touch calc.py",
+        trigger_patterns=[r"(?i)\bcalc\.py\b"],
+    )
+    rid = RuleLibrary(machine.home / "rules").add(rule, "active").rule.id
+    machines.append(machine)
+    machine.start("run")
+    proc = machine.loopd("trigger", "calc", "--wait")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (run,) = machine.runs()
+    assert run["outcome"] == "refused" and rid in run["reason"] and run["attempts"] == []
+    assert not started.exists()
+    assert (machine.home / "state" / "escalations" / f"{run['id']}.md").is_file()
+    assert machine.stop() == 0
+
+
+def test_pause_holds_the_loops_triggers_and_resume_runs_them(
+    tmp_path: Path, engine: str, machines: list
+) -> None:
+    machine = make_machine(tmp_path, engine, script_agent(FIX))
+    machines.append(machine)
+    machine.start("run")
+    assert machine.loopd("pause", "calc").returncode == 0
+    assert machine.loopd("trigger", "calc", "--reason", "while paused").returncode == 0
+    wait_for(lambda: machine.events("trigger"), what="the trigger taken")
+    status = json.loads(machine.loopd("status", "--json").stdout)
+    assert status["loops"]["calc"]["paused"] is True
+    assert machine.runs() == []
+    assert machine.loopd("resume", "calc").returncode == 0
+    (run,) = wait_for(lambda: finished(machine, 1), timeout=60, what="the run")
+    assert run["trigger"]["reason"] == "while paused" and run["outcome"] == "succeeded"
+    kinds = [e["type"] for e in machine.events()]
+    assert "loop_paused" in kinds and "loop_resumed" in kinds
+    assert machine.stop() == 0

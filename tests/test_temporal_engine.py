@@ -1,0 +1,447 @@
+"""The Temporal engine with real parts: a dev server, a home and two workers standing in for
+three machines (each its own HOME, home and copy of the repository), real git, real agents."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from tests.helpers import git, pid_alive, wait_for
+from tests.machines import BUGGY, TASK, Cluster, command_agent, make_cluster
+
+FIX = "p = pathlib.Path('calc.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
+LOOP = {
+    "task": TASK,
+    "agent": "a",
+    "done_when": ["python3 check.py"],
+    "attempt_timeout": "120s",
+    "stall_after": "60s",
+    "max_nudges": 0,
+    "max_attempts": 1,
+    "runs_on": "gpu",
+    "critic": "off",
+}
+
+
+def finished(machine: Any, count: int) -> list[dict[str, Any]]:
+    found = machine.runs()
+    return found if len(found) >= count and all(r.get("outcome") for r in found) else []
+
+
+def which_worker(cluster: Cluster, cwd: str) -> int:
+    """The index of the worker whose worktrees hold `cwd`."""
+    for i, worker in enumerate(cluster.workers):
+        if cwd.startswith(str(worker.root)):
+            return i
+    raise AssertionError(f"{cwd} is in no worker's folder")
+
+
+def test_kill_9_of_the_worker_mid_attempt_retries_the_run_on_the_other_and_reaps_leftovers(
+    tmp_path: Path, temporal: Any
+) -> None:
+    server, namespace = temporal
+    marker = tmp_path / "first-attempt.json"
+    # The first attempt leaves a grandchild in a session of its own and hangs; a later one fixes.
+    script = (
+        "import json, os, pathlib, subprocess, sys, time\n"
+        f"marker = pathlib.Path({str(marker)!r})\n"
+        "if not marker.exists():\n"
+        "    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
+        " start_new_session=True)\n"
+        "    tmp = marker.with_suffix('.tmp')\n"
+        "    tmp.write_text(json.dumps([os.getpid(), child.pid, os.getcwd()]))\n"
+        "    tmp.rename(marker)\n"
+        "    time.sleep(600)\n" + FIX
+    )
+    cluster = make_cluster(
+        tmp_path,
+        server.address,
+        namespace,
+        BUGGY,
+        command_agent("a", "import pathlib\n" + script),
+        LOOP,
+    )
+    try:
+        cluster.home.start("run")
+        for worker in cluster.workers:
+            worker.start("worker", "--queue", "gpu")
+        assert cluster.home.loopd("trigger", "calc").returncode == 0
+        text = wait_for(lambda: marker.exists() and marker.read_text(), timeout=60)
+        agent, grandchild, cwd = json.loads(text)
+        dead = which_worker(cluster, cwd)
+        other = cluster.workers[1 - dead]
+        cluster.workers[dead].kill9()
+        first, retry = wait_for(lambda: finished(cluster.home, 2), timeout=90, what="both runs")[:2]
+        assert first["outcome"] == "interrupted" and first["cause"] == "interrupted"
+        assert retry["trigger"]["kind"] == "retry" and retry["trigger"]["retry_of"] == first["id"]
+        assert retry["outcome"] == "succeeded", retry
+        # The retry ran on the other machine: its transcript is in that worker's state only.
+        transcript = Path("state/runs") / retry["id"] / "attempt-1" / "transcript.jsonl"
+        assert (other.home / transcript).is_file()
+        assert not (cluster.workers[dead].home / transcript).exists()
+        assert not (cluster.home.home / transcript).exists()
+        # The person's repository has the retry's branch, with the fix.
+        branch = retry["branch"]
+        assert "a + b" in git(cluster.home.repo, "show", f"{branch}:calc.py")
+        # Back on the dead machine, the worker kills what its attempt left.
+        cluster.workers[dead].start("worker", "--queue", "gpu")
+        wait_for(
+            lambda: not pid_alive(agent) and not pid_alive(grandchild),
+            timeout=30,
+            what="the dead worker's agent processes to be killed",
+        )
+        reaped = cluster.workers[dead].events("attempt_reaped")
+        assert [e["run"] for e in reaped] == [first["id"]]
+        assert sum(r["trigger"]["kind"] == "retry" for r in cluster.home.runs()) == 1
+    finally:
+        cluster.stop()
+        for pid in _marker_pids(marker):
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _marker_pids(marker: Path) -> list[int]:
+    try:
+        return [int(x) for x in json.loads(marker.read_text())[:2]]
+    except (OSError, ValueError):
+        return []
+
+
+HANG = (
+    "import json, os, pathlib, time\n"
+    "marker = pathlib.Path({marker!r})\n"
+    "tmp = marker.with_suffix('.tmp')\n"
+    "tmp.write_text(json.dumps([os.getpid(), os.getcwd()]))\n"
+    "tmp.rename(marker)\n"
+    "print('working', flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_a_cancel_from_another_machine_stops_the_agent_on_its_worker(
+    tmp_path: Path, temporal: Any
+) -> None:
+    server, namespace = temporal
+    marker = tmp_path / "agent.json"
+    agents = command_agent("a", HANG.format(marker=str(marker)))
+    cluster = make_cluster(tmp_path, server.address, namespace, BUGGY, agents, LOOP, workers=1)
+    try:
+        cluster.home.start("run")
+        worker = cluster.workers[0]
+        worker.start("worker", "--queue", "gpu")
+        assert cluster.home.loopd("trigger", "calc").returncode == 0
+        agent, _cwd = json.loads(wait_for(lambda: marker.exists() and marker.read_text()))
+        # The worker's machine lists every machine's runs and cancels the home's run.
+        listed = json.loads(worker.loopd("runs", "--json").stdout)
+        assert [r["phase"] for r in listed] == ["running"]
+        run_id = listed[0]["id"]
+        status = json.loads(worker.loopd("status", "--json").stdout)
+        assert status["loops"]["calc"]["run"] == run_id
+        assert status["loops"]["calc"]["phase"] == "running"
+        assert status["loops"]["calc"]["worker"].startswith("worker:")
+        proc = worker.loopd("cancel", run_id)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == f"{run_id}: cancelled"
+        wait_for(lambda: not pid_alive(agent), timeout=30, what="the agent to be stopped")
+        (run,) = wait_for(lambda: finished(cluster.home, 1))
+        assert run["outcome"] == "cancelled" and run["cause"] == "cancelled"
+        assert run["attempts"][0]["interrupted"] is True
+        shown = json.loads(worker.loopd("show", run_id, "--json").stdout)
+        assert shown["outcome"] == "cancelled" and shown["id"] == run_id
+        transcript = worker.home / "state" / "runs" / run_id / "attempt-1" / "transcript.jsonl"
+        assert "working" in transcript.read_text()
+        again = worker.loopd("cancel", run_id)
+        assert again.returncode == 1 and "already ended: cancelled" in again.stdout
+        assert worker.loopd("cancel", "20990101T000000Z-calc-0000").returncode == 2
+    finally:
+        cluster.stop()
+
+
+def test_the_server_restarted_mid_run_does_not_lose_the_run(tmp_path: Path, temporal: Any) -> None:
+    server, namespace = temporal
+    gate = tmp_path / "gate"
+    started = tmp_path / "started"
+    script = (
+        "import pathlib, time\n"
+        f"pathlib.Path({str(started)!r}).write_text('x')\n"
+        f"while not pathlib.Path({str(gate)!r}).exists():\n"
+        "    time.sleep(0.1)\n" + FIX
+    )
+    cluster = make_cluster(
+        tmp_path,
+        server.address,
+        namespace,
+        BUGGY,
+        command_agent("a", "import pathlib\n" + script),
+        LOOP,
+        workers=1,
+        heartbeat="20s",
+    )
+    try:
+        cluster.home.start("run")
+        cluster.workers[0].start("worker", "--queue", "gpu")
+        assert cluster.home.loopd("trigger", "calc").returncode == 0
+        wait_for(started.exists, timeout=60, what="the agent to start")
+        server.restart(signal.SIGKILL)  # the server dies as in a crash, and comes back
+        gate.write_text("go")
+        (run,) = wait_for(lambda: finished(cluster.home, 1), timeout=90, what="the run")
+        assert run["outcome"] == "succeeded", run
+        assert len(run["attempts"]) == 1 and not run["attempts"][0].get("interrupted")
+        assert [r["id"] for r in cluster.home.runs()] == [run["id"]]
+    finally:
+        cluster.stop()
+
+
+def test_a_burst_of_1000_pushes_on_two_machines_is_one_running_and_one_pending_run(
+    tmp_path: Path, temporal: Any
+) -> None:
+    from datetime import UTC, datetime
+
+    from daemon.state.records import Trigger
+    from daemon.state.store import StateStore
+
+    server, namespace = temporal
+    gate, started = tmp_path / "gate", tmp_path / "started"
+    script = (
+        "import pathlib, time\n"
+        f"pathlib.Path({str(started)!r}).write_text('x')\n"
+        f"while not pathlib.Path({str(gate)!r}).exists():\n"
+        "    time.sleep(0.1)\n"
+    )
+    loop = {**LOOP, "on_push": ["main"], "done_when": []}
+    cluster = make_cluster(
+        tmp_path, server.address, namespace, BUGGY, command_agent("a", script), loop, workers=1
+    )
+    try:
+        cluster.home.start("run")
+        worker = cluster.workers[0]
+        worker.start("worker", "--queue", "gpu")
+        assert cluster.home.loopd("trigger", "calc", "--reason", "first").returncode == 0
+        wait_for(started.exists, timeout=60, what="the first run's agent")
+        # The hooks of both machines write a push each into their home's inbox.
+        for machine, count in ((cluster.home, 500), (worker, 500)):
+            store = StateStore(machine.home / "state")
+            for i in range(count):
+                store.put_trigger(
+                    Trigger(
+                        loop="calc",
+                        kind="push",
+                        reason=f"push {machine.name} {i}",
+                        ref="refs/heads/main",
+                        old="0" * 40,
+                        new=f"{i:040x}",
+                        ts=datetime.now(UTC),
+                    )
+                )
+        wait_for(
+            lambda: len([e for e in cluster.home.events("trigger") if e["kind"] == "push"]) == 1000,
+            timeout=120,
+            what="all 1,000 pushes taken",
+        )
+        status = json.loads(worker.loopd("status", "--json").stdout)["loops"]["calc"]
+        assert status["phase"] == "running" and status["pending"] == 1
+        assert not list((cluster.home.home / "state" / "inbox").glob("*.json"))
+        assert not list((worker.home / "state" / "inbox").glob("*.json"))
+        gate.write_text("go")
+        first, second = wait_for(lambda: finished(cluster.home, 2), timeout=90, what="two runs")
+        assert first["trigger"]["reason"] == "first" and first["outcome"] == "succeeded"
+        assert second["trigger"]["kind"] == "push" and second["outcome"] == "succeeded"
+        assert second["trigger"]["merged_count"] == 999
+        assert len(cluster.home.runs()) == 2
+        assert len(cluster.home.events("trigger_merged")) == 999
+    finally:
+        cluster.stop()
+
+
+def test_a_rule_learned_from_an_attempt_on_one_worker_guides_a_run_on_the_other(
+    tmp_path: Path, temporal: Any, model_server: Any
+) -> None:
+    import sys
+
+    from tests.test_learning_e2e import AGENT, AGREES, LEARNED, REPO, RULE_MARK, default_reply
+
+    server, namespace = temporal
+    model_server.script(default_reply)
+    model_server.add({"json": LEARNED}, name="postmortem_rule")
+    model_server.add({"json": AGREES}, name="rule_verification")
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT.replace("RULE_MARK", repr(RULE_MARK)))
+    marker = tmp_path / "agent-started.txt"
+    agents = (
+        f'[agents.a]\nadapter = "command"\n'
+        f"command = {json.dumps([sys.executable, str(script), str(marker)])}\n"
+    )
+    verifier = (
+        f'[verifier]\nbase_url = "{model_server.base_url}"\nmodel = "critic-model"\n'
+        'timeout = "20s"\njudge_timeout = "20s"\npending_limit = "30s"\n'
+    )
+    loop = {**LOOP, "critic": "on", "task": TASK}
+    cluster = make_cluster(
+        tmp_path, server.address, namespace, REPO, agents, loop, workers=2, config=verifier
+    )
+    home, first, second = cluster.home, cluster.workers[0], cluster.workers[1]
+    try:
+        home.start("run")
+        first.start("worker", "--queue", "gpu")
+        proc = home.loopd("trigger", "calc", "--wait")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        run_1 = proc.stdout.splitlines()[0]
+        assert (first.home / "state/runs" / run_1 / "attempt-1/transcript.jsonl").is_file()
+        # The rule was filed by the home (one writer), from the first worker's evidence.
+        (rule_path,) = (home.home / "rules" / "trial").glob("*.md")
+        for machine in (first, second):
+            assert not list((machine.home / "rules").rglob("*.md"))
+        front = tomllib_front(rule_path)
+        assert front["verified_by"] == ["grounding", "duplicates", "model:critic-model"]
+        cited = {(e["path"], e["quote"]) for e in front["evidence"]}
+        assert (f"runs/{run_1}/attempt-1/transcript.jsonl", "patched legacy/calc.py") in cited
+        for entry in front["evidence"]:  # the home holds the cited lines at their numbers
+            lines = (home.home / "state" / entry["path"]).read_text().split("\n")
+            assert entry["quote"] in lines[entry["line"] - 1]
+        # The worker sent the rule's evidence lines, never the whole transcript.
+        name = "attempt-1/transcript.jsonl"
+        whole = (first.home / "state/runs" / run_1 / name).read_text().split("\n")
+        lines = (home.home / "state/runs" / run_1 / name).read_text().split("\n")
+        assert len(lines) == len(whole)  # at their line numbers; the others left blank
+        assert all(line in ("", whole[i]) for i, line in enumerate(lines))
+        assert any("patched legacy/calc.py" in line for line in lines)
+        first.stop()
+        second.start("worker", "--queue", "gpu")
+        proc = home.loopd("trigger", "calc", "--wait")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        run_2 = proc.stdout.splitlines()[0]
+        prompt = (second.home / "state/runs" / run_2 / "attempt-1/prompt.md").read_text()
+        assert "# Rules from earlier runs" in prompt and LEARNED["rule"] in prompt
+        assert prompt == (home.home / "state/runs" / run_2 / "attempt-1/prompt.md").read_text()
+        assert [r["outcome"] for r in home.runs()] == ["escalated", "succeeded"]
+        front = tomllib_front(rule_path)
+        assert (front["fired"], front["helped"]) == (1, 1)
+    finally:
+        cluster.stop()
+
+
+def tomllib_front(path: Path) -> dict[str, Any]:
+    import tomllib
+
+    return tomllib.loads(path.read_text().split("+++")[1])
+
+
+def test_a_schedule_fires_and_a_fire_missed_while_the_workers_were_down_is_caught_up(
+    tmp_path: Path, temporal: Any
+) -> None:
+    from datetime import UTC, datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    from daemon.scheduling.cron import Schedule
+    from tests.temporal_server import client_call
+
+    server, namespace = temporal
+    zone = ZoneInfo("Europe/Paris")
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    recent, old = now - timedelta(minutes=3), now - timedelta(minutes=20)
+    crons = [f"{t.astimezone(zone).minute} {t.astimezone(zone).hour} * * *" for t in (recent, old)]
+    loop = {**LOOP, "schedule": crons, "timezone": "Europe/Paris", "catch_up": "10m"}
+    agents = command_agent("a", "import pathlib\n" + FIX)
+    cluster = make_cluster(tmp_path, server.address, namespace, BUGGY, agents, loop, workers=1)
+    home, worker = cluster.home, cluster.workers[0]
+    try:
+        home.start("run")
+        worker.start("worker", "--queue", "gpu")
+        # The next fire comes from the server, and is the loop's own cron's next fire.
+        status = json.loads(worker.loopd("status", "--json").stdout)["loops"]["calc"]
+        expected = Schedule(crons, "Europe/Paris").next_fire(datetime.now(UTC))
+        assert datetime.fromisoformat(status["next_fire"]) == expected
+        # The loop's schedule fires: its action signals the controller, which starts the run.
+        client_call(
+            server.address, namespace, 'await client.get_schedule_handle("loopd/calc").trigger()'
+        )
+        (run,) = wait_for(lambda: finished(home, 1), timeout=60, what="the scheduled run")
+        assert run["trigger"]["kind"] == "schedule" and run["outcome"] == "succeeded"
+        assert run["trigger"]["reason"].startswith("scheduled for ")
+        # Every loopd stops; meanwhile the schedule fires twice (3 and 20 minutes ago).
+        assert worker.stop() == 0 and home.stop() == 0
+        for at in (recent, old):
+            client_call(
+                server.address,
+                namespace,
+                f"""
+                from temporalio.client import ScheduleBackfill, ScheduleOverlapPolicy
+                at = datetime.fromisoformat({at.isoformat()!r})
+                await client.get_schedule_handle("loopd/calc").backfill(
+                    ScheduleBackfill(start_at=at - timedelta(seconds=30),
+                                     end_at=at + timedelta(seconds=30),
+                                     overlap=ScheduleOverlapPolicy.ALLOW_ALL))
+                """,
+            )
+        home.start("run")
+        worker.start("worker", "--queue", "gpu")
+        first, caught = wait_for(lambda: finished(home, 2), timeout=60, what="the caught-up run")
+        assert caught["trigger"]["kind"] == "catch-up" and caught["outcome"] == "succeeded"
+        local = recent.astimezone(zone).strftime("%H:%M")
+        assert (
+            "catching up the fire of" in caught["trigger"]["reason"]
+            and local in caught["trigger"]["reason"]
+        )
+        (missed,) = wait_for(lambda: home.events("schedule_missed"), what="the missed fire")
+        assert datetime.fromisoformat(missed["fire"].replace("Z", "+00:00")) == old
+        assert len(home.runs()) == 2
+    finally:
+        cluster.stop()
+
+
+def test_the_homes_activities_act_only_for_runs_the_home_started(
+    tmp_path: Path, temporal: Any
+) -> None:
+    """Anyone who reaches the engine can start a run workflow on the home's queue (with the
+    inputs of a real run, read from its history); the home's activities refuse to act for it."""
+    from tests.temporal_server import client_call
+
+    server, namespace = temporal
+    loop = {**LOOP, "runs_on": ""}
+    agents = command_agent("a", "import pathlib\n" + FIX)
+    cluster = make_cluster(tmp_path, server.address, namespace, BUGGY, agents, loop, workers=0)
+    home = cluster.home
+    try:
+        home.start("run")
+        proc = home.loopd("trigger", "calc", "--wait")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        real = proc.stdout.splitlines()[0]
+        forged, stolen = "20990101T000000Z-calc-0001", "20990101T000000Z-calc-0002"
+        out = client_call(
+            server.address,
+            namespace,
+            f"""
+            from temporalio.client import WorkflowFailureError
+            history = await client.get_workflow_handle("loopd/calc/{real}").fetch_history()
+            start = history.events[0].workflow_execution_started_event_attributes
+            given = json.loads(start.input.payloads[0].data)
+            fake = json.loads(json.dumps(given))
+            fake["ref"]["run_id"], fake["ref"]["token"] = "{forged}", "0" * 32
+            attempts = {{"{forged}": fake, "{stolen}": given}}
+            result = {{}}
+            for run_id, arg in attempts.items():
+                handle = await client.start_workflow(
+                    "RunWorkflow", arg, id=f"loopd/calc/{{run_id}}", task_queue="loopd"
+                )
+                try:
+                    await asyncio.wait_for(handle.result(), 60)
+                    result[run_id] = "completed"
+                except WorkflowFailureError as exc:
+                    result[run_id] = str(exc.cause)
+            print(json.dumps(result))
+            """,
+            timeout=120,
+        )
+        result = json.loads(out.splitlines()[-1])
+        assert set(result) == {forged, stolen}
+        assert all(outcome != "completed" for outcome in result.values()), result
+        # Nothing was done for them: no record, no event, no branch, no attempt.
+        assert [r["id"] for r in home.runs()] == [real]
+        assert not [e for e in home.events() if e.get("run") in (forged, stolen)]
+        branches = git(home.repo, "branch", "--format=%(refname:short)").split()
+        assert sorted(branches) == sorted(["main", f"loopd/calc/{real}"])
+    finally:
+        cluster.stop()
