@@ -86,7 +86,33 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
                     info["last_outcome"] = last.outcome or last.phase
         info["paused"] = name in paused
         data["loops"][name] = info
+    _schedules(store, loaded, data["loops"])
     return data
+
+
+def _schedules(store: Any, loaded: Any, loops: dict[str, dict[str, Any]]) -> None:
+    """Each scheduled loop's next fire in its own zone, or the escalation holding it back."""
+    from daemon.people.escalation import held_schedules
+
+    scheduled = {
+        name: loop
+        for name, loop in loaded.loops.items()
+        if name in loops and loop.config.enabled and loop.config.schedule
+    }
+    held = held_schedules(store, {n: loop.config.task for n, loop in scheduled.items()})
+    for name, loop in scheduled.items():
+        info = loops[name]
+        info["timezone"] = loop.config.timezone
+        fire = info.get("next_fire")
+        if fire:
+            from datetime import datetime
+            from zoneinfo import ZoneInfo
+
+            when = datetime.fromisoformat(fire) if isinstance(fire, str) else fire
+            local = when.astimezone(ZoneInfo(loop.config.timezone))
+            info["next_fire_local"] = f"{local:%a %d %b %H:%M} {local.tzname()}"
+        if name in held:
+            info["held_by"] = held[name].run
 
 
 def _newest_readable(store: Any, loop: str, newest: str) -> Any:
@@ -107,34 +133,55 @@ def _render_status(data: dict[str, Any]) -> Any:
     from rich.table import Table
     from rich.text import Text
 
+    from daemon.people.terminal import clean
+    from daemon.people.terminal import markup as m
+
     d = data["daemon"]
     if d["running"]:
         head = Text(f"loopd {d['version']} running, pid {d['pid']}, since {d['started']}")
     else:
         head = Text("loopd is not running for this home", style="yellow")
-    table = Table(title=data["home"])
-    for col in ("loop", "phase", "run", "attempt", "last outcome", "next fire", "pending"):
-        table.add_column(col)
+    table = Table(title=m(data["home"]))
+    rows = []
     for name, info in data["loops"].items():
         phase = info.get("phase", "idle")
+        if info.get("attempt") and phase not in ("idle", "paused"):
+            phase += f" (attempt {info['attempt']})"
+        if info.get("pending"):
+            phase += f", {info['pending']} queued"
         if not info.get("enabled", True):
             phase = "disabled" + (f": {info['error'][:60]}" if info.get("error") else "")
         if info.get("paused"):
             phase = "paused"
-        table.add_row(
-            name,
-            phase,
-            info.get("run", "") or "",
-            str(info.get("attempt") or ""),
-            f"{info.get('last_outcome', '')} {info.get('last_run', '')}".strip(),
-            str(info.get("next_fire") or ""),
-            str(info.get("pending") or ""),
-        )
+        run = info.get("run") or info.get("last_run") or ""
+        if info.get("held_by"):
+            fire = "held by an escalation"
+        else:
+            fire = info.get("next_fire_local") or str(info.get("next_fire") or "")
+        rows.append((name, phase, run, info.get("last_outcome", "") or "", fire))
+    # The RUN_ID is what a person copies: its column is never wrapped or cut; others wrap.
+    width = max([len("run"), *(len(r[2]) for r in rows)])
+    table.add_column("loop", overflow="fold")
+    table.add_column("phase")
+    table.add_column("run", no_wrap=True, min_width=width)
+    table.add_column("last outcome")
+    table.add_column("next fire")
+    for name, phase, run, outcome, fire in rows:
+        table.add_row(m(name), m(phase), m(run), m(outcome), m(fire))
     parts: list[Any] = [head, table]
+    for name, info in data["loops"].items():
+        if info.get("held_by"):
+            parts.append(
+                Text(
+                    f"{name}: its schedule is held back by open escalation {info['held_by']}; "
+                    f"`loopd escalations resolve {info['held_by']}` releases it",
+                    style="yellow",
+                )
+            )
     for warning in d["warnings"]:
-        parts.append(Text(f"warning: {warning}", style="yellow"))
+        parts.append(Text(f"warning: {clean(warning)}", style="yellow"))
     for error in data["errors"]:
-        parts.append(Text(f"error: {error}", style="red"))
+        parts.append(Text(f"error: {clean(error)}", style="red"))
     return Group(*parts)
 
 

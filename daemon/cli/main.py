@@ -15,11 +15,14 @@ from daemon.cli.common import CommandError
 GROUP_ORDER = {
     "home": 0,
     "runs": 1,
+    "show": 1,
+    "logs": 1.5,
     "daemon": 2,
     "hooks": 3,
     "rules": 4,
     "escalations": 5,
     "report": 6,
+    "notify": 6,
     "systemd": 7,
 }
 
