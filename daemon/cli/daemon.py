@@ -128,20 +128,8 @@ def _newest_readable(store: Any, loop: str, newest: str) -> Any:
     return next(store.iter_runs(loop), None)
 
 
-def _render_status(data: dict[str, Any]) -> Any:
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    from daemon.people.terminal import clean
-    from daemon.people.terminal import markup as m
-
-    d = data["daemon"]
-    if d["running"]:
-        head = Text(f"loopd {d['version']} running, pid {d['pid']}, since {d['started']}")
-    else:
-        head = Text("loopd is not running for this home", style="yellow")
-    table = Table(title=m(data["home"]))
+def _status_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """(loop, phase, run, last outcome, next fire) of each loop, as a person reads them."""
     rows = []
     for name, info in data["loops"].items():
         phase = info.get("phase", "idle")
@@ -159,16 +147,46 @@ def _render_status(data: dict[str, Any]) -> Any:
         else:
             fire = info.get("next_fire_local") or str(info.get("next_fire") or "")
         rows.append((name, phase, run, info.get("last_outcome", "") or "", fire))
-    # The RUN_ID is what a person copies: its column is never wrapped or cut; others wrap.
-    width = max([len("run"), *(len(r[2]) for r in rows)])
-    table.add_column("loop", overflow="fold")
-    table.add_column("phase")
-    table.add_column("run", no_wrap=True, min_width=width)
-    table.add_column("last outcome")
-    table.add_column("next fire")
-    for name, phase, run, outcome, fire in rows:
-        table.add_row(m(name), m(phase), m(run), m(outcome), m(fire))
-    parts: list[Any] = [head, table]
+    return rows
+
+
+def _render_status(data: dict[str, Any], width: int = 80) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from daemon.people.terminal import clean
+    from daemon.people.terminal import markup as m
+
+    d = data["daemon"]
+    if d["running"]:
+        head = Text(f"loopd {d['version']} running, pid {d['pid']}, since {d['started']}")
+    else:
+        head = Text("loopd is not running for this home", style="yellow")
+    rows = _status_rows(data)
+    columns = ("loop", "phase", "run", "last outcome", "next fire")
+    widths = [max([len(col), *(len(r[i]) for r in rows)]) for i, col in enumerate(columns)]
+    # Other columns may wrap down to these widths; below them the table would cut words.
+    least = [min(w, floor) for w, floor in zip(widths, (12, 8, widths[2], 9, 10), strict=True)]
+    parts: list[Any] = [head]
+    if sum(least) + 3 * len(least) + 1 <= width:
+        table = Table(title=m(data["home"]))
+        for col in columns:
+            # The RUN_ID is what a person copies: it is never wrapped or cut.
+            table.add_column(
+                col, no_wrap=col == "run", min_width=widths[2] if col == "run" else None
+            )
+        for row in rows:
+            table.add_row(*(m(cell) for cell in row))
+        parts.append(table)
+    else:
+        # Too narrow for the table with whole RUN_IDs: one block per loop, the id on its line.
+        parts.append(Text(clean(data["home"]), style="bold"))
+        for name, phase, run, outcome, fire in rows:
+            line = f"{name}  {phase}" + (f", last {outcome}" if outcome else "")
+            parts.append(Text(clean(line + (f"; next fire {fire}" if fire else ""))))
+            if run:
+                parts.append(Text(f"  run {run}", no_wrap=True, overflow="ignore"))
     for name, info in data["loops"].items():
         if info.get("held_by"):
             parts.append(
@@ -192,7 +210,8 @@ def status(args: argparse.Namespace) -> int:
         print_json(_status_data(home))
         return 0
     if not args.watch:
-        console().print(_render_status(_status_data(home)))
+        out = console()
+        out.print(_render_status(_status_data(home), out.width))
         return 0
     from rich.live import Live
 
@@ -220,15 +239,16 @@ def status(args: argparse.Namespace) -> int:
             # Piped into a file or another program: one frame per change, appended.
             while True:
                 if changed():
-                    out.print(_render_status(_status_data(home, store)))
+                    out.print(_render_status(_status_data(home, store), out.width))
                     out.file.flush()
                 time.sleep(0.5)
-        with Live(_render_status(_status_data(home, store)), console=out, screen=False) as live:
+        frame = _render_status(_status_data(home, store), out.width)
+        with Live(frame, console=out, screen=False) as live:
             changed()
             while True:
                 time.sleep(0.5)
                 if changed():
-                    live.update(_render_status(_status_data(home, store)))
+                    live.update(_render_status(_status_data(home, store), out.width))
     except KeyboardInterrupt:
         return 0
 
