@@ -172,10 +172,11 @@ def _render_status(data: dict[str, Any], width: int = 80) -> Any:
     if sum(least) + 3 * len(least) + 1 <= width:
         table = Table(title=m(data["home"]))
         for col in columns:
-            # The RUN_ID is what a person copies: it is never wrapped or cut.
-            table.add_column(
-                col, no_wrap=col == "run", min_width=widths[2] if col == "run" else None
-            )
+            # The RUN_ID is what a person copies: it is never wrapped or cut; others fold.
+            if col == "run":
+                table.add_column(col, no_wrap=True, min_width=widths[2])
+            else:
+                table.add_column(col, overflow="fold")
         for row in rows:
             table.add_row(*(m(cell) for cell in row))
         parts.append(table)
