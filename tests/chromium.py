@@ -137,6 +137,8 @@ class MarkCounter(HTMLParser):
         if tag != "path":
             return
         ancestors = [c for _, c, _ in self.stack[:-1]]
+        if any("legend" in c for c in ancestors):
+            return  # the legend's swatches are not marks
         ids = [i for *_, i in self.stack if i]
         scope = ids[-1] if ids else None
         if any("point" in c for c in ancestors) and any({"trace", "bars"} <= c for c in ancestors):

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import json
 import sys
+import tomllib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import tomli_w
 
 from daemon.people.escalation import write_escalation
 from daemon.rules.rulefile import Rule, dump_rule
@@ -108,8 +111,11 @@ def build_week(
         )
         store.save_run(record)
         if spec.landed is not None:
+            # As a later loopd writes it: a top-level key of run.toml.
             path = store.run_dir(run_id) / "run.toml"
-            path.write_text(path.read_text() + f"landed = {str(spec.landed).lower()}\n")
+            data = tomllib.loads(path.read_text())
+            data["landed"] = spec.landed
+            path.write_text(tomli_w.dumps(data))
         if spec.outcome == "succeeded" and spec.branch_kept:
             git(repo, "branch", branch)
         if spec.outcome in ("escalated", "error", "refused"):
@@ -230,7 +236,7 @@ def main(out: Path) -> None:
     from tests.helpers import loopd
 
     now = datetime.now(UTC)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(prefix="loopd-") as tmp:
         runs, rules = realistic_week(now)
         home, _, _ = build_week(Path(tmp), now, runs, rules)
         page = Path(tmp) / "report.html"
