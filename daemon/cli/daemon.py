@@ -92,14 +92,17 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
 
 def _schedules(store: Any, loaded: Any, loops: dict[str, dict[str, Any]]) -> None:
     """Each scheduled loop's next fire in its own zone, or the escalation holding it back."""
-    from daemon.people.escalation import held_schedules
-
     scheduled = {
         name: loop
         for name, loop in loaded.loops.items()
         if name in loops and loop.config.enabled and loop.config.schedule
     }
-    held = held_schedules(store, {n: loop.config.task for n, loop in scheduled.items()})
+    held: dict[str, Any] = {}
+    if scheduled and any(store.escalation_path("x").parent.glob("*.md")):
+        # Only with escalations on disk: status stays fast without them.
+        from daemon.people.escalation import held_schedules
+
+        held = held_schedules(store, {n: loop.config.task for n, loop in scheduled.items()})
     for name, loop in scheduled.items():
         info = loops[name]
         info["timezone"] = loop.config.timezone
