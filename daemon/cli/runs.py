@@ -149,7 +149,9 @@ def _notifications(loaded: LoadedConfig, store: Any) -> Any:
 def _print_outcome(run: Any) -> None:
     from daemon.people.digest import checks_word
 
-    print(f"{run.outcome}: {run.reason}")
+    from daemon.people.terminal import clean
+
+    print(f"{run.outcome}: {clean(run.reason)}")
     for a in run.attempts:
         score = "-" if a.score is None else a.score
         print(
