@@ -148,7 +148,6 @@ def _notifications(loaded: LoadedConfig, store: Any) -> Any:
 
 def _print_outcome(run: Any) -> None:
     from daemon.people.digest import checks_word
-
     from daemon.people.terminal import clean
 
     print(f"{run.outcome}: {clean(run.reason)}")
