@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import socket
 from typing import Any
 
 from daemon.cli.common import CommandError, command, home_of, print_json
@@ -12,6 +11,8 @@ from daemon.clock import utc_now
 
 def notify_cmd(args: argparse.Namespace) -> int:
     """Send a test notification through [notify] (--test) and say what happened."""
+    import socket
+
     from daemon.people.notify import CommandNotifier, NotifyError, WebhookNotifier
     from daemon.retry import RetryPolicy
     from daemon.state.events import iso

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +36,9 @@ def report_cmd(args: argparse.Namespace) -> int:
 
 def _html(home: Any, store: Any, since: Any, now: Any, target: Path) -> int:
     """Write the HTML page; plotly is imported only here, never by other commands."""
+    import os
+    import tempfile
+
     from daemon.people.report_html import render_page
     from daemon.people.report_nights import count_nights
     from daemon.runs.git import Git, GitError
