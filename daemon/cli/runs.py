@@ -63,8 +63,14 @@ def once(args: argparse.Namespace) -> int:
 
     if is_example_repo(loop.config.repo_path):
         from daemon.example.prepare import prepare_example
+        from daemon.runs.git import GitError
 
-        prepare_example(loop.config.repo_path)
+        try:
+            prepare_example(loop.config.repo_path)
+        except (GitError, OSError) as exc:
+            raise CommandError(
+                f"cannot prepare the example's repository {loop.config.repo_path}: {exc}"
+            ) from None
     store = home.state(loaded.daemon.limits.events_rotate)
     pid = daemon_pid(home)
     if pid is not None and loop.config.enabled and loop.name not in store.paused_loops():
