@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from daemon import example
 from daemon.config_errors import ConfigError, did_you_mean, explain
 from daemon.units import duration, size
 
@@ -25,6 +27,8 @@ from daemon.units import duration, size
 ADAPTERS = ("qwen", "claude", "codex", "aider", "opencode", "gemini", "command")
 Adapter = Literal[ADAPTERS]  # type: ignore[valid-type]
 LOOP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# A loop's name is in every RUN_ID and branch name a person reads and copies.
+LOOP_NAME_MAX = 32
 
 
 class StrictModel(BaseModel):
@@ -165,11 +169,16 @@ class DaemonConfig(StrictModel):
     engine: EngineConfig = EngineConfig()
 
     def profile(self, name: str) -> AgentProfile | None:
-        """The named profile; an adapter's own name works without a profile."""
+        """The named profile; an adapter's own name works without a profile, and `example`
+        is the embedded example's agent."""
         if name in self.agents:
             return self.agents[name]
         if name in ADAPTERS and name != "command":
             return AgentProfile(adapter=name)
+        if name == example.PROFILE:
+            # This Python runs the script, named by its full path: a sandbox shows the
+            # script's folder (inside the installed package) read-only.
+            return AgentProfile(adapter="command", command=[sys.executable, str(example.AGENT)])
         return None
 
 
@@ -243,6 +252,8 @@ class Loop:
     path: Path
     config: LoopConfig
     notes: list[str] = field(default_factory=list)  # problems that do not disable it
+    # A disabled loop's problems (errors were it enabled): `loopd once --force` refuses on them.
+    problems: list[ConfigError] = field(default_factory=list)
 
 
 @dataclass
@@ -254,6 +265,8 @@ class LoadedConfig:
     errors: list[ConfigError] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     daemon_ok: bool = True
+    # Problems of loop files that say `enabled = false` but do not load: warnings, not errors.
+    disabled_errors: list[ConfigError] = field(default_factory=list)
 
 
 def _section_keys(model: type[BaseModel], where: str) -> dict[str, str]:
@@ -354,8 +367,21 @@ def check_loop(
                 "rename the file using letters, digits, '-', '_' and '.'",
             )
         )
+    elif len(name) > LOOP_NAME_MAX:
+        errors.append(
+            ConfigError(
+                path,
+                "",
+                f"loop name {name!r} is {len(name)} characters long; at most {LOOP_NAME_MAX} "
+                "(it is part of every RUN_ID and branch name)",
+                f"rename the file to a name of at most {LOOP_NAME_MAX} characters, "
+                f"e.g. {name[:LOOP_NAME_MAX].rstrip('-_.')}.toml",
+            )
+        )
     repo = config.repo_path
-    if not repo.exists():
+    if example.is_example_repo(repo) and not (repo / ".git").exists():
+        pass  # the example's repository: loopd makes it before the first run that needs it
+    elif not repo.exists():
         errors.append(
             ConfigError(
                 path,
@@ -386,7 +412,7 @@ def check_loop(
         )
     profile = daemon.profile(config.agent)
     if profile is None:
-        known = sorted(set(daemon.agents) | set(ADAPTERS) - {"command"})
+        known = sorted(set(daemon.agents) | set(ADAPTERS) - {"command"} | {example.PROFILE})
         guess = did_you_mean(config.agent, known)
         errors.append(
             ConfigError(
@@ -426,13 +452,11 @@ def load_loop(path: Path, daemon: DaemonConfig) -> tuple[Loop | None, list[Confi
     config = config.model_copy(update={"repo": str(repo.resolve())})
     errors = check_loop(path.stem, path, config, daemon)
     if not config.enabled:
-        # A disabled loop may point at a repository that is not there yet (the example does);
-        # `loopd once` on it fails with the same message when it matters.
-        problems = [e for e in errors if e.key != "repo"]
-        if not problems:
-            loop = Loop(name=path.stem, path=path, config=config)
-            loop.notes = [f"{e} (the loop is disabled)" for e in errors]
-            return loop, []
+        # A disabled loop never runs unasked: its problems are warnings, and `loopd once
+        # --force` refuses it with the same messages when it matters.
+        loop = Loop(name=path.stem, path=path, config=config, problems=errors)
+        loop.notes = [f"{e} (the loop is disabled)" for e in errors]
+        return loop, []
     if errors:
         return None, errors
     loop = Loop(name=path.stem, path=path, config=config)
@@ -443,6 +467,15 @@ def load_loop(path: Path, daemon: DaemonConfig) -> tuple[Loop | None, list[Confi
             "loopd runs with (the systemd unit sets its own)"
         )
     return loop, []
+
+
+def _says_disabled(path: Path) -> bool:
+    """Whether a loop file that does not load says `enabled = false`."""
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh).get("enabled") is False
+    except (OSError, ValueError):
+        return False
 
 
 def _agent_program(profile: AgentProfile | None) -> str:
@@ -471,6 +504,10 @@ def load_home(home: Path) -> LoadedConfig:
         if not loaded.daemon_ok:
             # Profiles live in the broken loopd.toml: "no profile" would only mislead.
             loop_errors = [e for e in loop_errors if e.key != "agent"]
+        if loop_errors and _says_disabled(path):
+            loaded.disabled_errors.extend(loop_errors)
+            loaded.warnings.extend(f"{e} (the loop is disabled)" for e in loop_errors)
+            loop_errors = []
         loaded.errors.extend(loop_errors)
         if loop is not None:
             loaded.loops[loop.name] = loop

@@ -32,12 +32,14 @@ from daemon.service.context import (
     notifications_for,
     unreadable_reporter,
 )
+from daemon.service.first_run import FirstRun
 from daemon.service.housekeeper import Housekeeper
 from daemon.service.intake import Intake
 from daemon.service.recover import recover_live_runs
 from daemon.service.status import StatusBoard
 from daemon.service.watchers import Watchers
 from daemon.service.workers import WorkerPool
+from daemon.state.readme import write_state_readme
 from daemon.state.records import Trigger
 from daemon.state.store import StateStore
 
@@ -56,6 +58,7 @@ class Daemon:
         watchers: Watchers,
         status: StatusBoard,
         housekeeper: Housekeeper,
+        first_run: FirstRun | None = None,
     ) -> None:
         self.ctx = ctx
         self.timer = timer
@@ -64,6 +67,7 @@ class Daemon:
         self.watchers = watchers
         self.status = status
         self.housekeeper = housekeeper
+        self.first_run = first_run or FirstRun(ctx, utc_now())
 
     @property
     def loops(self) -> dict[str, Loop]:
@@ -91,6 +95,7 @@ class Daemon:
         store.warn = unreadable_reporter(store)
         store.lock.acquire()  # LockHeld propagates: exit 2 naming the pid
         store.events.repair()
+        write_state_readme(store.root)
         set_child_subreaper()
         services = RunServices(home=home, config=loaded.daemon, store=store, clock=clock)
         services.notifications = notifications_for(loaded, store)
@@ -118,11 +123,13 @@ class Daemon:
         intake.restore()
         intake.start_schedule(now)
         recover_live_runs(ctx, now, pool.resume, intake.offer)
+        first_run = FirstRun(ctx, now)
+        first_run.start(intake, now)
         intake.save()
         watchers = Watchers.start(ctx, pool.running)
         status = StatusBoard(ctx, queue, timer, pool, started=now)
         status.write(now, force=True)
-        return cls(ctx, timer, intake, pool, watchers, status, Housekeeper(ctx))
+        return cls(ctx, timer, intake, pool, watchers, status, Housekeeper(ctx), first_run)
 
     # the tick ----------------------------------------------------------------------------
     def tick(self, now: datetime) -> None:
@@ -297,6 +304,9 @@ def run_daemon(home: Home) -> int:
         try:
             daemon.tick(utc_now())
             failures = 0
+            if daemon.first_run.waiting:
+                for line in daemon.first_run.ended(utc_now()):
+                    print(line, flush=True)
         except Exception as exc:  # noqa: BLE001 - a bad tick is recorded; the daemon goes on
             failures += 1
             daemon.ctx.event("tick_error", error=f"{type(exc).__name__}: {exc}"[:1000])

@@ -169,3 +169,29 @@ def matching_paths(patterns: Iterable[str], paths: Iterable[str]) -> list[str]:
 def any_branch_matches(patterns: Iterable[str], branch: str) -> bool:
     """Whether any of `patterns` matches the branch name."""
     return any(wildmatch(p, branch) for p in patterns)
+
+
+def glob_problem(pattern: str) -> str:
+    """What is wrong with a glob as a person meant it, or "" (for `loopd check`'s warnings)."""
+    if not pattern.strip():
+        return "is empty"
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "[":
+            closed = _bracket(pattern, i)
+            if closed is None:
+                return (
+                    f"has a `[` at character {i + 1} that is never closed: loopd reads it as a "
+                    "literal `[` (git would match nothing); close the class (`[abc]`) or "
+                    "escape it (`\\[`)"
+                )
+            i = closed[1]
+            continue
+        i += 1
+    if pattern.endswith("\\") and not pattern.endswith("\\\\"):
+        return "ends with a lone `\\`"
+    return ""

@@ -87,17 +87,17 @@ EXAMPLE_CONFIG = """\
 # timeout = "60s"
 # pending_limit = "6h"       # endpoint unreachable this long while a run waits: escalate
 
-# An agent profile that loops name with `agent = "..."`.
-[agents.example]
-adapter = "command"          # qwen | claude | codex | aider | opencode | gemini | command
-# The prompt replaces {prompt}; without {prompt} the agent reads it on stdin.
-command = ["python3", "-c", "import sys; print(sys.stdin.read()[:200])"]
-
+# Agent profiles, named by loops with `agent = "..."`. An adapter's own name ("qwen",
+# "claude", "codex", ...) works without a profile; "example" is the built-in example agent.
 # [agents.qwen]
-# adapter = "qwen"
+# adapter = "qwen"           # qwen | claude | codex | aider | opencode | gemini | command
 # model = "qwen3-coder-30b-a3b-instruct"
 # base_url = "http://127.0.0.1:8000/v1"
 # api_key_env = "LOCAL_LLM_KEY"
+#
+# [agents.mine]
+# adapter = "command"        # any program: {prompt} is replaced, else the prompt is on stdin
+# command = ["my-agent", "--task", "{prompt}"]
 
 # [notify]
 # command = ["notify-send", "loopd"]   # argv; the message is appended; never a shell
@@ -123,46 +123,55 @@ max_concurrent_runs = 1
 """
 
 EXAMPLE_LOOP = """\
-# loops/example.toml: one loop. Disabled until you point it at your repository.
-enabled = false
-repo = "."                        # a git repository (~ is expanded)
+# loops/example.toml: the embedded example. The first `loopd run` of a home without runs
+# runs it once, to show a whole run: loopd prepares a tiny repository at
+# ~/.cache/loopd/example (a module whose tests fail) and the built-in example agent, a
+# small script in place of a coding agent (no model needed), fixes it on the run's branch.
+# Your own loop: copy this file to loops/NAME.toml, set repo, task, agent and done_when;
+# then set enabled = false here.
+enabled = true
+repo = "~/.cache/loopd/example"   # a git repository (~ is expanded; relative: to the home)
 task = "Make the failing tests pass without weakening them."
-agent = "example"                 # a profile from loopd.toml, or an adapter name such as "qwen"
-schedule = ["0 2 * * *"]          # five-field cron, standard meaning; 0 and 7 are Sunday
-timezone = "UTC"
-catch_up = "1h"                   # a schedule missed while loopd was down runs once if this recent
+agent = "example"                 # a profile from loopd.toml, or an adapter such as "qwen"
+# schedule = ["0 2 * * *"]        # five-field cron, standard meaning; 0 and 7 are Sunday
+# timezone = "Europe/Berlin"      # the schedule's zone (default UTC)
+# catch_up = "1h"                 # a schedule missed while loopd was down runs once if this recent
 # on_push = ["main"]              # branch globs, fired by `loopd hooks install`
 # on_change = ["src/**"]          # path globs inside the repository, debounced
-# debounce = "10s"
 overlap = "coalesce"              # coalesce | skip | queue
-isolation = "worktree"            # a git worktree and branch loopd/LOOP/RUN_ID per run
-base = "HEAD"
-done_when = ["python3 -m pytest -q"]   # all must exit 0; run by loopd in the run's tree
+done_when = ["python3 -m unittest -q"]   # all must exit 0; run by loopd in the run's tree
 check_timeout = "10m"
-# protect = ["tests/**"]          # the agent may not change these
+protect = ["test_*.py"]           # the agent may not change these
 max_attempts = 3
 attempt_timeout = "45m"
 stall_after = "5m"
 max_nudges = 2
-critic = "on"                     # on | off
-critic_threshold = 7
+critic = "off"                    # on: the model at [verifier] judges each attempt too
+# critic_threshold = 7
 notify_on = ["escalated"]
 # runs_on = ""                    # [engine] kind = "temporal": `loopd worker --queue NAME`
 """
 
 
 def init_home(path: Path) -> list[Path]:
-    """Make a home at `path` with commented examples; keep what is already there."""
+    """Make a home at `path` with commented examples; in an existing home only what is
+    missing of its folders and `state/README.md`, never an example the person deleted."""
     from daemon.state.atomic import ensure_dir
+    from daemon.state.readme import write_state_readme
 
+    existing = is_home(path)
     path.mkdir(parents=True, exist_ok=True)
     written = []
     for sub in ("loops", "rules/trial", "rules/active", "rules/rejected", "rules/retired"):
         (path / sub).mkdir(parents=True, exist_ok=True)
     ensure_dir(path / "state")
-    for rel, text in (("loopd.toml", EXAMPLE_CONFIG), ("loops/example.toml", EXAMPLE_LOOP)):
-        target = path / rel
-        if not target.exists():
-            target.write_text(text)
-            written.append(target)
+    if not existing:
+        for rel, text in (("loopd.toml", EXAMPLE_CONFIG), ("loops/example.toml", EXAMPLE_LOOP)):
+            target = path / rel
+            if not target.exists():
+                target.write_text(text)
+                written.append(target)
+    readme = write_state_readme(path / "state")
+    if readme is not None:
+        written.append(readme)
     return written

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +87,43 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def temporal(temporal_server: Any) -> tuple[Any, str]:
     """The session's dev server and a namespace of this test's own."""
     return temporal_server, temporal_server.namespace()
+# -- the checkout's own home is never used by a test --------------------------------------------
+
+_STATE_KEY = pytest.StashKey[list]()
+
+_CHECKOUT_STATE = Path(__file__).resolve().parent.parent / "state"
+
+
+def _checkout_state() -> list[tuple[str, int, int]]:
+    """What the checkout's state/ holds (path, size, mtime), to compare before and after."""
+    out = []
+    for path in sorted(_CHECKOUT_STATE.rglob("*"))[:20000] if _CHECKOUT_STATE.exists() else []:
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        out.append((str(path.relative_to(_CHECKOUT_STATE)), st.st_size, st.st_mtime_ns))
+    return out
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_STATE_KEY] = _checkout_state()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Tests use homes in temporary folders: one that wrote into the checkout's state/ (the
+    checkout is a home with an enabled example loop) fails the session."""
+    before = session.config.stash.get(_STATE_KEY, None)
+    if before is None:
+        return
+    after = _checkout_state()
+    if after != before:
+        changed = sorted({p for p, *_ in after} ^ {p for p, *_ in before}) or ["(files changed)"]
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = (
+            "a test used the checkout's own home: its state/ changed during the session: "
+            + ", ".join(changed[:10])
+        )
+        if reporter is not None:
+            reporter.write_line(message, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

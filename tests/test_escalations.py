@@ -403,7 +403,7 @@ def test_escalations_command(tmp_path: Path) -> None:
     done = loopd(home, "escalations", "resolve", run.id, "--retry", "--note", "use the v2 API")
     assert done.returncode == 0, done.stderr
     assert f"resolved {run.id}" in done.stdout
-    assert "no daemon runs for this home" in done.stderr
+    assert "no daemon is running, so it has no RUN_ID yet" in done.stdout
     (queued,) = store.take_triggers()
     assert queued.note == "use the v2 API" and queued.retry_of == run.id
 

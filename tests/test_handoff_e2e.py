@@ -363,19 +363,15 @@ def test_resolve_retry_with_a_note_and_the_schedule_held_while_open(
     )
     assert skipped[0]["kind"] == "schedule" and "escalation" in skipped[0]["why"]
     assert len(runs(home)) == 1
-    # ...while a person's trigger does.
-    proc = loopd(home, "trigger", "calc", "--reason", "contrast", "--wait", timeout=90)
-    assert proc.returncode == 0, proc.stdout + proc.stderr + daemon_log(home)
-    contrast = proc.stdout.splitlines()[0]
-    assert by_id(home, contrast)["trigger"]["kind"] == "manual"
-    assert [e["run"] for e in json.loads(loopd(home, "escalations", "--json").stdout)] == [first]
 
     # Resolve with a note: the retry's first prompt carries it.
     proc = loopd(home, "escalations", "resolve", first, "--retry", "--note", NOTE)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"resolved {first}" in proc.stdout and "retry of loop calc queued" in proc.stdout
-    wait_for(lambda: finished_runs(home, 3), timeout=60, what="the retry")
-    (retry,) = [r for r in runs(home) if r["id"] not in (first, contrast)]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"resolved {first}"
+    retry_id = lines[1]  # the retry's RUN_ID, as the daemon queued it
+    wait_for(lambda: finished_runs(home, 2), timeout=60, what="the retry")
+    retry = by_id(home, retry_id)
     assert retry["trigger"]["kind"] == "retry" and retry["trigger"]["retry_of"] == first
     assert retry["trigger"]["note"] == NOTE
     assert retry["outcome"] == "succeeded"
@@ -385,18 +381,33 @@ def test_resolve_retry_with_a_note_and_the_schedule_held_while_open(
     (resolved,) = [e for e in events(home) if e["type"] == "escalation_resolved"]
     assert resolved["run"] == first and resolved["note"] == NOTE and resolved["retry"] is True
     assert loopd(home, "escalations", "list", "--json").stdout.strip() == "[]"
-    everything = json.loads(loopd(home, "escalations", "list", "--all", "--json").stdout)
-    assert [(e["run"], e["status"], e["note"]) for e in everything] == [(first, "resolved", NOTE)]
     assert "## Resolved" in escalation_text(home, first)
     again = loopd(home, "escalations", "resolve", first)
     assert again.returncode == 1 and "already resolved" in again.stderr
 
-    # Resolved: the schedule runs the task again.
+    # A second failure is escalated; a person's trigger still runs while it is open, and its
+    # success closes the escalation as superseded.
+    proc = loopd(home, "trigger", "calc", "--reason", "second", "--wait", timeout=90)
+    assert proc.returncode == 1, proc.stdout + proc.stderr + daemon_log(home)
+    second = proc.stdout.splitlines()[0]
+    assert [e["run"] for e in json.loads(loopd(home, "escalations", "--json").stdout)] == [second]
+    proc = loopd(home, "trigger", "calc", "--reason", "contrast", "--wait", timeout=90)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + daemon_log(home)
+    contrast = proc.stdout.splitlines()[0]
+    assert by_id(home, contrast)["trigger"]["kind"] == "manual"
+    assert loopd(home, "escalations", "list", "--json").stdout.strip() == "[]"
+    everything = json.loads(loopd(home, "escalations", "list", "--all", "--json").stdout)
+    assert [(e["run"], e["status"], e["note"], e["superseded_by"]) for e in everything] == [
+        (first, "resolved", NOTE, ""),
+        (second, "superseded", "", contrast),
+    ]
+
+    # Closed: the schedule runs the task again.
     mode.write_text("fix")
     ran = schedule_trigger(home, "20990101T030000000000Z-ran")
-    wait_for(lambda: finished_runs(home, 4), timeout=60, what="the scheduled run")
-    (fourth,) = [r for r in runs(home) if r["id"] not in (first, contrast, retry["id"])]
-    assert fourth["trigger"]["kind"] == "schedule" and fourth["outcome"] == "succeeded"
+    wait_for(lambda: finished_runs(home, 5), timeout=60, what="the scheduled run")
+    (fifth,) = [r for r in runs(home) if r["id"] not in (first, retry_id, second, contrast)]
+    assert fifth["trigger"]["kind"] == "schedule" and fifth["outcome"] == "succeeded"
     assert any(e["type"] == "trigger" and e.get("inbox") == ran for e in events(home))
     assert stop_daemon(daemon) == 0
 
@@ -459,7 +470,8 @@ def test_progress_notes_after_three_runs_go_into_the_fourth_prompt(night: dict[s
     failing = progress.split("## Checks that still fail\n\n", 1)[1].split("\n## ", 1)[0]
     assert f"Run {idle_run}, attempt 1" in failing and "add(2, 3) gave -1" in failing
     waiting = progress.split("## Open escalations\n\n", 1)[1].split("\n## ", 1)[0]
-    assert f"run {notes_run}:" in waiting and f"run {idle_run}:" in waiting
+    # The fix superseded the first escalation of the task; the third run's stays open.
+    assert f"run {idle_run}:" in waiting and notes_run not in waiting
     assert fixed_run not in waiting
     assert "## Rules learned" in progress
 
@@ -483,7 +495,8 @@ def test_the_morning_report_fits_one_screen_and_matches_state(night: dict[str, A
         for p in (home / "state" / "escalations").glob("*.md")
         if 'status = "open"' in p.read_text()
     )
-    assert len(state) == 5 and open_ids == sorted([night["ids"][0], night["ids"][2], night["docs"]])
+    # calc's escalations were superseded by the later successes; docs' stays open.
+    assert len(state) == 5 and open_ids == [night["docs"]]
 
     as_json = loopd(home, "report", "--since", "12h", "--json")
     assert as_json.returncode == 0, as_json.stderr
@@ -510,7 +523,7 @@ def test_the_morning_report_fits_one_screen_and_matches_state(night: dict[str, A
     assert " 4 " in calc_row and "2 succeeded, 2 escalated" in calc_row
     assert "docs" in text and "1 error" in text
     assert "Runs not succeeded (3)" in text
-    assert "Escalations waiting 3" in text
+    assert "Escalations waiting 1" in text
     for run_id in open_ids:
         assert run_id in text
 

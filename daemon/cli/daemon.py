@@ -97,7 +97,36 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
                     info["last_outcome"] = last.outcome or last.phase
         info["paused"] = name in paused
         data["loops"][name] = info
+    _schedules(store, loaded, data["loops"])
     return data
+
+
+def _schedules(store: Any, loaded: Any, loops: dict[str, dict[str, Any]]) -> None:
+    """Each scheduled loop's next fire in its own zone, or the escalation holding it back."""
+    scheduled = {
+        name: loop
+        for name, loop in loaded.loops.items()
+        if name in loops and loop.config.enabled and loop.config.schedule
+    }
+    held: dict[str, Any] = {}
+    if scheduled and any(store.escalation_path("x").parent.glob("*.md")):
+        # Only with escalations on disk: status stays fast without them.
+        from daemon.people.escalation import held_schedules
+
+        held = held_schedules(store, {n: loop.config.task for n, loop in scheduled.items()})
+    for name, loop in scheduled.items():
+        info = loops[name]
+        info["timezone"] = loop.config.timezone
+        fire = info.get("next_fire")
+        if fire:
+            from datetime import datetime
+            from zoneinfo import ZoneInfo
+
+            when = datetime.fromisoformat(fire) if isinstance(fire, str) else fire
+            local = when.astimezone(ZoneInfo(loop.config.timezone))
+            info["next_fire_local"] = f"{local:%a %d %b %H:%M} {local.tzname()}"
+        if name in held:
+            info["held_by"] = held[name].run
 
 
 def _newest_readable(store: Any, loop: str, newest: str) -> Any:
@@ -113,39 +142,79 @@ def _newest_readable(store: Any, loop: str, newest: str) -> Any:
     return next(store.iter_runs(loop), None)
 
 
-def _render_status(data: dict[str, Any]) -> Any:
+def _status_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """(loop, phase, run, last outcome, next fire) of each loop, as a person reads them."""
+    rows = []
+    for name, info in data["loops"].items():
+        phase = info.get("phase", "idle")
+        if info.get("attempt") and phase not in ("idle", "paused"):
+            phase += f" (attempt {info['attempt']})"
+        if info.get("pending"):
+            phase += f", {info['pending']} queued"
+        if not info.get("enabled", True):
+            phase = "disabled" + (f": {info['error'][:60]}" if info.get("error") else "")
+        if info.get("paused"):
+            phase = "paused"
+        run = info.get("run") or info.get("last_run") or ""
+        if info.get("held_by"):
+            fire = "held by an escalation"
+        else:
+            fire = info.get("next_fire_local") or str(info.get("next_fire") or "")
+        rows.append((name, phase, run, info.get("last_outcome", "") or "", fire))
+    return rows
+
+
+def _render_status(data: dict[str, Any], width: int = 80) -> Any:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
+
+    from daemon.people.terminal import clean
+    from daemon.people.terminal import markup as m
 
     d = data["daemon"]
     if d["running"]:
         head = Text(f"loopd {d['version']} running, pid {d['pid']}, since {d['started']}")
     else:
         head = Text("loopd is not running for this home", style="yellow")
-    table = Table(title=data["home"])
-    for col in ("loop", "phase", "run", "attempt", "last outcome", "next fire", "pending"):
-        table.add_column(col)
+    rows = _status_rows(data)
+    columns = ("loop", "phase", "run", "last outcome", "next fire")
+    widths = [max([len(col), *(len(r[i]) for r in rows)]) for i, col in enumerate(columns)]
+    # Other columns may wrap down to these widths; below them the table would cut words.
+    least = [min(w, floor) for w, floor in zip(widths, (12, 8, widths[2], 9, 10), strict=True)]
+    parts: list[Any] = [head]
+    if sum(least) + 3 * len(least) + 1 <= width:
+        table = Table(title=m(data["home"]))
+        for col in columns:
+            # The RUN_ID is what a person copies: it is never wrapped or cut; others fold.
+            if col == "run":
+                table.add_column(col, no_wrap=True, min_width=widths[2])
+            else:
+                table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(*(m(cell) for cell in row))
+        parts.append(table)
+    else:
+        # Too narrow for the table with whole RUN_IDs: one block per loop, the id on its line.
+        parts.append(Text(clean(data["home"]), style="bold"))
+        for name, phase, run, outcome, fire in rows:
+            line = f"{name}  {phase}" + (f", last {outcome}" if outcome else "")
+            parts.append(Text(clean(line + (f"; next fire {fire}" if fire else ""))))
+            if run:
+                parts.append(Text(f"  run {run}", no_wrap=True, overflow="ignore"))
     for name, info in data["loops"].items():
-        phase = info.get("phase", "idle")
-        if not info.get("enabled", True):
-            phase = "disabled" + (f": {info['error'][:60]}" if info.get("error") else "")
-        if info.get("paused"):
-            phase = "paused"
-        table.add_row(
-            name,
-            phase,
-            info.get("run", "") or "",
-            str(info.get("attempt") or ""),
-            f"{info.get('last_outcome', '')} {info.get('last_run', '')}".strip(),
-            str(info.get("next_fire") or ""),
-            str(info.get("pending") or ""),
-        )
-    parts: list[Any] = [head, table]
+        if info.get("held_by"):
+            parts.append(
+                Text(
+                    f"{name}: its schedule is held back by open escalation {info['held_by']}; "
+                    f"`loopd escalations resolve {info['held_by']}` releases it",
+                    style="yellow",
+                )
+            )
     for warning in d["warnings"]:
-        parts.append(Text(f"warning: {warning}", style="yellow"))
+        parts.append(Text(f"warning: {clean(warning)}", style="yellow"))
     for error in data["errors"]:
-        parts.append(Text(f"error: {error}", style="red"))
+        parts.append(Text(f"error: {clean(error)}", style="red"))
     return Group(*parts)
 
 
@@ -161,7 +230,8 @@ def status(args: argparse.Namespace) -> int:
         print_json(_status_data(home))
         return 0
     if not args.watch:
-        console().print(_render_status(_status_data(home)))
+        out = console()
+        out.print(_render_status(_status_data(home), out.width))
         return 0
     from rich.live import Live
 
@@ -189,15 +259,16 @@ def status(args: argparse.Namespace) -> int:
             # Piped into a file or another program: one frame per change, appended.
             while True:
                 if changed():
-                    out.print(_render_status(_status_data(home, store)))
+                    out.print(_render_status(_status_data(home, store), out.width))
                     out.file.flush()
                 time.sleep(0.5)
-        with Live(_render_status(_status_data(home, store)), console=out, screen=False) as live:
+        frame = _render_status(_status_data(home, store), out.width)
+        with Live(frame, console=out, screen=False) as live:
             changed()
             while True:
                 time.sleep(0.5)
                 if changed():
-                    live.update(_render_status(_status_data(home, store)))
+                    live.update(_render_status(_status_data(home, store), out.width))
     except KeyboardInterrupt:
         return 0
 

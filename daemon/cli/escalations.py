@@ -33,6 +33,7 @@ def _not_found(run_id: str) -> CommandError:
 def list_escalations_cmd(args: argparse.Namespace) -> int:
     """List the escalations waiting for a person (--all: resolved ones too)."""
     from daemon.people.escalation import Escalation, list_escalations
+    from daemon.people.terminal import clean
 
     control = engine_control(home_of(args))
     if control is not None:  # the home answers through the engine, from any machine
@@ -52,9 +53,12 @@ def list_escalations_cmd(args: argparse.Namespace) -> int:
     # Plain lines, not a table: run ids must stay whole so they can be copied.
     for e in items:
         when = e.escalated.astimezone(UTC).strftime("%Y-%m-%d %H:%MZ")
-        reason = " ".join(e.reason.split())
+        reason = " ".join(clean(e.reason).split())
         out.print(
-            f"{e.run}  {e.status:<8} {when}  {e.cause:<15} {reason}", highlight=False, markup=False
+            f"{e.run}  {e.status:<10} {when}  {e.cause:<15} {reason}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
         )
     return 0
 
@@ -79,7 +83,9 @@ def show_escalation_cmd(args: argparse.Namespace) -> int:
         data["text"] = text
         print_json(data)
         return 0
-    body = text.split("\n+++\n", 1)[1] if text.startswith("+++\n") else text
+    from daemon.people.terminal import clean
+
+    body = clean(text.split("\n+++\n", 1)[1] if text.startswith("+++\n") else text)
     if sys.stdout.isatty():
         from rich.markdown import Markdown
 
@@ -91,9 +97,12 @@ def show_escalation_cmd(args: argparse.Namespace) -> int:
 
 def resolve_escalation_cmd(args: argparse.Namespace) -> int:
     """Resolve an escalation; --retry queues a new run whose prompt carries --note."""
+    from daemon.cli.runs import report_run_id
     from daemon.people.escalation import AlreadyResolved, EscalationNotFound, resolve
+    from daemon.state.events import EventTail
 
-    control = engine_control(home_of(args))
+    home = home_of(args)
+    control = engine_control(home)
     if control is not None:
         request = {"action": "resolve", "run_id": args.run_id, "note": args.note or ""}
         reply = control.escalations({**request, "retry": args.retry})
@@ -105,23 +114,18 @@ def resolve_escalation_cmd(args: argparse.Namespace) -> int:
         if reply.get("trigger"):
             print(f"retry queued at the home: state/inbox/{reply['trigger']}")
         return 0
-    store = _store(args)
+    store = home.state()
     now = utc_now()
+    tail = EventTail(store.events.path)  # from before the retry exists: its answer is seen
     try:
         trigger = resolve(store, args.run_id, now, note=args.note or "", retry=args.retry)
     except EscalationNotFound:
         raise _not_found(args.run_id) from None
     except AlreadyResolved as exc:
         raise CommandError(str(exc), 1) from None
-    print(f"resolved {args.run_id}")
+    print(f"resolved {args.run_id}", flush=True)
     if trigger is not None:
-        print(f"retry of loop {trigger.loop} queued: state/inbox/{trigger.id}")
-        if not store.lock.is_held():
-            print(
-                "no daemon runs for this home: the retry waits in state/inbox/ until `loopd run` "
-                "starts",
-                file=sys.stderr,
-            )
+        return report_run_id(home, tail, trigger.id, trigger.loop)
     return 0
 
 

@@ -15,6 +15,8 @@ from daemon.cli.common import CommandError
 GROUP_ORDER = {
     "home": 0,
     "runs": 1,
+    "show": 1,
+    "logs": 1.5,
     "daemon": 2,
     "worker": 2,
     "hooks": 3,
@@ -22,6 +24,7 @@ GROUP_ORDER = {
     "experiment": 4.5,  # replay and experiment (daemon/cli/experiment.py), after the rules
     "escalations": 5,
     "report": 6,
+    "notify": 6,
     "systemd": 7,
 }
 

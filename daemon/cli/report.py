@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from daemon.cli.common import CommandError, command, console, home_of, print_json
@@ -10,17 +11,20 @@ from daemon.clock import utc_now
 
 
 def report_cmd(args: argparse.Namespace) -> int:
-    """What happened since --since (default 12h): runs, outcomes, rules learned, escalations."""
+    """What happened since --since (default 12h; 7d with --html): runs, outcomes, rules."""
     from daemon.people.report import build_report, render_rich, write_report
     from daemon.units import parse_duration
 
+    since = args.since or ("7d" if args.html else "12h")
     try:
-        window = parse_duration(args.since)
+        window = parse_duration(since)
     except ValueError as exc:
         raise CommandError(f"--since: {exc}") from None
     home = home_of(args)
     store = home.state()
     now = utc_now()
+    if args.html:
+        return _html(home, store, now - window, now, Path(args.html))
     report = build_report(store, now - window, now, home.rules_dir)
     write_report(store, report)
     if args.json:
@@ -30,6 +34,53 @@ def report_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _html(home: Any, store: Any, since: Any, now: Any, target: Path) -> int:
+    """Write the HTML page; plotly is imported only here, never by other commands."""
+    import os
+    import tempfile
+
+    from daemon.people.report_html import render_page
+    from daemon.people.report_nights import count_nights
+    from daemon.runs.git import Git, GitError
+
+    def branch_exists(repo: str, branch: str) -> bool:
+        try:
+            probe = Git(Path(repo)).run(
+                "rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False, timeout=30
+            )
+        except (GitError, OSError):
+            return False
+        return probe.returncode == 0
+
+    tz = None
+    loaded = home.load()
+    zone = getattr(loaded.daemon.limits, "timezone", "")
+    if zone:
+        from zoneinfo import ZoneInfo
+
+        tz = ZoneInfo(zone)
+    data = count_nights(store, home.rules_dir, since, now, tz, branch_exists)
+    page = render_page(data)
+    target = target.expanduser().resolve()
+    if not target.parent.is_dir():
+        raise CommandError(f"--html {target}: no folder {target.parent}")
+    # Not write_atomic: that makes its folder 0700, and this folder is the person's own.
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(page)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    print(
+        f"wrote {target}: {data.total_runs} run(s) over {len(data.nights)} night(s), "
+        f"{len(data.escalations)} open escalation(s), {len(data.ready)} branch(es) ready to land"
+    )
+    return 0
+
+
 def register(sub: Any) -> None:
     parser = command(sub, "report", report_cmd, json_flag=True)
-    parser.add_argument("--since", default="12h", help="how far back, such as 12h or 2d")
+    parser.add_argument("--since", default=None, help="how far back, such as 12h or 2d")
+    parser.add_argument("--html", metavar="FILE", help="write a page with charts to FILE")

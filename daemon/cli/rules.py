@@ -125,6 +125,11 @@ def match_cmd(args: argparse.Namespace) -> int:
     """Print the rules that would fire for a task, and why (pattern or model)."""
     from daemon.rules.evaluator import JudgeCache, select_rules
 
+    if args.task and args.task_option and args.task != args.task_option:
+        raise CommandError("give the task once: as the argument or as --task, not both")
+    task = args.task or args.task_option
+    if not task:
+        raise CommandError('give the task: `loopd rules match "Make the tests pass"`')
     home, library = rule_library(args)
     cfg = _verifier(home)
     client = None if args.no_model else _client(cfg)
@@ -132,7 +137,7 @@ def match_cmd(args: argparse.Namespace) -> int:
     loop = home.load().loops.get(args.loop) if args.loop else None
     selection = select_rules(
         library,
-        args.task,
+        task,
         args.loop or "",
         list(args.path or []),
         client,
@@ -280,10 +285,9 @@ def register(sub: Any) -> None:
     p = command(actions, "show", show_cmd, json_flag=True)
     p.add_argument("id", metavar="ID")
     p = command(actions, "match", match_cmd, json_flag=True)
-    p.add_argument("--task", required=True, help="the task text")
-    p.add_argument(
-        "--loop", default="", help="apply the rules' scopes for this loop and its repository"
-    )
+    p.add_argument("task", nargs="?", metavar="TASK", help="the task text")
+    p.add_argument("--task", dest="task_option", help="the task text (as the argument)")
+    p.add_argument("--loop", default="", help="apply the rules' scopes for this loop and its repository")
     p.add_argument("--path", action="append", help="a changed path (repeatable)")
     p.add_argument("--no-model", action="store_true", help="the lexical stage only")
     p = command(actions, "verify", verify_cmd, json_flag=True)

@@ -8,14 +8,7 @@ import sys
 import time
 from typing import Any
 
-from daemon.cli.common import (
-    CommandError,
-    command,
-    console,
-    engine_control,
-    home_of,
-    print_json,
-)
+from daemon.cli.common import CommandError, command, engine_control, home_of
 from daemon.clock import utc_now
 from daemon.config import LoadedConfig, Loop
 from daemon.home import Home
@@ -26,7 +19,7 @@ def valid_loop(home: Home, loaded: LoadedConfig, name: str) -> Loop:
     if name in loaded.loops:
         return loaded.loops[name]
     path = home.loops_dir / f"{name}.toml"
-    problems = [str(e) for e in loaded.errors if e.file == path]
+    problems = [str(e) for e in [*loaded.errors, *loaded.disabled_errors] if e.file == path]
     if problems:
         raise CommandError(f"loop {name!r} is broken:\n  " + "\n  ".join(problems))
     known = ", ".join(sorted(loaded.loops)) or "none"
@@ -60,6 +53,29 @@ def once(args: argparse.Namespace) -> int:
             f"with [engine] kind = {loaded.daemon.engine.kind!r} the engine runs loop "
             f"{loop.name!r}; use `loopd trigger {loop.name} --wait` to run it there"
         )
+    if not loop.config.enabled:
+        if not args.force:
+            raise CommandError(
+                f"loop {loop.name!r} is disabled (enabled = false in {loop.path}); set "
+                f"enabled = true there, or run it this once anyway: `loopd once {loop.name} "
+                "--force`"
+            )
+        if loop.problems:
+            raise CommandError(
+                f"loop {loop.name!r} cannot run:\n  " + "\n  ".join(str(e) for e in loop.problems)
+            )
+    from daemon.example import is_example_repo
+
+    if is_example_repo(loop.config.repo_path):
+        from daemon.example.prepare import prepare_example
+        from daemon.runs.git import GitError
+
+        try:
+            prepare_example(loop.config.repo_path)
+        except (GitError, OSError) as exc:
+            raise CommandError(
+                f"cannot prepare the example's repository {loop.config.repo_path}: {exc}"
+            ) from None
     store = home.state(loaded.daemon.limits.events_rotate)
     pid = daemon_pid(home)
     if pid is not None and loop.config.enabled and loop.name not in store.paused_loops():
@@ -143,8 +159,9 @@ def _notifications(loaded: LoadedConfig, store: Any) -> Any:
 
 def _print_outcome(run: Any) -> None:
     from daemon.people.digest import checks_word
+    from daemon.people.terminal import clean
 
-    print(f"{run.outcome}: {run.reason}")
+    print(f"{run.outcome}: {clean(run.reason)}")
     for a in run.attempts:
         score = "-" if a.score is None else a.score
         print(
@@ -156,7 +173,7 @@ def _print_outcome(run: Any) -> None:
 
 
 def trigger(args: argparse.Namespace) -> int:
-    """Queue a run for the daemon; --wait: exit as the run ends."""
+    """Queue a run for the daemon and print its RUN_ID; --wait: exit as the run ends."""
     from daemon.state.events import EventTail
     from daemon.state.records import Trigger
 
@@ -190,10 +207,56 @@ def trigger(args: argparse.Namespace) -> int:
     tail = EventTail(store.events.path)
     path = store.put_trigger(trig)
     if not args.wait:
-        where = f"daemon pid {pid}" if pid else "no daemon is running; `loopd run` will take it"
-        print(f"queued {path.name} for {name} ({where})")
-        return 0
+        return report_run_id(home, tail, path.name, name)
     return _wait_for(home, store, tail, path.name)
+
+
+# How long `trigger` and `escalations resolve --retry` wait for the daemon to take the file.
+TAKE_TIMEOUT = 30.0
+
+
+def await_run_id(home: Home, tail: Any, inbox_id: str, timeout: float = TAKE_TIMEOUT) -> Any:
+    """The daemon's `trigger` or `trigger_skipped` event for inbox file `inbox_id`, or None
+    when no daemon takes it within `timeout` seconds (or none runs)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for event in tail.read():
+            if event.get("inbox") != inbox_id:
+                continue
+            if event.get("type") == "trigger_skipped":
+                return event
+            if event.get("type") == "trigger" and event.get("run"):
+                return event
+        if daemon_pid(home) is None or time.monotonic() > deadline:
+            return None
+        time.sleep(0.1)
+
+
+def report_run_id(home: Home, tail: Any, inbox_id: str, loop: str) -> int:
+    """Print the RUN_ID the daemon queued (or joined) for a trigger file, on the first line."""
+    pid = daemon_pid(home)
+    if pid is None:
+        print(
+            f"queued state/inbox/{inbox_id} for {loop}; no daemon is running, so it has no "
+            f"RUN_ID yet: `loopd --home {home.root} run` takes it and gives it one "
+            "(`loopd runs` then lists it)"
+        )
+        return 0
+    event = await_run_id(home, tail, inbox_id)
+    if event is None:
+        print(
+            f"queued state/inbox/{inbox_id} for {loop}; the daemon (pid {pid}) has not taken it "
+            f"yet: `loopd runs {loop}` lists it with its RUN_ID once it has"
+        )
+        return 0
+    if event.get("type") == "trigger_skipped":
+        print(f"the daemon skipped the trigger for {loop}: {event.get('why', 'overlap policy')}")
+        return 1
+    run_id = event["run"]
+    print(run_id, flush=True)
+    how = "joined the run already queued" if event.get("joined") else "queued"
+    print(f"{how} for {loop} (daemon pid {pid}); `loopd logs {run_id} -f` follows it")
+    return 0
 
 
 def _wait_for(home: Home, store: Any, tail: Any, inbox_id: str) -> int:
@@ -282,132 +345,14 @@ def cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-def runs(args: argparse.Namespace) -> int:
-    """List runs, newest first."""
-    home = home_of(args)
-    control = engine_control(home)
-    if control is not None:
-        from daemon.cli.engine_views import show_runs
-
-        return show_runs(control, args)
-    store = home.state()
-    if args.loop and not (home.loops_dir / f"{args.loop}.toml").exists():
-        if not store.run_ids(args.loop):
-            raise CommandError(f"unknown loop {args.loop!r}: no loop file and no runs")
-    records = []
-    for run in store.iter_runs(args.loop):
-        records.append(run)
-        if len(records) >= args.limit:
-            break
-    if args.json:
-        print_json([_run_summary(r) for r in records])
-        return 0
-    from rich.table import Table
-
-    table = Table(title=f"runs in {home.root}")
-    for col in ("run", "trigger", "outcome", "attempts", "score", "reason"):
-        table.add_column(col)
-    for r in records:
-        last = r.attempts[-1] if r.attempts else None
-        table.add_row(
-            r.id,
-            r.trigger.kind,
-            r.outcome or r.phase,
-            str(len(r.attempts)),
-            "-" if last is None or last.score is None else str(last.score),
-            r.reason,
-        )
-    console().print(table)
-    return 0
-
-
-def _run_summary(run: Any) -> dict[str, Any]:
-    return {
-        "id": run.id,
-        "loop": run.loop,
-        "trigger": run.trigger.kind,
-        "started": run.started,
-        "finished": run.finished,
-        "outcome": run.outcome,
-        "phase": run.phase,
-        "reason": run.reason,
-        "attempts": len(run.attempts),
-        "branch": run.branch,
-        "tokens": run.tokens,
-    }
-
-
-def show(args: argparse.Namespace) -> int:
-    """Show one run: trigger, attempts with checks, score, verdict and feedback."""
-    home = home_of(args)
-    store = home.state()
-    from daemon.state.store import UnreadableFile
-
-    control = engine_control(home)
-    if control is not None:  # the engine holds every machine's runs
-        from daemon.cli.engine_views import engine_record
-
-        run = engine_record(control, args.run_id)
-    elif not (store.run_dir(args.run_id) / "run.toml").exists():
-        raise CommandError(f"unknown run {args.run_id!r}; `loopd runs` lists them")
-    else:
-        try:
-            run = store.load_run(args.run_id)
-        except UnreadableFile as exc:
-            raise CommandError(f"{exc}; the file is left as it is", code=1) from None
-    if args.json:
-        print_json(run.model_dump(mode="json"))
-        return 0
-    from rich.panel import Panel
-    from rich.table import Table
-
-    from daemon.people.digest import checks_word
-
-    out = console()
-    merged = max(run.trigger.merged_count, len(run.trigger.merged))
-    head = [
-        f"loop: {run.loop}",
-        f"task: {run.task.strip()}",
-        f"trigger: {run.trigger.kind} {run.trigger.reason}".rstrip()
-        + (f" ({merged} merged)" if merged else ""),
-        f"started: {run.started}   finished: {run.finished or '-'}",
-        f"outcome: {run.outcome or run.phase}   {run.reason}",
-        f"branch: {run.branch}   tokens: {run.tokens}"
-        + (f"   cost: ${run.cost_usd:.4f}" if run.cost_usd else ""),
-    ]
-    if run.rules_fired:
-        head.append("rules fired: " + ", ".join(run.rules_fired))
-    out.print(Panel("\n".join(head), title=run.id))
-    table = Table(show_lines=True)
-    for col in ("#", "exit", "nudges", "stalls", "checks", "score", "verdict", "feedback"):
-        table.add_column(col)
-    for a in run.attempts:
-        table.add_row(
-            str(a.n),
-            "-" if a.exit_code is None else str(a.exit_code),
-            str(a.nudges),
-            ", ".join(s.kind for s in a.stalls) or "-",
-            checks_word(a.checks_passed),
-            "-" if a.score is None else str(a.score),
-            a.verdict + ("".join(f"\n! {v}" for v in a.violations)),
-            a.feedback,
-        )
-    out.print(table)
-    return 0
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "once", once)
     p.add_argument("loop")
     p.add_argument("--reason", help="why, recorded with the run")
+    p.add_argument("--force", action="store_true", help="run it even when it is disabled")
     p = command(sub, "trigger", trigger)
     p.add_argument("loop")
     p.add_argument("--reason", help="why, recorded with the run")
     p.add_argument("--wait", action="store_true", help="exit as the run ends (0: succeeded)")
     p = command(sub, "cancel", cancel)
-    p.add_argument("run_id")
-    p = command(sub, "runs", runs, json_flag=True)
-    p.add_argument("loop", nargs="?")
-    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
-    p = command(sub, "show", show, json_flag=True)
     p.add_argument("run_id")

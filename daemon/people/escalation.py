@@ -1,9 +1,10 @@
 """`state/escalations/RUN_ID.md`: a run handed to a person, open until resolved.
 
 The file is all a person needs: TOML front matter between `+++` lines holds the state
-(`status = "open" | "resolved"`) that loopd reads back, the body (people/escalation_text.py)
-says what happened and what to do next. Resolving rewrites the front matter and appends a
-`## Resolved` section.
+(`status = "open" | "resolved" | "superseded"`) that loopd reads back, the body
+(people/escalation_text.py) says what happened and what to do next. Resolving rewrites the
+front matter and appends a `## Resolved` section; a later run of the same task that succeeds
+closes it as superseded, with a `## Superseded by RUN_ID` section.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Escalation(BaseModel):
     run: str
     loop: str
     task: str
-    status: Literal["open", "resolved"] = "open"
+    status: Literal["open", "resolved", "superseded"] = "open"
     escalated: datetime
     cause: str = "unknown"
     outcome: str = ""
@@ -57,6 +58,7 @@ class Escalation(BaseModel):
     note: str = ""
     retry: bool = False
     retry_trigger: str = ""  # the inbox file of the retry, when one was queued
+    superseded_by: str = ""  # the later run of the same task that succeeded (or was skipped)
 
     @property
     def is_open(self) -> bool:
@@ -178,8 +180,9 @@ def resolve(
     """Mark the escalation resolved; with `retry`, queue a retry run carrying `note`."""
     meta, text = load_escalation(store, run_id)
     if not meta.is_open:
+        how = f"superseded by run {meta.superseded_by}" if meta.superseded_by else "resolved"
         raise AlreadyResolved(
-            f"escalation {run_id} was already resolved at {iso(meta.resolved or now)}; "
+            f"escalation {run_id} was already {how} at {iso(meta.resolved or now)}; "
             f"to run the loop again: `loopd trigger {meta.loop}`"
         )
     trigger: Trigger | None = None
@@ -222,3 +225,64 @@ def resolve(
 
     update_progress(store, meta.loop, now)
     return trigger
+
+
+# Outcomes of a later run of the same task that close its open escalations.
+SUPERSEDING_OUTCOMES = frozenset({"succeeded", "skipped"})
+
+
+def supersede(store: StateStore, run: RunRecord, now: datetime) -> list[str]:
+    """Close the open escalations of `run`'s task that an earlier run left, when `run`
+    succeeded (or was skipped: already done); they say `superseded by RUN_ID`. Returns
+    their run ids. Closed, they hold back no scheduled run any more.
+    """
+    if run.outcome not in SUPERSEDING_OUTCOMES or run.trigger.kind == "experiment":
+        return []
+    closed = []
+    redacted = redact(run.task)
+    for meta in open_escalations(store, run.loop):
+        if meta.run >= run.id:
+            continue  # not earlier than this run
+        if not (_same_task(meta.task, run.task) or _same_task(meta.task, redacted)):
+            continue
+        try:
+            _, text = load_escalation(store, meta.run)
+        except EscalationNotFound:
+            continue
+        meta.status = "superseded"
+        meta.resolved = now
+        meta.superseded_by = run.id
+        parts = _split(text)
+        body = parts[1] if parts else text
+        section = [
+            "",
+            f"## Superseded by {run.id}",
+            "",
+            f"Closed {iso(now)}: a later run of the same task, {run.id}, ended `{run.outcome}`"
+            f" ({run.reason}). `loopd show {run.id}` has what it did.",
+        ]
+        write_atomic(
+            store.escalation_path(meta.run),
+            _front_matter(meta) + redact(body.rstrip("\n") + "\n" + "\n".join(section) + "\n"),
+        )
+        store.events.append("escalation_superseded", now, loop=meta.loop, run=meta.run, by=run.id)
+        closed.append(meta.run)
+    return closed
+
+
+def held_schedules(store: StateStore, tasks: dict[str, str]) -> dict[str, Escalation]:
+    """For each loop (name -> task), the open escalation holding back its schedule, if any;
+    the escalation files are read once."""
+    waiting = open_escalations(store)
+    if not waiting:
+        return {}
+    out: dict[str, Escalation] = {}
+    for loop, task in tasks.items():
+        redacted = redact(task)
+        for meta in waiting:
+            if meta.loop == loop and (
+                _same_task(meta.task, task) or _same_task(meta.task, redacted)
+            ):
+                out[loop] = meta
+                break
+    return out

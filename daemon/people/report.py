@@ -79,7 +79,7 @@ class Report(BaseModel):
     file: str = ""
 
 
-def _events_since(store: StateStore, since: datetime) -> list[dict[str, Any]]:
+def events_since(store: StateStore, since: datetime) -> list[dict[str, Any]]:
     """Events at or after `since`, reading each file once and parsing only lines in range."""
     since_text = iso(since)
     current = store.events.path
@@ -182,7 +182,7 @@ def build_report(
             s.mean_score = round(sum(scores[loop]) / len(scores[loop]), 1)
     report.loops = [summaries[k] for k in sorted(summaries)]
 
-    for event in _events_since(store, since):
+    for event in events_since(store, since):
         kind = str(event.get("type", ""))
         report.events[kind] = report.events.get(kind, 0) + 1
         if kind in RULE_CHANGE_TYPES:

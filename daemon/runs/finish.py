@@ -144,6 +144,11 @@ def complete_finish(
             where = str(path.relative_to(services.store.root))
             journal.event("escalated", reason=run.reason, cause=str(run.cause), file=where)
         done("escalated")
+    if step("supersede"):
+        from daemon.people.escalation import supersede
+
+        supersede(services.store, run, journal.now())
+        done("supersede")
     if step("progress"):
         from daemon.people.progress import update_progress
 

@@ -40,6 +40,14 @@ def load_config(home: Home) -> LoadedConfig:
         ) from exc
     if not loaded.daemon_ok:
         raise ConfigFatal("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
+    from daemon.example.prepare import prepare_examples
+    from daemon.service.preflight import preflight_warnings
+
+    try:
+        prepare_examples(loaded.loops)
+    except Exception as exc:  # noqa: BLE001 - the example's run then fails and says why
+        loaded.warnings.append(f"could not prepare the example's repository: {exc}")
+    loaded.warnings.extend(preflight_warnings(loaded, home.config_path))
     return loaded
 
 

@@ -143,7 +143,9 @@ class Intake:
             why = "an escalation for this task is open; resolve it with `loopd escalations`"
             return record("trigger_skipped", why=why)
         decision = self.queue.offer(trigger, loop.config, now)
-        record("trigger", run=decision.pending_id or None)
+        # `joined`: the trigger went into a run queued before it (`loopd trigger` says so).
+        joined = {"joined": True} if decision.action == "merged" else {}
+        record("trigger", run=decision.pending_id or None, **joined)
         if decision.action == "merged":
             record("trigger_merged", run=decision.pending_id, into=decision.pending_id)
         elif decision.event == "trigger_skipped":

@@ -11,7 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 TriggerKind = Literal["schedule", "push", "change", "manual", "catch-up", "retry", "experiment"]
 Outcome = Literal["succeeded", "escalated", "refused", "interrupted", "cancelled", "error"]
-Phase = Literal["idle", "queued", "preparing", "running", "judging", "learning", "paused"]
+Phase = Literal[
+    "idle", "queued", "preparing", "running", "judging", "learning", "paused", "waiting"
+]
 OUTCOMES: tuple[str, ...] = Outcome.__args__  # type: ignore[attr-defined]
 
 

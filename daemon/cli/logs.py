@@ -1,0 +1,209 @@
+"""`loopd logs RUN_ID [--attempt N] [-f]`: what the agent did, as text a person reads."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from daemon.cli.common import CommandError, command, home_of
+
+POLL = 0.2  # seconds between looks at a followed transcript
+
+
+class _Printer:
+    """Plain lines when piped; styled (never markup-parsed) lines on a terminal."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stdout.isatty()
+        self._console = None
+        if self.tty:
+            from rich.console import Console
+
+            self._console = Console(highlight=False, markup=False, emoji=False)
+
+    def lines(self, lines: Iterable[Any]) -> None:
+        for line in lines:
+            if self._console is not None:
+                from rich.text import Text
+
+                self._console.print(Text(line.text, style=line.style or ""), soft_wrap=True)
+            else:
+                sys.stdout.write(line.text + "\n")
+        sys.stdout.flush()
+
+    def note(self, text: str) -> None:
+        from daemon.people.transcript_text import Line
+
+        self.lines([Line(text, "bold")])
+
+
+def _record(store: Any, run_id: str) -> Any:
+    """The run's record; None while it is queued (no record yet) or being replaced."""
+    from daemon.state.store import UnreadableFile
+
+    try:
+        return store.load_run(run_id)
+    except FileNotFoundError:
+        return None
+    except UnreadableFile:
+        return None
+
+
+def _attempt_ended(store: Any, run_id: str, n: int) -> bool:
+    run = _record(store, run_id)
+    if run is None:
+        # No record: ended only when it is neither queued nor live (cancelled while queued).
+        return store.queued_run(run_id) is None and run_id not in store.live_runs()
+    attempt = next((a for a in run.attempts if a.n == n), None)
+    if attempt is not None and attempt.finished is not None:
+        return True
+    return run.outcome is not None or run_id not in store.live_runs()
+
+
+def _header(printer: _Printer, run: Any, n: int) -> None:
+    attempt = next((a for a in run.attempts if a.n == n), None) if run else None
+    when = f", started {attempt.started:%Y-%m-%d %H:%M:%S}Z" if attempt else ""
+    printer.note(f"━━ attempt {n}{when} ━━")
+
+
+def _print_file(printer: _Printer, path: Path, full: bool) -> None:
+    from daemon.people.transcript_text import render_lines
+
+    with path.open("r", encoding="utf-8", errors="replace") as fh:
+        printer.lines(render_lines(fh, full))
+
+
+def _follow(printer: _Printer, store: Any, run_id: str, n: int, full: bool) -> None:
+    """Print attempt `n`'s transcript as it grows, until the attempt ends.
+
+    A transcript replaced by a new file (a rotation) is read from its start; one cut shorter
+    in place is read again from its start too.
+    """
+    from daemon.people.transcript_text import render_lines
+
+    path = store.run_dir(run_id) / f"attempt-{n}" / "transcript.jsonl"
+    while not path.exists():
+        if _attempt_ended(store, run_id, n) and not path.exists():
+            printer.note(f"attempt {n} has no transcript (its agent never started)")
+            return
+        time.sleep(POLL)
+    fh = path.open("rb")
+    inode = os.fstat(fh.fileno()).st_ino
+    pending = b""
+
+    def drain() -> None:
+        nonlocal pending
+        while True:
+            chunk = fh.read(1 << 16)
+            if not chunk:
+                return
+            pending += chunk
+            *complete, pending = pending.split(b"\n")
+            text = [c.decode("utf-8", "replace") for c in complete]
+            printer.lines(render_lines(text, full))
+
+    try:
+        while True:
+            drain()
+            ended = _attempt_ended(store, run_id, n)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                st = None
+            if st is not None and st.st_ino != inode:
+                drain()  # the rest of the old file, then the new one from its start
+                fh.close()
+                fh = path.open("rb")
+                inode = os.fstat(fh.fileno()).st_ino
+                pending = b""
+                continue
+            if st is not None and st.st_size < fh.tell():
+                fh.seek(0)
+                pending = b""
+                continue
+            if ended:
+                drain()
+                if pending.strip():
+                    printer.lines(render_lines([pending.decode("utf-8", "replace")], full))
+                printer.note(f"━━ attempt {n} ended ━━")
+                return
+            time.sleep(POLL)
+    finally:
+        fh.close()
+
+
+def logs(args: argparse.Namespace) -> int:
+    """The agent's transcript as readable text (tool output folded); -f follows it."""
+    home = home_of(args)
+    store = home.state()
+    run = _record(store, args.run_id)
+    queued = store.queued_run(args.run_id) if run is None else None
+    if run is None and queued is None and not (store.run_dir(args.run_id) / "run.toml").exists():
+        raise CommandError(f"unknown run {args.run_id!r}; `loopd runs` lists them")
+    printer = _Printer()
+    attempts = [a.n for a in run.attempts] if run else []
+    if args.attempt is not None:
+        if args.attempt < 1:
+            raise CommandError("--attempt counts from 1")
+        if args.attempt not in attempts and not (args.follow and run_is_going(store, run)):
+            have = ", ".join(map(str, attempts)) or "none yet"
+            raise CommandError(
+                f"run {args.run_id} has no attempt {args.attempt} (attempts: {have})"
+            )
+        wanted = [args.attempt]
+    else:
+        wanted = attempts
+    if not args.follow:
+        if not wanted:
+            state = "queued" if queued else (run.outcome or run.phase if run else "unknown")
+            printer.note(f"run {args.run_id} has no attempt yet ({state})")
+            return 0
+        for n in wanted:
+            _header(printer, run, n)
+            path = store.run_dir(args.run_id) / f"attempt-{n}" / "transcript.jsonl"
+            if path.exists():
+                _print_file(printer, path, args.full)
+            else:
+                printer.note("(no transcript: the agent never started)")
+        return 0
+    # Follow: earlier attempts as they are, then the current one as it grows.
+    if args.attempt is None:
+        if not wanted:
+            wanted = [1]
+            if not run_is_going(store, run) and queued is None:
+                printer.note(f"run {args.run_id} ended without an attempt")
+                return 0
+        for n in wanted[:-1]:
+            _header(printer, run, n)
+            _print_file(
+                printer, store.run_dir(args.run_id) / f"attempt-{n}" / "transcript.jsonl", args.full
+            )
+    n = wanted[-1]
+    _header(printer, run, n)
+    try:
+        _follow(printer, store, args.run_id, n, args.full)
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def run_is_going(store: Any, run: Any) -> bool:
+    """Whether the run may still start attempts (queued, live, no outcome)."""
+    if run is None:
+        return True
+    return run.outcome is None and run.id in store.live_runs()
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = command(sub, "logs", logs)
+    p.add_argument("run_id", metavar="RUN_ID")
+    p.add_argument("--attempt", type=int, metavar="N", help="only attempt N (default: every one)")
+    p.add_argument(
+        "-f", "--follow", action="store_true", help="follow the running attempt until it ends"
+    )
+    p.add_argument("--full", action="store_true", help="unfold tool output and long arguments")

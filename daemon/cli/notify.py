@@ -1,0 +1,79 @@
+"""`loopd notify --test`: send a test notification through `[notify]` and say what happened."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from daemon.cli.common import CommandError, command, home_of, print_json
+from daemon.clock import utc_now
+
+
+def notify_cmd(args: argparse.Namespace) -> int:
+    """Send a test notification through [notify] (--test) and say what happened."""
+    import socket
+
+    from daemon.people.notify import CommandNotifier, NotifyError, WebhookNotifier
+    from daemon.retry import RetryPolicy
+    from daemon.state.events import iso
+
+    if not args.test:
+        raise CommandError("`loopd notify --test` sends a test notification through [notify]")
+    home = home_of(args)
+    loaded = home.load()
+    if not loaded.daemon_ok:
+        raise CommandError("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
+    config = loaded.daemon.notify
+    notifiers: list[Any] = []
+    if config.command:
+        notifiers.append(CommandNotifier(config.command))
+    if config.webhook:
+        # One try: a test says at once whether the webhook answers.
+        notifiers.append(WebhookNotifier(config.webhook, retry=RetryPolicy(tries=1)))
+    if not notifiers:
+        raise CommandError(
+            f"{home.config_path}: [notify] has no command and no webhook, so escalations reach "
+            'nobody. Fix: add command = ["notify-send", "loopd"] or webhook = "https://..." '
+            "under [notify]"
+        )
+    now = utc_now()
+    message = (
+        f"loopd test notification from {socket.gethostname()} for {home.root} at "
+        f"{iso(now)[:16]}Z: escalations will reach you this way."
+    )
+    payload = {"kind": "test", "home": str(home.root), "ts": iso(now)}
+    store = home.state(loaded.daemon.limits.events_rotate)
+    results = []
+    for notifier in notifiers:
+        where = (
+            f"command {config.command[0]!r}"
+            if notifier.name == "command"
+            else f"webhook {config.webhook.split('/')[2] if '//' in config.webhook else ''}"
+        )
+        try:
+            notifier.send(message, payload)
+        except NotifyError as exc:
+            results.append(
+                {"notifier": notifier.name, "where": where, "ok": False, "error": str(exc)}
+            )
+            store.events.append(
+                "notify_failed", utc_now(), kind="test", notifier=notifier.name, error=str(exc)
+            )
+        else:
+            results.append({"notifier": notifier.name, "where": where, "ok": True, "error": ""})
+            store.events.append("notified", utc_now(), kind="test", notifier=notifier.name)
+    if args.json:
+        print_json({"message": message, "results": results})
+    else:
+        for r in results:
+            if r["ok"]:
+                print(f"{r['where']}: delivered (it accepted the message; check that it arrived)")
+            else:
+                print(f"{r['where']}: FAILED: {r['error']}")
+        print(f"message: {message}")
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+def register(sub: Any) -> None:
+    p = command(sub, "notify", notify_cmd, json_flag=True)
+    p.add_argument("--test", action="store_true", help="send a test notification now")

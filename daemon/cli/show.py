@@ -1,0 +1,255 @@
+"""`loopd runs` and `loopd show RUN_ID`: the record of runs, queued, parked and past."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from daemon.cli.common import (
+    CommandError,
+    command,
+    console,
+    engine_control,
+    home_of,
+    print_json,
+)
+
+
+def runs(args: argparse.Namespace) -> int:
+    """List runs: queued and parked ones first, then the rest, newest first."""
+    home = home_of(args)
+    control = engine_control(home)
+    if control is not None:  # the engine holds every machine's runs
+        from daemon.cli.engine_views import show_runs
+
+        return show_runs(control, args)
+    store = home.state()
+    if args.loop and not (home.loops_dir / f"{args.loop}.toml").exists():
+        if not store.run_ids(args.loop):
+            raise CommandError(f"unknown loop {args.loop!r}: no loop file and no runs")
+    queued = [p for p in store.load_queue().pending if args.loop in (None, p.loop)]
+    queued = [p for p in queued if not (store.run_dir(p.id) / "run.toml").exists()]
+    parked = _parked_runs(store, args.loop)
+    shown = {r.id for r in parked}
+    records = []
+    for run in store.iter_runs(args.loop):
+        if run.id not in shown:
+            records.append(run)
+        if len(records) >= args.limit:
+            break
+    if args.json:
+        print_json(
+            [_queued_summary(p) for p in queued]
+            + [_run_summary(r) for r in parked]
+            + [_run_summary(r) for r in records]
+        )
+        return 0
+    from rich import box
+    from rich.table import Table
+
+    from daemon.people.terminal import markup as m
+
+    table = Table(title=m(f"runs in {home.root}"), box=box.SIMPLE_HEAD, pad_edge=False)
+    # The RUN_ID is what a person copies: never wrapped or cut.
+    ids = [*(p.id for p in queued), *shown, *(r.id for r in records)]
+    table.add_column("run", no_wrap=True, min_width=max(map(len, ids), default=3))
+    table.add_column("trigger", no_wrap=True)
+    table.add_column("outcome", no_wrap=True)
+    table.add_column("att", justify="right")
+    table.add_column("score", justify="right")
+    table.add_column("reason", min_width=10)
+    for p in queued:
+        merged = f", {p.merged_count} merged" if p.merged_count else ""
+        table.add_row(
+            p.id,
+            p.trigger.kind,
+            "queued",
+            "0",
+            "-",
+            m(f"queued {p.queued_at:%Y-%m-%d %H:%M}Z{merged}"),
+        )
+    for r in [*parked, *records]:
+        last = r.attempts[-1] if r.attempts else None
+        reason = r.reason
+        resume_at = getattr(r, "resume_at", None)
+        if r.phase == "waiting":
+            reason = (
+                f"parked until {resume_at:%Y-%m-%d %H:%M}Z; " if resume_at else "parked; "
+            ) + reason
+        table.add_row(
+            r.id,
+            r.trigger.kind,
+            r.outcome or r.phase,
+            str(len(r.attempts)),
+            "-" if last is None or last.score is None else str(last.score),
+            m(reason),
+        )
+    console().print(table)
+    return 0
+
+
+def _parked_runs(store: Any, loop: str | None) -> list[Any]:
+    """Runs parked in phase `waiting` (a quota, a budget): live runs whose record says so."""
+    from daemon.state.store import UnreadableFile
+
+    out = []
+    for run_id in store.live_runs():
+        try:
+            run = store.load_run(run_id)
+        except (FileNotFoundError, UnreadableFile):
+            continue
+        if run.phase == "waiting" and loop in (None, run.loop):
+            out.append(run)
+    return out
+
+
+def _queued_summary(pending: Any) -> dict[str, Any]:
+    return {
+        "id": pending.id,
+        "loop": pending.loop,
+        "trigger": pending.trigger.kind,
+        "started": None,
+        "finished": None,
+        "outcome": None,
+        "phase": "queued",
+        "reason": pending.trigger.reason,
+        "queued_at": pending.queued_at,
+        "merged": pending.merged_count,
+        "attempts": 0,
+        "branch": "",
+        "tokens": 0,
+    }
+
+
+def _run_summary(run: Any) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "loop": run.loop,
+        "trigger": run.trigger.kind,
+        "started": run.started,
+        "finished": run.finished,
+        "outcome": run.outcome,
+        "phase": run.phase,
+        "reason": run.reason,
+        "attempts": len(run.attempts),
+        "branch": run.branch,
+        "tokens": run.tokens,
+    }
+
+
+def show(args: argparse.Namespace) -> int:
+    """Show one run: trigger, attempts with checks, score, verdict, feedback; --diff: changes."""
+    home = home_of(args)
+    store = home.state()
+    from daemon.state.store import UnreadableFile
+
+    control = engine_control(home)
+    if control is not None:  # the engine holds every machine's runs
+        from daemon.cli.engine_views import engine_record
+
+        run = engine_record(control, args.run_id)
+    elif not (store.run_dir(args.run_id) / "run.toml").exists():
+        raise CommandError(f"unknown run {args.run_id!r}; `loopd runs` lists them")
+    else:
+        try:
+            run = store.load_run(args.run_id)
+        except UnreadableFile as exc:
+            raise CommandError(f"{exc}; the file is left as it is", code=1) from None
+    if args.diff:
+        return _show_diff(store, run, args.attempt)
+    if args.json:
+        print_json(run.model_dump(mode="json"))
+        return 0
+    from rich.panel import Panel
+    from rich.table import Table
+
+    from daemon.people.digest import checks_word
+    from daemon.people.terminal import markup as m
+
+    out = console()
+    merged = max(run.trigger.merged_count, len(run.trigger.merged))
+    head = [
+        f"loop: {run.loop}",
+        f"task: {run.task.strip()}",
+        f"trigger: {run.trigger.kind} {run.trigger.reason}".rstrip()
+        + (f" ({merged} merged)" if merged else ""),
+        f"started: {run.started}   finished: {run.finished or '-'}",
+        f"outcome: {run.outcome or run.phase}   {run.reason}",
+        f"branch: {run.branch}   tokens: {run.tokens}"
+        + (f"   cost: ${run.cost_usd:.4f}" if run.cost_usd else ""),
+    ]
+    if run.rules_fired:
+        head.append("rules fired: " + ", ".join(run.rules_fired))
+    out.print(Panel(m("\n".join(head)), title=m(run.id)))
+    table = Table(show_lines=True)
+    for col in ("#", "exit", "nudges", "stalls", "checks", "score", "verdict", "feedback"):
+        table.add_column(col)
+    for a in run.attempts:
+        table.add_row(
+            str(a.n),
+            "-" if a.exit_code is None else str(a.exit_code),
+            str(a.nudges),
+            m(", ".join(s.kind for s in a.stalls) or "-"),
+            checks_word(a.checks_passed),
+            "-" if a.score is None else str(a.score),
+            m(a.verdict + ("".join(f"\n! {v}" for v in a.violations))),
+            m(a.feedback),
+        )
+    out.print(table)
+    if run.attempts:
+        # Whole lines: a wrapped RUN_ID cannot be copied.
+        for hint in (
+            f"what the agent did: loopd logs {run.id}",
+            f"its changes: loopd show {run.id} --diff",
+        ):
+            out.print(hint, markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+def _show_diff(store: Any, run: Any, only: int | None) -> int:
+    """Each attempt's diff.patch (what loopd committed of it), control sequences removed."""
+    from daemon.people.terminal import clean
+
+    attempts = [a.n for a in run.attempts if only is None or a.n == only]
+    if only is not None and not attempts:
+        raise CommandError(f"run {run.id} has no attempt {only}")
+    styled = sys.stdout.isatty()
+    out = console() if styled else None
+    for n in attempts:
+        path = store.run_dir(run.id) / f"attempt-{n}" / "diff.patch"
+        header = f"# attempt {n}: {path}"
+        if not path.exists() or path.stat().st_size == 0:
+            print(f"{header}\n# (no changes)", flush=True)
+            continue
+        print(header, flush=True)
+        with path.open("r", encoding="utf-8", errors="replace") as fh:
+            for raw in fh:
+                line = clean(raw.rstrip("\n"))
+                if out is None:
+                    sys.stdout.write(line + "\n")
+                    continue
+                from rich.text import Text
+
+                style = ""
+                if line.startswith(("+++", "---", "diff --git", "index ")):
+                    style = "bold"
+                elif line.startswith("+"):
+                    style = "green"
+                elif line.startswith("-"):
+                    style = "red"
+                elif line.startswith("@@"):
+                    style = "cyan"
+                out.print(Text(line, style=style), soft_wrap=True, highlight=False)
+    sys.stdout.flush()
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = command(sub, "runs", runs, json_flag=True)
+    p.add_argument("loop", nargs="?")
+    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p = command(sub, "show", show, json_flag=True)
+    p.add_argument("run_id")
+    p.add_argument("--diff", action="store_true", help="the changes each attempt made")
+    p.add_argument("--attempt", type=int, metavar="N", help="with --diff: only attempt N")

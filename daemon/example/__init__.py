@@ -1,0 +1,30 @@
+"""The embedded example: what the first `loopd run` of a fresh home shows.
+
+A tiny repository (`repo/`: a module with two bugs, its tests, a README) that loopd copies
+to `~/.cache/loopd/example` and commits, outside any home; and `agent.py`, a deterministic
+stand-in for a coding agent (the built-in agent profile `example`, a `command` agent), so a
+whole run happens with no model: trigger, agent, a nudge, checks, progress note, report.
+
+This module imports nothing of loopd: the configuration reads its paths.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+AGENT = PACKAGE_DIR / "agent.py"
+REPO_FILES = PACKAGE_DIR / "repo"
+PROFILE = "example"  # the built-in agent profile that runs AGENT
+REPO_SETTING = "~/.cache/loopd/example"  # as the shipped loop file writes it
+
+
+def repo_path() -> Path:
+    """Where the example's repository lives: `~/.cache/loopd/example` of the current HOME."""
+    return Path(os.path.expanduser(REPO_SETTING)).resolve()
+
+
+def is_example_repo(path: Path) -> bool:
+    """Whether a loop's (resolved) repository is the example's."""
+    return Path(path) == repo_path()

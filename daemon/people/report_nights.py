@@ -1,0 +1,209 @@
+"""What the HTML report draws, counted from state: per night, per loop, per outcome.
+
+A night is the evening it began: a run started between noon on the 3rd and noon on the
+4th (in the report's zone) belongs to the night of the 3rd, so a run at 01:00 counts with
+the evening before. No charting library here: this module only counts (report_html.py
+draws), so `loopd status` and the Markdown report never import one.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable
+from datetime import date, datetime, timedelta, tzinfo
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from daemon.people.escalation import open_escalations
+from daemon.people.report import events_since
+from daemon.state.events import iso
+from daemon.state.store import StateStore, UnreadableFile
+
+RULE_STATUSES = ("trial", "active", "retired", "rejected")
+# A rule event's effect on its rule's status (a move's own `to` wins when it has one).
+_RULE_EVENT_STATUS = {
+    "rule_accepted": "trial",
+    "rule_rejected": "rejected",
+    "rule_promoted": "active",
+    "rule_demoted": "retired",
+    "rule_retired": "retired",
+}
+NOON = timedelta(hours=12)
+
+
+def night_of(ts: datetime, tz: tzinfo | None) -> date:
+    """The night a moment belongs to: the date of the evening before it (noon to noon)."""
+    local = ts.astimezone(tz) if tz is not None else ts.astimezone()
+    return (local - NOON).date()
+
+
+class OpenEscalation(BaseModel):
+    run: str
+    loop: str
+    cause: str
+    reason: str
+    escalated: datetime
+    file: str  # absolute path of the escalation file
+
+
+class ReadyBranch(BaseModel):
+    run: str
+    loop: str
+    branch: str
+    repo: str
+    finished: datetime | None = None
+    added: int = 0
+    removed: int = 0
+    files: int = 0
+
+
+class Nights(BaseModel):
+    """Everything the HTML report shows, counted."""
+
+    home: str
+    generated: datetime
+    since: datetime
+    nights: list[date]
+    runs: dict[str, dict[str, dict[str, int]]] = {}  # night -> loop -> outcome -> count
+    tokens: dict[str, int] = {}  # night -> tokens
+    cost: dict[str, float] = {}  # night -> USD
+    attempts_to_success: dict[str, dict[int, int]] = {}  # loop -> attempts -> runs
+    rules: dict[str, dict[str, int]] = {}  # night -> status -> rules at the night's end
+    escalations: list[OpenEscalation] = []
+    ready: list[ReadyBranch] = []
+    total_runs: int = 0
+
+
+def _landed(store: StateStore, run: Any) -> bool | None:
+    """run.toml's `landed`, read from the file when the record model does not carry it."""
+    value = getattr(run, "landed", None)
+    if value is not None:
+        return bool(value)
+    try:
+        with (store.run_dir(run.id) / "run.toml").open("rb") as fh:
+            raw = tomllib.load(fh).get("landed")
+    except (OSError, ValueError):
+        return None
+    return raw if isinstance(raw, bool) else None
+
+
+def _rule_history(store: StateStore, since: datetime) -> dict[str, list[tuple[str, str]]]:
+    """Per rule id, its status changes since `since`: (ts, status), oldest first."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for event in events_since(store, since):
+        kind = event.get("type")
+        if kind not in _RULE_EVENT_STATUS:
+            continue
+        rule = next((event[k] for k in ("rule", "rule_id", "id") if event.get(k)), "")
+        if not isinstance(rule, str) or not rule:
+            continue
+        to = event.get("to") if event.get("to") in RULE_STATUSES else _RULE_EVENT_STATUS[kind]
+        before = event.get("from") if event.get("from") in RULE_STATUSES else ""
+        out.setdefault(rule, []).append((str(event.get("ts", "")), f"{before}>{to}"))
+    return out
+
+
+def _rule_counts(
+    store: StateStore, rules_dir: Path, since: datetime, ends: list[datetime]
+) -> list[dict[str, int]]:
+    """Rules by status at each moment of `ends`, from the files and the events since."""
+    from daemon.rules.library import RuleLibrary
+
+    current: dict[str, tuple[str, datetime | None]] = {}
+    for stored in RuleLibrary(rules_dir).scan():
+        current[stored.rule.id] = (stored.status, stored.rule.created)
+    history = _rule_history(store, since)
+    counts = [dict.fromkeys(RULE_STATUSES, 0) for _ in ends]
+    for rule in set(current) | set(history):
+        changes = history.get(rule, [])
+        status_now, created = current.get(rule, ("", None))
+        for i, end in enumerate(ends):
+            stamp = iso(end)
+            before = [c for ts, c in changes if ts <= stamp]
+            if before:
+                status = before[-1].split(">", 1)[1]
+            elif changes:
+                status = changes[0][1].split(">", 1)[0]  # what the first later change moved
+            elif created is None or created <= end:
+                status = status_now
+            else:
+                status = ""
+            if status in counts[i]:
+                counts[i][status] += 1
+    return counts
+
+
+def count_nights(
+    store: StateStore,
+    rules_dir: Path,
+    since: datetime,
+    now: datetime,
+    tz: tzinfo | None = None,
+    branch_exists: Callable[[str, str], bool] | None = None,
+) -> Nights:
+    """Count runs, tokens, cost, attempts, rules, escalations and branches since `since`."""
+    first, last = night_of(since, tz), night_of(now, tz)
+    nights = [first + timedelta(days=i) for i in range((last - first).days + 1)]
+    data = Nights(home=str(store.root.parent), generated=now, since=since, nights=nights)
+    floor = (since - timedelta(days=1)).strftime("%Y%m%dT%H%M%SZ")
+    for run_id in [i for i in store.run_ids() if i[:16] >= floor]:
+        try:
+            run = store.load_run(run_id)
+        except (FileNotFoundError, UnreadableFile):
+            continue
+        if run.started < since:
+            continue
+        night = night_of(run.started, tz).isoformat()
+        data.total_runs += 1
+        outcome = run.outcome or "running"
+        per_loop = data.runs.setdefault(night, {}).setdefault(run.loop, {})
+        per_loop[outcome] = per_loop.get(outcome, 0) + 1
+        if run.tokens:
+            data.tokens[night] = data.tokens.get(night, 0) + run.tokens
+        if run.cost_usd:
+            data.cost[night] = round(data.cost.get(night, 0.0) + run.cost_usd, 6)
+        if run.outcome == "succeeded":
+            n = len(run.attempts)
+            tries = data.attempts_to_success.setdefault(run.loop, {})
+            tries[n] = tries.get(n, 0) + 1
+            if run.branch and _landed(store, run) is not True:
+                exists = branch_exists(run.repo, run.branch) if branch_exists else True
+                if exists:
+                    data.ready.append(_ready(store, run))
+    ends = [
+        datetime.combine(n + timedelta(days=1), datetime.min.time(), tz or now.astimezone().tzinfo)
+        + NOON
+        for n in nights
+    ]
+    ends = [min(e, now) for e in ends]
+    for night, counts in zip(nights, _rule_counts(store, rules_dir, since, ends), strict=True):
+        data.rules[night.isoformat()] = counts
+    for meta in open_escalations(store):
+        data.escalations.append(
+            OpenEscalation(
+                run=meta.run,
+                loop=meta.loop,
+                cause=meta.cause,
+                reason=meta.reason,
+                escalated=meta.escalated,
+                file=str(store.escalation_path(meta.run)),
+            )
+        )
+    return data
+
+
+def _ready(store: StateStore, run: Any) -> ReadyBranch:
+    from daemon.people.digest import attempt_diffstat
+
+    row = ReadyBranch(
+        run=run.id, loop=run.loop, branch=run.branch, repo=run.repo, finished=run.finished
+    )
+    for attempt in run.attempts:
+        stat = attempt_diffstat(store.run_dir(run.id) / f"attempt-{attempt.n}")
+        if stat is not None:
+            row.added += stat.added
+            row.removed += stat.removed
+            row.files = max(row.files, stat.total_files)
+    return row
