@@ -6,8 +6,8 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,6 +87,8 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def temporal(temporal_server: Any) -> tuple[Any, str]:
     """The session's dev server and a namespace of this test's own."""
     return temporal_server, temporal_server.namespace()
+
+
 # -- the checkout's own home is never used by a test --------------------------------------------
 
 _STATE_KEY = pytest.StashKey[list]()

@@ -287,7 +287,9 @@ def register(sub: Any) -> None:
     p = command(actions, "match", match_cmd, json_flag=True)
     p.add_argument("task", nargs="?", metavar="TASK", help="the task text")
     p.add_argument("--task", dest="task_option", help="the task text (as the argument)")
-    p.add_argument("--loop", default="", help="apply the rules' scopes for this loop and its repository")
+    p.add_argument(
+        "--loop", default="", help="apply the rules' scopes for this loop and its repository"
+    )
     p.add_argument("--path", action="append", help="a changed path (repeatable)")
     p.add_argument("--no-model", action="store_true", help="the lexical stage only")
     p = command(actions, "verify", verify_cmd, json_flag=True)
