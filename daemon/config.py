@@ -106,6 +106,23 @@ class LimitsConfig(StrictModel):
         return Path(os.path.expanduser(self.worktrees))
 
 
+def _host_paths(value: list[str]) -> list[str]:
+    for path in value:
+        if not os.path.isabs(os.path.expanduser(path)):
+            raise ValueError(f"{path!r} is not a path from / or ~")
+    return value
+
+
+class SandboxConfig(StrictModel):
+    mode: Literal["auto", "bwrap", "off"] = "auto"
+    writable: list[str] = Field([], examples=[["~/.cache/pip"]])
+    readable: list[str] = Field([], examples=[["~/.pyenv"]])
+    network: bool = True
+
+    _writable = field_validator("writable")(_host_paths)
+    _readable = field_validator("readable")(_host_paths)
+
+
 class DaemonConfig(StrictModel):
     """`loopd.toml`."""
 
@@ -113,6 +130,7 @@ class DaemonConfig(StrictModel):
     agents: dict[str, AgentProfile] = {}
     notify: NotifyConfig = NotifyConfig()
     limits: LimitsConfig = LimitsConfig()
+    sandbox: SandboxConfig = SandboxConfig()
 
     def profile(self, name: str) -> AgentProfile | None:
         """The named profile; an adapter's own name works without a profile."""
@@ -152,6 +170,22 @@ class LoopConfig(StrictModel):
     critic: Literal["on", "off"] = "on"
     critic_threshold: int = Field(7, ge=0, le=10)
     notify_on: list[Literal["escalated", "succeeded", "failed-attempt"]] = ["escalated"]
+    env: dict[str, str] = Field({}, examples=[{"PYTHONPATH": "{tree}/src"}])
+    checks_env: list[str] = Field([], examples=[["DATABASE_URL"]])
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            _variable_name(name)
+        return value
+
+    @field_validator("checks_env")
+    @classmethod
+    def _checks_env_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            _variable_name(name)
+        return value
 
     @field_validator("task")
     @classmethod
@@ -180,6 +214,20 @@ class LoopConfig(StrictModel):
     @property
     def repo_path(self) -> Path:
         return Path(os.path.expanduser(self.repo)).resolve()
+
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _variable_name(name: str) -> str:
+    """An environment variable loopd may set for a run's processes."""
+    if not ENV_NAME.match(name):
+        raise ValueError(f"{name!r} is not an environment variable name (letters, digits, _)")
+    if name == "HOME":
+        raise ValueError("HOME is set by loopd: a fresh one for each run")
+    if name == "NOTIFY_SOCKET" or name.startswith("LOOPD_"):
+        raise ValueError(f"{name} is loopd's own and never reaches an agent or a check")
+    return name
 
 
 @dataclass
@@ -214,6 +262,7 @@ def _daemon_keys() -> dict[str, str]:
         ("verifier", VerifierConfig),
         ("notify", NotifyConfig),
         ("limits", LimitsConfig),
+        ("sandbox", SandboxConfig),
     ):
         out.update(_section_keys(model, f"in loopd.toml under [{section}]"))
     return out

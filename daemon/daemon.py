@@ -266,8 +266,11 @@ def _announce(home: Home, daemon: Daemon) -> None:
 
 def run_daemon(home: Home) -> int:
     """The driver: signals set flags; the loop ticks; systemd hears READY, WATCHDOG, STOPPING."""
+    from daemon.agents.processes import set_not_dumpable
     from daemon.systemd import SystemdNotifier
 
+    # Agents and checks run as this user: they must not read loopd's memory or environment.
+    set_not_dumpable()
     flags = Flags()
     _install_signals(flags)
     daemon = Daemon.start(home, utc_now(), flags)

@@ -15,6 +15,7 @@ from daemon.config import (
     LimitsConfig,
     LoopConfig,
     NotifyConfig,
+    SandboxConfig,
     VerifierConfig,
 )
 from daemon.config_errors import bounds_of, literal_values, toml_value
@@ -26,6 +27,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "### [agents.NAME]": AgentProfile,
     "### [notify]": NotifyConfig,
     "### [limits]": LimitsConfig,
+    "### [sandbox]": SandboxConfig,
     "## loops/NAME.toml": LoopConfig,
 }
 
@@ -45,7 +47,7 @@ def rows() -> list[tuple[str, str, object]]:
 
 
 def test_every_section_of_loopd_toml_is_documented() -> None:
-    assert set(DaemonConfig.model_fields) == {"verifier", "agents", "notify", "limits"}
+    assert set(DaemonConfig.model_fields) == {"verifier", "agents", "notify", "limits", "sandbox"}
     for heading in SECTIONS:
         assert f"\n{heading}\n" in DOC, heading
 

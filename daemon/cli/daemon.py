@@ -41,6 +41,15 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
     status = store.load_status()
     loaded = home.load()
     pid = daemon_pid(home)
+    warnings = status.daemon.warnings + loaded.warnings
+    # The daemon says which sandbox its runs get; without one, what a run would get now.
+    sandbox = status.daemon.sandbox if pid is not None else ""
+    if not sandbox:
+        from daemon.sandbox.registry import choose
+
+        choice = choose(loaded.daemon.sandbox)
+        sandbox = choice.summary()
+        warnings = [w for w in (choice.warning, choice.refusal) if w] + warnings
     data: dict[str, Any] = {
         "home": str(home.root),
         "daemon": {
@@ -49,7 +58,8 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
             "version": status.daemon.version,
             "started": status.daemon.started,
             "heartbeat": status.daemon.heartbeat,
-            "warnings": list(dict.fromkeys(status.daemon.warnings + loaded.warnings)),
+            "warnings": list(dict.fromkeys(warnings)),
+            "sandbox": sandbox,
         },
         "loops": {},
         "errors": [str(e) for e in loaded.errors],
@@ -130,7 +140,9 @@ def _render_status(data: dict[str, Any]) -> Any:
             str(info.get("next_fire") or ""),
             str(info.get("pending") or ""),
         )
-    parts: list[Any] = [head, table]
+    sandbox = d.get("sandbox", "")
+    unsafe = sandbox.startswith(("sandbox: off:", "sandbox: none"))
+    parts: list[Any] = [head, Text(sandbox, style="bold red" if unsafe else ""), table]
     for warning in d["warnings"]:
         parts.append(Text(f"warning: {warning}", style="yellow"))
     for error in data["errors"]:

@@ -22,8 +22,12 @@ def init(args: argparse.Namespace) -> int:
 
 def check(args: argparse.Namespace) -> int:
     """Validate loopd.toml and loops/*.toml."""
+    from daemon.sandbox.registry import choose
+
     home = home_of(args)
     loaded = home.load()
+    sandbox = choose(loaded.daemon.sandbox)
+    warnings = [w for w in (sandbox.warning, sandbox.refusal) if w] + loaded.warnings
     if args.json:
         print_json(
             {
@@ -33,7 +37,13 @@ def check(args: argparse.Namespace) -> int:
                     {"file": str(e.file), "key": e.key, "message": e.message, "fix": e.fix}
                     for e in loaded.errors
                 ],
-                "warnings": loaded.warnings,
+                "warnings": warnings,
+                "sandbox": {
+                    "mode": sandbox.mode,
+                    "in_force": "none" if sandbox.refusal else sandbox.name,
+                    "detail": sandbox.detail,
+                    "summary": sandbox.summary(),
+                },
             }
         )
     else:
@@ -41,6 +51,8 @@ def check(args: argparse.Namespace) -> int:
             print(f"error: {error}")
         for warning in loaded.warnings:
             print(f"warning: {warning}")
+        loud = sandbox.warning or sandbox.refusal
+        print(f"warning: {sandbox.summary()}" if loud else sandbox.summary())
         names = ", ".join(sorted(loaded.loops)) or "none"
         print(f"{len(loaded.loops)} valid loop(s): {names}; {len(loaded.errors)} error(s)")
     return 2 if loaded.errors else 0

@@ -95,6 +95,7 @@ class Cause(StrEnum):
     INTERRUPTED_RETRY = "interrupted-retry"  # the retry of an interrupted run was interrupted
     LOOPD_ERROR = "loopd-error"
     PASSED = "passed"
+    SANDBOX_UNAVAILABLE = "sandbox-unavailable"  # [sandbox] says runs must not go unconfined
     # Room for later causes (a quota wait past its bound, no sandbox, a blocked landing):
     # a new member here, its next step in people/escalation_text.py.
 
@@ -242,6 +243,7 @@ class DaemonStatus(Record):
     heartbeat: datetime | None = None
     running: bool = False
     warnings: list[str] = []
+    sandbox: str = ""  # the sandbox in force for the daemon's runs, in one line
 
 
 class LoopStatus(Record):
