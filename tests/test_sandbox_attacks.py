@@ -296,7 +296,8 @@ def test_a_double_forked_setsid_process_does_not_outlive_the_run(tmp_path: Path)
         + (
             "ESC = 'import time; time.sleep(600)'\n"
             f"TOKEN = {token!r}\n"
-            "cmd = f\"(python3 -c '{ESC}' {TOKEN} &); nohup python3 -c '{ESC}' {TOKEN} >/dev/null &\"\n"
+            "run = f\"python3 -c '{ESC}' {TOKEN}\"\n"
+            "cmd = f'({run} &); nohup {run} >/dev/null &'\n"
             "attempt('double fork', lambda: subprocess.run(['setsid', 'sh', '-c', cmd], "
             "timeout=10).returncode)\n"
             "subprocess.Popen(['sh', '-c', f\"trap '' TERM HUP; exec python3 -c '{ESC}' {TOKEN}\"],"

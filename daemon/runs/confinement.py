@@ -12,8 +12,8 @@ nothing an agent writes into a tree or a git folder can widen what a later attem
 
 Environments are allowlists. The agent gets PATH, LANG, TERM and the like, the profile's
 `env`, the loop's `env` and its key; the checks get the same allowlist, the loop's `env`, the
-variables `checks_env` names, a fresh HOME, PYTHONNOUSERSITE=1 and PYTHONDONTWRITEBYTECODE=1. Neither gets the profile's
-secrets twice or anything of loopd's (LOOPD_*, NOTIFY_SOCKET, the verifier's key).
+variables `checks_env` names, a fresh HOME, PYTHONNOUSERSITE=1 and PYTHONDONTWRITEBYTECODE=1.
+Neither gets anything else of loopd's (LOOPD_*, NOTIFY_SOCKET, the verifier's key).
 """
 
 from __future__ import annotations
