@@ -63,6 +63,7 @@ def hostile_home(
     *,
     config: str = "",
     loop: dict[str, object] | None = None,
+    prompt_arg: bool = False,
 ) -> tuple[Path, Path]:
     """A repository with a failing check, and a home whose `command` agent runs `script`.
 
@@ -74,7 +75,7 @@ def hostile_home(
     agents.mkdir(exist_ok=True)
     agent = agents / "agent.py"
     agent.write_text(script)
-    argv = [sys.executable, str(agent)]
+    argv = [sys.executable, str(agent)] + (["{prompt}"] if prompt_arg else [])
     keys: dict[str, object] = {
         "repo": str(repo),
         "task": "Make check.py pass.",

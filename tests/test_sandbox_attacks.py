@@ -261,6 +261,33 @@ def test_the_agent_cannot_unmask_the_home_nor_reach_host_sockets_or_keys(
     assert toml.exists()
 
 
+def test_a_path_named_in_the_prompt_is_not_made_visible(tmp_path: Path) -> None:
+    # A trigger's text reaches the prompt, and a `command` agent may take the prompt as an
+    # argument: the paths among its arguments are visible, but never the prompt's.
+    real_home = tmp_path / "realhome"
+    (real_home / ".ssh").mkdir(parents=True)
+    key = f"FAKE-PRIVATE-KEY-{tmp_path.name}"
+    (real_home / ".ssh" / "id_rsa").write_text(key)
+    home = tmp_path / "home"
+    script = (
+        preamble(home, real_home)
+        + (
+            "KEY = str(REAL_HOME / '.ssh' / 'id_rsa')\n"
+            "attempt('prompt names the key', lambda: f':{KEY}:' in sys.argv[1])\n"
+            "attempt('read the ssh key', lambda: (REAL_HOME / '.ssh' / 'id_rsa').read_text())\n"
+        )
+        + FIX
+    )
+    home, repo = hostile_home(tmp_path, script, prompt_arg=True)
+    reason = f":{real_home / '.ssh' / 'id_rsa'}:"  # a path of its own between separators
+    run = once(home, "--reason", reason, env={"HOME": str(real_home)})
+    assert run["outcome"] == "succeeded", run["_stderr"]
+    log = attack_log(repo, run["branch"])
+    assert "prompt names the key: DONE True" in log
+    assert "read the ssh key: BLOCKED FileNotFoundError" in log
+    assert key not in branch_text(repo, run["branch"]) + state_text(home)
+
+
 # -- the agent's HOME, and processes after the run -------------------------------------------
 
 

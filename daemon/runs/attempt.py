@@ -234,7 +234,11 @@ class Attempt:
                     current[0].stop(0, "max_tokens")
 
         confinement = self.confinement
-        declared = adapter.profile.env if adapter.name == "command" else None
+        profile = adapter.profile
+        declared = []
+        if adapter.name == "command":
+            words = [*profile.command[1:], *profile.args, *profile.env.values()]
+            declared = [word for word in words if "{prompt}" not in word]
 
         def launcher(argv: list[str], env: dict[str, str]) -> Any:
             return confinement.launch_agent(argv, env, declared=declared)

@@ -210,14 +210,16 @@ class Confinement:
     # -- launches -------------------------------------------------------------------------
 
     def launch_agent(
-        self, argv: list[str], env: Mapping[str, str], *, declared: Mapping[str, str] | None
+        self, argv: list[str], env: Mapping[str, str], *, declared: list[str]
     ) -> Launch:
-        """The agent's process, its program's installation visible. `declared`: for a `command`
-        agent, the profile's `env`, whose paths are visible with those among its arguments."""
+        """The agent's process, its program's installation visible, and the paths among
+        `declared`: a `command` agent's arguments and `env` values as the profile writes them.
+
+        Never the prompt's words: they come from triggers (a commit message may name ~/.ssh).
+        """
         search_path = env.get("PATH", "")
         extra = program_paths(argv[0], search_path, self.homes) if argv else []
-        if declared is not None:
-            extra += value_paths([*argv[1:], *declared.values()], self.homes)
+        extra += value_paths(declared, self.homes)
         return self.sandbox.launch(argv, env, self.exposure.adding(readable=extra))
 
     def launch_check(self, command: str, env: Mapping[str, str]) -> Launch:
