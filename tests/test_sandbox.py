@@ -177,17 +177,22 @@ def login(real: Path) -> None:
     (real / ".claude.json").write_text('{"mcpServers": {}}')
 
 
-def seed(tmp_path: Path) -> tuple[Path, Path, object]:
+def seed(tmp_path: Path) -> tuple[Path, Path, list]:
     real = tmp_path / "real"
     login(real)
+    home = tmp_path / "run" / "home"
     seeded = seed_home(
-        tmp_path / "run" / "home",
+        home,
         real,
         (".claude/.credentials.json", ".claude.json", ".missing.json"),
         (".claude/.credentials.json",),
         (".claude/", ".claude.json"),
     )
-    return real, Path(seeded.home), seeded
+    return real, home.resolve(), seeded
+
+
+def back(real: Path, home: Path, seeded: list) -> list[str]:
+    return return_credentials(home, real, seeded)
 
 
 def test_the_home_is_seeded_with_copies_of_the_login_files(tmp_path: Path) -> None:
@@ -195,9 +200,9 @@ def test_the_home_is_seeded_with_copies_of_the_login_files(tmp_path: Path) -> No
     assert (home / ".claude" / ".credentials.json").read_text() == '{"token": "old"}'
     assert (home / ".claude.json").read_text() == '{"mcpServers": {}}'
     assert (home / ".claude" / ".credentials.json").stat().st_mode & 0o777 == 0o600
-    assert [f.path for f in seeded.files] == [".claude/.credentials.json", ".claude.json"]
+    assert [f.path for f in seeded] == [".claude/.credentials.json", ".claude.json"]
     # A refresh that never happened copies nothing back.
-    assert return_credentials(seeded) == []
+    assert back(real, home, seeded) == []
 
 
 def test_only_a_refreshed_credential_goes_back(tmp_path: Path) -> None:
@@ -205,7 +210,7 @@ def test_only_a_refreshed_credential_goes_back(tmp_path: Path) -> None:
     (home / ".claude" / ".credentials.json").write_text('{"token": "new"}')
     (home / ".claude.json").write_text('{"mcpServers": {"evil": {"command": "sh"}}}')
     (home / ".claude" / "settings.json").write_text('{"hooks": {"Stop": "curl evil"}}')
-    assert return_credentials(seeded) == [".claude/.credentials.json"]
+    assert back(real, home, seeded) == [".claude/.credentials.json"]
     assert (real / ".claude" / ".credentials.json").read_text() == '{"token": "new"}'
     assert (real / ".claude.json").read_text() == '{"mcpServers": {}}'
     assert not (real / ".claude" / "settings.json").exists()
@@ -215,17 +220,17 @@ def test_a_credential_changed_meanwhile_or_swapped_for_a_link_stays(tmp_path: Pa
     real, home, seeded = seed(tmp_path)
     (real / ".claude" / ".credentials.json").write_text('{"token": "person"}')
     (home / ".claude" / ".credentials.json").write_text('{"token": "new"}')
-    assert return_credentials(seeded) == []  # the person logged in again: theirs wins
+    assert back(real, home, seeded) == []  # the person logged in again: theirs wins
     real2, home2, seeded2 = seed(tmp_path / "two")
     target = tmp_path / "two" / "outside.json"
     target.write_text('{"token": "stolen"}')
     creds = home2 / ".claude" / ".credentials.json"
     creds.unlink()
     creds.symlink_to(target)
-    assert return_credentials(seeded2) == []
+    assert back(real2, home2, seeded2) == []
     (home2 / ".claude" / ".credentials.json").unlink()
     (home2 / ".claude" / ".credentials.json").write_text("not json")
-    assert return_credentials(seeded2) == []
+    assert back(real2, home2, seeded2) == []
     assert (real2 / ".claude" / ".credentials.json").read_text() == '{"token": "old"}'
 
 

@@ -8,8 +8,8 @@ end only a refreshed credential file goes back to the real HOME, and only when t
 still holds what was copied out: settings, hooks and MCP configuration an agent wrote never
 leave its HOME, so nothing it plants reaches the next run or the person.
 
-What was copied is recorded by loopd outside the agent's reach (the run's state folder), so
-the agent cannot redirect the copy back.
+What was copied is recorded by loopd outside the agent's reach (the run's record), so the
+agent cannot redirect the copy back.
 """
 
 from __future__ import annotations
@@ -19,29 +19,9 @@ import json
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from daemon.state.records import SeededFile
 
 MAX_LOGIN_FILE = 1_000_000  # bytes; a login file larger than this is not copied
-
-
-class SeededFile(BaseModel):
-    """One login file copied into a run's HOME."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str  # relative to HOME
-    sha256: str  # of what was copied in
-    copy_back: bool = False
-
-
-class SeededHome(BaseModel):
-    """A run's HOME as loopd made it: where it is, the real HOME, what it was seeded with."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    home: str  # resolved
-    real_home: str
-    files: list[SeededFile] = []
 
 
 def _digest(data: bytes) -> str:
@@ -85,31 +65,29 @@ def seed_home(
     login_files: tuple[str, ...],
     credential_files: tuple[str, ...],
     config_paths: tuple[str, ...],
-) -> SeededHome:
+) -> list[SeededFile]:
     """Make a run's HOME with copies of the login files and the config folders."""
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    home = Path(os.path.realpath(home))
-    seeded = SeededHome(home=str(home), real_home=str(real_home))
     for rel in config_paths:
         if rel.endswith("/"):
             (home / rel).mkdir(parents=True, exist_ok=True, mode=0o700)
+    seeded = []
     for rel in login_files:
         data = _read_regular(Path(os.path.realpath(real_home / rel)))
         if data is None:
             continue
         _write_private(home / rel, data)
-        seeded.files.append(
-            SeededFile(path=rel, sha256=_digest(data), copy_back=rel in credential_files)
-        )
+        seeded.append(SeededFile(path=rel, sha256=_digest(data), copy_back=rel in credential_files))
     return seeded
 
 
-def return_credentials(seeded: SeededHome) -> list[str]:
-    """Copy refreshed credential files back to the real HOME; returns the paths copied."""
-    home = Path(seeded.home)
-    real_home = Path(seeded.real_home)
+def return_credentials(home: Path, real_home: Path, seeded: list[SeededFile]) -> list[str]:
+    """Copy refreshed credential files back to the real HOME; returns the paths copied.
+
+    `home` is the run's HOME as loopd made it (resolved).
+    """
     returned = []
-    for item in seeded.files:
+    for item in seeded:
         if not item.copy_back:
             continue
         copy = home / item.path

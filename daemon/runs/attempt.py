@@ -29,8 +29,6 @@ from daemon.runs.tree import RunTree
 from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.records import AttemptRecord, StallRecord
 
-AGENT_HOME = "agent-home.json"  # in the run's folder: what the agent's HOME was seeded with
-
 
 @dataclass
 class CheckedCommit:
@@ -180,23 +178,21 @@ class Attempt:
 
     def _agent_home(self, cls: Any) -> Path:
         """The run's HOME for the agent: seeded with its login files once, kept for the run."""
-        from daemon.agents.homes import SeededHome, seed_home
+        from daemon.agents.homes import seed_home
         from daemon.sandbox.paths import account_home
 
-        record = self.services.store.run_dir(self.journal.run.id) / AGENT_HOME
-        if record.exists():
-            home = Path(SeededHome.model_validate_json(record.read_text(encoding="utf-8")).home)
-            return ensure_dir(home)
+        exposure = self.journal.run.exposure
+        assert exposure is not None  # the confinement fixed it
+        if exposure.agent_home:
+            return ensure_dir(Path(exposure.agent_home))
+        home = ensure_dir(self.confinement.agent_home).resolve()
         real_home = Path(os.environ.get("HOME") or account_home() or "/")
-        seeded = seed_home(
-            self.confinement.agent_home,
-            real_home,
-            cls.login_files,
-            cls.credential_files,
-            cls.config_paths,
+        exposure.seeded = seed_home(
+            home, real_home, cls.login_files, cls.credential_files, cls.config_paths
         )
-        write_atomic(record, seeded.model_dump_json(indent=2) + "\n")
-        return Path(seeded.home)
+        # Saved with the record when the agent starts (on_start), before anything reads it.
+        exposure.agent_home, exposure.real_home = str(home), str(real_home)
+        return home
 
     def _sessions(
         self,

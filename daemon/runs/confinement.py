@@ -7,8 +7,8 @@ holds the agent's HOME, a HOME for the checks and the run's temporary folder) an
 user's repository, which those trees need to commit. They may read the user's repository,
 its git folder, `[sandbox] readable`, the installation of the program they start and the
 existing paths named in the loop's `env`. loopd's home is never visible. Which git folders
-are exposed is recorded before any agent runs (`confinement.json` in the run's folder), so
-nothing an agent writes into a tree or a git folder can widen what a later attempt sees.
+are exposed is fixed before any agent runs (`exposure` in the run's record), so nothing an
+agent writes into a tree or a git folder can widen what a later attempt sees.
 
 Environments are allowlists. The agent gets PATH, LANG, TERM and the like, the profile's
 `env`, the loop's `env` and its key; the checks get the same allowlist, the loop's `env`, the
@@ -25,8 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 from daemon.agents.environment import (
     ALLOWED,
     ALLOWED_PREFIXES,
@@ -34,40 +32,52 @@ from daemon.agents.environment import (
     is_forbidden,
 )
 from daemon.config import LoopConfig
-from daemon.runs.git import Git
 from daemon.runs.services import RunServices
 from daemon.runs.tree import scratch_dir
 from daemon.sandbox.base import Exposure, Launch, Sandbox
 from daemon.sandbox.mounts import hidden_conflicts
 from daemon.sandbox.paths import home_folders, program_paths, value_paths
 from daemon.sandbox.registry import Choice, choose
-from daemon.state.atomic import ensure_dir, write_atomic
-from daemon.state.records import RunRecord
-
-RECORD = "confinement.json"
+from daemon.state.atomic import ensure_dir
+from daemon.state.records import RunExposure, RunRecord
 
 
 class SandboxUnavailable(Exception):
     """The configured sandbox cannot run here and runs must not start without it."""
 
 
-class RunPaths(BaseModel):
-    """The git folders a run's processes see, fixed before any agent worked."""
+def common_git_dir(repo: Path) -> Path | None:
+    """The git folder holding the objects and refs of `repo` (read, never asked of git)."""
+    dotgit = repo / ".git"
+    try:
+        if dotgit.is_dir():
+            gitdir = dotgit
+        elif dotgit.is_file():
+            text = dotgit.read_text(encoding="utf-8", errors="replace").strip()
+            if not text.startswith("gitdir:"):
+                return None
+            gitdir = repo / text[len("gitdir:") :].strip()  # an absolute path stays as it is
+        elif (repo / "HEAD").is_file() and (repo / "objects").is_dir():
+            gitdir = repo  # a bare repository
+        else:
+            return None
+        pointer = gitdir / "commondir"  # a linked worktree's git folder names the common one
+        if pointer.is_file():
+            gitdir = gitdir / pointer.read_text(encoding="utf-8", errors="replace").strip()
+        return Path(os.path.realpath(gitdir))
+    except OSError:
+        return None
 
-    model_config = ConfigDict(extra="forbid")
 
-    git_writable: list[str] = []
-    git_readable: list[str] = []
-
-
-def _git_paths(repo: Path, isolation: str) -> RunPaths:
-    """The user's repository's git folder: writable when the run's tree commits into it."""
-    common = Git(repo).out("rev-parse", "--path-format=absolute", "--git-common-dir", check=False)
-    if not common:
-        return RunPaths()
+def run_exposure(repo: Path, isolation: str) -> RunExposure:
+    """The git folders of a run, fixed before its agent works: the user's repository's git
+    folder is writable when the run's tree commits into it (worktree, in-place)."""
+    common = common_git_dir(repo)
+    if common is None:
+        return RunExposure()
     if isolation in ("worktree", "in-place"):
-        return RunPaths(git_writable=[common])
-    return RunPaths(git_readable=[common])
+        return RunExposure(git_writable=[str(common)])
+    return RunExposure(git_readable=[str(common)])
 
 
 def expand(value: str, tree: Path, search_path: str) -> str:
@@ -116,12 +126,11 @@ class Confinement:
         search_path = environ.get("PATH", os.defpath)
         loop_env = {k: expand(v, tree, search_path) for k, v in cfg.env.items()}
         homes = home_folders(environ)
-        recorded = services.store.run_dir(run.id) / RECORD
-        if recorded.exists():
-            paths = RunPaths.model_validate_json(recorded.read_text(encoding="utf-8"))
-        else:
-            paths = _git_paths(Path(run.repo or cfg.repo_path), run.isolation)
-            write_atomic(recorded, paths.model_dump_json(indent=2) + "\n")
+        if run.exposure is None:
+            # Saved with the run's record before the agent starts (and before it could
+            # change anything that decides what is exposed).
+            run.exposure = run_exposure(Path(run.repo or cfg.repo_path), run.isolation)
+        paths = run.exposure
         writable = [tree, scratch, *(Path(p) for p in paths.git_writable)]
         for extra in config.writable:
             writable.append(ensure_dir(Path(os.path.expanduser(extra))))

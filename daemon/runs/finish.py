@@ -166,18 +166,17 @@ def complete_finish(
     return run
 
 
-def _return_credentials(services: RunServices, journal: RunJournal) -> None:
+def _return_credentials(journal: RunJournal) -> None:
     """Refreshed login tokens go back to the real HOME; nothing else of the agent's HOME does."""
-    from daemon.agents.homes import SeededHome, return_credentials
-    from daemon.runs.attempt import AGENT_HOME
+    from daemon.agents.homes import return_credentials
 
-    record = services.store.run_dir(journal.run.id) / AGENT_HOME
+    exposure = journal.run.exposure
+    if exposure is None or not exposure.agent_home or not exposure.seeded:
+        return
     try:
-        seeded = SeededHome.model_validate_json(record.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return  # no agent started, or a record from before per-run homes
-    try:
-        returned = return_credentials(seeded)
+        returned = return_credentials(
+            Path(exposure.agent_home), Path(exposure.real_home), exposure.seeded
+        )
     except OSError as exc:
         journal.event("credentials_not_returned", error=str(exc)[:300])
         return
@@ -188,7 +187,7 @@ def _return_credentials(services: RunServices, journal: RunJournal) -> None:
 def _remove_tree(services: RunServices, journal: RunJournal, tree: RunTree | None) -> None:
     run = journal.run
     root = services.config.limits.worktrees_path
-    _return_credentials(services, journal)
+    _return_credentials(journal)
     shutil.rmtree(scratch_dir(root, run.loop, run.id), ignore_errors=True)
     if tree is None:
         return

@@ -205,6 +205,25 @@ class AttemptRecord(Record):
         return value
 
 
+class SeededFile(Record):
+    """A login file copied into the agent's HOME (relative to HOME), as it was copied."""
+
+    path: str
+    sha256: str
+    copy_back: bool = False  # a credential the agent may refresh
+
+
+class RunExposure(Record):
+    """What a run's processes see, fixed by loopd before its agent first started: the git
+    folders of the user's repository, and the agent's HOME with what it was seeded with."""
+
+    git_writable: list[str] = []
+    git_readable: list[str] = []
+    agent_home: str = ""
+    real_home: str = ""
+    seeded: list[SeededFile] = []
+
+
 class RunRecord(Record):
     """`state/runs/RUN_ID/run.toml`."""
 
@@ -231,6 +250,7 @@ class RunRecord(Record):
     pid: int = 0  # the daemon (or `loopd once`) that ran it
     agent_pids: list[int] = []  # process groups of the running attempt, for a restart to kill
     judging_since: datetime | None = None
+    exposure: RunExposure | None = None
     # The steps of finishing already done (counters, escalation, notified, ...): finishing
     # again after a crash completes the rest without repeating these.
     finish_done: list[str] = []
