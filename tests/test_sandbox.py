@@ -43,7 +43,7 @@ def test_a_home_inside_a_bound_folder_is_masked_again_after_it(tmp_path: Path) -
     exposure = Exposure(
         cwd=tmp_path, readable=(repo, bound_inside), writable=(home,), hidden=(home,)
     )
-    mounts = kinds(plan(exposure, []))
+    mounts = kinds(plan(exposure, [str(tmp_path)]))
     assert ("hide", str(home)) in mounts
     assert mounts.index(("ro", str(repo))) < mounts.index(("hide", str(home)))
     # Nothing inside loopd's home is ever bound, read-only or not.
@@ -56,11 +56,13 @@ def test_most_specific_path_wins_and_symlinks_are_resolved(tmp_path: Path) -> No
     link = tmp_path / "link"
     link.symlink_to(real)
     exposure = Exposure(cwd=real, readable=(link, tmp_path / "missing"), writable=(real / "inner",))
-    mounts = kinds(plan(exposure, [str(link), "/no/such/folder"]))
+    mounts = kinds(plan(exposure, [str(tmp_path), str(link), "/no/such/folder"]))
     # The mask and the read-only bind name the same resolved folder: the bind wins there.
     assert ("ro", str(real)) in mounts and ("mask", str(real)) not in mounts
     assert mounts.index(("ro", str(real))) < mounts.index(("rw", str(real / "inner")))
     assert not [m for m in mounts if "missing" in m[1] or "no/such" in m[1]]
+    # What no mask hides is visible through the read-only root already: no bind for it.
+    assert kinds(plan(Exposure(cwd=real, readable=(Path("/usr"), real)), [])) == []
 
 
 def test_files_are_masked_with_an_empty_file(tmp_path: Path) -> None:

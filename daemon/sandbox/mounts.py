@@ -93,6 +93,10 @@ def plan(exposure: Exposure, masks: Iterable[str]) -> list[Mount]:
         want("rw", path)
     for path in hidden:
         wanted[path] = "hide"
+    covering = [path for path, kind in wanted.items() if kind != "ro"]
+    for path, kind in list(wanted.items()):
+        if kind == "ro" and not any(_inside(path, c) for c in covering):
+            del wanted[path]  # visible read-only already, through the root's view
     mounts = [Mount(kind, path, os.path.isdir(path)) for path, kind in wanted.items()]
     mounts.sort(key=lambda m: (len(Path(m.path).parts), _ORDER[m.kind], m.path))
     return mounts
