@@ -258,6 +258,11 @@ def _announce(home: Home, daemon: Daemon) -> None:
         "Ctrl-C or SIGTERM stops it",
         flush=True,
     )
+    from daemon.sandbox.registry import choose
+
+    sandbox = choose(daemon.ctx.config.daemon.sandbox)
+    loud = sandbox.warning or sandbox.refusal
+    print(f"loopd: {'warning: ' if loud else ''}{sandbox.summary()}", file=sys.stderr, flush=True)
     for error in daemon.ctx.config.errors:
         print(f"loopd: loop disabled: {error}", file=sys.stderr, flush=True)
     for warning in daemon.ctx.config.warnings:

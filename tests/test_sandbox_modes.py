@@ -120,3 +120,43 @@ def test_a_run_keeps_what_it_exposed_in_its_record(tmp_path: Path) -> None:
     assert exposure["git_writable"] == [str((repo / ".git").resolve())]
     assert exposure["agent_home"].endswith(f"{run_id}.agent/home")
     wait_for(lambda: not Path(exposure["agent_home"]).exists(), timeout=5)
+
+
+def test_paths_kept_read_only_stay_so_inside_the_writable_tree(tmp_path: Path) -> None:
+    import subprocess
+    from datetime import UTC, datetime
+
+    from daemon.home import Home
+    from daemon.runs.confinement import Confinement
+    from daemon.runs.executor import new_run
+    from daemon.runs.services import RunServices
+    from daemon.runs.tree import prepare_tree
+    from daemon.scheduling.queue import PendingRun
+    from daemon.state.records import Trigger
+
+    require_bwrap()
+    home_path, repo = hostile_home(tmp_path, FIX)
+    home = Home(home_path)
+    loaded = home.load()
+    services = RunServices(home=home, config=loaded.daemon, store=home.state())
+    now = datetime.now(UTC)
+    trigger = Trigger(loop="calc", kind="manual", ts=now)
+    pending = PendingRun(
+        id=services.store.new_run_id("calc", now), loop="calc", trigger=trigger, queued_at=now
+    )
+    loop = loaded.loops["calc"]
+    run = new_run(services, loop, pending)
+    tree = prepare_tree(repo, "calc", run.id, "worktree", "HEAD", tmp_path / "worktrees").path
+    (tree / ".venv").mkdir()
+    Confinement.for_run(services, loop.config, run, tree).keep_read_only([tree / ".venv"])
+    # The next attempt's confinement, built afresh, keeps it from the run's record.
+    confinement = Confinement.for_run(services, loop.config, run, tree)
+    launch = confinement.launch_check(
+        "touch .venv/replaced 2>&1; touch made && echo tree-writable", confinement.checks_env()
+    )
+    proc = subprocess.run(
+        launch.argv, env=launch.env, pass_fds=launch.pass_fds, capture_output=True, text=True
+    )
+    launch.close()
+    assert "Read-only file system" in proc.stdout and "tree-writable" in proc.stdout
+    assert not (tree / ".venv" / "replaced").exists() and (tree / "made").exists()

@@ -123,6 +123,8 @@ class Attempt:
         self.tree = tree
         self.rules_text = rules_text
         self.n = n
+        # Where the agent and the checks run; SandboxUnavailable when runs are refused here.
+        self.confinement = Confinement.for_run(services, loop.config, journal.run, tree.path)
 
     def run(self) -> AttemptResult:
         """Start the agent, nudge its stalls, and record the attempt as finished."""
@@ -148,7 +150,6 @@ class Attempt:
         profile = self.services.config.profile(cfg.agent)
         assert profile is not None  # the loop's agent is checked when the config loads
         cls = adapter_class(profile.adapter)
-        self.confinement = Confinement.for_run(self.services, cfg, run, self.tree.path)
         adapter = cls(profile, self._agent_home(cls))
         adapter.scratch = self.confinement.scratch
         transcript = Transcript(folder / "transcript.jsonl", limits.transcript_cap)

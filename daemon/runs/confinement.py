@@ -107,6 +107,7 @@ class Confinement:
     checks_names: tuple[str, ...]
     homes: set[Path]
     environ: Mapping[str, str]
+    record: RunExposure  # the run's, saved with its record
 
     @classmethod
     def for_run(
@@ -135,6 +136,7 @@ class Confinement:
         for extra in config.writable:
             writable.append(ensure_dir(Path(os.path.expanduser(extra))))
         readable = [Path(run.repo or cfg.repo_path), *(Path(p) for p in paths.git_readable)]
+        readable += [Path(p) for p in paths.read_only]
         readable += [Path(os.path.expanduser(p)) for p in config.readable]
         readable += value_paths(loop_env.values(), homes)
         exposure = Exposure(
@@ -161,7 +163,16 @@ class Confinement:
             checks_names=tuple(cfg.checks_env),
             homes=homes,
             environ=environ,
+            record=paths,
         )
+
+    def keep_read_only(self, paths: list[Path]) -> None:
+        """Make `paths` read-only for the run's processes from now on, inside the tree too
+        (what setup made: a venv the agent must not replace); the run's record keeps them."""
+        for path in paths:
+            if str(path) not in self.record.read_only:
+                self.record.read_only.append(str(path))
+        self.exposure = self.exposure.adding(readable=paths)
 
     # -- folders in the scratch folder ------------------------------------------------------
 

@@ -219,6 +219,7 @@ class RunExposure(Record):
 
     git_writable: list[str] = []
     git_readable: list[str] = []
+    read_only: list[str] = []  # kept read-only for them, in the tree too (what setup made)
     agent_home: str = ""
     real_home: str = ""
     seeded: list[SeededFile] = []
