@@ -160,3 +160,16 @@ def test_paths_kept_read_only_stay_so_inside_the_writable_tree(tmp_path: Path) -
     launch.close()
     assert "Read-only file system" in proc.stdout and "tree-writable" in proc.stdout
     assert not (tree / ".venv" / "replaced").exists() and (tree / "made").exists()
+
+
+def test_check_warns_about_sandbox_paths_inside_the_home(tmp_path: Path) -> None:
+    home, _repo = hostile_home(tmp_path, FIX)
+    config = (home / "loopd.toml").read_text()
+    config = config.replace(
+        "[limits]", f'[sandbox]\nwritable = ["{home}/state"]\nreadable = ["/usr"]\n\n[limits]'
+    )
+    (home / "loopd.toml").write_text(config)
+    proc = loopd(home, "check")
+    assert proc.returncode == 0
+    assert f"[sandbox] writable: {home}/state is inside the home" in proc.stdout
+    assert "readable" not in proc.stdout.split("inside the home")[-1]

@@ -27,7 +27,8 @@ def check(args: argparse.Namespace) -> int:
     home = home_of(args)
     loaded = home.load()
     sandbox = choose(loaded.daemon.sandbox)
-    warnings = [w for w in (sandbox.warning, sandbox.refusal) if w] + loaded.warnings
+    notes = loaded.warnings + _inside_home(home.root, loaded.daemon.sandbox)
+    warnings = [w for w in (sandbox.warning, sandbox.refusal) if w] + notes
     if args.json:
         print_json(
             {
@@ -49,13 +50,30 @@ def check(args: argparse.Namespace) -> int:
     else:
         for error in loaded.errors:
             print(f"error: {error}")
-        for warning in loaded.warnings:
+        for warning in notes:
             print(f"warning: {warning}")
         loud = sandbox.warning or sandbox.refusal
         print(f"warning: {sandbox.summary()}" if loud else sandbox.summary())
         names = ", ".join(sorted(loaded.loops)) or "none"
         print(f"{len(loaded.loops)} valid loop(s): {names}; {len(loaded.errors)} error(s)")
     return 2 if loaded.errors else 0
+
+
+def _inside_home(root: Path, config: object) -> list[str]:
+    """`[sandbox]` paths in the home, which agents never see whatever is written."""
+    import os
+
+    out = []
+    home = os.path.realpath(root)
+    for key in ("writable", "readable"):
+        for path in getattr(config, key):
+            real = os.path.realpath(os.path.expanduser(path))
+            if real == home or real.startswith(home + "/"):
+                out.append(
+                    f"{root / 'loopd.toml'}: [sandbox] {key}: {path} is inside the home, "
+                    "which agents and checks never see; name a folder outside it"
+                )
+    return out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
