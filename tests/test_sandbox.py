@@ -15,7 +15,7 @@ from daemon.config import SandboxConfig
 from daemon.sandbox import bwrap as bwrap_module
 from daemon.sandbox.base import Availability, Exposure, Launch
 from daemon.sandbox.bwrap import BwrapSandbox
-from daemon.sandbox.mounts import Mount, plan
+from daemon.sandbox.mounts import Mount, host_files, plan
 from daemon.sandbox.paths import install_root, program_paths, value_paths
 from daemon.sandbox.registry import choose
 from tests.sandboxing import require_bwrap
@@ -63,6 +63,33 @@ def test_most_specific_path_wins_and_symlinks_are_resolved(tmp_path: Path) -> No
     assert not [m for m in mounts if "missing" in m[1] or "no/such" in m[1]]
     # What no mask hides is visible through the read-only root already: no bind for it.
     assert kinds(plan(Exposure(cwd=real, readable=(Path("/usr"), real)), [])) == []
+
+
+def test_a_system_file_linked_into_a_masked_folder_stays_readable(tmp_path: Path) -> None:
+    # As /etc/resolv.conf -> /run/systemd/resolve/stub-resolv.conf with systemd-resolved:
+    # here a folder of its own stands for /etc, and /tmp (masked) for /run.
+    require_bwrap()
+    run = tmp_path / "run" / "systemd" / "resolve"
+    run.mkdir(parents=True)
+    (run / "stub-resolv.conf").write_text("nameserver 127.0.0.53\n")
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "resolv.conf").symlink_to(run / "stub-resolv.conf")
+    (found,) = host_files([str(etc / "resolv.conf"), str(etc / "missing")])
+    assert found == str(run / "stub-resolv.conf")
+    work = tmp_path / "work"
+    work.mkdir()
+    cat = ["cat", str(etc / "resolv.conf")]
+    outputs = []
+    for extra in ((), (Path(found),)):
+        exposure = Exposure(cwd=work, writable=(work,), readable=(etc, *extra))
+        launch = BwrapSandbox().launch(cat, {"PATH": "/usr/bin:/bin"}, exposure)
+        proc = subprocess.run(
+            launch.argv, env=launch.env, pass_fds=launch.pass_fds, capture_output=True, text=True
+        )
+        launch.close()
+        outputs.append(proc.stdout)
+    assert outputs == ["", "nameserver 127.0.0.53\n"]
 
 
 def test_files_are_masked_with_an_empty_file(tmp_path: Path) -> None:

@@ -21,10 +21,11 @@ import subprocess
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from daemon.sandbox.base import Availability, Exposure, Launch, Sandbox
-from daemon.sandbox.mounts import host_masks, plan
+from daemon.sandbox.mounts import host_files, host_masks, plan
 
 FLAGS = (
     "--cap-drop",
@@ -151,6 +152,7 @@ class BwrapSandbox(Sandbox):
         if not result.availability.ok:
             raise OSError(f"bubblewrap cannot run here: {result.availability.detail}")
         args = base_argv(result, exposure.network)
+        exposure = exposure.adding(readable=[Path(f) for f in host_files()])
         for mount in plan(exposure, host_masks(os.environ)):
             args += mount.argv()
         read_end, write_end = os.pipe()

@@ -3,11 +3,12 @@
 Masks (empty private folders) go over the places that hold host sockets and personal files:
 `/tmp`, `/run` (`/var/run`), `$XDG_RUNTIME_DIR`, `/root`, `/home` and the real HOME; the
 password hashes and the host's SSH keys are covered by an empty file. Then the read-only and
-the read-write binds. bubblewrap applies its mounts in order and a later mount over a folder
-hides what an earlier one put inside it, so the plan is ordered by depth, shallow first: the
-most specific path wins (a tree under `/tmp` stays visible, a home inside a bound repository
-is masked again). loopd's own home is hidden whatever else is asked for: a bind inside it is
-dropped, and its mask comes after every bind at its depth.
+the read-write binds (and `/etc/resolv.conf`, where it links into `/run`). bubblewrap applies
+its mounts in order and a later mount over a folder hides what an earlier one put inside it,
+so the plan is ordered by depth, shallow first: the most specific path wins (a tree under
+`/tmp` stays visible, a home inside a bound repository is masked again). loopd's own home is
+hidden whatever else is asked for: a bind inside it is dropped, and its mask comes after
+every bind at its depth.
 
 Every path is resolved (bubblewrap cannot mount onto a symlink such as `/var/run`), missing
 masks and binds are skipped, and duplicates are merged.
@@ -27,6 +28,9 @@ from daemon.sandbox.paths import account_home
 
 MASKED_FOLDERS = ("/tmp", "/run", "/var/run", "/root", "/home")
 MASKED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/ssh/ssh_host_*_key")
+# System files that are often links into a masked folder and must stay readable: with
+# systemd-resolved or NetworkManager, /etc/resolv.conf points into /run (no DNS without it).
+LINKED_FILES = ("/etc/resolv.conf",)
 
 Kind = Literal["mask", "ro", "rw", "hide"]
 _ORDER: dict[Kind, int] = {"mask": 0, "ro": 1, "rw": 2, "hide": 3}
@@ -69,6 +73,11 @@ def host_masks(environ: Mapping[str, str]) -> list[str]:
     for pattern in MASKED_FILES:
         names += glob.glob(pattern)
     return names
+
+
+def host_files(names: Iterable[str] = LINKED_FILES) -> list[str]:
+    """Where the system files that must stay readable really are (bound when masked)."""
+    return [real for real in (_real(name) for name in names) if real]
 
 
 def plan(exposure: Exposure, masks: Iterable[str]) -> list[Mount]:
