@@ -173,3 +173,39 @@ def test_check_warns_about_sandbox_paths_inside_the_home(tmp_path: Path) -> None
     assert proc.returncode == 0
     assert f"[sandbox] writable: {home}/state is inside the home" in proc.stdout
     assert "readable" not in proc.stdout.split("inside the home")[-1]
+
+
+def test_worktrees_inside_the_home_are_named_by_check_and_refused_by_a_run(
+    tmp_path: Path,
+) -> None:
+    require_bwrap()
+    home, _repo = hostile_home(tmp_path, FIX)
+    inside = home / "trees"
+    config = (home / "loopd.toml").read_text()
+    config = config.replace(f'worktrees = "{tmp_path / "worktrees"}"', f'worktrees = "{inside}"')
+    (home / "loopd.toml").write_text(config)
+    check = loopd(home, "check")
+    assert f"[limits] worktrees: {inside} is inside the home" in check.stdout, check.stdout
+    proc = loopd(home, "once", "calc", timeout=120)
+    assert proc.returncode == 1
+    run_id = proc.stdout.splitlines()[0]
+    run = tomllib.loads((home / "state" / "runs" / run_id / "run.toml").read_text())
+    assert run["outcome"] == "error" and run["cause"] == "sandbox-unavailable"
+    assert "[limits] worktrees" in run["reason"]
+
+
+def test_env_keys_and_sandbox_paths_are_checked_with_file_key_and_fix(tmp_path: Path) -> None:
+    home, _repo = hostile_home(tmp_path, FIX, loop={"env": {"HOME": "/x"}, "checks_env": ["A-B"]})
+    config = (home / "loopd.toml").read_text()
+    config = config.replace("[limits]", '[sandbox]\nwritable = ["relative/path"]\n\n[limits]')
+    (home / "loopd.toml").write_text(config)
+    proc = loopd(home, "check")
+    assert proc.returncode == 2
+    assert "[sandbox] writable" in proc.stdout or "writable" in proc.stdout
+    assert "'relative/path' is not a path from / or ~" in proc.stdout
+    config = config.replace('writable = ["relative/path"]', "")
+    (home / "loopd.toml").write_text(config)
+    proc = loopd(home, "check")
+    assert proc.returncode == 2
+    assert "calc.toml: env" in proc.stdout and "HOME is set by loopd" in proc.stdout
+    assert "'A-B' is not an environment variable name" in proc.stdout

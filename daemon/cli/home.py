@@ -27,7 +27,7 @@ def check(args: argparse.Namespace) -> int:
     home = home_of(args)
     loaded = home.load()
     sandbox = choose(loaded.daemon.sandbox)
-    notes = loaded.warnings + _inside_home(home.root, loaded.daemon.sandbox)
+    notes = loaded.warnings + _inside_home(home.root, loaded.daemon)
     warnings = [w for w in (sandbox.warning, sandbox.refusal) if w] + notes
     if args.json:
         print_json(
@@ -60,19 +60,26 @@ def check(args: argparse.Namespace) -> int:
 
 
 def _inside_home(root: Path, config: object) -> list[str]:
-    """`[sandbox]` paths in the home, which agents never see whatever is written."""
+    """`[sandbox]` paths and the worktrees folder in the home, which agents never see."""
     import os
 
     out = []
     home = os.path.realpath(root)
     for key in ("writable", "readable"):
-        for path in getattr(config, key):
+        for path in getattr(config.sandbox, key):
             real = os.path.realpath(os.path.expanduser(path))
             if real == home or real.startswith(home + "/"):
                 out.append(
                     f"{root / 'loopd.toml'}: [sandbox] {key}: {path} is inside the home, "
                     "which agents and checks never see; name a folder outside it"
                 )
+    trees = os.path.realpath(config.limits.worktrees_path)
+    if config.sandbox.mode != "off" and (trees == home or trees.startswith(home + "/")):
+        out.append(
+            f"{root / 'loopd.toml'}: [limits] worktrees: {config.limits.worktrees} is inside "
+            "the home, which the sandbox hides from agents: runs end as `error`; set it to a "
+            'folder outside the home (the default is "~/.cache/loopd/worktrees")'
+        )
     return out
 
 
