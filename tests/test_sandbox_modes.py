@@ -201,7 +201,7 @@ def test_env_keys_and_sandbox_paths_are_checked_with_file_key_and_fix(tmp_path: 
     (home / "loopd.toml").write_text(config)
     proc = loopd(home, "check")
     assert proc.returncode == 2
-    assert "[sandbox] writable" in proc.stdout or "writable" in proc.stdout
+    assert "loopd.toml: sandbox.writable" in proc.stdout
     assert "'relative/path' is not a path from / or ~" in proc.stdout
     config = config.replace('writable = ["relative/path"]', "")
     (home / "loopd.toml").write_text(config)
