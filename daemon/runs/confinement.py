@@ -147,7 +147,9 @@ class Confinement:
             network=config.network,
         )
         if choice.sandbox().confines:
-            conflicts = hidden_conflicts(exposure)
+            # The run's own folders; `writable` paths in the home are dropped (`check` says so).
+            own = Exposure(cwd=tree, writable=(scratch,), hidden=exposure.hidden)
+            conflicts = hidden_conflicts(own)
             if conflicts:
                 raise SandboxUnavailable(
                     f"{conflicts[0]} is inside the home {services.home.root}, which agents never "
