@@ -129,10 +129,15 @@ def main() -> int:
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="loopd-bench-"))
-    log = tmp / "agent-starts.log"
+    # The agent runs in the sandbox (the default): its log's folder is made writable for it.
+    log = tmp / "talk" / "agent-starts.log"
+    log.parent.mkdir()
     repo = make_repo(tmp / "repo", {"README.md": "bench\n"})
     argv = [sys.executable, "-I", "-S", "-c", AGENT.format(log=str(log))]
-    config = f'[agents.bench]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
+    config = (
+        f'[agents.bench]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
+        f'\n[sandbox]\nwritable = ["{log.parent}"]\n'
+    )
     loop = (
         f"repo = {json.dumps(str(repo))}\n"
         'task = "Measure the trigger latency."\n'
@@ -170,6 +175,7 @@ def main() -> int:
     rows = breakdown(home, starts, commits)
     latencies = [r["latency"] for r in rows]
     outcomes = [e["outcome"] for e in read_events(home) if e["type"] == "run_finished"]
+    sandbox = {e.get("in_force") for e in read_events(home) if e["type"] == "sandbox"}
     print(f"trigger latency, {len(latencies)} commits, git commit returned -> agent started:")
     print(f"  p50 {percentile(latencies, 50):7.1f} ms")
     print(f"  p99 {percentile(latencies, 99):7.1f} ms   (target <= 250 ms)")
@@ -188,6 +194,7 @@ def main() -> int:
         print(f"  {key:34s} {statistics.median(values):7.1f} / {percentile(values, 99):7.1f}")
     print(f"  (python -I -S start-up alone: {python_startup():.1f} ms median)")
     print(f"runs: {len(outcomes)}, outcomes {sorted(set(outcomes))}; daemon exit code {code}")
+    print(f"sandbox in force: {', '.join(sorted(sandbox)) or 'unknown'}")
     if args.keep:
         print(f"kept {tmp}")
     else:

@@ -158,6 +158,23 @@ class EngineConfig(StrictModel):
         return bool(self.tls_cert or self.api_key_file)
 
 
+def _host_paths(value: list[str]) -> list[str]:
+    for path in value:
+        if not os.path.isabs(os.path.expanduser(path)):
+            raise ValueError(f"{path!r} is not a path from / or ~")
+    return value
+
+
+class SandboxConfig(StrictModel):
+    mode: Literal["auto", "bwrap", "off"] = "auto"
+    writable: list[str] = Field([], examples=[["~/.cache/pip"]])
+    readable: list[str] = Field([], examples=[["~/.pyenv"]])
+    network: bool = True
+
+    _writable = field_validator("writable")(_host_paths)
+    _readable = field_validator("readable")(_host_paths)
+
+
 class DaemonConfig(StrictModel):
     """`loopd.toml`."""
 
@@ -167,6 +184,7 @@ class DaemonConfig(StrictModel):
     limits: LimitsConfig = LimitsConfig()
     rules: RulesConfig = RulesConfig()
     engine: EngineConfig = EngineConfig()
+    sandbox: SandboxConfig = SandboxConfig()
 
     def profile(self, name: str) -> AgentProfile | None:
         """The named profile; an adapter's own name works without a profile, and `example`
@@ -214,6 +232,22 @@ class LoopConfig(StrictModel):
     runs_on: str = Field("", examples=["gpu"])
 
     _runs_on = field_validator("runs_on")(_queue_name)
+    env: dict[str, str] = Field({}, examples=[{"PYTHONPATH": "{tree}/src"}])
+    checks_env: list[str] = Field([], examples=[["DATABASE_URL"]])
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            _variable_name(name)
+        return value
+
+    @field_validator("checks_env")
+    @classmethod
+    def _checks_env_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            _variable_name(name)
+        return value
 
     @field_validator("task")
     @classmethod
@@ -242,6 +276,20 @@ class LoopConfig(StrictModel):
     @property
     def repo_path(self) -> Path:
         return Path(os.path.expanduser(self.repo)).resolve()
+
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _variable_name(name: str) -> str:
+    """An environment variable loopd may set for a run's processes."""
+    if not ENV_NAME.match(name):
+        raise ValueError(f"{name!r} is not an environment variable name (letters, digits, _)")
+    if name == "HOME":
+        raise ValueError("HOME is set by loopd: a fresh one for each run")
+    if name == "NOTIFY_SOCKET" or name.startswith("LOOPD_"):
+        raise ValueError(f"{name} is loopd's own and never reaches an agent or a check")
+    return name
 
 
 @dataclass
@@ -282,6 +330,7 @@ def _daemon_keys() -> dict[str, str]:
         ("limits", LimitsConfig),
         ("rules", RulesConfig),
         ("engine", EngineConfig),
+        ("sandbox", SandboxConfig),
     ):
         out.update(_section_keys(model, f"in loopd.toml under [{section}]"))
     return out

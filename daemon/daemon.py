@@ -265,6 +265,11 @@ def _announce(home: Home, daemon: Daemon) -> None:
         "Ctrl-C or SIGTERM stops it",
         flush=True,
     )
+    from daemon.sandbox.registry import choose
+
+    sandbox = choose(daemon.ctx.config.daemon.sandbox)
+    loud = sandbox.warning or sandbox.refusal
+    print(f"loopd: {'warning: ' if loud else ''}{sandbox.summary()}", file=sys.stderr, flush=True)
     for error in daemon.ctx.config.errors:
         print(f"loopd: loop disabled: {error}", file=sys.stderr, flush=True)
     for warning in daemon.ctx.config.warnings:
@@ -273,8 +278,11 @@ def _announce(home: Home, daemon: Daemon) -> None:
 
 def run_daemon(home: Home) -> int:
     """The driver: signals set flags; the loop ticks; systemd hears READY, WATCHDOG, STOPPING."""
+    from daemon.agents.processes import set_not_dumpable
     from daemon.systemd import SystemdNotifier
 
+    # Agents and checks run as this user: they must not read loopd's memory or environment.
+    set_not_dumpable()
     flags = Flags()
     _install_signals(flags)
     daemon = Daemon.start(home, utc_now(), flags)

@@ -103,6 +103,12 @@ EXAMPLE_CONFIG = """\
 # command = ["notify-send", "loopd"]   # argv; the message is appended; never a shell
 # webhook = ""                         # POST of the escalation as JSON
 
+# [sandbox]                  # where agents and checks run; `loopd check` says which is in force
+# mode = "auto"              # auto (bubblewrap when it runs here) | bwrap | off
+# writable = []              # extra paths they may write, e.g. ["~/.cache/pip"]
+# readable = []              # extra paths they may read, e.g. ["~/.pyenv"]
+# network = true
+
 [limits]
 max_concurrent_runs = 1
 # retain_days = 30

@@ -165,3 +165,30 @@ def pid_alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state != "Z"
+
+
+def processes_with(token: str) -> list[int]:
+    """Host pids of live processes whose command line holds `token` (this one excluded)."""
+    import os
+
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if token.encode() in cmdline and pid_alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def talk(tmp_path: Path) -> tuple[Path, str]:
+    """A folder a test shares with its agent, and the loopd.toml text that makes it writable.
+
+    Agents run sandboxed: they write only their tree and what `[sandbox] writable` names.
+    """
+    folder = tmp_path / "talk"
+    folder.mkdir(exist_ok=True)
+    return folder, f'\n[sandbox]\nwritable = ["{folder}"]\n'

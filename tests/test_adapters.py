@@ -321,18 +321,16 @@ def test_model_base_url_and_key_reach_the_agent(name: str, tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("name", AGENTS)
-def test_local_endpoint_gets_a_private_home(name: str, tmp_path: Path) -> None:
-    adapter = local_adapter(name, tmp_path)
-    assert adapter.wants_private_home()
-    assert adapter.invocation(PROMPT).home == tmp_path / "agent-home"
+def test_the_agent_starts_in_the_home_its_caller_gives(name: str, tmp_path: Path) -> None:
+    # Every run gives its agent a HOME of its own (daemon/agents/homes.py), whatever the
+    # endpoint; the adapter starts the agent there.
+    assert local_adapter(name, tmp_path).invocation(PROMPT).home == tmp_path / "agent-home"
     remote = adapter_class(name)(
         AgentProfile(adapter=name, base_url="https://api.example.com/v1"),
-        private_home=tmp_path / "agent-home",
+        private_home=tmp_path / "run-home",
         environ={},
     )
-    assert not remote.wants_private_home()
-    assert remote.invocation(PROMPT).home is None
-    assert make(name, tmp_path).invocation(PROMPT).home is None  # no base_url: the user's HOME
+    assert remote.invocation(PROMPT).home == tmp_path / "run-home"
 
 
 @pytest.mark.parametrize("name", AGENTS)

@@ -17,6 +17,7 @@ from daemon.config import (
     LoopConfig,
     NotifyConfig,
     RulesConfig,
+    SandboxConfig,
     VerifierConfig,
 )
 from daemon.config_errors import bounds_of, literal_values, toml_value
@@ -30,6 +31,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "### [limits]": LimitsConfig,
     "### [rules]": RulesConfig,
     "### [engine]": EngineConfig,
+    "### [sandbox]": SandboxConfig,
     "## loops/NAME.toml": LoopConfig,
 }
 
@@ -56,6 +58,7 @@ def test_every_section_of_loopd_toml_is_documented() -> None:
         "limits",
         "rules",
         "engine",
+        "sandbox",
     }
     for heading in SECTIONS:
         assert f"\n{heading}\n" in DOC, heading

@@ -506,7 +506,7 @@ def test_same_model_warning_from_loopd_once(tmp_path: Path, server: ScriptedMode
 def test_restart_resumes_a_pending_judgement_without_rerunning_the_agent(
     tmp_path: Path, server: ScriptedModelServer
 ) -> None:
-    marker = tmp_path / "agent-ran"
+    marker = Path("agent-ran")  # in the run's tree: the sandbox lets it write nowhere else
     server.add(verdict(8, "Judged by the restarted daemon."), name="critic_verdict")
     server.down = "503"
     repo, home = make_case(tmp_path, server, fixer(marker))
@@ -544,7 +544,8 @@ def test_restart_resumes_a_pending_judgement_without_rerunning_the_agent(
     assert run["outcome"] == "succeeded", daemon_log(home)
     assert len(run["attempts"]) == 1
     assert run["attempts"][0]["verdict"] == "Judged by the restarted daemon."
-    assert marker.read_text() == "ran\n"  # the agent ran once, before the restart
+    # The agent ran once, before the restart.
+    assert git(repo, "show", f"{run['branch']}:agent-ran") == "ran"
     assert [e["type"] for e in events(home) if e["type"] == "run_recovered"] == ["run_recovered"]
     assert len(run_events(home, run_id, "attempt_started")) == 1
     assert not any(p.name.startswith("attempt-2") for p in run_dir.iterdir())

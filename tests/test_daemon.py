@@ -19,10 +19,11 @@ from tests.helpers import (
     loopd,
     make_home,
     make_repo,
-    pid_alive,
+    processes_with,
     runs,
     start_daemon,
     stop_daemon,
+    talk,
     wait_for,
 )
 
@@ -97,15 +98,18 @@ def test_a_schedule_runs_and_kill_9_mid_attempt_is_interrupted_and_retried_once(
     tmp_path: Path, daemons: list
 ) -> None:
     repo = make_repo(tmp_path / "repo", BUGGY)
-    marker = tmp_path / "agent-pids"
+    shared, sandbox = talk(tmp_path)
+    marker = shared / "agent-started"
+    token = f"kill9-{tmp_path.name}"  # in the command lines of the agent and its grandchild
     # The first agent hangs after leaving a grandchild behind; the retry fixes the code.
     script = (
+        f"# {token}\n"
         "import os, pathlib, subprocess, sys, time\n"
         f"marker = pathlib.Path({str(marker)!r})\n"
         "if not marker.exists():\n"
-        "    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
-        " start_new_session=True)\n"
-        "    marker.write_text(f'{os.getpid()} {child.pid}')\n"
+        f"    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)',"
+        f" {token!r}], start_new_session=True)\n"
+        "    marker.write_text('yes')\n"
         "    time.sleep(600)\n"
         "p = pathlib.Path('calc.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
     )
@@ -114,14 +118,14 @@ def test_a_schedule_runs_and_kill_9_mid_attempt_is_interrupted_and_retried_once(
     fire = utc_now().replace(second=0, microsecond=0) - timedelta(minutes=1)
     home = make_home(
         tmp_path / "home",
-        agent(script),
+        agent(script) + sandbox,
         {"calc": loop_text(repo, schedule=[f"{fire.minute} {fire.hour} * * *"], catch_up="1h")},
     )
     seed_cursor(home, "calc", fire - timedelta(minutes=1))
     daemon = start_daemon(home)
     daemons.append(daemon)
     wait_for(marker.exists, timeout=30, what="the scheduled run's agent")
-    agent_pid, grandchild = (int(x) for x in marker.read_text().split())
+    assert len(processes_with(token)) >= 2
     (run,) = runs(home)
     assert run["trigger"]["kind"] == "catch-up" and run["phase"] == "running"
     assert f"{fire.hour:02d}:{fire.minute:02d}" in run["trigger"]["reason"]
@@ -130,9 +134,9 @@ def test_a_schedule_runs_and_kill_9_mid_attempt_is_interrupted_and_retried_once(
     restarted = start_daemon(home)
     daemons.append(restarted)
     wait_for(
-        lambda: not pid_alive(agent_pid) and not pid_alive(grandchild),
+        lambda: not processes_with(token),
         timeout=20,
-        what="the dead daemon's agent processes to be killed",
+        what="the dead daemon's agent processes to be gone",
     )
 
     def two_finished() -> list[dict]:
@@ -156,13 +160,16 @@ def test_sigterm_gives_the_attempt_its_grace_then_the_run_is_interrupted(
     tmp_path: Path, daemons: list
 ) -> None:
     repo = make_repo(tmp_path / "repo", BUGGY)
-    started = tmp_path / "started"
+    shared, sandbox = talk(tmp_path)
+    started = shared / "started"
     script = (
         f"import pathlib, time; pathlib.Path({str(started)!r}).write_text('x'); time.sleep(600)"
     )
     home = make_home(
         tmp_path / "home",
-        agent(script) + f'[limits]\nshutdown_grace = "1s"\nworktrees = "{tmp_path / "wt"}"\n',
+        agent(script)
+        + sandbox
+        + f'[limits]\nshutdown_grace = "1s"\nworktrees = "{tmp_path / "wt"}"\n',
         {"calc": loop_text(repo)},
     )
     daemon = start_daemon(home)
@@ -220,14 +227,15 @@ def test_broken_loop_files_are_reported_and_the_others_keep_running(
 def first_run_at_a_gate(tmp_path: Path, daemons: list) -> tuple[Path, Path, subprocess.Popen[str]]:
     """A daemon whose first run (reason "first") waits at a gate; home, gate, daemon."""
     repo = make_repo(tmp_path / "repo", BUGGY)
-    gate = tmp_path / "gate"
+    shared, sandbox = talk(tmp_path)
+    gate = shared / "gate"
     script = (
         "import pathlib, time\n"
         f"gate = pathlib.Path({str(gate)!r})\n"
         "while not gate.exists(): time.sleep(0.05)\n"
         "p = pathlib.Path('calc.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
     )
-    home = make_home(tmp_path / "home", agent(script), {"calc": loop_text(repo)})
+    home = make_home(tmp_path / "home", agent(script) + sandbox, {"calc": loop_text(repo)})
     daemon = start_daemon(home)
     daemons.append(daemon)
     assert loopd(home, "trigger", "calc", "--reason", "first").returncode == 0

@@ -33,6 +33,7 @@ import tomli_w
 
 from tests.helpers import ROOT, git, loopd, make_home, make_repo
 from tests.model_server import ScriptedModelServer, Spec
+from tests.sandboxing import require_bwrap
 
 QWEN_PACKAGE = "@qwen-code/qwen-code@0.24.4"
 
@@ -356,6 +357,9 @@ def test_agent_writes_the_fix_and_the_checks_pass(
     assert any("call_fix_1" in t.tool_result_ids() for t in turns)
     assert [e["outcome"] for e in outcome.events("run_finished")] == ["succeeded"]
     assert outcome.run["tokens"] > 0 and outcome.attempt["tokens"] == outcome.run["tokens"]
+    # All of that inside bubblewrap, as every run here gets it (CI requires it).
+    require_bwrap()
+    assert [e["in_force"] for e in outcome.events("sandbox")] == ["bwrap"]
 
 
 def test_server_stops_answering_the_stall_is_nudged_and_the_session_finishes(

@@ -48,7 +48,12 @@ def agent_profile(log: Path, body: str) -> str:
         f"{body}\n"
     )
     argv = [sys.executable, "-c", script]
-    return f'[agents.bot]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
+    # The agent runs sandboxed: the folder of its log is the one outside its tree it may write.
+    log.parent.mkdir(parents=True, exist_ok=True)
+    return (
+        f'[agents.bot]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
+        f'\n[sandbox]\nwritable = ["{log.parent}"]\n'
+    )
 
 
 def loop_text(repo: Path, **extra: object) -> str:
@@ -99,7 +104,7 @@ def test_commits_start_runs_only_on_watched_branches_and_a_burst_coalesces(
     tmp_path: Path, daemons: list
 ) -> None:
     repo = make_repo(tmp_path / "repo", CALC)
-    log, gate = tmp_path / "agent.jsonl", tmp_path / "gate"
+    log, gate = tmp_path / "talk" / "agent.jsonl", tmp_path / "talk" / "gate"
     body = f"record()\nwhile not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n{FIX}"
     home = make_home(
         tmp_path / "home",
@@ -147,7 +152,7 @@ def test_commits_start_runs_only_on_watched_branches_and_a_burst_coalesces(
 
 def test_a_persons_commits_during_a_run_are_not_undone(tmp_path: Path, daemons: list) -> None:
     repo = make_repo(tmp_path / "repo", CALC)
-    log, gate = tmp_path / "agent.jsonl", tmp_path / "gate"
+    log, gate = tmp_path / "talk" / "agent.jsonl", tmp_path / "talk" / "gate"
     body = f"record()\nwhile not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)"
     home = make_home(
         tmp_path / "home", agent_profile(log, body), {"calc": loop_text(repo, on_push=["main"])}
@@ -170,7 +175,7 @@ def test_an_in_place_agents_own_commit_does_not_trigger_its_loop_again(
     tmp_path: Path, daemons: list
 ) -> None:
     repo = make_repo(tmp_path / "repo", CALC)
-    log = tmp_path / "agent.jsonl"
+    log = tmp_path / "talk" / "agent.jsonl"
     body = (
         "record()\n"
         "subprocess.run(['git', '-c', 'user.name=agent', '-c', 'user.email=agent@example.com',"
@@ -214,7 +219,7 @@ def test_a_push_into_a_bare_repository_triggers_the_loop_once(
     work = make_repo(tmp_path / "work", CALC)
     git(work, "remote", "add", "origin", str(bare))
     git(work, "push", "-q", "origin", "main")
-    log = tmp_path / "agent.jsonl"
+    log = tmp_path / "talk" / "agent.jsonl"
     body = "record()\npathlib.Path('calc.py').write_text('def add(a, b):\\n    return a + b\\n')"
     home = make_home(
         tmp_path / "home",
@@ -251,7 +256,7 @@ def test_user_hooks_still_run_and_uninstall_restores_them_byte_for_byte(tmp_path
     repo = make_repo(tmp_path / "repo", CALC)
     home = make_home(
         tmp_path / "home",
-        agent_profile(tmp_path / "log", ""),
+        agent_profile(tmp_path / "talk" / "log", ""),
         {"calc": loop_text(repo, on_push=["main"])},
     )
     folder = repo / ".git" / "hooks"
@@ -304,7 +309,7 @@ def test_a_hostile_branch_name_and_commit_message_make_a_normal_run(
         f"$(touch {marker}) `touch {marker}` ; touch {marker} | touch {marker} && "
         f"touch {marker} '\" \\ $IFS > {marker}"
     )
-    log = tmp_path / "agent.jsonl"
+    log = tmp_path / "talk" / "agent.jsonl"
     body = f"record()\n{FIX}"
     home = make_home(
         tmp_path / "home",
@@ -352,7 +357,7 @@ def test_repository_configured_programs_are_not_run_by_loopd_during_a_run(
         path = repo / ".git" / "hooks" / hook
         path.write_text(f'#!/bin/sh\necho "hook {hook}" >> "{ran}"\n')
         path.chmod(0o755)
-    log = tmp_path / "agent.jsonl"
+    log = tmp_path / "talk" / "agent.jsonl"
     # Attempt 1 also edits a protected path, so that restoring it (a checkout) runs too.
     body = (
         "record(test=pathlib.Path('tests/test_calc.py').read_text())\n"
@@ -383,7 +388,7 @@ def test_an_agent_editing_protected_tests_fails_and_the_next_attempt_gets_them_b
     tmp_path: Path,
 ) -> None:
     repo = make_repo(tmp_path / "repo", CALC)
-    log = tmp_path / "agent.jsonl"
+    log = tmp_path / "talk" / "agent.jsonl"
     body = (
         "record(test=pathlib.Path('tests/test_calc.py').read_text(),"
         " listing=sorted(os.listdir('tests')))\n"
@@ -436,7 +441,7 @@ def test_an_agent_moving_main_fails_its_attempt_and_main_is_put_back(
     git(repo, "commit", "-q", "--allow-empty", "-m", "second")
     git(repo, "branch", "release")
     main_before = git(repo, "rev-parse", "main")
-    log = tmp_path / "agent.jsonl"
+    log = tmp_path / "talk" / "agent.jsonl"
     # With the hooks installed, the agent's own ref updates run them too (release's with an
     # old value, which the hooks count as new work): they must not start another run.
     body = (
@@ -497,7 +502,7 @@ def test_on_change_starts_a_run_for_a_watched_path_and_not_for_an_ignored_one(
         {**CALC, "src/app.py": "x = 1\n", ".gitignore": "node_modules/\n", "docs/a.md": "a\n"},
     )
     (repo / "src" / "node_modules" / "pkg").mkdir(parents=True)
-    log = tmp_path / "agent.jsonl"
+    log = tmp_path / "talk" / "agent.jsonl"
     # The agent edits src/ in its worktree: that must not trigger the loop again.
     body = "record()\npathlib.Path('src/app.py').write_text('x = 2\\n')"
     home = make_home(

@@ -81,9 +81,14 @@ def agent_script(mode_file: Path, env_file: Path | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def agent_config(script: str) -> str:
+def agent_config(script: str, talk: Path | None = None) -> str:
+    """The agent's profile; `talk`: the folder outside its tree the sandboxed agent may write."""
     argv = [sys.executable, "-c", script]
-    return f'[agents.fixer]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
+    text = f'[agents.fixer]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
+    if talk is not None:
+        talk.mkdir(parents=True, exist_ok=True)
+        text += f'\n[sandbox]\nwritable = ["{talk}"]\n'
+    return text
 
 
 def loop_text(repo: Path, **extra: object) -> str:
@@ -216,12 +221,13 @@ def escalation_text(home: Path, run_id: str) -> str:
 
 def test_a_run_that_fails_every_attempt_is_handed_to_a_person(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo", BUGGY)
-    mode = tmp_path / "mode"
+    mode = tmp_path / "talk" / "mode"
+    mode.parent.mkdir(exist_ok=True)
     mode.write_text("notes")
     with critic_server() as model, Webhook() as hook:
         notify, out = notify_config(tmp_path, hook.url)
         config = (
-            agent_config(agent_script(mode))
+            agent_config(agent_script(mode), mode.parent)
             + f'[verifier]\nbase_url = "{model.base_url}"\nmodel = "critic"\ntimeout = "10s"\n'
             + notify
         )
@@ -292,12 +298,13 @@ def test_a_dead_webhook_does_not_block_the_run_and_its_failure_is_an_event(
     tmp_path: Path, daemons: list
 ) -> None:
     repo = make_repo(tmp_path / "repo", BUGGY)
-    mode = tmp_path / "mode"
+    mode = tmp_path / "talk" / "mode"
+    mode.parent.mkdir(exist_ok=True)
     mode.write_text("nothing")
     notify, out = notify_config(tmp_path, dead_url())
     home = make_home(
         tmp_path / "home",
-        agent_config(agent_script(mode)) + notify,
+        agent_config(agent_script(mode), mode.parent) + notify,
         {"calc": loop_text(repo, max_attempts=1)},
     )
     daemon = start_daemon(home)
@@ -341,11 +348,12 @@ def test_resolve_retry_with_a_note_and_the_schedule_held_while_open(
     tmp_path: Path, daemons: list
 ) -> None:
     repo = make_repo(tmp_path / "repo", BUGGY)
-    mode = tmp_path / "mode"
+    mode = tmp_path / "talk" / "mode"
+    mode.parent.mkdir(exist_ok=True)
     mode.write_text("nothing")
     home = make_home(
         tmp_path / "home",
-        agent_config(agent_script(mode)),
+        agent_config(agent_script(mode), mode.parent),
         {"calc": loop_text(repo, max_attempts=1)},
     )
     daemon = start_daemon(home)
@@ -422,10 +430,11 @@ def night(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     repo = make_repo(tmp / "repo", BUGGY)
     docs = make_repo(tmp / "docs", {"README.md": "docs\n", "check.py": "pass\n"})
     (docs / "README.md").write_text("a local edit\n")  # in-place on a dirty tree: error
-    mode = tmp / "mode"
+    mode = tmp / "talk" / "mode"
+    mode.parent.mkdir(exist_ok=True)
     home = make_home(
         tmp / "home",
-        agent_config(agent_script(mode)),
+        agent_config(agent_script(mode), mode.parent),
         {
             "calc": loop_text(repo, max_attempts=1),
             "docs": loop_text(docs, isolation="in-place"),
@@ -535,12 +544,13 @@ def test_loopd_run_speaks_sd_notify_and_the_agent_does_not_inherit_the_socket(
     tmp_path: Path, daemons: list
 ) -> None:
     repo = make_repo(tmp_path / "repo", BUGGY)
-    mode = tmp_path / "mode"
+    mode = tmp_path / "talk" / "mode"
+    mode.parent.mkdir(exist_ok=True)
     mode.write_text("fix")
-    env_file = tmp_path / "agent-env.json"
+    env_file = tmp_path / "talk" / "agent-env.json"
     home = make_home(
         tmp_path / "home",
-        agent_config(agent_script(mode, env_file)),
+        agent_config(agent_script(mode, env_file), mode.parent),
         {"calc": loop_text(repo)},
     )
     # AF_UNIX paths are short (108 bytes): the socket lives in a short folder of its own.
@@ -614,12 +624,13 @@ def test_loopd_run_speaks_sd_notify_and_the_agent_does_not_inherit_the_socket(
 
 def test_loopd_once_with_a_dead_webhook_ends_and_records_the_failure(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo", BUGGY)
-    mode = tmp_path / "mode"
+    mode = tmp_path / "talk" / "mode"
+    mode.parent.mkdir(exist_ok=True)
     mode.write_text("nothing")
     notify, out = notify_config(tmp_path, dead_url())
     home = make_home(
         tmp_path / "home",
-        agent_config(agent_script(mode)) + notify,
+        agent_config(agent_script(mode), mode.parent) + notify,
         {"calc": loop_text(repo, max_attempts=1)},
     )
     proc = loopd(home, "once", "calc", timeout=90)

@@ -18,7 +18,7 @@ import pytest
 
 from daemon.rules.library import RuleLibrary
 from daemon.rules.rulefile import Rule
-from tests.helpers import events, loopd, make_home, make_repo
+from tests.helpers import events, loopd, make_home, make_repo, talk
 from tests.model_server import call_name
 
 REPO = {
@@ -105,13 +105,14 @@ def setup_home(
     server.script(default_reply)
     script = tmp_path / "agent.py"
     script.write_text(AGENT.replace("RULE_MARK", repr(RULE_MARK)))
-    marker = tmp_path / "agent-started.txt"
+    shared, sandbox = talk(tmp_path)  # the agent runs sandboxed: its marker lives here
+    marker = shared / "agent-started.txt"
     argv = [sys.executable, str(script), str(marker)]
     config = (
         f'[verifier]\nbase_url = "{server.base_url}"\nmodel = "critic-model"\n'
         'timeout = "20s"\njudge_timeout = "20s"\npending_limit = "30s"\n\n'
         f'[agents.fixer]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
-    )
+    ) + sandbox
     files = {}
     for name, extra in loops.items():
         folder = tmp_path / ("repo" if shared else f"repo-{name}")

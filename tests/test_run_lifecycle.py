@@ -33,7 +33,7 @@ from daemon.runs.services import RunServices
 from daemon.runs.tree import prepare_tree
 from daemon.scheduling.queue import PendingRun
 from daemon.state.records import AttemptRecord, Cause, RunRecord, Trigger
-from tests.helpers import git, make_home, make_repo, wait_for
+from tests.helpers import git, make_home, make_repo, processes_with, wait_for
 from tests.model_server import ScriptedModelServer, call_name
 
 BUGGY = {
@@ -211,15 +211,18 @@ def test_a_verifier_that_stays_down_past_pending_limit_is_an_exception_judging_r
 
 @pytest.mark.parametrize("how", ["cancel", "cancel file", "daemon stop"])
 def test_cancel_and_stop_kill_a_running_check_with_its_group(tmp_path: Path, how: str) -> None:
-    pidfile = tmp_path / "check.pid"
-    check = f"echo $$ > {pidfile}; sleep 600 & wait"
+    # The check runs sandboxed: it tells that it started through a file in its tree, and its
+    # processes are found by a token in their command lines (their pids are the sandbox's).
+    token = f"check-{tmp_path.name}"
+    sleeper = f"python3 -c 'import time; time.sleep(600)' {token}"
+    check = f"echo started > started; {sleeper} & wait"
     case = make_case(tmp_path, done_when=[check])
     run = case.new_run()
     executor = RunExecutor(case.services, case.loop, run)
     thread = in_thread(executor)
-    text = wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=60)
-    pgid = int(text)
-    assert group_alive(pgid)
+    started = tmp_path / "worktrees" / "calc" / run.id / "started"
+    wait_for(started.exists, timeout=60)
+    wait_for(lambda: processes_with(token), timeout=10)
     if how == "cancel":
         executor.cancel()
     elif how == "cancel file":
@@ -228,7 +231,7 @@ def test_cancel_and_stop_kill_a_running_check_with_its_group(tmp_path: Path, how
         executor.interrupt(30)
     thread.join(JOIN)
     assert not thread.is_alive(), "the run waited for its check"
-    assert not group_alive(pgid), "the check's process group was left running"
+    assert not processes_with(token), "the check's processes were left running"
     ended = case.store.load_run(run.id)
     if how == "daemon stop":
         # Judging resumes after the restart: the run stays live, its tree kept.

@@ -7,7 +7,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from tests.helpers import git, loopd, make_home, make_repo
+from tests.helpers import git, loopd, make_home, make_repo, processes_with
 
 BUGGY = {
     "calc.py": "def add(a, b):\n    return a - b\n",
@@ -214,13 +214,16 @@ def test_secrets_an_agent_prints_never_reach_state(tmp_path: Path) -> None:
 
 
 def test_an_agent_that_leaves_a_grandchild_and_hangs_is_killed_with_it(tmp_path: Path) -> None:
+    # The agent and its grandchild are found by a token in their command lines: inside the
+    # sandbox their pids are the PID namespace's, and they cannot write outside the tree.
+    token = f"grandchild-{tmp_path.name}"
     repo = make_repo(tmp_path / "repo", BUGGY)
-    pids = tmp_path / "pids"
     script = (
-        "import os, subprocess, sys, time\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
+        f"# {token}\n"
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600) # {token}'],"
         " start_new_session=True)\n"
-        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+        "open('started', 'w').write('yes')\n"
         "time.sleep(600)\n"
     )
     home = make_home(
@@ -232,8 +235,8 @@ def test_an_agent_that_leaves_a_grandchild_and_hangs_is_killed_with_it(tmp_path:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     run = read_run(home, proc.stdout.splitlines()[0])
     assert run["attempts"][0]["timed_out"] is True
-    for pid in (int(p) for p in pids.read_text().split()):
-        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+    assert git(repo, "show", f"{run['branch']}:started") == "yes"  # both had started
+    assert processes_with(token) == []
 
 
 def test_an_agent_that_cannot_start_is_escalated_at_once(tmp_path: Path) -> None:
@@ -258,15 +261,16 @@ def test_a_killed_once_leaves_a_run_the_next_once_ends(tmp_path: Path) -> None:
     import subprocess
     import time
 
-    from tests.helpers import ROOT, pid_alive, wait_for
+    from tests.helpers import ROOT, wait_for
 
     repo = make_repo(tmp_path / "repo", BUGGY)
-    pids = tmp_path / "pids"
+    token = f"abandoned-{tmp_path.name}"
+    # The first run's agent hangs; the second's (its trigger's reason is in the prompt) fixes.
     script = (
-        "import os, pathlib, time\n"
-        f"p = pathlib.Path({str(pids)!r})\n"
-        "if not p.exists():\n"
-        "    p.write_text(str(os.getpid())); time.sleep(600)\n"
+        f"# {token}\n"
+        "import pathlib, sys, time\n"
+        "if 'second' not in sys.stdin.read():\n"
+        "    pathlib.Path('started').write_text('yes'); time.sleep(600)\n"
         "c = pathlib.Path('calc.py'); c.write_text(c.read_text().replace('a - b', 'a + b'))\n"
     )
     home = make_home(tmp_path / "home", agent_config(script), {"calc": loop_file(repo)})
@@ -279,17 +283,18 @@ def test_a_killed_once_leaves_a_run_the_next_once_ends(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        wait_for(pids.exists, timeout=30, what="the agent")
-        agent_pid = int(pids.read_text())
+        wait_for(lambda: list((tmp_path / "worktrees").glob("calc/*/started")), what="the agent")
+        assert processes_with(token)
         first_id = first.stdout.readline().strip()
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
         time.sleep(0.2)
-        assert pid_alive(agent_pid)  # orphaned, still running
-        proc = loopd(home, "once", "calc")
+        proc = loopd(home, "once", "calc", "--reason", "second")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert f"ended abandoned run {first_id}" in proc.stderr
-        assert not pid_alive(agent_pid)
+        # Nothing of the first agent is left: the sandbox's processes die with the loopd that
+        # started them, and an unsandboxed agent is found and killed by the next `loopd once`.
+        assert processes_with(token) == []
         assert read_run(home, first_id)["outcome"] == "interrupted"
     finally:
         if first.poll() is None:

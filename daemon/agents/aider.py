@@ -52,6 +52,8 @@ class AiderAdapter(AgentAdapter):
     resume_needs_id = False
     usage = True
     tool_calls = False
+    login_files = (".aider/oauth-keys.env",)  # the key an OpenRouter login leaves
+    config_paths = (".aider/",)
 
     def invocation(self, prompt: str, resume: Resume | None = None) -> Invocation:
         argv = ["aider", "--message", positional(resume.message if resume else prompt)]

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
-from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict
 
@@ -54,13 +53,7 @@ class Invocation:
     argv: list[str]
     stdin: bytes | None = None
     env: dict[str, str] = field(default_factory=dict)
-    home: Path | None = None  # a private HOME for the agent, created before the start
-
-
-def is_local_url(url: str) -> bool:
-    """Whether an endpoint is on this machine (loopback or localhost)."""
-    host = (urlparse(url).hostname or "").lower()
-    return host in {"localhost", "::1"} or host.startswith("127.") or host.endswith(".localhost")
+    home: Path | None = None  # the run's HOME for the agent, created before the start
 
 
 class AgentAdapter(ABC):
@@ -73,6 +66,13 @@ class AgentAdapter(ABC):
     tool_calls: ClassVar[bool] = False  # reports tool calls and their results
     # A follow-up needs the session id from the stream (aider restores its history without one).
     resume_needs_id: ClassVar[bool] = True
+    # The agent's HOME is the run's own (daemon/agents/homes.py). Paths are relative to HOME:
+    # the files that log the agent in, copied into the run's HOME from the real one;
+    login_files: ClassVar[tuple[str, ...]] = ()
+    # of those, the ones the agent refreshes (OAuth tokens), copied back at the run's end;
+    credential_files: ClassVar[tuple[str, ...]] = ()
+    # where the agent writes its config and sessions (a trailing / marks a folder, made empty).
+    config_paths: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -81,6 +81,7 @@ class AgentAdapter(ABC):
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.profile = profile
+        # The run's HOME for the agent (set by the caller; None: the caller's HOME).
         self.private_home = private_home
         # A folder outside the run's tree and outside state/ for files an agent keeps between
         # its processes (aider's chat history); set by the caller, removed with the worktree.
@@ -96,18 +97,14 @@ class AgentAdapter(ABC):
         """Normalize one line of output; what does not parse is kept as raw text."""
         return [AgentEvent(type="raw", text=line)]
 
-    def wants_private_home(self) -> bool:
-        """A profile on a local endpoint keeps the agent's config and sessions apart."""
-        return bool(self.profile.base_url) and is_local_url(self.profile.base_url)
-
     def api_key(self, environ: Mapping[str, str] | None = None) -> str:
         """The key named by the profile's `api_key_env`, or empty."""
         source = self.environ if environ is None else environ
         return source.get(self.profile.api_key_env, "") if self.profile.api_key_env else ""
 
     def home(self) -> Path | None:
-        """The private HOME for the agent, when its profile wants one (the caller creates it)."""
-        return self.private_home if self.wants_private_home() else None
+        """The HOME the agent starts with (the caller creates it)."""
+        return self.private_home
 
     @staticmethod
     def loads(line: str) -> dict[str, Any] | None:

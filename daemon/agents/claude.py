@@ -134,6 +134,9 @@ class ClaudeAdapter(AgentAdapter):
     session_resume = True
     usage = True
     tool_calls = True
+    login_files = (".claude/.credentials.json", ".claude.json")
+    credential_files = (".claude/.credentials.json",)
+    config_paths = (".claude/", ".claude.json")
 
     def invocation(self, prompt: str, resume: Resume | None = None) -> Invocation:
         text = resume.message if resume else prompt

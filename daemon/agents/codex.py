@@ -51,6 +51,9 @@ class CodexAdapter(AgentAdapter):
     session_resume = True
     usage = True
     tool_calls = True
+    login_files = (".codex/auth.json",)
+    credential_files = (".codex/auth.json",)
+    config_paths = (".codex/",)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -30,6 +30,14 @@ class GeminiAdapter(AgentAdapter):
     session_resume = True
     usage = True
     tool_calls = True
+    # settings.json names the login method: without it a headless Gemini CLI picks none.
+    login_files = (
+        ".gemini/oauth_creds.json",
+        ".gemini/google_accounts.json",
+        ".gemini/settings.json",
+    )
+    credential_files = (".gemini/oauth_creds.json",)
+    config_paths = (".gemini/",)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -47,6 +47,9 @@ class OpencodeAdapter(AgentAdapter):
     session_resume = True
     usage = True
     tool_calls = True
+    login_files = (".local/share/opencode/auth.json",)
+    credential_files = (".local/share/opencode/auth.json",)
+    config_paths = (".local/share/opencode/", ".config/opencode/", ".local/state/opencode/")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 _POLL = 0.02
 _KILL_WAIT = 5.0  # after SIGKILL, how long to wait for the kernel to finish the processes
 
@@ -69,6 +70,16 @@ def set_child_subreaper() -> bool:
             return False
         _subreaper_for_pid = os.getpid()
         return True
+
+
+def set_not_dumpable() -> bool:
+    """PR_SET_DUMPABLE 0: a process of the same user without privileges cannot read this
+    process's memory or /proc/PID/environ (loopd's secrets), nor attach to it; no core dumps.
+    Children get it back at exec. False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
 
 
 def spawning() -> threading.RLock:
@@ -285,14 +296,23 @@ def _killpg(pgid: int, sig: signal.Signals) -> None:
 
 
 def _terminate(
-    find: Callable[[dict[int, ProcInfo]], set[int]], pgids: Iterable[int], grace: float, spare: int
+    find: Callable[[dict[int, ProcInfo]], set[int]],
+    pgids: Iterable[int],
+    grace: float,
+    spare: int,
+    kill_only: frozenset[int] = frozenset(),
 ) -> set[int]:
-    """SIGTERM, up to `grace` seconds, SIGKILL; then reap what became our zombies."""
+    """SIGTERM, up to `grace` seconds, SIGKILL; then reap what became our zombies.
+
+    `kill_only`: processes (and groups) that get no SIGTERM, only the SIGKILL after the grace.
+    """
     signalled: set[int] = set()
     alive: set[int] = set()
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, _KILL_WAIT)):
+        spared = kill_only if sig == signal.SIGTERM else frozenset()
         for pgid in pgids:
-            _killpg(pgid, sig)
+            if pgid not in spared:
+                _killpg(pgid, sig)
         deadline = time.monotonic() + wait
         sent: set[int] = set()
         while True:
@@ -301,7 +321,7 @@ def _terminate(
             _reap(members, table, spare=spare)
             alive = {pid for pid in members if not _gone(table.get(pid))}
             # A process forked during the grace gets the signal too.
-            _signal_all(alive - sent, sig, table)
+            _signal_all(alive - sent - spared, sig, table)
             sent |= alive
             signalled |= alive
             if not alive or time.monotonic() >= deadline:
@@ -323,12 +343,19 @@ def _terminate(
 
 
 def kill_tree(
-    root_pid: int, pgid: int, grace: float, *, tree: ProcessTree | None = None
+    root_pid: int,
+    pgid: int,
+    grace: float,
+    *,
+    tree: ProcessTree | None = None,
+    wrapper: bool = False,
 ) -> set[int]:
     """SIGTERM the group and every process of the tree, SIGKILL what remains after `grace`.
 
     Reaps every reparented zombie of the tree; the root itself is left to its Popen. Returns
-    the pids that were signalled.
+    the pids that were signalled. `wrapper`: the root is a sandbox (bubblewrap) whose end
+    ends everything inside at once; it gets only the SIGKILL, so that the processes inside
+    get their SIGTERM and grace first.
     """
     tree = tree if tree is not None else ProcessTree(root=root_pid)
 
@@ -337,7 +364,8 @@ def kill_tree(
         tree.remember(members, table)
         return members
 
-    return _terminate(find, [pgid], grace, spare=root_pid)
+    kill_only = frozenset({root_pid, pgid}) if wrapper else frozenset()
+    return _terminate(find, [pgid], grace, spare=root_pid, kill_only=kill_only)
 
 
 def reap_orphans() -> int:

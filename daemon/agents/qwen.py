@@ -14,6 +14,9 @@ class QwenAdapter(AgentAdapter):
     session_resume = True
     usage = True
     tool_calls = True
+    login_files = (".qwen/oauth_creds.json",)  # Qwen OAuth; loopd itself starts it with a key
+    credential_files = (".qwen/oauth_creds.json",)
+    config_paths = (".qwen/",)
 
     def invocation(self, prompt: str, resume: Resume | None = None) -> Invocation:
         argv = ["qwen", "--output-format", "stream-json", "--approval-mode", "yolo"]

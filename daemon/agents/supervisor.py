@@ -39,6 +39,7 @@ from daemon.agents.stalls import ARGUMENTS_KEPT, REPEAT_LIMIT, StallKind, StallW
 from daemon.agents.transcript import Transcript
 from daemon.clock import utc_now
 from daemon.redact import redact, redact_value
+from daemon.sandbox.base import Launch
 from daemon.state.atomic import ensure_dir
 
 __all__ = ["MAX_LINE", "ProcessResult", "Supervisor", "ToolCall"]
@@ -64,8 +65,11 @@ class Supervisor:
         on_event: Callable[[AgentEvent], None] | None = None,
         clock: Callable[[], datetime] = utc_now,
         repeat_limit: int = REPEAT_LIMIT,
+        launcher: Callable[[list[str], dict[str, str]], Launch] | None = None,
     ) -> None:
         self.adapter = adapter
+        # Turns argv and environment into what to start: the run's sandbox (None: as they are).
+        self.launcher = launcher
         self.transcript = transcript
         self.cwd = Path(cwd)
         self.env = dict(env)
@@ -114,21 +118,27 @@ class Supervisor:
         env = {k: v for k, v in {**self.env, **invocation.env}.items() if not is_forbidden(k)}
         if invocation.home is not None:
             ensure_dir(Path(invocation.home))
+        launch: Launch | None = None
         try:
+            launch = (self.launcher or Launch)(list(invocation.argv), env)
             with spawning():
                 proc = subprocess.Popen(
-                    invocation.argv,
+                    launch.argv,
                     stdin=subprocess.PIPE if invocation.stdin is not None else subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     cwd=self.cwd,
-                    env=env,
+                    env=launch.env,
                     start_new_session=True,
                     close_fds=True,
+                    pass_fds=launch.pass_fds,
                 )
                 tree = ProcessTree(root=proc.pid, cwd=self.cwd.resolve())
                 tree.register()
+            launch.spawned()
         except (OSError, ValueError) as exc:
+            if launch is not None:
+                launch.close()
             result.error = redact(f"could not start {invocation.argv[:1]}: {exc}")
             self.transcript.write_loopd(self.clock(), "process", event="failed", error=result.error)
             result.finished = time.monotonic()
@@ -136,11 +146,12 @@ class Supervisor:
 
         result.pid = proc.pid
         try:
-            run = _Run(self, proc, tree, invocation, result, timeout, stall_after)
+            run = _Run(self, proc, tree, invocation, result, timeout, stall_after, launch.wrapped)
         except BaseException:
-            kill_tree(proc.pid, proc.pid, self.kill_grace, tree=tree)
+            kill_tree(proc.pid, proc.pid, self.kill_grace, tree=tree, wrapper=launch.wrapped)
             proc.wait()
             tree.unregister()
+            launch.close()
             raise
         try:
             self.transcript.write_loopd(
@@ -158,6 +169,11 @@ class Supervisor:
             run.cleanup()
             tree.unregister()
             result.finished = time.monotonic()
+            if not launch.command_ran():
+                # bubblewrap itself failed (a missing program, a mount it could not make).
+                why = run.last_stderr or f"exit {result.exit_code}"
+                result.error = redact(f"could not start {invocation.argv[:1]}: {why}")
+            launch.close()
         with self._lock:
             if self._stop_at is not None:
                 result.stopped, result.stop_reason = True, self._stop_reason
@@ -185,8 +201,11 @@ class _Run:
         result: ProcessResult,
         timeout: float,
         stall_after: float,
+        wrapped: bool = False,
     ) -> None:
         self.sup = sup
+        self.wrapped = wrapped  # the root is the sandbox, not the agent
+        self.last_stderr = ""
         self.proc = proc
         self.tree = tree
         self.result = result
@@ -312,7 +331,7 @@ class _Run:
         self.killer = threading.Thread(
             target=kill_tree,
             args=(self.proc.pid, self.proc.pid, self.sup.kill_grace),
-            kwargs={"tree": self.tree},
+            kwargs={"tree": self.tree, "wrapper": self.wrapped},
             name=f"kill-{self.proc.pid}",
             daemon=True,
         )
@@ -345,6 +364,7 @@ class _Run:
         text = data.decode("utf-8", "replace")
         now = self.sup.clock()
         if stream == "stderr":
+            self.last_stderr = text[:500]
             self.result.events += 1
             self.sup.transcript.write_line(now, stream, text, [AgentEvent(type="raw", text=text)])
             return
@@ -432,7 +452,13 @@ class _Run:
             if self.killer is not None:
                 self.killer.join()
             if self.proc.poll() is None or self.killer is None:
-                kill_tree(self.proc.pid, self.proc.pid, self.sup.kill_grace, tree=self.tree)
+                kill_tree(
+                    self.proc.pid,
+                    self.proc.pid,
+                    self.sup.kill_grace,
+                    tree=self.tree,
+                    wrapper=self.wrapped,
+                )
             self.proc.wait()
             if self.result.exit_code is None:
                 self.result.exit_code = self.proc.returncode

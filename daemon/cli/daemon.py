@@ -52,6 +52,15 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
     status = store.load_status()
     loaded = home.load()
     pid = daemon_pid(home)
+    warnings = status.daemon.warnings + loaded.warnings
+    # The daemon says which sandbox its runs get; without one, what a run would get now.
+    sandbox = status.daemon.sandbox if pid is not None else ""
+    if not sandbox:
+        from daemon.sandbox.registry import choose
+
+        choice = choose(loaded.daemon.sandbox)
+        sandbox = choice.summary()
+        warnings = [w for w in (choice.warning, choice.refusal) if w] + warnings
     data: dict[str, Any] = {
         "home": str(home.root),
         "daemon": {
@@ -60,7 +69,8 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
             "version": status.daemon.version,
             "started": status.daemon.started,
             "heartbeat": status.daemon.heartbeat,
-            "warnings": list(dict.fromkeys(status.daemon.warnings + loaded.warnings)),
+            "warnings": list(dict.fromkeys(warnings)),
+            "sandbox": sandbox,
         },
         "loops": {},
         "errors": [str(e) for e in loaded.errors],
@@ -182,7 +192,9 @@ def _render_status(data: dict[str, Any], width: int = 80) -> Any:
     widths = [max([len(col), *(len(r[i]) for r in rows)]) for i, col in enumerate(columns)]
     # Other columns may wrap down to these widths; below them the table would cut words.
     least = [min(w, floor) for w, floor in zip(widths, (12, 8, widths[2], 9, 10), strict=True)]
-    parts: list[Any] = [head]
+    sandbox = d.get("sandbox", "")
+    unsafe = sandbox.startswith(("sandbox: off:", "sandbox: none"))
+    parts: list[Any] = [head, Text(clean(sandbox), style="bold red" if unsafe else "")]
     if sum(least) + 3 * len(least) + 1 <= width:
         table = Table(title=m(data["home"]))
         for col in columns:

@@ -31,6 +31,7 @@ def init(args: argparse.Namespace) -> int:
 def check(args: argparse.Namespace) -> int:
     """Validate loopd.toml and loops/*.toml."""
     from daemon.cli.runs import daemon_pid
+    from daemon.sandbox.registry import choose
     from daemon.service.preflight import preflight_warnings
 
     home = home_of(args)
@@ -42,6 +43,9 @@ def check(args: argparse.Namespace) -> int:
         loaded.errors.extend(errors)
         loaded.warnings.extend(warnings)
     loaded.warnings.extend(preflight_warnings(loaded, home.config_path, daemon_pid(home)))
+    sandbox = choose(loaded.daemon.sandbox)
+    notes = loaded.warnings + _inside_home(home.root, loaded.daemon)
+    warnings = [w for w in (sandbox.warning, sandbox.refusal) if w] + notes
     if args.json:
         print_json(
             {
@@ -51,20 +55,52 @@ def check(args: argparse.Namespace) -> int:
                     {"file": str(e.file), "key": e.key, "message": e.message, "fix": e.fix}
                     for e in loaded.errors
                 ],
-                "warnings": loaded.warnings,
+                "warnings": warnings,
+                "sandbox": {
+                    "mode": sandbox.mode,
+                    "in_force": "none" if sandbox.refusal else sandbox.name,
+                    "detail": sandbox.detail,
+                    "summary": sandbox.summary(),
+                },
             }
         )
     else:
         for error in loaded.errors:
             print(f"error: {error}")
-        for warning in loaded.warnings:
+        for warning in notes:
             print(f"warning: {warning}")
+        loud = sandbox.warning or sandbox.refusal
+        print(f"warning: {sandbox.summary()}" if loud else sandbox.summary())
         names = ", ".join(sorted(loaded.loops)) or "none"
         print(
             f"{len(loaded.loops)} valid loop(s): {names}; {len(loaded.errors)} error(s), "
             f"{len(loaded.warnings)} warning(s)"
         )
     return 2 if loaded.errors else 0
+
+
+def _inside_home(root: Path, config: object) -> list[str]:
+    """`[sandbox]` paths and the worktrees folder in the home, which agents never see."""
+    import os
+
+    out = []
+    home = os.path.realpath(root)
+    for key in ("writable", "readable"):
+        for path in getattr(config.sandbox, key):
+            real = os.path.realpath(os.path.expanduser(path))
+            if real == home or real.startswith(home + "/"):
+                out.append(
+                    f"{root / 'loopd.toml'}: [sandbox] {key}: {path} is inside the home, "
+                    "which agents and checks never see; name a folder outside it"
+                )
+    trees = os.path.realpath(config.limits.worktrees_path)
+    if config.sandbox.mode != "off" and (trees == home or trees.startswith(home + "/")):
+        out.append(
+            f"{root / 'loopd.toml'}: [limits] worktrees: {config.limits.worktrees} is inside "
+            "the home, which the sandbox hides from agents: runs end as `error`; set it to a "
+            'folder outside the home (the default is "~/.cache/loopd/worktrees")'
+        )
+    return out
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -36,13 +36,16 @@ def daemon_pid(home: Home) -> int | None:
 
 def once(args: argparse.Namespace) -> int:
     """One full run now in the foreground; prints RUN_ID on its first line."""
-    from daemon.agents.processes import set_child_subreaper
+    from daemon.agents.processes import set_child_subreaper, set_not_dumpable
     from daemon.runs.executor import RunExecutor, new_run
     from daemon.runs.services import RunServices, utc_now
+    from daemon.sandbox.registry import choose
     from daemon.scheduling.queue import PendingRun
     from daemon.state.lock import LockHeld
     from daemon.state.records import Trigger
 
+    # The agent and the checks run as this user: they must not read this process's secrets.
+    set_not_dumpable()
     home = home_of(args)
     loaded = home.load()
     if not loaded.daemon_ok:
@@ -95,6 +98,9 @@ def once(args: argparse.Namespace) -> int:
     for warning in loaded.warnings:
         print(f"loopd: warning: {warning}", file=sys.stderr)
         services.event("config_warning", message=warning)
+    sandbox = choose(loaded.daemon.sandbox)
+    if sandbox.warning or sandbox.refusal:
+        print(f"loopd: warning: {sandbox.summary()}", file=sys.stderr)
     now = utc_now()
     trigger = Trigger(loop=loop.name, kind="manual", reason=args.reason or "loopd once", ts=now)
     services.event("trigger", loop=loop.name, kind="manual", reason=trigger.reason, via="once")

@@ -137,6 +137,11 @@ def suggest(run: RunRecord, cause: Cause | None) -> str:
             "Look for a stale lock or a very large file in the tree and for `run_error` in "
             f"state/events.jsonl, then {plain_retry}.{branch}"
         )
+    if cause == Cause.SANDBOX_UNAVAILABLE:
+        return (
+            f"No agent was started: {one_line(run.reason, 300)} Then {plain_retry}; "
+            "`loopd check` says which sandbox is in force."
+        )
     if cause == Cause.LOOPD_ERROR:
         return (
             f"loopd itself failed on this run ({one_line(run.reason, 200)}). Look for "

@@ -16,7 +16,8 @@ from typing import Any
 
 from daemon.config import Loop
 from daemon.redact import redact
-from daemon.runs.checks import ChecksResult, checks_environment, run_checks
+from daemon.runs.checks import ChecksResult, run_checks
+from daemon.runs.confinement import Confinement
 from daemon.runs.diffs import record_diff
 from daemon.runs.git import Git
 from daemon.runs.guards import snapshot_refs
@@ -24,7 +25,7 @@ from daemon.runs.journal import RunJournal
 from daemon.runs.prompt import PromptParts, build_prompt, fenced
 from daemon.runs.services import RunServices
 from daemon.runs.stop import RunStopped, StopToken
-from daemon.runs.tree import RunTree, scratch_dir
+from daemon.runs.tree import RunTree
 from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.records import AttemptRecord, StallRecord
 
@@ -45,12 +46,6 @@ class AttemptResult:
     start_error: str = ""  # the agent could not be started
     over_budget: bool = False  # the run's tokens passed max_tokens
     checked: CheckedCommit | None = None
-
-
-def checks_env(services: RunServices) -> dict[str, str]:
-    """The checks' environment: the user's, less loopd's variables and the verifier's key."""
-    drop = {services.config.verifier.api_key_env} - {""}
-    return checks_environment(os.environ, drop)
 
 
 def commit_tree(journal: RunJournal, tree: RunTree, message: str) -> str | None:
@@ -133,6 +128,8 @@ class Attempt:
         self.rule_ids = list(rule_ids or [])  # the rules in its prompt, for the critic
         self.n = n
         self.parts = parts  # assembled elsewhere (the home of a Temporal run), else here
+        # Where the agent and the checks run; SandboxUnavailable when runs are refused here.
+        self.confinement = Confinement.for_run(services, loop.config, journal.run, tree.path)
 
     def run(self) -> AttemptResult:
         """Start the agent, nudge its stalls, and record the attempt as finished."""
@@ -161,13 +158,8 @@ class Attempt:
         profile = self.services.config.profile(cfg.agent)
         assert profile is not None  # the loop's agent is checked when the config loads
         cls = adapter_class(profile.adapter)
-        adapter = cls(profile, None)
-        if adapter.wants_private_home():
-            # One private HOME per profile, so a resumed session finds its files.
-            home = self.services.store.root / "agent-homes" / cfg.agent
-            adapter = cls(profile, ensure_dir(home))
-        limits_root = limits.worktrees_path
-        adapter.scratch = ensure_dir(scratch_dir(limits_root, run.loop, run.id))
+        adapter = cls(profile, self._agent_home(cls))
+        adapter.scratch = self.confinement.scratch
         transcript = Transcript(folder / "transcript.jsonl", limits.transcript_cap)
         result = AttemptResult(record=attempt)
         tokens_at_start = run.tokens
@@ -193,6 +185,24 @@ class Attempt:
         self.stop.raise_if_stopped()
         return result
 
+    def _agent_home(self, cls: Any) -> Path:
+        """The run's HOME for the agent: seeded with its login files once, kept for the run."""
+        from daemon.agents.homes import seed_home
+        from daemon.sandbox.paths import account_home
+
+        exposure = self.journal.run.exposure
+        assert exposure is not None  # the confinement fixed it
+        if exposure.agent_home:
+            return ensure_dir(Path(exposure.agent_home))
+        home = ensure_dir(self.confinement.agent_home).resolve()
+        real_home = Path(os.environ.get("HOME") or account_home() or "/")
+        exposure.seeded = seed_home(
+            home, real_home, cls.login_files, cls.credential_files, cls.config_paths
+        )
+        # Saved with the record when the agent starts (on_start), before anything reads it.
+        exposure.agent_home, exposure.real_home = str(home), str(real_home)
+        return home
+
     def _sessions(
         self,
         adapter: Any,
@@ -204,7 +214,6 @@ class Attempt:
         """Sessions of the agent until one ends without a stall or nothing is left to try."""
         from daemon.agents.base import Resume
         from daemon.agents.endings import SessionEnd, classify_ending
-        from daemon.agents.environment import agent_environment
         from daemon.agents.supervisor import Supervisor
 
         journal, run, cfg = self.journal, self.journal.run, self.cfg
@@ -229,18 +238,34 @@ class Attempt:
                 if over and current:
                     current[0].stop(0, "max_tokens")
 
+        confinement = self.confinement
+        profile = adapter.profile
+        declared = []
+        if adapter.name == "command":
+            words = [*profile.command[1:], *profile.args, *profile.env.values()]
+            declared = [word for word in words if "{prompt}" not in word]
+
+        def launcher(argv: list[str], env: dict[str, str]) -> Any:
+            return confinement.launch_agent(argv, env, declared=declared)
+
         invocation = adapter.invocation(prompt)
         while True:
-            if invocation.home is not None:
-                ensure_dir(invocation.home)
-            env = agent_environment(
+            home = invocation.home or adapter.private_home
+            ensure_dir(home)
+            env = confinement.agent_env(
                 adapter.profile.env,
                 invocation.env,
-                invocation.home or Path(os.environ.get("HOME", "/")),
+                home,
                 withhold=[self.services.config.verifier.api_key_env],
             )
             supervisor = Supervisor(
-                adapter, transcript, self.tree.path, env, on_start=on_start, on_event=on_event
+                adapter,
+                transcript,
+                self.tree.path,
+                env,
+                on_start=on_start,
+                on_event=on_event,
+                launcher=launcher,
             )
             current[:] = [supervisor]
             if self.stop.stopped:
@@ -323,8 +348,9 @@ class Attempt:
             self.cfg.done_when,
             self.tree.path,
             self.cfg.check_timeout.total_seconds(),
-            checks_env(self.services),
+            self.confinement.checks_env(),
             None,
             self.stop,
+            launcher=self.confinement.launch_check,
         )
         return CheckedCommit(self.tree.git.out("rev-parse", "HEAD"), checks)

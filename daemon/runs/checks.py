@@ -11,12 +11,13 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.redact import redact
 from daemon.runs.stop import StopToken
+from daemon.sandbox.base import Launch
 from daemon.state.atomic import write_atomic
 
 TAIL_BYTES = 8000
@@ -73,20 +74,19 @@ class ChecksResult:
         return "\n".join(parts)
 
 
-def checks_environment(base: Mapping[str, str], drop: set[str]) -> dict[str, str]:
-    """The user's environment, less loopd's own variables and the verifier's key."""
-    return {
-        k: v
-        for k, v in base.items()
-        if not k.startswith("LOOPD_") and k != "NOTIFY_SOCKET" and k not in drop
-    }
+# Turns a check's command and environment into what to start (the run's sandbox).
+Launcher = Callable[[str, Mapping[str, str]], Launch]
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _unconfined(command: str, env: Mapping[str, str]) -> Launch:
+    return Launch(argv=["/bin/sh", "-c", command], env=dict(env))
+
+
+def _kill_group(proc: subprocess.Popen[bytes], wrapped: bool) -> None:
     """SIGTERM the check's group and descendants, SIGKILL after a grace; reap what it left."""
     from daemon.agents.processes import kill_tree
 
-    kill_tree(proc.pid, proc.pid, KILL_GRACE)
+    kill_tree(proc.pid, proc.pid, KILL_GRACE, wrapper=wrapped)
     try:
         proc.wait(timeout=KILL_GRACE)
     except subprocess.TimeoutExpired:
@@ -99,6 +99,7 @@ def run_check(
     timeout: float,
     env: Mapping[str, str],
     stop: StopToken | None = None,
+    launcher: Launcher | None = None,
 ) -> CheckResult:
     """Run one `done_when` command with /bin/sh -c in its own process group.
 
@@ -107,22 +108,28 @@ def run_check(
     from daemon.agents.processes import claim, release, spawning
 
     started = time.monotonic()
-    # Claimed, so that a concurrent attempt's sweep for escaped processes leaves it alone.
-    with spawning():
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", command],
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=dict(env),
-        )
-        claim(proc.pid)
+    launch = (launcher or _unconfined)(command, env)
     try:
-        return _finish_check(proc, command, started, timeout, stop)
+        # Claimed, so that a concurrent attempt's sweep for escaped processes leaves it alone.
+        with spawning():
+            proc = subprocess.Popen(
+                launch.argv,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=launch.env,
+                pass_fds=launch.pass_fds,
+            )
+            claim(proc.pid)
+        launch.spawned()
+        try:
+            return _finish_check(proc, command, started, timeout, stop, launch.wrapped)
+        finally:
+            release(proc.pid)
     finally:
-        release(proc.pid)
+        launch.close()
 
 
 class _Tail:
@@ -150,7 +157,7 @@ class _Tail:
 
 
 def _wait(
-    proc: subprocess.Popen[bytes], timeout: float, stop: StopToken | None
+    proc: subprocess.Popen[bytes], timeout: float, stop: StopToken | None, wrapped: bool
 ) -> tuple[bool, bool]:
     """Wait for the check; (timed out, stopped). Either way its group is killed."""
     deadline = time.monotonic() + timeout
@@ -162,10 +169,10 @@ def _wait(
         except subprocess.TimeoutExpired:
             pass
         if stop is not None and stop.stopped:
-            _kill_group(proc)
+            _kill_group(proc, wrapped)
             return False, True
         if time.monotonic() >= deadline:
-            _kill_group(proc)
+            _kill_group(proc, wrapped)
             return True, False
 
 
@@ -175,9 +182,10 @@ def _finish_check(
     started: float,
     timeout: float,
     stop: StopToken | None,
+    wrapped: bool,
 ) -> CheckResult:
     tail = _Tail(proc.stdout)
-    timed_out, stopped = _wait(proc, timeout, stop)
+    timed_out, stopped = _wait(proc, timeout, stop, wrapped)
     # The shell is gone; what it left in its group (holding the pipe open) goes too.
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -202,6 +210,8 @@ def run_checks(
     env: Mapping[str, str],
     log_path: Path | None,
     stop: StopToken | None = None,
+    *,
+    launcher: Launcher | None = None,
 ) -> ChecksResult:
     """Run every check (all of them, for the whole picture) and write checks.log.
 
@@ -209,7 +219,7 @@ def run_checks(
     """
     result = ChecksResult()
     for command in commands:
-        result.results.append(run_check(command, cwd, timeout, env, stop))
+        result.results.append(run_check(command, cwd, timeout, env, stop, launcher))
         if stop is not None:
             stop.raise_if_stopped()
     if log_path is not None:

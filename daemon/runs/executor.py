@@ -16,6 +16,7 @@ from daemon.config import Loop
 from daemon.redact import redact_value
 from daemon.runs import decisions
 from daemon.runs.attempt import Attempt, CheckedCommit, commit_attempt
+from daemon.runs.confinement import SandboxUnavailable
 from daemon.runs.finish import (
     end_without_agent,
     finish_interrupted,
@@ -148,6 +149,8 @@ class RunExecutor:
                 self._finish(*ending)
         except TreeError as exc:
             self._finish("error", str(exc), Cause.SETUP_FAILED)
+        except SandboxUnavailable as exc:
+            self._finish("error", str(exc)[:1000], Cause.SANDBOX_UNAVAILABLE)
         except GitError as exc:  # a git timeout included
             self.journal.event("run_error", error=f"{type(exc).__name__}: {exc}"[:1000])
             self._finish("error", f"git failed: {str(exc)[:300]}", Cause.GIT_FAILED)
@@ -199,6 +202,7 @@ class RunExecutor:
     def _prepare(self) -> None:
         run = self.run
         self.journal.event("run_started", trigger=run.trigger.kind, reason=run.trigger.reason)
+        self._sandbox()
         base = self.cfg.base
         if run.trigger.kind == "retry" and run.trigger.retry_of:
             base = self._retry_base(run.trigger.retry_of) or base
@@ -223,6 +227,16 @@ class RunExecutor:
         if self.rules.escalate:
             why = f"rule {self.rules.escalate} asks for a person first"
             self._end("escalated", why, Cause.RULE_ESCALATE)
+
+    def _sandbox(self) -> None:
+        """Say which sandbox the run's processes get; a refused run ends here."""
+        from daemon.sandbox.registry import choose
+
+        choice = choose(self.services.config.sandbox)
+        fields = {"warning": choice.warning} if choice.warning else {}
+        self.journal.event("sandbox", mode=choice.mode, in_force=choice.name, **fields)
+        if choice.refusal:
+            raise SandboxUnavailable(choice.refusal)
 
     def _retry_base(self, retry_of: str) -> str | None:
         """A retry builds on what the earlier run's branch holds, when it still exists."""

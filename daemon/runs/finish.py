@@ -176,9 +176,28 @@ def complete_finish(
     return run
 
 
+def _return_credentials(journal: RunJournal) -> None:
+    """Refreshed login tokens go back to the real HOME; nothing else of the agent's HOME does."""
+    from daemon.agents.homes import return_credentials
+
+    exposure = journal.run.exposure
+    if exposure is None or not exposure.agent_home or not exposure.seeded:
+        return
+    try:
+        returned = return_credentials(
+            Path(exposure.agent_home), Path(exposure.real_home), exposure.seeded
+        )
+    except OSError as exc:
+        journal.event("credentials_not_returned", error=str(exc)[:300])
+        return
+    if returned:
+        journal.event("credentials_returned", paths=returned)
+
+
 def _remove_tree(services: RunServices, journal: RunJournal, tree: RunTree | None) -> None:
     run = journal.run
     root = services.config.limits.worktrees_path
+    _return_credentials(journal)
     shutil.rmtree(scratch_dir(root, run.loop, run.id), ignore_errors=True)
     if tree is None:
         return

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from daemon.config import LoopConfig
-from daemon.runs.attempt import CheckedCommit, checks_env
+from daemon.runs.attempt import CheckedCommit
 from daemon.runs.checks import ChecksResult, run_checks
+from daemon.runs.confinement import Confinement
 from daemon.runs.git import Git
 from daemon.runs.guards import check_refs, protect_violations, restore_refs
 from daemon.runs.journal import RunJournal
@@ -113,13 +114,16 @@ def judge_attempt(
         checks = checked.checks
         write_atomic(folder / "checks.log", checks.log())
     else:
+        # In the run's sandbox, as the agent was: the checks run code the agent wrote.
+        confinement = Confinement.for_run(services, cfg, journal.run, tree.path)
         checks = run_checks(
             cfg.done_when,
             tree.path,
             cfg.check_timeout.total_seconds(),
-            checks_env(services),
+            confinement.checks_env(),
             folder / "checks.log",
             stop,
+            launcher=confinement.launch_check,
         )
     write_atomic(folder / "checks-failed.txt", checks.failure_tail())
     attempt.checks_passed = checks.passed  # recorded now: the critic may keep the run waiting

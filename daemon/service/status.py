@@ -8,6 +8,7 @@ import os
 from datetime import datetime
 
 import daemon as package
+from daemon.sandbox.registry import choose
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import CronTimer
 from daemon.service.context import Context
@@ -52,6 +53,8 @@ class StatusBoard:
         """Rewrite status.toml when something changed, and when the heartbeat is due."""
         ctx = self.ctx
         paused = ctx.store.paused_loops()
+        sandbox = choose(ctx.config.daemon.sandbox)  # probed once per process
+        loud = [w for w in (sandbox.warning, sandbox.refusal) if w]
         status = StatusFile(
             daemon=DaemonStatus(
                 pid=os.getpid(),
@@ -59,7 +62,8 @@ class StatusBoard:
                 started=self.started,
                 heartbeat=now,
                 running=not ctx.flags.stop.is_set(),
-                warnings=list(ctx.config.warnings),
+                warnings=[*loud, *ctx.config.warnings],
+                sandbox=sandbox.summary(),
             )
         )
         for name, loop in sorted(ctx.loops.items()):

@@ -97,6 +97,7 @@ class Cause(StrEnum):
     INTERRUPTED_RETRY = "interrupted-retry"  # the retry of an interrupted run was interrupted
     LOOPD_ERROR = "loopd-error"
     PASSED = "passed"
+    SANDBOX_UNAVAILABLE = "sandbox-unavailable"  # [sandbox] says runs must not go unconfined
     # Room for later causes (a quota wait past its bound, no sandbox, a blocked landing):
     # a new member here, its next step in people/escalation_text.py.
 
@@ -226,6 +227,26 @@ class ExperimentArm(Record):
     without: list[str] = []  # the supports removed: rules, progress, feedback, nudges
 
 
+class SeededFile(Record):
+    """A login file copied into the agent's HOME (relative to HOME), as it was copied."""
+
+    path: str
+    sha256: str
+    copy_back: bool = False  # a credential the agent may refresh
+
+
+class RunExposure(Record):
+    """What a run's processes see, fixed by loopd before its agent first started: the git
+    folders of the user's repository, and the agent's HOME with what it was seeded with."""
+
+    git_writable: list[str] = []
+    git_readable: list[str] = []
+    read_only: list[str] = []  # kept read-only for them, in the tree too (what setup made)
+    agent_home: str = ""
+    real_home: str = ""
+    seeded: list[SeededFile] = []
+
+
 class RunRecord(Record):
     """`state/runs/RUN_ID/run.toml`."""
 
@@ -252,6 +273,7 @@ class RunRecord(Record):
     pid: int = 0  # the daemon (or `loopd once`) that ran it
     agent_pids: list[int] = []  # process groups of the running attempt, for a restart to kill
     judging_since: datetime | None = None
+    exposure: RunExposure | None = None
     # The steps of finishing already done (counters, escalation, notified, ...): finishing
     # again after a crash completes the rest without repeating these.
     finish_done: list[str] = []
@@ -269,6 +291,7 @@ class DaemonStatus(Record):
     heartbeat: datetime | None = None
     running: bool = False
     warnings: list[str] = []
+    sandbox: str = ""  # the sandbox in force for the daemon's runs, in one line
 
 
 class LoopStatus(Record):

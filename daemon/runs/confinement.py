@@ -1,0 +1,262 @@
+"""What a run's processes may see, write and know: the sandbox in force, its paths, environments.
+
+The agent and the checks (and later setup) run in the same sandbox, checks only after the
+agent's processes are gone. They may write the run's tree, the run's scratch folder (which
+holds the agent's HOME, a HOME for the checks and the run's temporary folder) and
+`[sandbox] writable`; with `isolation = "worktree"` or `"in-place"` also the git folder of the
+user's repository, which those trees need to commit. They may read the user's repository,
+its git folder, `[sandbox] readable`, the installation of the program they start and the
+existing paths named in the loop's `env`. loopd's home is never visible. Which git folders
+are exposed is fixed before any agent runs (`exposure` in the run's record), so nothing an
+agent writes into a tree or a git folder can widen what a later attempt sees.
+
+Environments are allowlists. The agent gets PATH, LANG, TERM and the like, the profile's
+`env`, the loop's `env` and its key; the checks get the same allowlist, the loop's `env`, the
+variables `checks_env` names, a fresh HOME, PYTHONNOUSERSITE=1 and PYTHONDONTWRITEBYTECODE=1.
+Neither gets anything else of loopd's (LOOPD_*, NOTIFY_SOCKET, the verifier's key).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from daemon.agents.environment import (
+    ALLOWED,
+    ALLOWED_PREFIXES,
+    agent_environment,
+    is_forbidden,
+)
+from daemon.config import LoopConfig
+from daemon.runs.services import RunServices
+from daemon.runs.tree import scratch_dir
+from daemon.sandbox.base import Exposure, Launch, Sandbox
+from daemon.sandbox.mounts import hidden_conflicts
+from daemon.sandbox.paths import home_folders, program_paths, value_paths
+from daemon.sandbox.registry import Choice, choose
+from daemon.state.atomic import ensure_dir
+from daemon.state.records import RunExposure, RunRecord
+
+
+class SandboxUnavailable(Exception):
+    """The configured sandbox cannot run here and runs must not start without it."""
+
+
+def common_git_dir(repo: Path) -> Path | None:
+    """The git folder holding the objects and refs of `repo` (read, never asked of git)."""
+    dotgit = repo / ".git"
+    try:
+        if dotgit.is_dir():
+            gitdir = dotgit
+        elif dotgit.is_file():
+            text = dotgit.read_text(encoding="utf-8", errors="replace").strip()
+            if not text.startswith("gitdir:"):
+                return None
+            gitdir = repo / text[len("gitdir:") :].strip()  # an absolute path stays as it is
+        elif (repo / "HEAD").is_file() and (repo / "objects").is_dir():
+            gitdir = repo  # a bare repository
+        else:
+            return None
+        pointer = gitdir / "commondir"  # a linked worktree's git folder names the common one
+        if pointer.is_file():
+            gitdir = gitdir / pointer.read_text(encoding="utf-8", errors="replace").strip()
+        return Path(os.path.realpath(gitdir))
+    except OSError:
+        return None
+
+
+def run_exposure(repo: Path, isolation: str) -> RunExposure:
+    """The git folders of a run, fixed before its agent works: the user's repository's git
+    folder is writable when the run's tree commits into it (worktree, in-place)."""
+    common = common_git_dir(repo)
+    if common is None:
+        return RunExposure()
+    if isolation in ("worktree", "in-place"):
+        return RunExposure(git_writable=[str(common)])
+    return RunExposure(git_readable=[str(common)])
+
+
+def expand(value: str, tree: Path, search_path: str) -> str:
+    """A loop `env` value with `{tree}` and `{PATH}` replaced."""
+    return value.replace("{tree}", str(tree)).replace("{PATH}", search_path)
+
+
+def _fresh_dir(path: Path) -> Path:
+    """An empty folder at `path`, whatever an agent left there (a symlink included)."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+    return ensure_dir(path)
+
+
+@dataclass
+class Confinement:
+    """One run's sandbox and environments; `for_run` builds it."""
+
+    choice: Choice
+    sandbox: Sandbox
+    exposure: Exposure
+    scratch: Path
+    tree: Path
+    loop_env: dict[str, str]
+    checks_names: tuple[str, ...]
+    homes: set[Path]
+    environ: Mapping[str, str]
+    record: RunExposure  # the run's, saved with its record
+
+    @classmethod
+    def for_run(
+        cls,
+        services: RunServices,
+        cfg: LoopConfig,
+        run: RunRecord,
+        tree: Path,
+        environ: Mapping[str, str] = os.environ,
+    ) -> Confinement:
+        """The run's confinement; SandboxUnavailable when its runs are refused here."""
+        config = services.config.sandbox
+        choice = choose(config)
+        if choice.refusal:
+            raise SandboxUnavailable(choice.refusal)
+        scratch = ensure_dir(scratch_dir(services.config.limits.worktrees_path, run.loop, run.id))
+        search_path = environ.get("PATH", os.defpath)
+        loop_env = {k: expand(v, tree, search_path) for k, v in cfg.env.items()}
+        homes = home_folders(environ)
+        if run.exposure is None:
+            # Saved with the run's record before the agent starts (and before it could
+            # change anything that decides what is exposed).
+            run.exposure = run_exposure(Path(run.repo or cfg.repo_path), run.isolation)
+        paths = run.exposure
+        writable = [tree, scratch, *(Path(p) for p in paths.git_writable)]
+        for extra in config.writable:
+            writable.append(ensure_dir(Path(os.path.expanduser(extra))))
+        readable = [Path(run.repo or cfg.repo_path), *(Path(p) for p in paths.git_readable)]
+        readable += [Path(p) for p in paths.read_only]
+        readable += [Path(os.path.expanduser(p)) for p in config.readable]
+        readable += value_paths(loop_env.values(), homes)
+        exposure = Exposure(
+            cwd=tree,
+            writable=tuple(writable),
+            readable=tuple(readable),
+            hidden=(services.home.root,),
+            network=config.network,
+        )
+        if choice.sandbox().confines:
+            # The run's own folders; `writable` paths in the home are dropped (`check` says so).
+            own = Exposure(cwd=tree, writable=(scratch,), hidden=exposure.hidden)
+            conflicts = hidden_conflicts(own)
+            if conflicts:
+                raise SandboxUnavailable(
+                    f"{conflicts[0]} is inside the home {services.home.root}, which agents never "
+                    "see. Fix: set [limits] worktrees in loopd.toml to a folder outside the home"
+                )
+        return cls(
+            choice=choice,
+            sandbox=choice.sandbox(),
+            exposure=exposure,
+            scratch=scratch,
+            tree=tree,
+            loop_env=loop_env,
+            checks_names=tuple(cfg.checks_env),
+            homes=homes,
+            environ=environ,
+            record=paths,
+        )
+
+    def keep_read_only(self, paths: list[Path]) -> None:
+        """Make `paths` read-only for the run's processes from now on, inside the tree too
+        (what setup made: a venv the agent must not replace); the run's record keeps them."""
+        for path in paths:
+            if str(path) not in self.record.read_only:
+                self.record.read_only.append(str(path))
+        self.exposure = self.exposure.adding(readable=paths)
+
+    # -- folders in the scratch folder ------------------------------------------------------
+
+    @property
+    def agent_home(self) -> Path:
+        """The agent's HOME for the whole run."""
+        return self.scratch / "home"
+
+    def tmpdir(self) -> Path:
+        """The run's temporary folder (on disk, removed with the scratch folder)."""
+        return ensure_dir(self.scratch / "tmp")
+
+    # -- environments ---------------------------------------------------------------------
+
+    def _allowlisted(self) -> dict[str, str]:
+        return {
+            name: value
+            for name, value in self.environ.items()
+            if name in ALLOWED or name.startswith(ALLOWED_PREFIXES)
+        }
+
+    def agent_env(
+        self,
+        profile_env: Mapping[str, str],
+        invocation_env: Mapping[str, str],
+        home: Path,
+        withhold: list[str],
+    ) -> dict[str, str]:
+        """The agent's environment: the allowlist, the profile's and the loop's `env`, what
+        the adapter sets (its key), the run's HOME and temporary folder."""
+        env = agent_environment(
+            {**profile_env, **self.loop_env},
+            invocation_env,
+            home,
+            self.environ,
+            withhold=withhold,
+        )
+        env["TMPDIR"] = str(self.tmpdir())
+        return env
+
+    def checks_env(self) -> dict[str, str]:
+        """The checks' environment, with a HOME made fresh for this call."""
+        env = self._allowlisted()
+        env.update(self.loop_env)
+        for name in self.checks_names:
+            if name in self.environ:
+                env[name] = self.environ[name]
+        env["HOME"] = str(_fresh_dir(self.scratch / "checks-home"))
+        env["PYTHONNOUSERSITE"] = "1"
+        # Bytecode the checks write would land in the tree, and in the next attempt's commit.
+        env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+        env["TMPDIR"] = str(self.tmpdir())
+        return {k: v for k, v in env.items() if not is_forbidden(k)}
+
+    # -- launches -------------------------------------------------------------------------
+
+    def launch_agent(
+        self, argv: list[str], env: Mapping[str, str], *, declared: list[str]
+    ) -> Launch:
+        """The agent's process, its program's installation visible, and the paths among
+        `declared`: a `command` agent's arguments and `env` values as the profile writes them.
+
+        Never the prompt's words: they come from triggers (a commit message may name ~/.ssh).
+        """
+        search_path = env.get("PATH", "")
+        extra = program_paths(argv[0], search_path, self.homes) if argv else []
+        extra += value_paths(declared, self.homes)
+        return self.sandbox.launch(argv, env, self.exposure.adding(readable=extra))
+
+    def launch_check(self, command: str, env: Mapping[str, str]) -> Launch:
+        """One check, `/bin/sh -c COMMAND`: programs named by absolute path visible too."""
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            words = []
+        extra: list[Path] = []
+        for word in words:
+            if not word.startswith("/"):
+                continue
+            if os.path.isfile(word) and os.access(word, os.X_OK):
+                extra += program_paths(word, env.get("PATH", ""), self.homes)
+            else:
+                extra += value_paths([word], self.homes)
+        argv = ["/bin/sh", "-c", command]
+        return self.sandbox.launch(argv, env, self.exposure.adding(readable=extra))

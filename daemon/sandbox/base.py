@@ -1,0 +1,137 @@
+"""The sandbox interface: a command, and what it may see and write in, turned into what to start."""
+
+from __future__ import annotations
+
+import json
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """What a sandboxed process may see and write in, beyond a read-only view of the system.
+
+    `hidden` is never visible, whatever else is bound (loopd's home): a path of `readable` or
+    `writable` inside it is left out.
+    """
+
+    cwd: Path
+    writable: tuple[Path, ...] = ()
+    readable: tuple[Path, ...] = ()
+    hidden: tuple[Path, ...] = ()
+    network: bool = True
+
+    def adding(self, readable: Iterable[Path] = (), writable: Iterable[Path] = ()) -> Exposure:
+        """The same exposure with more paths (a program's installation, what setup made)."""
+        return replace(
+            self,
+            readable=self.readable + tuple(readable),
+            writable=self.writable + tuple(writable),
+        )
+
+
+@dataclass
+class Availability:
+    """Whether a sandbox can run here, and what it said when it cannot."""
+
+    ok: bool
+    detail: str = ""  # a version when it works, the reason when it does not
+
+
+@dataclass
+class Launch:
+    """What to start: argv and environment, and the sandbox's report on its command.
+
+    Start it with `pass_fds=launch.pass_fds`, call `spawned()` right after, and after the
+    process has exited `command_ran()` tells a sandbox that failed to set up (a missing
+    program, a mount it could not make) from a command that ran and exited.
+    """
+
+    argv: list[str]
+    env: dict[str, str]
+    pass_fds: tuple[int, ...] = ()
+    status_fd: int | None = None  # read end of the sandbox's status pipe
+    _records: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def wrapped(self) -> bool:
+        """The command runs below a sandbox process (argv[0] is the sandbox's program)."""
+        return self.status_fd is not None
+
+    def spawned(self) -> None:
+        """Close this process's copies of what only the child needs."""
+        for fd in self.pass_fds:
+            _close(fd)
+        self.pass_fds = ()
+
+    def command_ran(self) -> bool:
+        """After the exit: whether the command itself started (always True unsandboxed)."""
+        if self.status_fd is None:
+            return True
+        self._read_status()
+        return any("exit-code" in record for record in self._records)
+
+    def close(self) -> None:
+        """Release the status pipe; safe to call more than once."""
+        self.spawned()
+        if self.status_fd is not None:
+            self._read_status()
+            _close(self.status_fd)
+            self.status_fd = -1  # wrapped still, but nothing more to read
+
+    def _read_status(self) -> None:
+        if self.status_fd is None or self.status_fd < 0:
+            return
+        chunks = []
+        os.set_blocking(self.status_fd, False)
+        while True:
+            try:
+                chunk = os.read(self.status_fd, 65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        text = b"".join(chunks).decode("utf-8", "replace")
+        decoder = json.JSONDecoder()
+        at = 0
+        while at < len(text):
+            while at < len(text) and text[at].isspace():
+                at += 1
+            if at >= len(text):
+                break
+            try:
+                value, at = decoder.raw_decode(text, at)
+            except ValueError:
+                break
+            if isinstance(value, dict):
+                self._records.append(value)
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+class Sandbox(ABC):
+    """One way of confining a process; `launch` is all a caller needs."""
+
+    name: ClassVar[str]
+    confines: ClassVar[bool]  # False: the process sees and writes what loopd's user can
+
+    @classmethod
+    @abstractmethod
+    def availability(cls) -> Availability:
+        """Whether it can run on this machine (cached for the process's life)."""
+
+    @abstractmethod
+    def launch(self, argv: list[str], env: Mapping[str, str], exposure: Exposure) -> Launch:
+        """The argv and environment that run `argv` with `env`, confined to `exposure`."""
