@@ -36,7 +36,7 @@ from daemon.runs.services import RunServices
 from daemon.runs.stop import RunStopped, StopToken
 from daemon.runs.tree import RunTree, TreeError, prepare_tree, reopen_tree
 from daemon.scheduling.queue import PendingRun
-from daemon.state.atomic import ensure_dir, write_atomic
+from daemon.state.atomic import ensure_dir
 from daemon.state.records import (
     AttemptRecord,
     Cause,
@@ -45,7 +45,6 @@ from daemon.state.records import (
     RunTrigger,
     is_experiment,
 )
-from daemon.state.store import dump_toml
 
 __all__ = [
     "WEDGE_MARGIN",
@@ -258,7 +257,7 @@ class RunExecutor:
     # judging and learning ---------------------------------------------------
     def _judge(self, attempt: AttemptRecord, checked: CheckedCommit | None) -> None:
         """Judge the attempt and learn from it; ends the run when it passed or cannot go on."""
-        from daemon.runs.judging import VerifierGaveUp, judge_attempt
+        from daemon.runs.judging import VerifierGaveUp, judge_attempt, record_verdict
 
         run, journal = self.run, self.journal
         assert self.tree is not None
@@ -284,30 +283,7 @@ class RunExecutor:
         verdict = judged.verdict
         attempt.checks_passed = judged.checks.passed
         attempt.violations = judged.violations
-        attempt.score = verdict.score
-        attempt.verdict = verdict.verdict
-        attempt.feedback = verdict.feedback
-        attempt.judged = verdict.judged
-        attempt.rules_followed = verdict.rules_followed
-        attempt.rules_irrelevant = verdict.rules_irrelevant
-        attempt.attributed = verdict.attributed
-        run.judging_since = None
-        journal.save()
-        write_atomic(journal.attempt_dir(attempt.n) / "verdict.toml", dump_toml(verdict))
-        attribution = (
-            {"rules_followed": verdict.rules_followed, "rules_irrelevant": verdict.rules_irrelevant}
-            if verdict.attributed
-            else {}
-        )
-        journal.event(
-            "verdict",
-            attempt=attempt.n,
-            passed=verdict.passed,
-            score=verdict.score,
-            judged=verdict.judged,
-            verdict=verdict.verdict,
-            **attribution,
-        )
+        record_verdict(journal, attempt, verdict)
         if verdict.passed:
             self._learn(attempt, passed=True)
             self._end("succeeded", self._success_reason(attempt), Cause.PASSED)

@@ -208,3 +208,34 @@ def _ask_critic(
 
 
 ask_critic = _ask_critic  # for an engine that judges evidence another machine gathered
+
+
+def record_verdict(journal: RunJournal, attempt: AttemptRecord, verdict: Verdict) -> None:
+    """The verdict into the attempt's record (attribution included), verdict.toml, an event."""
+    from daemon.state.store import dump_toml
+
+    attempt.score = verdict.score
+    attempt.verdict = verdict.verdict
+    attempt.feedback = verdict.feedback
+    attempt.judged = verdict.judged
+    # The critic's attribution is what rule counters (helped, harmed, idle) are made of.
+    attempt.rules_followed = list(verdict.rules_followed)
+    attempt.rules_irrelevant = list(verdict.rules_irrelevant)
+    attempt.attributed = verdict.attributed
+    journal.run.judging_since = None
+    journal.save()
+    write_atomic(journal.attempt_dir(attempt.n) / "verdict.toml", dump_toml(verdict))
+    attribution = (
+        {"rules_followed": verdict.rules_followed, "rules_irrelevant": verdict.rules_irrelevant}
+        if verdict.attributed
+        else {}
+    )
+    journal.event(
+        "verdict",
+        attempt=attempt.n,
+        passed=verdict.passed,
+        score=verdict.score,
+        judged=verdict.judged,
+        verdict=verdict.verdict,
+        **attribution,
+    )

@@ -41,7 +41,6 @@ from daemon.runs.journal import RunJournal
 from daemon.state.atomic import write_atomic
 from daemon.state.queuefile import PendingRun
 from daemon.state.records import AttemptRecord, Cause, RunRecord
-from daemon.state.store import dump_toml
 
 
 class _Bundle:
@@ -234,7 +233,7 @@ class RunActivities:
     def judge(self, inp: VerdictInput) -> Judged:
         """The checks' result recorded here, and the critic's verdict on the worker's evidence."""
         from daemon.model.critic import unjudged
-        from daemon.runs.judging import VerifierGaveUp
+        from daemon.runs.judging import VerifierGaveUp, record_verdict
 
         services, journal = self.side.open_run(inp.ref)
         run, checks = journal.run, inp.checks
@@ -273,24 +272,7 @@ class RunActivities:
         else:
             why = 'critic = "off"' if cfg.critic == "off" else "no [verifier] configured"
             verdict = unjudged(checks.passed, texts, why)
-        attempt.score = verdict.score
-        attempt.verdict = verdict.verdict
-        attempt.feedback = verdict.feedback
-        attempt.judged = verdict.judged
-        # The critic's attribution: what rule counters (helped, harmed, idle) are made of.
-        attempt.rules_followed = list(verdict.rules_followed)
-        attempt.rules_irrelevant = list(verdict.rules_irrelevant)
-        run.judging_since = None
-        journal.save()
-        write_atomic(folder / "verdict.toml", dump_toml(verdict))
-        journal.event(
-            "verdict",
-            attempt=inp.n,
-            passed=verdict.passed,
-            score=verdict.score,
-            judged=verdict.judged,
-            verdict=verdict.verdict,
-        )
+        record_verdict(journal, attempt, verdict)
         if not verdict.passed and services.notifications is not None:
             services.notifications.attempt_failed(run, attempt, cfg.notify_on, journal.now())
         return Judged(
