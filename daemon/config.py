@@ -196,7 +196,7 @@ class DaemonConfig(StrictModel):
         if name == example.PROFILE:
             # This Python runs the script, named by its full path: a sandbox shows the
             # script's folder (inside the installed package) read-only.
-            return AgentProfile(adapter="command", command=[sys.executable, str(example.AGENT)])
+            return AgentProfile(adapter="command", command=[sys.executable, str(example.agent_path())])
         return None
 
 

@@ -10,7 +10,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from daemon.example import AGENT, PACKAGE_DIR, REPO_FILES
+from daemon.example import AGENT_SOURCE, PACKAGE_DIR, REPO_FILES
 from daemon.home import EXAMPLE_CONFIG, EXAMPLE_LOOP
 from tests.helpers import (
     ROOT,
@@ -24,10 +24,15 @@ from tests.helpers import (
 )
 
 
-def _fresh_clone(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """The checkout's home as a fresh clone has it, and a HOME of the test's own."""
+def _fresh_clone(tmp_path: Path, with_package: bool = False) -> tuple[Path, dict[str, str]]:
+    """The checkout's home as a fresh clone has it, and a HOME of the test's own; with the
+    package too when loopd is to run from it (the package then lives inside the home)."""
     home = tmp_path / "clone"
     home.mkdir()
+    if with_package:
+        shutil.copytree(
+            PACKAGE_DIR.parent, home / "daemon", ignore=shutil.ignore_patterns("__pycache__")
+        )
     shutil.copy(ROOT / "loopd.toml", home / "loopd.toml")
     shutil.copytree(ROOT / "loops", home / "loops")
     shutil.copytree(ROOT / "rules", home / "rules")
@@ -46,9 +51,9 @@ def test_the_shipped_home_is_what_init_writes() -> None:
 def test_the_first_run_shows_a_whole_run_and_says_where_to_read_it(
     tmp_path: Path, daemons: list
 ) -> None:
-    home, env = _fresh_clone(tmp_path)
+    home, env = _fresh_clone(tmp_path, with_package=True)
     user = Path(env["HOME"])
-    daemon = start_daemon(home, env=env)
+    daemon = _run_in_checkout(home, env)
     daemons.append(daemon)
     wait_for(lambda: "Your own loop:" in daemon_log(home), timeout=60, what="the example's summary")
     (run,) = runs(home)
@@ -60,8 +65,9 @@ def test_the_first_run_shows_a_whole_run_and_says_where_to_read_it(
     log = daemon_log(home)
     lines = log[log.index("loopd: the example ran") :].splitlines()[:5]
     assert lines[0] == f"loopd: the example ran ({run['id']}): succeeded, {run['reason']}."
-    assert f"loopd --home {home} show {run['id']}" in lines[2]
-    assert f"loopd --home {home} logs {run['id']}" in lines[2]
+    # Run from the checkout itself, its commands need no --home.
+    assert f"`loopd show {run['id']}`" in lines[2]
+    assert f"`loopd logs {run['id']}`" in lines[2]
     assert f"state/runs/{run['id']}/" in lines[3] and "state/progress/example.md" in lines[3]
     assert "state/README.md" in lines[3] and "state/reports/report-" in lines[3]
     assert "copy loops/example.toml to loops/NAME.toml" in lines[4]
@@ -101,7 +107,7 @@ def test_the_checkout_checks_clean_before_the_example_exists(tmp_path: Path) -> 
 
 
 def test_the_example_agent_lives_in_the_package_and_writes_only_its_tree(tmp_path: Path) -> None:
-    assert AGENT.parent == PACKAGE_DIR and AGENT.is_relative_to(ROOT / "daemon")
+    assert AGENT_SOURCE.parent == PACKAGE_DIR and AGENT_SOURCE.is_relative_to(ROOT / "daemon")
     tree = tmp_path / "tree"
     shutil.copytree(REPO_FILES, tree)
     (tree / ".gitignore").write_text("")
@@ -114,7 +120,7 @@ def test_the_example_agent_lives_in_the_package_and_writes_only_its_tree(tmp_pat
     env = {"PATH": os.environ["PATH"], "HOME": str(user)}
     for _ in range(2):
         subprocess.run(
-            [sys.executable, str(AGENT)],
+            [sys.executable, str(AGENT_SOURCE)],
             input="# Task\n\nMake the failing tests pass.\n",
             text=True,
             cwd=tree,
@@ -129,3 +135,30 @@ def test_the_example_agent_lives_in_the_package_and_writes_only_its_tree(tmp_pat
         [sys.executable, "-m", "unittest", "-q"], cwd=tree, capture_output=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
+
+
+def _run_in_checkout(home: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """`loopd --home . run` in the clone, importing loopd from the clone itself, as the
+    README's first command does: the example agent's script then lies inside the home,
+    which the sandbox hides from agents."""
+    import time
+
+    full_env = {**os.environ, **env}
+    full_env.pop("LOOPD_HOME", None)
+    full_env.pop("PYTHONPATH", None)
+    with open(home / "daemon.log", "a") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "daemon.cli.main", "--home", ".", "run"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            cwd=home,
+            text=True,
+        )
+    deadline = time.monotonic() + 30
+    while "running for" not in daemon_log(home) and time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"loopd run exited {proc.returncode}: {daemon_log(home)}")
+        time.sleep(0.05)
+    return proc

@@ -14,15 +14,23 @@ import os
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-AGENT = PACKAGE_DIR / "agent.py"
+AGENT_SOURCE = PACKAGE_DIR / "agent.py"
 REPO_FILES = PACKAGE_DIR / "repo"
-PROFILE = "example"  # the built-in agent profile that runs AGENT
+PROFILE = "example"  # the built-in agent profile that runs the agent
 REPO_SETTING = "~/.cache/loopd/example"  # as the shipped loop file writes it
+# The agent runs from a copy beside the repository, outside any home: a home is hidden from
+# agents by the sandbox, and the checkout (where the package lives) is itself a home.
+AGENT_SETTING = "~/.cache/loopd/example-agent/agent.py"
 
 
 def repo_path() -> Path:
     """Where the example's repository lives: `~/.cache/loopd/example` of the current HOME."""
     return Path(os.path.expanduser(REPO_SETTING)).resolve()
+
+
+def agent_path() -> Path:
+    """Where the example agent runs from: a copy of the shipped script, made by prepare."""
+    return Path(os.path.expanduser(AGENT_SETTING))
 
 
 def is_example_repo(path: Path) -> bool:

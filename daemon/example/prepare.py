@@ -6,7 +6,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from daemon.example import REPO_FILES, repo_path
+from daemon.example import AGENT_SOURCE, REPO_FILES, agent_path, repo_path
 from daemon.runs.git import Git, GitError
 
 # Shipped without the dot, so the file never acts on loopd's own source tree.
@@ -24,6 +24,7 @@ def prepare_example(path: Path | None = None) -> Path | None:
     repository is never left where a run would use it.
     """
     target = path or repo_path()
+    copy_agent()
     if _is_repository(target):
         return None
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -50,6 +51,17 @@ def prepare_example(path: Path | None = None) -> Path | None:
     except (GitError, OSError):
         shutil.rmtree(work, ignore_errors=True)
         raise
+    return target
+
+
+def copy_agent() -> Path:
+    """The example agent's script, copied (afresh: a newer loopd ships a newer one) to where
+    its profile runs it from."""
+    target = agent_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = target.with_name(f".{target.name}.new")
+    shutil.copyfile(AGENT_SOURCE, staged)
+    staged.replace(target)
     return target
 
 
