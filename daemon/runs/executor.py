@@ -31,6 +31,7 @@ from daemon.runs.learning import (
     select_rules_for_run,
 )
 from daemon.runs.services import RunServices
+from daemon.runs.slots import take_slot
 from daemon.runs.stop import RunStopped, StopToken
 from daemon.runs.tree import RunTree, TreeError, prepare_tree, reopen_tree
 from daemon.scheduling.queue import PendingRun
@@ -129,12 +130,13 @@ class RunExecutor:
         except RunStopped as stopped:
             if stopped.why == "cancelled":
                 self._finish("cancelled", "cancelled by a person", Cause.CANCELLED)
-            elif self.run.phase != "judging":
-                # A retry is not retried again: it goes to a person.
+            elif self.run.phase not in ("judging", "waiting"):
+                # A retry is not retried again: it goes to a person. A run parked on a usage
+                # limit stays parked, and one whose agent was done resumes judging.
                 retry = self.run.trigger.kind == "retry"
                 cause = Cause.INTERRUPTED_RETRY if retry else Cause.INTERRUPTED
                 self._finish("interrupted", "loopd stopped during the run", cause)
-            # else: judging resumes after a restart; the agent's work is committed.
+            # else: judging or the park resumes after a restart.
         except TreeError as exc:
             self._finish("error", str(exc), Cause.SETUP_FAILED)
         except GitError as exc:  # a git timeout included
@@ -149,26 +151,42 @@ class RunExecutor:
 
     def _run(self) -> None:
         run = self.run
+        parked = False
         if run.phase in ("judging", "learning") and run.attempts:
             # Resumed after a restart: the last attempt's agent was done.
-            self.tree = reopen_tree(
-                Path(run.repo), Path(run.worktree), run.branch, run.isolation, run.base_commit
-            )
-            self.rules = rules_of_run(self.services, run)
+            self._reopen()
             last = run.attempts[-1]
             self.journal.event("run_resumed", phase="judging", attempt=last.n)
             self._judge(last, None)
             start = last.n + 1
+        elif run.phase == "waiting" and run.park is not None and run.attempts:
+            # Resumed after a restart while parked on a usage limit: the attempt goes on.
+            self._reopen()
+            start, parked = run.attempts[-1].n, True
+            self.journal.event("run_resumed", phase="waiting", attempt=start)
         else:
             self._prepare()
             start = 1
         for n in range(start, self.cfg.max_attempts + 1):
             self.stop.raise_if_stopped()
             assert self.tree is not None
+            if not (parked and n == start):
+                # A run that gave its slot back (to wait for the verifier) works again.
+                take_slot(self.services.slots, run.id, self.stop, self.journal.beat)
             attempt = Attempt(
-                self.services, self.loop, self.journal, self.stop, self.tree, self.rules.text, n
+                self.services,
+                self.loop,
+                self.journal,
+                self.stop,
+                self.tree,
+                self.rules.text,
+                n,
+                parked=parked and n == start,
             )
             result = attempt.run()
+            if result.quota_exceeded:
+                self._commit(result.record)
+                self._end("escalated", result.quota_exceeded, Cause.QUOTA_WAIT_EXCEEDED)
             if result.start_error:
                 self._commit(result.record)
                 reason = f"agent failed to start: {result.start_error}"[:300]
@@ -179,6 +197,14 @@ class RunExecutor:
                 self._end("escalated", reason, Cause.TOKEN_CAP)
             self._judge(result.record, result.checked)
         self._end("escalated", *self._why_given_up())
+
+    def _reopen(self) -> None:
+        """After a restart: the run's tree and rules as they were."""
+        run = self.run
+        self.tree = reopen_tree(
+            Path(run.repo), Path(run.worktree), run.branch, run.isolation, run.base_commit
+        )
+        self.rules = rules_of_run(self.services, run)
 
     def _prepare(self) -> None:
         run = self.run

@@ -13,6 +13,7 @@ from typing import Any
 from daemon.config import LoadedConfig, Loop, LoopConfig
 from daemon.home import Home
 from daemon.runs.services import RunServices
+from daemon.service.reload import LoopFiles
 from daemon.state.store import StateStore, UnreadableFile
 
 
@@ -61,6 +62,9 @@ class Context:
     services: RunServices
     clock: Callable[[], datetime]
     monotonic: Callable[[], float] = time.monotonic
+    # The loop files loaded (digests) and those kept stale; see daemon/service/reload.py.
+    files: LoopFiles = field(default_factory=LoopFiles)
+    config_error: str = ""  # loopd.toml did not load at the last reload: all is kept
 
     @property
     def loops(self) -> dict[str, Loop]:
