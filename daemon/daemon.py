@@ -173,11 +173,14 @@ class Daemon:
         loopd.toml keeps everything; running runs keep the configuration they started with.
         """
         ctx = self.ctx
+        # `loopd reload` waits for the event naming its request; taken before the files are
+        # read, so the reload that names it read what the person had saved.
+        requests = ctx.store.take_reload_requests()
         try:
             loaded = load_config(ctx.home)
         except ConfigFatal as exc:
             ctx.config_error = str(exc)[:1000]
-            ctx.event("reload_failed", error=str(exc)[:1000])
+            ctx.event("reload_failed", error=str(exc)[:1000], requests=requests)
             self.status.write(now, force=True)
             return f"reload failed, keeping the running configuration: {exc}"
         before = (ctx.config, ctx.services, ctx.files, ctx.config_error)
@@ -199,7 +202,7 @@ class Daemon:
             ctx.config, ctx.services, ctx.files, ctx.config_error = before
             self._reapply(now)
             error = f"{type(exc).__name__}: {exc}"
-            ctx.event("reload_failed", error=error[:1000])
+            ctx.event("reload_failed", error=error[:1000], requests=requests)
             return f"reload failed, keeping the running configuration: {error}"
         ctx.report_config()
         names = set(before[0].loops) | set(loaded.loops)
@@ -215,6 +218,7 @@ class Daemon:
             changed=changed,
             stale=sorted(files.stale),
             not_loaded=broken,
+            requests=requests,
         )
         self.status.write(now, force=True)
         message = f"reloaded: {len(loaded.loops)} loop(s)"

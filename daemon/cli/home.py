@@ -22,8 +22,11 @@ def init(args: argparse.Namespace) -> int:
 
 def check(args: argparse.Namespace) -> int:
     """Validate loopd.toml and loops/*.toml."""
+    from daemon.runs.budget import budget_warnings
+
     home = home_of(args)
     loaded = home.load()
+    loaded.warnings.extend(budget_warnings(loaded))
     if args.json:
         print_json(
             {

@@ -16,6 +16,7 @@ GROUP_ORDER = {
     "home": 0,
     "runs": 1,
     "daemon": 2,
+    "reload": 2,
     "hooks": 3,
     "rules": 4,
     "escalations": 5,

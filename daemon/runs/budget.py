@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 
-from daemon.config import DaemonConfig, Loop
+from daemon.config import DaemonConfig, LoadedConfig, Loop
 from daemon.state.store import StateStore
 
 LOOKBACK = timedelta(days=3)  # runs started this long ago may still spend today
@@ -145,3 +145,31 @@ def loop_hold(store: StateStore, config: DaemonConfig, loop: Loop, now: datetime
     budgeted = config.limits.daily_tokens or loop.config.daily_tokens
     days = budget_days(config, loops, recent_spends(store, now) if budgeted else [], now)
     return holds(store, config, loops, days, now).get(loop.name)
+
+
+def budget_warnings(loaded: LoadedConfig) -> list[str]:
+    """Budgets that cannot hold anything: their loop's agent reports no token usage."""
+    from daemon.agents.registry import adapter_class
+
+    out = []
+    home_budget = loaded.daemon.limits.daily_tokens
+    for _, loop in sorted(loaded.loops.items()):
+        profile = loaded.daemon.profile(loop.config.agent)
+        if profile is None or not loop.config.enabled or adapter_class(profile.adapter).usage:
+            continue
+        why = (
+            f"agent profile {loop.config.agent!r} (adapter {profile.adapter!r}) reports no "
+            "token usage"
+        )
+        if loop.config.daily_tokens:
+            out.append(
+                f"{loop.path}: daily_tokens: {why}, so this loop's runs never count toward "
+                "its budget and it never holds them; use an adapter that reports usage or "
+                "remove daily_tokens"
+            )
+        if home_budget:
+            out.append(
+                f"{loop.path}: [limits] daily_tokens in loopd.toml does not count this loop's "
+                f"runs: {why}"
+            )
+    return out

@@ -41,6 +41,9 @@ def load_config(home: Home) -> LoadedConfig:
         ) from exc
     if not loaded.daemon_ok:
         raise ConfigFatal("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
+    from daemon.runs.budget import budget_warnings
+
+    loaded.warnings.extend(budget_warnings(loaded))
     return loaded
 
 
