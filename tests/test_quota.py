@@ -153,7 +153,7 @@ def test_disk_quota_is_not_a_usage_limit() -> None:
         ),
         ("Claude AI usage limit reached|1762952400", datetime(2025, 11, 12, 13, tzinfo=UTC)),
         (
-            "You've hit your usage limit. Upgrade to Pro or try again in 2 days 17 hours 14 minutes.",
+            "You have hit your usage limit. Try again in 2 days 17 hours 14 minutes.",
             NOW + timedelta(days=2, hours=17, minutes=14),
         ),
         (
