@@ -205,8 +205,7 @@ class Daemon:
             ctx.event("reload_failed", error=error[:1000], requests=requests)
             return f"reload failed, keeping the running configuration: {error}"
         ctx.report_config()
-        names = set(before[0].loops) | set(loaded.loops)
-        changed = changed_loops(before[2], files, names)
+        changed = changed_loops(before[2], files)
         self._changes_during_attempts(before[2], files, changed)
         broken = sorted(
             {e.file.stem for e in loaded.errors if e.file.parent == ctx.home.loops_dir}

@@ -149,7 +149,7 @@ def _render_status(data: dict[str, Any]) -> Any:
             until = str(info.get("resume_at") or "")[:16].replace("T", " ")
             phase += f" (held until {until}: {info['waiting_for']})"
         if info.get("note"):
-            phase += f" [{info['note']}]"
+            phase += f" ({info['note']})"
         table.add_row(
             name,
             phase,

@@ -44,6 +44,7 @@ class LoopFiles:
     digests: dict[str, str] = field(default_factory=dict)  # loop -> digest of the loaded file
     stale: dict[str, str] = field(default_factory=dict)  # loop -> why its file does not load
     config_digest: str = ""  # of loopd.toml
+    on_disk: dict[str, str] = field(default_factory=dict)  # every loop file, loaded or not
 
 
 def _errors_by_loop(home: Home, errors: list[ConfigError]) -> dict[str, list[str]]:
@@ -59,7 +60,14 @@ def first_load(home: Home, loaded: LoadedConfig) -> LoopFiles:
     return LoopFiles(
         digests={name: file_digest(loop.path) for name, loop in loaded.loops.items()},
         config_digest=file_digest(home.config_path),
+        on_disk=_on_disk(home),
     )
+
+
+def _on_disk(home: Home) -> dict[str, str]:
+    folder = home.loops_dir
+    paths = sorted(folder.glob("*.toml")) if folder.is_dir() else []
+    return {path.stem: file_digest(path) for path in paths}
 
 
 def keep_last_good(
@@ -71,7 +79,7 @@ def keep_last_good(
     its agent profile is gone from the new loopd.toml: then it is not loaded either.
     """
     broken = _errors_by_loop(home, after.errors)
-    merged = LoopFiles(config_digest=file_digest(home.config_path))
+    merged = LoopFiles(config_digest=file_digest(home.config_path), on_disk=_on_disk(home))
     for name, loop in after.loops.items():
         merged.digests[name] = file_digest(loop.path)
     for name, problems in broken.items():
@@ -86,9 +94,10 @@ def keep_last_good(
     return merged
 
 
-def changed_loops(before: LoopFiles, after: LoopFiles, names: set[str]) -> list[str]:
-    """Loops whose file is not the one loaded before (changed, added or removed)."""
-    return sorted(n for n in names if before.digests.get(n) != after.digests.get(n))
+def changed_loops(before: LoopFiles, after: LoopFiles) -> list[str]:
+    """Loop files changed, added or removed since the last load (loaded or not)."""
+    names = set(before.on_disk) | set(after.on_disk)
+    return sorted(n for n in names if before.on_disk.get(n) != after.on_disk.get(n))
 
 
 def agent_could_write_home(config: Any) -> bool:
