@@ -402,6 +402,16 @@ def show(args: argparse.Namespace) -> int:
         f"branch: {run.branch}   tokens: {run.tokens}"
         + (f"   cost: ${run.cost_usd:.4f}" if run.cost_usd else ""),
     ]
+    if run.phase == "waiting" and run.resume_at and run.park:
+        from rich.markup import escape
+
+        words = "".join(c for c in run.park.message[-200:] if c.isprintable() or c == " ")
+        head.append(
+            f"parked on the usage limit of agent profile {run.park.profile!r} until "
+            f"{run.resume_at}: {escape(words)}"
+        )
+    if run.waited:
+        head.append(f"parked {run.waited}s in all on usage limits")
     if run.rules_fired:
         head.append("rules fired: " + ", ".join(run.rules_fired))
     out.print(Panel("\n".join(head), title=run.id))
