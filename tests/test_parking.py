@@ -302,9 +302,14 @@ def test_a_parked_run_stays_parked_across_a_restart_and_resumes_the_same_attempt
         what="the park",
     )
     run_id, worktree = record["id"], record["worktree"]
-    status = tomllib.loads((home / "state" / "status.toml").read_text())
-    entry = status["loops"]["calc"]
-    assert entry["phase"] == "waiting" and entry["resume_at"] == record["resume_at"]
+
+    def in_status() -> dict[str, Any] | None:
+        status = tomllib.loads((home / "state" / "status.toml").read_text())
+        entry = status["loops"]["calc"]
+        return entry if entry["phase"] == "waiting" else None
+
+    entry = wait_for(in_status, what="status.toml to show the park")
+    assert entry["resume_at"] == record["resume_at"]
     assert "usage limit" in entry["waiting_for"]
     assert stop_daemon(daemon) == 0, daemon_log(home)
     # Stopped while parked: not interrupted, no retry; the tree stays where it was.

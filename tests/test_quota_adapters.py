@@ -153,7 +153,7 @@ def test_each_adapters_quota_ending_parks_the_run_and_the_session_resumes(
     expected = reset + parking.RESET_MARGIN if reset else NOW + parking.FIRST_WAIT
     assert record["resume_at"] == expected
     assert record["park"]["reset_named"] is (reset is not None)
-    assert services.slots.holders() == set()
+    assert services.slots.holders() == set()  # given back before the run reads as waiting
     clock[0] = expected
     thread.join(timeout=120)
     assert not thread.is_alive()

@@ -122,6 +122,8 @@ class Parking:
             used_seconds=round(used_seconds, 3),
             asked_whole=asked.whole_prompt,
         )
+        # Parked holds no run slot: given back before anyone can read the run as waiting.
+        release_slot(self.services.slots, run.id)
         run.phase = "waiting"
         run.resume_at = resume_at
         journal.save()
@@ -149,7 +151,7 @@ class Parking:
         run, journal, stop = self.journal.run, self.journal, self.stop
         park = self.parked
         assert park is not None and run.resume_at is not None
-        release_slot(self.services.slots, run.id)
+        release_slot(self.services.slots, run.id)  # after a restart it was given one
         while True:
             left = (run.resume_at - self.services.clock()).total_seconds()
             if left <= 0:
