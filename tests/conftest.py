@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
 import subprocess
 from collections.abc import Iterator
 
 import pytest
 
 from tests.model_server import ScriptedModelServer
+
+PR_SET_CHILD_SUBREAPER = 36
 
 
 @pytest.fixture(autouse=True)
@@ -19,9 +23,14 @@ def _reap_orphans() -> Iterator[None]:
     in a later test that counts our zombies.
     """
     yield
-    from daemon.agents.processes import reap_orphans
+    import daemon.agents.processes as processes
 
-    reap_orphans()
+    processes.reap_orphans()
+    # Nor may a later test inherit the subreaper: orphans of its git hooks, in pytest's own
+    # session, would become zombies nobody reaps (and fail the tests that count them).
+    if processes._subreaper_for_pid == os.getpid():
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        processes._subreaper_for_pid = None
 
 
 @pytest.fixture

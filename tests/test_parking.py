@@ -142,7 +142,9 @@ def parked(services: RunServices, run_id: str, parks: int = 1) -> dict[str, Any]
         record = run_toml(services, run_id)
         park = record.get("park") or {}
         waiting = record.get("phase") == "waiting" and park.get("count") == parks
-        return record if waiting else None
+        # Its event is written right after the record: wait for both.
+        recorded = len(kinds(services, run_id, "quota_wait")) == parks
+        return record if waiting and recorded else None
 
     return wait_for(ready, timeout=60, what=f"park {parks}")
 

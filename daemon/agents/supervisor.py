@@ -377,6 +377,7 @@ class _Run:
                 result.last_error = redact(event.text)
         elif event.type == "error":
             result.last_error = redact(event.text)
+            result.final_ok = None  # the session's last word is this error, until a final
             result.quota_hint = result.quota_hint or event.quota
             result.reset_at = event.reset_at or result.reset_at
         elif event.type == "tool_result":
