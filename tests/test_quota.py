@@ -74,6 +74,8 @@ def hit_of(tmp_path: Path, adapter_name: str, stream: str, exit_code: int = 1) -
         ("gemini", "gemini-quota.jsonl", NOW + timedelta(hours=2, minutes=52, seconds=39)),
         # opencode's 429 says so by its status; the server's Retry-After is kept in the text.
         ("opencode", "opencode-quota.jsonl", NOW + timedelta(seconds=3600)),
+        # A step finished, then the next request hit the limit: the error is the last word.
+        ("opencode", "opencode-quota-after-step.jsonl", NOW + timedelta(seconds=3600)),
         # aider prints litellm's RateLimitError and gives up: no reset named.
         ("aider", "aider-quota.txt", None),
         # A command agent's last lines: HTTP 429 with a Retry-After.
