@@ -75,6 +75,21 @@ class VerifierConfig(StrictModel):
         return bool(self.base_url)
 
 
+class Price(StrictModel):
+    """USD per million tokens, as the provider bills them."""
+
+    input: float = Field(0.0, ge=0, le=10_000)
+    output: float = Field(0.0, ge=0, le=10_000)
+
+    @property
+    def set(self) -> bool:
+        return bool(self.input or self.output)
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        """The cost in USD of these tokens."""
+        return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
+
+
 class AgentProfile(StrictModel):
     adapter: Adapter = "qwen"  # type: ignore[valid-type]
     model: str = Field("", examples=["qwen3-coder-30b-a3b-instruct"])
@@ -83,6 +98,7 @@ class AgentProfile(StrictModel):
     args: list[str] = Field([], examples=[["--verbose"]])
     env: dict[str, str] = Field({}, examples=[{"HTTPS_PROXY": "http://127.0.0.1:3128"}])
     command: list[str] = Field([], examples=[["my-agent", "--task", "{prompt}"]])
+    price: Price = Price()
 
     _command_argv = field_validator("command")(_argv)
     _base_url = field_validator("base_url")(_http_url)
@@ -104,6 +120,18 @@ class LimitsConfig(StrictModel):
     shutdown_grace: duration("0s", "1d") = "30s"  # type: ignore[valid-type]
     worktrees: str = "~/.cache/loopd/worktrees"
     events_rotate: size("64KB", "10GB") = "64MB"  # type: ignore[valid-type]
+    max_wait: duration("0s", "30d") = "12h"  # type: ignore[valid-type]
+    daily_tokens: int = Field(0, ge=0, le=10**15)
+    timezone: str = Field("", examples=["Europe/Berlin"])
+
+    @field_validator("timezone")
+    @classmethod
+    def _valid_timezone(cls, value: str) -> str:
+        if value:
+            from daemon.scheduling.cron import parse_timezone
+
+            parse_timezone(value)
+        return value
 
     @property
     def worktrees_path(self) -> Path:
@@ -194,9 +222,11 @@ class DaemonConfig(StrictModel):
         if name in ADAPTERS and name != "command":
             return AgentProfile(adapter=name)
         if name == example.PROFILE:
-            # This Python runs the script, named by its full path: a sandbox shows the
-            # script's folder (inside the installed package) read-only.
-            return AgentProfile(adapter="command", command=[sys.executable, str(example.agent_path())])
+            # This Python runs a copy of the script outside any home (a sandbox hides the
+            # home, and a checkout is one), named by its full path: shown read-only.
+            return AgentProfile(
+                adapter="command", command=[sys.executable, str(example.agent_path())]
+            )
         return None
 
 
@@ -226,9 +256,10 @@ class LoopConfig(StrictModel):
     max_nudges: int = Field(2, ge=0, le=100)
     nudge: str = "Continue the task. If something blocks you, say exactly what."
     max_tokens: int = Field(0, ge=0, le=10_000_000_000)
+    daily_tokens: int = Field(0, ge=0, le=10**15)
     critic: Literal["on", "off"] = "on"
     critic_threshold: int = Field(7, ge=0, le=10)
-    notify_on: list[Literal["escalated", "succeeded", "failed-attempt"]] = ["escalated"]
+    notify_on: list[Literal["escalated", "succeeded", "failed-attempt", "waiting"]] = ["escalated"]
     runs_on: str = Field("", examples=["gpu"])
 
     _runs_on = field_validator("runs_on")(_queue_name)

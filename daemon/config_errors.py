@@ -91,6 +91,8 @@ def toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, BaseModel):
+        return toml_value(value.model_dump())
     if isinstance(value, Mapping):
         inner = ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items())
         return "{ " + inner + " }" if inner else "{}"

@@ -33,10 +33,19 @@ from daemon.service.context import (
     unreadable_reporter,
 )
 from daemon.service.first_run import FirstRun
+from daemon.service.holds import Holds
 from daemon.service.housekeeper import Housekeeper
 from daemon.service.intake import Intake
 from daemon.service.recover import recover_live_runs
+from daemon.service.reload import (
+    LoopFiles,
+    agent_could_write_home,
+    changed_loops,
+    first_load,
+    keep_last_good,
+)
 from daemon.service.status import StatusBoard
+from daemon.service.verifier import VerifierWatch
 from daemon.service.watchers import Watchers
 from daemon.service.workers import WorkerPool
 from daemon.state.readme import write_state_readme
@@ -58,7 +67,9 @@ class Daemon:
         watchers: Watchers,
         status: StatusBoard,
         housekeeper: Housekeeper,
-        first_run: FirstRun | None = None,
+        first_run: FirstRun,
+        holds: Holds,
+        verifier: VerifierWatch,
     ) -> None:
         self.ctx = ctx
         self.timer = timer
@@ -67,7 +78,10 @@ class Daemon:
         self.watchers = watchers
         self.status = status
         self.housekeeper = housekeeper
-        self.first_run = first_run or FirstRun(ctx, utc_now())
+        self.first_run = first_run
+        self.holds = holds
+        self.verifier = verifier
+        intake.reload = self.reload  # a trigger for a loop file newer than the configuration
 
     @property
     def loops(self) -> dict[str, Loop]:
@@ -107,6 +121,7 @@ class Daemon:
             services=services,
             clock=clock,
             monotonic=monotonic,
+            files=first_load(home, loaded),
         )
         ctx.event(
             "daemon_started",
@@ -127,9 +142,13 @@ class Daemon:
         first_run.start(intake, now)
         intake.save()
         watchers = Watchers.start(ctx, pool.running)
-        status = StatusBoard(ctx, queue, timer, pool, started=now)
+        holds = Holds(ctx)
+        verifier = VerifierWatch(ctx)
+        status = StatusBoard(ctx, queue, timer, pool, started=now, holds=holds, verifier=verifier)
         status.write(now, force=True)
-        return cls(ctx, timer, intake, pool, watchers, status, Housekeeper(ctx), first_run)
+        return cls(
+            ctx, timer, intake, pool, watchers, status, Housekeeper(ctx), first_run, holds, verifier
+        )
 
     # the tick ----------------------------------------------------------------------------
     def tick(self, now: datetime) -> None:
@@ -141,8 +160,10 @@ class Daemon:
         self.intake.cancel_queued()
         for run in self.pool.reap():
             self.status.note_finished(run)
-        if not self.flags.stop.is_set():
-            self.pool.start_ready(now)
+            self.holds.recount()  # its tokens count before the next run starts
+        if not self.flags.stop.is_set() and self.intake.queue.pending():
+            self.pool.start_ready(now, held=self.holds.held(now))
+        self.verifier.tick(now)
         self.intake.save()
         self.housekeeper.tick(now, keep=self.pool.run_ids())
         self.status.write(now)
@@ -155,16 +176,28 @@ class Daemon:
         return self.watchers.alive() and self.pool.healthy(self.ctx.monotonic())
 
     def reload(self, now: datetime) -> str:
-        """SIGHUP: read the configuration again; whatever fails keeps the running one."""
+        """SIGHUP, `loopd reload`, a changed file: read the configuration again, loop by loop.
+
+        A broken loop file keeps its loop's last good configuration (stale); a broken
+        loopd.toml keeps everything; running runs keep the configuration they started with.
+        """
         ctx = self.ctx
+        # `loopd reload` waits for the event naming its request; taken before the files are
+        # read, so the reload that names it read what the person had saved.
+        requests = ctx.store.take_reload_requests()
         try:
             loaded = load_config(ctx.home)
         except ConfigFatal as exc:
-            ctx.event("reload_failed", error=str(exc)[:1000])
+            ctx.config_error = str(exc)[:1000]
+            ctx.event("reload_failed", error=str(exc)[:1000], requests=requests)
+            self.status.write(now, force=True)
             return f"reload failed, keeping the running configuration: {exc}"
-        before = (ctx.config, ctx.services)
+        before = (ctx.config, ctx.services, ctx.files, ctx.config_error)
+        files = keep_last_good(ctx.home, ctx.config, ctx.files, loaded)
         try:
             ctx.config = loaded
+            ctx.files = files
+            ctx.config_error = ""
             # Running runs keep the services (configuration, notifier) they started with.
             ctx.services = dataclasses.replace(
                 ctx.services,
@@ -175,15 +208,50 @@ class Daemon:
             self.timer.update(ctx.scheduled_loops(), now)
             self.watchers.restart_changes()
         except Exception as exc:  # noqa: BLE001 - a reload never kills the daemon
-            ctx.config, ctx.services = before
+            ctx.config, ctx.services, ctx.files, ctx.config_error = before
             self._reapply(now)
             error = f"{type(exc).__name__}: {exc}"
-            ctx.event("reload_failed", error=error[:1000])
+            ctx.event("reload_failed", error=error[:1000], requests=requests)
             return f"reload failed, keeping the running configuration: {error}"
         ctx.report_config()
-        ctx.event("reloaded", loops=sorted(loaded.loops))
+        changed = changed_loops(before[2], files)
+        self._changes_during_attempts(before[2], files, changed)
+        broken = sorted(
+            {e.file.stem for e in loaded.errors if e.file.parent == ctx.home.loops_dir}
+            - set(loaded.loops)
+        )
+        ctx.event(
+            "reloaded",
+            loops=sorted(loaded.loops),
+            changed=changed,
+            stale=sorted(files.stale),
+            not_loaded=broken,
+            requests=requests,
+        )
         self.status.write(now, force=True)
-        return f"reloaded: {len(loaded.loops)} loop(s)"
+        message = f"reloaded: {len(loaded.loops)} loop(s)"
+        if files.stale:
+            message += "; kept the last good configuration of " + ", ".join(sorted(files.stale))
+        if broken:
+            message += "; not loaded: " + ", ".join(broken)
+        return message
+
+    def _changes_during_attempts(self, before: LoopFiles, after: LoopFiles, changed: list[str]):
+        """Record configuration changes an agent working now could have made."""
+        ctx = self.ctx
+        if not agent_could_write_home(ctx.config.daemon):
+            return
+        files = [str(ctx.home.loops_dir / f"{name}.toml") for name in changed]
+        if before.config_digest != after.config_digest:
+            files.insert(0, str(ctx.home.config_path))
+        running = [w.run for w in self.pool.workers.values() if w.run.phase == "running"]
+        if files and running:
+            ctx.event(
+                "config_changed_during_attempt",
+                files=files,
+                runs=[run.id for run in running],
+                loops=sorted({run.loop for run in running}),
+            )
 
     def _reapply(self, now: datetime) -> None:
         """After a failed reload: the timer and watchers follow the kept configuration."""

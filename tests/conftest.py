@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -31,6 +32,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report.longrepr = f"skipped in CI, where every real part must run: {why}"
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
 @pytest.fixture(autouse=True)
 def _reap_orphans() -> Iterator[None]:
     """Reap zombies reparented to the test process.
@@ -40,9 +44,14 @@ def _reap_orphans() -> Iterator[None]:
     in a later test that counts our zombies.
     """
     yield
-    from daemon.agents.processes import reap_orphans
+    import daemon.agents.processes as processes
 
-    reap_orphans()
+    processes.reap_orphans()
+    # Nor may a later test inherit the subreaper: orphans of its git hooks, in pytest's own
+    # session, would become zombies nobody reaps (and fail the tests that count them).
+    if processes._subreaper_for_pid == os.getpid():
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        processes._subreaper_for_pid = None
 
 
 @pytest.fixture

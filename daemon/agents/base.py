@@ -36,6 +36,8 @@ class AgentEvent(BaseModel):
     input_tokens: int = 0  # usage
     output_tokens: int = 0  # usage
     cost_usd: float = 0.0  # usage, where the agent reports it
+    quota: bool = False  # error: its structure says a usage limit was hit
+    reset_at: float = 0.0  # error: epoch seconds when that limit resets, where given
 
 
 @dataclass

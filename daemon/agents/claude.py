@@ -46,7 +46,26 @@ def parse_stream_json(line: str, *, cache_is_extra: bool) -> list[AgentEvent]:
         return _tool_results(data) or raw(line)
     if kind == "result":
         return _result(data, cache_is_extra=cache_is_extra)
+    if kind == "rate_limit_event":
+        return _rate_limit(data) or raw(line)
     return raw(line)
+
+
+def _rate_limit(data: dict[str, Any]) -> list[AgentEvent]:
+    """Claude Code's subscription limit: a `rejected` status ends the session (others are
+    notices sent on every turn); `resetsAt` is when it lifts, in epoch seconds."""
+    info = data.get("rate_limit_info")
+    if not isinstance(info, dict) or info.get("status") != "rejected":
+        return []
+    kind = str(info.get("rateLimitType") or "usage")
+    return [
+        AgentEvent(
+            type="error",
+            text=f"usage limit reached ({kind})",
+            quota=True,
+            reset_at=as_float(info.get("resetsAt")),
+        )
+    ]
 
 
 def _blocks(data: dict[str, Any]) -> list[dict[str, Any]]:

@@ -107,9 +107,11 @@ class GeminiAdapter(AgentAdapter):
             )
         ]
         if failed:
-            error = data.get("error")
-            message = error.get("message") if isinstance(error, dict) else None
-            events.append(AgentEvent(type="error", text=as_text(message) or "error"))
+            error = data.get("error") if isinstance(data.get("error"), dict) else {}
+            # TerminalQuotaError: a daily or long quota, which Gemini CLI does not retry.
+            quota = "quota" in str(error.get("type") or "").lower()
+            text = as_text(error.get("message")) or "error"
+            events.append(AgentEvent(type="error", text=text, quota=quota))
         events.append(AgentEvent(type="final", text="".join(self._answer).strip(), is_error=failed))
         return events
 

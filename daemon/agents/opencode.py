@@ -119,7 +119,14 @@ class OpencodeAdapter(AgentAdapter):
         elif kind == "step_finish":
             events += self._step_finish(part)
         elif kind == "error":
-            events.append(AgentEvent(type="error", text=_error_text(data.get("error")) or line))
+            error = data.get("error")
+            text = _error_text(error) or line
+            quota = _status(error) == 429
+            if quota:
+                # No clock here: the wait the server asked for goes into the text, read later.
+                after = _retry_after(error)
+                text = f"HTTP 429: {text}" + (f" (retry-after: {after})" if after else "")
+            events.append(AgentEvent(type="error", text=text, quota=quota))
         return events or raw(line)
 
     def _step_finish(self, part: dict[str, Any]) -> list[AgentEvent]:
@@ -165,6 +172,23 @@ def _tool(part: dict[str, Any]) -> list[AgentEvent]:
             )
         )
     return events
+
+
+def _status(error: Any) -> int:
+    """The HTTP status of an `APIError` (`error.data.statusCode`), else 0."""
+    data = error.get("data") if isinstance(error, dict) else None
+    return as_int(data.get("statusCode")) if isinstance(data, dict) else 0
+
+
+def _retry_after(error: Any) -> str:
+    data = error.get("data") if isinstance(error, dict) else None
+    headers = data.get("responseHeaders") if isinstance(data, dict) else None
+    if not isinstance(headers, dict):
+        return ""
+    for key, value in headers.items():
+        if str(key).lower() == "retry-after" and isinstance(value, str | int | float):
+            return str(value)
+    return ""
 
 
 def _error_text(error: Any) -> str:

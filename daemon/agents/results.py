@@ -36,6 +36,10 @@ class ProcessResult:
     denied: bool = False  # a tool_result said a permission was refused
     killed: bool = False  # loopd ended the process (timeout, stall, stop), not the agent
     last_error: str = ""  # the last `error` event's text
+    final_ok: bool | None = None  # the last `final` event's success (None: none since an error)
+    quota_hint: bool = False  # an error event said by its structure that a usage limit hit
+    reset_at: float = 0.0  # epoch seconds of the limit's reset, where the stream gives it
+    tail: list[str] = field(default_factory=list)  # the last lines of output (both streams)
     error: str = ""  # why the process could not be started
     pid: int = 0
     output_bytes: int = 0

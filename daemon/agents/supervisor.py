@@ -26,6 +26,7 @@ import shlex
 import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -44,6 +45,8 @@ from daemon.state.atomic import ensure_dir
 
 __all__ = ["MAX_LINE", "ProcessResult", "Supervisor", "ToolCall"]
 
+TAIL_KEPT = 20  # the last lines of output kept for a plain agent's quota message
+TAIL_LINE_CHARS = 2000
 TOOL_CALLS_KEPT = 500  # the result keeps the first calls; `tool_call_count` counts all
 SAMPLE_EVERY = 0.5  # seconds between samples of the process tree (about 2 ms each)
 DRAIN_AFTER_EXIT = 2.0  # seconds to read what is left in the pipes once the tree is gone
@@ -216,6 +219,7 @@ class _Run:
         self.killer: threading.Thread | None = None
         self.last_text = ""
         self.final_text: str | None = None
+        self.tail: deque[str] = deque(maxlen=TAIL_KEPT)
         self.sel = selectors.DefaultSelector()
         self.splitters: dict[int, LineSplitter] = {}
         self.wake_r, wake_w = os.pipe()
@@ -363,6 +367,7 @@ class _Run:
             data = data[:-1]
         text = data.decode("utf-8", "replace")
         now = self.sup.clock()
+        self.tail.append(text[:TAIL_LINE_CHARS])
         if stream == "stderr":
             self.last_stderr = text[:500]
             self.result.events += 1
@@ -387,10 +392,14 @@ class _Run:
             self.last_text = event.text
         elif event.type == "final":
             self.final_text = event.text
+            result.final_ok = not event.is_error
             if event.is_error and event.text:
                 result.last_error = redact(event.text)
         elif event.type == "error":
             result.last_error = redact(event.text)
+            result.final_ok = None  # the session's last word is this error, until a final
+            result.quota_hint = result.quota_hint or event.quota
+            result.reset_at = event.reset_at or result.reset_at
         elif event.type == "tool_result":
             result.denied = result.denied or event.denied
         elif event.type == "usage":
@@ -463,6 +472,7 @@ class _Run:
             if self.result.exit_code is None:
                 self.result.exit_code = self.proc.returncode
             self._flush_partial_lines()
+            self.result.tail = [redact(line) for line in self.tail]
             if self.final_text is not None:
                 self.result.final_text = redact(self.final_text)
             else:

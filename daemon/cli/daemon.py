@@ -93,6 +93,10 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
     for name in sorted(names):
         entry = status.loops.get(name)
         info = entry.model_dump(mode="json") if entry and pid else {}
+        if pid and entry is None:
+            info["note"] = (
+                "not loaded by the daemon yet; it reloads within seconds (`loopd reload`)"
+            )
         if name in loaded.loops:
             info.setdefault("enabled", loaded.loops[name].config.enabled)
             info.setdefault("phase", "paused" if name in paused else "idle")
@@ -106,7 +110,13 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
                     info["last_run"] = last.id
                     info["last_outcome"] = last.outcome or last.phase
         info["paused"] = name in paused
+        _loaded_note(info, name, loaded, entry if pid else None)
         data["loops"][name] = info
+    if pid is not None:
+        if status.verifier is not None:
+            data["verifier"] = status.verifier.model_dump(mode="json")
+        if status.budget is not None:
+            data["budget"] = status.budget.model_dump(mode="json")
     _schedules(store, loaded, data["loops"])
     return data
 
@@ -139,6 +149,20 @@ def _schedules(store: Any, loaded: Any, loops: dict[str, dict[str, Any]]) -> Non
             info["held_by"] = held[name].run
 
 
+def _loaded_note(info: dict[str, Any], name: str, loaded: Any, entry: Any) -> None:
+    """Say when the running daemon has not loaded a loop file as it is on disk, and why."""
+    from daemon.service.reload import file_digest
+
+    if entry is None:
+        return  # no daemon: the files are what runs next
+    if not entry.loaded:
+        info["note"] = "not loaded: its file does not load (fix it; the daemon reloads it)"
+    elif entry.stale:
+        info["note"] = "stale: its file does not load; the daemon runs its last good version"
+    elif name in loaded.loops and entry.digest != file_digest(loaded.loops[name].path):
+        info["note"] = "changed on disk; the daemon reloads it within seconds (`loopd reload`)"
+
+
 def _newest_readable(store: Any, loop: str, newest: str) -> Any:
     """The loop's newest run record; past an unreadable one (named on stderr), the next."""
     from daemon.state.store import UnreadableFile
@@ -165,6 +189,11 @@ def _status_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             phase = "disabled" + (f": {info['error'][:60]}" if info.get("error") else "")
         if info.get("paused"):
             phase = "paused"
+        if info.get("waiting_for"):
+            until = str(info.get("resume_at") or "")[:16].replace("T", " ")
+            phase += f" (held until {until}: {info['waiting_for']})"
+        if info.get("note"):
+            phase += f" ({info['note']})"
         run = info.get("run") or info.get("last_run") or ""
         if info.get("held_by"):
             fire = "held by an escalation"
@@ -223,6 +252,29 @@ def _render_status(data: dict[str, Any], width: int = 80) -> Any:
                     style="yellow",
                 )
             )
+    verifier = data.get("verifier")
+    if verifier is not None:
+        since = str(verifier.get("since") or "")[:19].replace("T", " ")
+        if verifier.get("reachable", True):
+            parts.append(Text("verifier: reachable" + (f" since {since}" if since else "")))
+        else:
+            error = clean(str(verifier.get("last_error", "")))[:200]
+            parts.append(
+                Text(
+                    f"verifier: UNREACHABLE since {since}: {error} "
+                    "(runs waiting in judging hold no run slot)",
+                    style="red",
+                )
+            )
+    budget = data.get("budget")
+    if budget is not None:
+        line = (
+            f"budget today ({budget.get('day')}): "
+            f"{budget.get('tokens')} of {budget.get('limit')} tokens"
+        )
+        if budget.get("exhausted"):
+            line += f"; spent: new runs wait until {str(budget.get('until'))[:16]}"
+        parts.append(Text(line, style="yellow" if budget.get("exhausted") else ""))
     for warning in d["warnings"]:
         parts.append(Text(f"warning: {clean(warning)}", style="yellow"))
     for error in data["errors"]:

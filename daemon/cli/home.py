@@ -31,11 +31,13 @@ def init(args: argparse.Namespace) -> int:
 def check(args: argparse.Namespace) -> int:
     """Validate loopd.toml and loops/*.toml."""
     from daemon.cli.runs import daemon_pid
+    from daemon.runs.budget import budget_warnings
     from daemon.sandbox.registry import choose
     from daemon.service.preflight import preflight_warnings
 
     home = home_of(args)
     loaded = home.load()
+    loaded.warnings.extend(budget_warnings(loaded))
     if loaded.daemon_ok and loaded.daemon.engine.temporal:
         from daemon.engine.temporal.check import check_schedules
 

@@ -19,6 +19,7 @@ GROUP_ORDER = {
     "logs": 1.5,
     "daemon": 2,
     "worker": 2,
+    "reload": 2,
     "hooks": 3,
     "rules": 4,
     "experiment": 4.5,  # replay and experiment (daemon/cli/experiment.py), after the rules

@@ -21,7 +21,11 @@ def valid_loop(home: Home, loaded: LoadedConfig, name: str) -> Loop:
     path = home.loops_dir / f"{name}.toml"
     problems = [str(e) for e in [*loaded.errors, *loaded.disabled_errors] if e.file == path]
     if problems:
-        raise CommandError(f"loop {name!r} is broken:\n  " + "\n  ".join(problems))
+        raise CommandError(
+            f"loop {name!r} is broken:\n  "
+            + "\n  ".join(problems)
+            + "\nFix the file as each error says; a running daemon loads it once it is valid."
+        )
     known = ", ".join(sorted(loaded.loops)) or "none"
     raise CommandError(f"unknown loop {name!r} (no {path}); known loops: {known}")
 
@@ -93,7 +97,7 @@ def once(args: argparse.Namespace) -> int:
         raise CommandError(f"loop {loop.name!r} is running now ({exc})") from None
     set_child_subreaper()
     services = RunServices(home=home, config=loaded.daemon, store=store)
-    _finish_abandoned(services, loop)
+    parked = _finish_abandoned(services, loop)
     services.notifications = _notifications(loaded, store)
     for warning in loaded.warnings:
         print(f"loopd: warning: {warning}", file=sys.stderr)
@@ -102,13 +106,24 @@ def once(args: argparse.Namespace) -> int:
     if sandbox.warning or sandbox.refusal:
         print(f"loopd: warning: {sandbox.summary()}", file=sys.stderr)
     now = utc_now()
-    trigger = Trigger(loop=loop.name, kind="manual", reason=args.reason or "loopd once", ts=now)
-    services.event("trigger", loop=loop.name, kind="manual", reason=trigger.reason, via="once")
-    pending = PendingRun(
-        id=store.new_run_id(loop.name, now), loop=loop.name, trigger=trigger, queued_at=now
-    )
-    run = new_run(services, loop, pending)
-    print(run.id, flush=True)
+    if parked is not None:
+        # A run parked on a usage limit (by a stopped daemon or `loopd once`) goes on first.
+        run = parked
+        print(run.id, flush=True)
+        print(f"loopd: resuming run {run.id}, parked on a usage limit", file=sys.stderr)
+    else:
+        hold = _hold(services, loop, now)
+        if hold is not None:
+            lock.release()
+            print(f"not run: {hold.why}; new runs of {loop.name} wait until {hold.until}")
+            return 1
+        trigger = Trigger(loop=loop.name, kind="manual", reason=args.reason or "loopd once", ts=now)
+        services.event("trigger", loop=loop.name, kind="manual", reason=trigger.reason, via="once")
+        pending = PendingRun(
+            id=store.new_run_id(loop.name, now), loop=loop.name, trigger=trigger, queued_at=now
+        )
+        run = new_run(services, loop, pending)
+        print(run.id, flush=True)
     executor = RunExecutor(services, loop, run)
     grace = loaded.daemon.limits.shutdown_grace.total_seconds()
     presses = []
@@ -126,21 +141,41 @@ def once(args: argparse.Namespace) -> int:
         if services.notifications is not None:
             # Deliveries run in threads; the process must not end under them.
             services.notifications.drain(20)
+    if run.outcome is None and run.phase == "waiting":
+        print(
+            f"parked: {run.id} waits for a usage limit until {run.resume_at}; the daemon "
+            f"or the next `loopd once {loop.name}` resumes it"
+        )
+        return 1
     _print_outcome(run)
     return 0 if run.outcome == "succeeded" else 1
 
 
-def _finish_abandoned(services: Any, loop: Loop) -> None:
-    """Runs of this loop that a killed `loopd once` left: kill their leftovers, end them."""
+def _hold(services: Any, loop: Loop, now: Any) -> Any:
+    """Why the loop's new runs wait now (its profile's usage limit, a spent budget), or None."""
+    from daemon.runs.budget import loop_hold
+
+    return loop_hold(services.store, services.config, loop, now)
+
+
+def _finish_abandoned(services: Any, loop: Loop) -> Any:
+    """Runs of this loop that a killed `loopd once` left: kill their leftovers, end them.
+
+    A run parked on a usage limit is not ended: the newest is returned, to be resumed.
+    """
     from daemon.runs.finish import complete_finish, finish_interrupted, kill_run_leftovers
 
     store = services.store
+    parked = None
     for run_id in store.live_runs():
         try:
             run = store.load_run(run_id)
         except Exception:  # noqa: BLE001 - unreadable: nothing to finish
             continue
         if run.loop != loop.name:
+            continue
+        if run.outcome is None and run.phase == "waiting" and run.park is not None:
+            parked = run  # live runs sort by id: the newest wins
             continue
         try:
             if run.outcome is not None:
@@ -153,6 +188,7 @@ def _finish_abandoned(services: Any, loop: Loop) -> None:
             print(f"loopd: could not end abandoned run {run.id}: {exc}", file=sys.stderr)
             continue
         print(f"loopd: ended abandoned run {run.id} as interrupted", file=sys.stderr)
+    return parked
 
 
 def _notifications(loaded: LoadedConfig, store: Any) -> Any:
@@ -176,6 +212,10 @@ def _print_outcome(run: Any) -> None:
         )
     if run.branch and run.isolation == "worktree":
         print(f"  branch {run.branch}")
+    if run.cost_usd:
+        print(f"  cost ${run.cost_usd:.4f} ({run.input_tokens} in, {run.output_tokens} out)")
+    if run.waited:
+        print(f"  parked {run.waited}s on usage limits")
 
 
 def trigger(args: argparse.Namespace) -> int:
@@ -191,7 +231,21 @@ def trigger(args: argparse.Namespace) -> int:
 
         return trigger_on_engine(control, args)
     if loaded.daemon_ok:
-        name = valid_loop(home, loaded, args.loop).name
+        try:
+            name = valid_loop(home, loaded, args.loop).name
+        except CommandError:
+            if not _daemon_keeps(home, args.loop):
+                raise
+            # The running daemon keeps the loop's last good configuration: that runs.
+            for error in loaded.errors:
+                if error.file == home.loops_dir / f"{args.loop}.toml":
+                    print(f"loopd: warning: {error}", file=sys.stderr)
+            print(
+                f"loopd: warning: the daemon runs {args.loop!r} with its last good "
+                "configuration until the file is fixed",
+                file=sys.stderr,
+            )
+            name = args.loop
     else:
         # A running daemon keeps the configuration it has; the trigger is still for it.
         for error in loaded.errors:
@@ -263,6 +317,14 @@ def report_run_id(home: Home, tail: Any, inbox_id: str, loop: str) -> int:
     how = "joined the run already queued" if event.get("joined") else "queued"
     print(f"{how} for {loop} (daemon pid {pid}); `loopd logs {run_id} -f` follows it")
     return 0
+
+
+def _daemon_keeps(home: Home, name: str) -> bool:
+    """Whether the running daemon holds a loaded configuration of `name` (kept stale)."""
+    if daemon_pid(home) is None:
+        return False
+    entry = home.state().load_status().loops.get(name)
+    return entry is not None and entry.loaded and entry.stale
 
 
 def _wait_for(home: Home, store: Any, tail: Any, inbox_id: str) -> int:

@@ -179,6 +179,13 @@ def show(args: argparse.Namespace) -> int:
         f"branch: {run.branch}   tokens: {run.tokens}"
         + (f"   cost: ${run.cost_usd:.4f}" if run.cost_usd else ""),
     ]
+    if run.phase == "waiting" and run.resume_at and run.park:
+        head.append(
+            f"parked on the usage limit of agent profile {run.park.profile!r} until "
+            f"{run.resume_at}: {run.park.message[-200:]}"
+        )
+    if run.waited:
+        head.append(f"parked {run.waited}s in all on usage limits")
     if run.rules_fired:
         head.append("rules fired: " + ", ".join(run.rules_fired))
     out.print(Panel(m("\n".join(head)), title=m(run.id)))

@@ -84,6 +84,13 @@ def suggest(run: RunRecord, cause: Cause | None) -> str:
             f"The run used {run.tokens} tokens and passed `max_tokens`. Raise it in "
             f"loops/{loop}.toml or split the task into smaller loops, then {retry}.{branch}"
         )
+    if cause == Cause.QUOTA_WAIT_EXCEEDED:
+        return (
+            f"The agent hit its usage limit and it lifts later than `[limits] max_wait` allows "
+            f"({one_line(run.reason, 200)}). New runs of its profile wait for the reset anyway. "
+            "Raise `max_wait` in loopd.toml, or give the loop another agent profile, then "
+            f"{plain_retry}.{branch}"
+        )
     if cause in (Cause.INTERRUPTED, Cause.INTERRUPTED_RETRY):
         return (
             "loopd stopped during this run and during its retry (a crash, a kill or restarts). "

@@ -25,6 +25,25 @@ RULE_CHANGE_TYPES = {
     "rule_rejected": "rejected",
     "rule_held": "kept in trial",
 }
+
+
+def _budget_line(event: dict[str, Any]) -> str:
+    scope = f"loop {event.get('loop')}" if event.get("loop") else "the home"
+    return (
+        f"{str(event.get('ts', ''))[:16]}Z budget of {scope} spent: {event.get('tokens')} of "
+        f"{event.get('limit')} tokens on {event.get('day')}; new runs waited until "
+        f"{str(event.get('until', ''))[:16]}"
+    )
+
+
+def _quota_line(event: dict[str, Any]) -> str:
+    return (
+        f"{str(event.get('ts', ''))[:16]}Z {event.get('loop')} run {event.get('run')} parked on "
+        f"the usage limit of {event.get('profile')!r} until {str(event.get('resume_at'))[:16]}"
+    )
+
+
+HOLD_EVENTS = {"budget_exhausted": _budget_line, "quota_wait": _quota_line}
 # A run that started this long before `since` may still have finished inside the window.
 _RUN_LOOKBACK = timedelta(days=1)
 
@@ -39,6 +58,8 @@ class RunRow(BaseModel):
     finished: datetime | None = None
     seconds: int = 0
     tokens: int = 0
+    cost_usd: float = 0.0
+    waited: int = 0  # seconds parked on usage limits
     attempts: int = 0
     scores: list[int | None] = []
     best_score: int | None = None
@@ -51,6 +72,8 @@ class LoopSummary(BaseModel):
     attempts: int = 0
     seconds: int = 0
     tokens: int = 0
+    cost_usd: float = 0.0
+    waited: int = 0
     best_score: int | None = None
     mean_score: float | None = None
 
@@ -76,6 +99,7 @@ class Report(BaseModel):
     escalations: list[Escalation] = []
     events: dict[str, int] = {}  # event counts in the window, by type
     notify_failed: list[str] = []
+    holds: list[str] = []  # usage-limit waits and spent budgets, one line each
     file: str = ""
 
 
@@ -161,6 +185,8 @@ def build_report(
                 finished=run.finished,
                 seconds=max(0, int((end - run.started).total_seconds())),
                 tokens=run.tokens,
+                cost_usd=run.cost_usd,
+                waited=run.waited,
                 attempts=len(run.attempts),
                 scores=[a.score for a in run.attempts],
                 best_score=best_score(run.attempts),
@@ -175,6 +201,8 @@ def build_report(
         s.attempts += row.attempts
         s.seconds += row.seconds
         s.tokens += row.tokens
+        s.cost_usd = round(s.cost_usd + row.cost_usd, 6)
+        s.waited += row.waited
         scores.setdefault(row.loop, []).extend(x for x in row.scores if x is not None)
     for loop, s in summaries.items():
         if scores.get(loop):
@@ -211,9 +239,15 @@ def build_report(
             )
         elif kind == "notify_failed":
             report.notify_failed.append(one_line(str(event.get("error", "")), 160))
+        elif kind in HOLD_EVENTS:
+            report.holds.append(HOLD_EVENTS[kind](event))
     _fill_kinds(report.rules, rules_dir)
     report.escalations = open_escalations(store)
     return report
+
+
+def _cost(value: float) -> str:
+    return f"${value:.2f}" if value else "-"
 
 
 def _hm(seconds: int) -> str:
@@ -256,13 +290,14 @@ def render_markdown(report: Report) -> str:
     ]
     if report.loops:
         out += [
-            "| loop | runs | outcomes | attempts | best | mean | time | tokens |",
-            "|---|---|---|---|---|---|---|---|",
+            "| loop | runs | outcomes | attempts | best | mean | time | tokens | cost | parked |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for s in report.loops:
             out.append(
                 f"| {s.loop} | {s.runs} | {_outcomes_text(s.outcomes)} | {s.attempts} | "
-                f"{_score(s.best_score)} | {_score(s.mean_score)} | {_hm(s.seconds)} | {s.tokens} |"
+                f"{_score(s.best_score)} | {_score(s.mean_score)} | {_hm(s.seconds)} | {s.tokens} "
+                f"| {_cost(s.cost_usd)} | {_hm(s.waited) if s.waited else '-'} |"
             )
     else:
         out.append("No runs in this window.")
@@ -299,6 +334,9 @@ def render_markdown(report: Report) -> str:
         f"`loopd escalations show {e.run}`"
         for e in report.escalations
     ] or ["None."]
+    if report.holds:
+        out += ["", "## Usage limits and budgets", ""]
+        out += [f"- {line}" for line in report.holds]
     if report.notify_failed:
         out += ["", "## Notifications that failed", ""]
         out += [f"- {line}" for line in report.notify_failed]
@@ -328,7 +366,7 @@ def render_rich(report: Report, console: Any, max_rows: int = 6, max_loops: int 
     )
     if report.loops:
         table = Table(box=None, pad_edge=False, header_style="bold")
-        for col in ("loop", "runs", "outcomes", "best", "mean", "time", "tokens"):
+        for col in ("loop", "runs", "outcomes", "best", "mean", "time", "tokens", "cost"):
             table.add_column(col, justify="right" if col in ("runs", "tokens") else "left")
         for s in report.loops[:max_loops]:
             table.add_row(
@@ -339,6 +377,7 @@ def render_rich(report: Report, console: Any, max_rows: int = 6, max_loops: int 
                 _score(s.mean_score),
                 _hm(s.seconds),
                 str(s.tokens),
+                _cost(s.cost_usd),
             )
         console.print(table)
         if len(report.loops) > max_loops:
@@ -366,6 +405,8 @@ def render_rich(report: Report, console: Any, max_rows: int = 6, max_loops: int 
         console.print(f"  {e.run} {esc(one_line(e.reason or e.cause, 60))}")
     if len(report.escalations) > max_rows:
         console.print(f"  ... {len(report.escalations) - max_rows} more: loopd escalations list")
+    for line in report.holds[-max_rows:]:
+        console.print(f"[yellow]{esc(line)}[/]")
     if report.notify_failed:
         console.print(f"[yellow]{len(report.notify_failed)} notifications failed[/]")
     if report.file:

@@ -45,6 +45,7 @@ class AttemptResult:
     record: AttemptRecord
     start_error: str = ""  # the agent could not be started
     over_budget: bool = False  # the run's tokens passed max_tokens
+    quota_exceeded: str = ""  # why the usage limit outlasts max_wait: the run escalates
     checked: CheckedCommit | None = None
 
 
@@ -88,7 +89,8 @@ def attempt_prompt(
     parts = PromptParts(task=task, progress=progress)
     parts.rules = rules_text
     parts.note = trigger.note
-    previous = run.attempts[-1] if run.attempts and run.attempts[-1].n < n else None
+    earlier = [a for a in run.attempts if a.n < n]
+    previous = earlier[-1] if earlier else None
     if previous is not None and not run.without("feedback"):
         folder = journal.attempt_dir(previous.n)
         tail = folder / "checks-failed.txt"
@@ -117,6 +119,7 @@ class Attempt:
         n: int,
         rule_ids: list[str] | None = None,
         parts: PromptParts | None = None,
+        parked: bool = False,
     ) -> None:
         self.services = services
         self.loop = loop
@@ -130,6 +133,7 @@ class Attempt:
         self.parts = parts  # assembled elsewhere (the home of a Temporal run), else here
         # Where the agent and the checks run; SandboxUnavailable when runs are refused here.
         self.confinement = Confinement.for_run(services, loop.config, journal.run, tree.path)
+        self.parked = parked  # resumed after a restart while parked on a usage limit
 
     def run(self) -> AttemptResult:
         """Start the agent, nudge its stalls, and record the attempt as finished."""
@@ -140,20 +144,25 @@ class Attempt:
         limits = self.services.config.limits
         folder = journal.attempt_dir(n)
         parts = self.parts or attempt_prompt(self.services, self.loop, journal, n, self.rules_text)
-        # Redacted before the agent sees it: prompt.md is byte for byte what the agent got.
-        prompt = redact(build_prompt(parts, limits.prompt_cap))
-        write_atomic(folder / "prompt.md", prompt)
-        attempt = AttemptRecord(
-            n=n,
-            started=journal.now(),
-            base_commit=self.tree.git.out("rev-parse", "HEAD"),
-            rules=self.rule_ids,
-        )
-        run.attempts.append(attempt)
-        run.refs_before = snapshot_refs(Git(self.tree.repo))
-        run.phase = "running"
-        journal.save()
-        journal.event("attempt_started", attempt=n)
+        if self.parked:
+            # The attempt goes on where its park began: its record, prompt and transcript.
+            attempt = run.attempts[-1]
+            prompt = (folder / "prompt.md").read_text(encoding="utf-8")
+        else:
+            # Redacted before the agent sees it: prompt.md is byte for byte what it got.
+            prompt = redact(build_prompt(parts, limits.prompt_cap))
+            write_atomic(folder / "prompt.md", prompt)
+            attempt = AttemptRecord(
+                n=n,
+                started=journal.now(),
+                base_commit=self.tree.git.out("rev-parse", "HEAD"),
+                rules=self.rule_ids,
+            )
+            run.attempts.append(attempt)
+            run.refs_before = snapshot_refs(Git(self.tree.repo))
+            run.phase = "running"
+            journal.save()
+            journal.event("attempt_started", attempt=n)
 
         profile = self.services.config.profile(cfg.agent)
         assert profile is not None  # the loop's agent is checked when the config loads
@@ -162,15 +171,19 @@ class Attempt:
         adapter.scratch = self.confinement.scratch
         transcript = Transcript(folder / "transcript.jsonl", limits.transcript_cap)
         result = AttemptResult(record=attempt)
-        tokens_at_start = run.tokens
+        stopped_parked = False
         try:
             self._sessions(adapter, parts, prompt, transcript, result)
         except RunStopped:
-            pass  # stopped during the checks after a session: recorded below, raised after
+            # Stopped during the checks after a session: recorded below, raised after. A run
+            # stopped while parked stays parked, its attempt open, for the next start.
+            stopped_parked = run.phase == "waiting"
         finally:
             transcript.close()
+        if stopped_parked:
+            journal.save()
+            self.stop.raise_if_stopped()
         attempt.finished = journal.now()
-        attempt.tokens = run.tokens - tokens_at_start
         attempt.interrupted = self.stop.stopped
         journal.save()
         fields: dict[str, Any] = {"interrupted": True} if attempt.interrupted else {}
@@ -215,12 +228,17 @@ class Attempt:
         from daemon.agents.base import Resume
         from daemon.agents.endings import SessionEnd, classify_ending
         from daemon.agents.supervisor import Supervisor
+        from daemon.runs.parking import Asked, Parking
 
         journal, run, cfg = self.journal, self.journal.run, self.cfg
         attempt = result.record
         limits = self.services.config.limits
-        deadline = time.monotonic() + cfg.attempt_timeout.total_seconds()
-        session_id = ""
+        parking = Parking(self.services, self.loop, journal, self.stop, transcript, self.n)
+        parked = parking.parked if self.parked else None
+        # attempt_timeout counts the agent's time only: a park does not use it up.
+        budget = cfg.attempt_timeout.total_seconds() - (parked.used_seconds if parked else 0)
+        deadline = time.monotonic() + budget
+        session_id = parked.session_id if parked else ""
         session_tokens = 0
         current: list[Any] = []  # the running supervisor, for the token budget
 
@@ -248,7 +266,13 @@ class Attempt:
         def launcher(argv: list[str], env: dict[str, str]) -> Any:
             return confinement.launch_agent(argv, env, declared=declared)
 
-        invocation = adapter.invocation(prompt)
+        asked = Asked(prompt, whole_prompt=True)
+        if parked is not None:
+            parking.wait()
+            asked = parking.asked()
+            invocation = parking.resume_invocation(adapter)
+        else:
+            invocation = adapter.invocation(prompt)
         while True:
             home = invocation.home or adapter.private_home
             ensure_dir(home)
@@ -284,9 +308,7 @@ class Attempt:
             if session.final_text:
                 attempt.summary = redact(session.final_text)[-20000:]
             session_tokens = 0
-            run.tokens += session.input_tokens + session.output_tokens
-            run.cost_usd = round(run.cost_usd + session.cost_usd, 6)
-            attempt.cost_usd = round(attempt.cost_usd + session.cost_usd, 6)
+            self._account(adapter, session)
             journal.save()
             if session.error:
                 result.start_error = session.error
@@ -296,6 +318,18 @@ class Attempt:
                 return
             if session.stopped or session.timed_out:
                 return
+            hit = self._quota(adapter, session)
+            if hit is not None:
+                used = cfg.attempt_timeout.total_seconds() - (deadline - time.monotonic())
+                result.quota_exceeded = parking.park(hit, session_id, asked, used)
+                if result.quota_exceeded:
+                    return
+                parked_at = time.monotonic()
+                parking.wait()
+                deadline += time.monotonic() - parked_at
+                invocation = parking.resume_invocation(adapter)
+                continue
+            parking.passed()
             last_call = session.tool_calls[-1] if session.tool_calls else None
             end = SessionEnd(
                 stall=session.stall,
@@ -334,10 +368,42 @@ class Attempt:
             journal.event("nudge", attempt=self.n, n=attempt.nudges, kind=ending.kind)
             journal.save()
             if adapter.session_resume and (session_id or not adapter.resume_needs_id):
+                asked = Asked(message, whole_prompt=False)
                 invocation = adapter.invocation(message, Resume(session_id, message))
             else:
                 parts.nudge = message
-                invocation = adapter.invocation(redact(build_prompt(parts, limits.prompt_cap)))
+                asked = Asked(redact(build_prompt(parts, limits.prompt_cap)), whole_prompt=True)
+                invocation = adapter.invocation(asked.text)
+
+    def _account(self, adapter: Any, session: Any) -> None:
+        """Add a session's tokens and cost to the attempt and the run.
+
+        With the profile's `price` the cost is the tokens at that price; without, what the
+        agent itself reports (Claude Code, opencode and aider do).
+        """
+        run, attempt = self.journal.run, self.journal.run.attempts[-1]
+        price = adapter.profile.price
+        cost = (
+            price.cost(session.input_tokens, session.output_tokens)
+            if price.set
+            else session.cost_usd
+        )
+        for record in (run, attempt):
+            record.tokens += session.input_tokens + session.output_tokens
+            record.input_tokens += session.input_tokens
+            record.output_tokens += session.output_tokens
+            record.cost_usd = round(record.cost_usd + cost, 6)
+
+    def _quota(self, adapter: Any, session: Any) -> Any:
+        """The usage limit the session ended on (a QuotaHit), or None."""
+        from daemon.agents.quota import quota_of
+        from daemon.clock import local_zone
+        from daemon.scheduling.cron import parse_timezone
+
+        zone = parse_timezone(self.cfg.timezone)
+        # Codex prints its local time without a zone: the zone the agent process runs in.
+        agent_zone = local_zone({**os.environ, **adapter.profile.env})
+        return quota_of(adapter, session, self.journal.now(), zone, agent_zone)
 
     def _checks_now(self) -> CheckedCommit:
         """Commit the work so far and run the checks on it."""

@@ -66,13 +66,14 @@ def given_up(attempts: Sequence[AttemptRecord], critic_threshold: int) -> Ending
 
 def stopped(why: StopWhy, phase: str, trigger_kind: str, by: str = "loopd") -> Ending | None:
     """A run stopped from outside: cancelled by a person, or interrupted (a stop, a crash, a
-    worker gone). None: the run was judging, and judging resumes where it stopped.
+    worker gone). None: the run was judging, or parked on a usage limit, and resumes where
+    it stopped.
 
     An interrupted run is retried once; a retry that is interrupted again goes to a person.
     """
     if why == "cancelled":
         return Ending("cancelled", "cancelled by a person", Cause.CANCELLED)
-    if phase == "judging":
+    if phase in ("judging", "waiting"):
         return None
     cause = Cause.INTERRUPTED_RETRY if trigger_kind == "retry" else Cause.INTERRUPTED
     return Ending("interrupted", f"{by} stopped during the run", cause)

@@ -33,6 +33,7 @@ from daemon.runs.learning import (
     select_rules_for_run,
 )
 from daemon.runs.services import RunServices
+from daemon.runs.slots import take_slot
 from daemon.runs.stop import RunStopped, StopToken
 from daemon.runs.tree import RunTree, TreeError, prepare_tree, reopen_tree
 from daemon.scheduling.queue import PendingRun
@@ -141,8 +142,8 @@ class RunExecutor:
         except _Ended:
             pass
         except RunStopped as stopped:
-            # A retry is not retried again: it goes to a person. While judging, nothing
-            # ends: judging resumes after a restart; the agent's work is committed.
+            # A retry is not retried again: it goes to a person. While judging or
+            # parked, nothing ends: both resume after a restart.
             ending = decisions.stopped(stopped.why, self.run.phase, self.run.trigger.kind)
             if ending is not None:
                 self._finish(*ending)
@@ -162,22 +163,28 @@ class RunExecutor:
 
     def _run(self) -> None:
         run = self.run
+        parked = False
         if run.phase in ("judging", "learning") and run.attempts:
             # Resumed after a restart: the last attempt's agent was done.
-            self.tree = reopen_tree(
-                Path(run.repo), Path(run.worktree), run.branch, run.isolation, run.base_commit
-            )
-            self.rules = rules_of_run(self.services, run)
+            self._reopen()
             last = run.attempts[-1]
             self.journal.event("run_resumed", phase="judging", attempt=last.n)
             self._judge(last, None)
             start = last.n + 1
+        elif run.phase == "waiting" and run.park is not None and run.attempts:
+            # Resumed after a restart while parked on a usage limit: the attempt goes on.
+            self._reopen()
+            start, parked = run.attempts[-1].n, True
+            self.journal.event("run_resumed", phase="waiting", attempt=start)
         else:
             self._prepare()
             start = 1
         for n in range(start, self.cfg.max_attempts + 1):
             self.stop.raise_if_stopped()
             assert self.tree is not None
+            if not (parked and n == start):
+                # A run that gave its slot back (to wait for the verifier) works again.
+                take_slot(self.services.slots, run.id, self.stop, self.journal.beat)
             attempt = Attempt(
                 self.services,
                 self.loop,
@@ -187,8 +194,12 @@ class RunExecutor:
                 self.rules.text,
                 n,
                 rule_ids=[rule.id for rule in self.rules.reminders],
+                parked=parked and n == start,
             )
             result = attempt.run()
+            if result.quota_exceeded:
+                self._commit(result.record)
+                self._end("escalated", result.quota_exceeded, Cause.QUOTA_WAIT_EXCEEDED)
             ending = decisions.cut_short(
                 result.start_error, result.over_budget, run.tokens, self.cfg.max_tokens
             )
@@ -197,6 +208,14 @@ class RunExecutor:
                 self._end(*ending)
             self._judge(result.record, result.checked)
         self._end("escalated", *self._why_given_up())
+
+    def _reopen(self) -> None:
+        """After a restart: the run's tree and rules as they were."""
+        run = self.run
+        self.tree = reopen_tree(
+            Path(run.repo), Path(run.worktree), run.branch, run.isolation, run.base_commit
+        )
+        self.rules = rules_of_run(self.services, run)
 
     def _prepare(self) -> None:
         run = self.run

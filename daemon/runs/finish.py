@@ -100,6 +100,7 @@ def finish_run(
         run.finished = journal.now()
         run.phase = "idle"
         run.agent_pids = []
+        run.resume_at = None  # a parked run that is cancelled or escalated waits no more
         journal.save()
     return complete_finish(services, run, tree=tree, notify_on=notify_on)
 

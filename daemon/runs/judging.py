@@ -1,7 +1,9 @@
 """Judging an attempt: checks, protected paths, refs, then the critic on the local endpoint.
 
 Judging returns a `Judgement` and never ends the run: a verifier that stays unavailable past
-`pending_limit` raises VerifierGaveUp, a stopped run RunStopped; the executor decides.
+`pending_limit` raises VerifierGaveUp, a stopped run RunStopped; the executor decides. While
+it waits for the verifier the run holds no run slot (it takes one again before its next
+attempt), and each call's outcome feeds the verifier's health for status and notifications.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from daemon.runs.git import Git
 from daemon.runs.guards import check_refs, protect_violations, restore_refs
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
+from daemon.runs.slots import release_slot
 from daemon.runs.stop import StopToken
 from daemon.runs.tree import RunTree
 from daemon.state.atomic import write_atomic
@@ -187,8 +190,12 @@ def _ask_critic(
     tries = 0
     while True:
         try:
-            return judge(client, evidence, cfg.critic_threshold, checks.passed, rules)
+            verdict = judge(client, evidence, cfg.critic_threshold, checks.passed, rules)
         except ModelUnavailable as exc:
+            services.verifier.failed(str(exc), services.clock())
+            if tries == 0:
+                # Waiting for the verifier holds no run slot: another loop's run may work.
+                release_slot(services.slots, journal.run.id)
             tries += 1
             since = journal.run.judging_since or services.clock()
             waited = (services.clock() - since).total_seconds()
@@ -205,6 +212,9 @@ def _ask_critic(
             # Never past pending_limit: the last try comes as the limit ends.
             if stop.wait(min(services.judging_retry.delay(tries), limit - waited)):
                 stop.raise_if_stopped()
+        else:
+            services.verifier.answered(services.clock())
+            return verdict
 
 
 ask_critic = _ask_critic  # for an engine that judges evidence another machine gathered

@@ -22,7 +22,8 @@ Action = Literal["resume", "retry", "ended", "skip"]
 class Recovery:
     """The decision for one live run.
 
-    - `resume`: its agent was done; launch an executor on `run` (it resumes judging);
+    - `resume`: its agent was done, or it is parked on a usage limit; launch an executor
+      on `run` (it resumes judging, or the park);
     - `retry`: it was ended `interrupted`; offer `retry_trigger`;
     - `ended`: nothing more to do;
     - `skip`: another process (`loopd once`) runs it now.
@@ -87,6 +88,11 @@ def _recover(
         return Recovery(run.id, "ended", run)
     if run.phase in ("judging", "learning") and run.attempts and run.attempts[-1].finished:
         services.event("run_recovered", loop=run.loop, run=run.id, to="judging")
+        return Recovery(run.id, "resume", run)
+    if run.phase == "waiting" and run.park is not None and run.attempts:
+        # Parked on a usage limit: it stays parked (its tree where it was) and resumes the
+        # same session once the limit lifts.
+        services.event("run_recovered", loop=run.loop, run=run.id, to="waiting")
         return Recovery(run.id, "resume", run)
     reason = "loopd stopped during the run (crash, kill or reboot)"
     if run.trigger.kind == "retry":

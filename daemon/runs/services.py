@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from daemon.clock import utc_now
 from daemon.config import DaemonConfig
 from daemon.home import Home
+from daemon.model.health import VerifierHealth
 from daemon.retry import JUDGING, RetryPolicy
 from daemon.state.store import StateStore
 
@@ -31,6 +32,9 @@ class RunServices:
     # One client per verifier configuration for the process's life (shared by copies made
     # on reload): what a server rejected (a response_format) is remembered across calls.
     clients: dict[str, Any] = field(default_factory=dict)
+    # The verifier's reachability, shared (like `clients`) by the copies a reload makes.
+    verifier: VerifierHealth = field(default_factory=VerifierHealth)
+    slots: Any = None  # daemon.runs.slots.RunSlots in the daemon; None in `loopd once`
 
     def event(self, type: str, loop: str | None = None, run: str | None = None, **fields: Any):
         return self.store.events.append(type, self.clock(), loop=loop, run=run, **fields)

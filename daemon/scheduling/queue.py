@@ -86,15 +86,18 @@ class RunQueue:
             self._add(run)
 
     # runs out ------------------------------------------------------------------------
-    def next_ready(self, max_concurrent: int, paused: Iterable[str] = ()) -> PendingRun | None:
+    def next_ready(
+        self, max_concurrent: int | None, paused: Iterable[str] = ()
+    ) -> PendingRun | None:
         """Take the pending run that may start now, oldest first; its loop becomes active.
 
         None when `max_concurrent` runs are active, or every loop with a pending run is
-        active or in `paused` (paused loops keep their pending runs).
+        active or in `paused` (paused loops keep their pending runs). With `max_concurrent`
+        None the caller counts what may run (the daemon's run slots).
         """
         blocked = set(paused)
         with self._lock:
-            if len(self._active) >= max_concurrent:
+            if max_concurrent is not None and len(self._active) >= max_concurrent:
                 return None
             heads = [
                 runs[0]

@@ -13,6 +13,7 @@ from typing import Any
 from daemon.config import LoadedConfig, Loop, LoopConfig
 from daemon.home import Home
 from daemon.runs.services import RunServices
+from daemon.service.reload import LoopFiles
 from daemon.state.store import StateStore, UnreadableFile
 
 
@@ -41,6 +42,7 @@ def load_config(home: Home) -> LoadedConfig:
     if not loaded.daemon_ok:
         raise ConfigFatal("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
     from daemon.example.prepare import prepare_examples
+    from daemon.runs.budget import budget_warnings
     from daemon.service.preflight import preflight_warnings
 
     try:
@@ -48,6 +50,7 @@ def load_config(home: Home) -> LoadedConfig:
     except Exception as exc:  # noqa: BLE001 - the example's run then fails and says why
         loaded.warnings.append(f"could not prepare the example's repository: {exc}")
     loaded.warnings.extend(preflight_warnings(loaded, home.config_path))
+    loaded.warnings.extend(budget_warnings(loaded))
     return loaded
 
 
@@ -69,6 +72,9 @@ class Context:
     services: RunServices
     clock: Callable[[], datetime]
     monotonic: Callable[[], float] = time.monotonic
+    # The loop files loaded (digests) and those kept stale; see daemon/service/reload.py.
+    files: LoopFiles = field(default_factory=LoopFiles)
+    config_error: str = ""  # loopd.toml did not load at the last reload: all is kept
 
     @property
     def loops(self) -> dict[str, Loop]:

@@ -25,6 +25,7 @@ from daemon.state.store import UnreadableFile, read_model
 
 BATCH = 500  # inbox files per tick
 BATCH_SECONDS = 1.0  # and at most this long taking them
+RELOAD_EVERY = 2.0  # seconds: a burst of triggers for a broken loop reloads once
 
 
 class Intake:
@@ -44,6 +45,10 @@ class Intake:
         self._taken: list[str] = []  # inbox files offered since the queue was last saved
         self._taken_set: set[str] = set()
         self._saved_version = -1  # never saved: the first save always writes
+        # The daemon's reload, for a trigger naming a loop whose file is newer than the
+        # configuration (the watcher's reload may not have come yet).
+        self.reload: Callable[[datetime], object] | None = None
+        self._reloaded_for: dict[str, float] = {}  # loop -> monotonic time of that reload
 
     # start -------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -129,8 +134,15 @@ class Intake:
             ctx.store.events.append(type, ctx.clock(), loop=trigger.loop, run=run, **fields, **more)
 
         loop = ctx.loops.get(trigger.loop)
-        if loop is None or not loop.config.enabled:
-            why = "unknown or broken loop" if loop is None else "loop disabled"
+        if loop is None and self._reload_for(trigger.loop, now):
+            loop = ctx.loops.get(trigger.loop)
+        if loop is None:
+            from daemon.service.reload import not_loaded_why
+
+            why = not_loaded_why(ctx.home, trigger.loop, ctx.config, not ctx.config_error)
+            return record("trigger_skipped", why=why)
+        if not loop.config.enabled:
+            why = f"loop disabled: set enabled = true in {loop.path} to run it"
             return record("trigger_skipped", why=why)
         if trigger.kind == "push":
             branch = trigger.ref.removeprefix("refs/heads/")
@@ -150,6 +162,19 @@ class Intake:
             record("trigger_merged", run=decision.pending_id, into=decision.pending_id)
         elif decision.event == "trigger_skipped":
             record("trigger_skipped", why=decision.why)
+
+    def _reload_for(self, name: str, now: datetime) -> bool:
+        """Reload once (at most every RELOAD_EVERY s per name) for a loop file not loaded yet."""
+        if self.reload is None or not name or "/" in name or name.startswith("."):
+            return False
+        if not (self.ctx.home.loops_dir / f"{name}.toml").is_file():
+            return False
+        mono = self.ctx.monotonic()
+        if mono - self._reloaded_for.get(name, float("-inf")) < RELOAD_EVERY:
+            return False
+        self._reloaded_for[name] = mono
+        self.reload(now)
+        return True
 
     def cancel_queued(self) -> None:
         """`loopd cancel` of a run still in the queue: it ends `cancelled` without starting."""

@@ -12,6 +12,8 @@ from daemon.sandbox.registry import choose
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import CronTimer
 from daemon.service.context import Context
+from daemon.service.holds import Holds
+from daemon.service.verifier import VerifierWatch
 from daemon.service.workers import WorkerPool
 from daemon.state.records import DaemonStatus, LoopStatus, RunRecord, StatusFile
 
@@ -22,9 +24,18 @@ class StatusBoard:
     """Builds status.toml from the queue, the workers and the timer."""
 
     def __init__(
-        self, ctx: Context, queue: RunQueue, timer: CronTimer, pool: WorkerPool, started: datetime
+        self,
+        ctx: Context,
+        queue: RunQueue,
+        timer: CronTimer,
+        pool: WorkerPool,
+        started: datetime,
+        holds: Holds | None = None,
+        verifier: VerifierWatch | None = None,
     ) -> None:
         self.ctx = ctx
+        self.holds = holds
+        self.verifier = verifier
         self.queue = queue
         self.timer = timer
         self.pool = pool
@@ -55,6 +66,14 @@ class StatusBoard:
         paused = ctx.store.paused_loops()
         sandbox = choose(ctx.config.daemon.sandbox)  # probed once per process
         loud = [w for w in (sandbox.warning, sandbox.refusal) if w]
+        held = self.holds.held(now) if self.holds is not None else {}
+        warnings = [*loud, *ctx.config.warnings]
+        if ctx.config_error:
+            warnings.insert(
+                0,
+                "loopd.toml does not load; the daemon keeps the configuration "
+                f"it had: {ctx.config_error}",
+            )
         status = StatusFile(
             daemon=DaemonStatus(
                 pid=os.getpid(),
@@ -62,9 +81,11 @@ class StatusBoard:
                 started=self.started,
                 heartbeat=now,
                 running=not ctx.flags.stop.is_set(),
-                warnings=[*loud, *ctx.config.warnings],
+                warnings=warnings,
                 sandbox=sandbox.summary(),
-            )
+            ),
+            verifier=self.verifier.status() if self.verifier is not None else None,
+            budget=self.holds.budget_status() if self.holds is not None else None,
         )
         for name, loop in sorted(ctx.loops.items()):
             run = self.pool.run_of(name)
@@ -75,6 +96,13 @@ class StatusBoard:
             if not run and pending and name not in paused:
                 phase = "queued"
             last_run, last_outcome = self._outcomes.get(name, ("", ""))
+            hold = held.get(name)
+            waiting_for, resume_at = (hold.why, hold.until) if hold else ("", None)
+            if run is not None and run.phase == "waiting" and run.park is not None:
+                waiting_for = f"the usage limit of agent profile {run.park.profile!r}"
+                resume_at = run.resume_at
+            elif hold and phase == "queued":
+                phase = "waiting"
             status.loops[name] = LoopStatus(
                 phase=phase,
                 run=run.id if run else "",
@@ -85,10 +113,17 @@ class StatusBoard:
                 paused=name in paused,
                 enabled=loop.config.enabled,
                 pending=pending,
+                waiting_for=waiting_for,
+                resume_at=resume_at,
+                stale=name in ctx.files.stale,
+                error=ctx.files.stale.get(name, ""),
+                digest=ctx.files.digests.get(name, ""),
             )
         for error in ctx.config.errors:
             if error.file.parent.name == "loops" and error.file.stem not in status.loops:
-                status.loops[error.file.stem] = LoopStatus(enabled=False, error=str(error))
+                status.loops[error.file.stem] = LoopStatus(
+                    enabled=False, loaded=False, error=str(error)
+                )
         body = status.model_dump_json(exclude={"daemon": {"heartbeat"}})
         mono = ctx.monotonic()
         if force or body != self._body or mono - self._written_at >= HEARTBEAT_EVERY:

@@ -1,4 +1,5 @@
-"""Watchers: the inbox (wakes the driver) and each on_change loop's repository."""
+"""Watchers: the inbox (wakes the driver), each on_change loop's repository, and the home's
+configuration (asks the driver for a reload)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from daemon.state.records import Trigger
 if TYPE_CHECKING:
     from daemon.scheduling.changes import ChangeWatcher
     from daemon.scheduling.inbox_watch import InboxWatcher
+    from daemon.service.reload import ConfigWatcher
 
 
 class Watchers:
@@ -22,6 +24,7 @@ class Watchers:
         self.inbox = inbox
         self.is_running = is_running
         self.changes: dict[str, ChangeWatcher] = {}
+        self.config: ConfigWatcher | None = None
 
     @classmethod
     def start(cls, ctx: Context, is_running: Callable[[str], bool]) -> Watchers:
@@ -33,7 +36,28 @@ class Watchers:
             ctx.event("watch_fallback", reason=inbox.warning)
         watchers = cls(ctx, inbox, is_running)
         watchers.restart_changes()
+        watchers.start_config()
         return watchers
+
+    def start_config(self) -> None:
+        """Watch loopd.toml and loops/: a change asks the driver for a reload (as SIGHUP)."""
+        from daemon.service.reload import ConfigWatcher
+
+        flags = self.ctx.flags
+
+        def changed() -> None:
+            flags.reload.set()
+            flags.wake.set()
+
+        self.config = ConfigWatcher(self.ctx.home, changed)
+        try:
+            self.config.start()
+        except Exception as exc:  # noqa: BLE001 - without it, SIGHUP and `loopd reload` remain
+            self.ctx.event("watch_failed", what="configuration", error=str(exc)[:500])
+            self.config = None
+            return
+        if self.config.warning:
+            self.ctx.event("watch_fallback", reason=self.config.warning)
 
     def restart_changes(self) -> None:
         """(Re)start a change watcher for each enabled loop with `on_change`."""
@@ -73,6 +97,8 @@ class Watchers:
         return self.inbox.alive()
 
     def stop(self) -> None:
+        if self.config is not None:
+            self.config.stop()
         self.inbox.stop()
         for watcher in self.changes.values():
             watcher.stop()

@@ -1,13 +1,19 @@
-"""The worker pool: each run in its own thread, holding its loop's lock until it ends."""
+"""The worker pool: each run in its own thread, holding its loop's lock until it ends.
+
+`max_concurrent_runs` counts run slots, not threads: a run parked on a usage limit or waiting
+for the verifier gives its slot back (daemon/runs/slots.py), so its thread may outlive it.
+"""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from daemon.config import Loop
+from daemon.runs.slots import RunSlots
 from daemon.scheduling.queue import RunQueue
 from daemon.service.context import Context
 from daemon.state.lock import HomeLock, LockHeld
@@ -39,6 +45,10 @@ class WorkerPool:
         self.queue = queue
         self.workers: dict[str, Worker] = {}
         self._reap_orphans = False
+        self.slots: RunSlots = ctx.services.slots or RunSlots(
+            lambda: self.ctx.config.daemon.limits.max_concurrent_runs, ctx.flags.wake.set
+        )
+        ctx.services.slots = self.slots  # runs give their slot back through their services
 
     def running(self, loop: str) -> bool:
         """Whether this daemon runs `loop` now."""
@@ -67,6 +77,7 @@ class WorkerPool:
                 wake.set()  # reaped at once, and the loop's next run may start
 
         thread = threading.Thread(target=body, name=f"run-{run.id}", daemon=True)
+        self.slots.add(run.id)
         self.workers[loop.name] = Worker(
             loop=loop.name, run_id=run.id, thread=thread, executor=executor
         )
@@ -79,15 +90,15 @@ class WorkerPool:
         lock.acquire()
         self.launch(loop, run, lock)
 
-    def start_ready(self, now: datetime) -> None:
-        """Start pending runs while the limit allows."""
+    def start_ready(self, now: datetime, held: Iterable[str] = ()) -> None:
+        """Start pending runs while a run slot is free; loops in `held` wait (quota, budget)."""
         from daemon.runs.executor import new_run
 
         if not self.queue.pending():
             return
-        limit = self.ctx.config.daemon.limits.max_concurrent_runs
-        while len(self.workers) < limit:
-            pending = self.queue.next_ready(limit, self._busy_loops() | set(self.workers))
+        while self.slots.free() > 0:
+            blocked = self._busy_loops() | set(self.workers) | set(held)
+            pending = self.queue.next_ready(None, blocked)
             if pending is None:
                 return
             loop = self.ctx.loops.get(pending.loop)
@@ -126,6 +137,7 @@ class WorkerPool:
             if not worker.thread.is_alive():
                 worker.thread.join()
                 done.append(worker.run)
+                self.slots.forget(worker.run_id)
                 del self.workers[name]
                 self.queue.finished(name)
         return done

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 TriggerKind = Literal["schedule", "push", "change", "manual", "catch-up", "retry", "experiment"]
 Outcome = Literal["succeeded", "escalated", "refused", "interrupted", "cancelled", "error"]
 Phase = Literal[
-    "idle", "queued", "preparing", "running", "judging", "learning", "paused", "waiting"
+    "idle", "queued", "preparing", "running", "judging", "learning", "paused", "waiting", "landing"
 ]
 OUTCOMES: tuple[str, ...] = Outcome.__args__  # type: ignore[attr-defined]
 
@@ -95,10 +95,11 @@ class Cause(StrEnum):
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"
     INTERRUPTED_RETRY = "interrupted-retry"  # the retry of an interrupted run was interrupted
+    QUOTA_WAIT_EXCEEDED = "quota-wait-exceeded"  # a usage limit outlasted [limits] max_wait
     LOOPD_ERROR = "loopd-error"
     PASSED = "passed"
     SANDBOX_UNAVAILABLE = "sandbox-unavailable"  # [sandbox] says runs must not go unconfined
-    # Room for later causes (a quota wait past its bound, no sandbox, a blocked landing):
+    # Room for later causes (a blocked landing):
     # a new member here, its next step in people/escalation_text.py.
 
 
@@ -197,7 +198,9 @@ class AttemptRecord(Record):
     judged: bool = False  # scored by the critic model
     violations: list[Violation] = []  # protected paths changed, refs moved
     tokens: int = 0
-    cost_usd: float = 0.0  # where the agent reports it
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0  # from the profile's `price`, else where the agent reports it
     timed_out: bool = False
     summary: str = ""  # the agent's final text, kept for the critic
     session_id: str = ""
@@ -247,6 +250,22 @@ class RunExposure(Record):
     seeded: list[SeededFile] = []
 
 
+class Park(Record):
+    """`[park]` of run.toml: a run parked on its agent's usage limit."""
+
+    profile: str  # the agent profile whose quota it is
+    attempt: int
+    started: datetime  # this park
+    since: datetime  # the first of the parks in a row (max_wait counts from here)
+    count: int = 1  # parks in a row: a wait with no reset time named doubles with each
+    message: str = ""  # the agent's words
+    reset_named: bool = False  # the message named when the limit resets
+    session_id: str = ""
+    used_seconds: float = 0.0  # of attempt_timeout, before the park
+    asked_whole: bool = False  # what is sent again is a whole prompt (a new session)
+    notified: bool = False
+
+
 class RunRecord(Record):
     """`state/runs/RUN_ID/run.toml`."""
 
@@ -261,7 +280,9 @@ class RunRecord(Record):
     cause: Cause | None = None
     branch: str = ""
     tokens: int = 0
-    cost_usd: float = 0.0  # summed from the agents' usage reports, where they give one
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0  # from the profile's `price`, else the agents' own reports
     rules_fired: list[str] = []
     attempts: list[AttemptRecord] = []
     phase: Phase = "preparing"
@@ -274,6 +295,9 @@ class RunRecord(Record):
     agent_pids: list[int] = []  # process groups of the running attempt, for a restart to kill
     judging_since: datetime | None = None
     exposure: RunExposure | None = None
+    resume_at: datetime | None = None  # parked (phase `waiting`): when the agent goes on
+    waited: int = 0  # seconds parked, over all parks
+    park: Park | None = None  # the current quota wait, kept until a session gets past it
     # The steps of finishing already done (counters, escalation, notified, ...): finishing
     # again after a crash completes the rest without repeating these.
     finish_done: list[str] = []
@@ -305,10 +329,35 @@ class LoopStatus(Record):
     enabled: bool = True
     error: str = ""  # why the loop is disabled (a broken loop file)
     pending: int = 0
+    resume_at: datetime | None = None  # phase `waiting`: when the run or the loop goes on
+    waiting_for: str = ""  # phase `waiting`: a usage limit, a token budget
+    loaded: bool = True  # false: the daemon has not loaded this loop file (it is broken)
+    stale: bool = False  # the file is broken; the daemon keeps its last good configuration
+    digest: str = ""  # of the loop file the daemon loaded
+
+
+class VerifierStatus(Record):
+    """`[verifier]` of status.toml: whether the judging model answered its last call."""
+
+    reachable: bool = True
+    since: datetime | None = None  # when it became (un)reachable
+    last_error: str = ""
+
+
+class BudgetStatus(Record):
+    """`[budget]` of status.toml: today's tokens against `[limits] daily_tokens`."""
+
+    day: str = ""
+    tokens: int = 0
+    limit: int = 0
+    exhausted: bool = False
+    until: datetime | None = None
 
 
 class StatusFile(Record):
     """`state/status.toml`."""
 
     daemon: DaemonStatus = Field(default_factory=DaemonStatus)
+    verifier: VerifierStatus | None = None  # absent without a [verifier]
+    budget: BudgetStatus | None = None  # absent without [limits] daily_tokens
     loops: dict[str, LoopStatus] = {}

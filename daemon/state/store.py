@@ -224,6 +224,23 @@ class StateStore:
     def clear_cancel(self, run_id: str) -> None:
         (self.root / "control" / f"cancel-{run_id}").unlink(missing_ok=True)
 
+    def request_reload(self) -> str:
+        """Ask the daemon to reload (with SIGHUP after this); the token its event will name."""
+        token = secrets.token_hex(6)
+        write_atomic(self.root / "control" / f"reload-{token}", token)
+        return token
+
+    def take_reload_requests(self) -> list[str]:
+        """The reload requests waiting, removed (the daemon, as it reloads)."""
+        folder = self.root / "control"
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.startswith("reload-"))
+        except FileNotFoundError:
+            return []
+        for name in names:
+            (folder / name).unlink(missing_ok=True)
+        return [name.removeprefix("reload-") for name in names]
+
     def paused_loops(self) -> set[str]:
         folder = self.root / "paused"
         try:

@@ -18,6 +18,9 @@ from daemon.people.notify.messages import (
     daemon_failure_message,
     escalation_message,
     outcome_message,
+    quota_wait_message,
+    verifier_down_message,
+    verifier_up_message,
 )
 from daemon.people.notify.webhook import WebhookNotifier
 from daemon.redact import redact, redact_value
@@ -166,6 +169,21 @@ class Notifications:
         if "failed-attempt" in notify_on:
             message, payload = attempt_failed_message(run, attempt)
             self.notify("failed-attempt", message, payload, now)
+
+    def quota_wait(self, run: RunRecord, now: datetime) -> None:
+        """Notify a run parked on its agent's usage limit (once a park; `notify_on` "waiting")."""
+        message, payload = quota_wait_message(run)
+        self.notify("waiting", message, payload, now)
+
+    def verifier_down(self, base_url: str, since: datetime, error: str, now: datetime) -> None:
+        """Notify a verifier outage that has lasted past the notice time."""
+        message, payload = verifier_down_message(base_url, since, error, now)
+        self.notify("verifier-down", message, payload, now)
+
+    def verifier_up(self, base_url: str, since: datetime, now: datetime) -> None:
+        """Notify the end of an outage that was notified."""
+        message, payload = verifier_up_message(base_url, since, now)
+        self.notify("verifier-up", message, payload, now)
 
     def daemon_failed(self, home: Path, error: str, now: datetime, wait: float = 10.0) -> None:
         """Notify that the daemon failed, and wait (bounded) since it is about to exit."""

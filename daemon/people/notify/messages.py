@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -81,3 +82,52 @@ def daemon_failure_message(home: Path, error: str) -> tuple[str, dict[str, Any]]
     """The notification for the daemon failing (it is about to exit or cannot go on)."""
     text = f"loopd for {home} failed: {one_line(error, 200)}"
     return text, {"kind": "daemon-failed", "home": str(home), "error": error}
+
+
+def quota_wait_message(run: RunRecord) -> tuple[str, dict[str, Any]]:
+    """The notification for a run parked on its agent's usage limit (`notify_on` "waiting")."""
+    park = run.park
+    when = run.resume_at.strftime("%Y-%m-%d %H:%M UTC") if run.resume_at else "later"
+    words = one_line(park.message, 120) if park else ""
+    text = (
+        f"loopd: {run.loop} run {run.id} waits for the usage limit of agent profile "
+        f"{park.profile if park else '?'!r} and resumes at {when}" + (f": {words}" if words else "")
+    )
+    payload = {
+        "kind": "waiting",
+        **_run_payload(run),
+        "resume_at": run.resume_at.isoformat() if run.resume_at else None,
+        "message": park.message if park else "",
+    }
+    return text, payload
+
+
+def _ago(since: datetime, now: datetime) -> str:
+    minutes = max(0, int((now - since).total_seconds() // 60))
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes} min"
+
+
+def verifier_down_message(
+    base_url: str, since: datetime, error: str, now: datetime
+) -> tuple[str, dict[str, Any]]:
+    """The notification for a verifier unreachable past the notice time."""
+    text = (
+        f"loopd: the verifier at {base_url} has been unreachable for {_ago(since, now)}; "
+        f"runs wait in judging and free their slots: {one_line(error, 160)}"
+    )
+    payload = {
+        "kind": "verifier-down",
+        "base_url": base_url,
+        "since": since.isoformat(),
+        "error": error,
+    }
+    return text, payload
+
+
+def verifier_up_message(
+    base_url: str, since: datetime, now: datetime
+) -> tuple[str, dict[str, Any]]:
+    """The notification for a verifier that answers again after an announced outage."""
+    text = f"loopd: the verifier at {base_url} answers again, after {_ago(since, now)} down"
+    payload = {"kind": "verifier-up", "base_url": base_url, "down_since": since.isoformat()}
+    return text, payload

@@ -1,0 +1,98 @@
+"""What holds new runs back, kept across restarts: a profile's usage limit and the spent
+token budgets already announced.
+
+`state/quota.toml`: per agent profile, the moment its usage limit resets (written by whoever
+runs into it: a daemon's run or `loopd once`, under a file lock). `state/budget.toml`: per
+budget scope, the last day whose exhaustion was announced (the daemon's alone), so that
+`budget_exhausted` is recorded once a day however often loopd restarts.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import TypeVar
+
+from daemon.state.atomic import FILE_MODE, ensure_dir, write_atomic
+from daemon.state.records import Record
+from daemon.state.store import StateStore, UnreadableFile, dump_toml, read_model
+
+M = TypeVar("M", bound=Record)
+
+
+class QuotaHold(Record):
+    """A profile's usage limit: its runs wait until `resume_at`."""
+
+    resume_at: datetime
+    since: datetime
+    run: str = ""
+    loop: str = ""
+    message: str = ""
+
+
+class QuotaFile(Record):
+    profiles: dict[str, QuotaHold] = {}
+
+
+class BudgetMarks(Record):
+    announced: dict[str, str] = {}  # scope ("home", "loop:NAME") -> the day announced
+
+
+def _quota_path(store: StateStore) -> Path:
+    return store.root / "quota.toml"
+
+
+def _read(store: StateStore, path: Path, model: type[M]) -> M:
+    try:
+        return read_model(path, model)
+    except FileNotFoundError:
+        return model()
+    except UnreadableFile as exc:
+        store.report_unreadable(exc)
+        return model()
+
+
+@contextmanager
+def _locked(store: StateStore) -> Iterator[None]:
+    """One writer of quota.toml at a time, across processes (waits for the other)."""
+    path = ensure_dir(store.root / "locks") / "quota.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def load_quota(store: StateStore) -> QuotaFile:
+    """Every profile's hold; empty when none was written or the file is unreadable (reported)."""
+    return _read(store, _quota_path(store), QuotaFile)
+
+
+def hold_profile(store: StateStore, profile: str, hold: QuotaHold) -> None:
+    """Hold `profile`'s new runs until `hold.resume_at` (a later hold already there is kept)."""
+    with _locked(store):
+        current = load_quota(store)
+        kept = current.profiles.get(profile)
+        if kept is not None and kept.resume_at >= hold.resume_at:
+            return
+        current.profiles[profile] = hold
+        write_atomic(_quota_path(store), dump_toml(current))
+
+
+def quota_hold(store: StateStore, profile: str, now: datetime) -> QuotaHold | None:
+    """The profile's hold when it still holds at `now`."""
+    hold = load_quota(store).profiles.get(profile)
+    return hold if hold is not None and hold.resume_at > now else None
+
+
+def load_budget_marks(store: StateStore) -> BudgetMarks:
+    return _read(store, store.root / "budget.toml", BudgetMarks)
+
+
+def save_budget_marks(store: StateStore, marks: BudgetMarks) -> None:
+    write_atomic(store.root / "budget.toml", dump_toml(marks))
