@@ -6,12 +6,10 @@ from pathlib import Path
 
 from daemon.runs.git import Git
 from daemon.runs.guards import (
-    DISPLACED_PREFIX,
     RESTORE_MESSAGE,
     check_refs,
     protect_violations,
     restore_paths,
-    restore_refs,
     snapshot_refs,
 )
 from tests.helpers import git, make_repo
@@ -83,7 +81,7 @@ def test_restore_handles_awkward_path_names(tmp_path: Path) -> None:
     assert not (repo / "tests" / "-n.py").exists()
 
 
-def test_moved_refs_are_detected_and_put_back(tmp_path: Path) -> None:
+def test_moved_refs_are_found_and_left_where_they_are(tmp_path: Path) -> None:
     repo, wt, base = worktree(tmp_path)
     git(repo, "commit", "-q", "--allow-empty", "-m", "second on main")
     git(repo, "tag", "-a", "-m", "annotated", "v0")
@@ -92,29 +90,34 @@ def test_moved_refs_are_detected_and_put_back(tmp_path: Path) -> None:
     before = snapshot_refs(g)
     assert before["refs/heads/main"] == main_before
 
-    # The agent works on its branch (allowed), resets main, tags, deletes a tag, makes a branch.
+    # The agent works on its branch (allowed), resets main, tags, deletes a tag, makes a
+    # branch, and moves an earlier run's branch: loopd's own namespace is not trusted either.
+    git(repo, "branch", "loopd/app/RUN0", base)
+    before = snapshot_refs(g)
     git(wt, "commit", "-q", "--allow-empty", "-m", "agent work")
     git(wt, "update-ref", "refs/heads/main", "HEAD~1")
     git(wt, "tag", "evil")
     git(wt, "tag", "-d", "v0")
     git(wt, "branch", "sneaky", base)
-    # Another run's branch appearing meanwhile is not this attempt's doing.
+    git(wt, "update-ref", "refs/heads/loopd/app/RUN0", "HEAD")
+    # Another run's branch appearing meanwhile: loopd made it, and its ledger says so.
     git(repo, "branch", "loopd/other/RUN2", base)
 
-    moved = check_refs(g, before, "loopd/app/RUN1")
-    assert moved == ["refs/heads/main", "refs/heads/sneaky", "refs/tags/evil", "refs/tags/v0"]
-    done = restore_refs(g, before, moved, keep_as="RUN1")
-    assert len(done) == 4
-    assert git(repo, "rev-parse", "main") == main_before
-    assert check_refs(g, before, "loopd/app/RUN1") == []
-    refs = snapshot_refs(g)
-    assert "refs/tags/evil" not in refs and "refs/heads/sneaky" not in refs
-    assert refs["refs/tags/v0"] == before["refs/tags/v0"]
-    # What main had been moved to is kept, not lost.
-    assert refs[f"{DISPLACED_PREFIX}/RUN1/heads/main"] == base
-    assert f"{DISPLACED_PREFIX}/RUN1/tags/evil" in refs
-    # The run's own branch kept its new commit.
-    assert git(repo, "rev-parse", "loopd/app/RUN1") == git(wt, "rev-parse", "HEAD")
+    explained = {"refs/heads/loopd/other/RUN2": {base}}
+    moved = check_refs(g, before, "loopd/app/RUN1", explained)
+    assert moved == [
+        "refs/heads/loopd/app/RUN0",
+        "refs/heads/main",
+        "refs/heads/sneaky",
+        "refs/tags/evil",
+        "refs/tags/v0",
+    ]
+    # Unexplained without the ledger's word; a ledger value other than the ref's is no excuse.
+    assert "refs/heads/loopd/other/RUN2" in check_refs(g, before, "loopd/app/RUN1")
+    wrong = {"refs/heads/main": {main_before}}
+    assert "refs/heads/main" in check_refs(g, before, "loopd/app/RUN1", wrong)
+    # Nothing was put back.
+    assert git(repo, "rev-parse", "main") != main_before
 
 
 def test_untouched_refs_are_no_violation(tmp_path: Path) -> None:
@@ -124,4 +127,3 @@ def test_untouched_refs_are_no_violation(tmp_path: Path) -> None:
     git(wt, "commit", "-q", "--allow-empty", "-m", "only its own branch")
     assert check_refs(g, before, "loopd/app/RUN1") == []
     assert check_refs(g, before, "refs/heads/loopd/app/RUN1") == []
-    assert restore_refs(g, before, []) == []

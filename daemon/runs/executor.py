@@ -9,7 +9,6 @@ a crash could interrupt, so a restarted daemon can tell a run that was mid-attem
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import NoReturn
 
 from daemon.config import Loop
@@ -22,7 +21,7 @@ from daemon.runs.finish import (
     kill_run_leftovers,
     locate_worktree,
 )
-from daemon.runs.git import Git, GitError
+from daemon.runs.git import GitError
 from daemon.runs.journal import RunJournal
 from daemon.runs.learning import (
     RuleChoice,
@@ -32,10 +31,17 @@ from daemon.runs.learning import (
 )
 from daemon.runs.services import RunServices
 from daemon.runs.stop import RunStopped, StopToken
-from daemon.runs.tree import RunTree, TreeError, prepare_tree, reopen_tree
+from daemon.runs.tree import RunTree, TreeError, prepare_tree, record_tree, reopen_tree
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir, write_atomic
-from daemon.state.records import AttemptRecord, Cause, RunRecord, RunTrigger
+from daemon.state.records import (
+    REPOSITORY_KINDS,
+    AttemptRecord,
+    Cause,
+    RunRecord,
+    RunTrigger,
+    violation_cause,
+)
 from daemon.state.store import dump_toml
 
 __all__ = [
@@ -151,9 +157,8 @@ class RunExecutor:
         run = self.run
         if run.phase in ("judging", "learning") and run.attempts:
             # Resumed after a restart: the last attempt's agent was done.
-            self.tree = reopen_tree(
-                Path(run.repo), Path(run.worktree), run.branch, run.isolation, run.base_commit
-            )
+            self.tree = reopen_tree(run, self.services.config.limits.worktrees_path)
+            record_tree(run, self.tree)
             self.rules = rules_of_run(self.services, run)
             last = run.attempts[-1]
             self.journal.event("run_resumed", phase="judging", attempt=last.n)
@@ -186,6 +191,8 @@ class RunExecutor:
         base = self.cfg.base
         if run.trigger.kind == "retry" and run.trigger.retry_of:
             base = self._retry_base(run.trigger.retry_of) or base
+        from daemon.runs.integrity import ledger_writer
+
         self.tree = prepare_tree(
             self.cfg.repo_path,
             self.loop.name,
@@ -193,10 +200,10 @@ class RunExecutor:
             self.cfg.isolation,
             base,
             self.services.config.limits.worktrees_path,
+            ledger_writer(self.journal),
         )
-        run.branch = self.tree.branch
-        run.worktree = str(self.tree.path)
-        run.base_commit = self.tree.base_commit
+        self.tree.sandbox = run.sandbox
+        record_tree(run, self.tree)
         self.journal.save()
         self.rules = select_rules_for_run(self.services, self.loop, run)
         run.rules_fired = list(self.rules.rule_ids)
@@ -213,12 +220,16 @@ class RunExecutor:
             earlier = self.services.store.load_run(retry_of)
         except (OSError, ValueError):
             return None
-        if earlier.isolation != "worktree" or not earlier.branch:
+        if earlier.isolation == "in-place" or not earlier.branch:
             return None
-        ok = Git(self.cfg.repo_path).run(
-            "rev-parse", "--verify", "-q", f"refs/heads/{earlier.branch}", check=False
-        )
-        return earlier.branch if ok.returncode == 0 else None
+        from daemon.runs.userrepo import UserRepo
+
+        ref = f"refs/heads/{earlier.branch}"
+        try:
+            found = UserRepo.locate(self.cfg.repo_path).ref(ref)
+        except GitError:
+            return None
+        return ref if found else None
 
     def _commit(self, attempt: AttemptRecord) -> str:
         assert self.tree is not None
@@ -260,6 +271,11 @@ class RunExecutor:
             judged=verdict.judged,
             verdict=verdict.verdict,
         )
+        in_repo = [v for v in attempt.violations if v.kind in REPOSITORY_KINDS]
+        if in_repo:
+            # The agent changed the user's repository outside its tree: a person looks now.
+            cause = Cause.REF_VIOLATION if in_repo[0].kind == "ref_moved" else Cause.REPO_VIOLATION
+            self._end("escalated", f"attempt {attempt.n}: {in_repo[0].text()}", cause)
         if verdict.passed:
             self._learn(attempt, passed=True)
             self._end("succeeded", self._success_reason(attempt), Cause.PASSED)
@@ -290,10 +306,13 @@ class RunExecutor:
 
     def _restore_protected(self, attempt: AttemptRecord) -> None:
         from daemon.runs.guards import restore_paths
+        from daemon.runs.integrity import publish
 
         protected = [v.target for v in attempt.violations if v.kind == "protected"]
         if protected and self.tree is not None:
-            restore_paths(self.tree.git, self.run.base_commit, protected)
+            head = restore_paths(self.tree.git, self.run.base_commit, protected)
+            if head is not None:
+                publish(self.journal, self.tree, head)
             self.journal.event("protected_restored", paths=protected)
 
     # the end -----------------------------------------------------------------
@@ -310,8 +329,7 @@ class RunExecutor:
             return why, Cause.CHECKS_FAILED
         if last.violations:
             first = last.violations[0]
-            cause = Cause.PROTECT_VIOLATION if first.kind == "protected" else Cause.REF_VIOLATION
-            return f"attempts used up; {first.text()}", cause
+            return f"attempts used up; {first.text()}", violation_cause(first.kind)
         threshold = self.cfg.critic_threshold
         return f"attempts used up; last score {last.score} below {threshold}", Cause.CRITIC_REJECTED
 
