@@ -32,8 +32,8 @@ from daemon.runs.recovery import recover_run
 from daemon.runs.services import RunServices
 from daemon.runs.tree import prepare_tree, record_tree
 from daemon.runs.userrepo import LedgerWriter
-from daemon.state.ledger import ledger_of
 from daemon.scheduling.queue import PendingRun
+from daemon.state.ledger import ledger_of
 from daemon.state.records import AttemptRecord, Cause, RunRecord, Trigger
 from tests.helpers import git, make_home, make_repo, wait_for
 from tests.model_server import ScriptedModelServer, call_name
