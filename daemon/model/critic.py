@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict
 
 from daemon.model.client import ModelClient
 from daemon.model.evidence import Evidence
+from daemon.model.markers import fresh_markers
 from daemon.model.schemas import CriticVerdict
 
 CRITIC_SYSTEM = """\
@@ -60,11 +61,12 @@ class Verdict(BaseModel):
 def critic_prompt(evidence: Evidence, checks_passed: bool) -> str:
     """The user message of the critic call."""
     checks = "passed" if checks_passed else "FAILED"
+    text = evidence.render()
+    markers = fresh_markers(text)
     return (
         f"loopd's own run of the checks: {checks}.\n\n"
-        "<<<EVIDENCE\n"
-        f"{evidence.render()}\n"
-        "EVIDENCE>>>\n\n"
+        f"{markers.describe()}\n\n"
+        f"{markers.wrap(text)}\n\n"
         "Judge the attempt: check each claim of the summary against the evidence, then give "
         "the score, the one-sentence verdict, the unsupported claims and the feedback."
     )
