@@ -139,7 +139,7 @@ def _print_outcome(run: Any) -> None:
             f"  attempt {a.n}: checks {checks_word(a.checks_passed)}, score {score}, "
             f"nudges {a.nudges}, exit {a.exit_code}"
         )
-    if run.branch and run.isolation == "worktree":
+    if run.branch and run.isolation != "in-place":
         print(f"  branch {run.branch}")
 
 
