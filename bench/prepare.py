@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import os
 import random
 import resource
 import shutil
@@ -127,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
                 writer = LedgerWriter(ledger, lambda: datetime.now(UTC), run_id)
                 made = []
 
-                def clone(run_id: str = run_id, writer: LedgerWriter = writer) -> None:
+                def clone(
+                    run_id: str = run_id, writer: LedgerWriter = writer, made: list = made
+                ) -> None:
                     made.append(
                         prepare_tree(repo, "bench", run_id, "clone", "HEAD", out / "cl", writer)
                     )

@@ -182,3 +182,24 @@ def test_loopd_once_runs_in_a_clone_by_default(tmp_path: Path) -> None:
     assert git(repo, "show", f"loopd/calc/{run_id}:calc.py").endswith("a + b")
     assert not (tmp_path / "worktrees" / "calc" / run_id).exists()
     assert os.listdir(tmp_path / "worktrees" / "calc") == []
+
+
+def test_loopds_own_exclude_list_keeps_paths_out_and_the_trees_exclude_does_not(
+    tmp_path: Path,
+) -> None:
+    case = make_case(tmp_path)
+    run = case.new_run()
+    limits = case.services.config.limits
+    tree = prepare_tree(
+        case.repo, "calc", run.id, "clone", "HEAD", limits.worktrees_path, writer(case, run)
+    )
+    tree.own.exclude([".venv/"])
+    (tree.path / ".venv").mkdir()
+    (tree.path / ".venv" / "python").write_text("made by setup\n")
+    (tree.path / "helper.py").write_text("x = 1\n")
+    (tree.path / ".git" / "info").mkdir(exist_ok=True)
+    (tree.path / ".git" / "info" / "exclude").write_text("helper.py\n")
+    staged = tree.own.stage_all()
+    listed = Git(tree.path, git_dir=tree.own.path).out("ls-tree", "-r", "--name-only", staged)
+    assert "helper.py" in listed.splitlines()
+    assert not any(p.startswith(".venv/") for p in listed.splitlines())

@@ -96,3 +96,17 @@ def test_changed_paths_lists_both_sides_of_a_rename(repo: Path) -> None:
     git(repo, "mv", "tests/t.txt", "t.txt")
     git(repo, "commit", "-q", "-m", "move out")
     assert "tests/t.txt" in changed_paths(g, base, g.out("rev-parse", "HEAD"))
+
+
+def test_an_lfs_filter_that_only_starts_like_git_lfs_never_runs(repo: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "MARKER"
+    (repo / ".gitattributes").write_text("*.txt filter=lfs\n")
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-q", "-m", "attributes")
+    git(repo, "config", "filter.lfs.process", f"git-lfs filter-process; touch {marker}")
+    git(repo, "config", "filter.lfs.clean", f"git-lfs clean -- %f; touch {marker}")
+    git(repo, "config", "filter.lfs.smudge", "git-lfs smudge -- %f")
+    git(repo, "config", "filter.lfs.required", "true")
+    (repo / "a.txt").write_text("changed\n")
+    assert Git(repo).commit_all("loopd: attempt")
+    assert not marker.exists()

@@ -124,6 +124,11 @@ class OwnGit:
         own.bare.run("symbolic-ref", "HEAD", f"refs/heads/{branch}")
         return own
 
+    def exclude(self, patterns: list[str]) -> None:
+        """Keep paths matching `patterns` (gitignore syntax) out of loopd's commits."""
+        text = _EXCLUDE + "".join(f"{p}\n" for p in patterns)
+        (self.path / "info" / "exclude").write_text(text, encoding="utf-8")
+
     def checkout(self) -> None:
         """Write the branch's files into the tree and the index (the tree holds nothing else)."""
         self.git.run("read-tree", "-u", "--reset", "HEAD")
