@@ -1,6 +1,8 @@
 """Runs in a private clone (the default isolation): made, resumed, retried and removed.
 
 Real git repositories, real agents (`command`), the executor in process or `loopd once`.
+(Named to run after test_hooks.py: an in-process run makes pytest a child subreaper, and
+the hooks' background processes of earlier tests would then stay its zombies.)
 """
 
 from __future__ import annotations
