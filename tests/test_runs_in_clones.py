@@ -205,3 +205,27 @@ def test_loopds_own_exclude_list_keeps_paths_out_and_the_trees_exclude_does_not(
     listed = Git(tree.path, git_dir=tree.own.path).out("ls-tree", "-r", "--name-only", staged)
     assert "helper.py" in listed.splitlines()
     assert not any(p.startswith(".venv/") for p in listed.splitlines())
+
+
+def test_a_sha256_repository_runs_in_a_clone(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main", "--object-format=sha256")
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (repo / "check.py").write_text("from calc import add\nassert add(2, 3) == 5\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "initial")
+    argv = [sys.executable, "-c", FIXER]
+    home = make_home(
+        tmp_path / "home",
+        f'[agents.a]\nadapter = "command"\ncommand = {json.dumps(argv)}\n',
+        {
+            "calc": f'repo = "{repo}"\ntask = "fix"\nagent = "a"\ncritic = "off"\n'
+            'done_when = ["python3 check.py"]\nmax_attempts = 1\n'
+        },
+    )
+    proc = loopd(home, "once", "calc", timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    branch = f"loopd/calc/{proc.stdout.split()[0]}"
+    assert len(git(repo, "rev-parse", branch)) == 64
+    assert git(repo, "show", f"{branch}:calc.py").endswith("a + b")

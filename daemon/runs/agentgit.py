@@ -156,7 +156,7 @@ def _fresh_clone(tree: Path, branch: str, user: UserRepo, index: bytes) -> None:
 
 def clone_into(path: Path, branch: str, user: UserRepo) -> None:
     """A shared clone of the user's repository at `path`, on `branch`, files not checked out."""
-    Git(path.parent, outside=True).run(
+    Git(path.parent, plain=True).run(
         "clone",
         "-q",
         "--shared",

@@ -111,10 +111,12 @@ class Git:
         git_dir: Path | None = None,
         work_tree: Path | None = None,
         user_config: bool = False,
-        outside: bool = False,
+        plain: bool = False,
     ) -> None:
         self.cwd = Path(cwd)
-        self.outside = outside  # a command that works outside any repository (clone)
+        # plain: the commands run no repository program (clone, rev-parse of paths), so
+        # the repository's filter and diff config need not be read first.
+        self.plain = plain
         self.git_dir = Path(git_dir) if git_dir is not None else None
         self.work_tree = Path(work_tree) if work_tree is not None else None
         self.user_config = user_config
@@ -132,7 +134,7 @@ class Git:
 
     def _program_overrides(self) -> list[str]:
         """`-c` options that switch off the filter drivers and diff programs the repo names."""
-        if self.git_dir is not None or self.outside:
+        if self.git_dir is not None or self.plain:
             # A named git directory is loopd's own (its config written by loopd) or the
             # user's, used without a work tree: no filter or diff program can run.
             return []

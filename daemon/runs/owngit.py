@@ -105,7 +105,14 @@ class OwnGit:
             remove_path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         init = Git(path.parent, git_dir=path)
-        init.run("init", "-q", "--bare", "--template=", f"--object-format={object_format}")
+        init.run(
+            "init",
+            "-q",
+            "--bare",
+            "--template=",
+            f"--object-format={object_format}",
+            f"--initial-branch={branch}",
+        )
         own = cls(path, work_tree)
         probed = (path / "config").read_text(encoding="utf-8")
         config = probed + _CONFIG
@@ -121,7 +128,6 @@ class OwnGit:
         (path / "info").mkdir(exist_ok=True)
         (path / "info" / "exclude").write_text(_EXCLUDE, encoding="utf-8")
         own.bare.run("update-ref", f"refs/heads/{branch}", commit)
-        own.bare.run("symbolic-ref", "HEAD", f"refs/heads/{branch}")
         return own
 
     def exclude(self, patterns: list[str]) -> None:

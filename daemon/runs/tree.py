@@ -136,14 +136,14 @@ def prepare_tree(
         repo_git_dir=user.common,
     )
     if isolation == "clone":
-        user.set_ref(writer, ref, base_commit, "run branch made")
+        user.create_ref(writer, ref, base_commit, "run branch made")
         clone_into(path, branch, user)
     else:
         writer.record(user.key, [(ref, "", base_commit)], "run branch made")
         user.git.run("worktree", "add", "-q", "--no-checkout", "-b", branch, str(path), base_commit)
         tree.agent_git_dir = _admin_of(path)
     own = OwnGit.create(
-        own_dir, path, user.common, branch, base_commit, user.object_format(), user.lfs_storage()
+        own_dir, path, user.common, branch, base_commit, user.object_format, user.lfs_storage()
     )
     own.checkout()
     replace_file(tree.agent_dir, "index", own.index_path.read_bytes())
@@ -169,7 +169,7 @@ def _prepare_in_place(user: UserRepo, own_dir: Path) -> RunTree:
     branch = text[len("ref: refs/heads/") :]
     base_commit = user.resolve("HEAD")
     own = OwnGit.create(
-        own_dir, user.top, user.common, branch, base_commit, user.object_format(),
+        own_dir, user.top, user.common, branch, base_commit, user.object_format,
         user.lfs_storage(),
     )  # fmt: skip
     index = Path(user.git_dir) / "index"
@@ -249,8 +249,9 @@ def reopen_tree(run: RunRecord, worktrees_root: Path) -> RunTree:
     own = tree.own
     if not own.exists():
         tip = user.ref(f"refs/heads/{tree.branch}") or tree.base_commit
+        found = UserRepo.locate(tree.repo)  # its object format
         OwnGit.create(
-            own.path, tree.path, user.common, tree.branch, tip, user.object_format(),
+            own.path, tree.path, user.common, tree.branch, tip, found.object_format,
             user.lfs_storage(),
         )  # fmt: skip
         if not remade:

@@ -42,17 +42,22 @@ class UserRepo:
     git_dir: Path  # HEAD and the index of the user's own checkout
     common: Path  # refs, objects, config, hooks, info
 
+    object_format: str = "sha1"
+
     @classmethod
     def locate(cls, top: Path) -> UserRepo:
         """Find the git directories of the repository at `top` (before any agent runs)."""
         top = Path(top)
-        out = Git(top).out("rev-parse", "--absolute-git-dir", "--git-common-dir")
-        git_dir, common = out.splitlines()[:2]
+        out = Git(top, plain=True).out(
+            "rev-parse", "--absolute-git-dir", "--git-common-dir", "--show-object-format"
+        )
+        git_dir, common, object_format = (out.splitlines() + ["", "", ""])[:3]
         common_path = Path(common) if Path(common).is_absolute() else top / common
         return cls(
             top=top,
             git_dir=Path(git_dir).resolve(),
             common=common_path.resolve(),
+            object_format=object_format or "sha1",
         )
 
     @property
@@ -70,10 +75,6 @@ class UserRepo:
         return Git(self.common, git_dir=self.git_dir).out(
             "rev-parse", "--verify", "-q", f"{rev}^{{commit}}"
         )
-
-    def object_format(self) -> str:
-        found = self.git.out("rev-parse", "--show-object-format", check=False)
-        return found or "sha1"
 
     def lfs_storage(self) -> Path | None:
         """The lfs folder when the person's git-lfs setup is exactly the canonical one."""
