@@ -15,7 +15,6 @@ import shutil
 import stat
 from pathlib import Path
 
-from daemon.runs.git import Git
 from daemon.runs.owngit import AgentHeads, OwnGit, remove_path
 from daemon.runs.userrepo import UserRepo
 
@@ -105,14 +104,14 @@ def read_heads(isolation: str, tree: Path, agent_dir: Path, branch: str, own: Ow
 
 
 def rebuild_view(isolation: str, tree: Path, agent_dir: Path, branch: str, own: OwnGit,
-                 user: UserRepo) -> list[str]:  # fmt: skip
+                 user: UserRepo, commit: str = "") -> list[str]:  # fmt: skip
     """Put the agent's git back on the run's branch at loopd's commit; the stale locks removed.
 
     The run's branch must already be in the user's repository at that commit.
     """
     index = own.index_path.read_bytes()
     if isolation == "clone":
-        _fresh_clone(tree, branch, user, index)
+        _fresh_clone(tree, branch, commit or own.tip(), own, user, index)
         return []
     removed = []
     if isolation == "worktree":
@@ -139,37 +138,48 @@ def rebuild_view(isolation: str, tree: Path, agent_dir: Path, branch: str, own: 
     return removed
 
 
-def _fresh_clone(tree: Path, branch: str, user: UserRepo, index: bytes) -> None:
-    """Replace the tree's .git by a new clone of the user's repository on the run's branch."""
+def _fresh_clone(
+    tree: Path, branch: str, commit: str, own: OwnGit, user: UserRepo, index: bytes
+) -> None:
+    """Replace the tree's .git by a new clone's git directory, on the run's branch at loopd's
+    commit (which the user's repository holds)."""
     tree = real_dir(tree)
     fresh = tree.parent / f"{tree.name}.gitnew"
     if fresh.exists() or fresh.is_symlink():
         remove_path(fresh)
-    clone_into(fresh, branch, user)
+    write_clone(fresh, branch, commit, own, user, index)
     dot = tree / ".git"
     if dot.exists() or dot.is_symlink():
         remove_path(dot)
-    os.rename(fresh / ".git", dot)
-    os.rmdir(fresh)
-    replace_file(dot, "index", index)
+    os.rename(fresh, dot)
 
 
-def clone_into(path: Path, branch: str, user: UserRepo) -> None:
-    """A shared clone of the user's repository at `path`, on `branch`, files not checked out."""
-    Git(path.parent, plain=True).run(
-        "clone",
-        "-q",
-        "--shared",
-        "--no-checkout",
-        "--single-branch",
-        "--no-tags",
-        "--template=",
-        "--branch",
-        branch,
-        "--",
-        str(user.common),
-        str(path),
+def write_clone(
+    path: Path, branch: str, commit: str, own: OwnGit, user: UserRepo, index: bytes
+) -> None:
+    """The git directory of a shared, single-branch clone of the user's repository, written
+    directly (as `git clone --shared --no-checkout --single-branch --no-tags` would leave it,
+    with loopd's index): no git process, so no repository of anyone's is read to make it."""
+    for sub in ("objects/info", "objects/pack", "refs/tags", "info"):
+        (path / sub).mkdir(parents=True, exist_ok=True)
+    ref = f"refs/heads/{branch}"
+    remote = f"refs/remotes/origin/{branch}"
+    for name in (ref, remote):
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(f"{commit}\n", encoding="ascii")
+    (path / "HEAD").write_text(f"ref: {ref}\n", encoding="ascii")
+    (path / "objects" / "info" / "alternates").write_text(f"{user.common / 'objects'}\n")
+    config = own.probed_config().replace(
+        "\tbare = true\n", "\tbare = false\n\tlogallrefupdates = true\n"
     )
-    config = path / ".git" / "config"
-    with open(config, "a", encoding="utf-8") as fh:
-        fh.write(AGENT_IDENTITY)
+    config += (
+        '[remote "origin"]\n'
+        f"\turl = {user.common}\n"
+        f"\tfetch = +{ref}:{remote}\n"
+        "\ttagOpt = --no-tags\n"
+        f'[branch "{branch}"]\n'
+        "\tremote = origin\n"
+        f"\tmerge = {ref}\n" + AGENT_IDENTITY
+    )
+    (path / "config").write_text(config, encoding="utf-8")
+    (path / "index").write_bytes(index)

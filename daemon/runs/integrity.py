@@ -206,6 +206,6 @@ def publish(
         user.set_ref(writer, ref, commit, "agent commits kept")
     user.set_ref(writer, branch_ref, head, "run branch")
     for lock in rebuild_view(
-        tree.isolation, tree.path, tree.agent_dir, tree.branch, own, tree.user
+        tree.isolation, tree.path, tree.agent_dir, tree.branch, own, user, head
     ):
         journal.event("stale_lock_removed", path=lock)

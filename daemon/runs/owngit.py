@@ -18,6 +18,7 @@ from pathlib import Path
 from daemon.runs.git import CANONICAL_LFS, FSCK_CONFIG, Git, GitError
 
 AGENT_HEAD_REF = "refs/loopd/agent/head"
+PROBED = "probed.config"  # what `git init` found out about this filesystem
 AGENT_BRANCH_REF = "refs/loopd/agent/branch"
 # git-upload-pack takes exactly the directory it is given: it does not try DIR/.git.
 STRICT_UPLOAD_PACK = "git-upload-pack --strict"
@@ -115,6 +116,7 @@ class OwnGit:
         )
         own = cls(path, work_tree)
         probed = (path / "config").read_text(encoding="utf-8")
+        (path / PROBED).write_text(probed, encoding="utf-8")  # the agent's clones start here
         config = probed + _CONFIG
         if lfs_storage is not None:
             config += '[filter "lfs"]\n' + "".join(
@@ -129,6 +131,10 @@ class OwnGit:
         (path / "info" / "exclude").write_text(_EXCLUDE, encoding="utf-8")
         own.bare.run("update-ref", f"refs/heads/{branch}", commit)
         return own
+
+    def probed_config(self) -> str:
+        """The config `git init` wrote here (file modes, case, object format), for clones."""
+        return (self.path / PROBED).read_text(encoding="utf-8")
 
     def exclude(self, patterns: list[str]) -> None:
         """Keep paths matching `patterns` (gitignore syntax) out of loopd's commits."""

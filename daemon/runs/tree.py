@@ -16,7 +16,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon.runs.agentgit import clone_into, is_real_dir, read_small, replace_file
+from daemon.runs.agentgit import is_real_dir, read_small, replace_file, write_clone
 from daemon.runs.git import GitError
 from daemon.runs.owngit import OwnGit, remove_path
 from daemon.runs.userrepo import LedgerWriter, UserRepo
@@ -137,7 +137,7 @@ def prepare_tree(
     )
     if isolation == "clone":
         user.create_ref(writer, ref, base_commit, "run branch made")
-        clone_into(path, branch, user)
+        path.mkdir()
     else:
         writer.record(user.key, [(ref, "", base_commit)], "run branch made")
         user.git.run("worktree", "add", "-q", "--no-checkout", "-b", branch, str(path), base_commit)
@@ -146,7 +146,11 @@ def prepare_tree(
         own_dir, path, user.common, branch, base_commit, user.object_format, user.lfs_storage()
     )
     own.checkout()
-    replace_file(tree.agent_dir, "index", own.index_path.read_bytes())
+    index = own.index_path.read_bytes()
+    if isolation == "clone":
+        write_clone(path / ".git", branch, base_commit, own, user, index)
+    else:
+        replace_file(tree.agent_dir, "index", index)
     return tree
 
 
@@ -240,7 +244,7 @@ def reopen_tree(run: RunRecord, worktrees_root: Path) -> RunTree:
         _clear(tree.path)
         ensure_dir(tree.path.parent)
         if tree.isolation == "clone":
-            clone_into(tree.path, tree.branch, user)
+            tree.path.mkdir()
         else:
             user.git.run("worktree", "prune")
             user.git.run("worktree", "add", "-q", "--no-checkout", str(tree.path), tree.branch)
@@ -258,7 +262,13 @@ def reopen_tree(run: RunRecord, worktrees_root: Path) -> RunTree:
             own.read_index()  # the tree's files are hashed at the next commit
     if remade:
         own.checkout()
-        replace_file(tree.agent_dir, "index", own.index_path.read_bytes())
+        index = own.index_path.read_bytes()
+        if tree.isolation == "clone":
+            # At the commit the user's repository holds: loopd's own may not be fetched yet.
+            shown = user.ref(f"refs/heads/{tree.branch}") or tree.base_commit
+            write_clone(tree.path / ".git", tree.branch, shown, own, user, index)
+        else:
+            replace_file(tree.agent_dir, "index", index)
     return tree
 
 
