@@ -46,12 +46,14 @@ class RepoGuard:
         self.path = journal.services.store.run_dir(journal.run.id) / GUARD_FILE
 
     def baseline(self) -> None:
-        """Snapshot the user's refs and files now (before an attempt's agent starts)."""
+        """Snapshot the user's refs and files now (before an attempt's agent starts).
+
+        The refs go into the run's record, which the caller saves before the agent starts.
+        """
         run, user = self.journal.run, self.tree.user
         save_snapshot(self.path, take_snapshot(user.common))
         run.refs_before = user.refs()
         run.refs_at = self.journal.now()
-        self.journal.save()
 
     def check_files(self) -> list[Violation]:
         """Put back changed config, hooks and info files; one violation each."""

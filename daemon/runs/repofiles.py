@@ -99,7 +99,8 @@ def take_snapshot(common: Path) -> RepoSnapshot:
 
 
 def save_snapshot(path: Path, snapshot: RepoSnapshot) -> None:
-    write_atomic(path, snapshot.model_dump_json())
+    # Taken again before every attempt: not worth an fsync on the way to the agent's start.
+    write_atomic(path, snapshot.model_dump_json(), durable=False)
 
 
 def load_snapshot(path: Path) -> RepoSnapshot | None:
