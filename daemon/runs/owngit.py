@@ -19,6 +19,7 @@ from daemon.runs.git import CANONICAL_LFS, FSCK_CONFIG, Git, GitError
 
 AGENT_HEAD_REF = "refs/loopd/agent/head"
 PROBED = "probed.config"  # what `git init` found out about this filesystem
+_PROBED: dict[tuple[int, str], str] = {}  # (filesystem, object format): the probed config
 AGENT_BRANCH_REF = "refs/loopd/agent/branch"
 # git-upload-pack takes exactly the directory it is given: it does not try DIR/.git.
 STRICT_UPLOAD_PACK = "git-upload-pack --strict"
@@ -105,17 +106,18 @@ class OwnGit:
         if path.exists() or path.is_symlink():
             remove_path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        init = Git(path.parent, git_dir=path)
-        init.run(
-            "init",
-            "-q",
-            "--bare",
-            "--template=",
-            f"--object-format={object_format}",
-            f"--initial-branch={branch}",
-        )
+        key = (os.stat(path.parent).st_dev, object_format)
+        probed = _PROBED.get(key)
+        if probed is None:
+            # The first directory on this filesystem: git init finds out its file modes,
+            # case and symlink support; later ones are written from what it found.
+            Git(path.parent, git_dir=path).run(
+                "init", "-q", "--bare", "--template=", f"--object-format={object_format}"
+            )
+            probed = _PROBED[key] = (path / "config").read_text(encoding="utf-8")
+        for sub in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "info"):
+            (path / sub).mkdir(parents=True, exist_ok=True)
         own = cls(path, work_tree)
-        probed = (path / "config").read_text(encoding="utf-8")
         (path / PROBED).write_text(probed, encoding="utf-8")  # the agent's clones start here
         config = probed + _CONFIG
         if lfs_storage is not None:
@@ -125,11 +127,12 @@ class OwnGit:
             config += f"[lfs]\n\tstorage = {lfs_storage}\n"
         (path / "config").write_text(config, encoding="utf-8")
         alternates = path / "objects" / "info" / "alternates"
-        alternates.parent.mkdir(parents=True, exist_ok=True)
         alternates.write_text(f"{Path(objects_from) / 'objects'}\n", encoding="utf-8")
-        (path / "info").mkdir(exist_ok=True)
         (path / "info" / "exclude").write_text(_EXCLUDE, encoding="utf-8")
-        own.bare.run("update-ref", f"refs/heads/{branch}", commit)
+        ref = path / "refs" / "heads" / branch
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        ref.write_text(f"{commit}\n", encoding="ascii")
+        (path / "HEAD").write_text(f"ref: refs/heads/{branch}\n", encoding="ascii")
         return own
 
     def probed_config(self) -> str:
@@ -170,6 +173,15 @@ class OwnGit:
         return self.bare.out("symbolic-ref", "HEAD")
 
     def tip(self) -> str:
+        """The run's branch's commit (read from its ref file: loopd never packs refs here)."""
+        text = (self.path / "HEAD").read_text(encoding="ascii", errors="replace").strip()
+        if text.startswith("ref: refs/heads/"):
+            try:
+                found = (self.path / text[5:]).read_text(encoding="ascii").strip()
+            except OSError:
+                found = ""
+            if found and all(c in "0123456789abcdef" for c in found):
+                return found
         return self.bare.out("rev-parse", "--verify", "HEAD^{commit}")
 
     def commit_exists(self, sha: str) -> bool:
