@@ -239,6 +239,13 @@ class OwnGit:
         told not to look anywhere else.
         """
         heads = AgentHeads()
+        try:
+            return self._fetch_agent(agent_git_dir, branch_ref, heads)
+        except GitError as exc:  # a git that hangs on what the agent left
+            heads.problem = f"its git directory could not be read in time: {exc}"[:400]
+            return heads
+
+    def _fetch_agent(self, agent_git_dir: Path, branch_ref: str, heads: AgentHeads) -> AgentHeads:
         listing = self.bare.run(
             "ls-remote",
             "--symref",
@@ -291,8 +298,17 @@ def _tail(stderr: bytes) -> str:
 
 
 def remove_path(path: Path) -> None:
-    """Remove a file, a link (not what it points at) or a folder tree."""
+    """Remove a file, a link (not what it points at) or a folder tree, even one whose folders
+    the agent made unreadable (loopd's own user owns them)."""
     if path.is_symlink() or not path.is_dir():
         path.unlink(missing_ok=True)
-    else:
-        shutil.rmtree(path)
+        return
+
+    def opened_up(function, failed: str, _exc) -> None:  # noqa: ANN001
+        parent = os.path.dirname(failed)
+        for folder in (parent, failed):
+            if os.path.isdir(folder) and not os.path.islink(folder):
+                os.chmod(folder, 0o700)
+        function(failed)
+
+    shutil.rmtree(path, onerror=opened_up)
