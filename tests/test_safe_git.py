@@ -110,3 +110,18 @@ def test_an_lfs_filter_that_only_starts_like_git_lfs_never_runs(repo: Path, tmp_
     (repo / "a.txt").write_text("changed\n")
     assert Git(repo).commit_all("loopd: attempt")
     assert not marker.exists()
+
+
+def test_git_and_what_it_runs_get_a_minimal_environment(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
+    monkeypatch.setenv("LOOPD_VERIFIER_KEY", "sk-not-for-git")
+    monkeypatch.setenv("GIT_DIR", "/elsewhere")
+    monkeypatch.setenv("SSH_AUTH_SOCK", "/run/user/0/agent.sock")
+    seen = Git(repo).out("-c", "alias.showenv=!env", "showenv")
+    names = {line.split("=", 1)[0] for line in seen.splitlines() if "=" in line}
+    assert not {"AWS_SECRET_ACCESS_KEY", "LOOPD_VERIFIER_KEY", "SSH_AUTH_SOCK"} & names
+    assert "GIT_CONFIG_NOSYSTEM=1" in seen and "GIT_CONFIG_GLOBAL=/dev/null" in seen
+    assert "GIT_NO_REPLACE_OBJECTS=1" in seen
+    assert Git(repo).out("rev-parse", "--absolute-git-dir") == str(repo / ".git")
