@@ -229,3 +229,21 @@ def test_a_sha256_repository_runs_in_a_clone(tmp_path: Path) -> None:
     branch = f"loopd/calc/{proc.stdout.split()[0]}"
     assert len(git(repo, "rev-parse", branch)) == 64
     assert git(repo, "show", f"{branch}:calc.py").endswith("a + b")
+
+
+def test_the_repository_guards_are_off_only_for_a_sandboxed_clone(tmp_path: Path) -> None:
+    seen = {}
+    for isolation, sandbox in (("clone", "bwrap"), ("clone", ""), ("worktree", "bwrap")):
+        case = make_case(tmp_path / f"{isolation}-{sandbox or 'off'}", FIXER, isolation=isolation)
+        run = case.new_run()
+        run.sandbox = sandbox  # what the sandbox in force says (the sandbox's code sets it)
+        ended = RunExecutor(case.services, case.loop, run).execute()
+        assert ended.outcome == "succeeded", ended.reason
+        guard_file = case.store.run_dir(run.id) / "repo-guard.json"
+        seen[(isolation, sandbox)] = (guard_file.exists(), bool(ended.refs_before))
+    # With the user's repository read-only to a sandboxed agent, nothing to watch there.
+    assert seen == {
+        ("clone", "bwrap"): (False, False),
+        ("clone", ""): (True, True),
+        ("worktree", "bwrap"): (True, True),
+    }
