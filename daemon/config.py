@@ -245,7 +245,7 @@ class LoopConfig(StrictModel):
     debounce: duration("0s", "1d") = "10s"  # type: ignore[valid-type]
     overlap: Literal["coalesce", "skip", "queue"] = "coalesce"
     max_queued: int = Field(10, ge=1, le=100_000)
-    isolation: Literal["worktree", "in-place"] = "worktree"
+    isolation: Literal["clone", "worktree", "in-place"] = "clone"
     base: str = "HEAD"
     done_when: list[str] = Field([], examples=[["python3 -m pytest -q"]])
     check_timeout: duration("1s", "1d") = "10m"  # type: ignore[valid-type]

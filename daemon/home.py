@@ -145,6 +145,7 @@ agent = "example"                 # a profile from loopd.toml, or an adapter suc
 # on_push = ["main"]              # branch globs, fired by `loopd hooks install`
 # on_change = ["src/**"]          # path globs inside the repository, debounced
 overlap = "coalesce"              # coalesce | skip | queue
+isolation = "clone"               # a private clone and branch loopd/LOOP/RUN_ID per run
 done_when = ["python3 -m unittest -q"]   # all must exit 0; run by loopd in the run's tree
 check_timeout = "10m"
 protect = ["test_*.py"]           # the agent may not change these

@@ -64,18 +64,27 @@ def _run_started(run_id: str) -> datetime | None:
         return None
 
 
-def _delete_branch(repo: Path, branch: str) -> tuple[bool, str]:
-    """Delete `branch` in `repo` when it exists; (deleted, error)."""
-    from daemon.runs.git import Git, GitError
+def _delete_branch(
+    store: StateStore, repo: Path, branch: str, run_id: str, now: datetime
+) -> tuple[bool, str]:
+    """Delete `branch` in `repo` when it exists, with the run's kept commits; (deleted, error).
 
-    git = Git(repo)
+    Each deletion is written to the ref ledger first: a run whose agent works in this
+    repository meanwhile must not take it for its agent's doing.
+    """
+    from daemon.runs.git import GitError
+    from daemon.runs.userrepo import LedgerWriter, UserRepo
+    from daemon.state.ledger import ledger_of
+
+    writer = LedgerWriter(ledger_of(store.root), lambda: now, run_id)
     try:
-        exists = git.run("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False)
-        if exists.returncode != 0:
-            return False, ""
-        git.run("worktree", "prune", check=False)  # a removed worktree may still claim it
-        git.run("branch", "-D", "--", branch)
-        return True, ""
+        user = UserRepo.locate(repo)
+        user.git.run("worktree", "prune", check=False)  # a removed worktree may still claim it
+        kept = user.git.out("for-each-ref", "--format=%(refname)", f"refs/loopd/kept/{run_id}/")
+        for ref in kept.splitlines():
+            user.delete_ref(writer, ref, "pruned with its run")
+        deleted = user.delete_ref(writer, f"refs/heads/{branch}", "pruned with its run")
+        return deleted, ""
     except (GitError, OSError) as exc:
         return False, str(exc)[:300]
 
@@ -141,7 +150,7 @@ def prune(
         if branch.startswith("loopd/"):
             repo = repos.get(run.loop) or (Path(run.repo) if run.repo else None)
             if repo is not None and repo.is_dir():
-                deleted, error = _delete_branch(repo, branch)
+                deleted, error = _delete_branch(store, repo, branch, run_id, now)
                 if error:
                     result["errors"].append(f"{run_id}: branch {branch}: {error}")
         escalation = store.escalation_path(run_id)
@@ -164,6 +173,9 @@ def prune(
             branch=branch if deleted else "",
             retain_days=retain_days,
         )
+    from daemon.state.ledger import ledger_of
+
+    ledger_of(store.root).trim(now)
     reports = store.root / "reports"
     if reports.is_dir():
         stamp = "report-" + cutoff.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")

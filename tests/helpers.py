@@ -17,6 +17,7 @@ def git(repo: Path, *args: str) -> str:
         GIT_AUTHOR_EMAIL="test@example.com",
         GIT_COMMITTER_NAME="Test User",
         GIT_COMMITTER_EMAIL="test@example.com",
+        GIT_CONFIG_NOSYSTEM="1",  # a machine's /etc/gitconfig (git-lfs's, say) stays out
     )
     proc = subprocess.run(
         ["git", *args], cwd=repo, capture_output=True, text=True, env=env, timeout=60

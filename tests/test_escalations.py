@@ -271,9 +271,39 @@ PROTECTED_ENDPOINTS = [Violation(kind="protected", target="api/endpoints.py")]
                 )
             ],
             "escalated",
-            "attempts used up; ref moved: refs/heads/main",
+            "attempt 1: ref moved: refs/heads/main",
             Cause.REF_VIOLATION,
-            "refs/loopd/displaced/",
+            "loopd left them where they are",
+        ),
+        (
+            [
+                dict(
+                    checks_passed=True,
+                    violations=[Violation(kind="repo_hook", target="hooks/post-commit")],
+                )
+            ],
+            "escalated",
+            "attempt 1: repository hook changed: hooks/post-commit",
+            Cause.REPO_VIOLATION,
+            "`hooks/post-commit` in your repository's git directory; loopd put them back",
+        ),
+        (
+            [
+                dict(
+                    checks_passed=True,
+                    violations=[
+                        Violation(
+                            kind="detached_head",
+                            target="0123456789ab",
+                            detail="kept as refs/loopd/kept/R/0123456789ab",
+                        )
+                    ],
+                )
+            ],
+            "escalated",
+            "attempts used up; commits off the run's base: 0123456789ab",
+            Cause.GIT_VIOLATION,
+            "kept as refs/loopd/kept/R/0123456789ab",
         ),
         (
             [dict(checks_passed=False)],

@@ -109,7 +109,8 @@ def test_commits_start_runs_only_on_watched_branches_and_a_burst_coalesces(
     home = make_home(
         tmp_path / "home",
         agent_profile(log, body),
-        {"calc": loop_text(repo, on_push=["main"], done_when=[CHECK])},
+        # worktree: the guards watch the refs, so the burst on main shows in the first run
+        {"calc": loop_text(repo, on_push=["main"], done_when=[CHECK], isolation="worktree")},
     )
     install(home)
     daemon = start_daemon(home)
@@ -146,7 +147,11 @@ def test_commits_start_runs_only_on_watched_branches_and_a_burst_coalesces(
     assert sorted(e["new"] for e in taken) == sorted([first_sha, *burst])
     assert all(e["ref"] == "refs/heads/main" for e in taken)
     assert {Path(r["cwd"]).name for r in records(log)} == {first["id"], merged["id"]}
-    assert first["outcome"] == "succeeded", first["reason"]
+    # main moved while the first run's agent worked: that may be the person, but loopd cannot
+    # tell, so the first run ends for a person to look, and main stays where it was put.
+    assert first["outcome"] == "escalated" and first["cause"] == "ref-violation"
+    assert [v["target"] for v in first["attempts"][0]["violations"]] == ["refs/heads/main"]
+    assert git(repo, "rev-parse", "main") == burst[-1]
     assert merged["outcome"] == "succeeded", merged["reason"]
 
 
@@ -155,7 +160,9 @@ def test_a_persons_commits_during_a_run_are_not_undone(tmp_path: Path, daemons: 
     log, gate = tmp_path / "talk" / "agent.jsonl", tmp_path / "talk" / "gate"
     body = f"record()\nwhile not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)"
     home = make_home(
-        tmp_path / "home", agent_profile(log, body), {"calc": loop_text(repo, on_push=["main"])}
+        tmp_path / "home",
+        agent_profile(log, body),
+        {"calc": loop_text(repo, on_push=["main"], isolation="worktree")},
     )
     install(home)
     daemon = start_daemon(home)
@@ -167,8 +174,12 @@ def test_a_persons_commits_during_a_run_are_not_undone(tmp_path: Path, daemons: 
     gate.write_text("go")
     first, _ = wait_for(lambda: finished_runs(home, 2), timeout=60, what="two runs")
     assert stop_daemon(daemon) == 0
+    # Never rewound; reported, because an agent could have made the same move.
     assert git(repo, "rev-parse", "main") == mine
-    assert first["attempts"][0].get("violations", []) == []
+    (violation,) = first["attempts"][0]["violations"]
+    assert violation["kind"] == "ref_moved" and violation["target"] == "refs/heads/main"
+    assert "left where it is" in violation["detail"]
+    assert first["outcome"] == "escalated"
 
 
 def test_an_in_place_agents_own_commit_does_not_trigger_its_loop_again(
@@ -434,13 +445,14 @@ def test_an_agent_editing_protected_tests_fails_and_the_next_attempt_gets_them_b
     assert git(repo, "ls-tree", "--name-only", f"{run['branch']}", "tests/") == "tests/test_calc.py"
 
 
-def test_an_agent_moving_main_fails_its_attempt_and_main_is_put_back(
+def test_an_agent_moving_main_fails_the_run_and_main_stays_where_it_was_moved(
     tmp_path: Path, daemons: list
 ) -> None:
     repo = make_repo(tmp_path / "repo", CALC)
     git(repo, "commit", "-q", "--allow-empty", "-m", "second")
     git(repo, "branch", "release")
     main_before = git(repo, "rev-parse", "main")
+    parent = git(repo, "rev-parse", "main~1")
     log = tmp_path / "talk" / "agent.jsonl"
     # With the hooks installed, the agent's own ref updates run them too (release's with an
     # old value, which the hooks count as new work): they must not start another run.
@@ -449,46 +461,51 @@ def test_an_agent_moving_main_fails_its_attempt_and_main_is_put_back(
         "    return subprocess.run(['git', *args], capture_output=True, text=True,"
         " check=True).stdout.strip()\n"
         "record(main=git('rev-parse', 'main'), release=git('rev-parse', 'release'))\n"
-        "if '# Reviewer feedback' not in prompt:\n"
-        "    git('update-ref', 'refs/heads/main', 'HEAD~1')\n"
-        "    git('update-ref', 'refs/heads/release', 'HEAD~1', git('rev-parse', 'release'))\n"
+        "git('update-ref', 'refs/heads/main', 'HEAD~1')\n"
+        "git('update-ref', 'refs/heads/release', 'HEAD~1', git('rev-parse', 'release'))\n"
         f"{FIX}"
     )
     home = make_home(
         tmp_path / "home",
         agent_profile(log, body),
-        {"calc": loop_text(repo, done_when=[CHECK], max_attempts=2, on_push=["main", "release"])},
+        {
+            "calc": loop_text(
+                repo,
+                done_when=[CHECK],
+                max_attempts=2,
+                on_push=["main", "release"],
+                isolation="worktree",
+            )
+        },
     )
     install(home)
     daemon = start_daemon(home)
     daemons.append(daemon)
     proc = loopd(home, "trigger", "calc", "--wait", timeout=90)
-    assert proc.returncode == 0, proc.stdout + proc.stderr + daemon_log(home)
+    assert proc.returncode == 1, proc.stdout + proc.stderr + daemon_log(home)
     run_id = proc.stdout.split()[0]
     hooks_log = home / "state" / "hooks.log"
     assert stop_daemon(daemon) == 0, daemon_log(home)
     (run,) = runs(home)
 
     assert run["id"] == run_id
-    assert git(repo, "rev-parse", "main") == git(repo, "rev-parse", "release") == main_before
-    one, two = run["attempts"]
+    # Nothing is rewound: the refs stay where the agent put them, for a person to look at.
+    assert git(repo, "rev-parse", "main") == git(repo, "rev-parse", "release") == parent
+    assert main_before != parent
+    (one,) = run["attempts"]  # the run ends at once: no second attempt
     assert one["checks_passed"] is True
-    assert one["violations"] == [
-        {"kind": "ref_moved", "target": "refs/heads/main", "detail": ""},
-        {"kind": "ref_moved", "target": "refs/heads/release", "detail": ""},
+    assert [(v["kind"], v["target"]) for v in one["violations"]] == [
+        ("ref_moved", "refs/heads/main"),
+        ("ref_moved", "refs/heads/release"),
     ]
-    first, second = records(log)
-    assert first["main"] == second["main"] == second["release"] == main_before
-    feedback = second["prompt"].split("# Reviewer feedback", 1)[1]
-    assert "ref moved: refs/heads/main" in feedback
-    assert two.get("violations", []) == [] and run["outcome"] == "succeeded"
-    # What the agent had set the refs to is kept, not lost.
-    displaced = git(repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/loopd/")
-    parent = git(repo, "rev-parse", "main~1")
-    assert displaced.splitlines() == [
-        f"refs/loopd/displaced/{run_id}/heads/main {parent}",
-        f"refs/loopd/displaced/{run_id}/heads/release {parent}",
-    ]
+    assert run["outcome"] == "escalated" and run["cause"] == "ref-violation"
+    assert "refs/heads/main" in run["reason"]
+    assert git(repo, "for-each-ref", "refs/loopd/") == ""
+    moved = of_type(home, "ref_moved")
+    assert {(e["ref"], e["was"], e["to"]) for e in moved} == {
+        ("refs/heads/main", main_before, parent),
+        ("refs/heads/release", main_before, parent),
+    }
     assert [e["kind"] for e in of_type(home, "trigger", "trigger_skipped")] == ["manual"]
     assert not hooks_log.exists()
 

@@ -6,12 +6,10 @@ from pathlib import Path
 
 from daemon.runs.git import Git
 from daemon.runs.guards import (
-    DISPLACED_PREFIX,
     RESTORE_MESSAGE,
     check_refs,
     protect_violations,
     restore_paths,
-    restore_refs,
     snapshot_refs,
 )
 from tests.helpers import git, make_repo
@@ -83,7 +81,7 @@ def test_restore_handles_awkward_path_names(tmp_path: Path) -> None:
     assert not (repo / "tests" / "-n.py").exists()
 
 
-def test_moved_refs_are_detected_and_put_back(tmp_path: Path) -> None:
+def test_moved_refs_are_found_and_left_where_they_are(tmp_path: Path) -> None:
     repo, wt, base = worktree(tmp_path)
     git(repo, "commit", "-q", "--allow-empty", "-m", "second on main")
     git(repo, "tag", "-a", "-m", "annotated", "v0")
@@ -92,29 +90,34 @@ def test_moved_refs_are_detected_and_put_back(tmp_path: Path) -> None:
     before = snapshot_refs(g)
     assert before["refs/heads/main"] == main_before
 
-    # The agent works on its branch (allowed), resets main, tags, deletes a tag, makes a branch.
+    # The agent works on its branch (allowed), resets main, tags, deletes a tag, makes a
+    # branch, and moves an earlier run's branch: loopd's own namespace is not trusted either.
+    git(repo, "branch", "loopd/app/RUN0", base)
+    before = snapshot_refs(g)
     git(wt, "commit", "-q", "--allow-empty", "-m", "agent work")
     git(wt, "update-ref", "refs/heads/main", "HEAD~1")
     git(wt, "tag", "evil")
     git(wt, "tag", "-d", "v0")
     git(wt, "branch", "sneaky", base)
-    # Another run's branch appearing meanwhile is not this attempt's doing.
+    git(wt, "update-ref", "refs/heads/loopd/app/RUN0", "HEAD")
+    # Another run's branch appearing meanwhile: loopd made it, and its ledger says so.
     git(repo, "branch", "loopd/other/RUN2", base)
 
-    moved = check_refs(g, before, "loopd/app/RUN1")
-    assert moved == ["refs/heads/main", "refs/heads/sneaky", "refs/tags/evil", "refs/tags/v0"]
-    done = restore_refs(g, before, moved, keep_as="RUN1")
-    assert len(done) == 4
-    assert git(repo, "rev-parse", "main") == main_before
-    assert check_refs(g, before, "loopd/app/RUN1") == []
-    refs = snapshot_refs(g)
-    assert "refs/tags/evil" not in refs and "refs/heads/sneaky" not in refs
-    assert refs["refs/tags/v0"] == before["refs/tags/v0"]
-    # What main had been moved to is kept, not lost.
-    assert refs[f"{DISPLACED_PREFIX}/RUN1/heads/main"] == base
-    assert f"{DISPLACED_PREFIX}/RUN1/tags/evil" in refs
-    # The run's own branch kept its new commit.
-    assert git(repo, "rev-parse", "loopd/app/RUN1") == git(wt, "rev-parse", "HEAD")
+    explained = {"refs/heads/loopd/other/RUN2": {base}}
+    moved = check_refs(g, before, "loopd/app/RUN1", explained)
+    assert moved == [
+        "refs/heads/loopd/app/RUN0",
+        "refs/heads/main",
+        "refs/heads/sneaky",
+        "refs/tags/evil",
+        "refs/tags/v0",
+    ]
+    # Unexplained without the ledger's word; a ledger value other than the ref's is no excuse.
+    assert "refs/heads/loopd/other/RUN2" in check_refs(g, before, "loopd/app/RUN1")
+    wrong = {"refs/heads/main": {main_before}}
+    assert "refs/heads/main" in check_refs(g, before, "loopd/app/RUN1", wrong)
+    # Nothing was put back.
+    assert git(repo, "rev-parse", "main") != main_before
 
 
 def test_untouched_refs_are_no_violation(tmp_path: Path) -> None:
@@ -124,4 +127,102 @@ def test_untouched_refs_are_no_violation(tmp_path: Path) -> None:
     git(wt, "commit", "-q", "--allow-empty", "-m", "only its own branch")
     assert check_refs(g, before, "loopd/app/RUN1") == []
     assert check_refs(g, before, "refs/heads/loopd/app/RUN1") == []
-    assert restore_refs(g, before, []) == []
+
+
+# -- the ref ledger --------------------------------------------------------------------------
+
+
+def test_the_ledger_explains_only_loopds_moves_since_a_snapshot(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from daemon.state.ledger import LedgerEntry, RefLedger
+
+    ledger = RefLedger(tmp_path / "state" / "ref-ledger.jsonl")
+    t0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
+    ledger.record(
+        [
+            LedgerEntry(ts=t0 - timedelta(hours=1), repo="/r", ref="refs/heads/a", new="1"),
+            LedgerEntry(ts=t0, repo="/r", ref="refs/heads/b", new="2"),
+            LedgerEntry(ts=t0, repo="/other", ref="refs/heads/b", new="3"),
+            LedgerEntry(ts=t0 + timedelta(seconds=5), repo="/r", ref="refs/heads/c", new=""),
+        ]
+    )
+    (tmp_path / "state" / "ref-ledger.jsonl").open("a").write('{"torn": ')
+    assert ledger.explains("/r", t0) == {"refs/heads/b": {"2"}, "refs/heads/c": {""}}
+    assert ledger.explains("/r", None)["refs/heads/a"] == {"1"}
+    assert ledger.trim(t0 + timedelta(days=7, seconds=-1)) == 2  # the old one, the torn line
+    assert [e.ref for e in ledger.entries("/r")] == ["refs/heads/b", "refs/heads/c"]
+    ledger.record([LedgerEntry(ts=t0, repo="/r", ref="refs/heads/d", new="4")])
+    assert "refs/heads/d" in ledger.explains("/r", t0)
+
+
+# -- config, hooks and info of the user's repository ----------------------------------------
+
+
+def test_repository_files_are_put_back_links_and_folders_included(tmp_path: Path) -> None:
+    import os
+
+    from daemon.runs.repofiles import restore_files, take_snapshot
+
+    repo = make_repo(tmp_path / "repo", FILES)
+    common = repo / ".git"
+    shared = tmp_path / "shared-hooks"
+    shared.mkdir()
+    (shared / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    os.symlink(shared / "pre-commit", common / "hooks" / "pre-commit")  # the person's own link
+    (common / "hooks" / "post-merge").write_text("#!/bin/sh\necho mine\n")
+    (common / "hooks" / "post-merge").chmod(0o755)
+    snapshot = take_snapshot(common)
+    config = (common / "config").read_bytes()
+
+    # The agent: new hook, a hook made non-executable, a link repointed, a new folder under
+    # info/, the exclude file deleted, config changed.
+    (common / "hooks" / "post-commit").write_text("#!/bin/sh\ntouch /tmp/x\n")
+    (common / "hooks" / "post-merge").chmod(0o644)
+    os.unlink(common / "hooks" / "pre-commit")
+    os.symlink("/bin/true", common / "hooks" / "pre-commit")
+    (common / "info" / "deep" / "er").mkdir(parents=True)
+    (common / "info" / "deep" / "er" / "f").write_text("x")
+    (common / "info" / "exclude").unlink()
+    git(repo, "config", "core.fsmonitor", "/tmp/evil")
+
+    found = restore_files(common, snapshot)
+    assert sorted((v.kind, v.target) for v in found) == [
+        ("repo_config", "config"),
+        ("repo_hook", "hooks/post-commit"),
+        ("repo_hook", "hooks/post-merge"),
+        ("repo_hook", "hooks/pre-commit"),
+        ("repo_info", "info/deep"),
+        ("repo_info", "info/exclude"),
+    ]
+    assert (common / "config").read_bytes() == config
+    assert not (common / "hooks" / "post-commit").exists()
+    assert os.access(common / "hooks" / "post-merge", os.X_OK)
+    assert os.readlink(common / "hooks" / "pre-commit") == str(shared / "pre-commit")
+    assert (shared / "pre-commit").read_text() == "#!/bin/sh\nexit 0\n"
+    assert not (common / "info" / "deep").exists() and (common / "info" / "exclude").exists()
+    assert restore_files(common, snapshot) == []
+
+
+def test_a_hooks_folder_replaced_by_a_link_is_put_back_without_touching_its_target(
+    tmp_path: Path,
+) -> None:
+    import os
+    import shutil
+
+    from daemon.runs.repofiles import restore_files, take_snapshot
+
+    repo = make_repo(tmp_path / "repo", FILES)
+    common = repo / ".git"
+    snapshot = take_snapshot(common)
+    before = sorted(p.name for p in (common / "hooks").iterdir())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("not loopd's to delete\n")
+    shutil.rmtree(common / "hooks")
+    os.symlink(elsewhere, common / "hooks")
+    found = restore_files(common, snapshot)
+    assert [(v.kind, v.target) for v in found] == [("repo_hook", "hooks")]
+    assert (common / "hooks").is_dir() and not (common / "hooks").is_symlink()
+    assert sorted(p.name for p in (common / "hooks").iterdir()) == before
+    assert (elsewhere / "keep.txt").read_text() == "not loopd's to delete\n"

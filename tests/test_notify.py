@@ -32,7 +32,7 @@ ARGV_SCRIPT = """\
 import json, os, sys
 with open(sys.argv[1], "w") as fh:
     json.dump({"argv": sys.argv[1:], "event": os.environ.get("LOOPD_EVENT"),
-               "socket": os.environ.get("NOTIFY_SOCKET")}, fh)
+               "socket": os.environ.get("NOTIFY_SOCKET"), "env": sorted(os.environ)}, fh)
 """
 
 
@@ -77,6 +77,9 @@ def test_command_gets_the_message_as_its_last_argument_without_a_shell(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NOTIFY_SOCKET", "/run/should-not-leak")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_should_not_leak")
+    monkeypatch.setenv("LOOPD_VERIFIER_KEY", "sk-should-not-leak")
     script = tmp_path / "argv.py"
     script.write_text(ARGV_SCRIPT)
     out = tmp_path / "argv.json"
@@ -91,6 +94,9 @@ def test_command_gets_the_message_as_its_last_argument_without_a_shell(
     seen = json.loads(out.read_text())
     assert seen["argv"] == [str(out), message]
     assert seen["event"] == "escalated" and seen["socket"] is None
+    # A minimal environment: what reaches a person, none of loopd's keys or tokens.
+    assert not {"AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "LOOPD_VERIFIER_KEY"} & set(seen["env"])
+    assert "PATH" in seen["env"] and "LOOPD_RUN" in seen["env"]
     assert not (tmp_path / "pwned").exists()
     (event,) = events_of(store, "notified")
     assert (event["notifier"], event["loop"], event["run"]) == ("command", "app", "R1")

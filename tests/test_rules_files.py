@@ -94,7 +94,6 @@ def test_version_ignores_the_counters_but_not_the_content() -> None:
     [
         (EXAMPLE.replace("+++\n**Rule", "**Rule"), "closing '+++'"),
         (EXAMPLE.replace('kind = "failure"', 'knd = "failure"'), "knd: unknown key"),
-        (EXAMPLE.replace("'(?i)\\breview'", "'(unclosed'"), "is not a regex"),
         (EXAMPLE.replace("**Why:**", "**Because:**"), "**Why:**"),
         (EXAMPLE.replace('severity = "remind"', 'severity = "loud"'), "severity"),
     ],
@@ -122,6 +121,30 @@ def test_a_broken_file_is_skipped_with_a_warning_naming_it(
     assert [s.rule.id for s in found] == [good.rule.id]
     assert any(str(bad) in w and "kind" in w for w in library.warnings)
     assert str(bad) in caplog.text
+
+
+@pytest.mark.parametrize(
+    "pattern, why",
+    [
+        ("(unclosed", "missing ): (unclosed"),
+        ("(?=lookahead)review", "invalid perl operator: (?="),
+        (r"(\w)\1", "invalid escape sequence: \\1"),
+        ("x" * 501, "longer than 500 characters"),
+    ],
+)
+def test_a_pattern_re2_cannot_run_is_skipped_and_the_rule_still_works(
+    tmp_path: Path, pattern: str, why: str
+) -> None:
+    library = RuleLibrary(tmp_path)
+    path = tmp_path / "active" / "r-0042-grep-count-is-not-a-line-number.md"
+    path.parent.mkdir(parents=True)
+    path.write_text(EXAMPLE.replace("'(?i)\\breview'", f"'{pattern}'"))  # TOML literal
+    (stored,) = library.scan()
+    assert stored.rule.trigger_patterns == [r"(?i)\bline\s+\d+", pattern]
+    ((bad, reason),) = stored.pattern_problems
+    assert bad == pattern and why in reason
+    (warning,) = library.warnings
+    assert str(path) in warning and "is skipped" in warning and why in warning
 
 
 def test_the_starter_rules_load_and_round_trip() -> None:

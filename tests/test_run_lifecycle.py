@@ -30,8 +30,10 @@ from daemon.runs.executor import RunExecutor, end_without_agent, new_run
 from daemon.runs.finish import complete_finish, finish_run
 from daemon.runs.recovery import recover_run
 from daemon.runs.services import RunServices
-from daemon.runs.tree import prepare_tree
+from daemon.runs.tree import prepare_tree, record_tree
+from daemon.runs.userrepo import LedgerWriter
 from daemon.scheduling.queue import PendingRun
+from daemon.state.ledger import ledger_of
 from daemon.state.records import AttemptRecord, Cause, RunRecord, Trigger
 from tests.helpers import git, make_home, make_repo, processes_with, wait_for
 from tests.model_server import ScriptedModelServer, call_name
@@ -74,6 +76,10 @@ class Case:
 
     def new_run(self, kind: str = "manual", **fields: Any) -> RunRecord:
         return new_run(self.services, self.loop, self.pending(kind, **fields))
+
+
+def writer(case: Case, run: RunRecord) -> LedgerWriter:
+    return LedgerWriter(ledger_of(case.store.root), case.services.clock, run.id)
 
 
 def make_case(
@@ -190,8 +196,10 @@ def test_a_verifier_that_stays_down_past_pending_limit_is_an_exception_judging_r
     case = make_case(tmp_path, server=model_server, pending_limit="1s")
     run = case.new_run()
     limits = case.services.config.limits
-    tree = prepare_tree(case.repo, "calc", run.id, "worktree", "HEAD", limits.worktrees_path)
-    run.worktree, run.branch, run.base_commit = str(tree.path), tree.branch, tree.base_commit
+    tree = prepare_tree(
+        case.repo, "calc", run.id, "worktree", "HEAD", limits.worktrees_path, writer(case, run)
+    )
+    record_tree(run, tree)
     now = datetime.now(UTC)
     attempt = AttemptRecord(n=1, started=now, finished=now, base_commit=tree.base_commit)
     run.attempts, run.judging_since = [attempt], now
@@ -254,7 +262,7 @@ def test_a_git_timeout_ends_the_run_as_an_error_with_its_cause(
     wrapper = bin_dir / "git"
     wrapper.write_text(
         "#!/bin/sh\n"
-        'for a in "$@"; do [ "$a" = commit ] && exec sleep 60; done\n'
+        'for a in "$@"; do [ "$a" = commit-tree ] && exec sleep 60; done\n'
         f'exec {shutil.which("git")} "$@"\n'
     )
     wrapper.chmod(0o755)
@@ -329,15 +337,17 @@ def test_a_live_run_toml_with_an_outcome_and_no_escalation_gets_one(tmp_path: Pa
 
 @pytest.mark.parametrize("recorded", [True, False])
 def test_end_without_agent_removes_the_runs_worktree(tmp_path: Path, recorded: bool) -> None:
-    case = make_case(tmp_path)
+    case = make_case(tmp_path, isolation="worktree")
     run = case.new_run()
     limits = case.services.config.limits
-    tree = prepare_tree(case.repo, "calc", run.id, "worktree", "HEAD", limits.worktrees_path)
+    tree = prepare_tree(
+        case.repo, "calc", run.id, "worktree", "HEAD", limits.worktrees_path, writer(case, run)
+    )
     if recorded:
-        run.worktree, run.branch = str(tree.path), tree.branch
+        record_tree(run, tree)
         case.store.save_run(run)
     end_without_agent(case.services, run, "cancelled", "cancelled while queued")
-    assert not tree.path.exists()
+    assert not tree.path.exists() and not tree.own.path.exists()
     assert str(tree.path) not in git(case.repo, "worktree", "list")
     assert run.outcome == "cancelled" and run.id not in case.store.live_runs()
 

@@ -14,7 +14,6 @@ from daemon.runs.guards import (
     check_refs,
     protect_violations,
     restore_paths,
-    restore_refs,
     snapshot_refs,
 )
 from tests.helpers import git, make_repo
@@ -69,9 +68,7 @@ def exercise(repo: Path) -> None:
     assert violations == ["tests/t.txt"]
     restore_paths(g, base, violations)
     git(repo, "-c", "core.hooksPath=/dev/null", "tag", "moved")
-    moved = check_refs(g, refs, "main")
-    assert moved == ["refs/tags/moved"]
-    restore_refs(g, refs, moved, keep_as="RUN")
+    assert check_refs(g, refs, "main") == ["refs/tags/moved"]
 
 
 @pytest.fixture
@@ -99,3 +96,32 @@ def test_changed_paths_lists_both_sides_of_a_rename(repo: Path) -> None:
     git(repo, "mv", "tests/t.txt", "t.txt")
     git(repo, "commit", "-q", "-m", "move out")
     assert "tests/t.txt" in changed_paths(g, base, g.out("rev-parse", "HEAD"))
+
+
+def test_an_lfs_filter_that_only_starts_like_git_lfs_never_runs(repo: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "MARKER"
+    (repo / ".gitattributes").write_text("*.txt filter=lfs\n")
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-q", "-m", "attributes")
+    git(repo, "config", "filter.lfs.process", f"git-lfs filter-process; touch {marker}")
+    git(repo, "config", "filter.lfs.clean", f"git-lfs clean -- %f; touch {marker}")
+    git(repo, "config", "filter.lfs.smudge", "git-lfs smudge -- %f")
+    git(repo, "config", "filter.lfs.required", "true")
+    (repo / "a.txt").write_text("changed\n")
+    assert Git(repo).commit_all("loopd: attempt")
+    assert not marker.exists()
+
+
+def test_git_and_what_it_runs_get_a_minimal_environment(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
+    monkeypatch.setenv("LOOPD_VERIFIER_KEY", "sk-not-for-git")
+    monkeypatch.setenv("GIT_DIR", "/elsewhere")
+    monkeypatch.setenv("SSH_AUTH_SOCK", "/run/user/0/agent.sock")
+    seen = Git(repo).out("-c", "alias.showenv=!env", "showenv")
+    names = {line.split("=", 1)[0] for line in seen.splitlines() if "=" in line}
+    assert not {"AWS_SECRET_ACCESS_KEY", "LOOPD_VERIFIER_KEY", "SSH_AUTH_SOCK"} & names
+    assert "GIT_CONFIG_NOSYSTEM=1" in seen and "GIT_CONFIG_GLOBAL=/dev/null" in seen
+    assert "GIT_NO_REPLACE_OBJECTS=1" in seen
+    assert Git(repo).out("rev-parse", "--absolute-git-dir") == str(repo / ".git")

@@ -210,7 +210,7 @@ def _print_outcome(run: Any) -> None:
             f"  attempt {a.n}: checks {checks_word(a.checks_passed)}, score {score}, "
             f"nudges {a.nudges}, exit {a.exit_code}"
         )
-    if run.branch and run.isolation == "worktree":
+    if run.branch and run.isolation != "in-place":
         print(f"  branch {run.branch}")
     if run.cost_usd:
         print(f"  cost ${run.cost_usd:.4f} ({run.input_tokens} in, {run.output_tokens} out)")

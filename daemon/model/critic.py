@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from daemon.model.client import ModelClient
 from daemon.model.evidence import Evidence
+from daemon.model.markers import fresh_markers
 from daemon.model.schemas import CriticVerdict
 
 CRITIC_SYSTEM = """\
@@ -88,12 +89,13 @@ def critic_prompt(
 ) -> str:
     """The user message of the critic call."""
     checks = "passed" if checks_passed else "FAILED"
+    text = evidence.render()
+    markers = fresh_markers(text)
     return (
         f"loopd's own run of the checks: {checks}.\n\n"
         f"{_rules_block(list(rules or []))}"
-        "<<<EVIDENCE\n"
-        f"{evidence.render()}\n"
-        "EVIDENCE>>>\n\n"
+        f"{markers.describe()}\n\n"
+        f"{markers.wrap(text)}\n\n"
         "Judge the attempt: check each claim of the summary against the evidence, then give "
         "the score, the one-sentence verdict, the unsupported claims and the feedback"
         + (", and say which listed rules it followed and which were irrelevant." if rules else ".")

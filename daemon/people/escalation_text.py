@@ -13,7 +13,7 @@ from daemon.people.digest import (
     one_line,
 )
 from daemon.state.events import iso
-from daemon.state.records import AttemptRecord, Cause, RunRecord
+from daemon.state.records import AttemptRecord, Cause, RunRecord, violation_cause
 from daemon.state.store import StateStore
 
 
@@ -32,8 +32,7 @@ def cause_of(run: RunRecord) -> Cause | None:
     if run.outcome == "error":
         return Cause.LOOPD_ERROR
     if last.violations:
-        kind = last.violations[0].kind
-        return Cause.PROTECT_VIOLATION if kind == "protected" else Cause.REF_VIOLATION
+        return violation_cause(last.violations[0].kind)
     if last.checks_passed is True:
         # Escalated with passing checks and no score: the critic never answered.
         return Cause.CRITIC_REJECTED if last.score is not None else Cause.VERIFIER_UNAVAILABLE
@@ -109,9 +108,25 @@ def suggest(run: RunRecord, cause: Cause | None) -> str:
         refs = [v.target for v in last.violations if v.kind == "ref_moved"] if last else []
         what = ", ".join(f"`{r}`" for r in refs[:10]) or "refs of your repository"
         return (
-            f"The agent moved {what}; loopd put them back and kept its commits under "
-            f"`refs/loopd/displaced/{rid}/`. Tell it to work only on its own branch: "
-            f"{retry}.{branch}"
+            f"{what} moved while the agent worked (by the agent, or by you: loopd cannot tell). "
+            "loopd left them where they are. Check each with `git log -3 REF` and reset it "
+            f'if the move is not yours; use `isolation = "clone"` with the sandbox to keep '
+            f"agents away from your refs, then {retry}.{branch}"
+        )
+    if cause == Cause.REPO_VIOLATION:
+        files = [v.target for v in last.violations if v.kind.startswith("repo_")] if last else []
+        what = ", ".join(f"`{f}`" for f in files[:10]) or "your repository's git files"
+        return (
+            f"The agent changed {what} in your repository's git directory; loopd put them "
+            "back (a hook or config it wrote would have run at your next git command). Use "
+            f'`isolation = "clone"` with the sandbox, then {retry}.{branch}'
+        )
+    if cause == Cause.GIT_VIOLATION:
+        kept = [v.detail for v in last.violations if v.kind == "detached_head"] if last else []
+        where = f" ({'; '.join(kept[:3])})" if kept else ""
+        return (
+            "The agent left commits that do not descend from the run's base, or replaced its "
+            f"tree's `.git`{where}. Look at them, then {retry}.{branch}"
         )
     if cause == Cause.CRITIC_REJECTED:
         score = f"{last.score}/10" if last and last.score is not None else "too low"

@@ -46,13 +46,9 @@ from daemon.model.schemas import TriggerMatches
 from daemon.rules.judge_cache import JudgeCache, task_key
 from daemon.rules.library import RuleLibrary, StoredRule
 from daemon.rules.modelcalls import StructuredModel
+from daemon.rules.patterns import PatternError, compile_pattern, required_literal
 from daemon.rules.rulefile import Rule, Status
 from daemon.state.events import EventLog
-
-try:  # Python 3.11+: the regex parser lives here; sre_parse is its deprecated alias
-    import re._parser as _sre  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover
-    import sre_parse as _sre  # type: ignore[no-redef]
 
 MIN_LITERAL = 3
 _WORD = re.compile(r"[a-z0-9_]{3,}")
@@ -68,42 +64,6 @@ should be reminded of it while doing this task. Answer with the ids of the rules
 apply, copied exactly, or an empty list when none does."""
 
 
-# -- the literal a match must contain ----------------------------------------------------
-
-
-def _literals(parsed: Any) -> list[str]:
-    """Literal strings every match of the parsed sequence contains."""
-    out: list[str] = []
-    run: list[str] = []
-    for op, av in parsed:
-        name = str(op)
-        if name == "LITERAL":
-            run.append(chr(av))
-            continue
-        if run:
-            out.append("".join(run))
-            run = []
-        if name == "SUBPATTERN":
-            out.extend(_literals(av[-1]))
-        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") and av[0] >= 1:
-            out.extend(_literals(av[2]))
-        elif name == "ATOMIC_GROUP":
-            out.extend(_literals(av))
-    if run:
-        out.append("".join(run))
-    return out
-
-
-def required_literal(pattern: str) -> str:
-    """The longest literal (lower-cased) that every match of `pattern` contains; '' if none."""
-    try:
-        parsed = _sre.parse(pattern)
-    except (re.error, RecursionError, OverflowError):
-        return ""
-    found = _literals(parsed)
-    return max(found, key=len).lower() if found else ""
-
-
 # -- the index ------------------------------------------------------------------------------
 
 
@@ -112,12 +72,12 @@ class _Pattern:
     rule: int  # index into PatternIndex.rules
     source: str
     literal: str
-    _compiled: re.Pattern[str] | None = None
+    _compiled: Any = None  # the RE2 program, compiled when first needed
 
     @property
-    def regex(self) -> re.Pattern[str]:
+    def regex(self) -> Any:
         if self._compiled is None:
-            self._compiled = re.compile(self.source)
+            self._compiled = compile_pattern(self.source)
         return self._compiled
 
 
@@ -131,8 +91,10 @@ class PatternIndex:
         self.intent_words: list[set[str]] = []
         patterns: list[_Pattern] = []
         for i, stored in enumerate(rules):
+            skipped = {source for source, _ in stored.pattern_problems}
             for source in stored.rule.trigger_patterns:
-                patterns.append(_Pattern(i, source, required_literal(source)))
+                if source not in skipped:  # RE2 cannot run it: the library warned
+                    patterns.append(_Pattern(i, source, required_literal(source)))
             self.intent_words.append(words(stored.rule.trigger_intent))
         counts: Counter[str] = Counter()
         for item in patterns:
@@ -164,11 +126,12 @@ class PatternIndex:
             try:
                 if item.regex.search(subject):
                     hits[item.rule] = item.source
-            except re.error:
+            except PatternError:
                 continue
         return hits
 
 
+_REPORTED: set[tuple[str, str]] = set()  # (rule id, pattern) skipped and told, per process
 _INDEXES: weakref.WeakKeyDictionary[RuleLibrary, tuple[tuple, PatternIndex]] = (
     weakref.WeakKeyDictionary()
 )
@@ -387,6 +350,7 @@ def select_rules(
         selection.judge = "no model"
 
     if events is not None:
+        _report_skipped(live, events, now, loop, run)
         for fired in selection.fired:
             events.append(
                 "rule_fired",
@@ -399,6 +363,28 @@ def select_rules(
                 severity=fired.rule.severity,
             )
     return selection
+
+
+def _report_skipped(
+    live: list[StoredRule], events: EventLog, now: datetime, loop: str, run: str | None
+) -> None:
+    """One `rule_pattern_skipped` event per pattern RE2 cannot run, once per process."""
+    for stored in live:
+        for pattern, why in stored.pattern_problems:
+            key = (stored.rule.id, pattern)
+            with _INDEX_LOCK:
+                if key in _REPORTED:
+                    continue
+                _REPORTED.add(key)
+            events.append(
+                "rule_pattern_skipped",
+                now,
+                loop=loop,
+                run=run,
+                rule=stored.rule.id,
+                pattern=pattern,
+                reason=why,
+            )
 
 
 def _judge(

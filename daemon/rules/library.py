@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from daemon.rules.patterns import pattern_problem
 from daemon.rules.rulefile import (
     LIVE,
     RULE_ID,
@@ -35,6 +36,8 @@ class StoredRule:
     rule: Rule
     status: Status
     path: Path
+    # (pattern, why) for trigger patterns RE2 cannot run: they are skipped, with a warning.
+    pattern_problems: tuple[tuple[str, str], ...] = ()
 
 
 class RuleNotFound(KeyError):
@@ -52,7 +55,7 @@ class RuleLibrary:
     def __init__(self, rules_dir: Path) -> None:
         self.rules_dir = rules_dir
         self.warnings: list[str] = []  # of the last scan: broken files, duplicate ids
-        self._parsed: dict[Path, tuple[tuple[int, int, int, int], Rule | str]] = {}
+        self._parsed: dict[Path, tuple[tuple[int, int, int, int], Rule | str, tuple]] = {}
         self._lock = threading.RLock()
         self.generation = 0  # rises whenever a file is parsed anew or disappears
 
@@ -62,6 +65,14 @@ class RuleLibrary:
         cached = self._parsed.get(path)
         if cached and cached[0] == key:
             return cached[1]
+        self._parse(path, key)
+        return self._parsed[path][1]
+
+    def _problems(self, path: Path) -> tuple[tuple[str, str], ...]:
+        cached = self._parsed.get(path)
+        return cached[2] if cached else ()
+
+    def _parse(self, path: Path, key: tuple[int, int, int, int]) -> None:
         self.generation += 1
         try:
             rule: Rule | str = parse_rule(path.read_text(encoding="utf-8"))
@@ -74,10 +85,13 @@ class RuleLibrary:
             rule = str(exc)
         except OSError as exc:
             rule = f"cannot read: {exc.strerror}"
+        problems: tuple[tuple[str, str], ...] = ()
         if isinstance(rule, str):
             log.warning("skipping rule file %s: %s", path, rule)
-        self._parsed[path] = (key, rule)
-        return rule
+        else:
+            found = ((p, pattern_problem(p)) for p in rule.trigger_patterns)
+            problems = tuple((p, why) for p, why in found if why)
+        self._parsed[path] = (key, rule, problems)
 
     def scan(self) -> list[StoredRule]:
         """Every readable rule in every folder; broken files are skipped with a warning."""
@@ -104,13 +118,19 @@ class RuleLibrary:
                     if isinstance(rule, str):
                         warnings.append(f"{path}: {rule}")
                         continue
+                    problems = self._problems(path)
+                    for pattern, why in problems:
+                        warnings.append(
+                            f"{path}: trigger pattern {pattern!r} is skipped: {why}; "
+                            "rewrite it for RE2 (no lookarounds or backreferences)"
+                        )
                     if rule.id in found:
                         warnings.append(
                             f"{path}: rule {rule.id} is also in {found[rule.id].path}; "
                             f"this copy is ignored, delete one of them"
                         )
                         continue
-                    found[rule.id] = StoredRule(rule, status, path)
+                    found[rule.id] = StoredRule(rule, status, path, problems)
             for gone in set(self._parsed) - seen:
                 del self._parsed[gone]
                 self.generation += 1

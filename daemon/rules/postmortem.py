@@ -6,13 +6,13 @@
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from daemon.config import VerifierConfig
 from daemon.model.client import ModelUnavailable
+from daemon.model.markers import fresh_markers
 from daemon.model.schemas import PostmortemRule
 from daemon.rules.grounding import ATTEMPT_FILES, EvidenceSet
 from daemon.rules.library import RuleLibrary
@@ -41,8 +41,9 @@ The rule will be checked mechanically against the evidence, so:
   `code` and "quoted text" you write must appear verbatim in the evidence.
 - how_to_apply: one sentence: what to do at the moment the rule applies.
 - trigger_intent: one sentence describing the future tasks the rule is for, not this task.
-- trigger_patterns: 1-4 Python regular expressions matching the text of such tasks,
-  e.g. (?i)\\bline\\s+numbers?\\b. Prefer patterns with a literal word in them.
+- trigger_patterns: 1-4 regular expressions in RE2 syntax (no lookarounds, no
+  backreferences) matching the text of such tasks, e.g. (?i)\\bline\\s+numbers?\\b.
+  Prefer patterns with a literal word in them.
 - severity: "remind".
 - evidence: 1-3 places the rule rests on: path = the evidence file's name
   (transcript.jsonl, checks.log, diff.patch or prompt.md), line = its line number,
@@ -100,21 +101,18 @@ def propose_rule(
     """
     if not evidence_text.strip():
         evidence_text = evidence_listing(attempt_dir)
+    markers = fresh_markers(evidence_text)
     user = (
         f"# Task\n{task}\n\n# Loop\n{loop}\n\n"
         f"# The critic's verdict\n{json.dumps(verdict, default=str, indent=1)}\n\n"
-        f"# Evidence\n<evidence>\n{evidence_text}\n</evidence>\n\n{kind_guidance(kind_hint, note)}"
+        f"# Evidence\n{markers.describe()}\n\n{markers.wrap(evidence_text)}\n\n"
+        f"{kind_guidance(kind_hint, note)}"
     )
     reply = client.structured(
         "postmortem_rule", PostmortemRule, POSTMORTEM_SYSTEM, user, timeout=timeout
     )
-    patterns = []
-    for pattern in reply.trigger_patterns:
-        try:
-            re.compile(pattern)
-            patterns.append(pattern)
-        except re.error:
-            continue  # an invalid regex would break the whole rule file; the intent remains
+    # Kept as proposed: the rule verifier rejects a pattern RE2 cannot run, saying why.
+    patterns = [p for p in reply.trigger_patterns if isinstance(p, str)]
     prefix = attempt_prefix(attempt_dir)
     return Rule(
         kind=fitting_kind(reply.kind, kind_hint, note),  # type: ignore[arg-type]

@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from daemon.config import VerifierConfig
+from daemon.model.markers import fresh_markers
 from daemon.model.schemas import RuleVerification
 from daemon.rules.grounding import EvidenceSet, claims_of, ungrounded
 from daemon.rules.library import RuleLibrary, StoredRule
 from daemon.rules.modelcalls import StructuredModel
+from daemon.rules.patterns import pattern_problem
 from daemon.rules.rulefile import DEFAULT_LIFETIME, LIVE, Evidence, Rule, Status
 from daemon.state.events import EventLog
 
@@ -199,13 +201,14 @@ def _user_prompt(candidate: Rule, excerpts: str, related: list[StoredRule]) -> s
         f"- {s.rule.id} ({s.status}): {s.rule.rule} How to apply: {s.rule.how_to_apply}"
         for s in related
     )
+    markers = fresh_markers(excerpts)
     return (
         "# Candidate\n"
         f"**Rule:** {candidate.rule}\n\n**Why:** {candidate.why}\n\n"
         f"**How to apply:** {candidate.how_to_apply}\n\n"
         "# Evidence\n"
         + "\n".join(f"- {e.path} line {e.line}: {e.quote!r}" for e in candidate.evidence)
-        + f"\n\n<evidence>\n{excerpts}\n</evidence>\n\n"
+        + f"\n\n{markers.describe()}\n\n{markers.wrap(excerpts)}\n\n"
         "# Related rules\n" + (rules or "(none)")
     )
 
@@ -258,6 +261,12 @@ def verify_candidate(
     events = events if write else None
     if events is not None:
         events.append("rule_proposed", now, loop=loop, run=run, text=rule.rule, kind=rule.kind)
+
+    # 0. Patterns: each must run on RE2, or the rule would fire on nothing it was meant for.
+    bad = [(p, why) for p in rule.trigger_patterns if (why := pattern_problem(p))]
+    if bad:
+        reasons = [f"trigger pattern {p!r}: {why}" for p, why in bad]
+        return _reject(library, rule, reasons, [], events, now, write, loop, run)
 
     # 1. Grounding, without a model.
     evidence = EvidenceSet.from_dir(evidence_dir)

@@ -19,8 +19,7 @@ from daemon.redact import redact
 from daemon.runs.checks import ChecksResult, run_checks
 from daemon.runs.confinement import Confinement
 from daemon.runs.diffs import record_diff
-from daemon.runs.git import Git
-from daemon.runs.guards import snapshot_refs
+from daemon.runs.integrity import commit_work, guard_of
 from daemon.runs.journal import RunJournal
 from daemon.runs.prompt import PromptParts, build_prompt, fenced
 from daemon.runs.services import RunServices
@@ -49,20 +48,26 @@ class AttemptResult:
     checked: CheckedCommit | None = None
 
 
-def commit_tree(journal: RunJournal, tree: RunTree, message: str) -> str | None:
-    """Commit what the agent left; its processes are gone, so a git lock it left is stale."""
-    for lock in tree.git.remove_stale_locks():
-        journal.event("stale_lock_removed", path=lock)
-    return tree.git.commit_all(message)
+def commit_tree(
+    journal: RunJournal,
+    tree: RunTree,
+    message: str,
+    attempt: AttemptRecord | None = None,
+    guard_refs: bool = True,
+) -> str:
+    """Take what the agent left onto the run's branch (its processes are gone); the new head.
+
+    What the repository guards find goes into `attempt`'s violations.
+    """
+    return commit_work(journal, tree, message, attempt, guard_refs=guard_refs)
 
 
 def commit_attempt(journal: RunJournal, tree: RunTree, attempt: AttemptRecord) -> str:
     """Commit what the agent left and write the attempt's diff; returns the attempt's head."""
-    commit_tree(journal, tree, f"loopd: {journal.run.id} attempt {attempt.n}")
-    head = tree.git.out("rev-parse", "HEAD")
+    head = commit_tree(journal, tree, f"loopd: {journal.run.id} attempt {attempt.n}", attempt)
     attempt.head_commit = head
     base = attempt.base_commit or journal.run.base_commit
-    record_diff(tree.git, base, head, journal.attempt_dir(attempt.n))
+    record_diff(tree.own.bare, base, head, journal.attempt_dir(attempt.n))
     return head
 
 
@@ -153,13 +158,12 @@ class Attempt:
             prompt = redact(build_prompt(parts, limits.prompt_cap))
             write_atomic(folder / "prompt.md", prompt)
             attempt = AttemptRecord(
-                n=n,
-                started=journal.now(),
-                base_commit=self.tree.git.out("rev-parse", "HEAD"),
-                rules=self.rule_ids,
+                n=n, started=journal.now(), base_commit=self.tree.own.tip(), rules=self.rule_ids
             )
             run.attempts.append(attempt)
-            run.refs_before = snapshot_refs(Git(self.tree.repo))
+            guard = guard_of(journal, self.tree)
+            if guard is not None:
+                guard.baseline()  # the user's refs, config, hooks and info as the agent finds them
             run.phase = "running"
             journal.save()
             journal.event("attempt_started", attempt=n)
@@ -407,8 +411,13 @@ class Attempt:
 
     def _checks_now(self) -> CheckedCommit:
         """Commit the work so far and run the checks on it."""
-        commit_tree(
-            self.journal, self.tree, f"loopd: {self.journal.run.id} attempt {self.n} (work so far)"
+        run = self.journal.run
+        head = commit_tree(
+            self.journal,
+            self.tree,
+            f"loopd: {run.id} attempt {self.n} (work so far)",
+            next((a for a in run.attempts if a.n == self.n), None),
+            guard_refs=False,
         )
         checks = run_checks(
             self.cfg.done_when,
@@ -419,4 +428,4 @@ class Attempt:
             self.stop,
             launcher=self.confinement.launch_check,
         )
-        return CheckedCommit(self.tree.git.out("rev-parse", "HEAD"), checks)
+        return CheckedCommit(head, checks)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
-from daemon.state.records import AttemptRecord, Cause
+from daemon.state.records import AttemptRecord, Cause, violation_cause
 
 StopWhy = Literal["cancelled", "interrupted"]
 
@@ -55,8 +55,7 @@ def given_up(attempts: Sequence[AttemptRecord], critic_threshold: int) -> Ending
         return Ending("escalated", why, Cause.CHECKS_FAILED)
     if last.violations:
         first = last.violations[0]
-        cause = Cause.PROTECT_VIOLATION if first.kind == "protected" else Cause.REF_VIOLATION
-        return Ending("escalated", f"attempts used up; {first.text()}", cause)
+        return Ending("escalated", f"attempts used up; {first.text()}", violation_cause(first.kind))
     return Ending(
         "escalated",
         f"attempts used up; last score {last.score} below {critic_threshold}",

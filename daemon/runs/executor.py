@@ -9,7 +9,6 @@ a crash could interrupt, so a restarted daemon can tell a run that was mid-attem
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import NoReturn
 
 from daemon.config import Loop
@@ -24,7 +23,7 @@ from daemon.runs.finish import (
     kill_run_leftovers,
     locate_worktree,
 )
-from daemon.runs.git import Git, GitError
+from daemon.runs.git import GitError
 from daemon.runs.journal import RunJournal
 from daemon.runs.learning import (
     RuleChoice,
@@ -35,10 +34,11 @@ from daemon.runs.learning import (
 from daemon.runs.services import RunServices
 from daemon.runs.slots import take_slot
 from daemon.runs.stop import RunStopped, StopToken
-from daemon.runs.tree import RunTree, TreeError, prepare_tree, reopen_tree
+from daemon.runs.tree import RunTree, TreeError, prepare_tree, record_tree, reopen_tree
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir
 from daemon.state.records import (
+    REPOSITORY_KINDS,
     AttemptRecord,
     Cause,
     ExperimentArm,
@@ -212,9 +212,8 @@ class RunExecutor:
     def _reopen(self) -> None:
         """After a restart: the run's tree and rules as they were."""
         run = self.run
-        self.tree = reopen_tree(
-            Path(run.repo), Path(run.worktree), run.branch, run.isolation, run.base_commit
-        )
+        self.tree = reopen_tree(run, self.services.config.limits.worktrees_path)
+        record_tree(run, self.tree)
         self.rules = rules_of_run(self.services, run)
 
     def _prepare(self) -> None:
@@ -224,6 +223,8 @@ class RunExecutor:
         base = self.cfg.base
         if run.trigger.kind == "retry" and run.trigger.retry_of:
             base = self._retry_base(run.trigger.retry_of) or base
+        from daemon.runs.integrity import ledger_writer
+
         self.tree = prepare_tree(
             self.cfg.repo_path,
             self.loop.name,
@@ -231,10 +232,10 @@ class RunExecutor:
             self.cfg.isolation,
             base,
             self.services.config.limits.worktrees_path,
+            ledger_writer(self.journal),
         )
-        run.branch = self.tree.branch
-        run.worktree = str(self.tree.path)
-        run.base_commit = self.tree.base_commit
+        self.tree.sandbox = run.sandbox
+        record_tree(run, self.tree)
         self.journal.save()
         if not run.without("rules"):
             self.rules = select_rules_for_run(self.services, self.loop, run)
@@ -255,6 +256,9 @@ class RunExecutor:
         self.journal.event("sandbox", mode=choice.mode, in_force=choice.name, **fields)
         if choice.refusal:
             raise SandboxUnavailable(choice.refusal)
+        # In a sandboxed clone the user's repository is read-only to the agent: its guards
+        # (refs, config, hooks, info) are not needed there.
+        self.run.sandbox = choice.name
 
     def _retry_base(self, retry_of: str) -> str | None:
         """A retry builds on what the earlier run's branch holds, when it still exists."""
@@ -262,12 +266,16 @@ class RunExecutor:
             earlier = self.services.store.load_run(retry_of)
         except (OSError, ValueError):
             return None
-        if earlier.isolation != "worktree" or not earlier.branch:
+        if earlier.isolation == "in-place" or not earlier.branch:
             return None
-        ok = Git(self.cfg.repo_path).run(
-            "rev-parse", "--verify", "-q", f"refs/heads/{earlier.branch}", check=False
-        )
-        return earlier.branch if ok.returncode == 0 else None
+        from daemon.runs.userrepo import UserRepo
+
+        ref = f"refs/heads/{earlier.branch}"
+        try:
+            found = UserRepo.locate(self.cfg.repo_path).ref(ref)
+        except GitError:
+            return None
+        return ref if found else None
 
     def _commit(self, attempt: AttemptRecord) -> str:
         assert self.tree is not None
@@ -303,6 +311,11 @@ class RunExecutor:
         attempt.checks_passed = judged.checks.passed
         attempt.violations = judged.violations
         record_verdict(journal, attempt, verdict)
+        in_repo = [v for v in attempt.violations if v.kind in REPOSITORY_KINDS]
+        if in_repo:
+            # The agent changed the user's repository outside its tree: a person looks now.
+            cause = Cause.REF_VIOLATION if in_repo[0].kind == "ref_moved" else Cause.REPO_VIOLATION
+            self._end("escalated", f"attempt {attempt.n}: {in_repo[0].text()}", cause)
         if verdict.passed:
             self._learn(attempt, passed=True)
             self._end("succeeded", self._success_reason(attempt), Cause.PASSED)
@@ -333,10 +346,13 @@ class RunExecutor:
 
     def _restore_protected(self, attempt: AttemptRecord) -> None:
         from daemon.runs.guards import restore_paths
+        from daemon.runs.integrity import publish
 
         protected = [v.target for v in attempt.violations if v.kind == "protected"]
         if protected and self.tree is not None:
-            restore_paths(self.tree.git, self.run.base_commit, protected)
+            head = restore_paths(self.tree.git, self.run.base_commit, protected)
+            if head is not None:
+                publish(self.journal, self.tree, head)
             self.journal.event("protected_restored", paths=protected)
 
     # the end -----------------------------------------------------------------

@@ -12,10 +12,19 @@ import shutil
 from pathlib import Path
 
 from daemon.config import Loop
+from daemon.runs.agentgit import UnsafeTree
 from daemon.runs.git import GitError
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
-from daemon.runs.tree import RunTree, branch_name, remove_tree, scratch_dir
+from daemon.runs.tree import (
+    RunTree,
+    branch_name,
+    own_dir_for,
+    remove_tree,
+    reopen_tree,
+    scratch_dir,
+    tree_of_record,
+)
 from daemon.state.records import Cause, RunRecord, StallRecord, escalates, is_experiment
 
 # An outcome without a cause (a record from an older loopd, or a caller that gives none).
@@ -29,13 +38,17 @@ DEFAULT_CAUSE = {
 
 
 def locate_worktree(services: RunServices, run: RunRecord) -> None:
-    """Fill in a worktree that a loopd killed before recording it: it is at its usual place."""
-    if run.worktree or run.isolation != "worktree":
+    """Fill in a tree that a loopd killed before recording it: it is at its usual place."""
+    if run.worktree or run.isolation == "in-place":
         return
-    guess = services.config.limits.worktrees_path / run.loop / run.id
+    root = services.config.limits.worktrees_path
+    guess = root / run.loop / run.id
     if guess.exists():
         run.worktree = str(guess)
         run.branch = run.branch or branch_name(run.loop, run.id)
+        own = own_dir_for(root, run.loop, run.id)
+        if own.exists() and not run.own_git_dir:
+            run.own_git_dir = str(own)
 
 
 def tree_of(services: RunServices, run: RunRecord) -> RunTree | None:
@@ -43,13 +56,14 @@ def tree_of(services: RunServices, run: RunRecord) -> RunTree | None:
     locate_worktree(services, run)
     if not run.worktree or not Path(run.worktree).exists():
         return None
-    return RunTree(
-        path=Path(run.worktree),
-        repo=Path(run.repo),
-        branch=run.branch,
-        base_commit=run.base_commit,
-        isolation=run.isolation,
-    )
+    root = services.config.limits.worktrees_path
+    try:
+        if not run.own_git_dir or not Path(run.own_git_dir).exists():
+            return reopen_tree(run, root)  # a record from before loopd's own git directory
+        return tree_of_record(run, root)
+    except (GitError, OSError) as exc:
+        services.event("tree_unusable", loop=run.loop, run=run.id, error=str(exc)[:300])
+        return None
 
 
 def _close_open_attempt(journal: RunJournal, tree: RunTree | None) -> None:
@@ -63,7 +77,7 @@ def _close_open_attempt(journal: RunJournal, tree: RunTree | None) -> None:
     if tree is not None and not attempt.head_commit:
         try:
             commit_attempt(journal, tree, attempt)
-        except (GitError, OSError) as exc:
+        except (GitError, OSError, UnsafeTree) as exc:
             journal.event("commit_failed", attempt=attempt.n, error=str(exc)[:300])
     if attempt.finished is None:
         attempt.finished = journal.now()
@@ -201,6 +215,10 @@ def _remove_tree(services: RunServices, journal: RunJournal, tree: RunTree | Non
     _return_credentials(journal)
     shutil.rmtree(scratch_dir(root, run.loop, run.id), ignore_errors=True)
     if tree is None:
+        # The tree is gone; loopd's git directory beside it goes too.
+        own = Path(run.own_git_dir) if run.own_git_dir else own_dir_for(root, run.loop, run.id)
+        if own.name.endswith(".git") and own.is_dir() and not own.is_symlink():
+            shutil.rmtree(own, ignore_errors=True)
         return
     try:
         remove_tree(tree)

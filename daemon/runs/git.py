@@ -1,8 +1,10 @@
-"""Git as loopd runs it on trees an agent touched: argv only, repository programs disabled.
+"""Git as loopd runs it: argv only, a minimal environment, repository programs disabled.
 
 A repository's config can name programs that git runs on ordinary commands (hooks,
 core.fsmonitor, diff.external, textconv, filter drivers, gpg). An agent can write that
-config, so every command here overrides them on the command line.
+config, so every command here overrides them on the command line. Work on a run's tree goes
+through loopd's own git directory (runs/owngit.py), whose config loopd writes; the user's
+repository is named by its git directory, never discovered from a tree an agent touched.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ _SAFE_CONFIG = (
     "core.hooksPath=/dev/null",
     "core.fsmonitor=false",
     "core.untrackedCache=false",
+    "core.commitGraph=false",  # a commit-graph file an agent wrote could lie about parents
     "diff.external=",
     "commit.gpgsign=false",
     "tag.gpgsign=false",
@@ -31,25 +34,23 @@ _SAFE_CONFIG = (
     "core.sshCommand=false",
     "credential.helper=",
     "protocol.ext.allow=never",
+    "gc.auto=0",
     "gc.autoDetach=false",
+    "maintenance.auto=false",
+    "fetch.recurseSubmodules=false",
+    "submodule.recurse=false",
 )
-# Variables that would point git at another repository or config than the one we name.
-_DROPPED_ENV = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_CONFIG",
-    "GIT_CONFIG_PARAMETERS",
-    "GIT_CONFIG_COUNT",
-    "GIT_EXTERNAL_DIFF",
-    "GIT_PAGER",
-    "GIT_EDITOR",
-    "GIT_SSH",
-    "GIT_SSH_COMMAND",
-    "GIT_ASKPASS",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-)
+# The only filter.lfs configuration loopd keeps: what `git lfs install` writes, to the letter.
+CANONICAL_LFS = {
+    "clean": "git-lfs clean -- %f",
+    "smudge": "git-lfs smudge -- %f",
+    "process": "git-lfs filter-process",
+    "required": "true",
+}
+# Fetches check every object they receive.
+FSCK_CONFIG = ("-c", "transfer.fsckObjects=true", "-c", "fetch.fsckObjects=true")
+# What git and loopd's other helpers get from loopd's environment; nothing else.
+_KEPT_ENV = ("PATH", "HOME", "TZ", "TMPDIR")
 
 
 class GitError(Exception):
@@ -69,23 +70,74 @@ class GitTimeout(GitError):
         super().__init__(argv, -1, f"timed out after {timeout:.0f}s")
 
 
-def git_environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
+def git_environment(user_config: bool = False) -> dict[str, str]:
+    """A minimal environment for git: no secrets, no system or global config, no replacements.
+
+    `user_config` keeps the person's own system and global config (where their hooks go,
+    what they ignore, their git-lfs setup) for commands that read it on their behalf.
+    """
+    env = {k: os.environ[k] for k in _KEPT_ENV if k in os.environ}
+    env.setdefault("PATH", os.defpath)
+    env["LC_ALL"] = "C"
     env["GIT_TERMINAL_PROMPT"] = "0"
     env["GIT_AUTHOR_NAME"] = env["GIT_COMMITTER_NAME"] = GIT_IDENTITY[0]
     env["GIT_AUTHOR_EMAIL"] = env["GIT_COMMITTER_EMAIL"] = GIT_IDENTITY[1]
     env["GIT_OPTIONAL_LOCKS"] = "0"
+    env["GIT_NO_REPLACE_OBJECTS"] = "1"  # refs/replace/ could swap any object under loopd
+    if not user_config:
+        env["GIT_CONFIG_NOSYSTEM"] = "1"
+        env["GIT_ATTR_NOSYSTEM"] = "1"
+        env["GIT_CONFIG_GLOBAL"] = "/dev/null"
     return env
 
 
-class Git:
-    """Runs git in one tree with repository-configured programs switched off."""
+def is_canonical_lfs(values: dict[str, str]) -> bool:
+    """Whether a filter.lfs section is exactly what `git lfs install` writes."""
+    return values == CANONICAL_LFS
 
-    def __init__(self, cwd: Path) -> None:
+
+class Git:
+    """Runs git with repository-configured programs switched off.
+
+    `Git(TREE)` runs in a folder and lets git find its repository there (for the user's own
+    checkout, read on the person's behalf); `Git(DIR, git_dir=G, work_tree=W)` names the
+    repository and work tree explicitly, so nothing in the folder can point git elsewhere.
+    """
+
+    def __init__(
+        self,
+        cwd: Path,
+        *,
+        git_dir: Path | None = None,
+        work_tree: Path | None = None,
+        user_config: bool = False,
+        plain: bool = False,
+    ) -> None:
         self.cwd = Path(cwd)
+        # plain: the commands run no repository program (clone, rev-parse of paths), so
+        # the repository's filter and diff config need not be read first.
+        self.plain = plain
+        self.git_dir = Path(git_dir) if git_dir is not None else None
+        self.work_tree = Path(work_tree) if work_tree is not None else None
+        self.user_config = user_config
+
+    def env(self) -> dict[str, str]:
+        return git_environment(self.user_config)
+
+    def _location(self) -> list[str]:
+        out = []
+        if self.git_dir is not None:
+            out.append(f"--git-dir={self.git_dir}")
+        if self.work_tree is not None:
+            out.append(f"--work-tree={self.work_tree}")
+        return out
 
     def _program_overrides(self) -> list[str]:
         """`-c` options that switch off the filter drivers and diff programs the repo names."""
+        if self.git_dir is not None or self.plain:
+            # A named git directory is loopd's own (its config written by loopd) or the
+            # user's, used without a work tree: no filter or diff program can run.
+            return []
         # One `git config` read serves both: it runs before every command, so it is kept cheap.
         argv = [
             "git",
@@ -93,7 +145,7 @@ class Git:
             "core.fsmonitor=false",
             "config",
             "--get-regexp",
-            r"^(filter\..*\.(clean|smudge|process)|diff\..*\.(textconv|command))$",
+            r"^(filter\..*\.(clean|smudge|process|required)|diff\..*\.(textconv|command))$",
         ]
         try:
             proc = subprocess.run(
@@ -101,13 +153,13 @@ class Git:
                 cwd=self.cwd,
                 capture_output=True,
                 text=True,
-                env=git_environment(),
+                env=self.env(),
                 stdin=subprocess.DEVNULL,
                 timeout=CONFIG_TIMEOUT,
             )
         except subprocess.TimeoutExpired:
             raise GitTimeout(argv[1:], CONFIG_TIMEOUT) from None
-        filters: set[str] = set()
+        filters: dict[str, dict[str, str]] = {}
         args: list[str] = []
         for line in proc.stdout.splitlines():
             key, _, value = line.partition(" ")
@@ -115,19 +167,19 @@ class Git:
             if section == "diff":
                 args += ["-c", f"{key}="]
                 continue
-            name = rest.rsplit(".", 1)[0]
-            # git-lfs is kept only when it really is git-lfs: an agent can set filter.lfs.*.
-            if name == "lfs" and value.strip().startswith(("git-lfs ", "git lfs ")):
+            name, _, part = rest.rpartition(".")
+            filters.setdefault(name, {})[part] = value
+        for name, values in sorted(filters.items()):
+            # git-lfs is kept only when it is exactly git-lfs: an agent can set filter.lfs.*.
+            if name == "lfs" and is_canonical_lfs(values):
                 continue
-            filters.add(name)
-        for name in sorted(filters):
             for part in ("clean", "smudge", "process"):
                 args += ["-c", f"filter.{name}.{part}="]
             args += ["-c", f"filter.{name}.required=false"]
         return args
 
     def argv(self, args: Sequence[str]) -> list[str]:
-        out = ["git"]
+        out = ["git", *self._location()]
         for item in _SAFE_CONFIG:
             out += ["-c", item]
         out += self._program_overrides()
@@ -150,7 +202,7 @@ class Git:
                 input=input,
                 stdin=None if input is not None else subprocess.DEVNULL,
                 capture_output=True,
-                env=git_environment(),
+                env=self.env(),
                 timeout=timeout,
             )
         except subprocess.TimeoutExpired:
@@ -208,7 +260,7 @@ class Git:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=errors,
-                env=git_environment(),
+                env=self.env(),
             )
             expired = threading.Event()
 

@@ -1,12 +1,11 @@
 """What an attempt may not do: change protected paths, or move refs other than its branch.
 
-Both checks run after loopd has committed what the agent left. Protected paths are compared
-between the run's base commit and the attempt's commit and, when changed, put back as they
-were at the base (a loopd commit) before the next attempt. Refs are compared between a
-snapshot taken before the attempt and after it, in the user's repository (a worktree shares
-refs with it); a moved ref is put back, and the commit it had moved to is kept under
-`refs/loopd/displaced/` so that nothing (an agent's work, or a person's own commit made
-during the attempt, which looks the same) is lost.
+Protected paths are compared between the run's base commit and the attempt's commit and,
+when changed, put back as they were at the base (a loopd commit) before the next attempt.
+Refs of the user's repository are compared between a snapshot taken before the attempt and
+after it. A move that loopd made itself is in the ref ledger; any other move is reported and
+left where it is: it may be the person's own commit, and nothing is ever rewound. No ref is
+trusted for looking like a person's work, loopd's own `loopd/*` branches included.
 """
 
 from __future__ import annotations
@@ -16,9 +15,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from daemon.globs import matching_paths
 from daemon.runs.git import Git
 
-DISPLACED_PREFIX = "refs/loopd/displaced"
-# loopd's own namespaces: other runs make and prune `loopd/*` branches while an attempt runs.
-IGNORED_REF_PREFIXES = ("refs/heads/loopd/", "refs/loopd/")
 RESTORE_MESSAGE = "loopd: restore protected paths"
 
 
@@ -70,39 +66,21 @@ def check_refs(
     git: Git,
     before: Mapping[str, str],
     own_branch: str,
-    ignore_prefixes: Sequence[str] = IGNORED_REF_PREFIXES,
+    explained: Mapping[str, set[str]] | None = None,
 ) -> list[str]:
-    """Refs other than `refs/heads/OWN_BRANCH` that moved, appeared or vanished, sorted."""
+    """Refs other than `refs/heads/OWN_BRANCH` that moved, appeared or vanished, sorted.
+
+    `explained` ({ref: values loopd set it to}, from the ref ledger) leaves out the moves
+    loopd made itself: a ref now at a value loopd gave it.
+    """
     own = own_branch if own_branch.startswith("refs/") else f"refs/heads/{own_branch}"
     after = git.refs()
+    explained = explained or {}
     moved = []
     for ref in set(before) | set(after):
-        if ref == own or ref.startswith(tuple(ignore_prefixes)):
+        if ref == own or before.get(ref) == after.get(ref):
             continue
-        if before.get(ref) != after.get(ref):
-            moved.append(ref)
+        if after.get(ref, "") in explained.get(ref, ()):
+            continue
+        moved.append(ref)
     return sorted(moved)
-
-
-def restore_refs(
-    git: Git, before: Mapping[str, str], moved: Iterable[str], keep_as: str = ""
-) -> list[str]:
-    """Put each moved ref back where `before` had it (deleting those that appeared).
-
-    The commit a ref had moved to is kept as `refs/loopd/displaced/KEEP_AS/REF` when
-    `keep_as` (the run id) is given. Returns a description of each ref put back.
-    """
-    now = git.refs()
-    done = []
-    for ref in sorted(set(moved)):
-        current = now.get(ref)
-        if current and keep_as:
-            keep = f"{DISPLACED_PREFIX}/{keep_as}/{ref.removeprefix('refs/')}"
-            git.run("update-ref", "--no-deref", keep, current)
-        if ref in before:
-            git.run("update-ref", "--no-deref", ref, before[ref], *([current] if current else []))
-            done.append(f"{ref}: {(current or 'deleted')[:12]} -> {before[ref][:12]}")
-        elif current:
-            git.run("update-ref", "--no-deref", "-d", ref, current)
-            done.append(f"{ref}: {current[:12]} -> deleted")
-    return done

@@ -1,4 +1,4 @@
-"""Judging an attempt: checks, protected paths, refs, then the critic on the local endpoint.
+"""Judging an attempt: checks, protected paths, the user's repository, then the critic.
 
 Judging returns a `Judgement` and never ends the run: a verifier that stays unavailable past
 `pending_limit` raises VerifierGaveUp, a stopped run RunStopped; the executor decides. While
@@ -15,8 +15,8 @@ from daemon.config import LoopConfig
 from daemon.runs.attempt import CheckedCommit
 from daemon.runs.checks import ChecksResult, run_checks
 from daemon.runs.confinement import Confinement
-from daemon.runs.git import Git
-from daemon.runs.guards import check_refs, protect_violations, restore_refs
+from daemon.runs.guards import protect_violations
+from daemon.runs.integrity import add_violations, guard_of
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
 from daemon.runs.slots import release_slot
@@ -52,46 +52,6 @@ class Judgement:
     @property
     def passed(self) -> bool:
         return self.verdict.passed
-
-
-def _moved_by_someone_else(repo_git: Git, ref: str, own_branch: str) -> bool:
-    """A ref now at a commit the run's branch does not hold: a person's commit or push.
-
-    The agent can only point refs at what its tree holds (its own commits or their
-    ancestors); a person's new commits on `main` during the run are not in the run's branch,
-    and putting `main` back would undo their work.
-    """
-    now = repo_git.out("rev-parse", "-q", "--verify", f"{ref}^{{commit}}", check=False)
-    if not now:
-        return False
-    ancestor = repo_git.run(
-        "merge-base", "--is-ancestor", now, f"refs/heads/{own_branch}", check=False
-    )
-    return ancestor.returncode == 1
-
-
-def ref_violations(journal: RunJournal, tree: RunTree) -> list[Violation]:
-    """Refs other than the run's own branch that moved during the attempt; they are put back."""
-    run = journal.run
-    repo_git = Git(tree.repo)
-    # check_refs leaves out refs/heads/loopd/*: other runs make and prune their branches.
-    moved = []
-    for ref in check_refs(repo_git, run.refs_before, tree.branch):
-        if _moved_by_someone_else(repo_git, ref, tree.branch):
-            journal.event("ref_moved_outside_run", ref=ref)
-            continue
-        moved.append(ref)
-    if not moved:
-        return []
-    now_refs = repo_git.refs()
-    # The displaced commits are kept under refs/loopd/displaced/RUN/: a person's own commit
-    # made during the attempt looks the same as an agent's and must not be lost.
-    restore_refs(repo_git, run.refs_before, moved, keep_as=run.id)
-    journal.event(
-        "refs_restored",
-        refs={r: {"was": run.refs_before.get(r), "agent_set": now_refs.get(r)} for r in moved},
-    )
-    return [Violation(kind="ref_moved", target=ref) for ref in moved]
 
 
 def judge_attempt(
@@ -137,11 +97,14 @@ def judge_attempt(
         passed=checks.passed,
         results=[{"command": r.command, "exit_code": r.exit_code} for r in checks.results],
     )
+    # The checks ran code the agent wrote: the user's repository is looked at again.
+    guard = guard_of(journal, tree)
+    add_violations(attempt, guard.check() if guard is not None else [])
     violations = [
         Violation(kind="protected", target=path)
-        for path in protect_violations(tree.git, journal.run.base_commit, head, cfg.protect)
+        for path in protect_violations(tree.own.bare, journal.run.base_commit, head, cfg.protect)
     ]
-    violations += ref_violations(journal, tree)
+    violations += [v for v in attempt.violations if v.kind != "protected"]
     if violations:
         journal.event(
             "violations", attempt=attempt.n, violations=[v.model_dump() for v in violations]

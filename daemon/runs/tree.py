@@ -1,4 +1,14 @@
-"""The run's tree: a git worktree on branch `loopd/LOOP/RUN_ID`, or the repository in place."""
+"""The run's tree: a private clone (the default), a git worktree, or the repository in place.
+
+Each run also gets loopd's own git directory beside its tree (`RUN_ID.git`, runs/owngit.py),
+through which loopd commits. The run's branch `loopd/LOOP/RUN_ID` is made in the user's
+repository when the tree is made and is moved there only by loopd (recorded in the ledger).
+- `clone`: `git clone --shared --no-checkout --single-branch --no-tags` of the user's
+  repository (objects borrowed through alternates, no other refs), on the run's branch. The
+  agent's refs, config, hooks and exclude file are the clone's own.
+- `worktree`: `git worktree add` in the user's repository; the agent's git is the user's.
+- `in-place`: the checked-out branch of the user's repository itself.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +16,12 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon.runs.git import Git, GitError
+from daemon.runs.agentgit import is_real_dir, read_small, replace_file, write_clone
+from daemon.runs.git import GitError
+from daemon.runs.owngit import OwnGit, remove_path
+from daemon.runs.userrepo import LedgerWriter, UserRepo
 from daemon.state.atomic import ensure_dir
+from daemon.state.records import RunRecord
 
 
 class TreeError(Exception):
@@ -16,17 +30,45 @@ class TreeError(Exception):
 
 @dataclass
 class RunTree:
-    """Where the agent works, on which branch, from which commit."""
+    """Where the agent works, on which branch, from which commit, and the git directories."""
 
     path: Path
     repo: Path
     branch: str
     base_commit: str
     isolation: str
+    own_dir: Path | None = None  # loopd's git directory for the run
+    repo_git_dir: Path | None = None  # the user's common git directory
+    agent_git_dir: Path | None = None  # worktree: its admin folder; in-place: the checkout's
+    sandbox: str = ""  # "bwrap" when the agent runs sandboxed
 
     @property
-    def git(self) -> Git:
-        return Git(self.path)
+    def own(self) -> OwnGit:
+        assert self.own_dir is not None, "the run's tree has no git directory of loopd's"
+        return OwnGit(self.own_dir, self.path)
+
+    @property
+    def git(self):  # noqa: ANN201 - daemon.runs.git.Git
+        """loopd's git on the tree."""
+        return self.own.git
+
+    @property
+    def user(self) -> UserRepo:
+        common = self.repo_git_dir or UserRepo.locate(self.repo).common
+        git_dir = self.agent_git_dir if self.isolation == "in-place" else None
+        return UserRepo(top=self.repo, git_dir=git_dir or common, common=common)
+
+    @property
+    def agent_dir(self) -> Path:
+        """The git directory the agent's own git uses."""
+        if self.isolation == "clone" or self.agent_git_dir is None:
+            return self.path / ".git"
+        return self.agent_git_dir
+
+    @property
+    def guarded(self) -> bool:
+        """Whether the agent can write the user's repository, so the guards watch it."""
+        return not (self.isolation == "clone" and self.sandbox == "bwrap")
 
 
 def branch_name(loop: str, run_id: str) -> str:
@@ -38,61 +80,214 @@ def scratch_dir(worktrees_root: Path, loop: str, run_id: str) -> Path:
     return worktrees_root / loop / f"{run_id}.agent"
 
 
-def prepare_tree(
-    repo: Path, loop: str, run_id: str, isolation: str, base: str, worktrees_root: Path
-) -> RunTree:
-    """Make the worktree and branch (or check the repository for in-place work)."""
-    repo_git = Git(repo)
+def own_dir_for(worktrees_root: Path, loop: str, run_id: str) -> Path:
+    """loopd's git directory for a run: beside its tree."""
+    return worktrees_root / loop / f"{run_id}.git"
+
+
+def _clear(*paths: Path) -> None:
+    for path in paths:
+        if path.exists() or path.is_symlink():
+            remove_path(path)
+
+
+def _locate(repo: Path) -> UserRepo:
     try:
-        base_commit = repo_git.out("rev-parse", "--verify", f"{base}^{{commit}}")
+        return UserRepo.locate(repo)
+    except GitError as exc:
+        raise TreeError(
+            f"{repo} is not a git repository ({exc.stderr.strip()[:200]}). "
+            "Fix: set `repo` in the loop file to a git repository"
+        ) from None
+
+
+def prepare_tree(
+    repo: Path,
+    loop: str,
+    run_id: str,
+    isolation: str,
+    base: str,
+    worktrees_root: Path,
+    writer: LedgerWriter,
+) -> RunTree:
+    """Make the run's tree, its branch in the user's repository, and loopd's git directory."""
+    user = _locate(repo)
+    own_dir = own_dir_for(worktrees_root, loop, run_id)
+    if isolation == "in-place":
+        return _prepare_in_place(user, own_dir)
+    try:
+        base_commit = user.resolve(base)
     except GitError as exc:
         raise TreeError(
             f"base {base!r} is not a commit in {repo}: {exc.stderr.strip()}. "
             "Fix: set `base` in the loop file to a branch, tag or commit that exists"
         ) from None
-    if isolation == "in-place":
-        if not repo_git.is_clean():
-            raise TreeError(
-                f'{repo} has uncommitted changes and the loop uses isolation = "in-place". '
-                'Fix: commit or stash them, or use isolation = "worktree"'
-            )
-        current = repo_git.out("symbolic-ref", "--short", "-q", "HEAD", check=False)
-        if not current:
-            raise TreeError(
-                f"{repo} has a detached HEAD; in-place runs commit to the checked-out branch. "
-                'Fix: check out a branch, or use isolation = "worktree"'
-            )
-        head = repo_git.out("rev-parse", "HEAD")
-        return RunTree(path=repo, repo=repo, branch=current, base_commit=head, isolation="in-place")
     branch = branch_name(loop, run_id)
     path = ensure_dir(worktrees_root / loop) / run_id
-    if path.exists():
-        shutil.rmtree(path)
-    repo_git.run("worktree", "add", "-q", "-b", branch, str(path), base_commit)
+    _clear(path, own_dir, path.parent / f"{run_id}.gitnew")
+    ref = f"refs/heads/{branch}"
+    tree = RunTree(
+        path=path,
+        repo=Path(repo),
+        branch=branch,
+        base_commit=base_commit,
+        isolation=isolation,
+        own_dir=own_dir,
+        repo_git_dir=user.common,
+    )
+    if isolation == "clone":
+        user.create_ref(writer, ref, base_commit, "run branch made")
+        path.mkdir()
+    else:
+        writer.record(user.key, [(ref, "", base_commit)], "run branch made")
+        user.git.run("worktree", "add", "-q", "--no-checkout", "-b", branch, str(path), base_commit)
+        tree.agent_git_dir = _admin_of(path)
+    own = OwnGit.create(
+        own_dir, path, user.common, branch, base_commit, user.object_format, user.lfs_storage()
+    )
+    own.checkout()
+    index = own.index_path.read_bytes()
+    if isolation == "clone":
+        write_clone(path / ".git", branch, base_commit, own, user, index)
+    else:
+        replace_file(tree.agent_dir, "index", index)
+    return tree
+
+
+def _admin_of(path: Path) -> Path:
+    """A new worktree's admin folder, as its .git file names it."""
+    text = read_small(path / ".git") or ""
+    if not text.startswith("gitdir: "):
+        raise TreeError(f"{path}/.git does not name the worktree's git directory")
+    return Path(text[len("gitdir: ") :].strip()).resolve()
+
+
+def _prepare_in_place(user: UserRepo, own_dir: Path) -> RunTree:
+    head = Path(user.git_dir) / "HEAD"
+    text = (read_small(head) or "").strip()
+    if not text.startswith("ref: refs/heads/"):
+        raise TreeError(
+            f"{user.top} has a detached HEAD; in-place runs commit to the checked-out branch. "
+            'Fix: check out a branch, or use isolation = "clone"'
+        )
+    branch = text[len("ref: refs/heads/") :]
+    base_commit = user.resolve("HEAD")
+    own = OwnGit.create(
+        own_dir, user.top, user.common, branch, base_commit, user.object_format,
+        user.lfs_storage(),
+    )  # fmt: skip
+    index = Path(user.git_dir) / "index"
+    if index.is_file() and not index.is_symlink():
+        own.adopt_index(index)
+    else:
+        own.read_index()
+    own.clear_hiding_flags()  # hidden local changes then show up as changes, and refuse
+    if own.git.out("status", "--porcelain", "--untracked-files=all"):
+        remove_path(own_dir)
+        raise TreeError(
+            f'{user.top} has uncommitted changes and the loop uses isolation = "in-place". '
+            'Fix: commit or stash them, or use isolation = "clone"'
+        )
     return RunTree(
-        path=path, repo=repo, branch=branch, base_commit=base_commit, isolation="worktree"
+        path=user.top,
+        repo=user.top,
+        branch=branch,
+        base_commit=base_commit,
+        isolation="in-place",
+        own_dir=own_dir,
+        repo_git_dir=user.common,
+        agent_git_dir=Path(user.git_dir),
     )
 
 
-def reopen_tree(repo: Path, path: Path, branch: str, isolation: str, base_commit: str) -> RunTree:
-    """The tree of a run that is resumed after a restart; re-adds a lost worktree."""
-    if isolation == "worktree" and not (path / ".git").exists():
-        Git(repo).run("worktree", "prune")
-        ensure_dir(path.parent)
-        if path.exists():
-            shutil.rmtree(path)
-        Git(repo).run("worktree", "add", "-q", str(path), branch)
-    return RunTree(
-        path=path, repo=repo, branch=branch, base_commit=base_commit, isolation=isolation
+def tree_of_record(run: RunRecord, worktrees_root: Path) -> RunTree:
+    """The run's tree as its record names it (older records: the directories found again)."""
+    tree = RunTree(
+        path=Path(run.worktree),
+        repo=Path(run.repo),
+        branch=run.branch,
+        base_commit=run.base_commit,
+        isolation=run.isolation,
+        own_dir=Path(run.own_git_dir) if run.own_git_dir else None,
+        repo_git_dir=Path(run.repo_git_dir) if run.repo_git_dir else None,
+        agent_git_dir=Path(run.agent_git_dir) if run.agent_git_dir else None,
+        sandbox=run.sandbox,
     )
+    if tree.own_dir is None:
+        tree.own_dir = own_dir_for(worktrees_root, run.loop, run.id)
+    if tree.repo_git_dir is None or (tree.isolation == "in-place" and not tree.agent_git_dir):
+        user = UserRepo.locate(tree.repo)
+        tree.repo_git_dir = user.common
+        if tree.isolation == "in-place":
+            tree.agent_git_dir = user.git_dir
+    if tree.isolation == "worktree" and tree.agent_git_dir is None:
+        tree.agent_git_dir = _find_admin(tree.repo_git_dir, tree.path)
+    return tree
+
+
+def _find_admin(common: Path, path: Path) -> Path:
+    """The admin folder of the worktree at `path`: the one whose gitdir names it."""
+    folder = common / "worktrees"
+    if folder.is_dir():
+        for admin in sorted(folder.iterdir()):
+            if (read_small(admin / "gitdir") or "").strip() == str(path / ".git"):
+                return admin.resolve()
+    return folder / path.name
+
+
+def reopen_tree(run: RunRecord, worktrees_root: Path) -> RunTree:
+    """The tree of a run resumed after a restart: a lost tree or git directory made again."""
+    tree = tree_of_record(run, worktrees_root)
+    user = tree.user
+    remade = False
+    if tree.isolation != "in-place" and not is_real_dir(tree.path):
+        _clear(tree.path)
+        ensure_dir(tree.path.parent)
+        if tree.isolation == "clone":
+            tree.path.mkdir()
+        else:
+            user.git.run("worktree", "prune")
+            user.git.run("worktree", "add", "-q", "--no-checkout", str(tree.path), tree.branch)
+            tree.agent_git_dir = _admin_of(tree.path)
+        remade = True
+    own = tree.own
+    if not own.exists():
+        tip = user.ref(f"refs/heads/{tree.branch}") or tree.base_commit
+        found = UserRepo.locate(tree.repo)  # its object format
+        OwnGit.create(
+            own.path, tree.path, user.common, tree.branch, tip, found.object_format,
+            user.lfs_storage(),
+        )  # fmt: skip
+        if not remade:
+            own.read_index()  # the tree's files are hashed at the next commit
+    if remade:
+        own.checkout()
+        index = own.index_path.read_bytes()
+        if tree.isolation == "clone":
+            # At the commit the user's repository holds: loopd's own may not be fetched yet.
+            shown = user.ref(f"refs/heads/{tree.branch}") or tree.base_commit
+            write_clone(tree.path / ".git", tree.branch, shown, own, user, index)
+        else:
+            replace_file(tree.agent_dir, "index", index)
+    return tree
+
+
+def record_tree(run: RunRecord, tree: RunTree) -> None:
+    """Write where the tree and its git directories are into the run's record."""
+    run.isolation = tree.isolation  # type: ignore[assignment]
+    run.branch = tree.branch
+    run.worktree = str(tree.path)
+    run.base_commit = tree.base_commit
+    run.own_git_dir = str(tree.own_dir or "")
+    run.repo_git_dir = str(tree.repo_git_dir or "")
+    run.agent_git_dir = str(tree.agent_git_dir or "")
 
 
 def remove_tree(tree: RunTree) -> None:
-    """Remove the worktree; the branch stays for the person. Removing it again is harmless."""
-    if tree.isolation != "worktree":
-        return
-    repo_git = Git(tree.repo)
-    repo_git.run("worktree", "remove", "--force", str(tree.path), check=False)
-    if tree.path.exists():
-        shutil.rmtree(tree.path, ignore_errors=True)
-    repo_git.run("worktree", "prune", check=False)
+    """Remove the tree and loopd's git directory; the branch stays. Removing again is harmless."""
+    if tree.isolation != "in-place":
+        _clear(tree.path, tree.path.parent / f"{tree.path.name}.gitnew")
+    if tree.isolation == "worktree" and tree.repo_git_dir is not None:
+        tree.user.git.run("worktree", "prune", check=False)
+    if tree.own_dir is not None and tree.own_dir.exists():
+        shutil.rmtree(tree.own_dir, ignore_errors=True)

@@ -102,7 +102,7 @@ class ChangeWatcher:
         self.poll_interval = timedelta(seconds=poll_interval)
         self.mode = "stopped"  # "inotify" | "polling" | "stopped"
         self.warning = ""
-        self._git = Git(self.repo)
+        self._git = Git(self.repo, user_config=True)  # what the person ignores
         self._lock = threading.Lock()
         self._raw: list[tuple[str, bool, str]] = []
         self._overflow = False

@@ -90,7 +90,7 @@ def _git(repo: Path, *args: str) -> str:
         cwd=repo,
         capture_output=True,
         text=True,
-        env=git_environment(),
+        env=git_environment(user_config=True),
         stdin=subprocess.DEVNULL,
         timeout=30,
     )

@@ -30,26 +30,31 @@ def fsync_dir(path: Path) -> None:
 
 
 @contextmanager
-def atomic_writer(path: Path) -> Iterator[BinaryIO]:
-    """A file to write in pieces; it replaces `path` when the block ends without an error."""
+def atomic_writer(path: Path, durable: bool = True) -> Iterator[BinaryIO]:
+    """A file to write in pieces; it replaces `path` when the block ends without an error.
+
+    `durable` False skips the fsyncs: the file survives loopd's crash, not the machine's.
+    """
     ensure_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def write_atomic(path: Path, data: bytes | str) -> None:
+def write_atomic(path: Path, data: bytes | str, durable: bool = True) -> None:
     """Replace `path` with `data` so a reader sees the old file or the new one, never a part."""
-    with atomic_writer(path) as fh:
+    with atomic_writer(path, durable) as fh:
         fh.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 

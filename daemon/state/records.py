@@ -84,6 +84,8 @@ class Cause(StrEnum):
     CRITIC_REJECTED = "critic-rejected"
     PROTECT_VIOLATION = "protect-violation"
     REF_VIOLATION = "ref-violation"
+    REPO_VIOLATION = "repo-violation"  # the user's repository config, hooks or info changed
+    GIT_VIOLATION = "git-violation"  # HEAD's commits off the base, or the tree's .git replaced
     TIMEOUTS = "timeouts"  # every attempt hit attempt_timeout
     TOKEN_CAP = "token-cap"
     VERIFIER_UNAVAILABLE = "verifier-unavailable"
@@ -103,6 +105,17 @@ class Cause(StrEnum):
     # a new member here, its next step in people/escalation_text.py.
 
 
+def violation_cause(kind: str) -> Cause:
+    """The cause of a run given up on (or ended) for a violation of this kind."""
+    if kind == "protected":
+        return Cause.PROTECT_VIOLATION
+    if kind == "ref_moved":
+        return Cause.REF_VIOLATION
+    if kind in ("repo_config", "repo_hook", "repo_info"):
+        return Cause.REPO_VIOLATION
+    return Cause.GIT_VIOLATION
+
+
 # Outcomes that hand the run to a person; an interrupted retry does too (it is not retried).
 ESCALATING_OUTCOMES = frozenset({"escalated", "refused", "error"})
 
@@ -118,20 +131,34 @@ def escalates(outcome: str | None, cause: Cause | None) -> bool:
     return outcome in ESCALATING_OUTCOMES or cause == Cause.INTERRUPTED_RETRY
 
 
-class Violation(Record):
-    """Something an attempt may not do that it did: a protected path changed, a ref moved."""
+ViolationKind = Literal[
+    "protected", "ref_moved", "repo_config", "repo_hook", "repo_info", "detached_head", "git_dir"
+]
+# Violations in the user's repository itself: the run ends and a person looks.
+REPOSITORY_KINDS = frozenset({"ref_moved", "repo_config", "repo_hook", "repo_info"})
+_HEADS = {
+    "protected": "protected path changed",
+    "ref_moved": "ref moved",
+    "repo_config": "repository config changed",
+    "repo_hook": "repository hook changed",
+    "repo_info": "repository info file changed",
+    "detached_head": "commits off the run's base",
+    "git_dir": "the tree's git directory was replaced",
+}
 
-    kind: Literal["protected", "ref_moved"]
-    target: str  # the protected path, or the ref
+
+class Violation(Record):
+    """Something an attempt may not do that it did: a protected path changed, a ref moved,
+    the user's repository config, hooks or info files changed, HEAD left on commits that do
+    not descend from the base, the tree's `.git` replaced."""
+
+    kind: ViolationKind
+    target: str  # the protected path, the ref, the file under the git directory, the commit
     detail: str = ""
 
     def text(self) -> str:
         """One line for people and models."""
-        head = (
-            f"protected path changed: {self.target}"
-            if self.kind == "protected"
-            else f"ref moved: {self.target}"
-        )
+        head = f"{_HEADS[self.kind]}: {self.target}"
         return f"{head} ({self.detail})" if self.detail else head
 
     def __str__(self) -> str:
@@ -286,11 +313,16 @@ class RunRecord(Record):
     rules_fired: list[str] = []
     attempts: list[AttemptRecord] = []
     phase: Phase = "preparing"
-    isolation: Literal["worktree", "in-place"] = "worktree"
+    isolation: Literal["clone", "worktree", "in-place"] = "worktree"  # older records: worktree
     repo: str = ""
     worktree: str = ""
     base_commit: str = ""
-    refs_before: dict[str, str] = {}
+    own_git_dir: str = ""  # loopd's git directory for the run, outside the tree
+    repo_git_dir: str = ""  # the user's repository's common git directory
+    agent_git_dir: str = ""  # the git directory the agent's git uses (worktree, in-place)
+    sandbox: str = ""  # the sandbox in force: "bwrap", or "" / "off" (the guards stay on)
+    refs_before: dict[str, str] = {}  # the user's refs when the guard last looked
+    refs_at: datetime | None = None  # when that was
     pid: int = 0  # the daemon (or `loopd once`) that ran it
     agent_pids: list[int] = []  # process groups of the running attempt, for a restart to kill
     judging_since: datetime | None = None

@@ -9,8 +9,24 @@ from typing import Any
 
 from daemon.people.notify.base import Notifier, NotifyError
 
-# The daemon's own channels stay with the daemon.
-_DROPPED_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID")
+# What a notifier gets from loopd's environment: what a desktop or a mail command needs to
+# reach the person, never loopd's keys, tokens or the daemon's own channels.
+_KEPT_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "TZ",
+    "TMPDIR",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "XDG_RUNTIME_DIR",
+    "DBUS_SESSION_BUS_ADDRESS",
+)
 
 
 class CommandNotifier(Notifier):
@@ -25,7 +41,7 @@ class CommandNotifier(Notifier):
         self.timeout = timeout
 
     def _env(self, payload: dict[str, Any]) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
+        env = {k: os.environ[k] for k in _KEPT_ENV if k in os.environ}
         # Details as data for scripts that want them; never interpreted by a shell here.
         for key, var in (("kind", "LOOPD_EVENT"), ("loop", "LOOPD_LOOP"), ("run", "LOOPD_RUN")):
             value = payload.get(key)
