@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from daemon import example
 from daemon.config_errors import ConfigError, did_you_mean, explain
+from daemon.config_land import RunEnds, check_run_ends
 from daemon.units import duration, size
 
 # The agent adapters, in one place: the profile's Literal below is built from this tuple and
@@ -230,8 +231,8 @@ class DaemonConfig(StrictModel):
         return None
 
 
-class LoopConfig(StrictModel):
-    """`loops/NAME.toml`."""
+class LoopConfig(StrictModel, RunEnds):
+    """`loops/NAME.toml` (its setup and landing keys: daemon/config_land.py)."""
 
     repo: str = Field(examples=["~/src/app"])
     task: str = Field(examples=["Make the failing tests pass without weakening them."])
@@ -513,7 +514,7 @@ def check_loop(
                 f'set command = ["my-agent", "{{prompt}}"] under [agents.{config.agent}]',
             )
         )
-    return errors
+    return errors + check_run_ends(path, config, daemon)
 
 
 def load_loop(path: Path, daemon: DaemonConfig) -> tuple[Loop | None, list[ConfigError]]:

@@ -111,7 +111,7 @@ def engine_record(control: Any, run_id: str) -> Any:
 
 def trigger_on_engine(control: Any, args: argparse.Namespace) -> int:
     """`loopd trigger` through the loop's controller; --wait follows the run to its end."""
-    from daemon.cli.runs import _print_outcome
+    from daemon.cli.runs import _print_outcome, exit_code
 
     def emit(run_id: str) -> None:
         print(run_id, flush=True)
@@ -125,4 +125,4 @@ def trigger_on_engine(control: Any, args: argparse.Namespace) -> int:
         print(f"trigger was {result}")
         return 1
     _print_outcome(result)
-    return 0 if result.outcome == "succeeded" else 1
+    return exit_code(result)

@@ -17,6 +17,7 @@ GROUP_ORDER = {
     "runs": 1,
     "show": 1,
     "logs": 1.5,
+    "branches": 1.7,
     "daemon": 2,
     "worker": 2,
     "reload": 2,

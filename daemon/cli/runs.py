@@ -117,7 +117,13 @@ def once(args: argparse.Namespace) -> int:
             lock.release()
             print(f"not run: {hold.why}; new runs of {loop.name} wait until {hold.until}")
             return 1
-        trigger = Trigger(loop=loop.name, kind="manual", reason=args.reason or "loopd once", ts=now)
+        trigger = Trigger(
+            loop=loop.name,
+            kind="manual",
+            reason=args.reason or "loopd once",
+            ts=now,
+            force=args.force,
+        )
         services.event("trigger", loop=loop.name, kind="manual", reason=trigger.reason, via="once")
         pending = PendingRun(
             id=store.new_run_id(loop.name, now), loop=loop.name, trigger=trigger, queued_at=now
@@ -148,7 +154,12 @@ def once(args: argparse.Namespace) -> int:
         )
         return 1
     _print_outcome(run)
-    return 0 if run.outcome == "succeeded" else 1
+    return exit_code(run)
+
+
+def exit_code(run: Any) -> int:
+    """0 for a run that did its job: succeeded (landed or not) or skipped (already done)."""
+    return 0 if run.outcome in ("succeeded", "skipped") else 1
 
 
 def _hold(services: Any, loop: Loop, now: Any) -> Any:
@@ -180,7 +191,7 @@ def _finish_abandoned(services: Any, loop: Loop) -> Any:
         try:
             if run.outcome is not None:
                 # Killed while finishing it: complete what finishing had not done.
-                complete_finish(services, run, notify_on=loop.config.notify_on)
+                complete_finish(services, run, notify_on=loop.config.notify_on, config=loop.config)
                 continue
             kill_run_leftovers(services, run)
             finish_interrupted(services, loop, run, "the loopd that ran it was stopped or killed")
@@ -210,8 +221,12 @@ def _print_outcome(run: Any) -> None:
             f"  attempt {a.n}: checks {checks_word(a.checks_passed)}, score {score}, "
             f"nudges {a.nudges}, exit {a.exit_code}"
         )
-    if run.branch and run.isolation != "in-place":
+    if run.branch and run.isolation != "in-place" and run.outcome != "skipped":
         print(f"  branch {run.branch}")
+    if run.landed:
+        print(f"  landed on {run.target} at {run.landed_as[:12]} ({run.land})")
+    elif run.landing:
+        print(f"  not landed ({run.land} to {run.target}): {clean(run.landing)}")
     if run.cost_usd:
         print(f"  cost ${run.cost_usd:.4f} ({run.input_tokens} in, {run.output_tokens} out)")
     if run.waited:
@@ -262,7 +277,9 @@ def trigger(args: argparse.Namespace) -> int:
             f"or run the loop in the foreground with `loopd once {name}`"
         )
     now = utc_now()
-    trig = Trigger(loop=name, kind="manual", reason=args.reason or "loopd trigger", ts=now)
+    trig = Trigger(
+        loop=name, kind="manual", reason=args.reason or "loopd trigger", ts=now, force=args.force
+    )
     # Followed from before the trigger exists: the daemon's answer cannot be missed.
     tail = EventTail(store.events.path)
     path = store.put_trigger(trig)
@@ -362,7 +379,7 @@ def _wait_for(home: Home, store: Any, tail: Any, inbox_id: str) -> int:
             # Ended once finished: its escalation and notifications are done, it is not live.
             if run is not None and run.outcome is not None and run_id not in store.live_runs():
                 _print_outcome(run)
-                return 0 if run.outcome == "succeeded" else 1
+                return exit_code(run)
         if daemon_pid(home) is None:
             raise CommandError("the daemon stopped before the run ended")
         time.sleep(0.2)
@@ -417,10 +434,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "once", once)
     p.add_argument("loop")
     p.add_argument("--reason", help="why, recorded with the run")
-    p.add_argument("--force", action="store_true", help="run it even when it is disabled")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="run it even when it is disabled, or when done_when already passes",
+    )
     p = command(sub, "trigger", trigger)
     p.add_argument("loop")
     p.add_argument("--reason", help="why, recorded with the run")
-    p.add_argument("--wait", action="store_true", help="exit as the run ends (0: succeeded)")
+    p.add_argument(
+        "--wait", action="store_true", help="exit as the run ends (0: succeeded or skipped)"
+    )
+    p.add_argument("--force", action="store_true", help="run even when done_when already passes")
     p = command(sub, "cancel", cancel)
     p.add_argument("run_id")

@@ -64,7 +64,9 @@ def commit_tree(
 
 def commit_attempt(journal: RunJournal, tree: RunTree, attempt: AttemptRecord) -> str:
     """Commit what the agent left and write the attempt's diff; returns the attempt's head."""
-    head = commit_tree(journal, tree, f"loopd: {journal.run.id} attempt {attempt.n}", attempt)
+    from daemon.runs.messages import commit_message
+
+    head = commit_tree(journal, tree, commit_message(journal.run, attempt.n), attempt)
     attempt.head_commit = head
     base = attempt.base_commit or journal.run.base_commit
     record_diff(tree.own.bare, base, head, journal.attempt_dir(attempt.n))
@@ -411,11 +413,13 @@ class Attempt:
 
     def _checks_now(self) -> CheckedCommit:
         """Commit the work so far and run the checks on it."""
+        from daemon.runs.messages import commit_message
+
         run = self.journal.run
         head = commit_tree(
             self.journal,
             self.tree,
-            f"loopd: {run.id} attempt {self.n} (work so far)",
+            commit_message(run, self.n, "work so far"),
             next((a for a in run.attempts if a.n == self.n), None),
             guard_refs=False,
         )

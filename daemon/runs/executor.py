@@ -33,6 +33,7 @@ from daemon.runs.learning import (
 )
 from daemon.runs.services import RunServices
 from daemon.runs.slots import take_slot
+from daemon.runs.startpoint import StartPoint
 from daemon.runs.stop import RunStopped, StopToken
 from daemon.runs.tree import RunTree, TreeError, prepare_tree, record_tree, reopen_tree
 from daemon.scheduling.queue import PendingRun
@@ -130,6 +131,7 @@ class RunExecutor:
             cfg.attempt_timeout.total_seconds(),
             cfg.check_timeout.total_seconds() * (len(cfg.done_when) + 1),
             cfg.stall_after.total_seconds(),
+            cfg.setup_timeout.total_seconds(),
         )
         return self.journal.idle_for(now_monotonic) > longest + WEDGE_MARGIN
 
@@ -220,9 +222,7 @@ class RunExecutor:
         run = self.run
         self.journal.event("run_started", trigger=run.trigger.kind, reason=run.trigger.reason)
         self._sandbox()
-        base = self.cfg.base
-        if run.trigger.kind == "retry" and run.trigger.retry_of:
-            base = self._retry_base(run.trigger.retry_of) or base
+        start = self._start_point()
         from daemon.runs.integrity import ledger_writer
 
         self.tree = prepare_tree(
@@ -230,13 +230,15 @@ class RunExecutor:
             self.loop.name,
             run.id,
             self.cfg.isolation,
-            base,
+            start.base,
             self.services.config.limits.worktrees_path,
             ledger_writer(self.journal),
         )
         self.tree.sandbox = run.sandbox
         record_tree(run, self.tree)
+        run.built_on = start.built_on
         self.journal.save()
+        self._setup_and_skip()
         if not run.without("rules"):
             self.rules = select_rules_for_run(self.services, self.loop, run)
         run.rules_fired = list(self.rules.rule_ids)
@@ -259,6 +261,68 @@ class RunExecutor:
         # In a sandboxed clone the user's repository is read-only to the agent: its guards
         # (refs, config, hooks, info) are not needed there.
         self.run.sandbox = choice.name
+
+    def _start_point(self) -> StartPoint:
+        """The base the run starts from (a retry's, `build_on`'s); its landing target."""
+        from daemon.runs.startpoint import last_success, record_target
+        from daemon.runs.tree import locate_user
+
+        run, cfg = self.run, self.cfg
+        user = locate_user(cfg.repo_path)
+        if cfg.isolation != "in-place":
+            record_target(run, user, cfg)
+        if run.trigger.kind == "retry" and run.trigger.retry_of:
+            base = self._retry_base(run.trigger.retry_of)
+            if base:
+                earlier = self.services.store.load_run(run.trigger.retry_of)
+                return StartPoint(base, [*earlier.built_on])
+        if cfg.build_on == "last-success" and cfg.isolation != "in-place":
+            try:
+                base_commit = user.resolve(cfg.base)
+            except GitError:
+                return StartPoint(cfg.base)  # preparing the tree says what is wrong with it
+            found = last_success(self.services.store, user, self.loop.name, run.id, base_commit)
+            if found is not None:
+                self.journal.event("build_on", run_built_on=found.built_on[0], base=found.base)
+                return found
+        return StartPoint(cfg.base)
+
+    def _setup_and_skip(self) -> None:
+        """`setup` in the run's tree, then `done_when` where it starts: done already, skipped."""
+        from daemon.runs.setup import done_already, keep_setup_paths, run_setup
+
+        run, cfg, tree = self.run, self.cfg, self.tree
+        assert tree is not None
+        if cfg.setup:
+            result = run_setup(self.journal, self.stop, tree.path, tree.own, cfg)
+            if not result.passed:
+                why = f"setup failed: {result.failure()}; its output: state/runs/{run.id}/setup.log"
+                self._end("error", why, Cause.SETUP_FAILED)
+            keep_setup_paths(self.journal, tree.path, tree.own, cfg, result.made)
+        skip = cfg.skip_if_done and cfg.done_when and not run.trigger.force
+        if not skip or is_experiment(run) or run.trigger.kind == "retry":
+            return
+        checks = done_already(self.journal, self.stop, tree.path, cfg)
+        self.journal.event(
+            "done_check",
+            passed=checks.passed,
+            commit=tree.base_commit,
+            results=[{"command": r.command, "exit_code": r.exit_code} for r in checks.results],
+        )
+        if checks.passed:
+            why = f"already done: done_when passes on {tree.base_commit[:12]}, where it would start"
+            self._end("skipped", why, Cause.ALREADY_DONE)
+
+    def _relabel(self, attempt: AttemptRecord) -> None:
+        """The attempt's commit says what it holds now that it is judged."""
+        from daemon.runs.integrity import relabel
+        from daemon.runs.messages import attempt_state, commit_message
+
+        if self.tree is None or not attempt.head_commit:
+            return
+        message = commit_message(self.run, attempt.n, attempt_state(attempt))
+        attempt.head_commit = relabel(self.journal, self.tree, attempt.head_commit, message)
+        self.journal.save()
 
     def _retry_base(self, retry_of: str) -> str | None:
         """A retry builds on what the earlier run's branch holds, when it still exists."""
@@ -311,6 +375,7 @@ class RunExecutor:
         attempt.checks_passed = judged.checks.passed
         attempt.violations = judged.violations
         record_verdict(journal, attempt, verdict)
+        self._relabel(attempt)
         in_repo = [v for v in attempt.violations if v.kind in REPOSITORY_KINDS]
         if in_repo:
             # The agent changed the user's repository outside its tree: a person looks now.
@@ -376,6 +441,7 @@ class RunExecutor:
                 cause,
                 tree=self.tree,
                 notify_on=self.cfg.notify_on,
+                config=self.cfg,
             )
         except Exception as exc:  # noqa: BLE001 - the live marker stays: recovery finishes it
             self.journal.event("finish_failed", error=f"{type(exc).__name__}: {exc}"[:1000])

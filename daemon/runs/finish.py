@@ -1,8 +1,9 @@
 """Finishing a run: one function, safe to run again after a crash anywhere inside it.
 
-The outcome is saved first; then, each recorded in `finish_done` once done: the rules'
-counters are updated, the escalation is written (and its event), the progress notes
-rebuilt, a person notified, the tree removed, `run_finished` recorded. Only then is the `live`
+The outcome is saved first; then, each recorded in `finish_done` once done: a succeeded run
+lands (runs/landing.py), the rules' counters are updated, the escalation is written (and its
+event), the progress notes rebuilt, a person notified, the tree removed, an empty run branch
+deleted, `run_finished` recorded. Only then is the `live`
 marker removed, so a restart finds a half-finished run and `complete_finish` does the rest.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from daemon.config import Loop
+from daemon.config import Loop, LoopConfig
 from daemon.runs.agentgit import UnsafeTree
 from daemon.runs.git import GitError
 from daemon.runs.journal import RunJournal
@@ -34,6 +35,7 @@ DEFAULT_CAUSE = {
     "interrupted": Cause.INTERRUPTED,
     "refused": Cause.REFUSED,
     "error": Cause.LOOPD_ERROR,
+    "skipped": Cause.ALREADY_DONE,
 }
 
 
@@ -102,6 +104,7 @@ def finish_run(
     *,
     tree: RunTree | None = None,
     notify_on: list[str] | None = None,
+    config: LoopConfig | None = None,
 ) -> RunRecord:
     """Give the run its outcome (unless it has one) and finish it; see `complete_finish`."""
     journal = RunJournal(services, run)
@@ -116,7 +119,7 @@ def finish_run(
         run.agent_pids = []
         run.resume_at = None  # a parked run that is cancelled or escalated waits no more
         journal.save()
-    return complete_finish(services, run, tree=tree, notify_on=notify_on)
+    return complete_finish(services, run, tree=tree, notify_on=notify_on, config=config)
 
 
 def complete_finish(
@@ -125,10 +128,13 @@ def complete_finish(
     *,
     tree: RunTree | None = None,
     notify_on: list[str] | None = None,
+    config: LoopConfig | None = None,
 ) -> RunRecord:
     """The steps of finishing a run with an outcome that are not done yet, then unmark it live.
 
-    `notify_on` is the loop's; None (the loop is gone) notifies escalations only.
+    `notify_on` is the loop's; None (the loop is gone) notifies escalations only. `config`
+    is the loop's, for landing (its `setup`, checks and landing keys); None: a run that
+    should land does not, and says why.
     """
     assert run.outcome is not None, "finishing needs an outcome"
     journal = RunJournal(services, run)
@@ -142,6 +148,11 @@ def complete_finish(
         run.finish_done.append(name)
         journal.save()
 
+    if step("land"):
+        from daemon.runs.landing import land_run
+
+        land_run(journal, config)
+        done("land")
     if step("counters"):
         _count_rules(services, run)
         done("counters")
@@ -177,6 +188,11 @@ def complete_finish(
     if step("tree"):
         _remove_tree(services, journal, tree or tree_of(services, run))
         done("tree")
+    if step("branch"):
+        from daemon.runs.runbranches import delete_if_empty
+
+        delete_if_empty(journal)
+        done("branch")
     if step("event"):
         journal.event(
             "run_finished",

@@ -158,7 +158,9 @@ def commit_work(
     cleared = own.clear_hiding_flags()
     if cleared:
         journal.event("index_flags_cleared", paths=cleared[:50], count=len(cleared))
-    staged = own.stage_all()
+    from daemon.runs.setup import setup_paths
+
+    staged = own.stage_all(setup_paths(run, tree.path))
     tip = own.tip()
     parents, taken, kept = choose_parents(own, tip, run.base_commit, [heads.branch, heads.head])
     _report_heads(journal, tree, heads, taken)
@@ -190,6 +192,25 @@ def _report_heads(journal: RunJournal, tree: RunTree, heads: AgentHeads, taken: 
     own_ref = f"refs/heads/{tree.branch}"
     if heads.head and heads.head in taken and heads.head_ref != own_ref:
         journal.event("detached_head_taken", commit=heads.head, head=heads.head_ref or "detached")
+
+
+def relabel(journal: RunJournal, tree: RunTree, head: str, message: str) -> str:
+    """Give loopd's commit `head`, the run's tip, a new message (same files and parents);
+    the commit the branch then names. An agent's own commit keeps its words."""
+    from daemon.runs.git import GIT_IDENTITY
+
+    own = tree.own
+    if not head or own.tip() != head:
+        return head
+    found = own.bare.out("log", "-1", "--format=%ae%x00%B", head)
+    email, _, old = found.partition("\0")
+    if email != GIT_IDENTITY[1] or old.strip() == message.strip():
+        return head
+    parents = own.bare.out("rev-list", "--parents", "-n", "1", head).split()[1:]
+    new = own.commit_tree(own.tree_of(head), parents, message)
+    own.set_tip(new, head)
+    publish(journal, tree, new)
+    return new
 
 
 def publish(

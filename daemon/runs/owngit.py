@@ -216,9 +216,19 @@ class OwnGit:
                 self.git.run("update-index", "-z", flag, "--stdin", input=data)
         return sorted(set(skipped) | set(assumed))
 
-    def stage_all(self) -> str:
-        """Stage the whole tree in loopd's index; the tree object it makes."""
+    def stage_all(self, drop: list[str] | None = None) -> str:
+        """Stage the whole tree in loopd's index; the tree object it makes.
+
+        `drop`: paths (relative to the tree) kept out even when a commit taken from the
+        agent holds them (what setup made).
+        """
         self.git.run("add", "--all")
+        if drop:
+            specs = "".join(f":(literal){path}\0" for path in drop)
+            self.git.run(
+                "rm", "-r", "-q", "--cached", "--ignore-unmatch", "--pathspec-from-file=-",
+                "--pathspec-file-nul", input=specs.encode("utf-8", "surrogateescape"),
+            )  # fmt: skip
         return self.bare.out("write-tree")
 
     def commit_tree(self, tree: str, parents: list[str], message: str) -> str:

@@ -70,7 +70,8 @@ def _recover(
     if run.outcome is not None:
         # Its loopd died while finishing it: do what finishing had not done yet.
         notify_on = loop.config.notify_on if loop is not None else None
-        complete_finish(services, run, notify_on=notify_on)
+        config = loop.config if loop is not None else None
+        complete_finish(services, run, notify_on=notify_on, config=config)
         return Recovery(run.id, "ended", run)
     kill_run_leftovers(services, run)
     if loop is None:

@@ -101,6 +101,11 @@ def _locate(repo: Path) -> UserRepo:
         ) from None
 
 
+def locate_user(repo: Path) -> UserRepo:
+    """The user's repository at `repo`; TreeError saying what to fix when it is none."""
+    return _locate(repo)
+
+
 def prepare_tree(
     repo: Path,
     loop: str,
@@ -258,6 +263,9 @@ def reopen_tree(run: RunRecord, worktrees_root: Path) -> RunTree:
             own.path, tree.path, user.common, tree.branch, tip, found.object_format,
             user.lfs_storage(),
         )  # fmt: skip
+        from daemon.runs.setup import setup_excludes
+
+        own.exclude(setup_excludes(run, tree.path))  # what setup made stays out
         if not remade:
             own.read_index()  # the tree's files are hashed at the next commit
     if remade:

@@ -66,6 +66,7 @@ class PendingRun(Record):
             inbox=[t.id for t in [first, *self.merged] if t.id],
             merged=[t.summary() for t in self.merged],
             merged_count=self.merged_count,
+            force=any(t.force for t in [first, *self.merged]),
         )
 
 

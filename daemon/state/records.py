@@ -10,7 +10,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 TriggerKind = Literal["schedule", "push", "change", "manual", "catch-up", "retry", "experiment"]
-Outcome = Literal["succeeded", "escalated", "refused", "interrupted", "cancelled", "error"]
+Outcome = Literal[
+    "succeeded", "escalated", "refused", "interrupted", "cancelled", "error", "skipped"
+]
 Phase = Literal[
     "idle", "queued", "preparing", "running", "judging", "learning", "paused", "waiting", "landing"
 ]
@@ -47,6 +49,7 @@ class Trigger(Record):
     note: str = ""  # a person's note, carried by `escalations resolve --retry`
     retry_of: str = ""  # the run this one retries
     id: str = ""  # the inbox file's name, when it came through the inbox
+    force: bool = False  # run even when done_when already passes (`--force`)
 
     def summary(self) -> dict[str, Any]:
         """What run.toml keeps of a merged trigger."""
@@ -74,6 +77,7 @@ class RunTrigger(Record):
     inbox: list[str] = []  # inbox file names of the trigger and the merged ones kept
     merged: list[dict[str, Any]] = []  # the last merged triggers (a burst keeps a few)
     merged_count: int = 0  # every trigger merged into the run
+    force: bool = False  # it or a merged trigger asked to run even when already done
 
 
 class Cause(StrEnum):
@@ -101,8 +105,9 @@ class Cause(StrEnum):
     LOOPD_ERROR = "loopd-error"
     PASSED = "passed"
     SANDBOX_UNAVAILABLE = "sandbox-unavailable"  # [sandbox] says runs must not go unconfined
-    # Room for later causes (a blocked landing):
-    # a new member here, its next step in people/escalation_text.py.
+    ALREADY_DONE = "already-done"  # skipped: done_when passed where the run would start
+    LANDING_BLOCKED = "landing-blocked"  # succeeded, but its work could not land
+    # A new member here, its next step in people/escalation_text.py.
 
 
 def violation_cause(kind: str) -> Cause:
@@ -334,6 +339,15 @@ class RunRecord(Record):
     # again after a crash completes the rest without repeating these.
     finish_done: list[str] = []
     experiment: ExperimentArm | None = None  # a run of `loopd experiment`
+    # Where the run's work goes (fixed when it starts): `land`, the branch `target` names and
+    # the commit it pointed at then; the runs whose branches this one was built on.
+    land: str = ""
+    target: str = ""
+    target_commit: str = ""
+    built_on: list[str] = []
+    landed: bool = False  # its work is on `target` (or pushed, for land = "push")
+    landed_as: str = ""  # the commit `target` was moved to (pushed, for land = "push")
+    landing: str = ""  # why it did not land, when it could not
 
     def without(self, support: str) -> bool:
         """Whether this run is an experiment arm without `support`."""

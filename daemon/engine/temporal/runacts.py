@@ -398,5 +398,6 @@ class RunActivities:
             end.cause,
             tree=None,
             notify_on=loop.config.notify_on if loop is not None else None,
+            config=loop.config if loop is not None else None,
         )
         return trimmed(run)

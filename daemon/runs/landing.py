@@ -1,0 +1,331 @@
+"""Landing a succeeded run: `land = "merge"` moves the target, `land = "push"` pushes its branch.
+
+A step of finishing (runs/finish.py), so both engines land alike. The run stays `succeeded`
+whatever happens here; a landing that cannot happen leaves `landed = false`, the reason in
+`landing`, cause `landing-blocked` and a `landing_blocked` event, and the report lists the
+run under "Ready to land".
+
+- Never: an experiment's run; a run whose changes (since the merge base with the target)
+  touch `protect`, CI or editor files that run programs (`.github/workflows/**`,
+  `.gitlab-ci.yml`, `.envrc`, `.vscode/**`, `.pre-commit-config.yaml`, `.gitmodules`, git
+  hooks) unless `land_allow` names the glob.
+- merge: a fast-forward when the target has not moved past the run's branch; otherwise the
+  target is merged into the branch in a fresh tree of loopd's own and the checks run again
+  there (runs/landmerge.py). The target moves by compare-and-swap, recorded in the ledger;
+  a target checked out in a working tree with changes is left alone; a clean checkout of it
+  is fast-forwarded there (`merge --ff-only`) only when the repository has no filter but
+  the canonical git-lfs. Other loops whose `on_push` names the target are triggered.
+- push: from the person's repository with their own config and credentials (hooks off),
+  then `pr_command`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from daemon.config import LoopConfig
+from daemon.config_land import LAND_GUARDED, PR_FIELDS
+from daemon.globs import any_branch_matches, matching_paths
+from daemon.redact import redact
+from daemon.runs.git import Git, GitError, is_canonical_lfs
+from daemon.runs.journal import RunJournal
+from daemon.runs.messages import pr_title
+from daemon.runs.startpoint import is_ancestor
+from daemon.runs.userrepo import UserRepo
+from daemon.state.atomic import write_atomic
+from daemon.state.records import Cause, Trigger, is_experiment
+
+LAND_LOG = "land.log"
+PUSH_TIMEOUT = 300.0
+
+
+class LandingBlocked(Exception):
+    """The run's work cannot land now; the message says why and what to do."""
+
+
+def land_run(journal: RunJournal, cfg: LoopConfig | None) -> None:
+    """Land a succeeded run as its record says (`land`, `target`); records how it went."""
+    run = journal.run
+    if run.outcome != "succeeded" or is_experiment(run) or run.land in ("", "branch"):
+        return
+    if run.landed:
+        return  # finishing again after a crash
+    run.phase = "landing"
+    journal.save()
+    try:
+        if cfg is None:
+            raise LandingBlocked("the loop's file no longer loads, so its landing keys are gone")
+        commit = _push(journal, cfg) if run.land == "push" else _merge(journal, cfg)
+    except (LandingBlocked, GitError, OSError) as exc:
+        why = str(exc) if isinstance(exc, LandingBlocked) else f"git failed: {exc}"
+        run.landing = redact(why)[:1000]
+        run.cause = Cause.LANDING_BLOCKED
+        journal.event("landing_blocked", land=run.land, target=run.target, reason=run.landing)
+    else:
+        run.landed, run.landed_as, run.landing = True, commit, ""
+        journal.event("landed", land=run.land, target=run.target, commit=commit)
+        _mark_built_on(journal, commit)
+    finally:
+        run.phase = "idle"
+        journal.save()
+
+
+def _user(journal: RunJournal) -> UserRepo:
+    return UserRepo.locate(Path(journal.run.repo))
+
+
+def _tip(user: UserRepo, branch: str) -> str:
+    tip = user.ref(f"refs/heads/{branch}")
+    if not tip:
+        raise LandingBlocked(f"the run's branch {branch} is gone")
+    return tip
+
+
+def guarded_changes(user: UserRepo, since: str, tip: str, cfg: LoopConfig) -> list[str]:
+    """Paths changed since `since` that may not land: protected ones, and files that run
+    programs (CI, editors, hooks) unless `land_allow` names their glob."""
+    out = user.git.run("diff", "--name-only", "-z", "--no-renames", since, tip).stdout
+    changed = [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
+    guarded = [g for g in (*LAND_GUARDED, *_hooks_globs(user)) if g not in cfg.land_allow]
+    found = matching_paths(cfg.protect, changed)
+    allowed = set(matching_paths(cfg.land_allow, changed))
+    found += [p for p in matching_paths(guarded, changed) if p not in allowed]
+    return sorted(set(found))
+
+
+def _hooks_globs(user: UserRepo) -> list[str]:
+    """The repository's own hooks folder (`core.hooksPath` inside the tree), as a glob."""
+    path = user.git.out("config", "--get", "core.hooksPath", check=False)
+    if not path or os.path.isabs(path) or path.startswith(".."):
+        return []
+    return [path.strip("/") + "/**"]
+
+
+def _check_changes(user: UserRepo, since: str, tip: str, cfg: LoopConfig) -> None:
+    found = guarded_changes(user, since, tip, cfg)
+    if found:
+        raise LandingBlocked(
+            "the run changed " + ", ".join(found[:5]) + (" and more" if len(found) > 5 else "")
+            + ", which may not land unasked; review the branch and merge it yourself, or add "
+            "the glob to land_allow in the loop file"
+        )  # fmt: skip
+
+
+def _merge(journal: RunJournal, cfg: LoopConfig) -> str:
+    from daemon.runs.integrity import ledger_writer
+    from daemon.runs.landmerge import MergeRefused, merge_target
+
+    run = journal.run
+    user = _user(journal)
+    tip = _tip(user, run.branch)
+    target_ref = f"refs/heads/{run.target}"
+    for _ in range(3):  # the target may move while the checks run: look again
+        current = user.ref(target_ref)
+        if not current:
+            raise LandingBlocked(f"the target branch {run.target} does not exist")
+        if is_ancestor(user, tip, current):
+            return current  # its work is there already
+        since = user.git.out("merge-base", current, tip)
+        _check_changes(user, since, tip, cfg)
+        new = tip
+        if not is_ancestor(user, current, tip):
+            writer = ledger_writer(journal)
+            try:
+                new = merge_target(journal, cfg, user, writer, tip, run.target, current)
+            except MergeRefused as exc:
+                raise LandingBlocked(str(exc)) from None
+            tip = new
+        if _move_target(journal, user, current, new):
+            _trigger_others(journal, current, new)
+            return new
+    raise LandingBlocked(f"{run.target} kept moving while loopd landed the run; merge it yourself")
+
+
+def _checkouts(user: UserRepo, branch: str) -> list[Path]:
+    """The working trees that have `branch` checked out."""
+    out = user.git.out("worktree", "list", "--porcelain")
+    found, path = [], ""
+    for line in out.splitlines():
+        if line.startswith("worktree "):
+            path = line[len("worktree ") :]
+        elif line == f"branch refs/heads/{branch}" and path:
+            found.append(Path(path))
+    return found
+
+
+def _filters_other_than_lfs(tree: Path) -> list[str]:
+    """Filter drivers the repository's config (the person's included) names, git-lfs's
+    canonical setup aside."""
+    read = Git(tree, user_config=True, plain=True)
+    out = read.out("config", "--get-regexp", r"^filter\.", check=False)
+    filters: dict[str, dict[str, str]] = {}
+    for line in out.splitlines():
+        key, _, value = line.partition(" ")
+        name, _, part = key[len("filter.") :].rpartition(".")
+        filters.setdefault(name, {})[part] = value
+    return sorted(n for n, v in filters.items() if not (n == "lfs" and is_canonical_lfs(v)))
+
+
+def _move_target(journal: RunJournal, user: UserRepo, old: str, new: str) -> bool:
+    """Move the target from `old` to `new`; False when it moved meanwhile."""
+    from daemon.runs.integrity import ledger_writer
+
+    run = journal.run
+    ref = f"refs/heads/{run.target}"
+    writer = ledger_writer(journal)
+    checkouts = _checkouts(user, run.target)
+    for tree in checkouts:
+        status = Git(tree).out("status", "--porcelain", "--untracked-files=no")
+        if status:
+            raise LandingBlocked(
+                f"{run.target} is checked out in {tree} with uncommitted changes; loopd leaves "
+                f"it alone: commit or stash them and `git merge --ff-only {run.branch}` there"
+            )
+    if checkouts:
+        tree = checkouts[0]
+        filters = _filters_other_than_lfs(tree)
+        if filters:
+            raise LandingBlocked(
+                f"{run.target} is checked out in {tree}, whose git config names the filter "
+                f"{', '.join(filters)}, which loopd does not run; `git merge --ff-only "
+                f"{run.branch}` there yourself"
+            )
+        writer.record(user.key, [(ref, old, new)], "landed")
+        done = Git(tree).run("merge", "--ff-only", "-q", "--no-verify", new, check=False)
+        if done.returncode != 0:
+            if user.ref(ref) != old:
+                return False
+            err = done.stderr.decode("utf-8", "replace").strip()[:300]
+            raise LandingBlocked(f"`git merge --ff-only` in {tree} failed: {err}")
+        return user.ref(ref) == new
+    writer.record(user.key, [(ref, old, new)], "landed")
+    done = user.git.run("update-ref", ref, new, old, check=False)
+    return done.returncode == 0
+
+
+def _trigger_others(journal: RunJournal, old: str, new: str) -> None:
+    """Other loops of this home on the same repository whose `on_push` names the target."""
+    services, run = journal.services, journal.run
+    try:
+        loops = services.home.load().loops
+    except Exception:  # noqa: BLE001 - a broken home file must not undo a landing
+        return
+    repo = Path(run.repo).resolve()
+    for loop in loops.values():
+        cfg = loop.config
+        if loop.name == run.loop or not cfg.enabled or cfg.repo_path != repo:
+            continue
+        if not any_branch_matches(cfg.on_push, run.target):
+            continue
+        services.store.put_trigger(
+            Trigger(
+                loop=loop.name,
+                kind="push",
+                reason=f"loopd landed run {run.id} on {run.target}",
+                ref=f"refs/heads/{run.target}",
+                old=old,
+                new=new,
+                ts=journal.now(),
+            )
+        )
+        journal.event("landing_triggered", loop=loop.name, target=run.target)
+
+
+def _mark_built_on(journal: RunJournal, commit: str) -> None:
+    """The runs this one was built on landed with it."""
+    store = journal.services.store
+    for other_id in journal.run.built_on:
+        try:
+            other = store.load_run(other_id)
+        except Exception:  # noqa: BLE001 - a pruned or unreadable record stays as it is
+            continue
+        if not other.landed:
+            other.landed, other.landed_as, other.landing = True, commit, ""
+            store.save_run(other)
+            journal.event("landed_with", landed_run=other_id, commit=commit)
+
+
+# push ------------------------------------------------------------------------------------------
+
+
+def user_environment(journal: RunJournal) -> dict[str, str]:
+    """The person's environment for their own git and `pr_command`: loopd's secrets left out."""
+    withheld = {journal.services.config.verifier.api_key_env, "NOTIFY_SOCKET"}
+    env = {k: v for k, v in os.environ.items() if k not in withheld and not k.startswith("LOOPD_")}
+    env["GIT_TERMINAL_PROMPT"] = "0"  # a credential prompt nobody answers would hang
+    return env
+
+
+def _push(journal: RunJournal, cfg: LoopConfig) -> str:
+    run = journal.run
+    user = _user(journal)
+    tip = _tip(user, run.branch)
+    target = user.ref(f"refs/heads/{run.target}") if run.target else ""
+    since = user.git.out("merge-base", target, tip) if target else run.base_commit
+    _check_changes(user, since or run.base_commit, tip, cfg)
+    env = user_environment(journal)
+    log = journal.services.store.run_dir(run.id) / LAND_LOG
+    branch_ref = f"refs/heads/{run.branch}"
+    # The person's repository, config and credentials; no hook of theirs runs.
+    argv = ["git", "-c", "core.hooksPath=/dev/null", "push", "--no-verify", "--porcelain",
+            cfg.remote, f"{branch_ref}:{branch_ref}"]  # fmt: skip
+    text = _run(argv, Path(run.repo), env, log, "")
+    if text is not None:
+        raise LandingBlocked(f"git push to {cfg.remote} failed: {text}")
+    journal.event("pushed", remote=cfg.remote, branch=run.branch, commit=tip)
+    if cfg.pr_command:
+        body = journal.services.store.run_dir(run.id) / "pr-body.md"
+        write_atomic(body, redact(_pr_body(journal)))
+        fields = dict(
+            zip(PR_FIELDS, (run.branch, run.target, pr_title(run), str(body)), strict=True)
+        )
+        argv = [_fill(part, fields) for part in cfg.pr_command]
+        text = _run(argv, Path(run.repo), env, log, "pr_command")
+        if text is not None:
+            raise LandingBlocked(
+                f"the branch was pushed to {cfg.remote}, but pr_command failed: {text}"
+            )
+        journal.event("pr_command_ran", command=cfg.pr_command[0])
+    return tip
+
+
+def _fill(part: str, fields: dict[str, str]) -> str:
+    for key, value in fields.items():
+        part = part.replace(key, value)
+    return part
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str], log: Path, what: str) -> str | None:
+    """Run a command of the person's; None when it succeeded, else why it failed."""
+    try:
+        done = subprocess.run(
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+            timeout=PUSH_TIMEOUT,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        why = f"{exc}"[:300]
+        _log(log, argv, why)
+        return why
+    output = (done.stdout + done.stderr).decode("utf-8", "replace")
+    _log(log, argv, output + f"[exit {done.returncode}]\n")
+    if done.returncode == 0:
+        return None
+    tail = redact(output.strip())[-300:]
+    return f"{what or argv[0]} exited {done.returncode}: {tail}"
+
+
+def _log(log: Path, argv: list[str], text: str) -> None:
+    previous = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+    write_atomic(log, previous + redact(f"$ {' '.join(argv)}\n{text}\n"))
+
+
+def _pr_body(journal: RunJournal) -> str:
+    run = journal.run
+    lines = [f"{run.task.strip()}", "", f"loopd run `{run.id}` of loop `{run.loop}`: {run.reason}."]
+    for attempt in run.attempts:
+        score = "" if attempt.score is None else f", score {attempt.score}"
+        checks = "pass" if attempt.checks_passed else "fail"
+        lines.append(f"- attempt {attempt.n}: checks {checks}{score}")
+    return "\n".join(lines) + "\n"

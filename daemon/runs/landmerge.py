@@ -1,0 +1,127 @@
+"""A landing merge: the target merged into the run's branch in a fresh tree of loopd's own.
+
+Never in the agent's tree and never in the person's checkout: a folder beside the run's tree
+(`RUN_ID.land`) with loopd's own git directory (`RUN_ID.land.git`, its config written by
+loopd, so no merge driver, filter or hook of the repository runs). The merge is computed by
+`git merge-tree --write-tree`; the result is checked out there, the loop's `setup` runs and
+then `done_when`, in the run's sandbox. Only when they pass does the run's branch move to the
+merge (recorded in the ref ledger) for the target to be fast-forwarded to it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from daemon.config import LoopConfig
+from daemon.runs.checks import run_checks
+from daemon.runs.confinement import Confinement
+from daemon.runs.journal import RunJournal
+from daemon.runs.messages import merge_message
+from daemon.runs.owngit import OwnGit, remove_path
+from daemon.runs.setup import run_setup
+from daemon.runs.stop import StopToken
+from daemon.runs.userrepo import LedgerWriter, UserRepo
+
+LAND_CHECKS_LOG = "land-checks.log"
+LAND_SETUP_LOG = "land-setup.log"
+MERGE_BRANCH = "loopd-landing"
+
+
+class MergeRefused(Exception):
+    """The merge conflicts, or setup or the checks fail on it: the run does not land."""
+
+
+def _folders(journal: RunJournal) -> tuple[Path, Path]:
+    run = journal.run
+    root = journal.services.config.limits.worktrees_path / run.loop
+    return root / f"{run.id}.land", root / f"{run.id}.land.git"
+
+
+def merge_target(
+    journal: RunJournal,
+    cfg: LoopConfig,
+    user: UserRepo,
+    writer: LedgerWriter,
+    tip: str,
+    target: str,
+    target_tip: str,
+) -> str:
+    """Merge `target_tip` into the run's branch at `tip`; the merge commit once its checks
+    pass (the run's branch then points at it). MergeRefused when it cannot land."""
+    run = journal.run
+    tree, own_dir = _folders(journal)
+    for path in (tree, own_dir):
+        if path.exists() or path.is_symlink():
+            remove_path(path)
+    try:
+        own = OwnGit.create(
+            own_dir, tree, user.common, MERGE_BRANCH, tip, user.object_format,
+            user.lfs_storage(),
+        )  # fmt: skip
+        merged = own.bare.run("merge-tree", "--write-tree", "-z", tip, target_tip, check=False)
+        if merged.returncode == 1:
+            files = _conflicts(merged.stdout)
+            raise MergeRefused(
+                f"merging {target} into the run's branch conflicts in "
+                + (", ".join(files[:5]) or "some files")
+                + f"; merge it yourself: `git merge {run.branch}` on {target}"
+            )
+        if merged.returncode != 0:
+            err = merged.stderr.decode("utf-8", "replace").strip()[:300]
+            raise MergeRefused(f"git merge-tree failed: {err}")
+        tree_oid = merged.stdout.split(b"\0", 1)[0].decode().strip()
+        tree.mkdir(parents=True)
+        own.git.run("read-tree", "-u", "--reset", tree_oid)  # the merge's files, nothing else
+        journal.event("landing_merge", target=target, tree=tree_oid, target_commit=target_tip)
+        stop = StopToken()
+        if cfg.setup:
+            setup = run_setup(journal, stop, tree, own, cfg, LAND_SETUP_LOG)
+            if not setup.passed:
+                raise MergeRefused(
+                    f"setup fails on the merge with {target}: {setup.failure()} "
+                    f"(state/runs/{run.id}/{LAND_SETUP_LOG})"
+                )
+        confinement = Confinement.for_run(journal.services, cfg, run, tree)
+        log = journal.services.store.run_dir(run.id) / LAND_CHECKS_LOG
+        checks = run_checks(
+            cfg.done_when,
+            tree,
+            cfg.check_timeout.total_seconds(),
+            confinement.checks_env(),
+            log,
+            stop,
+            launcher=confinement.launch_check,
+        )
+        journal.event(
+            "landing_checks",
+            passed=checks.passed,
+            results=[{"command": r.command, "exit_code": r.exit_code} for r in checks.results],
+        )
+        if not checks.passed:
+            raise MergeRefused(
+                f"the checks fail on the merge with {target} (state/runs/{run.id}/"
+                f"{LAND_CHECKS_LOG})"
+            )
+        message = merge_message(run, target, "checks pass")
+        final = own.commit_tree(tree_oid, [tip, target_tip], message)
+        own.set_tip(final, tip)
+        user.take_objects(own_dir, [f"refs/heads/{MERGE_BRANCH}"])
+        user.set_ref(writer, f"refs/heads/{run.branch}", final, "landing merge")
+        return final
+    finally:
+        for path in (tree, own_dir):
+            if path.exists() or path.is_symlink():
+                remove_path(path)
+
+
+def _conflicts(out: bytes) -> list[str]:
+    """The conflicted paths `git merge-tree --write-tree -z` lists after the tree."""
+    parts = out.split(b"\0")
+    files = []
+    for part in parts[1:]:
+        if not part:
+            break  # the informational messages follow an empty entry
+        fields = part.split(b"\t", 1)
+        if len(fields) == 2:
+            files.append(fields[1].decode("utf-8", "replace"))
+    return sorted(set(files))

@@ -1,0 +1,74 @@
+"""Where a run starts and where its work is meant to go, fixed when the run starts.
+
+- `target`: the branch a landing moves (`land = "merge"`) or a pull request names
+  (`land = "push"`): the loop's `target`, else the branch its `base` names; recorded with the
+  commit it points at, so landing can tell whether it moved since.
+- `build_on = "last-success"`: the newest run of the loop that succeeded and has not landed,
+  whose branch is still there and still contains the base, is the run's start; the runs it
+  was built on are recorded, so landing this one marks them landed too. A run branch whose
+  tip is already on the target counts as landed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from daemon.config import LoopConfig
+from daemon.config_land import land_target
+from daemon.runs.userrepo import UserRepo
+from daemon.state.records import RunRecord, is_experiment
+from daemon.state.store import StateStore
+
+SCAN = 200  # runs of the loop looked at, newest first
+
+
+@dataclass
+class StartPoint:
+    """The base a run starts from and the runs whose work it continues."""
+
+    base: str
+    built_on: list[str] = field(default_factory=list)
+
+
+def is_ancestor(user: UserRepo, ancestor: str, descendant: str) -> bool:
+    done = user.git.run("merge-base", "--is-ancestor", ancestor, descendant, check=False)
+    return done.returncode == 0
+
+
+def record_target(run: RunRecord, user: UserRepo, cfg: LoopConfig) -> None:
+    """`land`, `target` and the target's commit now, into the run's record."""
+    run.land = "branch" if is_experiment(run) else cfg.land
+    run.target = land_target(user.top, cfg)
+    run.target_commit = user.ref(f"refs/heads/{run.target}") if run.target else ""
+
+
+def landed_by_reach(user: UserRepo, run: RunRecord, tip: str) -> bool:
+    """Whether the run's branch tip is on its target (or the loop's base) already."""
+    target = run.target and user.ref(f"refs/heads/{run.target}")
+    return bool(target) and is_ancestor(user, tip, target)
+
+
+def last_success(
+    store: StateStore, user: UserRepo, loop: str, run_id: str, base_commit: str
+) -> StartPoint | None:
+    """The newest succeeded, not landed run of `loop` whose branch still contains the base."""
+    live = set(store.live_runs())
+    for other_id in list(reversed(store.run_ids(loop)))[:SCAN]:
+        if other_id == run_id or other_id in live:
+            continue
+        try:
+            other = store.load_run(other_id)
+        except Exception:  # noqa: BLE001 - an unreadable record is no candidate
+            continue
+        if other.loop != loop or other.outcome != "succeeded" or is_experiment(other):
+            continue
+        if other.landed or other.isolation == "in-place" or not other.branch:
+            return None  # what came before it landed, or is on a branch of the user's own
+        tip = user.ref(f"refs/heads/{other.branch}")
+        if not tip:
+            continue
+        if landed_by_reach(user, other, tip):
+            return None
+        if is_ancestor(user, base_commit, tip):
+            return StartPoint(f"refs/heads/{other.branch}", [other.id, *other.built_on])
+    return None
