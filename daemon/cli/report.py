@@ -25,13 +25,26 @@ def report_cmd(args: argparse.Namespace) -> int:
     now = utc_now()
     if args.html:
         return _html(home, store, now - window, now, Path(args.html))
-    report = build_report(store, now - window, now, home.rules_dir)
+    report = build_report(store, now - window, now, home.rules_dir, branch_exists)
     write_report(store, report)
     if args.json:
         print_json(report.model_dump(mode="json"))
     else:
         render_rich(report, console())
     return 0
+
+
+def branch_exists(repo: str, branch: str) -> bool:
+    """Whether `branch` is still in the repository at `repo`."""
+    from daemon.runs.git import Git, GitError
+
+    try:
+        probe = Git(Path(repo)).run(
+            "rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False, timeout=30
+        )
+    except (GitError, OSError):
+        return False
+    return probe.returncode == 0
 
 
 def _html(home: Any, store: Any, since: Any, now: Any, target: Path) -> int:
@@ -41,16 +54,6 @@ def _html(home: Any, store: Any, since: Any, now: Any, target: Path) -> int:
 
     from daemon.people.report_html import render_page
     from daemon.people.report_nights import count_nights
-    from daemon.runs.git import Git, GitError
-
-    def branch_exists(repo: str, branch: str) -> bool:
-        try:
-            probe = Git(Path(repo)).run(
-                "rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False, timeout=30
-            )
-        except (GitError, OSError):
-            return False
-        return probe.returncode == 0
 
     tz = None
     loaded = home.load()

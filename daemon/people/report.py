@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,18 @@ class RuleChange(BaseModel):
     text: str = ""
 
 
+class ReadyRow(BaseModel):
+    """A run that succeeded and whose work has not landed: its branch waits for a person."""
+
+    run: str
+    loop: str
+    branch: str
+    repo: str
+    land: str = ""
+    target: str = ""
+    why: str = ""  # why landing did not happen ("" for land = "branch": review it)
+
+
 class Report(BaseModel):
     """Everything `loopd report` shows."""
 
@@ -100,6 +113,7 @@ class Report(BaseModel):
     events: dict[str, int] = {}  # event counts in the window, by type
     notify_failed: list[str] = []
     holds: list[str] = []  # usage-limit waits and spent budgets, one line each
+    ready: list[ReadyRow] = []  # "Ready to land"
     file: str = ""
 
 
@@ -160,10 +174,15 @@ def _fill_kinds(changes: list[RuleChange], rules_dir: Path | None) -> None:
 
 
 def build_report(
-    store: StateStore, since: datetime, now: datetime, rules_dir: Path | None = None
+    store: StateStore,
+    since: datetime,
+    now: datetime,
+    rules_dir: Path | None = None,
+    branch_exists: Callable[[str, str], bool] | None = None,
 ) -> Report:
     """Runs, rule changes and waiting escalations since `since`, from state (and `rules_dir`
-    for the kind of a rule whose event does not name it)."""
+    for the kind of a rule whose event does not name it); `branch_exists(repo, branch)` leaves
+    out of "Ready to land" the branches that are gone."""
     report = Report(generated=now, since=since)
     for run_id in _run_ids_since(store, since):
         try:
@@ -192,6 +211,20 @@ def build_report(
                 best_score=best_score(run.attempts),
             )
         )
+        waiting = run.outcome == "succeeded" and not run.landed and run.branch
+        if waiting and run.isolation != "in-place" and run.trigger.kind != "experiment":
+            if branch_exists is None or branch_exists(run.repo, run.branch):
+                report.ready.append(
+                    ReadyRow(
+                        run=run.id,
+                        loop=run.loop,
+                        branch=run.branch,
+                        repo=run.repo,
+                        land=run.land,
+                        target=run.target,
+                        why=run.landing,
+                    )
+                )
     summaries: dict[str, LoopSummary] = {}
     scores: dict[str, list[int]] = {}
     for row in report.runs:
@@ -334,6 +367,8 @@ def render_markdown(report: Report) -> str:
         f"`loopd escalations show {e.run}`"
         for e in report.escalations
     ] or ["None."]
+    out += ["", "## Ready to land", ""]
+    out += [_ready_line(row) for row in report.ready] or ["None."]
     if report.holds:
         out += ["", "## Usage limits and budgets", ""]
         out += [f"- {line}" for line in report.holds]
@@ -345,6 +380,15 @@ def render_markdown(report: Report) -> str:
         out += [", ".join(f"{k} {v}" for k, v in sorted(report.events.items()))]
     out.append("")
     return "\n".join(out)
+
+
+def _ready_line(row: ReadyRow) -> str:
+    where = f" in {row.repo}" if row.repo else ""
+    if row.why:
+        head = f"not landed on {row.target or 'its target'}: {one_line(row.why, 200)}"
+    else:
+        head = "review it, then `git merge " + row.branch + "`"
+    return f"- {row.run} ({row.loop}): branch `{row.branch}`{where}; {head}"
 
 
 def write_report(store: StateStore, report: Report) -> Path:
@@ -405,6 +449,11 @@ def render_rich(report: Report, console: Any, max_rows: int = 6, max_loops: int 
         console.print(f"  {e.run} {esc(one_line(e.reason or e.cause, 60))}")
     if len(report.escalations) > max_rows:
         console.print(f"  ... {len(report.escalations) - max_rows} more: loopd escalations list")
+    if report.ready:
+        console.print(f"[bold]Ready to land[/] {len(report.ready)}")
+        for row in report.ready[:max_rows]:
+            why = f": {esc(one_line(row.why, 60))}" if row.why else ""
+            console.print(f"  {row.run} {esc(row.branch)}{why}", soft_wrap=True)
     for line in report.holds[-max_rows:]:
         console.print(f"[yellow]{esc(line)}[/]")
     if report.notify_failed:
