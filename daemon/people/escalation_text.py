@@ -148,6 +148,12 @@ def suggest(run: RunRecord, cause: Cause | None) -> str:
             f"Every attempt hit `attempt_timeout`. Raise it in loops/{loop}.toml or split the "
             f"task, then {retry}.{branch}"
         )
+    if cause == Cause.SETUP_FAILED and run.reason.startswith("setup failed"):
+        return (
+            f"The loop's `setup` failed before any agent ran ({one_line(run.reason, 200)}); "
+            f"its output is below and in state/runs/{rid}/setup.log. Fix `setup` in "
+            f"loops/{loop}.toml (or what it needs: a package index, a tool), then {plain_retry}."
+        )
     if cause == Cause.SETUP_FAILED:
         return (
             f"loopd could not make the run's tree ({one_line(run.reason, 200)}). Fix the "
@@ -260,6 +266,11 @@ def render(store: StateStore, run: RunRecord, cause: str, suggestion: str) -> st
     for attempt in run.attempts:
         out += _attempt_section(attempt)
 
+    setup_log = store.run_dir(rid) / "setup.log"
+    if cause_of(run) == Cause.SETUP_FAILED and setup_log.is_file():
+        text = setup_log.read_text(encoding="utf-8", errors="replace")
+        tail = text if len(text) <= 3000 else "[...]\n" + text[-3000:]
+        out += ["## Setup (tail of setup.log)", "", _fence(tail.rstrip()), ""]
     failure = last_checks_failure(store, run)
     if failure is not None:
         out += [
