@@ -143,6 +143,9 @@ def main() -> int:
         'task = "Measure the trigger latency."\n'
         'agent = "bench"\non_push = ["main"]\nmax_attempts = 1\nmax_nudges = 0\n'
         'critic = "off"\n'
+        # Measured without `setup` and without the done check a run makes before its agent
+        # (bench/skip.py measures a skipped run).
+        "skip_if_done = false\n"
     )
     home = make_home(tmp / "home", config, {"bench": loop})
     install = subprocess.run(
