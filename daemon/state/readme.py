@@ -38,8 +38,9 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 
 - `runs/RUN_ID/run.toml`: the run's record: loop, task, `[trigger]` (kind, reason, ref,
   merged triggers), started, finished, `outcome` and `reason`, `cause`, branch, tokens,
-  cost, rules fired, and `[[attempts]]` (exit code, nudges, stalls, checks passed, score,
-  verdict, feedback, violations)
+  cost, rules fired, `land`, `target`, `landed` and `landed_as` (where its work went),
+  and `[[attempts]]` (exit code, nudges, stalls, checks passed, score, verdict, feedback,
+  violations)
 - `runs/RUN_ID/attempt-N/`: one attempt: one agent session with its nudges, then loopd's
   checks and the critic
 - `attempt-N/prompt.md`: byte for byte what the agent received
@@ -56,6 +57,13 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   passed): what the next attempt's prompt shows under `# What failed last time`
 - `attempt-N/verdict.toml`: the critic's judgement: score, verdict, unsupported claims,
   feedback (or "not judged by a model")
+- `runs/RUN_ID/setup.log`: the output of the loop's `setup` commands, run in the tree before
+  the first attempt
+- `runs/RUN_ID/done-check.log`: `done_when` as it ran on the commit the run starts from
+  (`skip_if_done`); all passing ends the run `skipped`
+- `runs/RUN_ID/land.log`, `land-checks.log`, `land-setup.log`, `pr-body.md`: landing a
+  succeeded run (`land`): the push and `pr_command`, setup and the checks on a merge with
+  the target, the pull request's body
 - `runs/RUN_ID/pruned.toml`: written when `retain_days` pruned the run's attempt folders and
   branch; run.toml stays
 

@@ -128,7 +128,7 @@ class RunActivities:
             )
         journal.event("run_started", trigger=run.trigger.kind, reason=run.trigger.reason)
         repo = cfg.repo_path
-        base = self._retry_base(run, repo) or cfg.base
+        base = self._retry_base(run, repo) or self._start(services, journal, loop) or cfg.base
         try:
             base_commit = Git(repo).out("rev-parse", "--verify", f"{base}^{{commit}}")
         except GitError as exc:
@@ -155,6 +155,27 @@ class RunActivities:
             why = f"rule {choice.escalate} asks for a person first"
             return _ended("escalated", why, Cause.RULE_ESCALATE)
         return Prepared(base_commit=base_commit, branch=branch, rule_ids=choice.rule_ids)
+
+    @staticmethod
+    def _start(services: Any, journal: RunJournal, loop: Any) -> str:
+        """The landing target (recorded), and `build_on`'s base, as the local engine has them."""
+        from daemon.runs.startpoint import last_success, record_target
+        from daemon.runs.userrepo import UserRepo
+
+        run, cfg = journal.run, loop.config
+        try:
+            user = UserRepo.locate(cfg.repo_path)
+            record_target(run, user, cfg)
+            if cfg.build_on != "last-success" or run.trigger.kind == "retry":
+                return ""
+            found = last_success(services.store, user, loop.name, run.id, user.resolve(cfg.base))
+        except GitError:
+            return ""  # resolving the base below says what is wrong
+        if found is None:
+            return ""
+        run.built_on = found.built_on
+        journal.event("build_on", run_built_on=found.built_on[0], base=found.base)
+        return found.base
 
     def _retry_base(self, run: RunRecord, repo: Any) -> str:
         """A retry builds on the earlier run's branch, when the person's repository has it."""
