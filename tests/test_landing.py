@@ -431,3 +431,20 @@ def test_once_exits_0_on_skipped_and_force_runs_the_agent(tmp_path: Path) -> Non
     forced = loopd(case.home.root, "once", "calc", "--force")
     assert marker.exists(), forced.stdout + forced.stderr
     assert any(e["type"] == "attempt_started" for e in events(case.home.root))
+
+
+def test_a_skipped_run_supersedes_the_open_escalation_of_its_task(tmp_path: Path) -> None:
+    from daemon.people.escalation import open_escalations
+
+    case = land_case(tmp_path, "print('I looked, I did nothing')\n")
+    escalated = run_once(case)
+    assert escalated.outcome == "escalated"
+    assert [e.run for e in open_escalations(case.store)] == [escalated.id]
+    # The person fixes it on main themselves; the push's run finds it done.
+    (case.repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    git(case.repo, "commit", "-q", "-am", "fixed by hand")
+    skipped = run_once(case, kind="push")
+    assert skipped.outcome == "skipped" and skipped.attempts == []
+    assert open_escalations(case.store) == []
+    text = (case.store.root / "escalations" / f"{escalated.id}.md").read_text()
+    assert f"## Superseded by {skipped.id}" in text and "`skipped`" in text
