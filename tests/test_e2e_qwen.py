@@ -460,7 +460,9 @@ def test_agent_repeating_one_tool_call_is_stopped(
     calls = stdout_events(outcome, "tool_call")
     assert {c["tool"] for c in calls} == {"run_shell_command"}
     assert 6 <= len(calls) <= 10, [c["call_id"] for c in calls]
-    assert outcome.on_branch("calc.py") == BUGGY
+    # It changed nothing: its branch is deleted as the run ends.
+    assert git(outcome.repo, "branch", "--list", outcome.run["branch"]) == ""
+    assert [e["branch"] for e in outcome.events("branch_deleted")] == [outcome.run["branch"]]
     assert_resumed(outcome, model_server, "call_loop_1")
 
 

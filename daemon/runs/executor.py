@@ -131,7 +131,7 @@ class RunExecutor:
             cfg.attempt_timeout.total_seconds(),
             cfg.check_timeout.total_seconds() * (len(cfg.done_when) + 1),
             cfg.stall_after.total_seconds(),
-            cfg.setup_timeout.total_seconds(),
+            cfg.setup_timeout.total_seconds() if cfg.setup else 0.0,
         )
         return self.journal.idle_for(now_monotonic) > longest + WEDGE_MARGIN
 
