@@ -448,3 +448,34 @@ def test_a_skipped_run_supersedes_the_open_escalation_of_its_task(tmp_path: Path
     assert open_escalations(case.store) == []
     text = (case.store.root / "escalations" / f"{escalated.id}.md").read_text()
     assert f"## Superseded by {skipped.id}" in text and "`skipped`" in text
+
+
+def test_landing_triggers_other_loops_on_push_never_its_own(tmp_path: Path) -> None:
+    case = land_case(tmp_path, land="merge", on_push=["main"])
+    other = f'repo = "{case.repo}"\ntask = "Update the docs."\nagent = "a"\non_push = ["main"]\n'
+    (case.home.loops_dir / "docs.toml").write_text(other)
+    run = run_once(case)
+    assert run.landed, (run.outcome, run.reason, run.landing)
+    triggers = [json.loads(p.read_text()) for p in sorted(case.store.inbox_dir.glob("*.json"))]
+    assert [(t["loop"], t["kind"], t["ref"]) for t in triggers] == [
+        ("docs", "push", "refs/heads/main")
+    ]
+    assert triggers[0]["new"] == run.landed_as and run.id in triggers[0]["reason"]
+
+
+def test_a_checkout_with_a_filter_other_than_git_lfs_is_not_fast_forwarded(
+    tmp_path: Path,
+) -> None:
+    case = land_case(tmp_path, land="merge")
+    git(case.repo, "config", "filter.crypt.clean", "cat")
+    git(case.repo, "config", "filter.crypt.smudge", "cat")
+    before = git(case.repo, "rev-parse", "main")
+    run = run_once(case)
+    assert run.outcome == "succeeded" and not run.landed
+    assert "filter crypt" in run.landing and git(case.repo, "rev-parse", "main") == before
+    # Not checked out anywhere (a bare-like use: the person works on another branch): moved.
+    git(case.repo, "switch", "-q", "-c", "elsewhere")
+    with_loop(case, target="main", base="main")
+    again = run_once(case, force=True)
+    assert again.landed and git(case.repo, "rev-parse", "main") == again.landed_as
+    assert git(case.repo, "rev-parse", "HEAD") == before  # their own branch did not move

@@ -230,7 +230,7 @@ def _trigger_others(journal: RunJournal, old: str, new: str) -> None:
                 ts=journal.now(),
             )
         )
-        journal.event("landing_triggered", loop=loop.name, target=run.target)
+        journal.event("landing_triggered", triggered=loop.name, target=run.target)
 
 
 def _mark_built_on(journal: RunJournal, commit: str) -> None:
