@@ -28,7 +28,7 @@ from daemon.runs.services import RunServices
 from daemon.runs.slots import RunSlots
 from daemon.scheduling.queue import PendingRun
 from daemon.state.records import Trigger
-from tests.helpers import make_home, make_repo, wait_for
+from tests.helpers import make_home, make_repo, talk, wait_for
 
 DATA = Path(__file__).parent / "data"
 NOW = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
@@ -108,14 +108,16 @@ def test_each_adapters_quota_ending_parks_the_run_and_the_session_resumes(
     _, _, reset, resumed_with = CASES[adapter]
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    calls = tmp_path / "calls"
+    # The stand-in records its argv outside its tree: a folder the sandbox lets it write.
+    shared, sandbox = talk(tmp_path)
+    calls = shared / "calls"
     stand_in(bin_dir, adapter, calls)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(parking, "POLL", 0.05)
     repo = make_repo(tmp_path / "repo", BUGGY)
     config = (
         f'[agents.p]\nadapter = "{adapter}"\nenv = {{ TZ = "UTC" }}\n'
-        f'[limits]\nmax_wait = "2d"\nworktrees = "{tmp_path / "worktrees"}"\n'
+        f'[limits]\nmax_wait = "2d"\nworktrees = "{tmp_path / "worktrees"}"\n{sandbox}'
     )
     loop = {
         "repo": str(repo),
