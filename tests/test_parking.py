@@ -37,6 +37,7 @@ from tests.helpers import (
     runs,
     start_daemon,
     stop_daemon,
+    talk,
     wait_for,
 )
 
@@ -68,6 +69,16 @@ def quota_agent(calls: Path, first_words: str, later_words: str | None = None) -
     )
 
 
+def calls_file(tmp_path: Path) -> Path:
+    """Where the agent records what it was asked: outside its tree, in a folder that
+    `sandbox_config` lets the sandboxed agent write."""
+    return talk(tmp_path)[0] / "calls"
+
+
+def sandbox_config(tmp_path: Path) -> str:
+    return talk(tmp_path)[1]
+
+
 def asked(calls: Path) -> list[str]:
     return calls.read_text().split("\x00") if calls.exists() else []
 
@@ -95,6 +106,7 @@ def in_process(
     argv = [sys.executable, "-c", agent]
     config = f'[agents.a]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
     config += f'[limits]\nworktrees = "{tmp_path / "worktrees"}"\n{limits}'
+    config += sandbox_config(tmp_path)
     settings = {
         "repo": str(repo),
         "task": "Make check.py pass.",
@@ -163,7 +175,7 @@ def quick_park(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_quota_parks_the_run_without_a_slot_and_the_same_attempt_goes_on_after_the_reset(
     tmp_path: Path,
 ) -> None:
-    calls = tmp_path / "calls"
+    calls = calls_file(tmp_path)
     words = "Error: You've hit your limit · resets 9am (UTC)"
     services, loop, clock = in_process(tmp_path, quota_agent(calls, words))
     executor, thread = start(services, loop)
@@ -205,7 +217,7 @@ def test_a_quota_parks_the_run_without_a_slot_and_the_same_attempt_goes_on_after
 def test_with_no_reset_named_the_wait_doubles_to_4h_and_past_max_wait_it_escalates(
     tmp_path: Path,
 ) -> None:
-    calls = tmp_path / "calls"
+    calls = calls_file(tmp_path)
     words = "HTTP 429 Too Many Requests"
     services, loop, clock = in_process(tmp_path, quota_agent(calls, words, words))
     executor, thread = start(services, loop)
@@ -230,7 +242,7 @@ def test_with_no_reset_named_the_wait_doubles_to_4h_and_past_max_wait_it_escalat
 
 
 def test_a_reset_later_than_max_wait_escalates_at_once(tmp_path: Path) -> None:
-    calls = tmp_path / "calls"
+    calls = calls_file(tmp_path)
     words = "You've hit your usage limit. Try again in 2 days 17 hours 14 minutes."
     services, loop, _ = in_process(tmp_path, quota_agent(calls, words), 'max_wait = "1d"\n')
     executor, thread = start(services, loop)
@@ -244,7 +256,7 @@ def test_a_reset_later_than_max_wait_escalates_at_once(tmp_path: Path) -> None:
 def test_notify_on_waiting_sends_one_notification_a_park(tmp_path: Path) -> None:
     from daemon.people.notify import Notifications
 
-    calls, sent = tmp_path / "calls", tmp_path / "sent"
+    calls, sent = calls_file(tmp_path), tmp_path / "sent"
     notifier = [
         sys.executable,
         "-c",
@@ -275,6 +287,7 @@ def daemon_home(tmp_path: Path, calls: Path, words: str, **more_loops: str) -> P
     config = (
         f'[agents.a]\nadapter = "command"\ncommand = {json.dumps(quota)}\n'
         f'[agents.b]\nadapter = "command"\ncommand = {json.dumps(plain)}\n'
+        f"{sandbox_config(tmp_path)}"
     )
     loop = (
         f'repo = "{repo}"\ntask = "Make check.py pass."\nagent = "a"\n'
@@ -293,7 +306,7 @@ def daemon_home(tmp_path: Path, calls: Path, words: str, **more_loops: str) -> P
 def test_a_parked_run_stays_parked_across_a_restart_and_resumes_the_same_attempt(
     tmp_path: Path, daemons: list
 ) -> None:
-    calls = tmp_path / "calls"
+    calls = calls_file(tmp_path)
     home = daemon_home(tmp_path, calls, "Error: You've hit your limit · resets in 5h")
     daemon = start_daemon(home)
     daemons.append(daemon)
@@ -344,7 +357,7 @@ def test_a_parked_run_stays_parked_across_a_restart_and_resumes_the_same_attempt
 def test_the_profile_waits_for_its_limit_while_other_profiles_use_the_free_slot(
     tmp_path: Path, daemons: list
 ) -> None:
-    calls = tmp_path / "calls"
+    calls = calls_file(tmp_path)
     home = daemon_home(
         tmp_path,
         calls,
