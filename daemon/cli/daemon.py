@@ -183,15 +183,16 @@ def _status_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
         phase = info.get("phase", "idle")
         if info.get("attempt") and phase not in ("idle", "paused"):
             phase += f" (attempt {info['attempt']})"
-        if info.get("pending"):
-            phase += f", {info['pending']} queued"
         if not info.get("enabled", True):
             phase = "disabled" + (f": {info['error'][:60]}" if info.get("error") else "")
         if info.get("paused"):
             phase = "paused"
         if info.get("waiting_for"):
+            # Why it waits belongs next to "waiting"; the queue count follows.
             until = str(info.get("resume_at") or "")[:16].replace("T", " ")
             phase += f" (held until {until}: {info['waiting_for']})"
+        if info.get("pending") and info.get("enabled", True) and not info.get("paused"):
+            phase += f", {info['pending']} queued"
         if info.get("note"):
             phase += f" ({info['note']})"
         run = info.get("run") or info.get("last_run") or ""
