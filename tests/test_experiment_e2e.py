@@ -18,7 +18,7 @@ import pytest
 from daemon.experiments.arms import arms_for, parse_supports, wilson
 from daemon.rules.library import RuleLibrary
 from daemon.rules.rulefile import Rule
-from tests.helpers import events, git, loopd, make_home, make_repo
+from tests.helpers import events, git, loopd, make_home, make_repo, talk
 
 REPO = {
     "calc.py": "def add(a, b):\n    return a - b\n",
@@ -44,8 +44,8 @@ CRITIC = {"score": 9, "verdict": "The checks decide.", "unsupported_claims": [],
 
 def setup(tmp_path: Path, server: Any, **loop: Any) -> tuple[Path, Path, Path]:
     """A home with loop `calc`, a hand-written active rule naming the right file."""
-    prompts = tmp_path / "prompts"
-    prompts.mkdir()
+    # The agent keeps each prompt outside its tree, in a folder the sandbox lets it write.
+    prompts, sandbox = talk(tmp_path)
     script = tmp_path / "agent.py"
     script.write_text(AGENT.replace("MARK", repr(MARK)))
     argv = [sys.executable, str(script), str(prompts)]
@@ -54,6 +54,7 @@ def setup(tmp_path: Path, server: Any, **loop: Any) -> tuple[Path, Path, Path]:
         'timeout = "20s"\njudge_timeout = "20s"\npending_limit = "30s"\n\n'
         f'[agents.fixer]\nadapter = "command"\ncommand = {json.dumps(argv)}\n\n'
         f'[limits]\nmax_concurrent_runs = 2\nworktrees = "{tmp_path / "worktrees"}"\n'
+        f"{sandbox}"
     )
     repo = make_repo(tmp_path / "repo", REPO)
     fields = {
