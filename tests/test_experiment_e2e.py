@@ -8,6 +8,7 @@ report's Wilson intervals show it.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -183,6 +184,28 @@ def test_arms_without_progress_feedback_and_nudges_lose_those_sections(
     assert {e["run"] for e in nudges} <= {records[a]["id"] for a in records if a != "no-nudges"}
     assert all(a["nudges"] == 0 for a in records["no-nudges"]["attempts"])
     assert any(a["nudges"] > 0 for a in records["all"]["attempts"])
+
+
+def test_loopd_experiment_makes_itself_undumpable(tmp_path: Path, model_server: Any) -> None:
+    """Its agents and checks run as this user: they must not read loopd's memory or environ."""
+    model_server.script(critic)
+    home, _, _ = setup(tmp_path, model_server)
+    probe = (
+        "import ctypes, sys\n"
+        "from daemon.cli.main import main\n"
+        "rc = main(sys.argv[1:])\n"
+        "print('rc', rc, 'dumpable', ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))\n"  # GET_DUMPABLE
+    )
+    argv = ["--home", str(home), "experiment", "calc", "--without", "rules", "--repeat", "1"]
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert proc.stdout.splitlines()[-1] == "rc 0 dumpable 0", proc.stdout + proc.stderr
+    assert len(run_files(home)) == 2
 
 
 def test_a_bad_request_is_refused_before_any_run(tmp_path: Path, model_server: Any) -> None:

@@ -119,13 +119,16 @@ def _commit_of(loop: Any, at: str | None) -> str:
 
 def experiment_cmd(args: argparse.Namespace) -> int:
     """Paired runs of a loop with every support and without each one; a report with intervals."""
-    from daemon.agents.processes import set_child_subreaper
+    from daemon.agents.processes import set_child_subreaper, set_not_dumpable
     from daemon.cli.runs import valid_loop
     from daemon.experiments.arms import arms_for, parse_supports
     from daemon.experiments.runner import Experiment, ExperimentRunner
+    from daemon.runs.budget import loop_hold
     from daemon.runs.services import RunServices
     from daemon.state.lock import LockHeld
 
+    # The agent and the checks run as this user: they must not read this process's secrets.
+    set_not_dumpable()
     home = home_of(args)
     loaded = home.load()
     if not loaded.daemon_ok:
@@ -144,6 +147,11 @@ def experiment_cmd(args: argparse.Namespace) -> int:
         )
     commit = _commit_of(loop, args.at)
     store = home.state(loaded.daemon.limits.events_rotate)
+    hold = loop_hold(store, loaded.daemon, loop, utc_now())
+    if hold is not None:
+        # As `loopd once`: nothing started yet, so say so now rather than wait unseen.
+        print(f"not run: {hold.why}; new runs of {loop.name} wait until {hold.until}")
+        return 1
     lock = store.loop_lock(loop.name)
     try:
         lock.acquire()
@@ -159,7 +167,10 @@ def experiment_cmd(args: argparse.Namespace) -> int:
         arm = run.experiment.arm if run.experiment else "?"
         print(f"  {arm}: {run.id} {run.outcome} ({len(run.attempts)} attempts)", flush=True)
 
-    runner = ExperimentRunner(services, experiment, on_run=told)
+    def held(hold: Any) -> None:
+        print(f"  waiting until {hold.until}: {hold.why}", flush=True)
+
+    runner = ExperimentRunner(services, experiment, on_run=told, on_hold=held)
     print(experiment.id, flush=True)
     print(
         f"{len(experiment.arms)} arms x {args.repeat} runs of {loop.name} at {commit[:12]}, "

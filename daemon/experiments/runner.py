@@ -19,16 +19,21 @@ from pathlib import Path
 from daemon.config import Loop
 from daemon.experiments.arms import Arm
 from daemon.experiments.report import ExperimentReport, arm_report, write_report
+from daemon.runs.budget import Hold, loop_hold
 from daemon.runs.executor import RunExecutor, new_run
 from daemon.runs.services import RunServices
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir
 from daemon.state.records import ExperimentArm, RunRecord, Trigger, make_run_id
+from daemon.units import format_duration
 
-# Asked before each run starts: a reason to start no more runs (a spent token budget), or
-# None. Experiment runs count toward budgets like any run (their tokens are in run.toml);
-# a budget check plugs in here.
-BudgetGate = Callable[[Loop, datetime], str | None]
+# Seconds between looks at the clock while the loop's new runs are held by its agent
+# profile's usage limit (a stop ends the wait at once).
+POLL = 30.0
+
+# What holds the loop's new runs back now (its profile's usage limit, a spent token budget),
+# or None: the daemon's own rule (runs/budget.py), over the home's state, unless a test says.
+HoldOf = Callable[[Loop, datetime], Hold | None]
 
 
 @dataclass
@@ -55,13 +60,15 @@ class ExperimentRunner:
 
     services: RunServices
     experiment: Experiment
-    budget_gate: BudgetGate | None = None
+    hold_of: HoldOf | None = None
     on_run: Callable[[RunRecord], None] | None = None  # told of each finished run
+    on_hold: Callable[[Hold], None] | None = None  # told once a hold until a new moment
     _runs: dict[str, list[RunRecord]] = field(default_factory=dict)
     _live: dict[str, RunExecutor] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stopped: str = ""
     _grace: float = 0.0
+    _wake: threading.Event = field(default_factory=threading.Event)  # set by stop()
 
     def __post_init__(self) -> None:
         exp = self.experiment
@@ -89,6 +96,7 @@ class ExperimentRunner:
             self._stopped = self._stopped or why
             self._grace = grace
             running = list(self._live.values())
+        self._wake.set()
         for executor in running:
             executor.interrupt(grace)
 
@@ -106,15 +114,8 @@ class ExperimentRunner:
 
     def _one(self, slot: _Slot) -> None:
         exp = self.experiment
-        with self._lock:
-            if self._stopped:
-                return
-        if self.budget_gate is not None:
-            reason = self.budget_gate(exp.loop, self.services.clock())
-            if reason:
-                with self._lock:
-                    self._stopped = self._stopped or reason
-                return
+        if not self._clear_to_start():
+            return
         loop = arm_loop(exp.loop, exp.commit, slot.arm)
         run = self._new_run(loop, slot)
         executor = RunExecutor(self.services, loop, run)
@@ -131,6 +132,42 @@ class ExperimentRunner:
             self._write()
         if self.on_run is not None:
             self.on_run(run)
+
+    def _hold(self, now: datetime) -> Hold | None:
+        loop = self.experiment.loop
+        if self.hold_of is not None:
+            return self.hold_of(loop, now)
+        return loop_hold(self.services.store, self.services.config, loop, now)
+
+    def _clear_to_start(self) -> bool:
+        """Whether the next run may start: the experiment's runs count toward budgets and wait
+        for their profile's usage limit like the daemon's. A usage limit is waited out (no
+        longer than `[limits] max_wait`); a spent budget starts no more runs."""
+        told: datetime | None = None
+        max_wait = self.services.config.limits.max_wait
+        while True:
+            with self._lock:
+                if self._stopped:
+                    return False
+            now = self.services.clock()
+            hold = self._hold(now)
+            if hold is None:
+                return True
+            until = f"{hold.until:%Y-%m-%d %H:%M %Z}".strip()
+            why = ""
+            if hold.kind != "quota":
+                why = f"{hold.why}; new runs of {self.experiment.loop.name} wait until {until}"
+            elif hold.until - now > max_wait:
+                wait = format_duration(max_wait)
+                why = f"{hold.why} lifts at {until}, more than [limits] max_wait ({wait}) away"
+            if why:
+                with self._lock:
+                    self._stopped = self._stopped or why
+                return False
+            if told != hold.until and self.on_hold is not None:
+                self.on_hold(hold)
+            told = hold.until
+            self._wake.wait(min(POLL, max(0.0, (hold.until - now).total_seconds())))
 
     def _new_run(self, loop: Loop, slot: _Slot) -> RunRecord:
         services, exp = self.services, self.experiment
