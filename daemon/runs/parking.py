@@ -27,6 +27,7 @@ from daemon.runs.slots import release_slot, take_slot
 from daemon.runs.stop import StopToken
 from daemon.state.atomic import write_atomic
 from daemon.state.records import Park
+from daemon.units import format_duration
 
 RESET_MARGIN = timedelta(minutes=1)  # a limit is waited out a minute past its reset
 FIRST_WAIT = timedelta(minutes=30)  # no reset named: this, doubling with each park in a row
@@ -107,7 +108,7 @@ class Parking:
         if resume_at - since > limit:
             return (
                 f"the usage limit of agent profile {profile!r} lifts at {_when(resume_at)}, "
-                f"more than [limits] max_wait ({limit}) after the wait began"
+                f"more than [limits] max_wait ({format_duration(limit)}) after the wait began"
             )
         write_atomic(journal.attempt_dir(self.n) / ASKED_FILE, redact(asked.text))
         run.park = Park(
