@@ -233,7 +233,7 @@ def test_with_no_reset_named_the_wait_doubles_to_4h_and_past_max_wait_it_escalat
     # The sixth park would end 15h30m after the first began: past max_wait (12h).
     record = run_toml(services, run_id)
     assert record["outcome"] == "escalated" and record["cause"] == "quota-wait-exceeded"
-    assert "max_wait" in record["reason"]
+    assert "max_wait (12h)" in record["reason"]
     assert len(asked(calls)) == 6 and record["attempts"][0]["nudges"] == 0
     escalation = services.store.escalation_path(run_id).read_text()
     assert "max_wait" in escalation
