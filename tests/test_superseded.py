@@ -25,8 +25,10 @@ def _home(tmp_path: Path) -> tuple[Path, Path]:
         f"if pathlib.Path({str(mode)!r}).read_text() == 'fix':\n"
         "    p = pathlib.Path('calc.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
     )
+    # The agent reads the test's switch, outside its tree: the sandbox shows it read-only.
     config = (
         f'[agents.a]\nadapter = "command"\ncommand = {json.dumps([sys.executable, "-c", script])}\n'
+        f'\n[sandbox]\nreadable = ["{mode}"]\n'
     )
     loop = (
         f'repo = "{repo}"\ntask = "Make check.py pass."\nagent = "a"\ncritic = "off"\n'
