@@ -166,7 +166,11 @@ def test_an_interrupted_clone_run_is_retried_from_its_branch(tmp_path: Path) -> 
 def test_loopd_once_runs_in_a_clone_by_default(tmp_path: Path) -> None:
     repo = make_repo(
         tmp_path / "repo",
-        {"calc.py": "def add(a, b):\n    return a - b\n", "check.py": "import calc\n"},
+        # The check fails on the base: a run whose checks already pass is skipped as done.
+        {
+            "calc.py": "def add(a, b):\n    return a - b\n",
+            "check.py": "from calc import add\nassert add(2, 3) == 5\n",
+        },
     )
     argv = [sys.executable, "-c", FIXER + "import os\nprint(os.getcwd())\n"]
     home = make_home(
