@@ -22,6 +22,7 @@ from daemon.state.ledger import ledger_of
 from daemon.state.records import AttemptRecord
 from tests.helpers import git, loopd, make_home, make_repo, wait_for
 from tests.model_server import ScriptedModelServer, call_name
+from tests.sandboxing import require_bwrap
 from tests.test_run_lifecycle import JOIN, in_thread, make_case, writer
 
 # Fixes add and leaves a note for the next attempt; the note's presence shows where it runs.
@@ -236,18 +237,20 @@ def test_a_sha256_repository_runs_in_a_clone(tmp_path: Path) -> None:
 
 
 def test_the_repository_guards_are_off_only_for_a_sandboxed_clone(tmp_path: Path) -> None:
+    require_bwrap()
     seen = {}
-    for isolation, sandbox in (("clone", "bwrap"), ("clone", ""), ("worktree", "bwrap")):
-        case = make_case(tmp_path / f"{isolation}-{sandbox or 'off'}", FIXER, isolation=isolation)
+    for isolation, mode in (("clone", "bwrap"), ("clone", "off"), ("worktree", "bwrap")):
+        case = make_case(tmp_path / f"{isolation}-{mode}", FIXER, isolation=isolation)
+        case.services.config.sandbox.mode = mode  # as `[sandbox] mode` in loopd.toml
         run = case.new_run()
-        run.sandbox = sandbox  # what the sandbox in force says (the sandbox's code sets it)
         ended = RunExecutor(case.services, case.loop, run).execute()
         assert ended.outcome == "succeeded", ended.reason
+        assert ended.sandbox == mode  # the sandbox in force, recorded by the run
         guard_file = case.store.run_dir(run.id) / "repo-guard.json"
-        seen[(isolation, sandbox)] = (guard_file.exists(), bool(ended.refs_before))
+        seen[(isolation, mode)] = (guard_file.exists(), bool(ended.refs_before))
     # With the user's repository read-only to a sandboxed agent, nothing to watch there.
     assert seen == {
         ("clone", "bwrap"): (False, False),
-        ("clone", ""): (True, True),
+        ("clone", "off"): (True, True),
         ("worktree", "bwrap"): (True, True),
     }
