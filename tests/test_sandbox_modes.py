@@ -109,15 +109,22 @@ def test_the_user_git_folder_is_found_without_asking_git(tmp_path: Path) -> None
     assert run_exposure(repo, "clone").git_readable == [str((repo / ".git").resolve())]
 
 
-def test_a_run_keeps_what_it_exposed_in_its_record(tmp_path: Path) -> None:
+@pytest.mark.parametrize("isolation", ["clone", "worktree"])
+def test_a_run_keeps_what_it_exposed_in_its_record(tmp_path: Path, isolation: str) -> None:
     require_bwrap()
-    home, repo = hostile_home(tmp_path, FIX)
+    home, repo = hostile_home(tmp_path, FIX, loop={"isolation": isolation})
     proc = loopd(home, "once", "calc", timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_id = proc.stdout.splitlines()[0]
     run = tomllib.loads((home / "state" / "runs" / run_id / "run.toml").read_text())
     exposure = run["exposure"]
-    assert exposure["git_writable"] == [str((repo / ".git").resolve())]
+    # A clone's agent reads the user's objects (its alternates) and writes none of them; a
+    # worktree's agent commits into the user's repository.
+    user_git = [str((repo / ".git").resolve())]
+    if isolation == "clone":
+        assert (exposure["git_writable"], exposure["git_readable"]) == ([], user_git)
+    else:
+        assert (exposure["git_writable"], exposure["git_readable"]) == (user_git, [])
     assert exposure["agent_home"].endswith(f"{run_id}.agent/home")
     wait_for(lambda: not Path(exposure["agent_home"]).exists(), timeout=5)
 
@@ -131,7 +138,9 @@ def test_paths_kept_read_only_stay_so_inside_the_writable_tree(tmp_path: Path) -
     from daemon.runs.executor import new_run
     from daemon.runs.services import RunServices
     from daemon.runs.tree import prepare_tree
+    from daemon.runs.userrepo import LedgerWriter
     from daemon.scheduling.queue import PendingRun
+    from daemon.state.ledger import ledger_of
     from daemon.state.records import Trigger
 
     require_bwrap()
@@ -146,7 +155,9 @@ def test_paths_kept_read_only_stay_so_inside_the_writable_tree(tmp_path: Path) -
     )
     loop = loaded.loops["calc"]
     run = new_run(services, loop, pending)
-    tree = prepare_tree(repo, "calc", run.id, "worktree", "HEAD", tmp_path / "worktrees").path
+    writer = LedgerWriter(ledger_of(services.store.root), services.clock, run.id)
+    tree = prepare_tree(repo, "calc", run.id, "worktree", "HEAD", tmp_path / "worktrees", writer)
+    tree = tree.path
     (tree / ".venv").mkdir()
     Confinement.for_run(services, loop.config, run, tree).keep_read_only([tree / ".venv"])
     # The next attempt's confinement, built afresh, keeps it from the run's record.
