@@ -85,6 +85,15 @@ def test_the_event_log_rotates_past_its_size(tmp_path: Path) -> None:
     assert all(f.stat().st_size <= 2000 + 200 for f in rotated)
 
 
+def test_a_workers_event_log_rotates_under_its_own_name(tmp_path: Path) -> None:
+    path = tmp_path / "worker-events.jsonl"
+    log = EventLog(path, rotate_bytes=2000)
+    for i in range(100):
+        log.append("tick", NOW, n=i)
+    assert sorted(tmp_path.glob("worker-events-*.jsonl"))
+    assert not list(tmp_path.glob("events-*.jsonl"))  # the home's rotated logs are its own
+
+
 def test_the_inbox_takes_valid_triggers_and_sets_bad_files_aside(tmp_path: Path) -> None:
     store = StateStore(tmp_path / "state")
     store.put_trigger(Trigger(loop="a", kind="manual", reason="x", ts=NOW))

@@ -87,10 +87,12 @@ class EventLog:
                 raise
 
     def _next_rotated(self) -> Path:
+        # Named after this log (events-N.jsonl, worker-events-N.jsonl): a worker's rotated
+        # log must never pass for one of the home's.
         n = 1
-        while (self.path.parent / f"events-{n}.jsonl").exists():
+        while (self.path.parent / f"{self.path.stem}-{n}{self.path.suffix}").exists():
             n += 1
-        return self.path.parent / f"events-{n}.jsonl"
+        return self.path.parent / f"{self.path.stem}-{n}{self.path.suffix}"
 
     def append(
         self,
