@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from daemon.state.readme import README, stamped
 from tests.helpers import loopd, make_home, make_repo, start_daemon, stop_daemon, wait_for
 
 BUGGY = {
@@ -112,14 +113,43 @@ def test_state_readme_names_what_loopd_wrote(tmp_path: Path, daemons: list) -> N
         assert key in readme, entry.name
     for entry in (run_dir / "attempt-1").iterdir():
         assert f"`attempt-N/{entry.name}`" in readme, entry.name
-    # `loopd run` writes it when it is missing, and never over a person's edit.
-    (state / "README.md").write_text("mine\n")
-    daemon = start_daemon(home)
-    daemons.append(daemon)
-    assert stop_daemon(daemon) == 0
-    assert (state / "README.md").read_text() == "mine\n"
-    (state / "README.md").unlink()
-    daemon = start_daemon(home)
-    daemons.append(daemon)
-    assert stop_daemon(daemon) == 0
-    assert (state / "README.md").read_text() == readme
+    # `loopd run` writes it when it is missing or an older page of loopd's own, and never
+    # over a page a person wrote or edited.
+    older = stamped("# state/: an older loopd's page\n")
+    edited = readme.replace("## Runs", "## Runs (mine: see also my notes)")
+    for page, kept in (("mine\n", True), (edited, True), (older, False), (None, False)):
+        if page is None:
+            (state / "README.md").unlink()
+        else:
+            (state / "README.md").write_text(page)
+        daemon = start_daemon(home)
+        daemons.append(daemon)
+        assert stop_daemon(daemon) == 0
+        assert (state / "README.md").read_text() == (page if kept else readme), page
+
+
+def test_state_readme_names_every_file_loopd_writes() -> None:
+    from daemon.engine.temporal import homeside, workerstore
+    from daemon.runs import integrity, parking
+    from daemon.state import ledger
+
+    names = [
+        ledger.LEDGER_NAME,
+        homeside.KEY_FILE,
+        f"runs/RUN_ID/{workerstore.RECORD}",
+        f"{workerstore.LIVE}/",
+        workerstore.EVENTS,
+        f"attempt-N/{parking.ASKED_FILE}",
+        f"runs/RUN_ID/{integrity.GUARD_FILE}",
+        "quota.toml",
+        "budget.toml",
+        "locks/quota.lock",
+        "worker.lock",
+        "experiments/",
+        "control/reload-",
+        "runs/RUN_ID/setup.log",
+        "hooks.log",
+    ]
+    for name in names:
+        assert f"`{name}" in README, name
+    assert "agent-homes" not in README  # agents' HOMEs are per run, beside the run's tree

@@ -1,11 +1,15 @@
 """`state/README.md`: what each file and folder of `state/` is, for the person reading it.
 
-`loopd init` writes it, and `loopd run` writes it when it is missing. A person may delete or
-edit it; loopd only writes it where there is none.
+`loopd init` writes it, and `loopd run` writes it when it is missing or when it is loopd's
+own page from another version of loopd. The page ends with a line holding a digest of the
+text above it: while the two agree, the page is loopd's and is kept current; a page a person
+edited (the digest no longer agrees) or wrote (no such line) is theirs and is left alone.
+Deleting it brings loopd's current page back.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from daemon.state.atomic import write_atomic
@@ -39,8 +43,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `runs/RUN_ID/run.toml`: the run's record: loop, task, `[trigger]` (kind, reason, ref,
   merged triggers), started, finished, `outcome` and `reason`, `cause`, branch, tokens,
   cost, rules fired, `land`, `target`, `landed` and `landed_as` (where its work went),
-  and `[[attempts]]` (exit code, nudges, stalls, checks passed, score, verdict, feedback,
-  violations)
+  `[exposure]` (the paths its sandbox showed), and `[[attempts]]` (exit code, nudges,
+  stalls, checks passed, score, verdict, feedback, violations)
 - `runs/RUN_ID/attempt-N/`: one attempt: one agent session with its nudges, then loopd's
   checks and the critic
 - `attempt-N/prompt.md`: byte for byte what the agent received
@@ -57,6 +61,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   passed): what the next attempt's prompt shows under `# What failed last time`
 - `attempt-N/verdict.toml`: the critic's judgement: score, verdict, unsupported claims,
   feedback (or "not judged by a model")
+- `attempt-N/asked.md`: what the agent was last asked when its usage limit stopped it (the
+  run is parked); sent to it again when the limit resets
 - `runs/RUN_ID/setup.log`: the output of the loop's `setup` commands, run in the tree before
   the first attempt
 - `runs/RUN_ID/done-check.log`: `done_when` as it ran on the commit the run starts from
@@ -64,8 +70,20 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `runs/RUN_ID/land.log`, `land-checks.log`, `land-setup.log`, `pr-body.md`: landing a
   succeeded run (`land`): the push and `pr_command`, setup and the checks on a merge with
   the target, the pull request's body
+- `runs/RUN_ID/repo-guard.json`: your repository's `config`, `hooks/` and `info/` as they
+  were before the agent started, for a run whose agent could write them (a worktree, an
+  in-place run, a clone without a sandbox); what changed is put back and reported
 - `runs/RUN_ID/pruned.toml`: written when `retain_days` pruned the run's attempt folders and
   branch; run.toml stays
+- `runs/RUN_ID/worker.toml`: with the Temporal engine, a worker's own view of the run it
+  works on (the home keeps run.toml)
+
+## Experiments
+
+- `experiments/ID/report.md` and `report.json`: what `loopd experiment` measured, per arm:
+  success rate with its 95% interval, tokens, wall time, nudges and escalations; rewritten
+  after each of its runs. The runs themselves are in `runs/`, trigger kind `experiment`,
+  with an `[experiment]` table naming their arm
 
 ## The daemon's working files (leave them to loopd)
 
@@ -81,33 +99,90 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   `loopd escalations resolve --retry` and the git hooks. `inbox/bad/` keeps files that were
   not valid triggers. `inbox/.seen/` holds the hooks' markers: one push (ref, commit)
   triggers a loop once
+- `hooks.log`: errors of the git hooks `loopd hooks install` wrote (a hook never fails git)
 - `live/RUN_ID`: an empty marker per run without an outcome yet, so a restart finds the runs
   to resume or end
-- `locks/LOOP.lock`: held by whoever runs the loop now (the daemon or `loopd once`)
+- `locks/LOOP.lock`: held by whoever runs the loop now (the daemon or `loopd once`);
+  `locks/quota.lock`: taken while `quota.toml` is written
 - `loopd.lock`: held by the daemon of this home; one daemon per home
 - `paused/LOOP`: the loop is paused (`loopd pause` / `loopd resume`); its triggers are
   recorded and wait
-- `control/cancel-RUN_ID`: `loopd cancel` asked to stop that run; removed when it ended
+- `control/cancel-RUN_ID`: `loopd cancel` asked to stop that run; removed when it ended.
+  `control/reload-TOKEN`: `loopd reload` asked the daemon to read its files again; removed
+  as it does
 - `deferred/RUN_ID-N.toml`: a lesson (post-mortem) waiting for the model at `[verifier]`,
   retried later
 - `cache/trigger-matches.json`: the rule evaluator's cached model answers (`loopd rules
-  match`); safe to delete
-- `agent-homes/PROFILE/`: the private HOME of an agent profile on a local endpoint (its
-  config and sessions)
+  match`, `loopd replay`); safe to delete
+- `quota.toml`: per agent profile, when the usage limit it ran into resets; runs parked on
+  it wait until then
+- `budget.toml`: per token budget (the home's, a loop's), the last day its exhaustion was
+  announced, so it is announced once a day
+- `ref-ledger.jsonl`: every ref loopd itself moved in your repositories (run branches,
+  kept commits, pruning, landing), one JSON line each, kept 7 days: a move the agent made
+  is then told apart from loopd's
 
-- `README.md`: this page; loopd writes it where there is none
+## With the Temporal engine
+
+- `engine.key`: this home's secret for its runs' tokens; never sent anywhere, keep it
+  private
+- `worker.lock`: held by the worker of this home (`loopd worker`); one worker per home
+- `worker-live/RUN_ID`: an attempt a worker runs now; a worker that restarts ends what it
+  left running
+- `worker-events.jsonl`: what the worker did on this machine (`worker-events-N.jsonl` once
+  rotated)
+
+- `README.md`: this page. loopd keeps it current while it is loopd's own (its last line
+  says so); once you edit it, it is yours and loopd leaves it alone. Delete it to get
+  loopd's current page back
 
 Deleting `state/` forgets everything above (runs, escalations, the queue); loopd makes it
 again. Your loops, rules and repositories are outside it, and so are the run trees (under
-`[limits] worktrees`, by default `~/.cache/loopd/worktrees`) and the embedded example's
-repository (`~/.cache/loopd/example`).
+`[limits] worktrees`, by default `~/.cache/loopd/worktrees`; each run's agent gets a private
+HOME there, removed with the run) and the embedded example's repository
+(`~/.cache/loopd/example`).
 """
+
+# The last line of loopd's page: a digest of the text above it.
+MARK = "<!-- written by loopd; kept current until edited: "
+# loopd's pages from before the digest line (their whole text's SHA-256): still loopd's own.
+EARLIER = {
+    "814f44b2bc1f7744355905c0cc9b3a2f903828879c948cd58ed76e2d9a81e76d",
+    "b34c8d0dce2a31012c2cf0309b8b3a4b74cab28ba8083dc08f24622c583b89b3",
+}
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def stamped(text: str) -> str:
+    """`text` as loopd writes it: with its digest line."""
+    return f"{text}\n{MARK}{_digest(text)[:16]} -->\n"
+
+
+def is_loopds(page: str) -> bool:
+    """Whether `page` is a page loopd wrote and nobody edited since (of any version)."""
+    if _digest(page) in EARLIER:
+        return True
+    body, sep, last = page.rstrip("\n").rpartition("\n")
+    if not sep or not last.startswith(MARK) or not last.endswith(" -->"):
+        return False
+    return last[len(MARK) : -len(" -->")] == _digest(body)[:16]
 
 
 def write_state_readme(state_dir: Path) -> Path | None:
-    """Write `state/README.md` when there is none; the path written, or None."""
+    """Write `state/README.md` when there is none or it is an older page of loopd's own; the
+    path written, or None (current, or a person's)."""
     path = state_dir / "README.md"
-    if path.exists():
+    page = stamped(README)
+    try:
+        current = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        current = None
+    except (OSError, UnicodeDecodeError):
+        return None  # not loopd's to touch
+    if current == page or (current is not None and not is_loopds(current)):
         return None
-    write_atomic(path, README)
+    write_atomic(path, page)
     return path
