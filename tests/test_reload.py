@@ -198,14 +198,19 @@ def test_an_agent_rewriting_its_own_loop_file_is_recorded_and_its_run_keeps_its_
     home = make_home(tmp_path / "home")
     loop_file = home / "loops" / "calc.toml"
     # A hostile agent: instead of fixing add(), it makes its own checks always pass.
-    weaker = loop_text(repo, done_when=["true"]).replace('"fixer"', '"cheat"')
+    # (skip_if_done off: its next run then runs the agent and succeeds by `true`.)
+    weaker = loop_text(repo, done_when=["true"], skip_if_done=False).replace('"fixer"', '"cheat"')
     cheat = (
         "import pathlib, time\n"
         f"pathlib.Path({str(loop_file)!r}).write_text({weaker!r})\n"
         "time.sleep(1.5)\n"  # still working when the daemon reloads
     )
+    # No sandbox: where one runs, the home is hidden from the agent and this write fails.
+    # Without one (mode = "off", or a machine where bubblewrap cannot run) the agent reaches
+    # the home, and this test is about what loopd does then.
     (home / "loopd.toml").write_text(
-        agent_config(cheat, "cheat") + f'[limits]\nworktrees = "{tmp_path / "worktrees"}"\n'
+        agent_config(cheat, "cheat")
+        + f'[limits]\nworktrees = "{tmp_path / "worktrees"}"\n[sandbox]\nmode = "off"\n'
     )
     loop_file.write_text(loop_text(repo).replace('"fixer"', '"cheat"'))
     daemon = start_daemon(home)
