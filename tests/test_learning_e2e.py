@@ -105,8 +105,8 @@ def setup_home(
     server.script(default_reply)
     script = tmp_path / "agent.py"
     script.write_text(AGENT.replace("RULE_MARK", repr(RULE_MARK)))
-    shared, sandbox = talk(tmp_path)  # the agent runs sandboxed: its marker lives here
-    marker = shared / "agent-started.txt"
+    folder, sandbox = talk(tmp_path)  # the agent runs sandboxed: its marker lives here
+    marker = folder / "agent-started.txt"
     argv = [sys.executable, str(script), str(marker)]
     config = (
         f'[verifier]\nbase_url = "{server.base_url}"\nmodel = "critic-model"\n'
