@@ -82,6 +82,23 @@ def test_a_rule_learned_in_loop_a_does_not_fire_in_loop_b_on_another_repository(
     assert code == 0 and run["rules_fired"] == [rid]
 
 
+def test_a_rule_learned_through_the_temporal_engine_is_scoped_by_the_home(
+    tmp_path: Path,
+) -> None:
+    from daemon.engine.temporal.lessons import lesson_rule
+    from daemon.engine.temporal.models import LessonOutput
+
+    # The worker proposes from its own copy of the repository; the home files the rule
+    # scoped to the person's repository, as its run record names it, whatever the worker said.
+    model = FakeModel(postmortem_rule=[LEARNED])
+    rule = propose_rule(model, make_attempt(tmp_path / "state"), "", {}, TASK_A, "calc", "r1")
+    for sent in ([], ["/worker/clone"]):
+        worker = rule.model_copy(update={"scope": rule.scope.model_copy(update={"repos": sent})})
+        lesson = LessonOutput(decision="accepted", rule=worker.model_dump(mode="json"))
+        filed = lesson_rule(lesson, "/home/person/repo")
+        assert filed.scope.repos == ["/home/person/repo"] and filed.rule == LEARNED["rule"]
+
+
 def critic_saying(**lists: list[str]) -> dict[str, Any]:
     return {"json": {**CRITIC, "rules_followed": [], "rules_irrelevant": [], **lists}}
 

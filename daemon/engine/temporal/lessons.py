@@ -145,11 +145,26 @@ def write_excerpts(folder: Path, files: list[SparseFile]) -> None:
         write_atomic(path, item.text())
 
 
+def lesson_rule(lesson: LessonOutput, repo: str) -> Rule:
+    """The worker's candidate, scoped by the home to the run's repository (the person's, as
+    the home's record names it) as a locally learned rule is; the worker's scope is not
+    taken."""
+    rule = Rule.model_validate(lesson.rule)
+    scope = rule.scope.model_copy(update={"repos": [repo] if repo else []})
+    return rule.model_copy(update={"scope": scope})
+
+
 def file_rejected(
-    library: Any, events: Any, lesson: LessonOutput, now: datetime, loop: str, run: str
+    library: Any,
+    events: Any,
+    lesson: LessonOutput,
+    now: datetime,
+    loop: str,
+    run: str,
+    repo: str = "",
 ) -> None:
     """A candidate the worker's grounding rejected: kept in rules/rejected/ with its reason."""
-    rule = Rule.model_validate(lesson.rule)
+    rule = lesson_rule(lesson, repo)
     reason = lesson.reasons[0] if lesson.reasons else "rejected by grounding on the worker"
     events.append("rule_proposed", now, loop=loop, run=run, text=rule.rule, kind=rule.kind)
     stored = library.add(Rule.model_validate({**rule.model_dump(), "reason": reason}), "rejected")

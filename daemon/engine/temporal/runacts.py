@@ -18,7 +18,7 @@ from temporalio.exceptions import CancelledError
 from daemon.config import LoopConfig
 from daemon.engine.temporal import branches
 from daemon.engine.temporal.homeside import HomeSide, loop_of, remote_for, trimmed
-from daemon.engine.temporal.lessons import file_rejected, write_excerpts
+from daemon.engine.temporal.lessons import file_rejected, lesson_rule, write_excerpts
 from daemon.engine.temporal.models import (
     Admitted,
     AttemptEnded,
@@ -351,7 +351,6 @@ class RunActivities:
     def file_lesson(self, inp: FileLesson) -> Learned:
         """The worker's candidate through the home's rule verifier (one writer of rules/)."""
         from daemon.model.client import ModelUnavailable
-        from daemon.rules.rulefile import Rule
         from daemon.rules.verifier import verify_candidate
         from daemon.runs.learning import rule_library
 
@@ -364,11 +363,11 @@ class RunActivities:
                 journal.event("rule_deferred", attempt=inp.n, reason=lesson.error[:300])
             return Learned()
         if lesson.decision == "rejected":
-            file_rejected(library, events, lesson, now, run.loop, run.id)
+            file_rejected(library, events, lesson, now, run.loop, run.id, run.repo)
             return Learned()
         folder = journal.attempt_dir(inp.n)
         write_excerpts(folder, lesson.excerpts)
-        candidate = Rule.model_validate(lesson.rule)
+        candidate = lesson_rule(lesson, run.repo)
         try:
             result = verify_candidate(
                 library,
