@@ -19,7 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import events, git, loopd, make_home, make_repo, start_daemon, stop_daemon
+from tests.helpers import (
+    events,
+    git,
+    loopd,
+    make_home,
+    make_repo,
+    start_daemon,
+    stop_daemon,
+    talk,
+)
+from tests.sandboxing import require_bwrap
 
 CALC = {
     "calc.py": "def add(a, b):\n    return a - b\n",
@@ -62,12 +72,19 @@ def loop_text(repo: Path, **extra: object) -> str:
     return "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
 
 
-def once(tmp_path: Path, body: str, files: dict[str, str] | None = None, **loop: object):  # noqa: ANN201
-    """Run one `loopd once calc` with a hostile agent; (repo, home, run, exit code)."""
+def once(  # noqa: ANN201
+    tmp_path: Path,
+    body: str,
+    files: dict[str, str] | None = None,
+    config: str = "",
+    **loop: object,
+):
+    """Run one `loopd once calc` with a hostile agent (`config`: more of loopd.toml);
+    (repo, home, run, exit code)."""
     repo = tmp_path / "repo"
     if not repo.exists():
         make_repo(repo, files or CALC)
-    home = make_home(tmp_path / "home", hostile(body), {"calc": loop_text(repo, **loop)})
+    home = make_home(tmp_path / "home", hostile(body) + config, {"calc": loop_text(repo, **loop)})
     proc = loopd(home, "once", "calc", timeout=120)
     run_id = proc.stdout.split()[0] if proc.stdout.split() else ""
     assert run_id, proc.stdout + proc.stderr
@@ -106,17 +123,22 @@ def forge(log: Path, repo: str = ".") -> str:
     """The attack: a commit forged on main; main, tag v1 and an earlier run's branch moved to it.
 
     In a clone, main comes from origin first (the user's repository, read-only to the agent).
+    `log` gets the forged commit, or `refused: ` and git's words when git could not do it.
     """
     return f"""\
 r = {repo!r}
-if subprocess.run(['git', '-C', r, 'rev-parse', '-q', '--verify', 'main'],
-                  capture_output=True).returncode != 0:
-    git('-C', r, 'fetch', '-q', 'origin', 'main:main')
-forged = git('-C', r, 'commit-tree', '-p', 'main', '-m', 'Merge pull request #12 (reviewed)',
-             git('-C', r, 'rev-parse', 'main^{{tree}}'))
-for ref in ('refs/heads/main', 'refs/tags/v1', 'refs/heads/loopd/calc/20200101T000000Z-calc-0000'):
-    git('-C', r, 'update-ref', ref, forged)
-pathlib.Path({str(log)!r}).write_text(forged)
+try:
+    if subprocess.run(['git', '-C', r, 'rev-parse', '-q', '--verify', 'main'],
+                      capture_output=True).returncode != 0:
+        git('-C', r, 'fetch', '-q', 'origin', 'main:main')
+    forged = git('-C', r, 'commit-tree', '-p', 'main', '-m', 'Merge pull request #12 (reviewed)',
+                 git('-C', r, 'rev-parse', 'main^{{tree}}'))
+    for ref in ('refs/heads/main', 'refs/tags/v1',
+                'refs/heads/loopd/calc/20200101T000000Z-calc-0000'):
+        git('-C', r, 'update-ref', ref, forged)
+    pathlib.Path({str(log)!r}).write_text(forged)
+except subprocess.CalledProcessError as exc:
+    pathlib.Path({str(log)!r}).write_text('refused: ' + exc.stderr)
 """
 
 
@@ -133,17 +155,21 @@ def test_an_agent_forging_main_a_tag_and_an_earlier_runs_branch_is_reported_not_
     tmp_path: Path, isolation: str
 ) -> None:
     repo, before = prepare_forgery(tmp_path)
-    forged_log = tmp_path / "forged"
+    shared, config = talk(tmp_path)  # the agent tells the test its forged commit here
+    forged_log = shared / "forged"
     if isolation == "worktree":
+        # Sandboxed: a worktree's agent writes the user's git directory (it commits there).
         body = forge(forged_log)
     else:
         # Without a sandbox a clone's agent can still reach the user's repository by its path:
-        # the guards stay on.
+        # the guards stay on. (With one, it cannot: the next test.)
         body = forge(forged_log, str(repo))
         isolation = "clone"
-    repo, home, run, code = once(tmp_path, body + FIX, isolation=isolation)
+        config += 'mode = "off"\n'
+    repo, home, run, code = once(tmp_path, body + FIX, config=config, isolation=isolation)
 
     forged = forged_log.read_text()
+    assert not forged.startswith("refused"), forged
     assert code == 1 and run["outcome"] == "escalated" and run["cause"] == "ref-violation"
     assert run["attempts"][0]["checks_passed"] is True  # only the guard stands in the way
     moved = ["refs/heads/loopd/calc/20200101T000000Z-calc-0000", "refs/heads/main", "refs/tags/v1"]
@@ -158,17 +184,39 @@ def test_an_agent_forging_main_a_tag_and_an_earlier_runs_branch_is_reported_not_
     assert "refs/heads/main" in escalation
 
 
+def test_a_sandboxed_clone_agent_cannot_reach_out_to_forge_the_users_refs(
+    tmp_path: Path,
+) -> None:
+    require_bwrap()
+    repo, before = prepare_forgery(tmp_path)
+    shared, config = talk(tmp_path)
+    forged_log = shared / "forged"
+    repo, home, run, code = once(tmp_path, forge(forged_log, str(repo)) + FIX, config=config)
+
+    assert run["isolation"] == "clone" and run["sandbox"] == "bwrap"
+    # The attack was made, by the user's repository's path, and git could not write there.
+    refused = forged_log.read_text()
+    assert refused.startswith("refused: ") and "Read-only file system" in refused, refused
+    assert code == 0 and run["outcome"] == "succeeded", run["reason"]
+    branch = f"refs/heads/{run['branch']}"
+    assert {k: v for k, v in refs_of(repo).items() if k != branch} == before
+    assert violations(run) == []
+
+
 def test_clone_agent_forging_refs_leaves_the_users_refs_untouched(tmp_path: Path) -> None:
     repo, before = prepare_forgery(tmp_path)
-    forged_log = tmp_path / "forged"
-    repo, home, run, code = once(tmp_path, forge(forged_log) + FIX)
+    shared, config = talk(tmp_path)
+    forged_log = shared / "forged"
+    repo, home, run, code = once(tmp_path, forge(forged_log) + FIX, config=config)
 
     assert run["isolation"] == "clone"
+    forged = forged_log.read_text()
+    assert not forged.startswith("refused"), forged  # the clone's own refs: the agent's to move
     assert code == 0 and run["outcome"] == "succeeded", run["reason"]
     after = refs_of(repo)
     branch = f"refs/heads/{run['branch']}"
     assert {k: v for k, v in after.items() if k != branch} == before
-    assert forged_log.read_text() not in after.values()
+    assert forged not in after.values()
     assert git(repo, "show", f"{branch}:calc.py") == "def add(a, b):\n    return a + b"
     assert violations(run) == []
 
@@ -318,14 +366,15 @@ def test_commits_on_a_detached_head_or_another_branch_land_on_the_runs_branch(
         if how == "detach"
         else ("git('checkout', '-q', '-b', 'side')")
     )
-    log = tmp_path / "agent-commit"
+    shared, config = talk(tmp_path)  # the agent tells the test its commit here
+    log = shared / "agent-commit"
     body = (
         f"{switch}\n{FIX}"
         "git('add', 'calc.py')\n"
         "git('commit', '-q', '-m', 'agent: fix add')\n"
         f"pathlib.Path({str(log)!r}).write_text(git('rev-parse', 'HEAD'))\n"
     )
-    repo, home, run, code = once(tmp_path, body, isolation=isolation)
+    repo, home, run, code = once(tmp_path, body, config=config, isolation=isolation)
 
     if isolation == "worktree" and how == "other-branch":
         # A new branch in the user's repository: reported, left there; the work still lands.
@@ -346,7 +395,8 @@ def test_commits_on_a_detached_head_or_another_branch_land_on_the_runs_branch(
 def test_commits_that_do_not_descend_from_the_base_are_kept_and_fail_the_attempt(
     tmp_path: Path,
 ) -> None:
-    log = tmp_path / "agent-commit"
+    shared, config = talk(tmp_path)
+    log = shared / "agent-commit"
     body = (
         "git('checkout', '-q', '--orphan', 'elsewhere')\n"
         "pathlib.Path('calc.py').write_text('def add(a, b):\\n    return a + b\\n')\n"
@@ -354,7 +404,7 @@ def test_commits_that_do_not_descend_from_the_base_are_kept_and_fail_the_attempt
         "git('commit', '-q', '-m', 'unrelated history')\n"
         f"pathlib.Path({str(log)!r}).write_text(git('rev-parse', 'HEAD'))\n"
     )
-    repo, home, run, code = once(tmp_path, body)
+    repo, home, run, code = once(tmp_path, body, config=config)
 
     orphan = log.read_text()
     kept = f"refs/loopd/kept/{run['id']}/{orphan[:12]}"
@@ -576,7 +626,8 @@ def test_repository_checks_also_run_when_the_attempt_ends_in_an_error(
     repo = make_repo(tmp_path / "repo", CALC)
     main_before = git(repo, "rev-parse", "main")
     hooks_before = files_state(repo / ".git" / "hooks")
-    attacked = tmp_path / "attacked"
+    shared, config = talk(tmp_path)  # the agent says it attacked through this folder
+    attacked = shared / "attacked"
     body = (
         f"if pathlib.Path({str(attacked)!r}).exists():\n"
         "    sys.exit(0)  # the next run's agent: nothing to do\n"
@@ -590,8 +641,9 @@ def test_repository_checks_also_run_when_the_attempt_ends_in_an_error(
         "import time\n"
         "time.sleep(300)\n"
     )
+    # Sandboxed: a worktree's agent writes the user's git directory (it commits there).
     home = make_home(
-        tmp_path / "home", hostile(body), {"calc": loop_text(repo, isolation="worktree")}
+        tmp_path / "home", hostile(body) + config, {"calc": loop_text(repo, isolation="worktree")}
     )
     env = dict(os.environ)
     env.pop("LOOPD_HOME", None)
