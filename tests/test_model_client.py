@@ -176,6 +176,35 @@ def test_overall_timeout_bounds_the_whole_call(model_server: ScriptedModelServer
     assert client.requests == 1  # no retry starts past the deadline
 
 
+def test_the_overall_timeout_starts_after_the_clients_setup(
+    model_server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from daemon.model import client as module
+
+    # A clock that jumps 10 s while the client is set up (a slow first import of openai on a
+    # busy machine); a call bounded by 1 s still gets its whole second for the answer.
+    jumped = [0.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: time.perf_counter() + jumped[0])
+    setup = ModelClient._client
+
+    def slow_setup(self: ModelClient) -> object:
+        made = self._openai is None
+        found = setup(self)
+        if made:
+            jumped[0] += 10.0
+        return found
+
+    monkeypatch.setattr(ModelClient, "_client", slow_setup)
+    model_server.add({"json": {"matches": ["r-0001"]}})
+    client = make_client(model_server, timeout="60s")
+    reply = client.structured("trigger_matches", TriggerMatches, "s", "u", timeout=1.0)
+    assert reply.matches == ["r-0001"] and client.requests == 1
+    fresh = make_client(model_server, timeout="60s", embeddings_model="embed")
+    assert len(fresh.embeddings(["a"], timeout=1.0)) == 1
+
+
 def test_http_400_not_about_format_is_unavailable(model_server: ScriptedModelServer) -> None:
     model_server.add(*[{"status": 400, "message": "context length exceeded"}] * 3)
     client = make_client(model_server)

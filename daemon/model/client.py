@@ -95,6 +95,9 @@ class ModelClient:
         request is bounded by `[verifier] timeout`.
         """
         self.calls += 1
+        # The client's setup (the openai package's first import takes a second or more on a
+        # busy machine) is loopd's own work: the deadline bounds the model's answer only.
+        self._client()
         deadline = None if timeout is None else time.monotonic() + timeout
         schema = _schema_of(reply)
         messages: list[dict[str, str]] = [
@@ -133,6 +136,7 @@ class ModelClient:
             raise ModelUnavailable("no embeddings_model under [verifier] in loopd.toml")
         if not texts:
             return []
+        self._client()  # set up before the deadline starts, as for `structured`
         deadline = None if timeout is None else time.monotonic() + timeout
         redacted = [redact(text) for text in texts]
 
