@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon.config import LoadedConfig, Loop
+from daemon.config import DaemonConfig, LoadedConfig, Loop
 from daemon.config_errors import ConfigError
 from daemon.home import Home
 
@@ -100,10 +100,12 @@ def changed_loops(before: LoopFiles, after: LoopFiles) -> list[str]:
     return sorted(n for n in names if before.on_disk.get(n) != after.on_disk.get(n))
 
 
-def agent_could_write_home(config: Any) -> bool:
+def agent_could_write_home(config: DaemonConfig) -> bool:
     """Whether a running agent could have written the home's files: no sandbox hides them."""
-    sandbox = getattr(config, "sandbox", None)
-    return sandbox is None or getattr(sandbox, "mode", "off") != "bwrap"
+    from daemon.sandbox.registry import choose
+
+    # The sandbox in force, not the mode written: "auto" may have gone unconfined here.
+    return choose(config.sandbox).name != "bwrap"
 
 
 def not_loaded_why(home: Home, name: str, loaded: LoadedConfig, daemon_ok: bool) -> str:
