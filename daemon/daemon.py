@@ -43,6 +43,9 @@ from daemon.service.reload import (
     changed_loops,
     first_load,
     keep_last_good,
+    keep_running,
+    restart_messages,
+    restart_pending,
 )
 from daemon.service.status import StatusBoard
 from daemon.service.verifier import VerifierWatch
@@ -192,6 +195,8 @@ class Daemon:
             ctx.event("reload_failed", error=str(exc)[:1000], requests=requests)
             self.status.write(now, force=True)
             return f"reload failed, keeping the running configuration: {exc}"
+        pending = restart_messages(restart_pending(ctx.config.daemon, loaded.daemon))
+        loaded.daemon = keep_running(ctx.config.daemon, loaded.daemon)
         before = (ctx.config, ctx.services, ctx.files, ctx.config_error)
         files = keep_last_good(ctx.home, ctx.config, ctx.files, loaded)
         try:
@@ -214,6 +219,10 @@ class Daemon:
             ctx.event("reload_failed", error=error[:1000], requests=requests)
             return f"reload failed, keeping the running configuration: {error}"
         ctx.report_config()
+        self.holds.recount()  # budgets and their time zone apply at once
+        if pending and pending != ctx.restart_pending:
+            ctx.event("restart_needed", changes=pending)
+        ctx.restart_pending = pending
         changed = changed_loops(before[2], files)
         self._changes_during_attempts(before[2], files, changed)
         broken = sorted(
@@ -226,10 +235,13 @@ class Daemon:
             changed=changed,
             stale=sorted(files.stale),
             not_loaded=broken,
+            restart=pending,
             requests=requests,
         )
         self.status.write(now, force=True)
         message = f"reloaded: {len(loaded.loops)} loop(s)"
+        for line in pending:
+            message += f"; {line}"
         if files.stale:
             message += "; kept the last good configuration of " + ", ".join(sorted(files.stale))
         if broken:

@@ -4,14 +4,32 @@ and said so (the event, `loopd reload`, `loopd status`)."""
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
 from daemon.config import DaemonConfig, SandboxConfig
 from daemon.sandbox import bwrap as bwrap_module
 from daemon.sandbox.base import Availability
-from daemon.service.reload import agent_could_write_home
+from daemon.service.reload import (
+    agent_could_write_home,
+    keep_running,
+    restart_messages,
+    restart_pending,
+)
+from tests.helpers import (
+    daemon_log,
+    events,
+    loopd,
+    make_home,
+    make_repo,
+    runs,
+    start_daemon,
+    stop_daemon,
+)
+from tests.test_reload import BUGGY, agent_config, loop_text
 
 
 def probe_found(monkeypatch: pytest.MonkeyPatch, ok: bool) -> None:
@@ -36,3 +54,55 @@ def test_auto_without_bubblewrap_lets_agents_write_the_home(
 ) -> None:
     probe_found(monkeypatch, ok=False)
     assert agent_could_write_home(DaemonConfig(sandbox=SandboxConfig(mode="auto"))) is True
+
+
+def test_restart_pending_names_each_changed_key_and_the_running_engine_is_kept() -> None:
+    running = DaemonConfig()
+    written = DaemonConfig.model_validate(
+        {"engine": {"kind": "temporal", "address": "10.0.0.2:7233"}, "limits": {"retain_days": 3}}
+    )
+    pending = restart_pending(running, written)
+    assert pending == {"engine": ["kind", "address"]}
+    (line,) = restart_messages(pending)
+    assert line.startswith("the [engine] change takes effect when loopd restarts")
+    assert "kind, address" in line
+    kept = keep_running(running, written)
+    assert kept.engine.kind == "local" and kept.limits.retain_days == 3  # the rest applies
+    assert restart_pending(running, kept) == {}
+
+
+def test_an_engine_change_waits_for_the_restart_and_reload_and_status_say_so(
+    tmp_path: Path, daemons: list
+) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    home = make_home(tmp_path / "home", agent_config(), {"calc": loop_text(repo)})
+    daemon = start_daemon(home)
+    daemons.append(daemon)
+    config = home / "loopd.toml"
+    original = config.read_text()
+    config.write_text(original + '\n[engine]\nkind = "temporal"\naddress = "127.0.0.1:9"\n')
+    proc = loopd(home, "reload")
+    assert proc.returncode == 0, proc.stdout + proc.stderr + daemon_log(home)
+    assert "the [engine] change takes effect when loopd restarts" in proc.stdout
+    assert "changed: kind, address" in proc.stdout
+    (needed,) = [e for e in events(home) if e["type"] == "restart_needed"]  # once, not per reload
+    assert "[engine]" in needed["changes"][0]
+    text = loopd(home, "status", env={"COLUMNS": "300"}).stdout
+    assert "warning: the [engine] change takes effect when loopd restarts" in text
+    # The daemon keeps serving the local engine, and the commands act on it.
+    proc = loopd(home, "trigger", "calc", "--wait", timeout=90)
+    assert proc.returncode == 0, proc.stdout + proc.stderr + daemon_log(home)
+    assert [r["outcome"] for r in runs(home)] == ["succeeded"]
+    # Written back: nothing waits for a restart any more.
+    config.write_text(original)
+    proc = loopd(home, "reload")
+    assert proc.returncode == 0 and "restarts" not in proc.stdout
+    warnings = loopd_json(home, "status")["daemon"]["warnings"]
+    assert not any("restarts" in w for w in warnings)
+    assert stop_daemon(daemon) == 0
+
+
+def loopd_json(home: Path, *args: str) -> dict:
+    proc = loopd(home, *args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
