@@ -224,17 +224,6 @@ class Git:
             refs[name] = sha
         return refs
 
-    def remove_stale_locks(self) -> list[str]:
-        """Remove the index lock a killed agent left; call only when its processes are gone."""
-        removed = []
-        path = Path(self.out("rev-parse", "--git-path", "index.lock"))
-        if not path.is_absolute():
-            path = self.cwd / path
-        if path.exists():
-            path.unlink(missing_ok=True)
-            removed.append(str(path))
-        return removed
-
     def is_clean(self) -> bool:
         return self.out("status", "--porcelain", "--untracked-files=all") == ""
 
