@@ -359,7 +359,7 @@ def _announce(home: Home, daemon: Daemon) -> None:
 def run_daemon(home: Home) -> int:
     """The driver: signals set flags; the loop ticks; systemd hears READY, WATCHDOG, STOPPING."""
     from daemon.agents.processes import set_not_dumpable
-    from daemon.systemd import SystemdNotifier
+    from daemon.systemd import Heartbeat, SystemdNotifier
 
     # Agents and checks run as this user: they must not read loopd's memory or environment.
     set_not_dumpable()
@@ -372,8 +372,7 @@ def run_daemon(home: Home) -> int:
     if notifier:
         notifier.ready()
         notifier.status(f"{len(daemon.loops)} loop(s)")
-    ping_every = (notifier.watchdog_interval() or 0) / 2 if notifier else 0
-    last_ping = 0.0
+    heartbeat = Heartbeat(notifier, healthy=daemon.healthy)
     failures = 0
     while not flags.stop.is_set():
         flags.wake.wait(timeout=1.0)
@@ -403,10 +402,7 @@ def run_daemon(home: Home) -> int:
                 notifications.daemon_failed(
                     home.root, f"{type(exc).__name__}: {exc}", utc_now(), wait=0
                 )
-        if notifier and ping_every and time.monotonic() - last_ping >= ping_every:
-            if daemon.healthy():
-                notifier.watchdog()
-                last_ping = time.monotonic()
+        heartbeat.beat(time.monotonic())
     if notifier:
         notifier.stopping()
         if daemon.pool.workers:
