@@ -227,14 +227,6 @@ class Git:
     def is_clean(self) -> bool:
         return self.out("status", "--porcelain", "--untracked-files=all") == ""
 
-    def commit_all(self, message: str) -> str | None:
-        """Commit everything in the tree as loopd; the new commit, or None when nothing changed."""
-        self.run("add", "--all", "--", ".")
-        if self.run("diff", "--cached", "--quiet", check=False).returncode == 0:
-            return None
-        self.run("commit", "--no-verify", "--no-gpg-sign", "-q", "-m", message)
-        return self.out("rev-parse", "HEAD")
-
     def stream(self, *args: str, timeout: float | None = None) -> Iterator[bytes]:
         """The lines of `git ARGS`'s output as they come, never the whole output at once.
 
