@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,27 @@ from tests.helpers import (
     start_daemon,
     stop_daemon,
 )
-from tests.test_reload import BUGGY, agent_config, loop_text
+
+BUGGY = {
+    "calc.py": "def add(a, b):\n    return a - b\n",
+    "check.py": "from calc import add\nassert add(2, 3) == 5\n",
+}
+FIXER = (
+    "import pathlib; p = pathlib.Path('calc.py'); "
+    "p.write_text(p.read_text().replace('a - b', 'a + b'))"
+)
+
+
+def agent_config() -> str:
+    command = json.dumps([sys.executable, "-c", FIXER])
+    return f'[agents.fixer]\nadapter = "command"\ncommand = {command}\n'
+
+
+def loop_text(repo: Path) -> str:
+    return (
+        f'repo = "{repo}"\ntask = "Make check.py pass."\nagent = "fixer"\n'
+        'done_when = ["python3 check.py"]\nmax_nudges = 0\nmax_attempts = 1\n'
+    )
 
 
 def probe_found(monkeypatch: pytest.MonkeyPatch, ok: bool) -> None:
@@ -106,3 +127,19 @@ def loopd_json(home: Path, *args: str) -> dict:
     proc = loopd(home, *args, "--json")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
+
+
+def test_the_temporal_home_keeps_its_engine_section_until_it_restarts(tmp_path: Path) -> None:
+    from daemon.engine.temporal.homeside import Configured
+    from daemon.home import Home
+
+    home = Home(make_home(tmp_path / "home", '[engine]\nkind = "temporal"\ntask_queue = "a"\n'))
+    side = Configured(home, home.load())
+    text = home.config_path.read_text().replace('task_queue = "a"', 'task_queue = "b"')
+    home.config_path.write_text(text + '\n[notify]\ncommand = ["true"]\n')
+    loaded = side.config()
+    # Its workers poll queue "a": a controller started on "b" would never run.
+    assert loaded.daemon.engine.task_queue == "a" and loaded.daemon.notify.command == ["true"]
+    (line,) = side.restart
+    assert "the [engine] change takes effect when loopd restarts" in line
+    assert "task_queue" in line
