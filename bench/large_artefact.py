@@ -24,7 +24,7 @@ from daemon.runs.diffs import record_diff
 from daemon.runs.git import Git
 from daemon.state.records import AttemptRecord, Cause, RunRecord, RunTrigger
 from daemon.state.store import StateStore
-from tests.helpers import make_repo
+from tests.helpers import commit_all, make_repo
 
 CHUNK = 1 << 20
 
@@ -57,7 +57,7 @@ def main() -> int:
         (repo / "app.py").write_text("print('hello, world')\n")
         rss_before = peak_rss_mb()
         started = time.perf_counter()
-        head = git.commit_all("loopd: bench attempt 1") or base
+        head = commit_all(git, "loopd: bench attempt 1") or base
         committed = time.perf_counter()
 
         store = StateStore(root / "state")

@@ -1,7 +1,8 @@
 """The loop keys of a run's start and end: `setup`, `skip_if_done`, `build_on` and landing.
 
-They join `LoopConfig` (daemon/config.py) as a base model; the checks here need the loop's
-repository (what branch `base` names) and the engine, so they run where `check_loop` does.
+They join `LoopConfig` (daemon/config/loop_file.py) as a base model; the checks here need
+the loop's repository (what branch `base` names) and the engine, so they run where
+`check_loop` does.
 The user's reference is `docs/configuration.md`.
 """
 

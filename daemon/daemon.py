@@ -43,6 +43,9 @@ from daemon.service.reload import (
     changed_loops,
     first_load,
     keep_last_good,
+    keep_running,
+    restart_messages,
+    restart_pending,
 )
 from daemon.service.status import StatusBoard
 from daemon.service.verifier import VerifierWatch
@@ -192,6 +195,8 @@ class Daemon:
             ctx.event("reload_failed", error=str(exc)[:1000], requests=requests)
             self.status.write(now, force=True)
             return f"reload failed, keeping the running configuration: {exc}"
+        pending = restart_messages(restart_pending(ctx.config.daemon, loaded.daemon))
+        loaded.daemon = keep_running(ctx.config.daemon, loaded.daemon)
         before = (ctx.config, ctx.services, ctx.files, ctx.config_error)
         files = keep_last_good(ctx.home, ctx.config, ctx.files, loaded)
         try:
@@ -214,6 +219,10 @@ class Daemon:
             ctx.event("reload_failed", error=error[:1000], requests=requests)
             return f"reload failed, keeping the running configuration: {error}"
         ctx.report_config()
+        self.holds.recount()  # budgets and their time zone apply at once
+        if pending and pending != ctx.restart_pending:
+            ctx.event("restart_needed", changes=pending)
+        ctx.restart_pending = pending
         changed = changed_loops(before[2], files)
         self._changes_during_attempts(before[2], files, changed)
         broken = sorted(
@@ -226,10 +235,13 @@ class Daemon:
             changed=changed,
             stale=sorted(files.stale),
             not_loaded=broken,
+            restart=pending,
             requests=requests,
         )
         self.status.write(now, force=True)
         message = f"reloaded: {len(loaded.loops)} loop(s)"
+        for line in pending:
+            message += f"; {line}"
         if files.stale:
             message += "; kept the last good configuration of " + ", ".join(sorted(files.stale))
         if broken:
@@ -347,7 +359,7 @@ def _announce(home: Home, daemon: Daemon) -> None:
 def run_daemon(home: Home) -> int:
     """The driver: signals set flags; the loop ticks; systemd hears READY, WATCHDOG, STOPPING."""
     from daemon.agents.processes import set_not_dumpable
-    from daemon.systemd import SystemdNotifier
+    from daemon.systemd import Heartbeat, SystemdNotifier
 
     # Agents and checks run as this user: they must not read loopd's memory or environment.
     set_not_dumpable()
@@ -360,8 +372,7 @@ def run_daemon(home: Home) -> int:
     if notifier:
         notifier.ready()
         notifier.status(f"{len(daemon.loops)} loop(s)")
-    ping_every = (notifier.watchdog_interval() or 0) / 2 if notifier else 0
-    last_ping = 0.0
+    heartbeat = Heartbeat(notifier, healthy=daemon.healthy)
     failures = 0
     while not flags.stop.is_set():
         flags.wake.wait(timeout=1.0)
@@ -391,10 +402,7 @@ def run_daemon(home: Home) -> int:
                 notifications.daemon_failed(
                     home.root, f"{type(exc).__name__}: {exc}", utc_now(), wait=0
                 )
-        if notifier and ping_every and time.monotonic() - last_ping >= ping_every:
-            if daemon.healthy():
-                notifier.watchdog()
-                last_ping = time.monotonic()
+        heartbeat.beat(time.monotonic())
     if notifier:
         notifier.stopping()
         if daemon.pool.workers:

@@ -121,33 +121,11 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())[:200]
 
 
-class Liveness:
-    """Threads that must keep reporting in: a worker that stops touching is wedged."""
-
-    def __init__(self) -> None:
-        self._seen: dict[str, tuple[float, float]] = {}
-        self._lock = threading.Lock()
-
-    def touch(self, name: str, now: float, max_silence: float) -> None:
-        """`name` is alive at monotonic time `now` and will report again within `max_silence`."""
-        with self._lock:
-            self._seen[name] = (now, max_silence)
-
-    def forget(self, name: str) -> None:
-        with self._lock:
-            self._seen.pop(name, None)
-
-    def stale(self, now: float) -> list[str]:
-        """Names that have been silent longer than they promised."""
-        with self._lock:
-            return sorted(n for n, (t, limit) in self._seen.items() if now - t > limit)
-
-
 class Heartbeat:
     """Feeds the systemd watchdog from the daemon's loop, only while `healthy()` says so.
 
     Call `beat(time.monotonic())` on every turn of the loop: a wedged loop stops the pings
-    by itself, and `healthy()` stops them when a scheduler, watcher or worker is dead.
+    by itself, and `healthy()` stops them when a watcher is dead or a run's worker wedged.
     """
 
     def __init__(

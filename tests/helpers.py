@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -193,3 +194,22 @@ def talk(tmp_path: Path) -> tuple[Path, str]:
     folder = tmp_path / "talk"
     folder.mkdir(exist_ok=True)
     return folder, f'\n[sandbox]\nwritable = ["{folder}"]\n'
+
+
+def take_triggers(store: Any) -> list[Any]:
+    """Read and remove every trigger file of `store`'s inbox, oldest first (the daemon
+    takes them through its queue; a test reads what a hook or a command left there)."""
+    names = store.inbox_names()
+    out = [t for t in map(store.read_trigger, names) if t is not None]
+    store.remove_inbox(t.id for t in out)
+    return out
+
+
+def commit_all(repo_git: Any, message: str) -> str | None:
+    """Commit everything in a tree through safe git (a daemon.runs.git.Git); the new commit,
+    or None when nothing changed. Runs commit through integrity.py; tests set trees up."""
+    repo_git.run("add", "--all", "--", ".")
+    if repo_git.run("diff", "--cached", "--quiet", check=False).returncode == 0:
+        return None
+    repo_git.run("commit", "--no-verify", "--no-gpg-sign", "-q", "-m", message)
+    return repo_git.out("rev-parse", "HEAD")

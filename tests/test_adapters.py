@@ -20,12 +20,12 @@ from daemon.agents.endings import (
     permission_denied,
     repeated_tool_call,
 )
-from daemon.agents.registry import adapter_class, adapter_names
-from daemon.config import AgentProfile
+from daemon.agents.registry import adapter_class
+from daemon.config import ADAPTERS, AgentProfile
 
 STREAMS = Path(__file__).parent / "data" / "streams"
 GARBAGE = "this is not json {"
-ALL = adapter_names()
+ALL = sorted(ADAPTERS)
 AGENTS = [name for name in ALL if name != "command"]
 
 # What the recorded lines hold (see tests/data/streams/README.md).

@@ -17,7 +17,7 @@ from daemon.scheduling.inbox_watch import InboxWatcher
 from daemon.state.events import EventLog
 from daemon.state.records import Trigger
 from daemon.state.store import StateStore
-from tests.helpers import git, make_repo
+from tests.helpers import git, make_repo, take_triggers
 
 T0 = datetime(2026, 11, 29, 2, 0, 0, tzinfo=UTC)
 
@@ -216,7 +216,7 @@ def test_inbox_watcher_wakes_on_a_trigger_file(tmp_path: Path) -> None:
         store.put_trigger(Trigger(loop="app", kind="manual", ts=T0))
         assert wake.wait(5)
         wake.clear()
-        assert [t.loop for t in store.take_triggers()] == ["app"]
+        assert [t.loop for t in take_triggers(store)] == ["app"]
     finally:
         watcher.stop()
     assert not watcher.alive()

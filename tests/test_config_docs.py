@@ -86,3 +86,42 @@ def test_no_row_documents_a_key_that_does_not_exist() -> None:
 
 def test_the_adapters_are_listed_as_the_code_has_them() -> None:
     assert ", ".join(f'`"{a}"`' for a in ADAPTERS) in section("### [agents.NAME]")
+
+
+def test_the_warnings_table_names_the_budget_tls_and_sandbox_warnings_check_prints(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each warning `check` prints for budgets, the engine's TLS and the sandbox has a row."""
+    import json
+    import os
+    import sys
+
+    from daemon.home import Home
+    from daemon.runs.budget import budget_warnings
+    from daemon.sandbox import bwrap as bwrap_module
+    from daemon.sandbox.base import Availability
+    from daemon.sandbox.registry import choose
+    from tests.helpers import make_home, make_repo
+
+    table = DOC[DOC.index("  | warning | example |") :].split("\n\n", 1)[0]
+    repo = make_repo(tmp_path / "repo", {"a.py": ""})
+    agent = json.dumps([sys.executable, "-c", "pass"])
+    home = make_home(
+        tmp_path / "home",
+        f'[agents.mine]\nadapter = "command"\ncommand = {agent}\n[engine]\nkind = "temporal"\n',
+        {"app": f'repo = "{repo}"\ntask = "t"\nagent = "mine"\ndaily_tokens = 1000\n'},
+    )
+    loaded = Home(home).load()
+    (budget,) = budget_warnings(loaded)
+    (tls,) = [w for w in loaded.warnings if "[engine]" in w]
+    unavailable = bwrap_module._Found("", frozenset(), Availability(False, "not installed"))
+    monkeypatch.setitem(bwrap_module._found, os.getpid(), unavailable)
+    sandbox = choose(SandboxConfig(), is_root=False).warning
+    root = choose(SandboxConfig(), is_root=True).refusal
+    for warning, phrase in (
+        (budget, "reports no token usage"),
+        (tls, "no tls_cert and no api_key_file"),
+        (sandbox, "agents and checks run unconfined"),
+        (root, "as root"),
+    ):
+        assert phrase in warning and phrase in table, (phrase, warning)

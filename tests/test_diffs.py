@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from daemon.people.digest import attempt_diffstat, format_stat
-from daemon.runs.diffs import numstat, read_diffstat, record_diff
+from daemon.runs.diffs import numstat, record_diff
 from daemon.runs.git import Git, GitError, GitTimeout
-from tests.helpers import git, make_repo
+from tests.helpers import commit_all, git, make_repo
 
 AWS_KEY = "AKIA" + "Z7Q3XK2M4N5P6R7T"
 
@@ -33,7 +33,7 @@ def change(repo: Path) -> tuple[Git, str, str]:
     git(repo, "mv", "old.txt", "renamed.txt")
     (repo / "notes.md").write_text(f"one\nkey: {AWS_KEY}\n")
     (repo / "logo.bin").write_bytes(bytes(range(256)))
-    head = g.commit_all("loopd: attempt")
+    head = commit_all(g, "loopd: attempt")
     assert head
     return g, base, head
 
@@ -57,7 +57,7 @@ def test_record_diff_writes_the_counts_and_a_redacted_patch(repo: Path, tmp_path
     assert "+    return a + b" in patch and "GIT binary patch" in patch
     assert AWS_KEY not in patch and "[REDACTED:aws-access-key]" in patch
     assert not stat.patch_capped and stat.patch_bytes == len(patch.encode())
-    assert read_diffstat(folder) == stat
+    assert attempt_diffstat(folder) == stat  # what `show` and the digest read
     assert json.loads((folder / "diffstat.json").read_text())["total_files"] == 4
     # What people read comes from the counts, not from the patch.
     (folder / "diff.patch").write_text("")
@@ -69,7 +69,7 @@ def test_a_patch_over_its_cap_is_cut_on_a_line_and_marked(repo: Path, tmp_path: 
     g = Git(repo)
     base = g.out("rev-parse", "HEAD")
     (repo / "big.log").write_text("".join(f"line {i} of the log\n" for i in range(20000)))
-    head = g.commit_all("big")
+    head = commit_all(g, "big")
     assert head
     folder = tmp_path / "attempt-1"
     stat = record_diff(g, base, head, folder, cap=10_000)

@@ -29,7 +29,7 @@ from daemon.state.records import (
     Violation,
 )
 from daemon.state.store import StateStore
-from tests.helpers import git, loopd, make_home, make_repo
+from tests.helpers import git, loopd, make_home, make_repo, take_triggers
 
 NOW = datetime(2026, 11, 29, 6, 0, tzinfo=UTC)
 TASK = "Make the failing tests pass without weakening them."
@@ -366,7 +366,7 @@ def test_resolve_with_retry_queues_the_note_and_records_the_event(tmp_path: Path
     trigger = resolve(store, run.id, later, note="use the v2 API", retry=True)
 
     assert trigger is not None
-    taken = store.take_triggers()
+    taken = take_triggers(store)
     assert len(taken) == 1
     queued = taken[0]
     assert (queued.loop, queued.kind, queued.note, queued.retry_of) == (
@@ -405,7 +405,7 @@ def test_resolve_without_retry_queues_nothing(tmp_path: Path) -> None:
     run = three_failed(tmp_path, store)
     write_escalation(store, run, NOW)
     assert resolve(store, run.id, NOW, note="merged by hand") is None
-    assert store.take_triggers() == []
+    assert take_triggers(store) == []
 
 
 def test_escalations_command(tmp_path: Path) -> None:
@@ -434,7 +434,7 @@ def test_escalations_command(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert f"resolved {run.id}" in done.stdout
     assert "no daemon is running, so it has no RUN_ID yet" in done.stdout
-    (queued,) = store.take_triggers()
+    (queued,) = take_triggers(store)
     assert queued.note == "use the v2 API" and queued.retry_of == run.id
 
     again = loopd(home, "escalations", "resolve", run.id)

@@ -107,7 +107,11 @@ def test_big_transcript_within_budget_keeps_the_cited_output_whole(tmp_path: Pat
 
     assert len(text) <= 12000 * 4
     assert CITED_OUTPUT in text  # whole, verbatim
-    cited = [p for p in evidence.cited_parts() if "pytest tests/test_parser.py" in p.title]
+    cited = [
+        p
+        for p in (p for p in evidence.parts if p.cited)
+        if "pytest tests/test_parser.py" in p.title
+    ]
     assert cited and cited[0].cut == 0 and "tool call `run_shell_command`" in cited[0].title
     assert re.search(r"\[\.\.\. \d+ characters cut", text)  # what was left out is marked
     assert "60 passed in 0.40s" in text  # the checks' output is there

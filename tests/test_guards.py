@@ -12,7 +12,7 @@ from daemon.runs.guards import (
     restore_paths,
     snapshot_refs,
 )
-from tests.helpers import git, make_repo
+from tests.helpers import commit_all, git, make_repo
 
 FILES = {
     "tests/test_app.py": "def test_ok():\n    assert 1 + 1 == 2\n",
@@ -37,7 +37,7 @@ def test_protected_changes_are_found_and_restored(tmp_path: Path) -> None:
     (wt / "tests" / "data" / "fixture.json").unlink()
     (wt / "tests" / "test_new.py").write_text("def test_new():\n    pass\n")
     (wt / "src" / "app.py").write_text("print('changed')\n")
-    head = g.commit_all("loopd: attempt 1")
+    head = commit_all(g, "loopd: attempt 1")
     assert head
     git(wt, "mv", "tests/test_app.py", "moved_out.py")
     git(wt, "commit", "-q", "-m", "rename out of tests")
@@ -72,7 +72,7 @@ def test_restore_handles_awkward_path_names(tmp_path: Path) -> None:
     (repo / "tests" / "b c.py").unlink()
     (repo / "tests" / "-n.py").write_text("new\n")
     g = Git(repo)
-    head = g.commit_all("agent")
+    head = commit_all(g, "agent")
     violations = protect_violations(g, base, head, ["tests/"])
     assert violations == ["tests/-n.py", "tests/[a]*.py", "tests/b c.py"]
     restore_paths(g, base, violations)

@@ -20,7 +20,7 @@ from daemon.scheduling.hooks import (
     uninstall_hooks,
 )
 from daemon.state.store import StateStore
-from tests.helpers import git, loopd, make_home, make_repo
+from tests.helpers import git, loopd, make_home, make_repo, take_triggers
 
 AGENT = '[agents.a]\nadapter = "command"\ncommand = ["true"]\n'
 
@@ -97,10 +97,10 @@ def test_trigger_waits_in_inbox_and_parses_as_trigger(setup) -> None:
     install_hooks(home, repo, {"app": ["main"]})
     git(repo, "commit", "-q", "--allow-empty", "-m", "no daemon runs")
     store = StateStore(home / "state")
-    taken = store.take_triggers()
+    taken = take_triggers(store)
     assert [(t.loop, t.kind, t.ref) for t in taken] == [("app", "push", "refs/heads/main")]
     assert taken[0].ts.tzinfo is not None
-    assert store.take_triggers() == []
+    assert take_triggers(store) == []
 
 
 def test_amend_and_merge_are_triggers_once_each(setup) -> None:

@@ -228,3 +228,30 @@ def test_show_diff_prints_what_each_attempt_changed(tmp_path: Path) -> None:
     logs = loopd(home, "logs", run_id)
     assert logs.returncode == 0 and "── agent started" in logs.stdout
     assert "── agent exited 0" in logs.stdout
+
+
+def test_logs_json_prints_each_event_as_a_json_line_with_its_attempt(tmp_path: Path) -> None:
+    home = make_home(tmp_path / "home")
+    store, run_id = _run(home, finished=True, attempts=2)
+    (store.attempt_dir(run_id, 1) / "transcript.jsonl").write_text(TRANSCRIPT)
+    (store.attempt_dir(run_id, 2) / "transcript.jsonl").write_text(
+        _line("2026-11-29T02:03:00.000000Z", stream="stdout", type="final", text="Second.")
+    )
+    proc = loopd(home, "logs", run_id, "--json")
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(events) == len(TRANSCRIPT.splitlines()) + 1  # no headers, every event
+    assert [e["attempt"] for e in events] == [1] * (len(events) - 1) + [2]
+    assert events[0]["type"] == "process" and events[0]["pid"] == 7
+    assert events[2]["arguments"] == {"command": "pytest -q"}
+    assert any(e.get("text") == HOSTILE for e in events)  # kept whole, as data
+    assert "\x1b" not in proc.stdout and "\x9b" not in proc.stdout  # escaped, never raw
+    assert events[-2] == {
+        "attempt": 1,
+        "stream": "stdout",
+        "type": "raw",
+        "text": "not json at all",
+    }
+    assert events[-1]["text"] == "Second."
+    only = loopd(home, "logs", run_id, "--attempt", "2", "--json").stdout.splitlines()
+    assert [json.loads(line)["text"] for line in only] == ["Second."]

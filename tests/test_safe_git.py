@@ -16,7 +16,7 @@ from daemon.runs.guards import (
     restore_paths,
     snapshot_refs,
 )
-from tests.helpers import git, make_repo
+from tests.helpers import commit_all, git, make_repo
 
 
 def booby_trap(repo: Path, marker: Path, filter_name: str = "evil", process: bool = True) -> None:
@@ -56,7 +56,7 @@ def exercise(repo: Path) -> None:
     (repo / "tests").mkdir(exist_ok=True)
     (repo / "tests" / "t.txt").write_text("changed\n")
     (repo / "a.txt").write_text("a change\n")
-    head = g.commit_all("loopd: attempt")
+    head = commit_all(g, "loopd: attempt")
     assert head
     stat = record_diff(g, base, head, repo.parent / "attempt")
     assert "changed" in (repo.parent / "attempt" / "diff.patch").read_text()
@@ -108,7 +108,7 @@ def test_an_lfs_filter_that_only_starts_like_git_lfs_never_runs(repo: Path, tmp_
     git(repo, "config", "filter.lfs.smudge", "git-lfs smudge -- %f")
     git(repo, "config", "filter.lfs.required", "true")
     (repo / "a.txt").write_text("changed\n")
-    assert Git(repo).commit_all("loopd: attempt")
+    assert commit_all(Git(repo), "loopd: attempt")
     assert not marker.exists()
 
 

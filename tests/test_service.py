@@ -289,7 +289,7 @@ def test_one_broken_run_does_not_stop_the_recovery_of_the_others(
     daemon = Daemon.start(home, NOW)
     try:
         events = store.events.read()
-        [failed] = [e for e in events if e["type"] == "recovery_failed"]
+        [failed] = [e for e in events if e["type"] == "run_recovery_failed"]
         assert failed["run"] == broken and "points somewhere odd" in failed["error"]
         assert store.load_run(fine).outcome == "interrupted"
         [retry] = daemon.intake.queue.pending("app")

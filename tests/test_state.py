@@ -22,6 +22,7 @@ from daemon.state.records import (
     make_run_id,
 )
 from daemon.state.store import StateStore
+from tests.helpers import take_triggers
 
 NOW = datetime(2026, 11, 29, 2, 14, 0, 250000, tzinfo=UTC)
 
@@ -98,10 +99,10 @@ def test_the_inbox_takes_valid_triggers_and_sets_bad_files_aside(tmp_path: Path)
     store = StateStore(tmp_path / "state")
     store.put_trigger(Trigger(loop="a", kind="manual", reason="x", ts=NOW))
     (store.inbox_dir / "zz-bad.json").write_text("{not json")
-    (taken,) = store.take_triggers()
+    (taken,) = take_triggers(store)
     assert taken.loop == "a" and taken.reason == "x" and taken.id.endswith(".json")
     assert (store.inbox_dir / "bad" / "zz-bad.json").exists()
-    assert store.take_triggers() == []
+    assert take_triggers(store) == []
     assert any(e["type"] == "trigger_rejected" for e in store.events.read())
 
 

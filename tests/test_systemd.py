@@ -13,7 +13,6 @@ import pytest
 
 from daemon.systemd import (
     Heartbeat,
-    Liveness,
     SystemdNotifier,
     example_unit,
     render_unit,
@@ -108,24 +107,21 @@ def test_heartbeat_pings_only_while_healthy(notify_socket: tuple[socket.socket, 
     sock, path = notify_socket
     sock.setblocking(False)
     notifier = SystemdNotifier(path, watchdog_usec=10_000_000)
-    workers = Liveness()
-    workers.touch("scheduler", 100.0, max_silence=5)
-    workers.touch("worker-app", 100.0, max_silence=5)
-    beat = Heartbeat(notifier, healthy=lambda: not workers.stale(now))
+    # The daemon's own check (watchers alive, no run's worker wedged), as run_daemon wires it.
+    healthy = [True]
+    beat = Heartbeat(notifier, healthy=lambda: healthy[0])
 
     now = 100.0
     assert beat.interval == 5.0
     assert beat.beat(now) is True
     assert beat.beat(now + 1) is False  # not due yet
-    now = 104.0
-    workers.touch("scheduler", now, max_silence=5)
-    assert beat.beat(now + 1) is True  # both within their promise
-    now = 110.0  # the worker has been silent 10s: wedged
-    workers.touch("scheduler", now, max_silence=5)
-    assert workers.stale(now) == ["worker-app"]
+    assert beat.beat(now + 5) is True
+    now = 110.0
+    healthy[0] = False  # a worker wedged
     assert beat.beat(now) is False and beat.unhealthy_since == now
-    workers.forget("worker-app")  # its run ended
-    assert beat.beat(now + 1) is True and beat.unhealthy_since is None
+    assert beat.beat(now + 1) is False and beat.unhealthy_since == now
+    healthy[0] = True  # its run ended
+    assert beat.beat(now + 2) is True and beat.unhealthy_since is None
     pings = []
     while True:
         try:

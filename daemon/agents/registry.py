@@ -18,7 +18,3 @@ def adapter_class(name: str) -> type[AgentAdapter]:
     except KeyError:
         raise KeyError(f"no agent adapter {name!r}; known: {', '.join(ADAPTERS)}") from None
     return getattr(importlib.import_module(module_name), class_name)
-
-
-def adapter_names() -> list[str]:
-    return sorted(_MODULES)

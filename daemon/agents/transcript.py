@@ -19,7 +19,7 @@ from typing import Any
 
 from daemon.agents.base import AgentEvent
 from daemon.clock import utc_now
-from daemon.redact import PRIVATE_KEY_MARK, Redactor, redact, redact_value
+from daemon.redact import PRIVATE_KEY_MARK, Redactor, redact_value
 from daemon.state.atomic import open_private
 
 
@@ -72,18 +72,6 @@ class Transcript:
     @property
     def truncated(self) -> bool:
         return self.dropped_lines > 0
-
-    def write_event(
-        self, now: datetime, stream: str, event: AgentEvent, raw: str | None = None
-    ) -> None:
-        """Append one event; `raw` is the input line when the event is not simply that text."""
-        record: dict[str, Any] = {"ts": timestamp(now), "stream": stream}
-        record.update(redact_value(event.model_dump(exclude_defaults=True)))
-        if raw is not None:
-            record["raw"] = redact(raw)
-        with self._lock:
-            dropped = _size(raw if raw is not None else event.text)
-            self._write(now, record, agent=stream != "loopd", dropped=dropped)
 
     def write_line(self, now: datetime, stream: str, line: str, events: list[AgentEvent]) -> None:
         """Append what one line of the agent's output gave: its events, the first with `raw`.

@@ -31,7 +31,21 @@ def engine_control(home: Home, loaded: Any = None) -> Any:
     engine's view (daemon.engine.temporal.control.EngineControl)."""
     from daemon.engine import engine_for
 
+    if _local_daemon_runs(home):
+        return None  # an [engine] change waits for its restart; until then, its state/
     return engine_for(home, loaded).control()
+
+
+def _local_daemon_runs(home: Home) -> bool:
+    """Whether the local engine's daemon holds the home now (it wrote status.toml)."""
+    from daemon.state.lock import HomeLock
+    from daemon.state.store import StateStore
+
+    lock = HomeLock(home.state_dir / "loopd.lock")
+    if not lock.is_held():
+        return False
+    status = StateStore(home.state_dir).load_status().daemon
+    return status.engine == "local" and status.pid == lock.holder()
 
 
 def add_home_and_json(parser: argparse.ArgumentParser, json_flag: bool = True) -> None:

@@ -105,10 +105,10 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
                     phase=live[name].phase, run=live[name].id, attempt=len(live[name].attempts)
                 )
             if not info.get("last_run") and name in newest:
-                last = _newest_readable(store, name, newest[name])
+                last = _newest_finished(store, name, newest[name])
                 if last is not None:
                     info["last_run"] = last.id
-                    info["last_outcome"] = last.outcome or last.phase
+                    info["last_outcome"] = last.outcome
         info["paused"] = name in paused
         _loaded_note(info, name, loaded, entry if pid else None)
         data["loops"][name] = info
@@ -156,24 +156,29 @@ def _loaded_note(info: dict[str, Any], name: str, loaded: Any, entry: Any) -> No
     if entry is None:
         return  # no daemon: the files are what runs next
     if not entry.loaded:
-        info["note"] = "not loaded: its file does not load (fix it; the daemon reloads it)"
+        why = " ".join(entry.error.split()) or "its file does not load"
+        info["note"] = f"not loaded: {why} (fix the file; the daemon reloads it)"
     elif entry.stale:
         info["note"] = "stale: its file does not load; the daemon runs its last good version"
     elif name in loaded.loops and entry.digest != file_digest(loaded.loops[name].path):
         info["note"] = "changed on disk; the daemon reloads it within seconds (`loopd reload`)"
 
 
-def _newest_readable(store: Any, loop: str, newest: str) -> Any:
-    """The loop's newest run record; past an unreadable one (named on stderr), the next."""
+def _newest_finished(store: Any, loop: str, newest: str) -> Any:
+    """The loop's newest finished run (a live or parked one has no outcome yet); past an
+    unreadable record (named on stderr), the next."""
     from daemon.state.store import UnreadableFile
 
     try:
-        return store.load_run(newest)
+        run = store.load_run(newest)
     except FileNotFoundError:
         return None  # being written: shown next time
     except UnreadableFile as exc:
         store.report_unreadable(exc)
-    return next(store.iter_runs(loop), None)
+    else:
+        if run.outcome is not None:
+            return run
+    return next((r for r in store.iter_runs(loop) if r.outcome is not None), None)
 
 
 def _status_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
@@ -193,7 +198,9 @@ def _status_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             phase += f" (held until {until}: {info['waiting_for']})"
         if info.get("pending") and info.get("enabled", True) and not info.get("paused"):
             phase += f", {info['pending']} queued"
-        if info.get("note"):
+        if info.get("loaded") is False:
+            phase = info.get("note") or "not loaded"  # a broken file: not loaded, and why
+        elif info.get("note"):
             phase += f" ({info['note']})"
         run = info.get("run") or info.get("last_run") or ""
         if info.get("held_by"):

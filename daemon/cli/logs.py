@@ -1,4 +1,5 @@
-"""`loopd logs RUN_ID [--attempt N] [-f]`: what the agent did, as text a person reads."""
+"""`loopd logs RUN_ID [--attempt N] [-f] [--json]`: what the agent did, as text a person
+reads (or, with --json, its transcript's events as JSON lines)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,35 @@ class _Printer:
 
         self.lines([Line(text, "bold")])
 
+    def transcript(self, raw: Iterable[str], full: bool, attempt: int) -> None:
+        """Lines of attempt `attempt`'s transcript.jsonl."""
+        from daemon.people.transcript_text import render_lines
+
+        self.lines(render_lines(raw, full))
+
+
+class _JsonPrinter(_Printer):
+    """`--json`: each transcript event as one JSON line, with its attempt; no headers."""
+
+    def __init__(self) -> None:
+        self.tty = False
+        self._console = None
+
+    def note(self, text: str) -> None:
+        pass
+
+    def transcript(self, raw: Iterable[str], full: bool, attempt: int) -> None:
+        import json
+
+        from daemon.people.transcript_text import parse_line
+
+        for line in raw:
+            if line.strip():
+                record = {"attempt": attempt, **parse_line(line)}
+                # Escaped: an agent's control characters never reach the terminal raw.
+                sys.stdout.write(json.dumps(record) + "\n")
+        sys.stdout.flush()
+
 
 def _record(store: Any, run_id: str) -> Any:
     """The run's record; None while it is queued (no record yet) or being replaced."""
@@ -71,11 +101,9 @@ def _header(printer: _Printer, run: Any, n: int) -> None:
     printer.note(f"━━ attempt {n}{when} ━━")
 
 
-def _print_file(printer: _Printer, path: Path, full: bool) -> None:
-    from daemon.people.transcript_text import render_lines
-
+def _print_file(printer: _Printer, path: Path, full: bool, attempt: int) -> None:
     with path.open("r", encoding="utf-8", errors="replace") as fh:
-        printer.lines(render_lines(fh, full))
+        printer.transcript(fh, full, attempt)
 
 
 def _follow(printer: _Printer, store: Any, run_id: str, n: int, full: bool) -> None:
@@ -84,8 +112,6 @@ def _follow(printer: _Printer, store: Any, run_id: str, n: int, full: bool) -> N
     A transcript replaced by a new file (a rotation) is read from its start; one cut shorter
     in place is read again from its start too.
     """
-    from daemon.people.transcript_text import render_lines
-
     path = store.run_dir(run_id) / f"attempt-{n}" / "transcript.jsonl"
     while not path.exists():
         if _attempt_ended(store, run_id, n) and not path.exists():
@@ -105,7 +131,7 @@ def _follow(printer: _Printer, store: Any, run_id: str, n: int, full: bool) -> N
             pending += chunk
             *complete, pending = pending.split(b"\n")
             text = [c.decode("utf-8", "replace") for c in complete]
-            printer.lines(render_lines(text, full))
+            printer.transcript(text, full, n)
 
     try:
         while True:
@@ -129,7 +155,7 @@ def _follow(printer: _Printer, store: Any, run_id: str, n: int, full: bool) -> N
             if ended:
                 drain()
                 if pending.strip():
-                    printer.lines(render_lines([pending.decode("utf-8", "replace")], full))
+                    printer.transcript([pending.decode("utf-8", "replace")], full, n)
                 printer.note(f"━━ attempt {n} ended ━━")
                 return
             time.sleep(POLL)
@@ -145,7 +171,7 @@ def logs(args: argparse.Namespace) -> int:
     queued = store.queued_run(args.run_id) if run is None else None
     if run is None and queued is None and not (store.run_dir(args.run_id) / "run.toml").exists():
         raise CommandError(f"unknown run {args.run_id!r}; `loopd runs` lists them")
-    printer = _Printer()
+    printer = _JsonPrinter() if args.json else _Printer()
     attempts = [a.n for a in run.attempts] if run else []
     if args.attempt is not None:
         if args.attempt < 1:
@@ -167,7 +193,7 @@ def logs(args: argparse.Namespace) -> int:
             _header(printer, run, n)
             path = store.run_dir(args.run_id) / f"attempt-{n}" / "transcript.jsonl"
             if path.exists():
-                _print_file(printer, path, args.full)
+                _print_file(printer, path, args.full, n)
             else:
                 printer.note("(no transcript: the agent never started)")
         return 0
@@ -180,9 +206,8 @@ def logs(args: argparse.Namespace) -> int:
                 return 0
         for n in wanted[:-1]:
             _header(printer, run, n)
-            _print_file(
-                printer, store.run_dir(args.run_id) / f"attempt-{n}" / "transcript.jsonl", args.full
-            )
+            path = store.run_dir(args.run_id) / f"attempt-{n}" / "transcript.jsonl"
+            _print_file(printer, path, args.full, n)
     n = wanted[-1]
     _header(printer, run, n)
     try:
@@ -200,7 +225,7 @@ def run_is_going(store: Any, run: Any) -> bool:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "logs", logs)
+    p = command(sub, "logs", logs, json_flag=True)
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--attempt", type=int, metavar="N", help="only attempt N (default: every one)")
     p.add_argument(

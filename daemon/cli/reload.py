@@ -57,6 +57,8 @@ def _answer(args: argparse.Namespace, event: dict) -> int:
             print(f"  {name}: its file does not load; the last good configuration is kept")
         for name in event.get("not_loaded") or []:
             print(f"  {name}: its file does not load; not loaded")
+        for line in event.get("restart") or []:
+            print(f"  {line}")
         if event.get("stale") or event.get("not_loaded"):
             print("  `loopd check` names each error and its fix")
     ok = event["type"] == "reloaded" and not event.get("stale") and not event.get("not_loaded")

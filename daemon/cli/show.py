@@ -74,9 +74,8 @@ def runs(args: argparse.Namespace) -> int:
         reason = r.reason
         resume_at = getattr(r, "resume_at", None)
         if r.phase == "waiting":
-            reason = (
-                f"parked until {resume_at:%Y-%m-%d %H:%M}Z; " if resume_at else "parked; "
-            ) + reason
+            parked_until = f"parked until {resume_at:%Y-%m-%d %H:%M}Z" if resume_at else "parked"
+            reason = "; ".join(part for part in (parked_until, reason) if part)
         table.add_row(
             r.id,
             r.trigger.kind,

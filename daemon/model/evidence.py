@@ -98,10 +98,6 @@ class Evidence:
             text, _ = trim(text, limit, 0.9)
         return text
 
-    def cited_parts(self) -> list[EvidencePart]:
-        """The parts the summary cites."""
-        return [p for p in self.parts if p.cited]
-
 
 def build_evidence(
     attempt_dir: Path,

@@ -103,11 +103,3 @@ def record_diff(git: Git, base: str, head: str, folder: Path, cap: int = PATCH_C
     stat.patch_bytes = (folder / PATCH).stat().st_size
     write_atomic(folder / DIFFSTAT, stat.model_dump_json(indent=1))
     return stat
-
-
-def read_diffstat(folder: Path) -> DiffStat | None:
-    """The attempt's counts, None when it has no (readable) `diffstat.json`."""
-    try:
-        return DiffStat.model_validate_json((folder / DIFFSTAT).read_bytes())
-    except (OSError, ValueError):
-        return None

@@ -224,27 +224,8 @@ class Git:
             refs[name] = sha
         return refs
 
-    def remove_stale_locks(self) -> list[str]:
-        """Remove the index lock a killed agent left; call only when its processes are gone."""
-        removed = []
-        path = Path(self.out("rev-parse", "--git-path", "index.lock"))
-        if not path.is_absolute():
-            path = self.cwd / path
-        if path.exists():
-            path.unlink(missing_ok=True)
-            removed.append(str(path))
-        return removed
-
     def is_clean(self) -> bool:
         return self.out("status", "--porcelain", "--untracked-files=all") == ""
-
-    def commit_all(self, message: str) -> str | None:
-        """Commit everything in the tree as loopd; the new commit, or None when nothing changed."""
-        self.run("add", "--all", "--", ".")
-        if self.run("diff", "--cached", "--quiet", check=False).returncode == 0:
-            return None
-        self.run("commit", "--no-verify", "--no-gpg-sign", "-q", "-m", message)
-        return self.out("rev-parse", "HEAD")
 
     def stream(self, *args: str, timeout: float | None = None) -> Iterator[bytes]:
         """The lines of `git ARGS`'s output as they come, never the whole output at once.

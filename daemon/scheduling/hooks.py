@@ -261,16 +261,6 @@ def uninstall_hooks(home: Path, repo: Path, loops: Sequence[str] | None = None) 
     return changed
 
 
-def installed_loops(repo: Path) -> dict[str, dict[str, list[str]]]:
-    """What `repo`'s hooks serve: home -> loop -> on_push globs."""
-    folder = hooks_dir(Path(repo).resolve())
-    config = _read_config(folder)
-    return {
-        home: {name: list(spec.get("globs", [])) for name, spec in entry.get("loops", {}).items()}
-        for home, entry in config["homes"].items()
-    }
-
-
 def inside_work_tree(repo: Path, folder: Path) -> bool:
     """Whether the hooks folder lies in the work tree (a tracked core.hooksPath, say)."""
     repo = Path(repo).resolve()

@@ -75,6 +75,7 @@ class Context:
     # The loop files loaded (digests) and those kept stale; see daemon/service/reload.py.
     files: LoopFiles = field(default_factory=LoopFiles)
     config_error: str = ""  # loopd.toml did not load at the last reload: all is kept
+    restart_pending: list[str] = field(default_factory=list)  # changes kept for a restart
 
     @property
     def loops(self) -> dict[str, Loop]:

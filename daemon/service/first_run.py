@@ -90,6 +90,6 @@ class FirstRun:
             "each file is.",
             f"  Your own loop: copy loops/{run.loop}.toml to loops/NAME.toml; set repo, task, "
             'agent ("qwen", "claude", ... or a profile in loopd.toml) and done_when; set '
-            f"enabled = false in loops/{run.loop}.toml; `loopd check`; restart loopd (or send "
-            "it SIGHUP), then `loopd trigger NAME`.",
+            f"enabled = false in loops/{run.loop}.toml; `loopd check`; the running loopd "
+            "loads the files within seconds (`loopd reload`: at once), then `loopd trigger NAME`.",
         ]

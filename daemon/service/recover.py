@@ -1,5 +1,5 @@
 """At start: what a dead loopd left live. Judging resumes; a run mid-attempt was interrupted
-and is retried once. One broken run is recorded (`recovery_failed`) and the others go on."""
+and is retried once. One broken run is recorded (`run_recovery_failed`) and the others go on."""
 
 from __future__ import annotations
 
@@ -30,4 +30,4 @@ def recover_live_runs(
         except Exception as exc:  # noqa: BLE001 - one broken run must not stop the daemon
             loop = run_id[17:].rsplit("-", 1)[0] or None
             error = f"{type(exc).__name__}: {exc}"[:1000]
-            ctx.event("recovery_failed", loop=loop, run=run_id, error=error)
+            ctx.event("run_recovery_failed", loop=loop, run=run_id, error=error)

@@ -5,6 +5,9 @@
 - A loop file that no longer loads keeps its last good configuration: the loop runs on,
   shown stale with the file's error until the file is fixed. A new broken file is not loaded.
 - A broken loopd.toml keeps everything as it is.
+- `[engine]` is chosen when loopd starts: a reload keeps the running engine's section, says
+  that the change takes effect when loopd restarts (the event `restart_needed`, `loopd
+  reload`'s answer, `loopd status`), and applies the rest.
 - A change to loopd.toml or a loop file while an attempt runs is recorded
   (`config_changed_during_attempt`) when the agent could have made it: without a sandbox
   that hides the home from agents, any agent could write the home's files.
@@ -22,11 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon.config import LoadedConfig, Loop
+from daemon.config import DaemonConfig, LoadedConfig, Loop
 from daemon.config_errors import ConfigError
 from daemon.home import Home
 
 SETTLE = 0.3  # seconds without a further change before the reload
+# Sections of loopd.toml a running daemon cannot change: the engine serves from its start.
+RESTART_ONLY = ("engine",)
 
 
 def file_digest(path: Path) -> str:
@@ -94,16 +99,44 @@ def keep_last_good(
     return merged
 
 
+def restart_pending(running: DaemonConfig, loaded: DaemonConfig) -> dict[str, list[str]]:
+    """The keys of each restart-only section whose new value waits for a restart."""
+    out: dict[str, list[str]] = {}
+    for section in RESTART_ONLY:
+        old = getattr(running, section).model_dump()
+        new = getattr(loaded, section).model_dump()
+        keys = [key for key in new if new[key] != old.get(key)]
+        if keys:
+            out[section] = keys
+    return out
+
+
+def restart_messages(pending: dict[str, list[str]]) -> list[str]:
+    """One line per section changed, naming its keys."""
+    return [
+        f"the [{section}] change takes effect when loopd restarts (changed: "
+        f"{', '.join(keys)}); until then the daemon keeps the [{section}] it started with"
+        for section, keys in pending.items()
+    ]
+
+
+def keep_running(running: DaemonConfig, loaded: DaemonConfig) -> DaemonConfig:
+    """`loaded` with the restart-only sections the daemon runs on."""
+    return loaded.model_copy(update={s: getattr(running, s) for s in RESTART_ONLY})
+
+
 def changed_loops(before: LoopFiles, after: LoopFiles) -> list[str]:
     """Loop files changed, added or removed since the last load (loaded or not)."""
     names = set(before.on_disk) | set(after.on_disk)
     return sorted(n for n in names if before.on_disk.get(n) != after.on_disk.get(n))
 
 
-def agent_could_write_home(config: Any) -> bool:
+def agent_could_write_home(config: DaemonConfig) -> bool:
     """Whether a running agent could have written the home's files: no sandbox hides them."""
-    sandbox = getattr(config, "sandbox", None)
-    return sandbox is None or getattr(sandbox, "mode", "off") != "bwrap"
+    from daemon.sandbox.registry import choose
+
+    # The sandbox in force, not the mode written: "auto" may have gone unconfined here.
+    return choose(config.sandbox).name != "bwrap"
 
 
 def not_loaded_why(home: Home, name: str, loaded: LoadedConfig, daemon_ok: bool) -> str:
@@ -222,6 +255,9 @@ __all__ = [
     "file_digest",
     "first_load",
     "keep_last_good",
+    "keep_running",
+    "restart_messages",
+    "restart_pending",
     "not_loaded_why",
     "Loop",
 ]

@@ -67,7 +67,7 @@ class StatusBoard:
         sandbox = choose(ctx.config.daemon.sandbox)  # probed once per process
         loud = [w for w in (sandbox.warning, sandbox.refusal) if w]
         held = self.holds.held(now) if self.holds is not None else {}
-        warnings = [*loud, *ctx.config.warnings]
+        warnings = [*loud, *ctx.restart_pending, *ctx.config.warnings]
         if ctx.config_error:
             warnings.insert(
                 0,
@@ -83,6 +83,7 @@ class StatusBoard:
                 running=not ctx.flags.stop.is_set(),
                 warnings=warnings,
                 sandbox=sandbox.summary(),
+                engine=ctx.config.daemon.engine.kind,
             ),
             verifier=self.verifier.status() if self.verifier is not None else None,
             budget=self.holds.budget_status() if self.holds is not None else None,

@@ -84,12 +84,6 @@ def hold_profile(store: StateStore, profile: str, hold: QuotaHold) -> None:
         write_atomic(_quota_path(store), dump_toml(current))
 
 
-def quota_hold(store: StateStore, profile: str, now: datetime) -> QuotaHold | None:
-    """The profile's hold when it still holds at `now`."""
-    hold = load_quota(store).profiles.get(profile)
-    return hold if hold is not None and hold.resume_at > now else None
-
-
 def load_budget_marks(store: StateStore) -> BudgetMarks:
     return _read(store, store.root / "budget.toml", BudgetMarks)
 

@@ -362,6 +362,7 @@ class DaemonStatus(Record):
     running: bool = False
     warnings: list[str] = []
     sandbox: str = ""  # the sandbox in force for the daemon's runs, in one line
+    engine: str = ""  # the engine the daemon serves (kept until it restarts)
 
 
 class LoopStatus(Record):

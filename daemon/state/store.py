@@ -305,10 +305,3 @@ class StateStore:
             if "/" in name or name.startswith("."):
                 continue  # only plain inbox file names, whatever a queue file holds
             (self.inbox_dir / name).unlink(missing_ok=True)
-
-    def take_triggers(self) -> list[Trigger]:
-        """Read and remove every inbox file, oldest first (for tools and tests, not the daemon)."""
-        names = self.inbox_names()
-        out = [t for t in map(self.read_trigger, names) if t is not None]
-        self.remove_inbox(t.id for t in out)
-        return out

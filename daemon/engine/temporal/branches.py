@@ -43,15 +43,6 @@ def publish(repo: Path, remote: str, branch: str, commit: str) -> None:
     git.run(*REMOTE, "push", "-q", "--no-verify", "-f", remote, f"{commit}:refs/heads/{branch}")
 
 
-def remote_tip(repo: Path, remote: str, branch: str) -> str:
-    """The commit the remote's `branch` points at, "" when it has none."""
-    git = Git(repo)
-    if same_repository(repo, remote):
-        return git.out("rev-parse", "-q", "--verify", f"refs/heads/{branch}", check=False)
-    out = git.out(*REMOTE, "ls-remote", "--heads", remote, f"refs/heads/{branch}", check=False)
-    return out.split()[0] if out else ""
-
-
 def fetch_branch(repo: Path, remote: str, branch: str) -> None:
     """Bring the remote's `branch` into the person's repository as the same branch."""
     if same_repository(repo, remote):

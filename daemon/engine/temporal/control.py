@@ -356,21 +356,6 @@ class EngineControl:
                 )
             await asyncio.sleep(WAIT_POLL)
 
-    def controller_running(self, loop: str) -> bool:
-        """Whether the engine runs the loop (its controller exists)."""
-        return self._do(self._controller_running, loop)
-
-    async def _controller_running(self, client: Any, loop: str) -> bool:
-        from temporalio.client import WorkflowExecutionStatus
-
-        try:
-            described = await client.get_workflow_handle(controller_id(loop)).describe()
-        except Exception as exc:
-            if _not_found(exc):
-                return False
-            raise
-        return described.status == WorkflowExecutionStatus.RUNNING
-
     def escalations(self, request: dict[str, Any]) -> dict[str, Any]:
         """`escalations list|show|resolve`, answered by the home from its state/."""
         return self._do(self._escalations, request)

@@ -23,6 +23,7 @@ from daemon.engine.temporal.names import controller_id, run_workflow_id
 from daemon.home import Home
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
+from daemon.service.reload import keep_running, restart_messages, restart_pending
 from daemon.state.atomic import write_atomic
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
@@ -71,6 +72,7 @@ class Configured:
         self.loaded = loaded
         self._lock = threading.Lock()
         self._mark = config_mark(home)
+        self.restart: list[str] = []  # changes kept for a restart
 
     def config(self) -> LoadedConfig:
         with self._lock:
@@ -79,6 +81,10 @@ class Configured:
                 self._mark = mark
                 loaded = self.home.load()
                 if loaded.daemon_ok:
+                    # The engine serves from its start: an [engine] change waits for a restart.
+                    running = self.loaded.daemon
+                    self.restart = restart_messages(restart_pending(running, loaded.daemon))
+                    loaded.daemon = keep_running(running, loaded.daemon)
                     self.loaded = loaded
                     self.reloaded(loaded)
             return self.loaded

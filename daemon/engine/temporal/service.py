@@ -274,7 +274,12 @@ class Process:
                 self.ctx.config, self.ctx.services = loaded, side.services
                 if self.watchers is not None:
                     self.watchers.restart_changes()
-                self.store.events.append("reloaded", utc_now(), loops=sorted(loaded.loops))
+                self.store.events.rotate_bytes = loaded.daemon.limits.events_rotate
+                if side.restart:
+                    self.store.events.append("restart_needed", utc_now(), changes=side.restart)
+                self.store.events.append(
+                    "reloaded", utc_now(), loops=sorted(loaded.loops), restart=side.restart
+                )
             except Exception as exc:  # noqa: BLE001 - a reload never stops loopd
                 self.store.events.append("reload_failed", utc_now(), error=str(exc)[:1000])
 

@@ -1,0 +1,58 @@
+"""Pydantic models of `loopd.toml` and `loops/*.toml`: load, validate, explain.
+
+The user's reference for every key here is `docs/configuration.md`; change both together
+(tests/test_config_docs.py checks that every key is documented with its range). By concept:
+`base.py` (what every model shares), `home_file.py` (loopd.toml), `engine.py` (`[engine]`),
+`sandbox.py` (`[sandbox]`), `loop_file.py` (a loop file), `loading.py` (reading a home).
+"""
+
+from daemon.config.base import QUEUE_NAME, StrictModel
+from daemon.config.engine import ENGINES, EngineConfig, engine_warnings
+from daemon.config.home_file import (
+    ADAPTERS,
+    Adapter,
+    AgentProfile,
+    DaemonConfig,
+    LimitsConfig,
+    NotifyConfig,
+    Price,
+    RulesConfig,
+    VerifierConfig,
+)
+from daemon.config.loading import (
+    LoadedConfig,
+    check_loop,
+    load_daemon_config,
+    load_home,
+    load_loop,
+)
+from daemon.config.loop_file import ENV_NAME, LOOP_NAME, LOOP_NAME_MAX, Loop, LoopConfig
+from daemon.config.sandbox import SandboxConfig
+
+__all__ = [
+    "ADAPTERS",
+    "ENGINES",
+    "ENV_NAME",
+    "LOOP_NAME",
+    "LOOP_NAME_MAX",
+    "QUEUE_NAME",
+    "Adapter",
+    "AgentProfile",
+    "DaemonConfig",
+    "EngineConfig",
+    "LimitsConfig",
+    "LoadedConfig",
+    "Loop",
+    "LoopConfig",
+    "NotifyConfig",
+    "Price",
+    "RulesConfig",
+    "SandboxConfig",
+    "StrictModel",
+    "VerifierConfig",
+    "check_loop",
+    "engine_warnings",
+    "load_daemon_config",
+    "load_home",
+    "load_loop",
+]

@@ -1,0 +1,133 @@
+"""`loopd.toml`: the verifier, agent profiles, notify, limits, rules; its sections in one model."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from daemon import example
+from daemon.config.base import StrictModel, _argv, _http_url
+from daemon.config.engine import EngineConfig
+from daemon.config.sandbox import SandboxConfig
+from daemon.units import duration, size
+
+# The agent adapters, in one place: the profile's Literal below is built from this tuple and
+# daemon/agents/registry.py must register exactly these (tests/test_adapters.py checks).
+ADAPTERS = ("qwen", "claude", "codex", "aider", "opencode", "gemini", "command")
+Adapter = Literal[ADAPTERS]  # type: ignore[valid-type]
+
+
+class VerifierConfig(StrictModel):
+    base_url: str = Field("", examples=["http://127.0.0.1:8000/v1"])
+    model: str = Field("", examples=["qwen3-30b-a3b-instruct"])
+    api_key_env: str = Field("", examples=["LOCAL_LLM_KEY"])
+    timeout: duration("100ms", "1h") = "60s"  # type: ignore[valid-type]
+    pending_limit: duration("0s", "365d") = "6h"  # type: ignore[valid-type]
+    evidence_tokens: int = Field(12000, ge=1000, le=1_000_000)
+    judge_timeout: duration("0s", "10m") = "800ms"  # type: ignore[valid-type]
+    judge_candidates: int = Field(40, ge=0, le=1000)
+    embeddings_model: str = Field("", examples=["nomic-embed-text"])
+
+    _base_url = field_validator("base_url")(_http_url)
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.base_url)
+
+
+class Price(StrictModel):
+    """USD per million tokens, as the provider bills them."""
+
+    input: float = Field(0.0, ge=0, le=10_000)
+    output: float = Field(0.0, ge=0, le=10_000)
+
+    @property
+    def set(self) -> bool:
+        return bool(self.input or self.output)
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        """The cost in USD of these tokens."""
+        return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
+
+
+class AgentProfile(StrictModel):
+    adapter: Adapter = "qwen"  # type: ignore[valid-type]
+    model: str = Field("", examples=["qwen3-coder-30b-a3b-instruct"])
+    base_url: str = Field("", examples=["http://127.0.0.1:8000/v1"])
+    api_key_env: str = Field("", examples=["LOCAL_LLM_KEY"])
+    args: list[str] = Field([], examples=[["--verbose"]])
+    env: dict[str, str] = Field({}, examples=[{"HTTPS_PROXY": "http://127.0.0.1:3128"}])
+    command: list[str] = Field([], examples=[["my-agent", "--task", "{prompt}"]])
+    price: Price = Price()
+
+    _command_argv = field_validator("command")(_argv)
+    _base_url = field_validator("base_url")(_http_url)
+
+
+class NotifyConfig(StrictModel):
+    command: list[str] = Field([], examples=[["notify-send", "loopd"]])
+    webhook: str = Field("", examples=["https://hooks.example.com/loopd"])
+
+    _command_argv = field_validator("command")(_argv)
+    _webhook_url = field_validator("webhook")(_http_url)
+
+
+class LimitsConfig(StrictModel):
+    max_concurrent_runs: int = Field(1, ge=1, le=64)
+    retain_days: int = Field(30, ge=0, le=3650)
+    transcript_cap: size("64KB", "10GB") = "50MB"  # type: ignore[valid-type]
+    prompt_cap: size("4KB", "10MB") = "100KB"  # type: ignore[valid-type]
+    shutdown_grace: duration("0s", "1d") = "30s"  # type: ignore[valid-type]
+    worktrees: str = "~/.cache/loopd/worktrees"
+    events_rotate: size("64KB", "10GB") = "64MB"  # type: ignore[valid-type]
+    max_wait: duration("0s", "30d") = "12h"  # type: ignore[valid-type]
+    daily_tokens: int = Field(0, ge=0, le=10**15)
+    timezone: str = Field("", examples=["Europe/Berlin"])
+
+    @field_validator("timezone")
+    @classmethod
+    def _valid_timezone(cls, value: str) -> str:
+        if value:
+            from daemon.scheduling.cron import parse_timezone
+
+            parse_timezone(value)
+        return value
+
+    @property
+    def worktrees_path(self) -> Path:
+        return Path(os.path.expanduser(self.worktrees))
+
+
+class RulesConfig(StrictModel):
+    max_breadth: float = Field(0.3, ge=0.0, le=1.0)
+
+
+class DaemonConfig(StrictModel):
+    """`loopd.toml`."""
+
+    verifier: VerifierConfig = VerifierConfig()
+    agents: dict[str, AgentProfile] = {}
+    notify: NotifyConfig = NotifyConfig()
+    limits: LimitsConfig = LimitsConfig()
+    rules: RulesConfig = RulesConfig()
+    engine: EngineConfig = EngineConfig()
+    sandbox: SandboxConfig = SandboxConfig()
+
+    def profile(self, name: str) -> AgentProfile | None:
+        """The named profile; an adapter's own name works without a profile, and `example`
+        is the embedded example's agent."""
+        if name in self.agents:
+            return self.agents[name]
+        if name in ADAPTERS and name != "command":
+            return AgentProfile(adapter=name)
+        if name == example.PROFILE:
+            # This Python runs a copy of the script outside any home (a sandbox hides the
+            # home, and a checkout is one), named by its full path: shown read-only.
+            return AgentProfile(
+                adapter="command", command=[sys.executable, str(example.agent_path())]
+            )
+        return None

@@ -1,0 +1,305 @@
+"""Reading a home: loopd.toml and every loop file, validated, with explained errors."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from daemon import example
+from daemon.config.engine import EngineConfig, engine_warnings
+from daemon.config.home_file import (
+    ADAPTERS,
+    AgentProfile,
+    DaemonConfig,
+    LimitsConfig,
+    NotifyConfig,
+    RulesConfig,
+    VerifierConfig,
+)
+from daemon.config.loop_file import LOOP_NAME, LOOP_NAME_MAX, Loop, LoopConfig
+from daemon.config.sandbox import SandboxConfig
+from daemon.config_errors import ConfigError, did_you_mean, explain
+from daemon.config_land import check_run_ends
+
+
+@dataclass
+class LoadedConfig:
+    """Everything read from a home: the daemon config, the valid loops, and every error."""
+
+    daemon: DaemonConfig
+    loops: dict[str, Loop] = field(default_factory=dict)
+    errors: list[ConfigError] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    daemon_ok: bool = True
+    # Problems of loop files that say `enabled = false` but do not load: warnings, not errors.
+    disabled_errors: list[ConfigError] = field(default_factory=list)
+
+
+def _section_keys(model: type[BaseModel], where: str) -> dict[str, str]:
+    return {name: where for name in model.model_fields}
+
+
+def _daemon_keys() -> dict[str, str]:
+    """Where each loopd.toml key lives, for a key written into the wrong file or section."""
+    out: dict[str, str] = {}
+    for section, model in (
+        ("verifier", VerifierConfig),
+        ("notify", NotifyConfig),
+        ("limits", LimitsConfig),
+        ("rules", RulesConfig),
+        ("engine", EngineConfig),
+        ("sandbox", SandboxConfig),
+    ):
+        out.update(_section_keys(model, f"in loopd.toml under [{section}]"))
+    return out
+
+
+def _elsewhere(model: type[BaseModel]) -> dict[str, str]:
+    if model is LoopConfig:
+        return _daemon_keys()
+    loop_keys = _section_keys(LoopConfig, "in a loop file, loops/NAME.toml")
+    return {**loop_keys, **_daemon_keys()}
+
+
+def _errors_from_validation(
+    path: Path, model: type[BaseModel], exc: ValidationError
+) -> list[ConfigError]:
+    return [
+        ConfigError(path, p.key, p.message, p.fix) for p in explain(model, exc, _elsewhere(model))
+    ]
+
+
+def _read_toml(path: Path) -> tuple[dict[str, Any] | None, list[ConfigError]]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh), []
+    except tomllib.TOMLDecodeError as exc:
+        return None, [
+            ConfigError(
+                path,
+                "",
+                f"TOML syntax error: {exc}",
+                "correct the line named: strings in double quotes, lists in [ ], one "
+                'key = value a line, e.g. max_attempts = 3 or done_when = ["pytest -q"]',
+            )
+        ]
+    except UnicodeDecodeError as exc:
+        return None, [
+            ConfigError(
+                path,
+                "",
+                f"not UTF-8 text (byte {exc.start})",
+                "save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)",
+            )
+        ]
+    except OSError as exc:
+        return None, [
+            ConfigError(
+                path,
+                "",
+                f"cannot read: {exc.strerror}",
+                f"make it a readable file for this user (`chmod u+r {path}`)",
+            )
+        ]
+
+
+def load_daemon_config(path: Path) -> tuple[DaemonConfig | None, list[ConfigError]]:
+    """Read `loopd.toml`; a missing file means every default."""
+    if not path.exists():
+        return DaemonConfig(), []
+    data, errors = _read_toml(path)
+    if data is None:
+        return None, errors
+    try:
+        return DaemonConfig.model_validate(data), []
+    except ValidationError as exc:
+        return None, _errors_from_validation(path, DaemonConfig, exc)
+
+
+def _git_dir_exists(repo: Path) -> bool:
+    return (repo / ".git").exists() or (repo / "HEAD").is_file() and (repo / "objects").is_dir()
+
+
+def check_loop(
+    name: str, path: Path, config: LoopConfig, daemon: DaemonConfig
+) -> list[ConfigError]:
+    """Checks that need more than one file or the disk: repository, agent profile."""
+    errors = []
+    if not LOOP_NAME.match(name):
+        errors.append(
+            ConfigError(
+                path,
+                "",
+                f"loop name {name!r} has characters git branches and run ids cannot hold",
+                "rename the file using letters, digits, '-', '_' and '.'",
+            )
+        )
+    elif len(name) > LOOP_NAME_MAX:
+        errors.append(
+            ConfigError(
+                path,
+                "",
+                f"loop name {name!r} is {len(name)} characters long; at most {LOOP_NAME_MAX} "
+                "(it is part of every RUN_ID and branch name)",
+                f"rename the file to a name of at most {LOOP_NAME_MAX} characters, "
+                f"e.g. {name[:LOOP_NAME_MAX].rstrip('-_.')}.toml",
+            )
+        )
+    repo = config.repo_path
+    if example.is_example_repo(repo) and not (repo / ".git").exists():
+        pass  # the example's repository: loopd makes it before the first run that needs it
+    elif not repo.exists():
+        errors.append(
+            ConfigError(
+                path,
+                "repo",
+                f"{repo} does not exist",
+                'set repo to the path of a git repository, e.g. repo = "~/src/app" (a relative '
+                "path is relative to the home)",
+            )
+        )
+    elif not repo.is_dir() or not _git_dir_exists(repo):
+        errors.append(
+            ConfigError(
+                path,
+                "repo",
+                f"{repo} is not a git repository",
+                f"run `git init {repo}`, or set repo to the path of a git repository",
+            )
+        )
+    if daemon.engine.temporal and config.isolation == "in-place":
+        errors.append(
+            ConfigError(
+                path,
+                "isolation",
+                'isolation = "in-place" works on this machine\'s checkout, and with [engine] '
+                'kind = "temporal" attempts run on whichever worker takes them',
+                'use isolation = "worktree" (each attempt\'s commit goes to [engine] remote)',
+            )
+        )
+    profile = daemon.profile(config.agent)
+    if profile is None:
+        known = sorted(set(daemon.agents) | set(ADAPTERS) - {"command"} | {example.PROFILE})
+        guess = did_you_mean(config.agent, known)
+        errors.append(
+            ConfigError(
+                path,
+                "agent",
+                f"no agent profile {config.agent!r}",
+                (f"did you mean {guess!r}? " if guess else "")
+                + f"add [agents.{config.agent}] to loopd.toml or use one of: "
+                + ", ".join(known),
+            )
+        )
+    elif profile.adapter == "command" and not profile.command:
+        errors.append(
+            ConfigError(
+                path,
+                "agent",
+                f"profile {config.agent!r} uses adapter 'command' without a command",
+                f'set command = ["my-agent", "{{prompt}}"] under [agents.{config.agent}]',
+            )
+        )
+    return errors + check_run_ends(path, config, daemon)
+
+
+def load_loop(path: Path, daemon: DaemonConfig) -> tuple[Loop | None, list[ConfigError]]:
+    """Read one loop file; a broken file yields errors and no loop."""
+    data, errors = _read_toml(path)
+    if data is None:
+        return None, errors
+    try:
+        config = LoopConfig.model_validate(data)
+    except ValidationError as exc:
+        return None, _errors_from_validation(path, LoopConfig, exc)
+    repo = Path(os.path.expanduser(config.repo))
+    if not repo.is_absolute():
+        # A relative repo is relative to the home, not to wherever loopd was started.
+        repo = path.parent.parent / repo
+    config = config.model_copy(update={"repo": str(repo.resolve())})
+    errors = check_loop(path.stem, path, config, daemon)
+    if not config.enabled:
+        # A disabled loop never runs unasked: its problems are warnings, and `loopd once
+        # --force` refuses it with the same messages when it matters.
+        loop = Loop(name=path.stem, path=path, config=config, problems=errors)
+        loop.notes = [f"{e} (the loop is disabled)" for e in errors]
+        return loop, []
+    if errors:
+        return None, errors
+    loop = Loop(name=path.stem, path=path, config=config)
+    program = _agent_program(daemon.profile(config.agent))
+    if config.enabled and program and not _findable(program):
+        loop.notes.append(
+            f"{path}: agent: {program!r} is not on PATH here; install it, or check the PATH "
+            "loopd runs with (the systemd unit sets its own)"
+        )
+    return loop, []
+
+
+def _says_disabled(path: Path) -> bool:
+    """Whether a loop file that does not load says `enabled = false`."""
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh).get("enabled") is False
+    except (OSError, ValueError):
+        return False
+
+
+def _agent_program(profile: AgentProfile | None) -> str:
+    """The program a profile starts: the command's first word, else the adapter's CLI."""
+    if profile is None:
+        return ""
+    if profile.adapter == "command":
+        return profile.command[0] if profile.command else ""
+    return profile.adapter
+
+
+def _findable(program: str) -> bool:
+    if "/" in program:
+        return os.access(os.path.expanduser(program), os.X_OK)
+    return shutil.which(program) is not None
+
+
+def load_home(home: Path) -> LoadedConfig:
+    """Read `loopd.toml` and every `loops/*.toml`; broken loops are left out and reported."""
+    daemon, errors = load_daemon_config(home / "loopd.toml")
+    loaded = LoadedConfig(daemon=daemon or DaemonConfig(), errors=list(errors))
+    loaded.daemon_ok = daemon is not None
+    loops_dir = home / "loops"
+    for path in sorted(loops_dir.glob("*.toml")) if loops_dir.is_dir() else []:
+        loop, loop_errors = load_loop(path, loaded.daemon)
+        if not loaded.daemon_ok:
+            # Profiles live in the broken loopd.toml: "no profile" would only mislead.
+            loop_errors = [e for e in loop_errors if e.key != "agent"]
+        if loop_errors and _says_disabled(path):
+            loaded.disabled_errors.extend(loop_errors)
+            loaded.warnings.extend(f"{e} (the loop is disabled)" for e in loop_errors)
+            loop_errors = []
+        loaded.errors.extend(loop_errors)
+        if loop is not None:
+            loaded.loops[loop.name] = loop
+            loaded.warnings.extend(loop.notes)
+    if not loaded.daemon.verifier.configured:
+        for loop in loaded.loops.values():
+            if loop.config.enabled and loop.config.critic == "on":
+                loaded.warnings.append(
+                    f'loop {loop.name!r}: critic = "on" but loopd.toml has no [verifier] '
+                    "base_url, so attempts are judged by their checks alone; configure "
+                    '[verifier] or set critic = "off" in the loop file'
+                )
+    loaded.warnings.extend(engine_warnings(home, loaded))
+    if loaded.daemon.verifier.configured:
+        for loop in loaded.loops.values():
+            profile = loaded.daemon.profile(loop.config.agent)
+            if profile and profile.model and profile.model == loaded.daemon.verifier.model:
+                loaded.warnings.append(
+                    f"loop {loop.name!r}: the critic's model {profile.model!r} is the agent's "
+                    "model; a separate model judges more independently"
+                )
+    return loaded
