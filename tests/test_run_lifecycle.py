@@ -224,7 +224,9 @@ def test_cancel_and_stop_kill_a_running_check_with_its_group(tmp_path: Path, how
     token = f"check-{tmp_path.name}"
     sleeper = f"python3 -c 'import time; time.sleep(600)' {token}"
     check = f"echo started > started; {sleeper} & wait"
-    case = make_case(tmp_path, done_when=[check])
+    # skip_if_done off: the check to stop is the one after the attempt, in phase judging (the
+    # one before the agent would be stopped in preparing, which ends the run interrupted).
+    case = make_case(tmp_path, done_when=[check], skip_if_done=False)
     run = case.new_run()
     executor = RunExecutor(case.services, case.loop, run)
     thread = in_thread(executor)
