@@ -255,3 +255,28 @@ def test_logs_json_prints_each_event_as_a_json_line_with_its_attempt(tmp_path: P
     assert events[-1]["text"] == "Second."
     only = loopd(home, "logs", run_id, "--attempt", "2", "--json").stdout.splitlines()
     assert [json.loads(line)["text"] for line in only] == ["Second."]
+
+
+def test_logs_into_a_reader_that_stops_early_ends_quietly(tmp_path: Path) -> None:
+    # `loopd logs RUN | head`: head closes the pipe after a few lines; loopd must not print a
+    # traceback about it. The transcript is longer than a pipe's buffer, so the write fails.
+    home = make_home(tmp_path / "home")
+    store, run_id = _run(home, finished=True)
+    folder = store.attempt_dir(run_id, 1)
+    line = _line("2026-11-29T02:01:01.000000Z", stream="stdout", type="text", text="x" * 200)
+    (folder / "transcript.jsonl").write_text(line * 2000)
+    env = {k: v for k, v in os.environ.items() if k != "LOOPD_HOME"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daemon.cli.main", "--home", str(home), "logs", run_id],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        cwd=ROOT,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert b"attempt 1" in proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -65,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         code = getattr(exc, "code", 2)
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:
+        # The reader went away (`loopd logs RUN | head`): nothing is wrong, nothing to say.
+        # stdout is pointed at /dev/null so the interpreter's own flush at exit stays quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
     return _leave(code)
 
 
