@@ -14,7 +14,7 @@ import pytest
 
 from daemon.agents.registry import _MODULES, adapter_class
 from daemon.config import ADAPTERS, AgentProfile, LoopConfig, load_home
-from daemon.config_errors import bounds_of
+from daemon.config.errors import bounds_of
 from tests.helpers import (
     ROOT,
     daemon_log,

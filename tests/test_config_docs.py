@@ -20,7 +20,7 @@ from daemon.config import (
     SandboxConfig,
     VerifierConfig,
 )
-from daemon.config_errors import bounds_of, literal_values, toml_value
+from daemon.config.errors import bounds_of, literal_values, toml_value
 from tests.helpers import ROOT
 
 DOC = (ROOT / "docs" / "configuration.md").read_text()

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from daemon import example
 from daemon.config.engine import EngineConfig, engine_warnings
+from daemon.config.errors import ConfigError, did_you_mean, explain
 from daemon.config.home_file import (
     ADAPTERS,
     AgentProfile,
@@ -22,10 +23,9 @@ from daemon.config.home_file import (
     RulesConfig,
     VerifierConfig,
 )
+from daemon.config.land import check_run_ends
 from daemon.config.loop_file import LOOP_NAME, LOOP_NAME_MAX, Loop, LoopConfig
 from daemon.config.sandbox import SandboxConfig
-from daemon.config_errors import ConfigError, did_you_mean, explain
-from daemon.config_land import check_run_ends
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""`loops/NAME.toml`: one loop's model (its setup and landing keys: daemon/config_land.py)."""
+"""`loops/NAME.toml`: one loop's model (its setup and landing keys: daemon/config/land.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from daemon.config.base import StrictModel, _queue_name
-from daemon.config_errors import ConfigError
-from daemon.config_land import RunEnds
+from daemon.config.errors import ConfigError
+from daemon.config.land import RunEnds
 from daemon.units import duration
 
 LOOP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -21,7 +21,7 @@ LOOP_NAME_MAX = 32
 
 
 class LoopConfig(StrictModel, RunEnds):
-    """`loops/NAME.toml` (its setup and landing keys: daemon/config_land.py)."""
+    """`loops/NAME.toml` (its setup and landing keys: daemon/config/land.py)."""
 
     repo: str = Field(examples=["~/src/app"])
     task: str = Field(examples=["Make the failing tests pass without weakening them."])

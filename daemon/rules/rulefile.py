@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from daemon.config_errors import explain
+from daemon.config.errors import explain
 
 RULES_REFERENCE = "docs/rules.md"
 

@@ -26,7 +26,7 @@ import subprocess
 from pathlib import Path
 
 from daemon.config import LoopConfig
-from daemon.config_land import LAND_GUARDED, PR_FIELDS
+from daemon.config.land import LAND_GUARDED, PR_FIELDS
 from daemon.globs import any_branch_matches, matching_paths
 from daemon.redact import redact
 from daemon.runs.git import Git, GitError, is_canonical_lfs

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from daemon.config import LoopConfig
-from daemon.config_land import land_target
+from daemon.config.land import land_target
 from daemon.runs.userrepo import UserRepo
 from daemon.state.records import RunRecord, is_experiment
 from daemon.state.store import StateStore

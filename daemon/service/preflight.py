@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from daemon.config import LoadedConfig, Loop
-from daemon.config_errors import did_you_mean
+from daemon.config.errors import did_you_mean
 from daemon.globs import glob_problem, path_matches, wildmatch
 from daemon.runs.git import Git, GitError
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.config import DaemonConfig, LoadedConfig, Loop
-from daemon.config_errors import ConfigError
+from daemon.config.errors import ConfigError
 from daemon.home import Home
 
 SETTLE = 0.3  # seconds without a further change before the reload

@@ -16,7 +16,7 @@ from typing import Any
 
 from daemon.clock import utc_now
 from daemon.config import LoadedConfig
-from daemon.config_errors import ConfigError
+from daemon.config.errors import ConfigError
 from daemon.engine.base import EngineError
 from daemon.engine.temporal.connect import connect
 from daemon.engine.temporal.schedules import (

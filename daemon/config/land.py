@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from daemon.config_errors import ConfigError
+from daemon.config.errors import ConfigError
 from daemon.units import duration
 
 if TYPE_CHECKING:
