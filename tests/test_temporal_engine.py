@@ -9,7 +9,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import git, pid_alive, wait_for
+from tests.helpers import git, processes_with, talk, wait_for
 from tests.machines import BUGGY, TASK, Cluster, command_agent, make_cluster
 
 FIX = "p = pathlib.Path('calc.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
@@ -43,16 +43,21 @@ def test_kill_9_of_the_worker_mid_attempt_retries_the_run_on_the_other_and_reaps
     tmp_path: Path, temporal: Any
 ) -> None:
     server, namespace = temporal
-    marker = tmp_path / "first-attempt.json"
+    shared, sandbox = talk(tmp_path)
+    marker = shared / "first-attempt.json"
+    # In the command lines of the agent and its grandchild: the sandbox gives them pids of
+    # their own, so the test finds them by it.
+    token = f"kill9-{tmp_path.name}"
     # The first attempt leaves a grandchild in a session of its own and hangs; a later one fixes.
     script = (
+        f"# {token}\n"
         "import json, os, pathlib, subprocess, sys, time\n"
         f"marker = pathlib.Path({str(marker)!r})\n"
         "if not marker.exists():\n"
-        "    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
-        " start_new_session=True)\n"
+        "    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)',"
+        f" {token!r}], start_new_session=True)\n"
         "    tmp = marker.with_suffix('.tmp')\n"
-        "    tmp.write_text(json.dumps([os.getpid(), child.pid, os.getcwd()]))\n"
+        "    tmp.write_text(json.dumps([os.getcwd()]))\n"
         "    tmp.rename(marker)\n"
         "    time.sleep(600)\n" + FIX
     )
@@ -63,6 +68,7 @@ def test_kill_9_of_the_worker_mid_attempt_retries_the_run_on_the_other_and_reaps
         BUGGY,
         command_agent("a", "import pathlib\n" + script),
         LOOP,
+        config=sandbox,
     )
     try:
         cluster.home.start("run")
@@ -70,7 +76,8 @@ def test_kill_9_of_the_worker_mid_attempt_retries_the_run_on_the_other_and_reaps
             worker.start("worker", "--queue", "gpu")
         assert cluster.home.loopd("trigger", "calc").returncode == 0
         text = wait_for(lambda: marker.exists() and marker.read_text(), timeout=60)
-        agent, grandchild, cwd = json.loads(text)
+        (cwd,) = json.loads(text)
+        assert len(processes_with(token)) >= 2
         dead = which_worker(cluster, cwd)
         other = cluster.workers[1 - dead]
         cluster.workers[dead].kill9()
@@ -89,7 +96,7 @@ def test_kill_9_of_the_worker_mid_attempt_retries_the_run_on_the_other_and_reaps
         # Back on the dead machine, the worker kills what its attempt left.
         cluster.workers[dead].start("worker", "--queue", "gpu")
         wait_for(
-            lambda: not pid_alive(agent) and not pid_alive(grandchild),
+            lambda: not processes_with(token),
             timeout=30,
             what="the dead worker's agent processes to be killed",
         )
@@ -98,19 +105,12 @@ def test_kill_9_of_the_worker_mid_attempt_retries_the_run_on_the_other_and_reaps
         assert sum(r["trigger"]["kind"] == "retry" for r in cluster.home.runs()) == 1
     finally:
         cluster.stop()
-        for pid in _marker_pids(marker):
-            if pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
-
-
-def _marker_pids(marker: Path) -> list[int]:
-    try:
-        return [int(x) for x in json.loads(marker.read_text())[:2]]
-    except (OSError, ValueError):
-        return []
+        for pid in processes_with(token):
+            os.kill(pid, signal.SIGKILL)
 
 
 HANG = (
+    "# {token}\n"
     "import json, os, pathlib, time\n"
     "marker = pathlib.Path({marker!r})\n"
     "tmp = marker.with_suffix('.tmp')\n"
@@ -125,15 +125,20 @@ def test_a_cancel_from_another_machine_stops_the_agent_on_its_worker(
     tmp_path: Path, temporal: Any
 ) -> None:
     server, namespace = temporal
-    marker = tmp_path / "agent.json"
-    agents = command_agent("a", HANG.format(marker=str(marker)))
-    cluster = make_cluster(tmp_path, server.address, namespace, BUGGY, agents, LOOP, workers=1)
+    shared, sandbox = talk(tmp_path)
+    marker = shared / "agent.json"
+    token = f"hang-{tmp_path.name}"  # the sandbox gives the agent a pid of its own
+    agents = command_agent("a", HANG.format(marker=str(marker), token=token))
+    cluster = make_cluster(
+        tmp_path, server.address, namespace, BUGGY, agents, LOOP, workers=1, config=sandbox
+    )
     try:
         cluster.home.start("run")
         worker = cluster.workers[0]
         worker.start("worker", "--queue", "gpu")
         assert cluster.home.loopd("trigger", "calc").returncode == 0
-        agent, _cwd = json.loads(wait_for(lambda: marker.exists() and marker.read_text()))
+        wait_for(lambda: marker.exists() and marker.read_text())
+        assert processes_with(token)
         # The worker's machine lists every machine's runs and cancels the home's run.
         listed = json.loads(worker.loopd("runs", "--json").stdout)
         assert [r["phase"] for r in listed] == ["running"]
@@ -145,7 +150,7 @@ def test_a_cancel_from_another_machine_stops_the_agent_on_its_worker(
         proc = worker.loopd("cancel", run_id)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip() == f"{run_id}: cancelled"
-        wait_for(lambda: not pid_alive(agent), timeout=30, what="the agent to be stopped")
+        wait_for(lambda: not processes_with(token), timeout=30, what="the agent to be stopped")
         (run,) = wait_for(lambda: finished(cluster.home, 1))
         assert run["outcome"] == "cancelled" and run["cause"] == "cancelled"
         assert run["attempts"][0]["interrupted"] is True
@@ -162,8 +167,8 @@ def test_a_cancel_from_another_machine_stops_the_agent_on_its_worker(
 
 def test_the_server_restarted_mid_run_does_not_lose_the_run(tmp_path: Path, temporal: Any) -> None:
     server, namespace = temporal
-    gate = tmp_path / "gate"
-    started = tmp_path / "started"
+    shared, sandbox = talk(tmp_path)
+    gate, started = shared / "gate", shared / "started"
     script = (
         "import pathlib, time\n"
         f"pathlib.Path({str(started)!r}).write_text('x')\n"
@@ -179,6 +184,7 @@ def test_the_server_restarted_mid_run_does_not_lose_the_run(tmp_path: Path, temp
         LOOP,
         workers=1,
         heartbeat="20s",
+        config=sandbox,
     )
     try:
         cluster.home.start("run")
@@ -204,7 +210,8 @@ def test_a_burst_of_1000_pushes_on_two_machines_is_one_running_and_one_pending_r
     from daemon.state.store import StateStore
 
     server, namespace = temporal
-    gate, started = tmp_path / "gate", tmp_path / "started"
+    shared, sandbox = talk(tmp_path)
+    gate, started = shared / "gate", shared / "started"
     script = (
         "import pathlib, time\n"
         f"pathlib.Path({str(started)!r}).write_text('x')\n"
@@ -213,7 +220,14 @@ def test_a_burst_of_1000_pushes_on_two_machines_is_one_running_and_one_pending_r
     )
     loop = {**LOOP, "on_push": ["main"], "done_when": []}
     cluster = make_cluster(
-        tmp_path, server.address, namespace, BUGGY, command_agent("a", script), loop, workers=1
+        tmp_path,
+        server.address,
+        namespace,
+        BUGGY,
+        command_agent("a", script),
+        loop,
+        workers=1,
+        config=sandbox,
     )
     try:
         cluster.home.start("run")
@@ -269,7 +283,8 @@ def test_a_rule_learned_from_an_attempt_on_one_worker_guides_a_run_on_the_other(
     model_server.add({"json": AGREES}, name="rule_verification")
     script = tmp_path / "agent.py"
     script.write_text(AGENT.replace("RULE_MARK", repr(RULE_MARK)))
-    marker = tmp_path / "agent-started.txt"
+    shared, sandbox = talk(tmp_path)
+    marker = shared / "agent-started.txt"
     agents = (
         f'[agents.a]\nadapter = "command"\n'
         f"command = {json.dumps([sys.executable, str(script), str(marker)])}\n"
@@ -280,7 +295,14 @@ def test_a_rule_learned_from_an_attempt_on_one_worker_guides_a_run_on_the_other(
     )
     loop = {**LOOP, "critic": "on", "task": TASK}
     cluster = make_cluster(
-        tmp_path, server.address, namespace, REPO, agents, loop, workers=2, config=verifier
+        tmp_path,
+        server.address,
+        namespace,
+        REPO,
+        agents,
+        loop,
+        workers=2,
+        config=verifier + sandbox,
     )
     home, first, second = cluster.home, cluster.workers[0], cluster.workers[1]
     try:

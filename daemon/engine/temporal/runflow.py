@@ -85,6 +85,9 @@ def _failed(exc: BaseException) -> EndOfRun:
             kind, message = cause.type or "", cause.message
     if kind == "TreeError":
         return EndOfRun(outcome="error", reason=message[:300], cause=Cause.SETUP_FAILED)
+    if kind == "SandboxUnavailable":
+        reason = message.partition(": ")[2] or message
+        return EndOfRun(outcome="error", reason=reason[:1000], cause=Cause.SANDBOX_UNAVAILABLE)
     if kind == "GitError":
         return EndOfRun(
             outcome="error", reason=f"git failed: {message[:300]}", cause=Cause.GIT_FAILED
