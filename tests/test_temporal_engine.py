@@ -114,7 +114,8 @@ HANG = (
     "import json, os, pathlib, time\n"
     "marker = pathlib.Path({marker!r})\n"
     "tmp = marker.with_suffix('.tmp')\n"
-    "tmp.write_text(json.dumps([os.getpid(), os.getcwd()]))\n"
+    "seen = [os.getcwd(), os.path.isdir('.git'), os.path.exists({hidden!r})]\n"
+    "tmp.write_text(json.dumps(seen))\n"
     "tmp.rename(marker)\n"
     "print('working', flush=True)\n"
     "time.sleep(600)\n"
@@ -128,7 +129,8 @@ def test_a_cancel_from_another_machine_stops_the_agent_on_its_worker(
     shared, sandbox = talk(tmp_path)
     marker = shared / "agent.json"
     token = f"hang-{tmp_path.name}"  # the sandbox gives the agent a pid of its own
-    agents = command_agent("a", HANG.format(marker=str(marker), token=token))
+    hidden = str(tmp_path / "worker-1" / "loopd-home" / "loopd.toml")  # never visible
+    agents = command_agent("a", HANG.format(marker=str(marker), token=token, hidden=hidden))
     cluster = make_cluster(
         tmp_path, server.address, namespace, BUGGY, agents, LOOP, workers=1, config=sandbox
     )
@@ -137,8 +139,13 @@ def test_a_cancel_from_another_machine_stops_the_agent_on_its_worker(
         worker = cluster.workers[0]
         worker.start("worker", "--queue", "gpu")
         assert cluster.home.loopd("trigger", "calc").returncode == 0
-        wait_for(lambda: marker.exists() and marker.read_text())
+        cwd, own_clone, home_seen = json.loads(
+            wait_for(lambda: marker.exists() and marker.read_text())
+        )
         assert processes_with(token)
+        # The worker made the run's tree as the local engine does (a clone of its own, in
+        # the worker's folders) and runs the agent sandboxed: the worker's home is hidden.
+        assert cwd.startswith(str(worker.root)) and own_clone and not home_seen
         # The worker's machine lists every machine's runs and cancels the home's run.
         listed = json.loads(worker.loopd("runs", "--json").stdout)
         assert [r["phase"] for r in listed] == ["running"]
