@@ -474,3 +474,79 @@ def test_the_homes_activities_act_only_for_runs_the_home_started(
         assert sorted(branches) == sorted(["main", f"loopd/calc/{real}"])
     finally:
         cluster.stop()
+
+
+def test_a_usage_limit_parks_the_run_on_a_durable_timer_and_the_same_attempt_goes_on(
+    tmp_path: Path, temporal: Any
+) -> None:
+    """The attempt's activity ends at the limit (no activity runs while parked), the home holds
+    the profile, the workflow waits until `resume_at` (past a restart of the worker) and the
+    same attempt resumes on its worker, asked the same again."""
+    from daemon.state.holds import load_quota
+    from daemon.state.store import StateStore
+    from tests.temporal_server import client_call
+
+    server, namespace = temporal
+    shared, sandbox = talk(tmp_path)
+    calls = shared / "calls"
+    # A 429 with Retry-After: 1 s: the run resumes a minute past that (the reset margin).
+    script = (
+        "import pathlib, sys\n"
+        f"calls = pathlib.Path({str(calls)!r})\n"
+        "prompt = sys.stdin.read()\n"
+        "first = not calls.exists()\n"
+        "calls.write_text((calls.read_text() + '\\x00' if calls.exists() else '') + prompt)\n"
+        "if first:\n"
+        "    print('HTTP 429 Too Many Requests; Retry-After: 1')\n"
+        "    sys.exit(1)\n" + FIX
+    )
+    cluster = make_cluster(
+        tmp_path,
+        server.address,
+        namespace,
+        BUGGY,
+        command_agent("a", "import pathlib\n" + script),
+        LOOP,
+        workers=1,
+        config=sandbox,
+    )
+    home, worker = cluster.home, cluster.workers[0]
+    try:
+        home.start("run")
+        worker.start("worker", "--queue", "gpu")
+        assert home.loopd("trigger", "calc").returncode == 0
+        (run,) = wait_for(
+            lambda: [r for r in home.runs() if r.get("phase") == "waiting"], timeout=60
+        )
+        assert run["resume_at"] and run["park"]["profile"] == "a"
+        (wait,) = wait_for(lambda: home.events("quota_wait"), what="the quota_wait event")
+        assert wait["run"] == run["id"] and wait["worker"].startswith("worker:")
+        # The home holds the profile (its queue), not the worker.
+        hold = load_quota(StateStore(home.home / "state")).profiles["a"]
+        assert hold.run == run["id"]
+        assert "a" not in load_quota(StateStore(worker.home / "state")).profiles
+        # No activity runs while parked: the workflow waits on a timer.
+        out = client_call(
+            server.address,
+            namespace,
+            f"""
+            handle = client.get_workflow_handle("loopd/calc/{run["id"]}")
+            d = await handle.describe()
+            print(len(d.raw_description.pending_activities))
+            """,
+        )
+        assert out.split()[-1] == "0"
+        status = json.loads(home.loopd("status", "--json").stdout)["loops"]["calc"]
+        assert status["phase"] == "waiting"
+        # The worker's machine restarts meanwhile; the wait is the engine's.
+        assert worker.stop() == 0
+        worker.start("worker", "--queue", "gpu")
+        (done,) = wait_for(lambda: finished(home, 1), timeout=150, what="the resumed run")
+        assert done["outcome"] == "succeeded", done
+        assert len(done["attempts"]) == 1 and done["attempts"][0]["nudges"] == 0
+        assert done["waited"] >= 60 and "park" not in done and "resume_at" not in done
+        first, second = calls.read_text().split("\x00")
+        assert second == first  # not a nudge: the same request again
+        assert len(home.events("quota_resumed")) == 1
+    finally:
+        cluster.stop()

@@ -7,12 +7,14 @@ the attempt's files that its claims rest on.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from daemon.state.holds import QuotaHold
 from daemon.state.queuefile import PendingRun
-from daemon.state.records import AttemptRecord, Cause, RunRecord, Trigger, Violation
+from daemon.state.records import AttemptRecord, Cause, Park, RunRecord, Trigger, Violation
 
 ROUTED_KEPT = 500  # trigger ids a controller remembers (for `loopd trigger --wait`)
 
@@ -138,6 +140,14 @@ class BeginAttempt(Payload):
 class AttemptEnded(Payload):
     ref: RunRef
     output: AttemptOutput
+    profile: str = ""  # the loop's agent profile: a usage limit holds it
+
+
+class ParkEnded(Payload):
+    """The wait of a run parked on a usage limit is over: attempt `n` goes on."""
+
+    ref: RunRef
+    n: int
 
 
 class Prepared(Payload):
@@ -170,6 +180,7 @@ class AttemptInput(Payload):
     remote: str
     head: str  # the commit the attempt starts from
     heartbeat_seconds: float
+    resume: bool = False  # the attempt parked on a usage limit goes on (its worker's queue)
 
 
 class AttemptOutput(Payload):
@@ -183,6 +194,12 @@ class AttemptOutput(Payload):
     cost_usd: float = 0.0
     worker: str = ""  # identity of the worker process
     own_queue: str = ""  # that worker's own queue: checks and post-mortem go there
+    # A usage limit: the hold the home writes; parked (the attempt open, to resume after
+    # `resume_at`), or past max_wait (the run escalates, why in `quota_exceeded`).
+    quota_hold: QuotaHold | None = None
+    park: Park | None = None
+    resume_at: datetime | None = None
+    quota_exceeded: str = ""
 
 
 class ChecksInput(Payload):

@@ -89,7 +89,8 @@ class Process:
             Worker(
                 client,
                 task_queue=mine,
-                activities=[side.checks, side.post_mortem],
+                # The attempt too: one parked on a usage limit resumes on its own worker.
+                activities=[side.attempt, side.checks, side.post_mortem],
                 activity_executor=pool,
                 max_concurrent_activities=slots + 1,
                 graceful_shutdown_timeout=grace,

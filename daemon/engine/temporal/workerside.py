@@ -154,7 +154,18 @@ class WorkerSide(Configured):
             inp.ref, plan.config, agent=(plan.profile, (plan.prompt_cap, plan.transcript_cap))
         )
         kept = self._kept(inp.ref.run_id)
-        run = self._mirror(plan.record, config, repo)
+        if inp.resume:  # parked here: this machine's record, tree and agent HOME go on
+            if kept is None or kept.park is None or kept.park.attempt != plan.n:
+                raise ApplicationError(
+                    f"the parked attempt {plan.n} of run {inp.ref.run_id} is not on worker "
+                    f"{self.identity}",
+                    type="Interrupted",
+                    non_retryable=True,
+                )
+            run = kept
+            run.pid = os.getpid()
+        else:
+            run = self._mirror(plan.record, config, repo)
         journal = RunJournal(services, run)
         tree = self._tree(journal, config, inp.remote, inp.head, kept)
         self.store.save_run(run)
@@ -169,13 +180,18 @@ class WorkerSide(Configured):
             with beat.running():
                 try:
                     parts = PromptParts(**plan.parts)
-                    step = Attempt(services, loop, journal, stop, tree, "", plan.n, parts=parts)
+                    step = Attempt(
+                        services, loop, journal, stop, tree, "", plan.n, parts=parts,
+                        parked=inp.resume, engine_waits=True,
+                    )  # fmt: skip
                     result = step.run()
                 except RunStopped as stopped:
                     why = stopped.why
                 record = run.attempts[-1]
-                head = commit_attempt(journal, tree, record)
-                branches.push_tree(tree, inp.remote)
+                head = inp.head
+                if result is None or not result.parked:  # a parked tree waits as it is
+                    head = commit_attempt(journal, tree, record)
+                    branches.push_tree(tree, inp.remote)
         except (TreeError, GitError, OSError, SandboxUnavailable) as exc:
             raise failure(exc) from None
         finally:
@@ -202,6 +218,10 @@ class WorkerSide(Configured):
             cost_usd=run.cost_usd,
             worker=self.identity,
             own_queue=self.own_queue,
+            quota_hold=result.quota_hold,
+            park=run.park if result.parked else None,
+            resume_at=run.resume_at if result.parked else None,
+            quota_exceeded=result.quota_exceeded,
         )
 
     def _loop_here(
