@@ -550,3 +550,54 @@ def test_a_usage_limit_parks_the_run_on_a_durable_timer_and_the_same_attempt_goe
         assert len(home.events("quota_resumed")) == 1
     finally:
         cluster.stop()
+
+
+def test_reload_answers_and_a_broken_loop_file_keeps_its_schedule_and_the_others(
+    tmp_path: Path, temporal: Any
+) -> None:
+    from tests.temporal_server import client_call
+
+    server, namespace = temporal
+    loop = {**LOOP, "runs_on": "", "schedule": ["0 3 * * *"], "timezone": "UTC"}
+    agents = command_agent("a", "import pathlib\n" + FIX)
+    cluster = make_cluster(tmp_path, server.address, namespace, BUGGY, agents, loop, workers=0)
+    home = cluster.home
+    calc = home.home / "loops" / "calc.toml"
+    good = calc.read_text()
+    (home.home / "loops" / "other.toml").write_text(good.replace("0 3 * * *", "0 4 * * *"))
+
+    def schedules() -> list[str]:
+        out = client_call(
+            server.address,
+            namespace,
+            """
+            found = [s.id async for s in await client.list_schedules()]
+            print(json.dumps(sorted(found)))
+            """,
+        )
+        return json.loads(out.splitlines()[-1])
+
+    try:
+        home.start("run")
+        both = ["loopd/calc", "loopd/other"]
+        assert [s for s in schedules() if "/dst" not in s] == both
+        # A broken loop file: the reload answers, the loop keeps its last good configuration
+        # and its schedule; the other loops go on.
+        calc.write_text(good + "max_attempts = 'many'\n")
+        proc = home.loopd("reload", "--json", timeout=60)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        event = json.loads(proc.stdout)
+        assert event["type"] == "reloaded" and event["stale"] == ["calc"]
+        assert event["loops"] == ["calc", "other"]
+        assert [s for s in schedules() if "/dst" not in s] == both
+        # A new loop whose file is broken is not loaded, and takes nothing with it.
+        (home.home / "loops" / "third.toml").write_text("task = \n")
+        calc.write_text(good)
+        proc = home.loopd("reload", "--json", timeout=60)
+        event = json.loads(proc.stdout)
+        assert event["not_loaded"] == ["third"] and event["stale"] == []
+        assert [s for s in schedules() if "/dst" not in s] == both
+        proc = home.loopd("trigger", "other", "--wait")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    finally:
+        cluster.stop()

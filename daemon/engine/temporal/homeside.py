@@ -67,6 +67,8 @@ class Configured:
     """A home's configuration, read again whenever its files change; a broken loopd.toml
     keeps the last good one."""
 
+    follows_files = True  # False: `adopt` alone changes it (the home's reload, loop by loop)
+
     def __init__(self, home: Home, loaded: LoadedConfig) -> None:
         self.home = home
         self.loaded = loaded
@@ -74,19 +76,30 @@ class Configured:
         self._mark = config_mark(home)
         self.restart: list[str] = []  # changes kept for a restart
 
+    def adopt(self, loaded: LoadedConfig) -> LoadedConfig:
+        """Use `loaded` from now on (a reload that kept broken loops' last good files); it,
+        with the running [engine]."""
+        with self._lock:
+            self._mark = config_mark(self.home)
+            self._take(loaded)
+            return self.loaded
+
+    def _take(self, loaded: LoadedConfig) -> None:
+        # The engine serves from its start: an [engine] change waits for a restart.
+        running = self.loaded.daemon
+        self.restart = restart_messages(restart_pending(running, loaded.daemon))
+        loaded.daemon = keep_running(running, loaded.daemon)
+        self.loaded = loaded
+        self.reloaded(loaded)
+
     def config(self) -> LoadedConfig:
         with self._lock:
             mark = config_mark(self.home)
-            if mark != self._mark:
+            if self.follows_files and mark != self._mark:
                 self._mark = mark
                 loaded = self.home.load()
                 if loaded.daemon_ok:
-                    # The engine serves from its start: an [engine] change waits for a restart.
-                    running = self.loaded.daemon
-                    self.restart = restart_messages(restart_pending(running, loaded.daemon))
-                    loaded.daemon = keep_running(running, loaded.daemon)
-                    self.loaded = loaded
-                    self.reloaded(loaded)
+                    self._take(loaded)
             return self.loaded
 
     def reloaded(self, loaded: LoadedConfig) -> None:
@@ -95,6 +108,8 @@ class Configured:
 
 class HomeSide(Configured):
     """What the home's activities share: the configuration, the services a run needs, the key."""
+
+    follows_files = False  # the home's reload keeps a broken loop file's last good loop
 
     def __init__(self, home: Home, loaded: LoadedConfig, store: StateStore, client: Any) -> None:
         super().__init__(home, loaded)
