@@ -511,6 +511,9 @@ def test_a_usage_limit_parks_the_run_on_a_durable_timer_and_the_same_attempt_goe
         config=sandbox,
     )
     home, worker = cluster.home, cluster.workers[0]
+    for machine in (home, worker):  # a second loop with the same agent profile
+        loops = machine.home / "loops"
+        (loops / "other.toml").write_text((loops / "calc.toml").read_text())
     try:
         home.start("run")
         worker.start("worker", "--queue", "gpu")
@@ -538,15 +541,34 @@ def test_a_usage_limit_parks_the_run_on_a_durable_timer_and_the_same_attempt_goe
         assert out.split()[-1] == "0"
         status = json.loads(home.loopd("status", "--json").stdout)["loops"]["calc"]
         assert status["phase"] == "waiting"
+        # The profile's limit holds the other loop's new run until then too.
+        assert home.loopd("trigger", "other", "--reason", "held").returncode == 0
+
+        def status_file() -> dict[str, Any] | None:
+            import tomllib
+
+            path = home.home / "state" / "status.toml"
+            loops = tomllib.loads(path.read_text())["loops"] if path.exists() else {}
+            ready = loops.get("other", {}).get("phase") == "waiting"
+            return loops if ready and loops["calc"].get("phase") == "waiting" else None
+
+        loops = wait_for(status_file, what="status.toml showing the park and the hold")
+        assert loops["calc"]["run"] == run["id"] and "usage limit" in loops["calc"]["waiting_for"]
+        assert loops["calc"]["resume_at"] == run["resume_at"]
+        assert loops["other"]["pending"] == 1 and "usage limit" in loops["other"]["waiting_for"]
+        assert [r["id"] for r in home.runs()] == [run["id"]]
         # The worker's machine restarts meanwhile; the wait is the engine's.
         assert worker.stop() == 0
         worker.start("worker", "--queue", "gpu")
-        (done,) = wait_for(lambda: finished(home, 1), timeout=150, what="the resumed run")
+        done, other = wait_for(lambda: finished(home, 2), timeout=150, what="both runs")
+        assert (done["id"], other["loop"]) == (run["id"], "other")
+        assert other["outcome"] == "succeeded" and other["trigger"]["reason"] == "held"
+        assert other["started"] >= hold.resume_at
         assert done["outcome"] == "succeeded", done
         assert len(done["attempts"]) == 1 and done["attempts"][0]["nudges"] == 0
         assert done["waited"] >= 60 and "park" not in done and "resume_at" not in done
-        first, second = calls.read_text().split("\x00")
-        assert second == first  # not a nudge: the same request again
+        asked = calls.read_text().split("\x00")
+        assert len(asked) == 3 and asked.count(asked[0]) == 2  # not a nudge: the same again
         assert len(home.events("quota_resumed")) == 1
     finally:
         cluster.stop()
@@ -590,6 +612,15 @@ def test_reload_answers_and_a_broken_loop_file_keeps_its_schedule_and_the_others
         assert event["type"] == "reloaded" and event["stale"] == ["calc"]
         assert event["loops"] == ["calc", "other"]
         assert [s for s in schedules() if "/dst" not in s] == both
+
+        def stale() -> bool:
+            import tomllib
+
+            path = home.home / "state" / "status.toml"
+            loops = tomllib.loads(path.read_text())["loops"] if path.exists() else {}
+            return bool(loops.get("calc", {}).get("stale")) and "other" in loops
+
+        wait_for(stale, what="status.toml to show calc's file stale")
         # A new loop whose file is broken is not loaded, and takes nothing with it.
         (home.home / "loops" / "third.toml").write_text("task = \n")
         calc.write_text(good)
@@ -599,5 +630,52 @@ def test_reload_answers_and_a_broken_loop_file_keeps_its_schedule_and_the_others
         assert [s for s in schedules() if "/dst" not in s] == both
         proc = home.loopd("trigger", "other", "--wait")
         assert proc.returncode == 0, proc.stdout + proc.stderr
+    finally:
+        cluster.stop()
+
+
+def test_loopd_run_and_worker_on_temporal_make_themselves_undumpable(
+    tmp_path: Path, temporal: Any
+) -> None:
+    """Agents run as the same user: the processes holding the engine's credentials must not
+    be readable through /proc or ptrace."""
+    import subprocess
+    import sys
+    import time
+
+    server, namespace = temporal
+    agents = command_agent("a", "print('idle')")
+    cluster = make_cluster(tmp_path, server.address, namespace, BUGGY, agents, LOOP, workers=1)
+    probe = (
+        "import ctypes, os, sys\n"
+        "real = os._exit\n"
+        "def leave(code):\n"
+        "    print('dumpable', ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), flush=True)\n"
+        "    real(code)\n"
+        "os._exit = leave\n"
+        "from daemon.cli.main import main\n"
+        "leave(main(sys.argv[1:]))\n"
+    )
+    try:
+        for machine, command in ((cluster.home, ["run"]), (cluster.workers[0], ["worker"])):
+            proc = subprocess.Popen(
+                [sys.executable, "-c", probe, "--home", str(machine.home), *command],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=machine.env,
+                cwd=Path(__file__).resolve().parent.parent,
+            )
+            lines = []
+            deadline = time.monotonic() + 60
+            assert proc.stdout is not None
+            while time.monotonic() < deadline:
+                line = proc.stdout.readline()
+                lines.append(line)
+                if " running for " in line or " worker for " in line or not line:
+                    break
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=60)
+            assert out.splitlines()[-1] == "dumpable 0", "".join(lines) + out
     finally:
         cluster.stop()

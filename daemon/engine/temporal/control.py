@@ -41,9 +41,9 @@ def _not_found(exc: BaseException) -> bool:
 class EngineControl:
     """The commands' view of the engine, for one home's `[engine]`."""
 
-    def __init__(self, home: Home) -> None:
+    def __init__(self, home: Home, loaded: Any = None) -> None:
         self.home = home
-        self.loaded = home.load()
+        self.loaded = loaded if loaded is not None else home.load()
         self.engine = self.loaded.daemon.engine
 
     def _do(self, coro_fn: Any, *args: Any) -> Any:
@@ -113,6 +113,9 @@ class EngineControl:
                     info["phase"] = "paused"
                 elif view.pending and not view.running:
                     info["phase"] = "queued"
+                if view.held_why and not view.running:
+                    info.update(phase="waiting", waiting_for=view.held_why)
+                    info["resume_at"] = view.held_until.isoformat() if view.held_until else None
                 if view.running:
                     run = await self._run_view(client, name, view.running)
                     if run is not None:

@@ -118,6 +118,8 @@ class HomeSide(Configured):
         self.key = home_key(store)
         self.services = RunServices(home=home, config=loaded.daemon, store=store)
         self.services.notifications = _notifications(loaded, store)
+        self.holds: Any = None  # daemon.service.holds.Holds, once the home's context is made
+        self._holds_lock = threading.Lock()
 
     def reloaded(self, loaded: LoadedConfig) -> None:
         self.services = dataclasses.replace(
@@ -128,6 +130,15 @@ class HomeSide(Configured):
 
     def loop(self, name: str) -> Loop | None:
         return self.config().loops.get(name)
+
+    def hold(self, loop: str) -> Any:
+        """What holds `loop`'s new runs now (a usage limit, a spent budget), or None."""
+        if self.holds is None:
+            return None
+        from daemon.clock import utc_now
+
+        with self._holds_lock:
+            return self.holds.held(utc_now()).get(loop)
 
     # who may act --------------------------------------------------------------------------
     def token(self, run_id: str) -> str:

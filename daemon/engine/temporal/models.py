@@ -68,6 +68,8 @@ class ControllerView(Payload):
     last_run: str
     last_outcome: str
     routed: dict[str, str] = {}
+    held_why: str = ""  # what holds its new runs (a usage limit, a spent budget)
+    held_until: datetime | None = None
 
 
 class IntakeInput(Payload):
@@ -98,6 +100,9 @@ class Admitted(Payload):
 
     input: RunInput | None = None
     skipped: str = ""  # why the run could not start (the loop is gone): no workflow
+    # A usage limit or a spent budget holds the loop's new runs: it stays pending until then.
+    held_until: datetime | None = None
+    held_why: str = ""
 
 
 class RunSummary(Payload):

@@ -93,6 +93,9 @@ class RunActivities:
         try:
             run = side.store.load_run(pending.id)  # admitted already (a replay)
         except FileNotFoundError:
+            hold = side.hold(loop.name)
+            if hold is not None:  # new runs of the loop wait, as with the local engine
+                return Admitted(held_until=hold.until, held_why=hold.why)
             run = new_run(side.services, loop, pending)
         cfg = loop.config
         return Admitted(

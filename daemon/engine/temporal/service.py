@@ -41,6 +41,7 @@ from daemon.state.store import StateStore
 
 INBOX_BATCH = 500  # inbox files forwarded per round
 RESYNC_EVERY = 2.0  # seconds between looks at the configuration files
+STATUS_EVERY = 2.0  # seconds between looks at the engine for status.toml
 
 
 class Process:
@@ -104,6 +105,10 @@ class Process:
             for name, why in (await register(client, self.loaded)).items():
                 print(f"loopd: loop {name} not registered: {why}", file=sys.stderr, flush=True)
             self.ctx = _context(self.home, self.store, home_side, self.wake)
+            from daemon.service.holds import Holds
+
+            home_side.holds = Holds(self.ctx)  # usage limits and budgets hold new runs
+            tasks.append(self._status_file(client, home_side.holds))
             tasks.append(self._resync(client, home_side))
             tasks.append(self._housekeeping(home_side))
         self._signals()
@@ -256,6 +261,23 @@ class Process:
             keeper.tick(utc_now(), keep=set(self.store.live_runs()))
             await asyncio.sleep(60)
 
+    async def _status_file(self, client: Any, holds: Any) -> None:
+        """state/status.toml, as the local daemon writes it, from the engine's view."""
+        from daemon.engine.temporal.control import EngineControl
+        from daemon.engine.temporal.statusfile import EngineStatusBoard
+
+        board = EngineStatusBoard(self.ctx, EngineControl(self.home, self.loaded), holds, utc_now())
+        failed = ""
+        while True:
+            try:
+                await board.write(client, utc_now())
+                failed = ""
+            except Exception as exc:  # noqa: BLE001 - status.toml never stops loopd
+                if str(exc) != failed:
+                    failed = str(exc)
+                    print(f"loopd: status.toml not written: {exc}", file=sys.stderr, flush=True)
+            await asyncio.sleep(STATUS_EVERY)
+
     async def _resync(self, client: Any, side: HomeSide) -> None:
         """A changed loopd.toml or loop file, SIGHUP, `loopd reload`: controllers and
         schedules follow, loop by loop, as the local daemon reloads."""
@@ -357,9 +379,12 @@ async def register(client: Any, loaded: LoadedConfig) -> dict[str, str]:
 
 def serve(home: Home, role: str, queue: str | None = None) -> int:
     """The process: take the home's lock, run until SIGTERM."""
-    from daemon.agents.processes import set_child_subreaper
+    from daemon.agents.processes import set_child_subreaper, set_not_dumpable
     from daemon.service.context import load_config
 
+    # Agents and checks run as this user: they must not read loopd's memory or environment
+    # (the engine's credentials included).
+    set_not_dumpable()
     loaded = load_config(home)  # ConfigFatal: exit 2 with the reason
     store = StateStore(home.state_dir, loaded.daemon.limits.events_rotate)
     lock = store.lock if role == "home" else _worker_lock(store)
