@@ -93,6 +93,9 @@ def test_a_fixing_agent_succeeds_and_an_idle_one_is_escalated_with_its_cause(
     assert [(r["id"], r["outcome"]) for r in listed] == [(run_id, "succeeded")]
     status = json.loads(machine.loopd("status", "--json").stdout)
     assert status["loops"]["calc"]["last_outcome"] == "succeeded"
+    # What a person reads in a terminal of 80 columns names the RUN_ID whole.
+    for command in ("runs", "status"):
+        assert run_id in machine.loopd(command).stdout, command
 
     (machine.home / "loopd.toml").write_text(
         (machine.home / "loopd.toml").read_text().replace(json.dumps(FIX), json.dumps(IDLE))
@@ -117,8 +120,13 @@ def test_a_fixing_agent_succeeds_and_an_idle_one_is_escalated_with_its_cause(
     assert [(e["run"], e["cause"]) for e in listed] == [(failed, "checks-failed")]
     shown = machine.loopd("escalations", "show", failed)
     assert shown.returncode == 0 and "checks" in shown.stdout
-    resolved = machine.loopd("escalations", "resolve", failed, "--note", "looked at it")
+    resolved = machine.loopd("escalations", "resolve", failed, "--note", "looked at it", "--retry")
     assert resolved.returncode == 0, resolved.stderr
+    # The retry's RUN_ID, as with `trigger`: the run it names exists.
+    assert resolved.stdout.splitlines()[0] == f"resolved {failed}"
+    retry_id = resolved.stdout.splitlines()[1]
+    (retry,) = wait_for(lambda: [r for r in machine.runs() if r["id"] == retry_id])
+    assert retry["trigger"]["note"] == "looked at it"
     assert json.loads(machine.loopd("escalations", "list", "--json").stdout) == []
     assert machine.stop() == 0
 
@@ -163,12 +171,15 @@ def test_a_queued_run_can_be_cancelled_before_it_starts_and_a_running_one_while_
     tmp_path: Path, engine: str, machines: list
 ) -> None:
     machine, gate = gated_machine(tmp_path, engine, machines)
-    assert machine.loopd("trigger", "calc", "--reason", "second").returncode == 0
-    # The trigger's event names the pending run that holds it, on both engines.
+    second = machine.loopd("trigger", "calc", "--reason", "second")
+    assert second.returncode == 0, second.stdout + second.stderr
+    # The trigger's event names the pending run that holds it, on both engines, and
+    # `trigger` prints that RUN_ID on its first line.
     (queued,) = wait_for(
         lambda: [e for e in machine.events("trigger") if e.get("reason") == "second"],
         what="the queued run",
     )
+    assert second.stdout.splitlines()[0] == queued["run"]
     queued = [{"id": queued["run"]}]
     proc = machine.loopd("cancel", queued[0]["id"])
     assert proc.returncode == 0 and "cancel requested for queued run" in proc.stdout

@@ -165,6 +165,9 @@ def test_a_cancel_from_another_machine_stops_the_agent_on_its_worker(
         assert shown["outcome"] == "cancelled" and shown["id"] == run_id
         transcript = worker.home / "state" / "runs" / run_id / "attempt-1" / "transcript.jsonl"
         assert "working" in transcript.read_text()
+        # `loopd logs` on the worker's machine shows the attempt it ran.
+        logs = worker.loopd("logs", run_id)
+        assert logs.returncode == 0 and "working" in logs.stdout, logs.stdout + logs.stderr
         again = worker.loopd("cancel", run_id)
         assert again.returncode == 1 and "already ended: cancelled" in again.stdout
         assert worker.loopd("cancel", "20990101T000000Z-calc-0000").returncode == 2

@@ -30,6 +30,7 @@ from daemon.home import Home
 from daemon.state.records import RunRecord, Trigger
 
 WAIT_POLL = 0.25
+ROUTE_WAIT = 30.0  # seconds `trigger` waits for the controller to name the run
 
 
 def _not_found(exc: BaseException) -> bool:
@@ -302,7 +303,8 @@ class EngineControl:
 
     def trigger(self, loop: str, reason: str, wait: bool, emit: Any) -> RunRecord | str:
         """Queue a manual run; with `wait`, its record once it ended (`emit` gets the RUN_ID),
-        or "skipped: WHY"; without, the trigger's id."""
+        or "skipped: WHY"; without, its RUN_ID (or "skipped: WHY", or "" when the controller
+        has not taken it yet)."""
         return self._do(self._trigger, loop, reason, wait, emit)
 
     async def _trigger(
@@ -329,7 +331,7 @@ class EngineControl:
                     f"unknown loop {loop!r}: the engine runs no controller for it"
                 ) from None
         if not wait:
-            return trigger.id
+            return await self._routed_within(client, loop, trigger.id)
         run_id = await self._routed(client, loop, trigger.id)
         if run_id.startswith("skipped"):
             return run_id
@@ -342,6 +344,17 @@ class EngineControl:
                 if not _not_found(exc):
                     raise
             await asyncio.sleep(WAIT_POLL)  # queued behind the loop's running run
+
+    def routed(self, loop: str, trigger_id: str) -> str:
+        """The RUN_ID holding a trigger the home queued ("skipped: WHY"); "" when the loop's
+        controller has not taken it within ROUTE_WAIT seconds."""
+        return self._do(self._routed_within, loop, trigger_id)
+
+    async def _routed_within(self, client: Any, loop: str, trigger_id: str) -> str:
+        try:
+            return await asyncio.wait_for(self._routed(client, loop, trigger_id), ROUTE_WAIT)
+        except TimeoutError:
+            return ""
 
     async def _routed(self, client: Any, loop: str, trigger_id: str) -> str:
         """The run that holds the trigger, once the controller took it (its home answers)."""
