@@ -682,3 +682,51 @@ def test_loopd_run_and_worker_on_temporal_make_themselves_undumpable(
             assert out.splitlines()[-1] == "dumpable 0", "".join(lines) + out
     finally:
         cluster.stop()
+
+
+def test_a_spent_daily_budget_holds_the_loops_new_runs_on_temporal(
+    tmp_path: Path, temporal: Any
+) -> None:
+    import tomllib
+    from datetime import UTC, datetime, timedelta
+
+    from daemon.state.store import StateStore
+    from tests.test_budget import spent
+
+    server, namespace = temporal
+    loop = {**LOOP, "runs_on": "", "daily_tokens": 100, "timezone": "UTC"}
+    agents = command_agent("a", "import pathlib\n" + FIX)
+    cluster = make_cluster(tmp_path, server.address, namespace, BUGGY, agents, loop, workers=0)
+    home = cluster.home
+    # Earlier today the loop spent 150 tokens (as a finished run leaves its record).
+    now = datetime.now(UTC)
+    spent(
+        StateStore(home.home / "state"),
+        "calc",
+        150,
+        max(now - timedelta(minutes=1), now.replace(hour=0, minute=0, second=1)),
+    )
+    try:
+        home.start("run")
+        proc = home.loopd("trigger", "calc")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        run_id = proc.stdout.splitlines()[0]
+
+        def held() -> dict[str, Any] | None:
+            path = home.home / "state" / "status.toml"
+            entry = tomllib.loads(path.read_text())["loops"]["calc"] if path.exists() else {}
+            return entry if entry.get("phase") == "waiting" else None
+
+        entry = wait_for(held, what="status.toml to show the budget's hold")
+        assert entry["pending"] == 1 and "daily_tokens" in entry["waiting_for"]
+        assert entry["resume_at"] == (now + timedelta(days=1)).replace(
+            hour=0, minute=0, second=0, microsecond=0
+        )
+        (event,) = wait_for(lambda: home.events("budget_exhausted"), what="the budget's event")
+        assert event["loop"] == "calc" and event["tokens"] == 150 and event["limit"] == 100
+        status = json.loads(home.loopd("status", "--json").stdout)["loops"]["calc"]
+        assert status["phase"] == "waiting" and "daily_tokens" in status["waiting_for"]
+        # The held run has not started: no record of it.
+        assert run_id not in [r["id"] for r in home.runs()]
+    finally:
+        cluster.stop()
