@@ -104,7 +104,7 @@ def test_in_place_runs_are_a_configuration_error_on_the_temporal_engine(tmp_path
     home = make_home(tmp_path / "home", TEMPORAL, {"calc": loop})
     proc = loopd(home, "check")
     assert proc.returncode == 2
-    assert "calc.toml: isolation" in proc.stdout and 'isolation = "worktree"' in proc.stdout
+    assert "calc.toml: isolation" in proc.stdout and 'isolation = "clone"' in proc.stdout
 
 
 def test_once_and_worker_say_which_engine_runs_what(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import make_home, make_repo, pid_alive, wait_for
+from tests.helpers import make_home, make_repo, processes_with, talk, wait_for
 from tests.machines import BUGGY, TASK, Machine, command_agent, engine_toml, loop_toml
 
 FIX = (
@@ -93,6 +93,9 @@ def test_a_fixing_agent_succeeds_and_an_idle_one_is_escalated_with_its_cause(
     assert [(r["id"], r["outcome"]) for r in listed] == [(run_id, "succeeded")]
     status = json.loads(machine.loopd("status", "--json").stdout)
     assert status["loops"]["calc"]["last_outcome"] == "succeeded"
+    # What a person reads in a terminal of 80 columns names the RUN_ID whole.
+    for command in ("runs", "status"):
+        assert run_id in machine.loopd(command).stdout, command
 
     (machine.home / "loopd.toml").write_text(
         (machine.home / "loopd.toml").read_text().replace(json.dumps(FIX), json.dumps(IDLE))
@@ -117,15 +120,21 @@ def test_a_fixing_agent_succeeds_and_an_idle_one_is_escalated_with_its_cause(
     assert [(e["run"], e["cause"]) for e in listed] == [(failed, "checks-failed")]
     shown = machine.loopd("escalations", "show", failed)
     assert shown.returncode == 0 and "checks" in shown.stdout
-    resolved = machine.loopd("escalations", "resolve", failed, "--note", "looked at it")
+    resolved = machine.loopd("escalations", "resolve", failed, "--note", "looked at it", "--retry")
     assert resolved.returncode == 0, resolved.stderr
+    # The retry's RUN_ID, as with `trigger`: the run it names exists.
+    assert resolved.stdout.splitlines()[0] == f"resolved {failed}"
+    retry_id = resolved.stdout.splitlines()[1]
+    (retry,) = wait_for(lambda: [r for r in machine.runs() if r["id"] == retry_id])
+    assert retry["trigger"]["note"] == "looked at it"
     assert json.loads(machine.loopd("escalations", "list", "--json").stdout) == []
     assert machine.stop() == 0
 
 
 def gated_machine(tmp_path: Path, engine: str, machines: list) -> tuple[Machine, Path]:
     """A machine whose first run's agent waits at a gate file."""
-    gate, started = tmp_path / "gate", tmp_path / "started"
+    folder, writable = talk(tmp_path)
+    gate, started = folder / "gate", folder / "started"
     script = (
         "import pathlib, time\n"
         f"pathlib.Path({str(started)!r}).write_text('x')\n"
@@ -133,7 +142,7 @@ def gated_machine(tmp_path: Path, engine: str, machines: list) -> tuple[Machine,
         "    time.sleep(0.05)\n"
         "p = pathlib.Path('calc.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
     )
-    machine = make_machine(tmp_path, engine, script_agent(script))
+    machine = make_machine(tmp_path, engine, script_agent(script), writable)
     machines.append(machine)
     machine.start("run")
     assert machine.loopd("trigger", "calc", "--reason", "first").returncode == 0
@@ -162,12 +171,15 @@ def test_a_queued_run_can_be_cancelled_before_it_starts_and_a_running_one_while_
     tmp_path: Path, engine: str, machines: list
 ) -> None:
     machine, gate = gated_machine(tmp_path, engine, machines)
-    assert machine.loopd("trigger", "calc", "--reason", "second").returncode == 0
-    # The trigger's event names the pending run that holds it, on both engines.
+    second = machine.loopd("trigger", "calc", "--reason", "second")
+    assert second.returncode == 0, second.stdout + second.stderr
+    # The trigger's event names the pending run that holds it, on both engines, and
+    # `trigger` prints that RUN_ID on its first line.
     (queued,) = wait_for(
         lambda: [e for e in machine.events("trigger") if e.get("reason") == "second"],
         what="the queued run",
     )
+    assert second.stdout.splitlines()[0] == queued["run"]
     queued = [{"id": queued["run"]}]
     proc = machine.loopd("cancel", queued[0]["id"])
     assert proc.returncode == 0 and "cancel requested for queued run" in proc.stdout
@@ -186,30 +198,32 @@ def test_a_queued_run_can_be_cancelled_before_it_starts_and_a_running_one_while_
 def test_kill_9_mid_attempt_is_interrupted_then_retried_once_and_leftovers_killed(
     tmp_path: Path, engine: str, machines: list
 ) -> None:
-    marker = tmp_path / "agent-pids"
+    folder, writable = talk(tmp_path)
+    marker = folder / "agent-started"
+    # In the command lines of the agent and its grandchild: the sandbox gives them pids of
+    # their own, so the test finds them by it.
+    token = f"kill9-{tmp_path.name}"
     script = (
+        f"# {token}\n"
         "import os, pathlib, subprocess, sys, time\n"
         f"marker = pathlib.Path({str(marker)!r})\n"
         "if not marker.exists():\n"
-        "    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
-        " start_new_session=True)\n"
-        "    tmp = marker.with_suffix('.tmp')\n"
-        "    tmp.write_text(f'{os.getpid()} {child.pid}')\n"
-        "    tmp.rename(marker)\n"
+        "    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)',"
+        f" {token!r}], start_new_session=True)\n"
+        "    marker.write_text('yes')\n"
         "    time.sleep(600)\n" + FIX.replace("; ", "\n") + "\n"
     )
-    machine = make_machine(tmp_path, engine, script_agent(script))
+    machine = make_machine(tmp_path, engine, script_agent(script), writable)
     machines.append(machine)
     machine.start("run")
     assert machine.loopd("trigger", "calc").returncode == 0
-    agent, grandchild = (
-        int(x) for x in wait_for(lambda: marker.exists() and marker.read_text()).split()
-    )
+    wait_for(marker.exists, timeout=60, what="the first run's agent")
+    assert len(processes_with(token)) >= 2
     machine.kill9()
     machine.start("run")
     try:
         wait_for(
-            lambda: not pid_alive(agent) and not pid_alive(grandchild),
+            lambda: not processes_with(token),
             timeout=30,
             what="the killed loopd's agent processes to be killed",
         )
@@ -221,9 +235,8 @@ def test_kill_9_mid_attempt_is_interrupted_then_retried_once_and_leftovers_kille
         assert sum(r["trigger"]["kind"] == "retry" for r in machine.runs()) == 1
         assert machine.stop() == 0
     finally:
-        for pid in (agent, grandchild):
-            if pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        for pid in processes_with(token):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_a_failure_becomes_a_rule_that_the_next_attempts_prompt_carries(
@@ -236,13 +249,16 @@ def test_a_failure_becomes_a_rule_that_the_next_attempts_prompt_carries(
     model_server.add({"json": AGREES}, name="rule_verification")
     script = tmp_path / "agent.py"
     script.write_text(AGENT.replace("RULE_MARK", repr(RULE_MARK)))
-    argv = [sys.executable, str(script), str(tmp_path / "started.txt")]
+    folder, writable = talk(tmp_path)
+    argv = [sys.executable, str(script), str(folder / "started.txt")]
     agent = f'[agents.a]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
     verifier = (
         f'[verifier]\nbase_url = "{model_server.base_url}"\nmodel = "critic-model"\n'
         'timeout = "20s"\njudge_timeout = "20s"\npending_limit = "30s"\n'
     )
-    machine = make_machine(tmp_path, engine, agent, verifier, critic="on", max_attempts=2)
+    machine = make_machine(
+        tmp_path, engine, agent, verifier + writable, critic="on", max_attempts=2
+    )
     (machine.repo / "legacy").mkdir()
     (machine.repo / "legacy" / "calc.py").write_text(BUGGY["calc.py"])
     from tests.helpers import git
@@ -311,9 +327,10 @@ def test_a_refuse_rule_ends_the_run_before_any_agent_and_escalates_it(
     from daemon.rules.library import RuleLibrary
     from daemon.rules.rulefile import Rule
 
-    started = tmp_path / "started"
+    folder, writable = talk(tmp_path)
+    started = folder / "started"  # writable: the agent, had it run, would have left it
     machine = make_machine(
-        tmp_path, engine, script_agent(f"open({str(started)!r}, 'w').write('x')")
+        tmp_path, engine, script_agent(f"open({str(started)!r}, 'w').write('x')"), writable
     )
     rule = Rule(
         rule="Do not let an agent change `calc.py`: the finance team owns it.",

@@ -9,7 +9,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import git, pid_alive, wait_for
+from tests.helpers import git, processes_with, talk, wait_for
 from tests.machines import BUGGY, TASK, Cluster, command_agent, make_cluster
 
 FIX = "p = pathlib.Path('calc.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
@@ -43,16 +43,21 @@ def test_kill_9_of_the_worker_mid_attempt_retries_the_run_on_the_other_and_reaps
     tmp_path: Path, temporal: Any
 ) -> None:
     server, namespace = temporal
-    marker = tmp_path / "first-attempt.json"
+    shared, sandbox = talk(tmp_path)
+    marker = shared / "first-attempt.json"
+    # In the command lines of the agent and its grandchild: the sandbox gives them pids of
+    # their own, so the test finds them by it.
+    token = f"kill9-{tmp_path.name}"
     # The first attempt leaves a grandchild in a session of its own and hangs; a later one fixes.
     script = (
+        f"# {token}\n"
         "import json, os, pathlib, subprocess, sys, time\n"
         f"marker = pathlib.Path({str(marker)!r})\n"
         "if not marker.exists():\n"
-        "    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
-        " start_new_session=True)\n"
+        "    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)',"
+        f" {token!r}], start_new_session=True)\n"
         "    tmp = marker.with_suffix('.tmp')\n"
-        "    tmp.write_text(json.dumps([os.getpid(), child.pid, os.getcwd()]))\n"
+        "    tmp.write_text(json.dumps([os.getcwd()]))\n"
         "    tmp.rename(marker)\n"
         "    time.sleep(600)\n" + FIX
     )
@@ -63,6 +68,7 @@ def test_kill_9_of_the_worker_mid_attempt_retries_the_run_on_the_other_and_reaps
         BUGGY,
         command_agent("a", "import pathlib\n" + script),
         LOOP,
+        config=sandbox,
     )
     try:
         cluster.home.start("run")
@@ -70,7 +76,8 @@ def test_kill_9_of_the_worker_mid_attempt_retries_the_run_on_the_other_and_reaps
             worker.start("worker", "--queue", "gpu")
         assert cluster.home.loopd("trigger", "calc").returncode == 0
         text = wait_for(lambda: marker.exists() and marker.read_text(), timeout=60)
-        agent, grandchild, cwd = json.loads(text)
+        (cwd,) = json.loads(text)
+        assert len(processes_with(token)) >= 2
         dead = which_worker(cluster, cwd)
         other = cluster.workers[1 - dead]
         cluster.workers[dead].kill9()
@@ -89,7 +96,7 @@ def test_kill_9_of_the_worker_mid_attempt_retries_the_run_on_the_other_and_reaps
         # Back on the dead machine, the worker kills what its attempt left.
         cluster.workers[dead].start("worker", "--queue", "gpu")
         wait_for(
-            lambda: not pid_alive(agent) and not pid_alive(grandchild),
+            lambda: not processes_with(token),
             timeout=30,
             what="the dead worker's agent processes to be killed",
         )
@@ -98,23 +105,17 @@ def test_kill_9_of_the_worker_mid_attempt_retries_the_run_on_the_other_and_reaps
         assert sum(r["trigger"]["kind"] == "retry" for r in cluster.home.runs()) == 1
     finally:
         cluster.stop()
-        for pid in _marker_pids(marker):
-            if pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
-
-
-def _marker_pids(marker: Path) -> list[int]:
-    try:
-        return [int(x) for x in json.loads(marker.read_text())[:2]]
-    except (OSError, ValueError):
-        return []
+        for pid in processes_with(token):
+            os.kill(pid, signal.SIGKILL)
 
 
 HANG = (
+    "# {token}\n"
     "import json, os, pathlib, time\n"
     "marker = pathlib.Path({marker!r})\n"
     "tmp = marker.with_suffix('.tmp')\n"
-    "tmp.write_text(json.dumps([os.getpid(), os.getcwd()]))\n"
+    "seen = [os.getcwd(), os.path.isdir('.git'), os.path.exists({hidden!r})]\n"
+    "tmp.write_text(json.dumps(seen))\n"
     "tmp.rename(marker)\n"
     "print('working', flush=True)\n"
     "time.sleep(600)\n"
@@ -125,15 +126,26 @@ def test_a_cancel_from_another_machine_stops_the_agent_on_its_worker(
     tmp_path: Path, temporal: Any
 ) -> None:
     server, namespace = temporal
-    marker = tmp_path / "agent.json"
-    agents = command_agent("a", HANG.format(marker=str(marker)))
-    cluster = make_cluster(tmp_path, server.address, namespace, BUGGY, agents, LOOP, workers=1)
+    shared, sandbox = talk(tmp_path)
+    marker = shared / "agent.json"
+    token = f"hang-{tmp_path.name}"  # the sandbox gives the agent a pid of its own
+    hidden = str(tmp_path / "worker-1" / "loopd-home" / "loopd.toml")  # never visible
+    agents = command_agent("a", HANG.format(marker=str(marker), token=token, hidden=hidden))
+    cluster = make_cluster(
+        tmp_path, server.address, namespace, BUGGY, agents, LOOP, workers=1, config=sandbox
+    )
     try:
         cluster.home.start("run")
         worker = cluster.workers[0]
         worker.start("worker", "--queue", "gpu")
         assert cluster.home.loopd("trigger", "calc").returncode == 0
-        agent, _cwd = json.loads(wait_for(lambda: marker.exists() and marker.read_text()))
+        cwd, own_clone, home_seen = json.loads(
+            wait_for(lambda: marker.exists() and marker.read_text())
+        )
+        assert processes_with(token)
+        # The worker made the run's tree as the local engine does (a clone of its own, in
+        # the worker's folders) and runs the agent sandboxed: the worker's home is hidden.
+        assert cwd.startswith(str(worker.root)) and own_clone and not home_seen
         # The worker's machine lists every machine's runs and cancels the home's run.
         listed = json.loads(worker.loopd("runs", "--json").stdout)
         assert [r["phase"] for r in listed] == ["running"]
@@ -145,7 +157,7 @@ def test_a_cancel_from_another_machine_stops_the_agent_on_its_worker(
         proc = worker.loopd("cancel", run_id)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip() == f"{run_id}: cancelled"
-        wait_for(lambda: not pid_alive(agent), timeout=30, what="the agent to be stopped")
+        wait_for(lambda: not processes_with(token), timeout=30, what="the agent to be stopped")
         (run,) = wait_for(lambda: finished(cluster.home, 1))
         assert run["outcome"] == "cancelled" and run["cause"] == "cancelled"
         assert run["attempts"][0]["interrupted"] is True
@@ -153,6 +165,9 @@ def test_a_cancel_from_another_machine_stops_the_agent_on_its_worker(
         assert shown["outcome"] == "cancelled" and shown["id"] == run_id
         transcript = worker.home / "state" / "runs" / run_id / "attempt-1" / "transcript.jsonl"
         assert "working" in transcript.read_text()
+        # `loopd logs` on the worker's machine shows the attempt it ran.
+        logs = worker.loopd("logs", run_id)
+        assert logs.returncode == 0 and "working" in logs.stdout, logs.stdout + logs.stderr
         again = worker.loopd("cancel", run_id)
         assert again.returncode == 1 and "already ended: cancelled" in again.stdout
         assert worker.loopd("cancel", "20990101T000000Z-calc-0000").returncode == 2
@@ -162,8 +177,8 @@ def test_a_cancel_from_another_machine_stops_the_agent_on_its_worker(
 
 def test_the_server_restarted_mid_run_does_not_lose_the_run(tmp_path: Path, temporal: Any) -> None:
     server, namespace = temporal
-    gate = tmp_path / "gate"
-    started = tmp_path / "started"
+    shared, sandbox = talk(tmp_path)
+    gate, started = shared / "gate", shared / "started"
     script = (
         "import pathlib, time\n"
         f"pathlib.Path({str(started)!r}).write_text('x')\n"
@@ -179,6 +194,7 @@ def test_the_server_restarted_mid_run_does_not_lose_the_run(tmp_path: Path, temp
         LOOP,
         workers=1,
         heartbeat="20s",
+        config=sandbox,
     )
     try:
         cluster.home.start("run")
@@ -204,7 +220,8 @@ def test_a_burst_of_1000_pushes_on_two_machines_is_one_running_and_one_pending_r
     from daemon.state.store import StateStore
 
     server, namespace = temporal
-    gate, started = tmp_path / "gate", tmp_path / "started"
+    shared, sandbox = talk(tmp_path)
+    gate, started = shared / "gate", shared / "started"
     script = (
         "import pathlib, time\n"
         f"pathlib.Path({str(started)!r}).write_text('x')\n"
@@ -213,7 +230,14 @@ def test_a_burst_of_1000_pushes_on_two_machines_is_one_running_and_one_pending_r
     )
     loop = {**LOOP, "on_push": ["main"], "done_when": []}
     cluster = make_cluster(
-        tmp_path, server.address, namespace, BUGGY, command_agent("a", script), loop, workers=1
+        tmp_path,
+        server.address,
+        namespace,
+        BUGGY,
+        command_agent("a", script),
+        loop,
+        workers=1,
+        config=sandbox,
     )
     try:
         cluster.home.start("run")
@@ -269,7 +293,8 @@ def test_a_rule_learned_from_an_attempt_on_one_worker_guides_a_run_on_the_other(
     model_server.add({"json": AGREES}, name="rule_verification")
     script = tmp_path / "agent.py"
     script.write_text(AGENT.replace("RULE_MARK", repr(RULE_MARK)))
-    marker = tmp_path / "agent-started.txt"
+    shared, sandbox = talk(tmp_path)
+    marker = shared / "agent-started.txt"
     agents = (
         f'[agents.a]\nadapter = "command"\n'
         f"command = {json.dumps([sys.executable, str(script), str(marker)])}\n"
@@ -280,7 +305,14 @@ def test_a_rule_learned_from_an_attempt_on_one_worker_guides_a_run_on_the_other(
     )
     loop = {**LOOP, "critic": "on", "task": TASK}
     cluster = make_cluster(
-        tmp_path, server.address, namespace, REPO, agents, loop, workers=2, config=verifier
+        tmp_path,
+        server.address,
+        namespace,
+        REPO,
+        agents,
+        loop,
+        workers=2,
+        config=verifier + sandbox,
     )
     home, first, second = cluster.home, cluster.workers[0], cluster.workers[1]
     try:
@@ -443,5 +475,258 @@ def test_the_homes_activities_act_only_for_runs_the_home_started(
         assert not [e for e in home.events() if e.get("run") in (forged, stolen)]
         branches = git(home.repo, "branch", "--format=%(refname:short)").split()
         assert sorted(branches) == sorted(["main", f"loopd/calc/{real}"])
+    finally:
+        cluster.stop()
+
+
+def test_a_usage_limit_parks_the_run_on_a_durable_timer_and_the_same_attempt_goes_on(
+    tmp_path: Path, temporal: Any
+) -> None:
+    """The attempt's activity ends at the limit (no activity runs while parked), the home holds
+    the profile, the workflow waits until `resume_at` (past a restart of the worker) and the
+    same attempt resumes on its worker, asked the same again."""
+    from daemon.state.holds import load_quota
+    from daemon.state.store import StateStore
+    from tests.temporal_server import client_call
+
+    server, namespace = temporal
+    shared, sandbox = talk(tmp_path)
+    calls = shared / "calls"
+    # A 429 with Retry-After: 1 s: the run resumes a minute past that (the reset margin).
+    script = (
+        "import pathlib, sys\n"
+        f"calls = pathlib.Path({str(calls)!r})\n"
+        "prompt = sys.stdin.read()\n"
+        "first = not calls.exists()\n"
+        "calls.write_text((calls.read_text() + '\\x00' if calls.exists() else '') + prompt)\n"
+        "if first:\n"
+        "    print('HTTP 429 Too Many Requests; Retry-After: 1')\n"
+        "    sys.exit(1)\n" + FIX
+    )
+    cluster = make_cluster(
+        tmp_path,
+        server.address,
+        namespace,
+        BUGGY,
+        command_agent("a", "import pathlib\n" + script),
+        LOOP,
+        workers=1,
+        config=sandbox,
+    )
+    home, worker = cluster.home, cluster.workers[0]
+    for machine in (home, worker):  # a second loop with the same agent profile
+        loops = machine.home / "loops"
+        (loops / "other.toml").write_text((loops / "calc.toml").read_text())
+    try:
+        home.start("run")
+        worker.start("worker", "--queue", "gpu")
+        assert home.loopd("trigger", "calc").returncode == 0
+        (run,) = wait_for(
+            lambda: [r for r in home.runs() if r.get("phase") == "waiting"], timeout=60
+        )
+        assert run["resume_at"] and run["park"]["profile"] == "a"
+        (wait,) = wait_for(lambda: home.events("quota_wait"), what="the quota_wait event")
+        assert wait["run"] == run["id"] and wait["worker"].startswith("worker:")
+        # The home holds the profile (its queue), not the worker.
+        hold = load_quota(StateStore(home.home / "state")).profiles["a"]
+        assert hold.run == run["id"]
+        assert "a" not in load_quota(StateStore(worker.home / "state")).profiles
+        # No activity runs while parked: the workflow waits on a timer.
+        out = client_call(
+            server.address,
+            namespace,
+            f"""
+            handle = client.get_workflow_handle("loopd/calc/{run["id"]}")
+            d = await handle.describe()
+            print(len(d.raw_description.pending_activities))
+            """,
+        )
+        assert out.split()[-1] == "0"
+        status = json.loads(home.loopd("status", "--json").stdout)["loops"]["calc"]
+        assert status["phase"] == "waiting"
+        # The profile's limit holds the other loop's new run until then too.
+        assert home.loopd("trigger", "other", "--reason", "held").returncode == 0
+
+        def status_file() -> dict[str, Any] | None:
+            import tomllib
+
+            path = home.home / "state" / "status.toml"
+            loops = tomllib.loads(path.read_text())["loops"] if path.exists() else {}
+            ready = loops.get("other", {}).get("phase") == "waiting"
+            return loops if ready and loops["calc"].get("phase") == "waiting" else None
+
+        loops = wait_for(status_file, what="status.toml showing the park and the hold")
+        assert loops["calc"]["run"] == run["id"] and "usage limit" in loops["calc"]["waiting_for"]
+        assert loops["calc"]["resume_at"] == run["resume_at"]
+        assert loops["other"]["pending"] == 1 and "usage limit" in loops["other"]["waiting_for"]
+        assert [r["id"] for r in home.runs()] == [run["id"]]
+        # The worker's machine restarts meanwhile; the wait is the engine's.
+        assert worker.stop() == 0
+        worker.start("worker", "--queue", "gpu")
+        done, other = wait_for(lambda: finished(home, 2), timeout=150, what="both runs")
+        assert (done["id"], other["loop"]) == (run["id"], "other")
+        assert other["outcome"] == "succeeded" and other["trigger"]["reason"] == "held"
+        assert other["started"] >= hold.resume_at
+        assert done["outcome"] == "succeeded", done
+        assert len(done["attempts"]) == 1 and done["attempts"][0]["nudges"] == 0
+        assert done["waited"] >= 60 and "park" not in done and "resume_at" not in done
+        asked = calls.read_text().split("\x00")
+        assert len(asked) == 3 and asked.count(asked[0]) == 2  # not a nudge: the same again
+        assert len(home.events("quota_resumed")) == 1
+    finally:
+        cluster.stop()
+
+
+def test_reload_answers_and_a_broken_loop_file_keeps_its_schedule_and_the_others(
+    tmp_path: Path, temporal: Any
+) -> None:
+    from tests.temporal_server import client_call
+
+    server, namespace = temporal
+    loop = {**LOOP, "runs_on": "", "schedule": ["0 3 * * *"], "timezone": "UTC"}
+    agents = command_agent("a", "import pathlib\n" + FIX)
+    cluster = make_cluster(tmp_path, server.address, namespace, BUGGY, agents, loop, workers=0)
+    home = cluster.home
+    calc = home.home / "loops" / "calc.toml"
+    good = calc.read_text()
+    (home.home / "loops" / "other.toml").write_text(good.replace("0 3 * * *", "0 4 * * *"))
+
+    def schedules() -> list[str]:
+        out = client_call(
+            server.address,
+            namespace,
+            """
+            found = [s.id async for s in await client.list_schedules()]
+            print(json.dumps(sorted(found)))
+            """,
+        )
+        return json.loads(out.splitlines()[-1])
+
+    try:
+        home.start("run")
+        both = ["loopd/calc", "loopd/other"]
+        assert [s for s in schedules() if "/dst" not in s] == both
+        # A broken loop file: the reload answers, the loop keeps its last good configuration
+        # and its schedule; the other loops go on.
+        calc.write_text(good + "max_attempts = 'many'\n")
+        proc = home.loopd("reload", "--json", timeout=60)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        event = json.loads(proc.stdout)
+        assert event["type"] == "reloaded" and event["stale"] == ["calc"]
+        assert event["loops"] == ["calc", "other"]
+        assert [s for s in schedules() if "/dst" not in s] == both
+
+        def stale() -> bool:
+            import tomllib
+
+            path = home.home / "state" / "status.toml"
+            loops = tomllib.loads(path.read_text())["loops"] if path.exists() else {}
+            return bool(loops.get("calc", {}).get("stale")) and "other" in loops
+
+        wait_for(stale, what="status.toml to show calc's file stale")
+        # A new loop whose file is broken is not loaded, and takes nothing with it.
+        (home.home / "loops" / "third.toml").write_text("task = \n")
+        calc.write_text(good)
+        proc = home.loopd("reload", "--json", timeout=60)
+        event = json.loads(proc.stdout)
+        assert event["not_loaded"] == ["third"] and event["stale"] == []
+        assert [s for s in schedules() if "/dst" not in s] == both
+        proc = home.loopd("trigger", "other", "--wait")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    finally:
+        cluster.stop()
+
+
+def test_loopd_run_and_worker_on_temporal_make_themselves_undumpable(
+    tmp_path: Path, temporal: Any
+) -> None:
+    """Agents run as the same user: the processes holding the engine's credentials must not
+    be readable through /proc or ptrace."""
+    import subprocess
+    import sys
+    import time
+
+    server, namespace = temporal
+    agents = command_agent("a", "print('idle')")
+    cluster = make_cluster(tmp_path, server.address, namespace, BUGGY, agents, LOOP, workers=1)
+    probe = (
+        "import ctypes, os, sys\n"
+        "real = os._exit\n"
+        "def leave(code):\n"
+        "    print('dumpable', ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), flush=True)\n"
+        "    real(code)\n"
+        "os._exit = leave\n"
+        "from daemon.cli.main import main\n"
+        "leave(main(sys.argv[1:]))\n"
+    )
+    try:
+        for machine, command in ((cluster.home, ["run"]), (cluster.workers[0], ["worker"])):
+            proc = subprocess.Popen(
+                [sys.executable, "-c", probe, "--home", str(machine.home), *command],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=machine.env,
+                cwd=Path(__file__).resolve().parent.parent,
+            )
+            lines = []
+            deadline = time.monotonic() + 60
+            assert proc.stdout is not None
+            while time.monotonic() < deadline:
+                line = proc.stdout.readline()
+                lines.append(line)
+                if " running for " in line or " worker for " in line or not line:
+                    break
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=60)
+            assert out.splitlines()[-1] == "dumpable 0", "".join(lines) + out
+    finally:
+        cluster.stop()
+
+
+def test_a_spent_daily_budget_holds_the_loops_new_runs_on_temporal(
+    tmp_path: Path, temporal: Any
+) -> None:
+    import tomllib
+    from datetime import UTC, datetime, timedelta
+
+    from daemon.state.store import StateStore
+    from tests.test_budget import spent
+
+    server, namespace = temporal
+    loop = {**LOOP, "runs_on": "", "daily_tokens": 100, "timezone": "UTC"}
+    agents = command_agent("a", "import pathlib\n" + FIX)
+    cluster = make_cluster(tmp_path, server.address, namespace, BUGGY, agents, loop, workers=0)
+    home = cluster.home
+    # Earlier today the loop spent 150 tokens (as a finished run leaves its record).
+    now = datetime.now(UTC)
+    spent(
+        StateStore(home.home / "state"),
+        "calc",
+        150,
+        max(now - timedelta(minutes=1), now.replace(hour=0, minute=0, second=1)),
+    )
+    try:
+        home.start("run")
+        proc = home.loopd("trigger", "calc")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        run_id = proc.stdout.splitlines()[0]
+
+        def held() -> dict[str, Any] | None:
+            path = home.home / "state" / "status.toml"
+            entry = tomllib.loads(path.read_text())["loops"]["calc"] if path.exists() else {}
+            return entry if entry.get("phase") == "waiting" else None
+
+        entry = wait_for(held, what="status.toml to show the budget's hold")
+        assert entry["pending"] == 1 and "daily_tokens" in entry["waiting_for"]
+        assert entry["resume_at"] == (now + timedelta(days=1)).replace(
+            hour=0, minute=0, second=0, microsecond=0
+        )
+        (event,) = wait_for(lambda: home.events("budget_exhausted"), what="the budget's event")
+        assert event["loop"] == "calc" and event["tokens"] == 150 and event["limit"] == 100
+        status = json.loads(home.loopd("status", "--json").stdout)["loops"]["calc"]
+        assert status["phase"] == "waiting" and "daily_tokens" in status["waiting_for"]
+        # The held run has not started: no record of it.
+        assert run_id not in [r["id"] for r in home.runs()]
     finally:
         cluster.stop()

@@ -26,30 +26,24 @@ def show_status(control: Any, args: argparse.Namespace) -> int:
             + (polled or "no loopd run polls the home's queue"),
             style=None if polled else "yellow",
         )
-        loops = Table(title=data["home"])
-        for col in (
-            "loop",
-            "phase",
-            "run",
-            "attempt",
-            "worker",
-            "last outcome",
-            "next fire",
-            "pending",
-        ):
-            loops.add_column(col)
+        rows = []
         for name, info in data["loops"].items():
             phase = info["phase"] if info.get("enabled", True) else "disabled"
-            loops.add_row(
-                name,
-                phase,
-                info["run"],
-                str(info["attempt"] or ""),
-                info["worker"],
-                f"{info['last_outcome']} {info['last_run']}".strip(),
-                str(info["next_fire"] or ""),
-                str(info["pending"] or ""),
+            if info.get("waiting_for"):
+                phase += f" ({info['waiting_for']})"
+            rows.append(
+                (
+                    name,
+                    phase,
+                    info["run"] or info["last_run"],
+                    str(info["attempt"] or ""),
+                    info["worker"],
+                    info["last_outcome"],
+                    str(info["next_fire"] or ""),
+                    str(info["pending"] or ""),
+                )
             )
+        loops = _loops_table(data["home"], rows, console().width)
         machines = Table(title="polling the engine")
         for col in ("queue", "worker", "last seen"):
             machines.add_column(col)
@@ -75,6 +69,37 @@ def show_status(control: Any, args: argparse.Namespace) -> int:
         return 0
 
 
+def _loops_table(title: str, rows: list[tuple[str, ...]], width: int) -> Any:
+    """The loops as a table whose RUN_IDs are never wrapped or cut (what a person copies);
+    too narrow for that, one block per loop with the RUN_ID on a line of its own."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    columns = ("loop", "phase", "run", "attempt", "worker", "last outcome", "next fire", "pending")
+    run_width = max([3, *(len(r[2]) for r in rows)])
+    if run_width + 8 * len(columns) + 3 * len(columns) + 1 <= width:
+        table = Table(title=title)
+        for col in columns:
+            if col == "run":
+                table.add_column(col, no_wrap=True, min_width=run_width)
+            else:
+                table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        return table
+    parts: list[Any] = [Text(title, style="bold")]
+    for name, phase, run, attempt, worker, outcome, fire, pending in rows:
+        line = f"{name}  {phase}" + (f" (attempt {attempt})" if attempt else "")
+        line += f" on {worker}" if worker else ""
+        line += f", last {outcome}" if outcome else ""
+        line += f", {pending} queued" if pending else ""
+        parts.append(Text(line + (f"; next fire {fire}" if fire else "")))
+        if run:
+            parts.append(Text(f"  run {run}", no_wrap=True, overflow="ignore"))
+    return Group(*parts)
+
+
 def show_runs(control: Any, args: argparse.Namespace) -> int:
     """Every machine's runs from the engine, newest first."""
     from rich.table import Table
@@ -84,8 +109,12 @@ def show_runs(control: Any, args: argparse.Namespace) -> int:
         print_json(rows)
         return 0
     table = Table(title=f"runs on the engine ({control.engine.address})")
-    for col in ("run", "trigger", "outcome", "attempts", "score", "reason"):
-        table.add_column(col)
+    # The RUN_ID is what a person copies: never wrapped or cut; the reason folds.
+    ids = [r["id"] for r in rows]
+    table.add_column("run", no_wrap=True, min_width=max(map(len, ids), default=3))
+    for col in ("trigger", "outcome", "attempts", "score"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("reason", min_width=10, overflow="fold")
     for r in rows:
         table.add_row(
             r["id"],
@@ -109,6 +138,25 @@ def engine_record(control: Any, run_id: str) -> Any:
     return record
 
 
+def report_routed(control: Any, loop: str, run_id: str) -> int:
+    """Print the RUN_ID the loop's controller gave a trigger, on the first line."""
+    if run_id.startswith("skipped"):
+        print(f"the engine skipped the trigger for {loop}: {run_id.partition(': ')[2]}")
+        return 1
+    if not run_id:
+        print(
+            f"queued for {loop}; its controller has not taken the trigger yet: `loopd runs "
+            f"{loop}` lists the run with its RUN_ID once it has"
+        )
+        return 0
+    print(run_id, flush=True)
+    print(
+        f"queued for {loop} (engine at {control.engine.address}); `loopd logs {run_id} -f` "
+        "follows it on the machine that runs it"
+    )
+    return 0
+
+
 def trigger_on_engine(control: Any, args: argparse.Namespace) -> int:
     """`loopd trigger` through the loop's controller; --wait follows the run to its end."""
     from daemon.cli.runs import _print_outcome, exit_code
@@ -119,8 +167,7 @@ def trigger_on_engine(control: Any, args: argparse.Namespace) -> int:
     reason = args.reason or "loopd trigger"
     result = control.trigger(args.loop, reason, args.wait, emit)
     if not args.wait:
-        print(f"queued {result} for {args.loop} (engine at {control.engine.address})")
-        return 0
+        return report_routed(control, args.loop, result)
     if isinstance(result, str):
         print(f"trigger was {result}")
         return 1

@@ -110,9 +110,12 @@ def resolve_escalation_cmd(args: argparse.Namespace) -> int:
             raise _not_found(args.run_id)
         if reply.get("error"):
             raise CommandError(reply.get("message") or reply["error"], 1)
-        print(f"resolved {args.run_id}")
+        print(f"resolved {args.run_id}", flush=True)
         if reply.get("trigger"):
-            print(f"retry queued at the home: state/inbox/{reply['trigger']}")
+            from daemon.cli.engine_views import report_routed
+
+            loop = reply.get("loop") or ""
+            return report_routed(control, loop, control.routed(loop, reply["trigger"]))
         return 0
     store = home.state()
     now = utc_now()

@@ -73,26 +73,40 @@ class _JsonPrinter(_Printer):
 
 
 def _record(store: Any, run_id: str) -> Any:
-    """The run's record; None while it is queued (no record yet) or being replaced."""
-    from daemon.state.store import UnreadableFile
+    """The run's record; None while it is queued (no record yet) or being replaced. On a
+    Temporal worker's machine, its own record of the attempts it ran."""
+    from daemon.engine.temporal.workerstore import RECORD
+    from daemon.state.records import RunRecord
+    from daemon.state.store import UnreadableFile, read_model
 
     try:
         return store.load_run(run_id)
     except FileNotFoundError:
-        return None
+        pass
     except UnreadableFile:
         return None
+    try:
+        return read_model(store.run_dir(run_id) / RECORD, RunRecord)
+    except (FileNotFoundError, UnreadableFile):
+        return None
+
+
+def _live(store: Any, run_id: str) -> bool:
+    """Whether the run is live here: a run of this home, or an attempt this worker runs."""
+    from daemon.engine.temporal.workerstore import LIVE
+
+    return run_id in store.live_runs() or (store.root / LIVE / run_id).exists()
 
 
 def _attempt_ended(store: Any, run_id: str, n: int) -> bool:
     run = _record(store, run_id)
     if run is None:
         # No record: ended only when it is neither queued nor live (cancelled while queued).
-        return store.queued_run(run_id) is None and run_id not in store.live_runs()
+        return store.queued_run(run_id) is None and not _live(store, run_id)
     attempt = next((a for a in run.attempts if a.n == n), None)
     if attempt is not None and attempt.finished is not None:
         return True
-    return run.outcome is not None or run_id not in store.live_runs()
+    return run.outcome is not None or not _live(store, run_id)
 
 
 def _header(printer: _Printer, run: Any, n: int) -> None:
@@ -221,7 +235,7 @@ def run_is_going(store: Any, run: Any) -> bool:
     """Whether the run may still start attempts (queued, live, no outcome)."""
     if run is None:
         return True
-    return run.outcome is None and run.id in store.live_runs()
+    return run.outcome is None and _live(store, run.id)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

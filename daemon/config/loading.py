@@ -180,7 +180,8 @@ def check_loop(
                 "isolation",
                 'isolation = "in-place" works on this machine\'s checkout, and with [engine] '
                 'kind = "temporal" attempts run on whichever worker takes them',
-                'use isolation = "worktree" (each attempt\'s commit goes to [engine] remote)',
+                'use isolation = "clone" (the default) or "worktree" (each attempt\'s commit goes '
+                "to [engine] remote)",
             )
         )
     profile = daemon.profile(config.agent)

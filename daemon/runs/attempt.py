@@ -46,6 +46,8 @@ class AttemptResult:
     over_budget: bool = False  # the run's tokens passed max_tokens
     quota_exceeded: str = ""  # why the usage limit outlasts max_wait: the run escalates
     checked: CheckedCommit | None = None
+    parked: bool = False  # parked on a usage limit, the wait left to the engine (engine_waits)
+    quota_hold: Any = None  # the QuotaHold of the usage limit it ended on, if any
 
 
 def commit_tree(
@@ -127,6 +129,7 @@ class Attempt:
         rule_ids: list[str] | None = None,
         parts: PromptParts | None = None,
         parked: bool = False,
+        engine_waits: bool = False,
     ) -> None:
         self.services = services
         self.loop = loop
@@ -141,6 +144,9 @@ class Attempt:
         # Where the agent and the checks run; SandboxUnavailable when runs are refused here.
         self.confinement = Confinement.for_run(services, loop.config, journal.run, tree.path)
         self.parked = parked  # resumed after a restart while parked on a usage limit
+        # A park returns the attempt open (the engine waits, durably, and resumes it) and
+        # leaves holding the profile and notifying to the engine's home.
+        self.engine_waits = engine_waits
 
     def run(self) -> AttemptResult:
         """Start the agent, nudge its stalls, and record the attempt as finished."""
@@ -186,6 +192,9 @@ class Attempt:
             stopped_parked = run.phase == "waiting"
         finally:
             transcript.close()
+        if result.parked:
+            journal.save()
+            return result  # the attempt stays open: it goes on after the wait
         if stopped_parked:
             journal.save()
             self.stop.raise_if_stopped()
@@ -240,6 +249,7 @@ class Attempt:
         attempt = result.record
         limits = self.services.config.limits
         parking = Parking(self.services, self.loop, journal, self.stop, transcript, self.n)
+        parking.holds_here = not self.engine_waits
         parked = parking.parked if self.parked else None
         # attempt_timeout counts the agent's time only: a park does not use it up.
         budget = cfg.attempt_timeout.total_seconds() - (parked.used_seconds if parked else 0)
@@ -328,7 +338,11 @@ class Attempt:
             if hit is not None:
                 used = cfg.attempt_timeout.total_seconds() - (deadline - time.monotonic())
                 result.quota_exceeded = parking.park(hit, session_id, asked, used)
+                result.quota_hold = parking.hold
                 if result.quota_exceeded:
+                    return
+                if self.engine_waits:
+                    result.parked = True
                     return
                 parked_at = time.monotonic()
                 parking.wait()

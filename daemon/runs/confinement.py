@@ -24,6 +24,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from daemon.agents.environment import (
     ALLOWED,
@@ -44,6 +45,19 @@ from daemon.state.records import RunExposure, RunRecord
 
 class SandboxUnavailable(Exception):
     """The configured sandbox cannot run here and runs must not start without it."""
+
+
+def choose_sandbox(services: RunServices, journal: Any) -> None:
+    """Say which sandbox the run's processes get here (event `sandbox`, the record's
+    `sandbox`); SandboxUnavailable when its runs are refused here."""
+    choice = choose(services.config.sandbox)
+    fields = {"warning": choice.warning} if choice.warning else {}
+    journal.event("sandbox", mode=choice.mode, in_force=choice.name, **fields)
+    if choice.refusal:
+        raise SandboxUnavailable(choice.refusal)
+    # In a sandboxed clone the user's repository is read-only to the agent: its guards
+    # (refs, config, hooks, info) are not needed there.
+    journal.run.sandbox = choice.name
 
 
 def common_git_dir(repo: Path) -> Path | None:

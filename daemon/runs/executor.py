@@ -251,16 +251,9 @@ class RunExecutor:
 
     def _sandbox(self) -> None:
         """Say which sandbox the run's processes get; a refused run ends here."""
-        from daemon.sandbox.registry import choose
+        from daemon.runs.confinement import choose_sandbox
 
-        choice = choose(self.services.config.sandbox)
-        fields = {"warning": choice.warning} if choice.warning else {}
-        self.journal.event("sandbox", mode=choice.mode, in_force=choice.name, **fields)
-        if choice.refusal:
-            raise SandboxUnavailable(choice.refusal)
-        # In a sandboxed clone the user's repository is read-only to the agent: its guards
-        # (refs, config, hooks, info) are not needed there.
-        self.run.sandbox = choice.name
+        choose_sandbox(self.services, self.journal)
 
     def _start_point(self) -> StartPoint:
         """The base the run starts from (a retry's, `build_on`'s); its landing target."""

@@ -78,6 +78,9 @@ class Parking:
         self.stop = stop
         self.transcript = transcript
         self.n = n
+        # False on a Temporal worker: the home holds the profile and notifies, the engine waits.
+        self.holds_here = True
+        self.hold: Any = None  # the QuotaHold of the last park (a QuotaHold)
 
     @property
     def parked(self) -> Park | None:
@@ -97,13 +100,11 @@ class Parking:
         resume_at, named = resume_time(hit.reset_at, count, now)
         profile = self.loop.config.agent
         message = redact(hit.message)
-        hold_profile(
-            self.services.store,
-            profile,
-            QuotaHold(
-                resume_at=resume_at, since=now, run=run.id, loop=run.loop, message=message[-300:]
-            ),
+        self.hold = QuotaHold(
+            resume_at=resume_at, since=now, run=run.id, loop=run.loop, message=message[-300:]
         )
+        if self.holds_here:
+            hold_profile(self.services.store, profile, self.hold)
         limit = self.services.config.limits.max_wait
         if resume_at - since > limit:
             return (
@@ -133,7 +134,8 @@ class Parking:
             "quota_wait", attempt=self.n, profile=profile, message=message[-300:], **fields
         )
         self.transcript.write_loopd(now, "quota", message=message[-300:], **fields)
-        self._notify()
+        if self.holds_here:
+            self._notify()
         return ""
 
     def _notify(self) -> None:

@@ -12,12 +12,20 @@ so a remote reached over ssh works with the user's own ssh configuration.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from daemon.runs.git import Git, GitError
-from daemon.runs.tree import RunTree, TreeError, branch_name
-from daemon.state.atomic import ensure_dir
+from daemon.runs.tree import (
+    RunTree,
+    TreeError,
+    branch_name,
+    locate_user,
+    prepare_tree,
+    remove_tree,
+    tree_of_record,
+)
+from daemon.runs.userrepo import LedgerWriter
+from daemon.state.records import RunRecord
 
 REMOTE = ("-c", "core.sshCommand=ssh")  # the safe git turns ssh off; the remote needs it
 FETCHED = "refs/loopd/remote"  # where a worker keeps what it fetched (the guards ignore it)
@@ -52,18 +60,10 @@ def fetch_branch(repo: Path, remote: str, branch: str) -> None:
     )
 
 
-def open_tree(
-    repo: Path, remote: str, loop: str, run_id: str, head: str, worktrees: Path
-) -> RunTree:
-    """The run's tree on this machine, at `head` (what the last attempt pushed)."""
+def fetch_head(repo: Path, remote: str, loop: str, run_id: str, head: str) -> None:
+    """Bring the run's branch from the remote into this machine's copy; `head` must be there."""
     git = Git(repo)
     branch = branch_name(loop, run_id)
-    path = ensure_dir(worktrees / loop) / run_id
-    if (path / ".git").exists():
-        here = Git(path).out("rev-parse", "HEAD", check=False)
-        if here == head and Git(path).is_clean():
-            return RunTree(path, repo, branch, head, "worktree")
-        close_tree(RunTree(path, repo, branch, head, "worktree"), remote, keep_branch=True)
     if not same_repository(repo, remote):
         fetched = f"{FETCHED}/{loop}/{run_id}"
         try:
@@ -76,30 +76,56 @@ def open_tree(
             ) from None
     if git.out("cat-file", "-t", head, check=False) != "commit":
         raise TreeError(f"commit {head[:12]} of run {run_id} is not in {repo} nor at {remote}")
-    if path.exists():
-        shutil.rmtree(path)
-    git.run("worktree", "prune")
-    git.run("worktree", "add", "-q", "-B", branch, str(path), head)
-    return RunTree(path, repo, branch, head, "worktree")
+
+
+def open_tree(
+    repo: Path,
+    remote: str,
+    loop: str,
+    run_id: str,
+    head: str,
+    worktrees: Path,
+    isolation: str,
+    writer: LedgerWriter,
+    kept: RunRecord | None = None,
+) -> RunTree:
+    """The run's tree on this machine at `head` (what the last attempt pushed), made as the
+    local engine makes it (its isolation, loopd's own git directory beside it).
+
+    `kept` is this machine's record of the run: its tree is used again when it is still at
+    `head` (the checks after an attempt here see what the agent left, ignored files too).
+    """
+    if kept is not None and kept.own_git_dir and kept.worktree:
+        tree = tree_of_record(kept, worktrees)
+        try:
+            if tree.own.exists() and tree.path.is_dir() and tree.own.tip() == head:
+                return tree
+        except GitError:
+            pass
+        close_tree(tree, remote, keep_branch=True)
+    fetch_head(repo, remote, loop, run_id, head)
+    user = locate_user(repo)
+    # The branch here is made again at `head`, as the local engine makes it at its base.
+    user.delete_ref(writer, f"refs/heads/{branch_name(loop, run_id)}", "run branch taken again")
+    if isolation == "worktree":
+        user.git.run("worktree", "prune")
+    return prepare_tree(repo, loop, run_id, isolation, head, worktrees, writer)
 
 
 def push_tree(tree: RunTree, remote: str) -> None:
-    """Push the tree's HEAD to the run's branch on the remote."""
+    """Push the run's branch, as this machine's copy holds it, to the remote."""
     if same_repository(tree.repo, remote):
-        return  # the tree's commits are on the branch already
-    tree.git.run(
-        *REMOTE, "push", "-q", "--no-verify", "-f", remote, f"HEAD:refs/heads/{tree.branch}"
-    )
+        return  # the branch is the remote's already
+    ref = f"refs/heads/{tree.branch}"
+    Git(tree.repo).run(*REMOTE, "push", "-q", "--no-verify", "-f", remote, f"{ref}:{ref}")
 
 
 def close_tree(tree: RunTree, remote: str, keep_branch: bool = False) -> None:
-    """Remove the tree; its local branch too when the remote holds the run's branch."""
-    git = Git(tree.repo)
-    git.run("worktree", "remove", "--force", str(tree.path), check=False)
-    if tree.path.exists():
-        shutil.rmtree(tree.path, ignore_errors=True)
-    git.run("worktree", "prune", check=False)
+    """Remove the tree and loopd's git directory; the local branch too when the remote holds
+    the run's branch."""
+    remove_tree(tree)
     if not keep_branch and not same_repository(tree.repo, remote):
+        git = Git(tree.repo)
         git.run("branch", "-q", "-D", tree.branch, check=False)
         loop, run_id = tree.branch.split("/")[1:3]
         git.run("update-ref", "-d", f"{FETCHED}/{loop}/{run_id}", check=False)

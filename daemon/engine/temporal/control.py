@@ -30,6 +30,7 @@ from daemon.home import Home
 from daemon.state.records import RunRecord, Trigger
 
 WAIT_POLL = 0.25
+ROUTE_WAIT = 30.0  # seconds `trigger` waits for the controller to name the run
 
 
 def _not_found(exc: BaseException) -> bool:
@@ -41,9 +42,9 @@ def _not_found(exc: BaseException) -> bool:
 class EngineControl:
     """The commands' view of the engine, for one home's `[engine]`."""
 
-    def __init__(self, home: Home) -> None:
+    def __init__(self, home: Home, loaded: Any = None) -> None:
         self.home = home
-        self.loaded = home.load()
+        self.loaded = loaded if loaded is not None else home.load()
         self.engine = self.loaded.daemon.engine
 
     def _do(self, coro_fn: Any, *args: Any) -> Any:
@@ -113,6 +114,9 @@ class EngineControl:
                     info["phase"] = "paused"
                 elif view.pending and not view.running:
                     info["phase"] = "queued"
+                if view.held_why and not view.running:
+                    info.update(phase="waiting", waiting_for=view.held_why)
+                    info["resume_at"] = view.held_until.isoformat() if view.held_until else None
                 if view.running:
                     run = await self._run_view(client, name, view.running)
                     if run is not None:
@@ -299,7 +303,8 @@ class EngineControl:
 
     def trigger(self, loop: str, reason: str, wait: bool, emit: Any) -> RunRecord | str:
         """Queue a manual run; with `wait`, its record once it ended (`emit` gets the RUN_ID),
-        or "skipped: WHY"; without, the trigger's id."""
+        or "skipped: WHY"; without, its RUN_ID (or "skipped: WHY", or "" when the controller
+        has not taken it yet)."""
         return self._do(self._trigger, loop, reason, wait, emit)
 
     async def _trigger(
@@ -326,7 +331,7 @@ class EngineControl:
                     f"unknown loop {loop!r}: the engine runs no controller for it"
                 ) from None
         if not wait:
-            return trigger.id
+            return await self._routed_within(client, loop, trigger.id)
         run_id = await self._routed(client, loop, trigger.id)
         if run_id.startswith("skipped"):
             return run_id
@@ -339,6 +344,17 @@ class EngineControl:
                 if not _not_found(exc):
                     raise
             await asyncio.sleep(WAIT_POLL)  # queued behind the loop's running run
+
+    def routed(self, loop: str, trigger_id: str) -> str:
+        """The RUN_ID holding a trigger the home queued ("skipped: WHY"); "" when the loop's
+        controller has not taken it within ROUTE_WAIT seconds."""
+        return self._do(self._routed_within, loop, trigger_id)
+
+    async def _routed_within(self, client: Any, loop: str, trigger_id: str) -> str:
+        try:
+            return await asyncio.wait_for(self._routed(client, loop, trigger_id), ROUTE_WAIT)
+        except TimeoutError:
+            return ""
 
     async def _routed(self, client: Any, loop: str, trigger_id: str) -> str:
         """The run that holds the trigger, once the controller took it (its home answers)."""

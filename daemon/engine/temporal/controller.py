@@ -49,6 +49,8 @@ class Controller:
         self.finished: list[RunSummary] = []
         self.pauses: list[bool] = []
         self.cancels: list[str] = []
+        self.held = False  # a usage limit or a spent budget holds new runs (a timer ends it)
+        self.hold = ("", None)  # why, until when
 
     @workflow.signal(name="trigger")
     def trigger(self, batch: TriggerBatch) -> None:
@@ -72,10 +74,12 @@ class Controller:
             last_run=self.st.last_run,
             last_outcome=self.st.last_outcome,
             routed=self.st.routed,
+            held_why=self.hold[0] if self.held else "",
+            held_until=self.hold[1] if self.held else None,
         )
 
     def _startable(self) -> bool:
-        return not self.running and bool(self.st.pending) and not self.st.paused
+        return not self.running and bool(self.st.pending) and not self.st.paused and not self.held
 
     def _has_work(self) -> bool:
         idle = not self.running and not self.st.waiting
@@ -151,6 +155,11 @@ class Controller:
 
     async def _start(self, pending: PendingRun) -> None:
         admitted: Admitted = await self._local("admit", pending, Admitted)
+        if admitted.held_until is not None:
+            self.st.pending.insert(0, pending)
+            self.held, self.hold = True, (admitted.held_why, admitted.held_until)
+            asyncio.ensure_future(self._hold(admitted.held_until - workflow.now()))
+            return
         if admitted.input is None:
             return
         inp = admitted.input
@@ -171,6 +180,12 @@ class Controller:
             },
         )
         asyncio.ensure_future(self._watch(handle, pending.id, inp.trigger_kind))
+
+    async def _hold(self, delay: Any) -> None:
+        """New runs wait until the hold ends (a durable timer), then admission is asked again."""
+        if delay.total_seconds() > 0:
+            await workflow.sleep(delay)
+        self.held = False
 
     async def _watch(self, handle: Any, run_id: str, kind: str) -> None:
         try:

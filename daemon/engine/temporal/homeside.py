@@ -67,6 +67,8 @@ class Configured:
     """A home's configuration, read again whenever its files change; a broken loopd.toml
     keeps the last good one."""
 
+    follows_files = True  # False: `adopt` alone changes it (the home's reload, loop by loop)
+
     def __init__(self, home: Home, loaded: LoadedConfig) -> None:
         self.home = home
         self.loaded = loaded
@@ -74,19 +76,30 @@ class Configured:
         self._mark = config_mark(home)
         self.restart: list[str] = []  # changes kept for a restart
 
+    def adopt(self, loaded: LoadedConfig) -> LoadedConfig:
+        """Use `loaded` from now on (a reload that kept broken loops' last good files); it,
+        with the running [engine]."""
+        with self._lock:
+            self._mark = config_mark(self.home)
+            self._take(loaded)
+            return self.loaded
+
+    def _take(self, loaded: LoadedConfig) -> None:
+        # The engine serves from its start: an [engine] change waits for a restart.
+        running = self.loaded.daemon
+        self.restart = restart_messages(restart_pending(running, loaded.daemon))
+        loaded.daemon = keep_running(running, loaded.daemon)
+        self.loaded = loaded
+        self.reloaded(loaded)
+
     def config(self) -> LoadedConfig:
         with self._lock:
             mark = config_mark(self.home)
-            if mark != self._mark:
+            if self.follows_files and mark != self._mark:
                 self._mark = mark
                 loaded = self.home.load()
                 if loaded.daemon_ok:
-                    # The engine serves from its start: an [engine] change waits for a restart.
-                    running = self.loaded.daemon
-                    self.restart = restart_messages(restart_pending(running, loaded.daemon))
-                    loaded.daemon = keep_running(running, loaded.daemon)
-                    self.loaded = loaded
-                    self.reloaded(loaded)
+                    self._take(loaded)
             return self.loaded
 
     def reloaded(self, loaded: LoadedConfig) -> None:
@@ -96,6 +109,8 @@ class Configured:
 class HomeSide(Configured):
     """What the home's activities share: the configuration, the services a run needs, the key."""
 
+    follows_files = False  # the home's reload keeps a broken loop file's last good loop
+
     def __init__(self, home: Home, loaded: LoadedConfig, store: StateStore, client: Any) -> None:
         super().__init__(home, loaded)
         self.store = store
@@ -103,6 +118,8 @@ class HomeSide(Configured):
         self.key = home_key(store)
         self.services = RunServices(home=home, config=loaded.daemon, store=store)
         self.services.notifications = _notifications(loaded, store)
+        self.holds: Any = None  # daemon.service.holds.Holds, once the home's context is made
+        self._holds_lock = threading.Lock()
 
     def reloaded(self, loaded: LoadedConfig) -> None:
         self.services = dataclasses.replace(
@@ -113,6 +130,15 @@ class HomeSide(Configured):
 
     def loop(self, name: str) -> Loop | None:
         return self.config().loops.get(name)
+
+    def hold(self, loop: str) -> Any:
+        """What holds `loop`'s new runs now (a usage limit, a spent budget), or None."""
+        if self.holds is None:
+            return None
+        from daemon.clock import utc_now
+
+        with self._holds_lock:
+            return self.holds.held(utc_now()).get(loop)
 
     # who may act --------------------------------------------------------------------------
     def token(self, run_id: str) -> str:

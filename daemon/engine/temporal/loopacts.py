@@ -246,7 +246,11 @@ class LoopActivities:
                     note=str(request.get("note", "")),
                     retry=bool(request.get("retry")),
                 )
-                return {"resolved": run_id, "trigger": trigger.id if trigger else ""}
+                return {
+                    "resolved": run_id,
+                    "trigger": trigger.id if trigger else "",
+                    "loop": trigger.loop if trigger else "",
+                }
         except EscalationNotFound:
             return {"error": "not_found"}
         except AlreadyResolved as exc:

@@ -7,12 +7,14 @@ the attempt's files that its claims rest on.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from daemon.state.holds import QuotaHold
 from daemon.state.queuefile import PendingRun
-from daemon.state.records import AttemptRecord, Cause, RunRecord, Trigger, Violation
+from daemon.state.records import AttemptRecord, Cause, Park, RunRecord, Trigger, Violation
 
 ROUTED_KEPT = 500  # trigger ids a controller remembers (for `loopd trigger --wait`)
 
@@ -66,6 +68,8 @@ class ControllerView(Payload):
     last_run: str
     last_outcome: str
     routed: dict[str, str] = {}
+    held_why: str = ""  # what holds its new runs (a usage limit, a spent budget)
+    held_until: datetime | None = None
 
 
 class IntakeInput(Payload):
@@ -96,6 +100,9 @@ class Admitted(Payload):
 
     input: RunInput | None = None
     skipped: str = ""  # why the run could not start (the loop is gone): no workflow
+    # A usage limit or a spent budget holds the loop's new runs: it stays pending until then.
+    held_until: datetime | None = None
+    held_why: str = ""
 
 
 class RunSummary(Payload):
@@ -138,6 +145,14 @@ class BeginAttempt(Payload):
 class AttemptEnded(Payload):
     ref: RunRef
     output: AttemptOutput
+    profile: str = ""  # the loop's agent profile: a usage limit holds it
+
+
+class ParkEnded(Payload):
+    """The wait of a run parked on a usage limit is over: attempt `n` goes on."""
+
+    ref: RunRef
+    n: int
 
 
 class Prepared(Payload):
@@ -170,6 +185,7 @@ class AttemptInput(Payload):
     remote: str
     head: str  # the commit the attempt starts from
     heartbeat_seconds: float
+    resume: bool = False  # the attempt parked on a usage limit goes on (its worker's queue)
 
 
 class AttemptOutput(Payload):
@@ -183,6 +199,12 @@ class AttemptOutput(Payload):
     cost_usd: float = 0.0
     worker: str = ""  # identity of the worker process
     own_queue: str = ""  # that worker's own queue: checks and post-mortem go there
+    # A usage limit: the hold the home writes; parked (the attempt open, to resume after
+    # `resume_at`), or past max_wait (the run escalates, why in `quota_exceeded`).
+    quota_hold: QuotaHold | None = None
+    park: Park | None = None
+    resume_at: datetime | None = None
+    quota_exceeded: str = ""
 
 
 class ChecksInput(Payload):

@@ -29,6 +29,7 @@ from daemon.engine.temporal.models import (
     FinishInput,
     Judged,
     Learned,
+    ParkEnded,
     Prepared,
     RunInput,
     RunRef,
@@ -70,6 +71,7 @@ class RunActivities:
             self.prepare,
             self.begin_attempt,
             self.attempt_ended,
+            self.park_ended,
             self.judge,
             self.file_lesson,
             self.finish,
@@ -91,6 +93,9 @@ class RunActivities:
         try:
             run = side.store.load_run(pending.id)  # admitted already (a replay)
         except FileNotFoundError:
+            hold = side.hold(loop.name)
+            if hold is not None:  # new runs of the loop wait, as with the local engine
+                return Admitted(held_until=hold.until, held_why=hold.why)
             run = new_run(side.services, loop, pending)
         cfg = loop.config
         return Admitted(
@@ -229,12 +234,20 @@ class RunActivities:
     @activity.defn(name="attempt_ended")
     def attempt_ended(self, inp: AttemptEnded) -> RunRecord:
         """The worker's record of the attempt, in the home's run.toml and events."""
-        _services, journal = self.side.open_run(inp.ref)
+        services, journal = self.side.open_run(inp.ref)
         run, out = journal.run, inp.output
         record = out.record
         run.attempts = [a for a in run.attempts if a.n < record.n] + [record]
         run.tokens = out.tokens
         run.cost_usd = out.cost_usd
+        if out.quota_hold is not None:  # the home holds the profile, for every machine
+            from daemon.state.holds import hold_profile
+
+            profile = out.park.profile if out.park else inp.profile
+            hold_profile(services.store, profile, out.quota_hold)
+        if out.park is not None and out.resume_at is not None:
+            self._parked(services, journal, out)
+            return trimmed(run)
         run.phase = "judging"
         run.judging_since = run.judging_since or journal.now()
         journal.save()
@@ -247,6 +260,42 @@ class RunActivities:
             timed_out=record.timed_out,
             worker=out.worker,
         )
+        return trimmed(run)
+
+    def _parked(self, services: Any, journal: RunJournal, out: Any) -> None:
+        """The run waits on its agent's usage limit (the workflow's timer): phase `waiting`."""
+        run, park = journal.run, out.park
+        run.phase, run.resume_at, run.park = "waiting", out.resume_at, park
+        journal.save()
+        fields = {"resume_at": out.resume_at.isoformat(), "reset_named": park.reset_named}
+        journal.event(
+            "quota_wait",
+            attempt=park.attempt,
+            profile=park.profile,
+            message=park.message[-300:],
+            count=park.count,
+            worker=out.worker,
+            **fields,
+        )
+        loop = self.side.loop(run.loop)
+        notifications = services.notifications
+        if notifications is None or loop is None or "waiting" not in loop.config.notify_on:
+            return
+        notifications.quota_wait(run, journal.now())
+        park.notified = True
+        journal.save()
+
+    @activity.defn(name="park_ended")
+    def park_ended(self, inp: ParkEnded) -> RunRecord:
+        """The reset has passed: the parked attempt goes on (phase `running` again)."""
+        _services, journal = self.side.open_run(inp.ref)
+        run = journal.run
+        if run.park is not None:
+            waited = max(0, int((journal.now() - run.park.started).total_seconds()))
+            run.waited += waited
+            journal.event("quota_resumed", attempt=inp.n, waited_seconds=waited)
+        run.phase, run.resume_at, run.park = "running", None, None
+        journal.save()
         return trimmed(run)
 
     # judging -----------------------------------------------------------------------------------

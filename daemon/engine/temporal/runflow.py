@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         Learned,
         LessonInput,
         LessonOutput,
+        ParkEnded,
         Prepared,
         RunInput,
         RunView,
@@ -85,6 +86,9 @@ def _failed(exc: BaseException) -> EndOfRun:
             kind, message = cause.type or "", cause.message
     if kind == "TreeError":
         return EndOfRun(outcome="error", reason=message[:300], cause=Cause.SETUP_FAILED)
+    if kind == "SandboxUnavailable":
+        reason = message.partition(": ")[2] or message
+        return EndOfRun(outcome="error", reason=reason[:1000], cause=Cause.SANDBOX_UNAVAILABLE)
     if kind == "GitError":
         return EndOfRun(
             outcome="error", reason=f"git failed: {message[:300]}", cause=Cause.GIT_FAILED
@@ -168,38 +172,29 @@ class RunWorkflow:
             self._view.phase, self._view.attempt = "running", n
             begin = BeginAttempt(ref=inp.ref, n=n, head=head, config=inp.config)
             plan: AttemptPlan = await self._local("begin_attempt", begin, AttemptPlan)
-            try:
-                out: AttemptOutput = await workflow.execute_activity(
-                    "attempt",
-                    AttemptInput(
-                        ref=inp.ref,
-                        plan=plan,
-                        remote=inp.remote,
-                        head=head,
-                        heartbeat_seconds=inp.heartbeat_seconds,
-                    ),
-                    result_type=AttemptOutput,
-                    task_queue=inp.queue,
-                    start_to_close_timeout=_attempt_limit(cfg),
-                    heartbeat_timeout=timedelta(seconds=inp.heartbeat_seconds),
-                    retry_policy=ONCE,
-                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                )
-            except ActivityError as exc:
-                if _cancelled(exc):
-                    return CANCELLED
-                if _lost(exc):
-                    return _end(
-                        decisions.stopped(
-                            "interrupted", "running", inp.trigger_kind, by="its worker"
-                        )
-                    )  # type: ignore[arg-type]
-                return _failed(exc)
+            out = await self._attempt(inp, cfg, plan, head, inp.queue, resume=False)
+            while not isinstance(out, EndOfRun):
+                ended = AttemptEnded(ref=inp.ref, output=out, profile=cfg.agent)
+                record = await self._local("attempt_ended", ended, RunRecord)
+                self._record = record
+                if out.resume_at is None:
+                    break
+                # Parked on the agent's usage limit: a durable timer, no activity, no slot.
+                self._view.phase = "waiting"
+                left = out.resume_at - workflow.now()
+                if left > timedelta(0):
+                    await workflow.sleep(left)
+                await self._local("park_ended", ParkEnded(ref=inp.ref, n=n), RunRecord)
+                self._view.phase = "running"
+                queue = out.own_queue or inp.queue  # the session and its HOME are there
+                out = await self._attempt(inp, cfg, plan, head, queue, resume=True)
+            if isinstance(out, EndOfRun):
+                return out
             self._view.worker = out.worker
-            record: RunRecord = await self._local(
-                "attempt_ended", AttemptEnded(ref=inp.ref, output=out), RunRecord
-            )
-            self._record = record
+            if out.quota_exceeded:
+                return EndOfRun(
+                    outcome="escalated", reason=out.quota_exceeded, cause=Cause.QUOTA_WAIT_EXCEEDED
+                )
             head = out.head
             cut = decisions.cut_short(out.start_error, out.over_budget, out.tokens, cfg.max_tokens)
             if cut is not None:
@@ -226,6 +221,47 @@ class RunWorkflow:
             self._view.phase = "learning"
             await self._learn(inp, n, False, out.own_queue, judged, cfg.max_attempts)
         return _end(decisions.given_up(attempts, cfg.critic_threshold))
+
+    async def _attempt(
+        self,
+        inp: RunInput,
+        cfg: LoopConfig,
+        plan: AttemptPlan,
+        head: str,
+        queue: str,
+        resume: bool,
+    ) -> AttemptOutput | EndOfRun:
+        """The attempt on a worker of `queue` (resumed after a park: on its own worker)."""
+        extra: dict[str, Any] = {}
+        if resume:  # that worker may be busy; gone for longer, the run is interrupted
+            extra["schedule_to_start_timeout"] = _attempt_limit(cfg)
+        try:
+            return await workflow.execute_activity(
+                "attempt",
+                AttemptInput(
+                    ref=inp.ref,
+                    plan=plan,
+                    remote=inp.remote,
+                    head=head,
+                    heartbeat_seconds=inp.heartbeat_seconds,
+                    resume=resume,
+                ),
+                result_type=AttemptOutput,
+                task_queue=queue,
+                start_to_close_timeout=_attempt_limit(cfg),
+                heartbeat_timeout=timedelta(seconds=inp.heartbeat_seconds),
+                retry_policy=ONCE,
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                **extra,
+            )
+        except ActivityError as exc:
+            if _cancelled(exc):
+                return CANCELLED
+            if _lost(exc):
+                return _end(
+                    decisions.stopped("interrupted", "running", inp.trigger_kind, by="its worker")  # type: ignore[arg-type]
+                )
+            return _failed(exc)
 
     async def _checks(
         self, inp: RunInput, cfg: LoopConfig, n: int, out: AttemptOutput, record: RunRecord

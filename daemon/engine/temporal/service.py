@@ -41,6 +41,7 @@ from daemon.state.store import StateStore
 
 INBOX_BATCH = 500  # inbox files forwarded per round
 RESYNC_EVERY = 2.0  # seconds between looks at the configuration files
+STATUS_EVERY = 2.0  # seconds between looks at the engine for status.toml
 
 
 class Process:
@@ -89,7 +90,8 @@ class Process:
             Worker(
                 client,
                 task_queue=mine,
-                activities=[side.checks, side.post_mortem],
+                # The attempt too: one parked on a usage limit resumes on its own worker.
+                activities=[side.attempt, side.checks, side.post_mortem],
                 activity_executor=pool,
                 max_concurrent_activities=slots + 1,
                 graceful_shutdown_timeout=grace,
@@ -100,8 +102,13 @@ class Process:
         if self.role == "home":
             home_side = HomeSide(self.home, self.loaded, self.store, client)
             self.workers.insert(0, self._home_worker(client, home_side, identity))
-            await register(client, self.loaded)
+            for name, why in (await register(client, self.loaded)).items():
+                print(f"loopd: loop {name} not registered: {why}", file=sys.stderr, flush=True)
             self.ctx = _context(self.home, self.store, home_side, self.wake)
+            from daemon.service.holds import Holds
+
+            home_side.holds = Holds(self.ctx)  # usage limits and budgets hold new runs
+            tasks.append(self._status_file(client, home_side.holds))
             tasks.append(self._resync(client, home_side))
             tasks.append(self._housekeeping(home_side))
         self._signals()
@@ -254,9 +261,30 @@ class Process:
             keeper.tick(utc_now(), keep=set(self.store.live_runs()))
             await asyncio.sleep(60)
 
+    async def _status_file(self, client: Any, holds: Any) -> None:
+        """state/status.toml, as the local daemon writes it, from the engine's view."""
+        from daemon.engine.temporal.control import EngineControl
+        from daemon.engine.temporal.statusfile import EngineStatusBoard
+
+        board = EngineStatusBoard(self.ctx, EngineControl(self.home, self.loaded), holds, utc_now())
+        failed = ""
+        while True:
+            try:
+                await board.write(client, utc_now())
+                failed = ""
+            except Exception as exc:  # noqa: BLE001 - status.toml never stops loopd
+                if str(exc) != failed:
+                    failed = str(exc)
+                    print(f"loopd: status.toml not written: {exc}", file=sys.stderr, flush=True)
+            await asyncio.sleep(STATUS_EVERY)
+
     async def _resync(self, client: Any, side: HomeSide) -> None:
-        """A changed loopd.toml or loop file: controllers and schedules follow."""
+        """A changed loopd.toml or loop file, SIGHUP, `loopd reload`: controllers and
+        schedules follow, loop by loop, as the local daemon reloads."""
+        from daemon.service.reload import first_load
+
         mark = config_mark(self.home)
+        files = first_load(self.home, self.loaded)
         while True:
             try:
                 await asyncio.wait_for(self.resync.wait(), RESYNC_EVERY)
@@ -267,25 +295,58 @@ class Process:
             if now == mark and not asked:
                 continue
             mark = now
-            loaded = side.config()
-            try:
-                await register(client, loaded)
-                self.loaded = loaded
-                self.ctx.config, self.ctx.services = loaded, side.services
-                if self.watchers is not None:
-                    self.watchers.restart_changes()
-                self.store.events.rotate_bytes = loaded.daemon.limits.events_rotate
-                if side.restart:
-                    self.store.events.append("restart_needed", utc_now(), changes=side.restart)
-                self.store.events.append(
-                    "reloaded", utc_now(), loops=sorted(loaded.loops), restart=side.restart
-                )
-            except Exception as exc:  # noqa: BLE001 - a reload never stops loopd
-                self.store.events.append("reload_failed", utc_now(), error=str(exc)[:1000])
+            files = await self._reload(client, side, files)
+
+    async def _reload(self, client: Any, side: HomeSide, files: Any) -> Any:
+        """Read the configuration again; a broken loop file keeps its loop's last good
+        configuration (and schedule), a broken loopd.toml keeps everything. The event names
+        the `loopd reload` requests it answers."""
+        from daemon.service.context import ConfigFatal, load_config
+        from daemon.service.reload import changed_loops, keep_last_good
+
+        requests = self.store.take_reload_requests()
+        try:
+            loaded = load_config(self.home)
+        except ConfigFatal as exc:
+            self.store.events.append(
+                "reload_failed", utc_now(), error=str(exc)[:1000], requests=requests
+            )
+            return files
+        merged = keep_last_good(self.home, self.loaded, files, loaded)
+        loaded = side.adopt(loaded)  # an [engine] change waits for a restart
+        try:
+            failed = await register(client, loaded)
+        except Exception as exc:  # noqa: BLE001 - a reload never stops loopd
+            error = f"{type(exc).__name__}: {exc}"
+            self.store.events.append(
+                "reload_failed", utc_now(), error=error[:1000], requests=requests
+            )
+            return files
+        self.loaded = loaded
+        self.ctx.config, self.ctx.services, self.ctx.files = loaded, side.services, merged
+        if self.watchers is not None:
+            self.watchers.restart_changes()
+        self.store.events.rotate_bytes = loaded.daemon.limits.events_rotate
+        if side.restart:
+            self.store.events.append("restart_needed", utc_now(), changes=side.restart)
+        broken = {e.file.stem for e in loaded.errors if e.file.parent == self.home.loops_dir}
+        self.store.events.append(
+            "reloaded",
+            utc_now(),
+            loops=sorted(loaded.loops),
+            changed=changed_loops(files, merged),
+            stale=sorted(merged.stale),
+            not_loaded=sorted(broken - set(loaded.loops)),
+            failed=failed,
+            restart=side.restart,
+            requests=requests,
+        )
+        return merged
 
 
-async def register(client: Any, loaded: LoadedConfig) -> None:
-    """The home workflow, a controller per enabled loop, and the loops' Schedules."""
+async def register(client: Any, loaded: LoadedConfig) -> dict[str, str]:
+    """The home workflow, a controller per enabled loop, and the loops' Schedules; the loops
+    the engine refused, with why (the others are registered)."""
     from temporalio.common import WorkflowIDConflictPolicy
 
     from daemon.engine.temporal.schedules import HORIZON, delete, put_loop_schedules
@@ -297,26 +358,33 @@ async def register(client: Any, loaded: LoadedConfig) -> None:
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
     )
-    scheduled = set()
+    scheduled, failed = set(), {}
     now = utc_now()
     for name, loop in sorted(loaded.loops.items()):
         if not loop.config.enabled:
             continue
-        await start_controller(client, task_queue, name, TriggerBatch(triggers=[]))
-        if loop.config.schedule:
-            await put_loop_schedules(client, name, loop.config, task_queue, now, now + HORIZON)
-            scheduled.add(name)
+        try:
+            await start_controller(client, task_queue, name, TriggerBatch(triggers=[]))
+            if loop.config.schedule:
+                scheduled.add(name)  # kept when the engine refuses the new one
+                await put_loop_schedules(client, name, loop.config, task_queue, now, now + HORIZON)
+        except Exception as exc:  # noqa: BLE001 - one loop's trouble does not stop the others
+            failed[name] = f"{type(exc).__name__}: {exc}"[:500]
     async for listed in await client.list_schedules():
         sid = listed.id
         if sid.startswith("loopd/") and sid.split("/")[1] not in scheduled:
             await delete(client, sid)
+    return failed
 
 
 def serve(home: Home, role: str, queue: str | None = None) -> int:
     """The process: take the home's lock, run until SIGTERM."""
-    from daemon.agents.processes import set_child_subreaper
+    from daemon.agents.processes import set_child_subreaper, set_not_dumpable
     from daemon.service.context import load_config
 
+    # Agents and checks run as this user: they must not read loopd's memory or environment
+    # (the engine's credentials included).
+    set_not_dumpable()
     loaded = load_config(home)  # ConfigFatal: exit 2 with the reason
     store = StateStore(home.state_dir, loaded.daemon.limits.events_rotate)
     lock = store.lock if role == "home" else _worker_lock(store)

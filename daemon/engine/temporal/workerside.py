@@ -41,7 +41,7 @@ from daemon.runs.git import GitError
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
 from daemon.runs.stop import RunStopped, StopToken
-from daemon.runs.tree import RunTree, TreeError, scratch_dir
+from daemon.runs.tree import RunTree, TreeError, record_tree, scratch_dir, tree_of_record
 from daemon.state.records import RunRecord
 
 LOG_WHOLE = 256_000  # checks.log travels whole up to this size, else its head and tail
@@ -50,8 +50,8 @@ LOG_HEAD_LINES, LOG_TAIL_LINES = 200, 2000
 
 def failure(exc: BaseException) -> ApplicationError:
     """A step that failed for good: its type names the cause the run ends with."""
-    kind = "TreeError" if isinstance(exc, TreeError) else "GitError"
-    if not isinstance(exc, (TreeError, GitError)):
+    kind = type(exc).__name__
+    if kind not in ("TreeError", "GitError", "SandboxUnavailable"):
         kind = "LoopdError"
     message = f"{type(exc).__name__}: {exc}"[:1000]
     return ApplicationError(message, type=kind, non_retryable=True)
@@ -146,15 +146,30 @@ class WorkerSide(Configured):
     def attempt(self, inp: AttemptInput) -> AttemptOutput:
         """Run one attempt here: tree from the remote, the agent, the commit pushed back."""
         from daemon.runs.attempt import Attempt, commit_attempt
+        from daemon.runs.confinement import SandboxUnavailable
         from daemon.runs.prompt import PromptParts
 
         plan = inp.plan
-        config, services, tree = self._here(
-            inp.ref, plan.config, inp.remote, inp.head,
-            agent=(plan.profile, (plan.prompt_cap, plan.transcript_cap)),
-        )  # fmt: skip
-        run = self._mirror(plan.record, tree)
+        config, services, repo = self._loop_here(
+            inp.ref, plan.config, agent=(plan.profile, (plan.prompt_cap, plan.transcript_cap))
+        )
+        kept = self._kept(inp.ref.run_id)
+        if inp.resume:  # parked here: this machine's record, tree and agent HOME go on
+            if kept is None or kept.park is None or kept.park.attempt != plan.n:
+                raise ApplicationError(
+                    f"the parked attempt {plan.n} of run {inp.ref.run_id} is not on worker "
+                    f"{self.identity}",
+                    type="Interrupted",
+                    non_retryable=True,
+                )
+            run = kept
+            run.pid = os.getpid()
+        else:
+            run = self._mirror(plan.record, config, repo)
         journal = RunJournal(services, run)
+        tree = self._tree(journal, config, inp.remote, inp.head, kept)
+        self.store.save_run(run)
+        self.store.mark_live(run.id)
         stop = StopToken()
         loop = Loop(name=inp.ref.loop, path=self.home.loops_dir, config=config)
         grace = services.config.limits.shutdown_grace.total_seconds()
@@ -165,14 +180,19 @@ class WorkerSide(Configured):
             with beat.running():
                 try:
                     parts = PromptParts(**plan.parts)
-                    step = Attempt(services, loop, journal, stop, tree, "", plan.n, parts=parts)
+                    step = Attempt(
+                        services, loop, journal, stop, tree, "", plan.n, parts=parts,
+                        parked=inp.resume, engine_waits=True,
+                    )  # fmt: skip
                     result = step.run()
                 except RunStopped as stopped:
                     why = stopped.why
                 record = run.attempts[-1]
-                head = commit_attempt(journal, tree, record)
-                branches.push_tree(tree, inp.remote)
-        except (TreeError, GitError, OSError) as exc:
+                head = inp.head
+                if result is None or not result.parked:  # a parked tree waits as it is
+                    head = commit_attempt(journal, tree, record)
+                    branches.push_tree(tree, inp.remote)
+        except (TreeError, GitError, OSError, SandboxUnavailable) as exc:
             raise failure(exc) from None
         finally:
             run.agent_pids = []
@@ -198,31 +218,62 @@ class WorkerSide(Configured):
             cost_usd=run.cost_usd,
             worker=self.identity,
             own_queue=self.own_queue,
+            quota_hold=result.quota_hold,
+            park=run.park if result.parked else None,
+            resume_at=run.resume_at if result.parked else None,
+            quota_exceeded=result.quota_exceeded,
         )
 
-    def _here(
-        self, ref: Any, config: dict, remote: str, head: str, agent: tuple | None = None
-    ) -> tuple[LoopConfig, RunServices, RunTree]:
-        """The loop with this machine's repository, the services, and the run's tree here."""
+    def _loop_here(
+        self, ref: Any, config: dict, agent: tuple | None = None
+    ) -> tuple[LoopConfig, RunServices, Path]:
+        """The loop with this machine's repository, and the services for it."""
         cfg = LoopConfig.model_validate(config)
         try:
             repo = self.repo_for(ref.loop, cfg)
-            cfg = cfg.model_copy(update={"repo": str(repo)})
-            services = self.services(cfg.agent, *agent) if agent else self.services()
-            worktrees = services.config.limits.worktrees_path
-            tree = branches.open_tree(repo, remote, ref.loop, ref.run_id, head, worktrees)
-        except (TreeError, GitError, OSError) as exc:
+        except TreeError as exc:
             raise failure(exc) from None
-        return cfg, services, tree
+        cfg = cfg.model_copy(update={"repo": str(repo)})
+        services = self.services(cfg.agent, *agent) if agent else self.services()
+        return cfg, services, repo
 
-    def _mirror(self, record: RunRecord, tree: RunTree) -> RunRecord:
-        """This machine's record of the run, marked live while an attempt runs here."""
+    def _kept(self, run_id: str) -> RunRecord | None:
+        """This machine's record of the run, when an earlier step ran here."""
+        try:
+            return self.store.load_run(run_id)
+        except (OSError, ValueError):
+            return None
+
+    def _tree(
+        self, journal: RunJournal, cfg: LoopConfig, remote: str, head: str, kept: Any
+    ) -> RunTree:
+        """The run's tree here at `head`, made as the local engine makes it, in the sandbox
+        this machine gives its runs (a run refused here ends with its cause)."""
+        from daemon.runs.confinement import SandboxUnavailable, choose_sandbox
+        from daemon.runs.integrity import ledger_writer
+
+        run = journal.run
+        base = run.base_commit  # the run's base, as the home published it
+        try:
+            choose_sandbox(journal.services, journal)
+            worktrees = journal.services.config.limits.worktrees_path
+            tree = branches.open_tree(
+                cfg.repo_path, remote, run.loop, run.id, head, worktrees,
+                cfg.isolation, ledger_writer(journal), kept,
+            )  # fmt: skip
+        except (TreeError, GitError, OSError, SandboxUnavailable) as exc:
+            raise failure(exc) from None
+        tree.sandbox = run.sandbox
+        record_tree(run, tree)
+        run.base_commit = base
+        return tree
+
+    def _mirror(self, record: RunRecord, cfg: LoopConfig, repo: Path) -> RunRecord:
+        """This machine's record of the run. What its agent may see is fixed again for each
+        attempt: the tree and the scratch folder are removed after each attempt's checks."""
         run = record.model_copy(deep=True)
-        run.repo, run.worktree, run.branch = str(tree.repo), str(tree.path), tree.branch
-        run.isolation = "worktree"
+        run.repo, run.isolation, run.exposure = str(repo), cfg.isolation, None
         run.pid = os.getpid()
-        self.store.save_run(run)
-        self.store.mark_live(run.id)
         return run
 
     # the checks ----------------------------------------------------------------------------
@@ -230,13 +281,17 @@ class WorkerSide(Configured):
     def checks(self, inp: ChecksInput) -> ChecksOutput:
         """Checks, protected paths and refs of an attempt's commit; the evidence bundle."""
         from daemon.model.evidence import build_evidence
+        from daemon.runs.confinement import SandboxUnavailable
         from daemon.runs.guards import restore_paths
+        from daemon.runs.integrity import publish
         from daemon.runs.judging import judge_attempt
 
-        config, services, tree = self._here(inp.ref, inp.config, inp.remote, inp.head)
+        config, services, repo = self._loop_here(inp.ref, inp.config)
         config = config.model_copy(update={"critic": "off"})  # the home asks the critic
-        run = self._checks_record(inp, tree)
+        kept = self._kept(inp.ref.run_id)
+        run = self._checks_record(inp, kept, config, repo)
         journal = RunJournal(services, run)
+        tree = self._tree(journal, config, inp.remote, inp.head, kept)
         attempt = run.attempts[-1]
         stop = StopToken()
         checked = self._checked.pop((run.id, inp.n), None)
@@ -255,21 +310,24 @@ class WorkerSide(Configured):
                 protected = [v.target for v in judged.violations if v.kind == "protected"]
                 head = inp.head
                 if protected:
-                    head = restore_paths(tree.git, run.base_commit, protected) or head
-                    branches.push_tree(tree, inp.remote)
+                    restored = restore_paths(tree.git, run.base_commit, protected)
+                    if restored is not None:
+                        publish(journal, tree, restored)
+                        branches.push_tree(tree, inp.remote)
+                        head = restored
         except RunStopped as stopped:
             raise (
                 CancelledError("cancelled by a person")
                 if stopped.why == "cancelled"
                 else ApplicationError("the worker stopped", type="Interrupted", non_retryable=True)
             ) from None
-        except (TreeError, GitError, OSError) as exc:
+        except (TreeError, GitError, OSError, SandboxUnavailable) as exc:
             raise failure(exc) from None
         finally:
             journal.save()
         try:
             branches.close_tree(tree, inp.remote)
-        except GitError:
+        except (GitError, OSError):
             pass  # a tree left behind is removed when the run's branch is taken again
         worktrees = services.config.limits.worktrees_path
         shutil.rmtree(scratch_dir(worktrees, inp.ref.loop, inp.ref.run_id), ignore_errors=True)
@@ -288,19 +346,17 @@ class WorkerSide(Configured):
             worker=self.identity,
         )
 
-    def _checks_record(self, inp: ChecksInput, tree: RunTree) -> RunRecord:
+    def _checks_record(
+        self, inp: ChecksInput, kept: RunRecord | None, cfg: LoopConfig, repo: Path
+    ) -> RunRecord:
         """The record the attempt left here; on another worker, the home's (no ref snapshot)."""
         from daemon.runs.git import Git
         from daemon.runs.guards import snapshot_refs
 
-        try:
-            run = self.store.load_run(inp.ref.run_id)
-            if not run.attempts or run.attempts[-1].n != inp.n:
-                raise ValueError("another attempt")
-        except (OSError, ValueError):
-            run = inp.record.model_copy(deep=True)
-            run.refs_before = snapshot_refs(Git(tree.repo))
-        run.repo, run.worktree, run.branch = str(tree.repo), str(tree.path), tree.branch
+        if kept is not None and kept.attempts and kept.attempts[-1].n == inp.n:
+            return kept
+        run = self._mirror(inp.record, cfg, repo)
+        run.refs_before = snapshot_refs(Git(repo))
         return run
 
     # the post-mortem --------------------------------------------------------------------------
@@ -350,10 +406,10 @@ class WorkerSide(Configured):
             run.agent_pids = []
             self.store.save_run(run)
             if run.worktree and Path(run.worktree).exists():
-                tree = RunTree(Path(run.worktree), Path(run.repo), run.branch, "", "worktree")
                 try:
+                    tree = tree_of_record(run, services.config.limits.worktrees_path)
                     branches.close_tree(tree, "", keep_branch=True)
-                except GitError:
+                except (GitError, OSError):
                     pass
             self.store.unmark_live(run_id)
             services.event("attempt_reaped", loop=run.loop, run=run.id, worker=self.identity)
