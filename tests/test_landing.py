@@ -403,13 +403,17 @@ def test_check_errors_for_landing_without_a_branch_and_in_place(tmp_path: Path) 
     assert "named.toml" not in proc.stderr + proc.stdout
 
 
-def test_check_errors_for_setup_on_the_temporal_engine(tmp_path: Path) -> None:
+def test_check_accepts_setup_and_skip_if_done_on_the_temporal_engine(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo", BUGGY)
-    loops = {"t": f'repo = "{repo}"\ntask = "t"\nsetup = ["true"]\n'}
+    loops = {
+        "t": f'repo = "{repo}"\ntask = "t"\nsetup = ["true"]\nskip_if_done = true\n'
+        'done_when = ["python3 check.py"]\n'
+    }
     home = make_home(tmp_path / "home", '[engine]\nkind = "temporal"\n', loops)
     proc = loopd(home, "check")
     out = proc.stderr + proc.stdout
-    assert proc.returncode == 2 and "t.toml: setup" in out and '[engine] kind = "temporal"' in out
+    assert "t.toml: setup" not in out and "t.toml: skip_if_done" not in out, out
+    assert proc.returncode == 0, out
 
 
 def test_once_exits_0_on_skipped_and_force_runs_the_agent(tmp_path: Path) -> None:

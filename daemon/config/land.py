@@ -121,7 +121,7 @@ def land_target(repo: Path, config: LoopConfig) -> str:
 
 
 def check_run_ends(path: Path, config: LoopConfig, daemon: DaemonConfig) -> list[ConfigError]:
-    """What a loop's landing and setup keys need of its repository and of the engine."""
+    """What a loop's landing keys need of its repository (`setup` runs on either engine)."""
     errors = []
     if config.land != "branch" and config.isolation == "in-place":
         errors.append(
@@ -146,20 +146,4 @@ def check_run_ends(path: Path, config: LoopConfig, daemon: DaemonConfig) -> list
                     'name the branch: target = "main"',
                 )
             )
-    if daemon.engine.temporal:
-        for key, used in (
-            ("setup", bool(config.setup)),
-            ("skip_if_done", config.skip_if_done and bool(config.done_when)),
-        ):
-            if used and key in config.model_fields_set:
-                errors.append(
-                    ConfigError(
-                        path,
-                        key,
-                        f"{key} runs on the loop's tree before the first attempt, which [engine] "
-                        'kind = "temporal" does not support yet (its attempts run on workers)',
-                        f"remove {key} from the loop file (skip_if_done = false), or use "
-                        '[engine] kind = "local"',
-                    )
-                )
     return errors

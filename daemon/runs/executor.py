@@ -282,18 +282,20 @@ class RunExecutor:
 
     def _setup_and_skip(self) -> None:
         """`setup` in the run's tree, then `done_when` where it starts: done already, skipped."""
-        from daemon.runs.setup import done_already, keep_setup_paths, run_setup
+        from daemon.runs.setup import (
+            already_done_reason,
+            checks_done_first,
+            done_already,
+            setup_failed_reason,
+            setup_tree,
+        )
 
         run, cfg, tree = self.run, self.cfg, self.tree
         assert tree is not None
-        if cfg.setup:
-            result = run_setup(self.journal, self.stop, tree.path, tree.own, cfg)
-            if not result.passed:
-                why = f"setup failed: {result.failure()}; its output: state/runs/{run.id}/setup.log"
-                self._end("error", why, Cause.SETUP_FAILED)
-            keep_setup_paths(self.journal, tree.path, tree.own, cfg, result.made)
-        skip = cfg.skip_if_done and cfg.done_when and not run.trigger.force
-        if not skip or is_experiment(run) or run.trigger.kind == "retry":
+        result = setup_tree(self.journal, self.stop, tree.path, tree.own, cfg)
+        if result is not None and not result.passed:
+            self._end("error", setup_failed_reason(run.id, result), Cause.SETUP_FAILED)
+        if not checks_done_first(cfg, run):
             return
         checks = done_already(self.journal, self.stop, tree.path, cfg)
         self.journal.event(
@@ -303,8 +305,7 @@ class RunExecutor:
             results=[{"command": r.command, "exit_code": r.exit_code} for r in checks.results],
         )
         if checks.passed:
-            why = f"already done: done_when passes on {tree.base_commit[:12]}, where it would start"
-            self._end("skipped", why, Cause.ALREADY_DONE)
+            self._end("skipped", already_done_reason(tree.base_commit), Cause.ALREADY_DONE)
 
     def _relabel(self, attempt: AttemptRecord) -> None:
         """The attempt's commit says what it holds now that it is judged."""

@@ -25,7 +25,7 @@ from daemon.runs.journal import RunJournal
 from daemon.runs.owngit import OwnGit
 from daemon.runs.stop import StopToken
 from daemon.state.atomic import write_atomic
-from daemon.state.records import RunRecord
+from daemon.state.records import RunRecord, is_experiment
 
 SETUP_LOG = "setup.log"
 DONE_LOG = "done-check.log"
@@ -53,6 +53,37 @@ class SetupResult:
                 how = "timed out" if result.timed_out else f"exit {result.exit_code}"
                 return f"`{result.command}` failed ({how})"
         return ""
+
+
+def checks_done_first(cfg: LoopConfig, run: RunRecord) -> bool:
+    """Whether `done_when` runs where the run starts, before any agent (`skip_if_done`):
+    never for a forced run, a retry or an experiment."""
+    if not (cfg.skip_if_done and cfg.done_when) or run.trigger.force:
+        return False
+    return not is_experiment(run) and run.trigger.kind != "retry"
+
+
+def already_done_reason(commit: str) -> str:
+    """The reason of a run skipped because `done_when` passes where it would start."""
+    return f"already done: done_when passes on {commit[:12]}, where it would start"
+
+
+def setup_failed_reason(run_id: str, result: SetupResult, where: str = "") -> str:
+    """The reason of a run whose `setup` failed (`where`: on which machine, when not here)."""
+    return f"setup failed{where}: {result.failure()}; its output: state/runs/{run_id}/{SETUP_LOG}"
+
+
+def setup_tree(
+    journal: RunJournal, stop: StopToken, tree: Path, own: OwnGit, cfg: LoopConfig
+) -> SetupResult | None:
+    """The loop's `setup` in a new tree of the run (None: it has none); when it passes, what
+    it made is read-only for the agent and out of loopd's commits."""
+    if not cfg.setup:
+        return None
+    result = run_setup(journal, stop, tree, own, cfg)
+    if result.passed:
+        keep_setup_paths(journal, tree, own, cfg, result.made)
+    return result
 
 
 def untracked(own: OwnGit) -> set[str]:
@@ -104,10 +135,10 @@ def run_setup(
     return result
 
 
-def setup_tail(store_run_dir: Path, limit: int = TAIL) -> str:
-    """The end of a run's setup.log ("" when it has none)."""
+def setup_tail(store_run_dir: Path, limit: int = TAIL, name: str = SETUP_LOG) -> str:
+    """The end of a run's setup.log (or of its log `name`; "" when it has none)."""
     try:
-        text = (store_run_dir / SETUP_LOG).read_text(encoding="utf-8", errors="replace")
+        text = (store_run_dir / name).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
     return text if len(text) <= limit else "[...]\n" + text[-limit:]

@@ -88,9 +88,10 @@ def open_tree(
     isolation: str,
     writer: LedgerWriter,
     kept: RunRecord | None = None,
-) -> RunTree:
+) -> tuple[RunTree, bool]:
     """The run's tree on this machine at `head` (what the last attempt pushed), made as the
-    local engine makes it (its isolation, loopd's own git directory beside it).
+    local engine makes it (its isolation, loopd's own git directory beside it); and whether
+    it is new (the loop's `setup` has not run in it).
 
     `kept` is this machine's record of the run: its tree is used again when it is still at
     `head` (the checks after an attempt here see what the agent left, ignored files too).
@@ -99,7 +100,7 @@ def open_tree(
         tree = tree_of_record(kept, worktrees)
         try:
             if tree.own.exists() and tree.path.is_dir() and tree.own.tip() == head:
-                return tree
+                return tree, False
         except GitError:
             pass
         close_tree(tree, remote, keep_branch=True)
@@ -109,7 +110,7 @@ def open_tree(
     user.delete_ref(writer, f"refs/heads/{branch_name(loop, run_id)}", "run branch taken again")
     if isolation == "worktree":
         user.git.run("worktree", "prune")
-    return prepare_tree(repo, loop, run_id, isolation, head, worktrees, writer)
+    return prepare_tree(repo, loop, run_id, isolation, head, worktrees, writer), True
 
 
 def push_tree(tree: RunTree, remote: str) -> None:

@@ -35,6 +35,7 @@ class EndOfRun(Payload):
     outcome: str
     reason: str
     cause: Cause
+    setup_log: str = ""  # a failed `setup`: the tail of its log on the worker, for the home
 
 
 # -- the controller ---------------------------------------------------------------------------
@@ -164,6 +165,37 @@ class Prepared(Payload):
     rules_text: str = ""
     rule_ids: list[str] = []
     resume_at: int = 1  # the first attempt to run (a restarted run resumes)
+    # Before the first attempt a worker makes the run's tree and runs `setup` there, and
+    # (`skip_if_done`) `done_when` on the commit the run starts from.
+    setup_first: bool = False
+    check_done: bool = False
+    record: RunRecord | None = None  # the run as prepared, for that worker
+
+
+class SetupInput(Payload):
+    ref: RunRef
+    record: RunRecord
+    config: dict[str, Any]
+    remote: str
+    head: str  # the commit the run starts from
+    check_done: bool
+    heartbeat_seconds: float
+
+
+class SetupOutput(Payload):
+    """How `setup` and the done check went on a worker (logs as their bounded tails)."""
+
+    setup_log: str = ""  # "" when the loop has no `setup`
+    done_checked: bool = False
+    done_passed: bool = False
+    results: list[dict[str, Any]] = []  # the done check's command, exit_code
+    done_log: str = ""
+    worker: str = ""
+
+
+class SetupEnded(Payload):
+    ref: RunRef
+    output: SetupOutput
 
 
 class AttemptPlan(Payload):

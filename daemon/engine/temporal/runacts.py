@@ -39,6 +39,7 @@ from daemon.engine.temporal.names import worker_queue
 from daemon.redact import redact
 from daemon.runs.git import Git, GitError
 from daemon.runs.journal import RunJournal
+from daemon.runs.setup import SETUP_LOG
 from daemon.state.atomic import write_atomic
 from daemon.state.queuefile import PendingRun
 from daemon.state.records import AttemptRecord, Cause, RunRecord
@@ -57,6 +58,16 @@ class _Bundle:
 
 def _ended(outcome: str, reason: str, cause: Cause) -> Prepared:
     return Prepared(ended=EndOfRun(outcome=outcome, reason=reason, cause=cause))
+
+
+def _setup_first(prepared: Prepared, cfg: LoopConfig, run: RunRecord) -> Prepared:
+    """Whether a worker runs `setup`, and the done check, before the first attempt."""
+    from daemon.runs.setup import checks_done_first
+
+    prepared.check_done = checks_done_first(cfg, run)
+    prepared.setup_first = prepared.check_done or bool(cfg.setup)
+    prepared.record = trimmed(run) if prepared.setup_first else None
+    return prepared
 
 
 class RunActivities:
@@ -128,8 +139,10 @@ class RunActivities:
         cfg = loop.config
         if run.base_commit and run.branch:  # prepared already (the home restarted meanwhile)
             choice = rules_of_run(services, run)
-            return Prepared(
-                base_commit=run.base_commit, branch=run.branch, rule_ids=choice.rule_ids
+            return _setup_first(
+                Prepared(base_commit=run.base_commit, branch=run.branch, rule_ids=choice.rule_ids),
+                cfg,
+                run,
             )
         journal.event("run_started", trigger=run.trigger.kind, reason=run.trigger.reason)
         repo = cfg.repo_path
@@ -154,12 +167,16 @@ class RunActivities:
         choice = select_rules_for_run(services, loop, run)
         run.rules_fired = list(choice.rule_ids)
         journal.save()
+        prepared = Prepared(base_commit=base_commit, branch=branch, rule_ids=choice.rule_ids)
+        # As locally, setup and the done check come first: a run skipped is never refused.
         if choice.refuse:
-            return _ended("refused", f"refused by rule {choice.refuse}", Cause.REFUSED)
-        if choice.escalate:
+            prepared.ended = EndOfRun(
+                outcome="refused", reason=f"refused by rule {choice.refuse}", cause=Cause.REFUSED
+            )
+        elif choice.escalate:
             why = f"rule {choice.escalate} asks for a person first"
-            return _ended("escalated", why, Cause.RULE_ESCALATE)
-        return Prepared(base_commit=base_commit, branch=branch, rule_ids=choice.rule_ids)
+            prepared.ended = EndOfRun(outcome="escalated", reason=why, cause=Cause.RULE_ESCALATE)
+        return _setup_first(prepared, cfg, run)
 
     @staticmethod
     def _start(services: Any, journal: RunJournal, loop: Any) -> str:
@@ -459,6 +476,8 @@ class RunActivities:
             except GitError as exc:
                 journal.event("branch_fetch_failed", branch=run.branch, error=str(exc)[:300])
         end = inp.ending
+        if end.setup_log:  # the tail of a failed setup's log on the worker, for the escalation
+            write_atomic(services.store.run_dir(run.id) / SETUP_LOG, end.setup_log)
         finish_run(
             services,
             run,

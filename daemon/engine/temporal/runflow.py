@@ -43,6 +43,9 @@ with workflow.unsafe.imports_passed_through():
         Prepared,
         RunInput,
         RunView,
+        SetupEnded,
+        SetupInput,
+        SetupOutput,
         VerdictInput,
     )
     from daemon.runs import decisions
@@ -80,10 +83,15 @@ def _lost(exc: BaseException) -> bool:
 
 def _failed(exc: BaseException) -> EndOfRun:
     """A step that failed: `error`, with the cause its type names."""
-    kind, message = "", str(exc)
+    kind, message, details = "", str(exc), ()
     for cause in _causes(exc):
         if isinstance(cause, ApplicationError):
-            kind, message = cause.type or "", cause.message
+            kind, message, details = cause.type or "", cause.message, cause.details
+    if kind == "SetupFailed":  # the worker's setup.log tail comes along, for the escalation
+        log = str(details[0]) if details else ""
+        return EndOfRun(
+            outcome="error", reason=message[:1000], cause=Cause.SETUP_FAILED, setup_log=log
+        )
     if kind == "TreeError":
         return EndOfRun(outcome="error", reason=message[:300], cause=Cause.SETUP_FAILED)
     if kind == "SandboxUnavailable":
@@ -164,6 +172,10 @@ class RunWorkflow:
     async def _steps(self, inp: RunInput) -> EndOfRun:
         cfg = LoopConfig.model_validate(inp.config)
         prepared: Prepared = await self._local("prepare", inp, Prepared)
+        if prepared.setup_first:
+            ended = await self._setup(inp, cfg, prepared)
+            if ended is not None:
+                return ended
         if prepared.ended is not None:
             return prepared.ended
         head = prepared.base_commit
@@ -221,6 +233,44 @@ class RunWorkflow:
             self._view.phase = "learning"
             await self._learn(inp, n, False, out.own_queue, judged, cfg.max_attempts)
         return _end(decisions.given_up(attempts, cfg.critic_threshold))
+
+    async def _setup(self, inp: RunInput, cfg: LoopConfig, prepared: Prepared) -> EndOfRun | None:
+        """`setup` and the done check on a worker of the loop's queue, before any attempt;
+        the home records them and says whether the run is done already."""
+        assert prepared.record is not None
+        args = SetupInput(
+            ref=inp.ref,
+            record=prepared.record,
+            config=inp.config,
+            remote=inp.remote,
+            head=prepared.base_commit,
+            check_done=prepared.check_done,
+            heartbeat_seconds=inp.heartbeat_seconds,
+        )
+        checks = cfg.check_timeout * (len(cfg.done_when) if prepared.check_done else 0)
+        try:
+            out = await workflow.execute_activity(
+                "setup",
+                args,
+                result_type=SetupOutput,
+                task_queue=inp.queue,
+                start_to_close_timeout=cfg.setup_timeout + checks + timedelta(minutes=10),
+                heartbeat_timeout=timedelta(seconds=inp.heartbeat_seconds),
+                retry_policy=ONCE,
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            )
+        except ActivityError as exc:
+            if _cancelled(exc):
+                return CANCELLED
+            if _lost(exc):
+                return _end(
+                    decisions.stopped("interrupted", "preparing", inp.trigger_kind, by="its worker")  # type: ignore[arg-type]
+                )
+            return _failed(exc)
+        ended: Prepared = await self._local(
+            "setup_ended", SetupEnded(ref=inp.ref, output=out), Prepared
+        )
+        return ended.ended
 
     async def _attempt(
         self,

@@ -35,6 +35,8 @@ from daemon.engine.temporal.names import (
     worker_queue,
 )
 from daemon.engine.temporal.runacts import RunActivities
+from daemon.engine.temporal.setupacts import SetupActivities
+from daemon.engine.temporal.workersetup import SetupStep
 from daemon.engine.temporal.workerside import WorkerSide
 from daemon.home import Home
 from daemon.state.store import StateStore
@@ -81,7 +83,7 @@ class Process:
             Worker(
                 client,
                 task_queue=shared,
-                activities=[side.attempt],
+                activities=[side.attempt, *SetupStep(side).activities()],
                 activity_executor=pool,
                 max_concurrent_activities=slots,
                 graceful_shutdown_timeout=grace,
@@ -142,7 +144,11 @@ class Process:
 
         from daemon.engine.temporal.controller import WORKFLOWS
 
-        acts = RunActivities(side).activities() + LoopActivities(side).activities()
+        acts = [
+            *RunActivities(side).activities(),
+            *SetupActivities(side).activities(),
+            *LoopActivities(side).activities(),
+        ]
         return Worker(
             client,
             task_queue=self.engine.task_queue,

@@ -40,6 +40,7 @@ from daemon.home import Home
 from daemon.runs.git import GitError
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
+from daemon.runs.setup import setup_failed_reason, setup_tail
 from daemon.runs.stop import RunStopped, StopToken
 from daemon.runs.tree import RunTree, TreeError, record_tree, scratch_dir, tree_of_record
 from daemon.state.records import RunRecord
@@ -167,9 +168,6 @@ class WorkerSide(Configured):
         else:
             run = self._mirror(plan.record, config, repo)
         journal = RunJournal(services, run)
-        tree = self._tree(journal, config, inp.remote, inp.head, kept)
-        self.store.save_run(run)
-        self.store.mark_live(run.id)
         stop = StopToken()
         loop = Loop(name=inp.ref.loop, path=self.home.loops_dir, config=config)
         grace = services.config.limits.shutdown_grace.total_seconds()
@@ -177,7 +175,10 @@ class WorkerSide(Configured):
         result = None
         beat = Heartbeat(stop, journal, _every(inp.heartbeat_seconds), grace)
         try:
-            with beat.running():
+            with beat.running():  # a new tree's `setup` may take a while
+                tree = self._tree(journal, config, inp.remote, inp.head, kept, stop)
+                self.store.save_run(run)
+                self.store.mark_live(run.id)
                 try:
                     parts = PromptParts(**plan.parts)
                     step = Attempt(
@@ -245,28 +246,54 @@ class WorkerSide(Configured):
             return None
 
     def _tree(
-        self, journal: RunJournal, cfg: LoopConfig, remote: str, head: str, kept: Any
+        self,
+        journal: RunJournal,
+        cfg: LoopConfig,
+        remote: str,
+        head: str,
+        kept: Any,
+        stop: StopToken,
     ) -> RunTree:
         """The run's tree here at `head`, made as the local engine makes it, in the sandbox
-        this machine gives its runs (a run refused here ends with its cause)."""
+        this machine gives its runs (a run refused here ends with its cause); in a new tree
+        the loop's `setup` runs first (a failure ends the run with its log's tail)."""
         from daemon.runs.confinement import SandboxUnavailable, choose_sandbox
         from daemon.runs.integrity import ledger_writer
+        from daemon.runs.setup import setup_tree
 
         run = journal.run
         base = run.base_commit  # the run's base, as the home published it
         try:
             choose_sandbox(journal.services, journal)
             worktrees = journal.services.config.limits.worktrees_path
-            tree = branches.open_tree(
+            tree, new = branches.open_tree(
                 cfg.repo_path, remote, run.loop, run.id, head, worktrees,
                 cfg.isolation, ledger_writer(journal), kept,
             )  # fmt: skip
+            tree.sandbox = run.sandbox
+            record_tree(run, tree)
+            run.base_commit = base
+            journal.save()
+            setup = setup_tree(journal, stop, tree.path, tree.own, cfg) if new else None
+        except RunStopped as stopped:
+            raise _stopped(stopped) from None
         except (TreeError, GitError, OSError, SandboxUnavailable) as exc:
             raise failure(exc) from None
-        tree.sandbox = run.sandbox
-        record_tree(run, tree)
-        run.base_commit = base
+        if setup is not None and not setup.passed:
+            reason = setup_failed_reason(run.id, setup, f" on worker {self.identity}")
+            tail = setup_tail(self.store.run_dir(run.id))
+            raise ApplicationError(reason, tail, type="SetupFailed", non_retryable=True)
         return tree
+
+    @staticmethod
+    def _close(tree: RunTree, remote: str, services: RunServices, ref: Any) -> None:
+        """Remove the run's tree and scratch folder here: the next step may run elsewhere."""
+        try:
+            branches.close_tree(tree, remote)
+        except (GitError, OSError):
+            pass  # a tree left behind is removed when the run's branch is taken again
+        worktrees = services.config.limits.worktrees_path
+        shutil.rmtree(scratch_dir(worktrees, ref.loop, ref.run_id), ignore_errors=True)
 
     def _mirror(self, record: RunRecord, cfg: LoopConfig, repo: Path) -> RunRecord:
         """This machine's record of the run. What its agent may see is fixed again for each
@@ -291,7 +318,6 @@ class WorkerSide(Configured):
         kept = self._kept(inp.ref.run_id)
         run = self._checks_record(inp, kept, config, repo)
         journal = RunJournal(services, run)
-        tree = self._tree(journal, config, inp.remote, inp.head, kept)
         attempt = run.attempts[-1]
         stop = StopToken()
         checked = self._checked.pop((run.id, inp.n), None)
@@ -299,6 +325,7 @@ class WorkerSide(Configured):
         beat.phase = "checks"
         try:
             with beat.running():
+                tree = self._tree(journal, config, inp.remote, inp.head, kept, stop)
                 judged = judge_attempt(
                     services, journal, stop, tree, config, attempt, inp.head, checked
                 )
@@ -316,21 +343,12 @@ class WorkerSide(Configured):
                         branches.push_tree(tree, inp.remote)
                         head = restored
         except RunStopped as stopped:
-            raise (
-                CancelledError("cancelled by a person")
-                if stopped.why == "cancelled"
-                else ApplicationError("the worker stopped", type="Interrupted", non_retryable=True)
-            ) from None
+            raise _stopped(stopped) from None
         except (TreeError, GitError, OSError, SandboxUnavailable) as exc:
             raise failure(exc) from None
         finally:
             journal.save()
-        try:
-            branches.close_tree(tree, inp.remote)
-        except (GitError, OSError):
-            pass  # a tree left behind is removed when the run's branch is taken again
-        worktrees = services.config.limits.worktrees_path
-        shutil.rmtree(scratch_dir(worktrees, inp.ref.loop, inp.ref.run_id), ignore_errors=True)
+        self._close(tree, inp.remote, services, inp.ref)
         return ChecksOutput(
             passed=judged.checks.passed,
             results=[
@@ -415,6 +433,13 @@ class WorkerSide(Configured):
             services.event("attempt_reaped", loop=run.loop, run=run.id, worker=self.identity)
             reaped.append(run_id)
         return reaped
+
+
+def _stopped(stopped: RunStopped) -> BaseException:
+    """A step stopped from outside: a person's cancel, or this worker stopping."""
+    if stopped.why == "cancelled":
+        return CancelledError("cancelled by a person")
+    return ApplicationError("the worker stopped", type="Interrupted", non_retryable=True)
 
 
 def _every(heartbeat_seconds: float) -> float:
