@@ -370,3 +370,112 @@ def test_pause_holds_the_loops_triggers_and_resume_runs_them(
     kinds = [e["type"] for e in machine.events()]
     assert "loop_paused" in kinds and "loop_resumed" in kinds
     assert machine.stop() == 0
+
+
+def test_a_green_base_is_skipped_with_no_agent_and_supersedes_until_force_runs_it(
+    tmp_path: Path, engine: str, machines: list
+) -> None:
+    folder, writable = talk(tmp_path)
+    ran = folder / "agent-ran"
+    machine = make_machine(
+        tmp_path, engine, script_agent(f"open({str(ran)!r}, 'a').write('ran\\n')"), writable
+    )
+    machines.append(machine)
+    machine.start("run")
+    # The checks fail on the base: the agent runs, changes nothing, and the run escalates.
+    proc = machine.loopd("trigger", "calc", "--wait")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    escalated = proc.stdout.splitlines()[0]
+    assert ran.read_text() == "ran\n"
+    assert [
+        e["run"] for e in json.loads(machine.loopd("escalations", "list", "--json").stdout)
+    ] == [escalated]
+    # A person fixes the base: the next run finds done_when passing there and ends skipped,
+    # with no agent and no tokens; its empty branch is deleted; the escalation is superseded.
+    from tests.helpers import git
+
+    (machine.repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    git(machine.repo, "commit", "-q", "-am", "fix add")
+    base = git(machine.repo, "rev-parse", "HEAD").strip()
+    proc = machine.loopd("trigger", "calc", "--wait")
+    assert proc.returncode == 0 and "skipped" in proc.stdout, proc.stdout + proc.stderr
+    skipped = proc.stdout.splitlines()[0]
+    record = next(r for r in machine.runs() if r["id"] == skipped)
+    assert (record["outcome"], record["cause"]) == ("skipped", "already-done")
+    assert (
+        record["reason"] == f"already done: done_when passes on {base[:12]}, where it would start"
+    )
+    assert record.get("attempts", []) == [] and record["tokens"] == 0
+    assert ran.read_text() == "ran\n"
+    assert git(machine.repo, "branch", "--list", f"loopd/calc/{skipped}") == ""
+    (check,) = [e for e in machine.events("done_check") if e["run"] == skipped]
+    assert check["passed"] is True and check["commit"] == base
+    assert (
+        "python3 check.py" in (machine.home / "state/runs" / skipped / "done-check.log").read_text()
+    )
+    assert json.loads(machine.loopd("escalations", "list", "--json").stdout) == []
+    # --force runs the agent anyway.
+    proc = machine.loopd("trigger", "calc", "--wait", "--force")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    forced = next(r for r in machine.runs() if r["id"] == proc.stdout.splitlines()[0])
+    assert forced["outcome"] == "succeeded" and forced["trigger"]["force"] is True
+    assert ran.read_text() == "ran\nran\n"
+    assert not [e for e in machine.events("done_check") if e["run"] == forced["id"]]
+    assert machine.stop() == 0
+
+
+# `setup` makes a file the checks need; it stays out of the run's branch.
+MAKES = "echo made by setup > generated.txt"
+NEEDS = ["python3 check.py", "grep -q 'made by setup' generated.txt"]
+
+
+def test_setup_makes_what_the_checks_need_in_the_trees_the_agent_and_checks_use(
+    tmp_path: Path, engine: str, machines: list
+) -> None:
+    machine = make_machine(
+        tmp_path, engine, script_agent(FIX), setup=["echo preparing", MAKES], done_when=NEEDS
+    )
+    machines.append(machine)
+    machine.start("run")
+    proc = machine.loopd("trigger", "calc", "--wait")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0]
+    (run,) = machine.runs()
+    assert (run["outcome"], run["cause"]) == ("succeeded", "passed"), run["reason"]
+    assert [a["checks_passed"] for a in run["attempts"]] == [True]
+    assert "$ " + MAKES in (machine.home / "state/runs" / run_id / "setup.log").read_text()
+    # The done check ran after setup (it failed: the bug was there), before the attempt.
+    (check,) = [e for e in machine.events("done_check") if e["run"] == run_id]
+    assert check["passed"] is False
+    from tests.helpers import git
+
+    files = git(machine.repo, "ls-tree", "-r", "--name-only", run["branch"]).splitlines()
+    assert "generated.txt" not in files and "calc.py" in files
+    assert "a + b" in git(machine.repo, "show", f"{run['branch']}:calc.py")
+    assert machine.stop() == 0
+
+
+def test_a_failing_setup_ends_the_run_error_setup_failed_with_its_log_in_the_escalation(
+    tmp_path: Path, engine: str, machines: list
+) -> None:
+    folder, writable = talk(tmp_path)
+    ran = folder / "agent-ran"
+    setup = ["echo preparing", "echo no such package >&2; exit 3", "echo never"]
+    machine = make_machine(
+        tmp_path, engine, script_agent(f"open({str(ran)!r}, 'w').write('x')"), writable,
+        setup=setup, skip_if_done=False,
+    )  # fmt: skip
+    machines.append(machine)
+    machine.start("run")
+    proc = machine.loopd("trigger", "calc", "--wait")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0]
+    (run,) = machine.runs()
+    assert (run["outcome"], run["cause"]) == ("error", "setup-failed")
+    assert run["reason"].startswith("setup failed") and "exit 3" in run["reason"]
+    assert run.get("attempts", []) == [] and not ran.exists()
+    log = (machine.home / "state/runs" / run_id / "setup.log").read_text()
+    assert "no such package" in log and "never" not in log
+    escalation = (machine.home / "state/escalations" / f"{run_id}.md").read_text()
+    assert "## Setup (tail of setup.log)" in escalation and "no such package" in escalation
+    assert machine.stop() == 0

@@ -165,7 +165,7 @@ def trigger_on_engine(control: Any, args: argparse.Namespace) -> int:
         print(run_id, flush=True)
 
     reason = args.reason or "loopd trigger"
-    result = control.trigger(args.loop, reason, args.wait, emit)
+    result = control.trigger(args.loop, reason, args.wait, emit, force=args.force)
     if not args.wait:
         return report_routed(control, args.loop, result)
     if isinstance(result, str):

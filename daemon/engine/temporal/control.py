@@ -301,14 +301,16 @@ class EngineControl:
         await start_controller(client, self.engine.task_queue, loop, TriggerBatch(triggers=[]))
         await client.get_workflow_handle(controller_id(loop)).signal("pause", paused)
 
-    def trigger(self, loop: str, reason: str, wait: bool, emit: Any) -> RunRecord | str:
-        """Queue a manual run; with `wait`, its record once it ended (`emit` gets the RUN_ID),
-        or "skipped: WHY"; without, its RUN_ID (or "skipped: WHY", or "" when the controller
-        has not taken it yet)."""
-        return self._do(self._trigger, loop, reason, wait, emit)
+    def trigger(
+        self, loop: str, reason: str, wait: bool, emit: Any, force: bool = False
+    ) -> RunRecord | str:
+        """Queue a manual run (`force`: even when done_when passes already); with `wait`, its
+        record once it ended (`emit` gets the RUN_ID), or "skipped: WHY"; without, its RUN_ID
+        (or "skipped: WHY", or "" when the controller has not taken it yet)."""
+        return self._do(self._trigger, loop, reason, wait, emit, force)
 
     async def _trigger(
-        self, client: Any, loop: str, reason: str, wait: bool, emit: Any
+        self, client: Any, loop: str, reason: str, wait: bool, emit: Any, force: bool
     ) -> RunRecord | str:
         from daemon.config import LOOP_NAME
         from daemon.engine.temporal.loopacts import start_controller
@@ -316,7 +318,12 @@ class EngineControl:
         if not LOOP_NAME.match(loop):
             raise EngineError(f"{loop!r} is not a loop name")
         trigger = Trigger(
-            loop=loop, kind="manual", reason=reason, ts=utc_now(), id=f"cli-{uuid.uuid4().hex}"
+            loop=loop,
+            kind="manual",
+            reason=reason,
+            ts=utc_now(),
+            id=f"cli-{uuid.uuid4().hex}",
+            force=force,
         )
         batch = TriggerBatch(triggers=[trigger])
         if loop in self.loaded.loops:
