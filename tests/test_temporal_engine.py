@@ -730,3 +730,74 @@ def test_a_spent_daily_budget_holds_the_loops_new_runs_on_temporal(
         assert run_id not in [r["id"] for r in home.runs()]
     finally:
         cluster.stop()
+
+
+def test_setup_runs_on_the_worker_in_each_tree_it_makes_and_a_failure_there_is_escalated(
+    tmp_path: Path, temporal: Any
+) -> None:
+    from tests.machines import loop_toml
+
+    server, namespace = temporal
+    shared, sandbox = talk(tmp_path)
+    makes = "echo made by setup > generated.txt"
+    loop = {
+        **LOOP,
+        "setup": ["echo preparing", makes],
+        "done_when": ["python3 check.py", "grep -q 'made by setup' generated.txt"],
+    }
+    agents = command_agent("a", "import pathlib\n" + FIX)
+    cluster = make_cluster(
+        tmp_path, server.address, namespace, BUGGY, agents, loop, workers=1, config=sandbox
+    )
+    worker = cluster.workers[0]
+    once = shared / "setup-ran"
+    # `broken` fails its setup at once; `later` passes it in the first tree (the done check's)
+    # and fails it in the attempt's.
+    broken = {**LOOP, "setup": ["echo preparing", "echo no such package >&2; exit 3"]}
+    later = {
+        **LOOP,
+        "setup": [f"test ! -e {once} || {{ echo no index in the second tree >&2; exit 4; }}"
+                  f"; touch {once}"],
+    }  # fmt: skip
+    for machine in (cluster.home, worker):
+        for name, settings in (("broken", broken), ("later", later)):
+            (machine.home / "loops" / f"{name}.toml").write_text(
+                loop_toml(machine.repo, **settings)
+            )
+    try:
+        cluster.home.start("run")
+        worker.start("worker", "--queue", "gpu")
+        proc = cluster.home.loopd("trigger", "calc", "--wait")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        run_id = proc.stdout.splitlines()[0]
+        run = next(r for r in cluster.home.runs() if r["id"] == run_id)
+        assert (run["outcome"], run["cause"]) == ("succeeded", "passed"), run["reason"]
+        # Setup ran on the worker: for the done check's tree, then for the attempt's (whose
+        # checks needed its file); its log is the worker's, its tail the home's.
+        ran = [e for e in worker.events("setup_finished") if e["run"] == run_id]
+        assert [e["passed"] for e in ran] == [True, True]
+        (noted,) = [e for e in cluster.home.events("setup_finished") if e["run"] == run_id]
+        assert noted["worker"].startswith("worker:")
+        for machine in (worker, cluster.home):
+            log = (machine.home / "state/runs" / run_id / "setup.log").read_text()
+            assert "$ " + makes in log, machine.name
+        (check,) = [e for e in cluster.home.events("done_check") if e["run"] == run_id]
+        assert check["passed"] is False and check["worker"] == noted["worker"]
+        assert (worker.home / "state/runs" / run_id / "done-check.log").is_file()
+        files = git(cluster.home.repo, "ls-tree", "-r", "--name-only", run["branch"]).splitlines()
+        assert "generated.txt" not in files and "calc.py" in files
+
+        for name, code in (("broken", "exit 3"), ("later", "exit 4")):
+            proc = cluster.home.loopd("trigger", name, "--wait")
+            assert proc.returncode == 1, proc.stdout + proc.stderr
+            failed = proc.stdout.splitlines()[0]
+            run = next(r for r in cluster.home.runs() if r["id"] == failed)
+            assert (run["outcome"], run["cause"]) == ("error", "setup-failed"), run
+            assert run["reason"].startswith("setup failed on worker worker:"), run["reason"]
+            assert code in run["reason"]
+            said = "no such package" if name == "broken" else "no index in the second tree"
+            assert said in (worker.home / "state/runs" / failed / "setup.log").read_text()
+            escalation = (cluster.home.home / "state/escalations" / f"{failed}.md").read_text()
+            assert "## Setup (tail of setup.log)" in escalation and said in escalation
+    finally:
+        cluster.stop()
