@@ -83,7 +83,8 @@ class Process:
             Worker(
                 client,
                 task_queue=shared,
-                activities=[side.attempt, *SetupStep(side).activities()],
+                # The checks too: those of an attempt whose worker is gone run on another.
+                activities=[side.attempt, side.checks, *SetupStep(side).activities()],
                 activity_executor=pool,
                 max_concurrent_activities=slots,
                 graceful_shutdown_timeout=grace,
