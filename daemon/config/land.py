@@ -17,7 +17,7 @@ from daemon.config.errors import ConfigError
 from daemon.units import duration
 
 if TYPE_CHECKING:
-    from daemon.config import DaemonConfig, LoopConfig
+    from daemon.config import LoopConfig
 
 # What a run may not land without the loop's `land_allow` naming the glob: files that run
 # programs on a person's machine or in CI as soon as they are merged or pushed.
@@ -120,7 +120,7 @@ def land_target(repo: Path, config: LoopConfig) -> str:
     return config.target or branch_of_base(repo, config.base)
 
 
-def check_run_ends(path: Path, config: LoopConfig, daemon: DaemonConfig) -> list[ConfigError]:
+def check_run_ends(path: Path, config: LoopConfig) -> list[ConfigError]:
     """What a loop's landing keys need of its repository (`setup` runs on either engine)."""
     errors = []
     if config.land != "branch" and config.isolation == "in-place":

@@ -207,7 +207,7 @@ def check_loop(
                 f'set command = ["my-agent", "{{prompt}}"] under [agents.{config.agent}]',
             )
         )
-    return errors + check_run_ends(path, config, daemon)
+    return errors + check_run_ends(path, config)
 
 
 def load_loop(path: Path, daemon: DaemonConfig) -> tuple[Loop | None, list[ConfigError]]:
