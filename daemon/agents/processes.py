@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -429,3 +430,31 @@ def kill_leftovers(
         return (_closure(chosen, table) - spare) if chosen else set()
 
     return _terminate(targets, [], grace, spare=0)
+
+
+def run_in_own_group(
+    argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float
+) -> subprocess.CompletedProcess[bytes]:
+    """Run a person's command in a session of its own, output captured; at `timeout` its
+    whole group is killed and TimeoutExpired raised.
+
+    Its own session: what it leaves behind is never in loopd's session, so `reap_orphans`
+    reaps it, and a timeout reaches the children it started (an ssh under `git push`).
+    """
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        close_fds=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)

@@ -25,6 +25,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from daemon.agents.processes import run_in_own_group
 from daemon.config import LoopConfig
 from daemon.config.land import LAND_GUARDED, PR_FIELDS
 from daemon.globs import any_branch_matches, matching_paths
@@ -300,10 +301,7 @@ def _fill(part: str, fields: dict[str, str]) -> str:
 def _run(argv: list[str], cwd: Path, env: dict[str, str], log: Path, what: str) -> str | None:
     """Run a command of the person's; None when it succeeded, else why it failed."""
     try:
-        done = subprocess.run(
-            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-            timeout=PUSH_TIMEOUT,
-        )  # fmt: skip
+        done = run_in_own_group(argv, cwd=cwd, env=env, timeout=PUSH_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as exc:
         why = f"{exc}"[:300]
         _log(log, argv, why)
