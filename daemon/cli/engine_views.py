@@ -102,19 +102,29 @@ def _loops_table(title: str, rows: list[tuple[str, ...]], width: int) -> Any:
 
 def show_runs(control: Any, args: argparse.Namespace) -> int:
     """Every machine's runs from the engine, newest first."""
+    from rich import box
     from rich.table import Table
+
+    from daemon.people.terminal import markup as m
 
     rows = control.runs(args.loop, args.limit)
     if args.json:
         print_json(rows)
         return 0
-    table = Table(title=f"runs on the engine ({control.engine.address})")
-    # The RUN_ID is what a person copies: never wrapped or cut; the reason folds.
+    # The same table as the local engine's `loopd runs`, so it fits 80 columns.
+    table = Table(
+        title=m(f"runs on the engine ({control.engine.address})"),
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    # The RUN_ID is what a person copies: never wrapped or cut; the reason wraps.
     ids = [r["id"] for r in rows]
     table.add_column("run", no_wrap=True, min_width=max(map(len, ids), default=3))
-    for col in ("trigger", "outcome", "attempts", "score"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("reason", min_width=10, overflow="fold")
+    table.add_column("trigger", no_wrap=True)
+    table.add_column("outcome", no_wrap=True)
+    table.add_column("att", justify="right")
+    table.add_column("score", justify="right")
+    table.add_column("reason", min_width=10)
     for r in rows:
         table.add_row(
             r["id"],
@@ -122,7 +132,7 @@ def show_runs(control: Any, args: argparse.Namespace) -> int:
             r["outcome"] or r["phase"],
             str(r["attempts"]),
             "-" if r["score"] is None else str(r["score"]),
-            r["reason"],
+            m(r["reason"] or ""),  # agent text may be in it: shown as written, never styled
         )
     console().print(table)
     return 0
