@@ -102,29 +102,14 @@ def _loops_table(title: str, rows: list[tuple[str, ...]], width: int) -> Any:
 
 def show_runs(control: Any, args: argparse.Namespace) -> int:
     """Every machine's runs from the engine, newest first."""
-    from rich import box
-    from rich.table import Table
-
+    from daemon.cli.show import runs_table
     from daemon.people.terminal import markup as m
 
     rows = control.runs(args.loop, args.limit)
     if args.json:
         print_json(rows)
         return 0
-    # The same table as the local engine's `loopd runs`, so it fits 80 columns.
-    table = Table(
-        title=m(f"runs on the engine ({control.engine.address})"),
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    # The RUN_ID is what a person copies: never wrapped or cut; the reason wraps.
-    ids = [r["id"] for r in rows]
-    table.add_column("run", no_wrap=True, min_width=max(map(len, ids), default=3))
-    table.add_column("trigger", no_wrap=True)
-    table.add_column("outcome", no_wrap=True)
-    table.add_column("att", justify="right")
-    table.add_column("score", justify="right")
-    table.add_column("reason", min_width=10)
+    table = runs_table(f"runs on the engine ({control.engine.address})", [r["id"] for r in rows])
     for r in rows:
         table.add_row(
             r["id"],

@@ -119,21 +119,14 @@ def _commit_of(loop: Any, at: str | None) -> str:
 
 def experiment_cmd(args: argparse.Namespace) -> int:
     """Paired runs of a loop with every support and without each one; a report with intervals."""
-    from daemon.agents.processes import set_child_subreaper, set_not_dumpable
-    from daemon.cli.runs import valid_loop
+    from daemon.agents.processes import set_child_subreaper
+    from daemon.cli.runs import foreground_loop, lock_loop
     from daemon.experiments.arms import arms_for, parse_supports
     from daemon.experiments.runner import Experiment, ExperimentRunner
     from daemon.runs.budget import loop_hold
     from daemon.runs.services import RunServices
-    from daemon.state.lock import LockHeld
 
-    # The agent and the checks run as this user: they must not read this process's secrets.
-    set_not_dumpable()
-    home = home_of(args)
-    loaded = home.load()
-    if not loaded.daemon_ok:
-        raise CommandError("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
-    loop = valid_loop(home, loaded, args.loop)
+    home, loaded, loop = foreground_loop(args)
     try:
         without = parse_supports(args.without)
     except ValueError as exc:
@@ -152,11 +145,7 @@ def experiment_cmd(args: argparse.Namespace) -> int:
         # As `loopd once`: nothing started yet, so say so now rather than wait unseen.
         print(f"not run: {hold.why}; new runs of {loop.name} wait until {hold.until}")
         return 1
-    lock = store.loop_lock(loop.name)
-    try:
-        lock.acquire()
-    except LockHeld as exc:
-        raise CommandError(f"loop {loop.name!r} is running now ({exc})") from None
+    lock = lock_loop(store, loop)
     set_child_subreaper()
     # No notifications: an experiment never notifies or escalates.
     services = RunServices(home=home, config=loaded.daemon, store=store)

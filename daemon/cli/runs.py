@@ -30,6 +30,32 @@ def valid_loop(home: Home, loaded: LoadedConfig, name: str) -> Loop:
     raise CommandError(f"unknown loop {name!r} (no {path}); known loops: {known}")
 
 
+def foreground_loop(args: argparse.Namespace) -> tuple[Home, LoadedConfig, Loop]:
+    """The home, its configuration and the loop a foreground command (`once`, `experiment`)
+    runs; this process made undumpable first."""
+    from daemon.agents.processes import set_not_dumpable
+
+    # The agent and the checks run as this user: they must not read this process's secrets.
+    set_not_dumpable()
+    home = home_of(args)
+    loaded = home.load()
+    if not loaded.daemon_ok:
+        raise CommandError("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
+    return home, loaded, valid_loop(home, loaded, args.loop)
+
+
+def lock_loop(store: Any, loop: Loop) -> Any:
+    """The loop's lock, taken; a usage error while another process runs the loop."""
+    from daemon.state.lock import LockHeld
+
+    lock = store.loop_lock(loop.name)
+    try:
+        lock.acquire()
+    except LockHeld as exc:
+        raise CommandError(f"loop {loop.name!r} is running now ({exc})") from None
+    return lock
+
+
 def daemon_pid(home: Home) -> int | None:
     """The pid of the daemon running for this home, or None."""
     from daemon.state.lock import HomeLock
@@ -40,21 +66,14 @@ def daemon_pid(home: Home) -> int | None:
 
 def once(args: argparse.Namespace) -> int:
     """One full run now in the foreground; prints RUN_ID on its first line."""
-    from daemon.agents.processes import set_child_subreaper, set_not_dumpable
+    from daemon.agents.processes import set_child_subreaper
     from daemon.runs.executor import RunExecutor, new_run
     from daemon.runs.services import RunServices, utc_now
     from daemon.sandbox.registry import choose
     from daemon.scheduling.queue import PendingRun
-    from daemon.state.lock import LockHeld
     from daemon.state.records import Trigger
 
-    # The agent and the checks run as this user: they must not read this process's secrets.
-    set_not_dumpable()
-    home = home_of(args)
-    loaded = home.load()
-    if not loaded.daemon_ok:
-        raise CommandError("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
-    loop = valid_loop(home, loaded, args.loop)
+    home, loaded, loop = foreground_loop(args)
     if engine_control(home, loaded) is not None:
         raise CommandError(
             f"with [engine] kind = {loaded.daemon.engine.kind!r} the engine runs loop "
@@ -90,11 +109,7 @@ def once(args: argparse.Namespace) -> int:
             f"the daemon (pid {pid}) runs loop {loop.name!r}; use `loopd trigger {loop.name} "
             "--wait` to run it through the daemon, or `loopd pause` it first"
         )
-    lock = store.loop_lock(loop.name)
-    try:
-        lock.acquire()
-    except LockHeld as exc:
-        raise CommandError(f"loop {loop.name!r} is running now ({exc})") from None
+    lock = lock_loop(store, loop)
     set_child_subreaper()
     services = RunServices(home=home, config=loaded.daemon, store=store)
     parked = _finish_abandoned(services, loop)

@@ -50,25 +50,11 @@ class AttemptResult:
     quota_hold: Any = None  # the QuotaHold of the usage limit it ended on, if any
 
 
-def commit_tree(
-    journal: RunJournal,
-    tree: RunTree,
-    message: str,
-    attempt: AttemptRecord | None = None,
-    guard_refs: bool = True,
-) -> str:
-    """Take what the agent left onto the run's branch (its processes are gone); the new head.
-
-    What the repository guards find goes into `attempt`'s violations.
-    """
-    return commit_work(journal, tree, message, attempt, guard_refs=guard_refs)
-
-
 def commit_attempt(journal: RunJournal, tree: RunTree, attempt: AttemptRecord) -> str:
     """Commit what the agent left and write the attempt's diff; returns the attempt's head."""
     from daemon.runs.messages import commit_message
 
-    head = commit_tree(journal, tree, commit_message(journal.run, attempt.n), attempt)
+    head = commit_work(journal, tree, commit_message(journal.run, attempt.n), attempt)
     attempt.head_commit = head
     base = attempt.base_commit or journal.run.base_commit
     record_diff(tree.own.bare, base, head, journal.attempt_dir(attempt.n))
@@ -430,7 +416,7 @@ class Attempt:
         from daemon.runs.messages import commit_message
 
         run = self.journal.run
-        head = commit_tree(
+        head = commit_work(
             self.journal,
             self.tree,
             commit_message(run, self.n, "work so far"),

@@ -8,6 +8,7 @@ import os
 from datetime import datetime
 
 import daemon as package
+from daemon.config.errors import ConfigError
 from daemon.sandbox.registry import choose
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import CronTimer
@@ -18,6 +19,31 @@ from daemon.service.workers import WorkerPool
 from daemon.state.records import DaemonStatus, LoopStatus, RunRecord, StatusFile
 
 HEARTBEAT_EVERY = 10.0  # seconds
+
+
+def add_unloaded_loops(status: StatusFile, errors: list[ConfigError]) -> None:
+    """Loop files that failed to load: in status as not loaded, with why."""
+    for error in errors:
+        if error.file.parent.name == "loops" and error.file.stem not in status.loops:
+            status.loops[error.file.stem] = LoopStatus(
+                enabled=False, loaded=False, error=str(error)
+            )
+
+
+class StatusWrites:
+    """status.toml saved when what it says changed, or when the heartbeat is due (on the
+    monotonic clock, so a wall-clock jump neither stops nor floods the writes)."""
+
+    def __init__(self) -> None:
+        self._written_at = float("-inf")
+        self._body = ""
+
+    def save(self, ctx: Context, status: StatusFile, force: bool = False) -> None:
+        body = status.model_dump_json(exclude={"daemon": {"heartbeat"}})
+        mono = ctx.monotonic()
+        if force or body != self._body or mono - self._written_at >= HEARTBEAT_EVERY:
+            ctx.store.save_status(status)
+            self._written_at, self._body = mono, body
 
 
 class StatusBoard:
@@ -40,8 +66,7 @@ class StatusBoard:
         self.timer = timer
         self.pool = pool
         self.started = started
-        self._written_at = float("-inf")  # monotonic time of the last write
-        self._body = ""
+        self._writes = StatusWrites()
         self._outcomes = self._newest_outcomes()
 
     def _newest_outcomes(self) -> dict[str, tuple[str, str]]:
@@ -120,14 +145,5 @@ class StatusBoard:
                 error=ctx.files.stale.get(name, ""),
                 digest=ctx.files.digests.get(name, ""),
             )
-        for error in ctx.config.errors:
-            if error.file.parent.name == "loops" and error.file.stem not in status.loops:
-                status.loops[error.file.stem] = LoopStatus(
-                    enabled=False, loaded=False, error=str(error)
-                )
-        body = status.model_dump_json(exclude={"daemon": {"heartbeat"}})
-        mono = ctx.monotonic()
-        if force or body != self._body or mono - self._written_at >= HEARTBEAT_EVERY:
-            ctx.store.save_status(status)
-            self._written_at = mono
-            self._body = body
+        add_unloaded_loops(status, ctx.config.errors)
+        self._writes.save(ctx, status, force)

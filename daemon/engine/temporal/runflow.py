@@ -111,6 +111,16 @@ def _end(ending: decisions.Ending) -> EndOfRun:
 CANCELLED = EndOfRun(outcome="cancelled", reason="cancelled by a person", cause=Cause.CANCELLED)
 
 
+def _step_ended(exc: BaseException, phase: str, trigger_kind: str) -> EndOfRun:
+    """How a worker's step that raised ends the run: cancelled, interrupted (its worker was
+    lost while in `phase`) or failed."""
+    if _cancelled(exc):
+        return CANCELLED
+    if _lost(exc):
+        return _end(decisions.stopped("interrupted", phase, trigger_kind, by="its worker"))  # type: ignore[arg-type]
+    return _failed(exc)
+
+
 @workflow.defn(name="RunWorkflow", failure_exception_types=[Exception])
 class RunWorkflow:
     """One run: prepare, attempts until one passes or they are used up, finish."""
@@ -260,13 +270,7 @@ class RunWorkflow:
                 cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
         except ActivityError as exc:
-            if _cancelled(exc):
-                return CANCELLED
-            if _lost(exc):
-                return _end(
-                    decisions.stopped("interrupted", "preparing", inp.trigger_kind, by="its worker")  # type: ignore[arg-type]
-                )
-            return _failed(exc)
+            return _step_ended(exc, "preparing", inp.trigger_kind)
         ended: Prepared = await self._local(
             "setup_ended", SetupEnded(ref=inp.ref, output=out), Prepared
         )
@@ -305,13 +309,7 @@ class RunWorkflow:
                 **extra,
             )
         except ActivityError as exc:
-            if _cancelled(exc):
-                return CANCELLED
-            if _lost(exc):
-                return _end(
-                    decisions.stopped("interrupted", "running", inp.trigger_kind, by="its worker")  # type: ignore[arg-type]
-                )
-            return _failed(exc)
+            return _step_ended(exc, "running", inp.trigger_kind)
 
     async def _checks(
         self, inp: RunInput, cfg: LoopConfig, n: int, out: AttemptOutput, record: RunRecord

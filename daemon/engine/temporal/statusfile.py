@@ -11,7 +11,7 @@ from typing import Any
 import daemon as package
 from daemon.sandbox.registry import choose
 from daemon.service.holds import Holds
-from daemon.service.status import HEARTBEAT_EVERY
+from daemon.service.status import HEARTBEAT_EVERY, StatusWrites, add_unloaded_loops
 from daemon.service.verifier import VerifierWatch
 from daemon.state.records import DaemonStatus, LoopStatus, Phase, StatusFile
 
@@ -27,8 +27,7 @@ class EngineStatusBoard:
         self.holds = holds
         self.verifier = VerifierWatch(ctx)
         self.started = started
-        self._written_at = float("-inf")
-        self._body = ""
+        self._writes = StatusWrites()
 
     async def write(self, client: Any, now: datetime) -> None:
         """Ask the engine, then rewrite status.toml when it changed or the heartbeat is due."""
@@ -54,16 +53,8 @@ class EngineStatusBoard:
         )
         for name, info in view["loops"].items():
             status.loops[name] = self._loop(name, info, held.get(name))
-        for error in ctx.config.errors:
-            if error.file.parent.name == "loops" and error.file.stem not in status.loops:
-                status.loops[error.file.stem] = LoopStatus(
-                    enabled=False, loaded=False, error=str(error)
-                )
-        body = status.model_dump_json(exclude={"daemon": {"heartbeat"}})
-        mono = ctx.monotonic()
-        if body != self._body or mono - self._written_at >= HEARTBEAT_EVERY:
-            ctx.store.save_status(status)
-            self._written_at, self._body = mono, body
+        add_unloaded_loops(status, ctx.config.errors)
+        self._writes.save(ctx, status)
 
     def _loop(self, name: str, info: dict[str, Any], hold: Any) -> LoopStatus:
         ctx = self.ctx
