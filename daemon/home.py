@@ -106,7 +106,7 @@ EXAMPLE_CONFIG = """\
 # [sandbox]                  # where agents and checks run; `loopd check` says which is in force
 # mode = "auto"              # auto (bubblewrap when it runs here) | bwrap | off
 # writable = []              # extra paths they may write, e.g. ["~/.cache/pip"]
-# readable = []              # extra paths they may read, e.g. ["~/.pyenv"]
+# readable = []              # extra paths they may read, e.g. ["~/.rustup"]
 # network = true
 
 [limits]

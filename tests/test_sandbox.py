@@ -15,8 +15,10 @@ from daemon.config import SandboxConfig
 from daemon.sandbox import bwrap as bwrap_module
 from daemon.sandbox.base import Availability, Exposure, Launch
 from daemon.sandbox.bwrap import BwrapSandbox
+from daemon.sandbox.deny import denied_paths
 from daemon.sandbox.mounts import Mount, host_files, plan
-from daemon.sandbox.paths import install_root, program_paths, value_paths
+from daemon.sandbox.paths import install_root, value_paths
+from daemon.sandbox.programs import resolve_program
 from daemon.sandbox.registry import choose
 from tests.sandboxing import require_bwrap
 
@@ -135,8 +137,96 @@ def test_a_script_brings_its_interpreter(tmp_path: Path) -> None:
     script.parent.mkdir()
     script.write_text("#!/usr/bin/env -S node --flag\nconsole.log(1)\n")
     script.chmod(0o755)
-    paths = program_paths(str(script), str(node.parent), set())
-    assert paths == [tmp_path / "tools", tmp_path / "nodejs"]
+    resolved = resolve_program(str(script), str(node.parent), set())
+    assert resolved.paths == [tmp_path / "tools", tmp_path / "nodejs"]
+    assert resolved.exposed[1].why == f"installation of the interpreter of {script}"
+
+
+def _python_prefix(prefix: Path) -> Path:
+    """A fake Python installation: bin/python3.11, bin/python3 -> it, lib/python3.11/os.py."""
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python3.11").write_text("")
+    (prefix / "bin" / "python3.11").chmod(0o755)
+    (prefix / "bin" / "python3").symlink_to("python3.11")
+    (prefix / "lib" / "python3.11").mkdir(parents=True)
+    (prefix / "lib" / "python3.11" / "os.py").write_text("")
+    return prefix / "bin" / "python3"
+
+
+def test_a_venv_brings_itself_and_its_base_interpreter_even_directly_in_a_home(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "me"
+    base = _python_prefix(home / "miniconda3")  # a prefix directly in the home: conda's
+    env = home / ".venv"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python3").symlink_to(base)
+    (env / "pyvenv.cfg").write_text(f"home = {base.parent}\n")
+    resolved = resolve_program(str(env / "bin" / "python3"), "", {home})
+    found = {item.path: item for item in resolved.exposed}
+    assert found[env].venv and found[env].why.startswith("virtual environment of")
+    assert found[home / "miniconda3"].why.startswith("interpreter of")
+    assert home not in found and resolved.venvs == [env]
+
+
+def test_a_venv_with_copies_finds_its_base_through_pyvenv_cfg(tmp_path: Path) -> None:
+    base = _python_prefix(tmp_path / "uv" / "python" / "cpython-3.11")
+    env = tmp_path / "project" / ".venv"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python3").write_text("")  # a copy, not a link
+    (env / "bin" / "python3").chmod(0o755)
+    (env / "pyvenv.cfg").write_text(f"home = {base.parent}\nuv = 0.9.0\n")
+    resolved = resolve_program("python3", str(env / "bin"), set())
+    assert env in resolved.venvs and tmp_path / "uv" / "python" / "cpython-3.11" in resolved.paths
+
+
+def test_a_shim_brings_its_version_manager(tmp_path: Path) -> None:
+    home = tmp_path / "me"
+    shims = home / ".pyenv" / "shims"
+    shims.mkdir(parents=True)
+    (shims / "python3").write_text("#!/bin/sh\nexec pyenv exec python3\n")
+    (shims / "python3").chmod(0o755)
+    resolved = resolve_program("python3", str(shims), {home})
+    assert resolved.exposed[0].path == home / ".pyenv"
+    assert resolved.exposed[0].why == f"version manager of {shims / 'python3'}"
+
+
+def test_the_deny_list_refuses_a_program_and_masks_what_a_bind_would_show(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "me"
+    tool = home / ".ssh" / "bin" / "agent"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("")
+    tool.chmod(0o755)
+    denied = denied_paths({home}, [".qwen/oauth_creds.json"])
+    resolved = resolve_program(str(tool), "", {home}, denied)
+    assert resolved.paths == [] and f"lies in {home / '.ssh'}" in resolved.problem
+    # `[sandbox] readable = ["~"]` shows the home, never its keys nor an agent's login.
+    (home / ".qwen").mkdir()
+    (home / ".qwen" / "oauth_creds.json").write_text("{}")
+    exposure = Exposure(cwd=tmp_path, readable=(home,), denied=denied)
+    mounts = {m.path: m.kind for m in plan(exposure, [str(tmp_path)])}
+    assert mounts[str(home)] == "ro"
+    assert mounts[str(home / ".ssh")] == "hide"
+    assert mounts[str(home / ".qwen" / "oauth_creds.json")] == "hide"
+    assert str(home / ".aws") not in mounts  # what does not exist needs no mask
+
+
+def test_a_venv_inside_loopds_home_is_shown_but_nothing_else_of_it(tmp_path: Path) -> None:
+    home = tmp_path / "checkout"
+    (home / ".venv").mkdir(parents=True)
+    (home / "state").mkdir()
+    exposure = Exposure(
+        cwd=tmp_path,
+        readable=(home / "state",),
+        hidden=(home,),
+        tools=(home / ".venv",),
+    )
+    mounts = [(m.kind, m.path) for m in plan(exposure, [str(tmp_path)])]
+    assert ("hide", str(home)) in mounts and ("ro", str(home / ".venv")) in mounts
+    assert mounts.index(("hide", str(home))) < mounts.index(("ro", str(home / ".venv")))
+    assert not any(path == str(home / "state") for _, path in mounts)
 
 
 def test_paths_among_values_bring_their_folder_unless_it_is_masked(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from daemon.cli.common import CommandError, command, home_of, print_json
 
@@ -33,7 +34,7 @@ def check(args: argparse.Namespace) -> int:
     from daemon.cli.runs import daemon_pid
     from daemon.runs.budget import budget_warnings
     from daemon.sandbox.registry import choose
-    from daemon.service.preflight import preflight_warnings
+    from daemon.service.preflight import daemon_path, preflight_warnings
 
     home = home_of(args)
     loaded = home.load()
@@ -44,8 +45,12 @@ def check(args: argparse.Namespace) -> int:
         errors, warnings = check_schedules(home, loaded)
         loaded.errors.extend(errors)
         loaded.warnings.extend(warnings)
-    loaded.warnings.extend(preflight_warnings(loaded, home.config_path, daemon_pid(home)))
+    pid = daemon_pid(home)
+    loaded.warnings.extend(preflight_warnings(loaded, home.config_path, pid))
     sandbox = choose(loaded.daemon.sandbox)
+    shows: dict[str, list[str]] = {}
+    if loaded.daemon_ok and not sandbox.refusal and sandbox.name != "off":
+        shows = _sandbox_shows(loaded, daemon_path(pid)[0])
     notes = loaded.warnings + _inside_home(home.root, loaded.daemon)
     warnings = [w for w in (sandbox.warning, sandbox.refusal) if w] + notes
     if args.json:
@@ -63,6 +68,7 @@ def check(args: argparse.Namespace) -> int:
                     "in_force": "none" if sandbox.refusal else sandbox.name,
                     "detail": sandbox.detail,
                     "summary": sandbox.summary(),
+                    "shows": shows,
                 },
             }
         )
@@ -73,12 +79,39 @@ def check(args: argparse.Namespace) -> int:
             print(f"warning: {warning}")
         loud = sandbox.warning or sandbox.refusal
         print(f"warning: {sandbox.summary()}" if loud else sandbox.summary())
+        for name, lines in sorted(shows.items()):
+            if lines:
+                print(f"  {name}: the sandbox also shows, read-only, of what it hides:")
+                for line in lines:
+                    print(f"    {line}")
         names = ", ".join(sorted(loaded.loops)) or "none"
         print(
             f"{len(loaded.loops)} valid loop(s): {names}; {len(loaded.errors)} error(s), "
             f"{len(loaded.warnings)} warning(s)"
         )
     return 2 if loaded.errors else 0
+
+
+def _sandbox_shows(loaded: Any, search_path: str) -> dict[str, list[str]]:
+    """Per enabled loop, the folders of hidden places its programs need, and why; a program
+    that lies in a place of the deny list becomes an error of its loop's file."""
+    import os
+
+    from daemon.config.errors import ConfigError
+    from daemon.runs.exposure import FIX, describe, loop_programs
+
+    out: dict[str, list[str]] = {}
+    for name, loop in sorted(loaded.loops.items()):
+        if not loop.config.enabled:
+            continue
+        started = loop_programs(loop.config, loaded.daemon, search_path, os.environ)
+        for item in started:
+            resolved = item.resolved
+            if resolved.problem and resolved.found is not None:
+                message = f"{resolved.program!r} cannot run in the sandbox: {resolved.problem}"
+                loaded.errors.append(ConfigError(loop.path, item.key, message, FIX[5:]))
+        out[name] = describe(started)
+    return out
 
 
 def _inside_home(root: Path, config: object) -> list[str]:

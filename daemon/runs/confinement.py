@@ -33,11 +33,14 @@ from daemon.agents.environment import (
     is_forbidden,
 )
 from daemon.config import LoopConfig
+from daemon.runs.exposure import ProgramHidden, denied_for, refusal
 from daemon.runs.services import RunServices
 from daemon.runs.tree import scratch_dir
 from daemon.sandbox.base import Exposure, Launch, Sandbox
+from daemon.sandbox.commandline import programs
 from daemon.sandbox.mounts import hidden_conflicts
-from daemon.sandbox.paths import home_folders, program_paths, value_paths
+from daemon.sandbox.paths import home_folders, value_paths
+from daemon.sandbox.programs import resolve_program
 from daemon.sandbox.registry import Choice, choose
 from daemon.state.atomic import ensure_dir
 from daemon.state.records import RunExposure, RunRecord
@@ -159,6 +162,7 @@ class Confinement:
             readable=tuple(readable),
             hidden=(services.home.root,),
             network=config.network,
+            denied=denied_for(homes),
         )
         if choice.sandbox().confines:
             # The run's own folders; `writable` paths in the home are dropped (`check` says so).
@@ -252,25 +256,38 @@ class Confinement:
         `declared`: a `command` agent's arguments and `env` values as the profile writes them.
 
         Never the prompt's words: they come from triggers (a commit message may name ~/.ssh).
+        ProgramHidden when the program lies in a place of the deny list.
         """
-        search_path = env.get("PATH", "")
-        extra = program_paths(argv[0], search_path, self.homes) if argv else []
+        extra: list[Path] = []
+        venvs: list[Path] = []
+        if argv and self.sandbox.confines:
+            resolved = resolve_program(
+                argv[0], env.get("PATH", ""), self.homes, self.exposure.denied
+            )
+            if resolved.problem and resolved.found is not None:
+                raise ProgramHidden(refusal(resolved, "the agent's program"))
+            extra += resolved.paths
+            venvs += resolved.venvs
         extra += value_paths(declared, self.homes)
-        return self.sandbox.launch(argv, env, self.exposure.adding(readable=extra))
+        exposure = self.exposure.adding(readable=extra, tools=venvs)
+        return self.sandbox.launch(argv, env, exposure)
 
     def launch_check(self, command: str, env: Mapping[str, str]) -> Launch:
-        """One check, `/bin/sh -c COMMAND`: programs named by absolute path visible too."""
-        try:
-            words = shlex.split(command)
-        except ValueError:
-            words = []
+        """One check or setup command, `/bin/sh -c COMMAND`: each program it starts visible
+        with its installation (through the PATH, links and `#!` lines), and absolute paths
+        among its words."""
         extra: list[Path] = []
-        for word in words:
-            if not word.startswith("/"):
-                continue
-            if os.path.isfile(word) and os.access(word, os.X_OK):
-                extra += program_paths(word, env.get("PATH", ""), self.homes)
-            else:
-                extra += value_paths([word], self.homes)
+        venvs: list[Path] = []
+        if self.sandbox.confines:
+            search_path = env.get("PATH", "")
+            for program in programs(command):
+                resolved = resolve_program(program, search_path, self.homes, self.exposure.denied)
+                extra += resolved.paths
+                venvs += resolved.venvs
+            try:
+                words = shlex.split(command)
+            except ValueError:
+                words = []
+            extra += value_paths([w for w in words if w.startswith("/")], self.homes)
         argv = ["/bin/sh", "-c", command]
-        return self.sandbox.launch(argv, env, self.exposure.adding(readable=extra))
+        return self.sandbox.launch(argv, env, self.exposure.adding(readable=extra, tools=venvs))

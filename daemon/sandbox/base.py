@@ -16,7 +16,10 @@ class Exposure:
     """What a sandboxed process may see and write in, beyond a read-only view of the system.
 
     `hidden` is never visible, whatever else is bound (loopd's home): a path of `readable` or
-    `writable` inside it is left out.
+    `writable` inside it is left out. `denied` (the deny list: a home's keys and tokens) is the
+    same, masked only where something would show it. `tools` are read-only like `readable`
+    but shown even inside `hidden`: a program's virtual environment in a checkout that is
+    loopd's home (never beside anything of the deny list).
     """
 
     cwd: Path
@@ -24,13 +27,21 @@ class Exposure:
     readable: tuple[Path, ...] = ()
     hidden: tuple[Path, ...] = ()
     network: bool = True
+    denied: tuple[Path, ...] = ()
+    tools: tuple[Path, ...] = ()
 
-    def adding(self, readable: Iterable[Path] = (), writable: Iterable[Path] = ()) -> Exposure:
+    def adding(
+        self,
+        readable: Iterable[Path] = (),
+        writable: Iterable[Path] = (),
+        tools: Iterable[Path] = (),
+    ) -> Exposure:
         """The same exposure with more paths (a program's installation, what setup made)."""
         return replace(
             self,
             readable=self.readable + tuple(readable),
             writable=self.writable + tuple(writable),
+            tools=self.tools + tuple(tools),
         )
 
 

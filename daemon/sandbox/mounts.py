@@ -2,13 +2,14 @@
 
 Masks (empty private folders) go over the places that hold host sockets and personal files:
 `/tmp`, `/run` (`/var/run`), `$XDG_RUNTIME_DIR`, `/root`, `/home` and the real HOME; the
-password hashes and the host's SSH keys are covered by an empty file. Then the read-only and
+password hashes and the host's SSH keys are covered by an empty file; the deny list
+(`deny.py`) is masked wherever a bind or the root's view would show it. Then the read-only and
 the read-write binds (and `/etc/resolv.conf`, where it links into `/run`). bubblewrap applies
 its mounts in order and a later mount over a folder hides what an earlier one put inside it,
 so the plan is ordered by depth, shallow first: the most specific path wins (a tree under
 `/tmp` stays visible, a home inside a bound repository is masked again). loopd's own home is
-hidden whatever else is asked for: a bind inside it is dropped, and its mask comes after
-every bind at its depth.
+hidden whatever else is asked for: a bind inside it is dropped (but a program's virtual
+environment, `Exposure.tools`), and its mask comes after every bind at its depth.
 
 Every path is resolved (bubblewrap cannot mount onto a symlink such as `/var/run`), missing
 masks and binds are skipped, and duplicates are merged.
@@ -83,14 +84,19 @@ def host_files(names: Iterable[str] = LINKED_FILES) -> list[str]:
 def plan(exposure: Exposure, masks: Iterable[str]) -> list[Mount]:
     """The mounts for `exposure`, in the order bubblewrap must apply them."""
     hidden = [p for p in (_real(h) for h in exposure.hidden) if p]
+    denied = [p for p in (_real(d) for d in exposure.denied) if p]
+    masks = list(masks)
     wanted: dict[str, Kind] = {}
 
-    def want(kind: Kind, path: str | Path) -> None:
+    def want(kind: Kind, path: str | Path, tool: bool = False) -> None:
         real = _real(path)
         if real is None or real == "/" or _inside(real, "/proc") or _inside(real, "/dev"):
             return  # the root is already visible; /proc and /dev are the sandbox's own
-        if kind in ("ro", "rw") and any(_inside(real, h) for h in hidden):
-            return  # never anything under loopd's home
+        if any(_inside(real, d) or _inside(d, real) for d in denied) and tool:
+            return  # a tool's folder is shown whole or not at all
+        closed = denied if tool else hidden + denied
+        if kind in ("ro", "rw") and any(_inside(real, h) for h in closed):
+            return  # never anything under loopd's home (but a tool), nor of the deny list
         if _ORDER[kind] >= _ORDER[wanted.get(real, kind)]:
             wanted[real] = kind
 
@@ -100,8 +106,17 @@ def plan(exposure: Exposure, masks: Iterable[str]) -> list[Mount]:
         want("ro", path)
     for path in exposure.writable:
         want("rw", path)
+    for path in exposure.tools:
+        want("ro", path, tool=True)
     for path in hidden:
         wanted[path] = "hide"
+    binds = [path for path, kind in wanted.items() if kind in ("ro", "rw")]
+    masked = [m for m in (_real(m) for m in masks) if m]
+    for path in denied:
+        # Masked where a bind would show it, or where the root's view does.
+        shown = any(_inside(path, b) for b in binds) or not any(_inside(path, m) for m in masked)
+        if shown:
+            wanted[path] = "hide"
     covering = [path for path, kind in wanted.items() if kind != "ro"]
     for path, kind in list(wanted.items()):
         if kind == "ro" and not any(_inside(path, c) for c in covering):

@@ -3,9 +3,9 @@
 A program is visible with the installation it belongs to: the outermost `node_modules` folder
 of an npm package (its dependencies are hoisted beside it), the prefix above a `bin/` folder
 (a Python or Node installation: `bin/python3` needs `lib/`), else the folder holding it. A
-script's interpreter (`#!/usr/bin/env node`, `#!/opt/venv/bin/python`) is followed once. A
 prefix directly inside a home folder (`~/.local`, `~/.cargo`) is never taken whole: it holds
-credentials and keyrings besides programs, so only the `bin/` folder is.
+credentials and keyrings besides programs, so only the `bin/` folder is. `programs.py`
+follows a program through its links and `#!` lines and says why each folder is shown.
 
 An argument or environment value that is an existing absolute path (a `PATH`-like value is
 split at `:`) is visible too: a folder as it is, a file with the folder holding it, unless
@@ -57,9 +57,10 @@ def find_program(name: str, search_path: str) -> Path | None:
     return Path(found) if found else None
 
 
-def install_root(program: Path, homes: set[Path]) -> Path:
-    """The folder to make visible so that `program` runs (see the module docstring)."""
-    real = Path(os.path.realpath(program))
+def install_root(program: Path, homes: set[Path], resolve: bool = True) -> Path:
+    """The folder to make visible so that `program` runs (see the module docstring); with
+    `resolve=False` for the link itself, where it lies (a venv's `bin/python3`)."""
+    real = Path(os.path.realpath(program)) if resolve else program
     parts = real.parts
     if "node_modules" in parts:
         return Path(*parts[: parts.index("node_modules") + 1])
@@ -73,7 +74,7 @@ def install_root(program: Path, homes: set[Path]) -> Path:
     return folder
 
 
-def _interpreter(program: Path, search_path: str) -> Path | None:
+def interpreter(program: Path, search_path: str) -> Path | None:
     """The program a script's `#!` line names (through `env`), or None for a binary."""
     try:
         with open(program, "rb") as fh:
@@ -90,18 +91,6 @@ def _interpreter(program: Path, search_path: str) -> Path | None:
         names = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
         return find_program(names[0], search_path) if names else None
     return first if first.is_file() else None
-
-
-def program_paths(program: str, search_path: str, homes: set[Path]) -> list[Path]:
-    """The installation of `program`, and of its interpreter when it is a script."""
-    found = find_program(program, search_path)
-    if found is None:
-        return []
-    paths = [install_root(found, homes)]
-    interpreter = _interpreter(Path(os.path.realpath(found)), search_path)
-    if interpreter is not None:
-        paths.append(install_root(interpreter, homes))
-    return paths
 
 
 def value_paths(values: Iterable[str], homes: set[Path]) -> list[Path]:

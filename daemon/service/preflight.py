@@ -10,8 +10,6 @@ that matches no branch, a glob with an unclosed `[`, a `[notify] command` not on
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,16 +18,7 @@ from daemon.config import LoadedConfig, Loop
 from daemon.config.errors import did_you_mean
 from daemon.globs import glob_problem, path_matches, wildmatch
 from daemon.runs.git import Git, GitError
-
-# Words a shell runs itself: never looked up on the PATH.
-SHELL_WORDS = frozenset(
-    "! . : [ [[ alias bg break builtin case cd command continue declare do done echo elif "
-    "else esac eval exec exit export false fg fi for function getopts hash if in jobs kill "
-    "let local printf pwd read readonly return select set shift source test then time times "
-    "trap true type typeset ulimit umask unalias unset until wait while { } ( )".split()
-)
-_SEPARATORS = re.compile(r"&&|\|\||[;|&\n()]")
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+from daemon.sandbox.commandline import programs
 
 
 def daemon_path(pid: int | None) -> tuple[str, str]:
@@ -48,21 +37,6 @@ def daemon_path(pid: int | None) -> tuple[str, str]:
     return os.environ.get(
         "PATH", os.defpath
     ), "this shell's; the daemon gets the PATH it starts with"
-
-
-def programs(command: str) -> list[str]:
-    """The programs a shell command line would look up: the first word of each simple command."""
-    out = []
-    for part in _SEPARATORS.split(command):
-        try:
-            words = shlex.split(part, comments=True)
-        except ValueError:
-            words = part.split()
-        while words and _ASSIGNMENT.match(words[0]):
-            words.pop(0)
-        if words and words[0] not in SHELL_WORDS and not words[0].startswith("$"):
-            out.append(words[0])
-    return out
 
 
 def _on_path(program: str, path: str) -> bool:

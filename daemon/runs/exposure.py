@@ -1,0 +1,110 @@
+"""What of the host a loop's commands see in the sandbox: each program they start, resolved.
+
+The agent's program (the profile's command, or the adapter's CLI), the `setup` and
+`done_when` programs: each found on the PATH the daemon gives them and followed to its
+installation (`sandbox/programs.py`). `loopd check` prints the list with the reason for each
+folder; a program that lies in a place of the deny list is an error there, and at run time
+the attempt fails with the same words instead of reaching bubblewrap.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from daemon.agents.registry import adapter_class
+from daemon.config import ADAPTERS, DaemonConfig, LoopConfig
+from daemon.sandbox.commandline import programs
+from daemon.sandbox.deny import denied_paths
+from daemon.sandbox.mounts import host_masks
+from daemon.sandbox.paths import home_folders
+from daemon.sandbox.programs import Resolved, resolve_program, shown
+
+FIX = (
+    "Fix: install the program outside that folder (a venv, pipx or npm prefix of its own) or "
+    "name one that is not there; the deny list is in docs/configuration.md#sandbox"
+)
+
+
+class ProgramHidden(OSError):
+    """A command's program lies where the sandbox never shows anything (the deny list)."""
+
+
+def login_files() -> tuple[str, ...]:
+    """Every adapter's login and credential files under HOME: denied like `~/.ssh`."""
+    names: list[str] = []
+    for name in ADAPTERS:
+        cls = adapter_class(name)
+        names += [*cls.login_files, *cls.credential_files]
+    return tuple(dict.fromkeys(names))
+
+
+def denied_for(homes: set[Path]) -> tuple[Path, ...]:
+    """The deny list under these homes, the agent CLIs' login files included."""
+    return denied_paths(homes, login_files())
+
+
+def refusal(resolved: Resolved, role: str) -> str:
+    """The message for a program that cannot be shown in the sandbox."""
+    return f"{role} {resolved.program!r} cannot run in the sandbox: {resolved.problem}. {FIX}"
+
+
+@dataclass(frozen=True)
+class Started:
+    """One program a loop starts: which key starts it, and what it needs."""
+
+    key: str  # agent, setup[0], done_when[1]
+    resolved: Resolved
+
+
+def agent_program(cfg: LoopConfig, daemon: DaemonConfig) -> str:
+    """The program the loop's agent profile starts (argv[0] of its invocation)."""
+    profile = daemon.profile(cfg.agent)
+    if profile is None:
+        return ""
+    if profile.adapter == "command":
+        return profile.command[0] if profile.command else ""
+    argv = adapter_class(profile.adapter)(profile).invocation("x").argv
+    return argv[0] if argv else ""
+
+
+def loop_programs(
+    cfg: LoopConfig, daemon: DaemonConfig, search_path: str, environ: Mapping[str, str]
+) -> list[Started]:
+    """Every program the loop starts, resolved as the sandbox will see it."""
+    homes = home_folders(environ)
+    denied = denied_for(homes)
+    out: list[Started] = []
+    program = agent_program(cfg, daemon)
+    if program:
+        out.append(Started("agent", resolve_program(program, search_path, homes, denied)))
+    for key in ("setup", "done_when"):
+        for i, command in enumerate(getattr(cfg, key, None) or []):
+            for name in programs(command):
+                resolved = resolve_program(name, search_path, homes, denied)
+                out.append(Started(f"{key}[{i}]", resolved))
+    return out
+
+
+def describe(started: list[Started]) -> list[str]:
+    """`loopd check`'s lines: each folder shown and why, once."""
+    lines: list[str] = []
+    seen: set[Path] = set()
+    for item in started:
+        for exposed in item.resolved.exposed:
+            if exposed.path in seen or not (exposed.venv or _hidden_by_default(exposed.path)):
+                continue
+            seen.add(exposed.path)
+            lines.append(f"{shown(exposed.path)}: {exposed.why} ({item.key})")
+    return lines
+
+
+def _hidden_by_default(path: Path) -> bool:
+    """Whether the sandbox would hide `path` without this bind (it lies in a masked place)."""
+    real = os.path.realpath(path)
+    return any(
+        real == m or real.startswith(m.rstrip("/") + "/")
+        for m in (os.path.realpath(x) for x in host_masks(os.environ))
+    )
