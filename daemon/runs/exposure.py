@@ -89,16 +89,19 @@ def loop_programs(
 
 
 def describe(started: list[Started]) -> list[str]:
-    """`loopd check`'s lines: each folder shown and why, once."""
-    lines: list[str] = []
-    seen: set[Path] = set()
+    """`loopd check`'s lines: each folder shown that would be hidden, and why; once each, and
+    not when a folder already listed holds it."""
+    chosen: dict[Path, str] = {}
     for item in started:
         for exposed in item.resolved.exposed:
-            if exposed.path in seen or not (exposed.venv or _hidden_by_default(exposed.path)):
+            if exposed.path in chosen or not (exposed.venv or _hidden_by_default(exposed.path)):
                 continue
-            seen.add(exposed.path)
-            lines.append(f"{shown(exposed.path)}: {exposed.why} ({item.key})")
-    return lines
+            chosen[exposed.path] = f"{shown(exposed.path)}: {exposed.why} ({item.key})"
+    return [
+        line
+        for path, line in chosen.items()
+        if not any(other != path and path.is_relative_to(other) for other in chosen)
+    ]
 
 
 def _hidden_by_default(path: Path) -> bool:
