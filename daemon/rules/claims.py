@@ -70,7 +70,8 @@ QUANTITY = re.compile(
     rf"(?<![\w.])(?P<n>\d+(?:\.\d+)?)(?: ?(?P<unit>{_DURATION_UNITS}|{_SIZE_UNITS}|%)(?![\w%]))"
 )
 _HEX = re.compile(
-    r"(?<![\w.])(?:0x[0-9a-fA-F]+|(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,64})(?![\w])"
+    r"(?<![\w.])(?:0x[0-9a-fA-F]+|(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,64}"
+    r"|(?=[0-9A-F]*[A-F])(?=[0-9A-F]*\d)[0-9A-F]{7,64})(?![\w])"
 )
 _P = r"(?P<path>(?<![\w./~-])[\w.~/-]*[\w/])"
 # A number said to be a line of a file, in the words rules and tools use.
