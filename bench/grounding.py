@@ -1,16 +1,24 @@
-"""The model-free grounding check on the labelled set of tests/data/grounding/.
+"""The model-free grounding check on the labelled sets of tests/data/grounding/.
 
-Each candidate of candidates.toml goes through the rule verifier without a model and without
-writing anything, with its attempt folder (a real `loopd once` run of the qwen CLI) as the
-evidence. A candidate counts as rejected when the verifier rejects it for grounding.
-Prints the grounded-rejection rate (target: at most 5%), the hallucinated-acceptance rate
-per kind (line, path, identifier, quote), the accuracy, and each candidate it got wrong.
-Usage: python bench/grounding.py [--verbose]
+Two sets, each a file of candidates and a folder of evidence:
+- `qwen`: candidates.toml about attempts/ (real `loopd once` runs of the qwen CLI on loopd's
+  own test repositories);
+- `world`: world.toml about world/ (failure output posted in public projects: compilers,
+  test runners and type checkers of many languages), frozen with its sha256 in the file.
+
+Each candidate goes through the rule verifier without a model and without writing anything,
+with its folder as the evidence. A candidate counts as rejected when the verifier rejects it
+for grounding. Prints, per set and per claim kind, the share of grounded candidates rejected
+(false reject) and of hallucinated ones accepted (false accept), against their targets (at
+most 3% each), and each candidate it got wrong.
+Usage: python bench/grounding.py [--set qwen|world] [--verbose]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import re
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -29,6 +37,11 @@ from daemon.rules.verifier import verify_candidate  # noqa: E402
 DATA = ROOT / "tests" / "data" / "grounding"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 KINDS = ("line", "path", "identifier", "quote")
+# set name -> (candidates file, evidence folders)
+SETS = {"qwen": ("candidates.toml", "attempts"), "world": ("world.toml", "world")}
+TARGET = 0.03  # at most 3% of grounded rejected, and of hallucinated accepted, on each set
+HOW = "Read the failure output before changing the code."
+_DIGEST_LINE = re.compile(r'^sha256 = "[0-9a-f]*"$', re.MULTILINE)
 
 
 @dataclass
@@ -37,7 +50,7 @@ class Outcome:
 
     id: str
     label: str
-    kind: str  # the hallucination's kind, or the grounded candidate's form
+    kind: str  # the claim kind the candidate is about (qwen set: the hallucination or the form)
     rejected: bool
     reasons: list[str]
 
@@ -46,25 +59,42 @@ class Outcome:
         return self.rejected == (self.label == "hallucinated")
 
 
-def candidates(data: Path = DATA) -> list[dict]:
-    with (data / "candidates.toml").open("rb") as fh:
+def candidates(data: Path = DATA, name: str = "qwen") -> list[dict]:
+    with (data / SETS[name][0]).open("rb") as fh:
         return tomllib.load(fh)["candidate"]
 
 
-def judge(candidate: dict, library: RuleLibrary, data: Path = DATA) -> Outcome:
+def digest(data: Path = DATA, name: str = "world") -> str:
+    """The sha256 of a frozen set: its file (the sha256 line emptied) and its evidence files."""
+    text = (data / SETS[name][0]).read_text(encoding="utf-8")
+    sha = hashlib.sha256(_DIGEST_LINE.sub('sha256 = ""', text, count=1).encode())
+    folder = data / SETS[name][1]
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        sha.update(b"\0" + path.relative_to(folder).as_posix().encode() + b"\0")
+        sha.update(path.read_bytes())
+    return sha.hexdigest()
+
+
+def recorded_digest(data: Path = DATA, name: str = "world") -> str:
+    """The sha256 the set's file records."""
+    with (data / SETS[name][0]).open("rb") as fh:
+        return str(tomllib.load(fh)["sha256"])
+
+
+def judge(candidate: dict, library: RuleLibrary, folder: Path) -> Outcome:
     """Run the verifier's model-free steps on one candidate, writing nothing."""
     rule = Rule(
         kind="failure",
         trigger_intent="grounding set",
         rule=candidate["rule"],
         why=candidate["why"],
-        how_to_apply=candidate["how_to_apply"],
+        how_to_apply=candidate.get("how_to_apply", HOW),
         evidence=[Evidence(**entry) for entry in candidate.get("evidence", [])],
     )
     result = verify_candidate(
         library,
         rule,
-        data / "attempts" / candidate["attempt"],
+        folder / candidate["attempt"],
         None,
         VerifierConfig(),
         None,
@@ -78,14 +108,16 @@ def judge(candidate: dict, library: RuleLibrary, data: Path = DATA) -> Outcome:
     return Outcome(candidate["id"], candidate["label"], kind, rejected, result.reasons)
 
 
-def evaluate(data: Path = DATA) -> list[Outcome]:
+def evaluate(data: Path = DATA, name: str = "qwen") -> list[Outcome]:
     """Every candidate of the set, judged against an empty rule library."""
+    folder = data / SETS[name][1]
     with TemporaryDirectory() as tmp:
         library = RuleLibrary(Path(tmp))
-        return [judge(c, library, data) for c in candidates(data)]
+        return [judge(c, library, folder) for c in candidates(data, name)]
 
 
 def rates(outcomes: list[Outcome]) -> dict[str, float]:
+    """False reject and false accept over the set and per claim kind; the accuracy."""
     grounded = [o for o in outcomes if o.label == "grounded"]
     hallucinated = [o for o in outcomes if o.label == "hallucinated"]
     out = {
@@ -94,35 +126,54 @@ def rates(outcomes: list[Outcome]) -> dict[str, float]:
         / max(1, len(hallucinated)),
         "accuracy": sum(o.right for o in outcomes) / max(1, len(outcomes)),
     }
-    for kind in KINDS:
+    for kind in sorted({o.kind for o in outcomes}):
         of_kind = [o for o in hallucinated if o.kind == kind]
-        out[f"accepted_{kind}"] = sum(not o.rejected for o in of_kind) / max(1, len(of_kind))
+        if of_kind:
+            out[f"accepted_{kind}"] = sum(not o.rejected for o in of_kind) / len(of_kind)
+        of_kind = [o for o in grounded if o.kind == kind]
+        if of_kind:
+            out[f"rejected_{kind}"] = sum(o.rejected for o in of_kind) / len(of_kind)
     return out
+
+
+def report(name: str, outcomes: list[Outcome], verbose: bool) -> None:
+    """Print one set's figures against the targets, and what it got wrong."""
+    figures = rates(outcomes)
+    grounded = [o for o in outcomes if o.label == "grounded"]
+    hallucinated = [o for o in outcomes if o.label == "hallucinated"]
+    g, h = len(grounded), len(hallucinated)
+    print(f"{name}: {len(outcomes)} candidates ({g} grounded, {h} hallucinated)")
+    fr, fa = figures["grounded_rejected"], figures["hallucinated_accepted"]
+    print(f"  false reject (grounded rejected):     {fr:6.1%}  (target <= {TARGET:.0%})")
+    print(f"  false accept (hallucinated accepted): {fa:6.1%}  (target <= {TARGET:.0%})")
+    print(f"  accuracy:                             {figures['accuracy']:6.1%}")
+    print(f"  {'claim kind':<12} {'false reject':>16} {'false accept':>16}")
+    for kind in sorted({o.kind for o in outcomes}):
+        g = [o for o in grounded if o.kind == kind]
+        h = [o for o in hallucinated if o.kind == kind]
+        fr = f"{sum(o.rejected for o in g)}/{len(g)}" if g else "-"
+        fa = f"{sum(not o.rejected for o in h)}/{len(h)}" if h else "-"
+        print(f"  {kind:<12} {fr:>16} {fa:>16}")
+    for outcome in outcomes:
+        if verbose or not outcome.right:
+            verdict = "rejected" if outcome.rejected else "accepted"
+            mark = "" if outcome.right else "WRONG "
+            print(f"  {mark}{outcome.id} ({outcome.label}, {outcome.kind}): {verdict}")
+            for reason in outcome.reasons:
+                print(f"      {reason[:300]}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--set", choices=sorted(SETS), action="append", help="one set (default: all)"
+    )
     parser.add_argument("--verbose", action="store_true", help="every candidate's reasons")
     args = parser.parse_args(argv)
-    outcomes = evaluate()
-    figures = rates(outcomes)
-    grounded = sum(o.label == "grounded" for o in outcomes)
-    print(
-        f"{len(outcomes)} candidates: {grounded} grounded, {len(outcomes) - grounded} "
-        f"hallucinated, from {len({c['attempt'] for c in candidates()})} attempt folders"
-    )
-    print(f"grounded rejected:     {figures['grounded_rejected']:6.1%}  (target <= 5%)")
-    print(f"hallucinated accepted: {figures['hallucinated_accepted']:6.1%}")
-    for kind in KINDS:
-        print(f"  {kind:<10}           {figures[f'accepted_{kind}']:6.1%}")
-    print(f"accuracy:              {figures['accuracy']:6.1%}  (target >= 95%)")
-    for outcome in outcomes:
-        if args.verbose or not outcome.right:
-            verdict = "rejected" if outcome.rejected else "accepted"
-            mark = "" if outcome.right else "WRONG "
-            print(f"{mark}{outcome.id} ({outcome.label}, {outcome.kind}): {verdict}")
-            for reason in outcome.reasons:
-                print(f"    {reason[:300]}")
+    for name in args.set or list(SETS):
+        if name == "world" and digest(name=name) != recorded_digest(name=name):
+            print("world: the frozen set was changed (its sha256 differs from the recorded one)")
+        report(name, evaluate(name=name), args.verbose)
     return 0
 
 

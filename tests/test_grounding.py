@@ -38,6 +38,21 @@ def test_the_labelled_set_is_drawn_from_real_qwen_attempts() -> None:
         assert (attempt / "prompt.md").read_text().startswith("# Task")
 
 
+def test_the_world_set_is_frozen_and_drawn_from_many_public_projects() -> None:
+    assert bench.digest(name="world") == bench.recorded_digest(name="world"), (
+        "world.toml or world/ changed since it was frozen: add cases, do not edit them"
+    )
+    cases = bench.candidates(name="world")
+    assert len(cases) >= 150
+    assert len({c["repository"] for c in cases}) >= 30
+    assert len({c["language"] for c in cases}) >= 6
+    for case in cases:
+        assert case["source"].startswith(f"https://github.com/{case['repository']}/")
+        assert (bench.DATA / "world" / case["attempt"] / "checks.log").is_file()
+    labels = [c["label"] for c in cases]
+    assert 0.4 <= labels.count("grounded") / len(labels) <= 0.6
+
+
 def test_the_check_keeps_grounded_candidates_and_rejects_every_hallucinated_kind() -> None:
     outcomes = bench.evaluate()
     figures = bench.rates(outcomes)

@@ -13,6 +13,12 @@ Choices written down here because the design leaves them open:
   "the one check.py imports (./calc.py)" is a word before a remark.
 - A line location is checked as a location, not as a number that may occur anywhere: the
   evidence must show that file at that line (see daemon/rules/grounding.py).
+- Numbers as tools print them (docs/rules.md#grounding): a version is one number whatever
+  its count of dots, with its pre-release and build parts (`1.2.3-rc.1+build5`), and a name
+  glued on with `-`, `@`, `:` or `/` or a leading `v` is not part of it; a number glued to a
+  unit is a duration, size or percentage (`1.5s`, `512MiB`, `93%`); a hex id is `0x...` or a
+  run of seven or more hex digits holding a digit and a letter (a commit).
+- A quoted string holding a code span is one quoted claim, backticks and all.
 - A command that the Rule prescribes may be new: a code span in **Rule** whose first word is
   a program (a known developer tool, or a name found on PATH) is a command. Its program
   name, its options (`-n`, `--stat`), its numbers and its placeholders (`FILE`, `<path>`,
@@ -27,17 +33,46 @@ import shutil
 from dataclasses import dataclass
 from typing import Literal
 
-ClaimKind = Literal["number", "code", "quoted", "path", "identifier", "line", "evidence"]
+ClaimKind = Literal[
+    "number",
+    "version",
+    "duration",
+    "size",
+    "percent",
+    "hex",
+    "code",
+    "quoted",
+    "path",
+    "identifier",
+    "line",
+    "evidence",
+]
 
 _CODE = re.compile(r"`([^`\n]+)`")
 _QUOTED = re.compile(
     r"\"([^\"\n]{1,400})\"|\u201c([^\u201d\n]{1,400})\u201d|(?<![\w])'([^'\n]{1,400})'(?![\w])"
 )
+_QUOTED_CODE = re.compile(r"\"([^\"\n]*`[^\"\n]*)\"|\u201c([^\u201d\n]*`[^\u201d\n]*)\u201d")
 _URL = re.compile(r"\bhttps?://[^\s`'\"<>)]+")
-_PATH_TOKEN = re.compile(r"(?<![\w./~-])[\w.~/-]*[\w/]")
+PATH_TOKEN = re.compile(r"(?<![\w./~-])[\w.~/-]*[\w/]")
 _EXT = re.compile(r"^\.?[\w-]+(?:\.[\w-]+)*\.[A-Za-z][A-Za-z0-9]{0,7}$")
-_IDENT = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:(?:::|\.)[A-Za-z_]\w*)*(\()?")
-_NUMBER = re.compile(r"\b\d+(?:\.\d+)?\b")
+# A turbofish (`of::<Placeholder>`) is part of the path it qualifies.
+_IDENT = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:(?:::|\.)[A-Za-z_]\w*|::<[\w:, ]+>)*(\()?")
+# A version is one number however many dots it has; x.y.z may carry -pre and +build parts.
+_NUMBER = re.compile(
+    r"(?<![\w.])v?(?P<n>\d+\.\d+\.\d+(?:\.\d+)*"
+    r"(?:-[0-9A-Za-z]+(?:[.-][0-9A-Za-z]+)*|[a-z]+\d*)?(?:\+[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?"
+    r"|\d+(?:\.\d+)?)(?![\w])(?!\.\d)"
+)
+_DURATION_UNITS = "ns|us|µs|ms|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|d|days?"
+_SIZE_UNITS = "B|bytes|[kKMGT]i?B|[kKMGT]"
+QUANTITY = re.compile(
+    rf"(?<![\w.])(?P<n>\d+(?:\.\d+)?)(?: ?(?P<unit>{_DURATION_UNITS}|{_SIZE_UNITS}|%)(?![\w%]))"
+)
+_HEX = re.compile(
+    r"(?<![\w.])(?:0x[0-9a-fA-F]+|(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,64}"
+    r"|(?=[0-9A-F]*[A-F])(?=[0-9A-F]*\d)[0-9A-F]{7,64})(?![\w])"
+)
 _P = r"(?P<path>(?<![\w./~-])[\w.~/-]*[\w/])"
 # A number said to be a line of a file, in the words rules and tools use.
 LOCATIONS = (
@@ -45,6 +80,7 @@ LOCATIONS = (
     re.compile(_P + r",?\s+(?:(?:at|on)\s+)?line\s+(?P<n>\d+)\b", re.IGNORECASE),
     re.compile(r"\blines?\s+(?P<n>\d+)\s+(?:of|in)\s+(?:the\s+file\s+)?" + _P, re.IGNORECASE),
     re.compile(_P + r"\s+\(line\s+(?P<n>\d+)\)", re.IGNORECASE),
+    re.compile(_P + r"\((?P<n>\d+),\d+\)"),  # the compilers of .NET: Program.cs(4,7)
 )
 _SLASH_WORDS = {
     "and/or",
@@ -142,7 +178,7 @@ def _paths_and_identifiers(text: str, where: str) -> tuple[list[Claim], str]:
     for match in list(_URL.finditer(text)):
         claims.append(Claim("path", match.group(0).rstrip(".,;:"), where))
         text = _blank(text, match.span())
-    for match in list(_PATH_TOKEN.finditer(text)):
+    for match in list(PATH_TOKEN.finditer(text)):
         token = match.group(0).rstrip(".-")
         if is_path(token):
             claims.append(Claim("path", token, where))
@@ -156,12 +192,34 @@ def _paths_and_identifiers(text: str, where: str) -> tuple[list[Claim], str]:
     return claims, text
 
 
+def quantity_kind(unit: str) -> ClaimKind:
+    """What a number's unit makes of it: a duration, a size or a percentage."""
+    if unit == "%":
+        return "percent"
+    return "duration" if re.fullmatch(_DURATION_UNITS, unit) else "size"
+
+
 def _numbers(text: str, where: str) -> list[Claim]:
-    return [Claim("number", m.group(0), where) for m in _NUMBER.finditer(text)]
+    """Hex ids, quantities (a number and its unit), versions and plain numbers of `text`."""
+    claims = []
+    for match in list(_HEX.finditer(text)):
+        claims.append(Claim("hex", match.group(0), where))
+        text = _blank(text, match.span())
+    for match in list(QUANTITY.finditer(text)):
+        unit = match.group("unit")
+        if " " in match.group(0) and len(unit) == 1 and unit not in "s%":
+            continue  # "2 M" is too loose to be a size; "2" stays a number
+        claims.append(Claim(quantity_kind(unit), match.group(0), where))
+        text = _blank(text, match.span())
+    for match in _NUMBER.finditer(text):
+        number = match.group("n")
+        kind: ClaimKind = "version" if number.count(".") >= 2 else "number"
+        claims.append(Claim(kind, number, where))
+    return claims
 
 
 def _facts(text: str, where: str) -> list[Claim]:
-    """Line locations, paths, identifiers and numbers of a piece of text."""
+    """Line locations, paths, identifiers, ids and numbers of a piece of text."""
     located, text = _locations(text, where)
     found, text = _paths_and_identifiers(text, where)
     return located + found + _numbers(text, where)
@@ -195,6 +253,11 @@ def claims_of(text: str, where: str, facts_only: bool = False) -> list[Claim]:
     claims: list[Claim] = []
     # Code spans and quotes may run over a line break; a claim is the same text on one line.
     text = re.sub(r"`[^`]+`", lambda m: " ".join(m.group(0).split()), text)
+    # A quote holding code spans is one claim, backticks and all, as tools print such text.
+    for match in list(_QUOTED_CODE.finditer(text)):
+        quoted = next(g for g in match.groups() if g is not None)
+        claims.extend(_facts(quoted, where) if facts_only else [Claim("quoted", quoted, where)])
+        text = _blank(text, match.span())
     for match in list(_CODE.finditer(text)):
         span = match.group(1)
         if facts_only and is_command(span):

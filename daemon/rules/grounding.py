@@ -14,13 +14,20 @@ here because the design leaves them open:
 - A word claim (an identifier, or a code span of one word) without digits or underscores
   is found with or without a plural -s/-es or a possessive 's: `HTTPErrors` is found where
   the evidence says `HTTPError`. Numbers, paths, and identifiers holding a digit or an
-  underscore match exactly; numbers and identifiers as whole tokens (`17` is not found in
-  `2017`), code spans, quoted strings and paths as substrings.
+  underscore match exactly; numbers, versions and identifiers as whole tokens (`17` is not
+  found in `2017`, `0.3` not in `0.3.0`), code spans and quoted strings as substrings.
+- A duration, size or percentage is found with its unit, a space between them or not
+  (`36.845s` in `36.845 s`, not in `36.845 ms`). A hex id is found as written, case aside;
+  an abbreviated commit also where a longer hash begins with it.
+- A path is found where it starts a path of the evidence or one of its parts (after `/`,
+  `.` or a space: `modinfo.rs` is not in `explorer_modinfo.rs`), with `\\` read as `/` and
+  without a leading `./`.
 - A line location (`fetch.py:22`, `line 22 of fetch.py`) holds when the evidence shows that
-  file at that line: the same words in the evidence (`fetch.py:22` in a traceback or grep
-  output, `File "fetch.py", line 22`, `fetch.py line 22`), a line of a diff hunk of that
-  file, or a numbered listing of it (`cat -n`, `grep -n`, `nl` output of a command naming
-  the file). The file is compared by its name.
+  file at that line: the same words in the evidence (`fetch.py:22:5` from a compiler,
+  `File "fetch.py", line 22`, `Program.cs(22,5)`), a line of a diff hunk of that file, or a
+  numbered listing of it (`cat -n`, `grep -n`, `nl` output of a command naming the file).
+  Which file: daemon/rules/locations.py.
+- A claim not found is named with its kind and the evidence files looked in.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon.rules.claims import Claim, claims_of, is_path, locations_in
+from daemon.rules import locations as where
+from daemon.rules.claims import QUANTITY, Claim, claims_of
 from daemon.rules.rulefile import Evidence
 
 __all__ = [
@@ -59,9 +67,6 @@ METADATA = frozenset(
 _SPACE = re.compile(r"\s+")
 _WORD_CLAIM = re.compile(r"^[A-Za-z][A-Za-z.]*(?:'s|\u2019s)?$")
 _SUFFIXES = ("'s", "\u2019s", "es", "s")
-_TRACEBACK = re.compile(r'File "(?P<path>[^"\n]+)", line (?P<n>\d+)')
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-_LISTED = re.compile(r"^(?:Output: )?\s*(\d+)(?:\t|:)", re.MULTILINE)
 
 
 def normalize(text: str) -> str:
@@ -82,6 +87,30 @@ def word_pattern(word: str) -> str:
 def inflectable(text: str) -> bool:
     """A word claim that may take a plural or possessive: no digit, no underscore."""
     return _WORD_CLAIM.match(text) is not None
+
+
+def claim_pattern(kind: str, needle: str) -> str:
+    """The regex that finds a claim of that kind in the evidence (see the module docstring)."""
+    if kind in ("number", "version"):
+        return rf"(?<!\d)(?<!\d\.){re.escape(needle)}(?!\d)(?!\.\d)"
+    if kind in ("duration", "size", "percent"):
+        found = QUANTITY.fullmatch(needle)
+        if found is not None:
+            number, unit = re.escape(found.group("n")), re.escape(found.group("unit"))
+            return rf"(?<![\w.]){number} ?{unit}(?![\w%])"
+    if kind == "hex":
+        if needle.lower().startswith("0x"):
+            return rf"(?i)(?<![\w]){re.escape(needle)}(?![0-9a-f])"
+        return rf"(?i)(?<![0-9a-z]){re.escape(needle)}[0-9a-f]*(?![0-9a-z])"
+    if kind in ("identifier", "code") and inflectable(needle):
+        return word_pattern(needle)
+    if kind == "identifier":
+        return rf"(?<![\w]){re.escape(needle)}(?![\w])"
+    if kind == "path":
+        needle = where.file_key(needle) if "://" not in needle else needle
+        end = r"(?![\w])" if needle[-1:].isalnum() or needle[-1:] == "_" else ""
+        return rf"(?<![\w-]){re.escape(needle)}{end}"
+    return re.escape(needle)
 
 
 def _strings(
@@ -163,7 +192,8 @@ class EvidenceSet:
     root: Path
     files: dict[str, EvidenceFile] = field(default_factory=dict)
     _text: str = ""  # the content of every file, whitespace normalized
-    locations: set[tuple[str, int]] = field(default_factory=set)  # (file name, line)
+    _paths: str = ""  # the same with `\\` as `/`, where paths are looked for
+    locations: where.Locations = field(default_factory=where.Locations)
 
     @classmethod
     def from_dir(cls, root: Path) -> EvidenceSet:
@@ -186,13 +216,13 @@ class EvidenceSet:
                 parsed = [_parsed(line) for line in lines]  # each line parsed once
                 decoded = [_joined(value) for value in parsed]
                 content = "\n".join(_joined(value, METADATA) for value in parsed)
-                evidence.locations |= _listed_locations(parsed)
+                where.listed(parsed, evidence.locations)
             if path.name == "diff.patch" or path.suffix in (".patch", ".diff"):
-                evidence.locations |= _hunk_locations(lines)
+                where.hunks(lines, evidence.locations)
             name = path.relative_to(root).as_posix()
             evidence.files[name] = EvidenceFile(name, lines, decoded, content)
         whole = "\n".join(item.content for item in evidence.files.values())
-        evidence.locations |= _written_locations(whole)
+        where.written(whole, evidence.locations)
         evidence._text = normalize(whole)
         return evidence
 
@@ -205,7 +235,7 @@ class EvidenceSet:
         needle = normalize(claim.text)
         if claim.kind == "line":
             path, _, number = claim.text.rpartition(":")
-            if (Path(path).name, int(number)) in self.locations:
+            if self.locations.holds(path, int(number)):
                 return True
             # "line 24 in REVIEW.md" may also mean the words "line 24" written in that file.
             return (
@@ -213,14 +243,18 @@ class EvidenceSet:
                 and re.search(rf"\b{re.escape(claim.alt)}(?!\d)", self._text, re.IGNORECASE)
                 is not None
             )
-        if claim.kind == "number":
-            pattern = rf"(?<!\d)(?<!\d\.){re.escape(needle)}(?!\d)(?!\.\d)"
-            return re.search(pattern, self._text) is not None
-        if claim.kind in ("identifier", "code") and inflectable(needle):
-            return re.search(word_pattern(needle), self._text) is not None
-        if claim.kind == "identifier":
-            return re.search(rf"(?<![\w]){re.escape(needle)}(?![\w])", self._text) is not None
-        return needle in self._text
+        return re.search(claim_pattern(claim.kind, needle), self._search_in(claim)) is not None
+
+    def _search_in(self, claim: Claim) -> str:
+        if claim.kind != "path":
+            return self._text
+        if not self._paths:  # a set built from text alone (the Temporal lessons)
+            self._paths = self._text.replace("\\", "/")
+        return self._paths
+
+    def looked_in(self) -> str:
+        """The evidence files, as a rejection names them."""
+        return ", ".join(self.files) or "no files"
 
     def file_for(self, path: str) -> EvidenceFile | None:
         """The evidence file an entry's path names (relative to state/, or a bare name)."""
@@ -243,58 +277,6 @@ class EvidenceSet:
         return entry.model_copy(update={"line": line}), None
 
 
-def _written_locations(text: str) -> set[tuple[str, int]]:
-    """Line locations the evidence states in words: tracebacks, grep output, messages."""
-    found = {(Path(path).name, number) for path, number, _, _ in locations_in(text)}
-    for match in _TRACEBACK.finditer(text):
-        found.add((Path(match.group("path")).name, int(match.group("n"))))
-    return found
-
-
-def _hunk_locations(lines: list[str]) -> set[tuple[str, int]]:
-    """Each line a diff shows, by its number in the old and in the new file."""
-    found: set[tuple[str, int]] = set()
-    old = new = ""
-    for line in lines:
-        if line.startswith("--- "):
-            old = line[4:].strip().removeprefix("a/")
-        elif line.startswith("+++ "):
-            new = line[4:].strip().removeprefix("b/")
-        else:
-            hunk = _HUNK.match(line)
-            if hunk is None:
-                continue
-            for path, start, count in (
-                (old, hunk.group(1), hunk.group(2)),
-                (new, hunk.group(3), hunk.group(4)),
-            ):
-                if path and path != "/dev/null":
-                    first, many = int(start), int(count if count is not None else 1)
-                    found.update((Path(path).name, n) for n in range(first, first + many))
-    return found
-
-
-def _listed_locations(parsed: list[Any]) -> set[tuple[str, int]]:
-    """Numbered lines of a file that a command naming it printed (`cat -n`, `grep -n`)."""
-    named: dict[str, list[str]] = {}  # call id -> the files its command names
-    found: set[tuple[str, int]] = set()
-    last: list[str] = []
-    for event in parsed:
-        if not isinstance(event, dict):
-            continue
-        if event.get("type") == "tool_call":
-            args = event.get("arguments") or event.get("input") or {}
-            command = args.get("command", "") if isinstance(args, dict) else ""
-            files = [w.strip("'\"") for w in str(command).split() if is_path(w.strip("'\""))]
-            named[str(event.get("call_id", ""))] = last = files
-        elif event.get("type") == "tool_result":
-            files = named.get(str(event.get("call_id", "")), last)
-            output = str(event.get("output", ""))
-            for number in _LISTED.findall(output):
-                found.update((Path(f).name, int(number)) for f in files)
-    return found
-
-
 def ungrounded(
     rule_text: str, why: str, evidence: EvidenceSet, entries: list[Evidence]
 ) -> tuple[list[str], list[Evidence]]:
@@ -302,7 +284,7 @@ def ungrounded(
     missing: list[str] = []
     for claim in claims_of(rule_text, "Rule", facts_only=True) + claims_of(why, "Why"):
         if not evidence.holds(claim):
-            missing.append(str(claim))
+            missing.append(f"{claim}, looked in {evidence.looked_in()}")
     checked: list[Evidence] = []
     for entry in entries:
         fixed, problem = evidence.check_entry(entry)
