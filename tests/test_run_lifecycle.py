@@ -230,7 +230,8 @@ def test_cancel_and_stop_kill_a_running_check_with_its_group(tmp_path: Path, how
     run = case.new_run()
     executor = RunExecutor(case.services, case.loop, run)
     thread = in_thread(executor)
-    started = tmp_path / "worktrees" / "calc" / run.id / "started"
+    # The checks run in the run's check tree, a clean tree of the attempt's commit.
+    started = tmp_path / "worktrees" / "calc" / f"{run.id}.check" / "started"
     wait_for(started.exists, timeout=60)
     wait_for(lambda: processes_with(token), timeout=10)
     if how == "cancel":

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from daemon.config.base import StrictModel, _queue_name
 from daemon.config.errors import ConfigError
@@ -39,6 +39,7 @@ class LoopConfig(StrictModel, RunEnds):
     base: str = "HEAD"
     done_when: list[str] = Field([], examples=[["python3 -m pytest -q"]])
     check_timeout: duration("1s", "1d") = "10m"  # type: ignore[valid-type]
+    allow_fewer_tests: list[str] = Field([], examples=[["python3 -m pytest -q tests/slow"]])
     protect: list[str] = Field([], examples=[["tests/**"]])
     max_attempts: int = Field(3, ge=1, le=100)
     attempt_timeout: duration("1s", "7d") = "45m"  # type: ignore[valid-type]
@@ -68,6 +69,18 @@ class LoopConfig(StrictModel, RunEnds):
     def _checks_env_names(cls, value: list[str]) -> list[str]:
         for name in value:
             _variable_name(name)
+        return value
+
+    @field_validator("allow_fewer_tests")
+    @classmethod
+    def _allowed_are_checks(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        checks = info.data.get("done_when") or []
+        for command in value:
+            if command not in checks:
+                raise ValueError(
+                    f"{command!r} is not one of done_when's commands; write it exactly as "
+                    "done_when does"
+                )
         return value
 
     @field_validator("task")

@@ -136,6 +136,24 @@ def suggest(run: RunRecord, cause: Cause | None) -> str:
             f"`loopd escalations resolve {rid}`; if it is right, {retry} naming what must "
             f"change.{branch}"
         )
+    if cause == Cause.CHECK_CHANGED_TREE:
+        found = [v for v in last.violations if v.kind == "check_changed_tree"] if last else []
+        what = "; ".join(f"`{v.target}` changed {v.detail}" for v in found[:3]) or "a check"
+        return (
+            f"A check changed files the commit holds ({what}): its result says nothing of the "
+            "branch's code. loopd runs the checks on a clean tree of each commit; look for code "
+            "the agent added that runs during the checks (a conftest.py, a plugin, a build "
+            f"step), then {retry}.{branch}"
+        )
+    if cause == Cause.CHECKS_WEAKENED:
+        found = [v for v in last.violations if v.kind == "checks_weakened"] if last else []
+        what = "; ".join(f"`{v.target}`: {v.detail}" for v in found[:3]) or "the checks"
+        return (
+            f"The checks pass but test less than on the base ({what}): tests skipped, "
+            "deselected or no longer collected. Look at what the agent changed around the "
+            f"tests; if the change is right, add the command to `allow_fewer_tests` in "
+            f"loops/{loop}.toml, else {retry}.{branch}"
+        )
     if cause == Cause.CHECKS_FAILED:
         return (
             f"The checks still fail after {n} attempt{'s' if n != 1 else ''}; the last failure "

@@ -16,7 +16,8 @@ from typing import Any
 
 from daemon.config import Loop
 from daemon.redact import redact
-from daemon.runs.checks import ChecksResult, run_checks
+from daemon.runs.checks import ChecksResult
+from daemon.runs.checktree import CheckTree
 from daemon.runs.confinement import Confinement
 from daemon.runs.diffs import record_diff
 from daemon.runs.integrity import commit_work, guard_of
@@ -423,13 +424,7 @@ class Attempt:
             next((a for a in run.attempts if a.n == self.n), None),
             guard_refs=False,
         )
-        checks = run_checks(
-            self.cfg.done_when,
-            self.tree.path,
-            self.cfg.check_timeout.total_seconds(),
-            self.confinement.checks_env(),
-            None,
-            self.stop,
-            launcher=self.confinement.launch_check,
+        checks = CheckTree(self.journal, self.tree, self.cfg).run(
+            head, self.cfg.done_when, None, self.stop
         )
         return CheckedCommit(head, checks)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from daemon.redact import redact
 from daemon.runs.stop import StopToken
+from daemon.runs.testcounts import TestCounts
 from daemon.sandbox.base import Launch
 from daemon.state.atomic import write_atomic
 
@@ -33,19 +34,23 @@ class CheckResult:
     seconds: float
     timed_out: bool
     output: str
+    tests: TestCounts | None = None  # what its test runner says it ran (clean check trees)
+    changed: list[str] = field(default_factory=list)  # tracked files the check changed
 
     @property
     def passed(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
+        return self.exit_code == 0 and not self.timed_out and not self.changed
 
 
 @dataclass
 class ChecksResult:
     results: list[CheckResult] = field(default_factory=list)
+    # Checks that test less than on the base (`testcounts.weakened`): (command, why).
+    weakened: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.results)
+        return all(r.passed for r in self.results) and not self.weakened
 
     def log(self) -> str:
         """The text of checks.log."""
@@ -58,15 +63,22 @@ class ChecksResult:
             if not r.output.endswith("\n") and r.output:
                 parts.append("\n")
             parts.append(f"[{status} after {r.seconds:.1f}s]\n\n")
+        for command, why in self.weakened:
+            parts.append(f"[loopd: `{command}` tests less than on the base: {why}]\n")
         return "".join(parts)
 
     def failure_tail(self, limit: int = TAIL_BYTES) -> str:
         """The output of the failing checks, tail first when long."""
-        parts = []
+        parts = [
+            f"$ {command}   (tests less than on the base: {why})\n"
+            for command, why in self.weakened
+        ]
         for r in self.results:
             if r.passed:
                 continue
             status = "timed out" if r.timed_out else f"exit {r.exit_code}"
+            if r.changed:
+                status += f"; changed {', '.join(r.changed[:5])}"
             out = r.output
             if len(out) > limit:
                 out = f"[... {len(out) - limit} characters cut ...]\n" + out[-limit:]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
-from daemon.state.records import AttemptRecord, Cause, violation_cause
+from daemon.state.records import CHECK_KINDS, AttemptRecord, Cause, violation_cause
 
 StopWhy = Literal["cancelled", "interrupted"]
 
@@ -49,6 +49,10 @@ def given_up(attempts: Sequence[AttemptRecord], critic_threshold: int) -> Ending
     if last is None:
         return Ending("escalated", "attempts used up", Cause.LOOPD_ERROR)
     if not last.checks_passed:
+        checks = [v for v in last.violations if v.kind in CHECK_KINDS]
+        if checks:
+            why = f"attempts used up; {checks[0].text()}"
+            return Ending("escalated", why, violation_cause(checks[0].kind))
         why = f"attempts used up; checks still fail after {len(attempts)} attempts"
         if all(a.timed_out for a in attempts):
             return Ending("escalated", why + ", each cut at attempt_timeout", Cause.TIMEOUTS)

@@ -282,10 +282,10 @@ class RunExecutor:
 
     def _setup_and_skip(self) -> None:
         """`setup` in the run's tree, then `done_when` where it starts: done already, skipped."""
+        from daemon.runs.checktree import done_already
         from daemon.runs.setup import (
             already_done_reason,
             checks_done_first,
-            done_already,
             setup_failed_reason,
             setup_tree,
         )
@@ -297,7 +297,7 @@ class RunExecutor:
             self._end("error", setup_failed_reason(run.id, result), Cause.SETUP_FAILED)
         if not checks_done_first(cfg, run):
             return
-        checks = done_already(self.journal, self.stop, tree.path, cfg)
+        checks = done_already(self.journal, self.stop, tree, cfg)
         self.journal.event(
             "done_check",
             passed=checks.passed,

@@ -20,6 +20,7 @@ from daemon.runs.services import RunServices
 from daemon.runs.tree import (
     RunTree,
     branch_name,
+    check_folders,
     own_dir_for,
     remove_tree,
     reopen_tree,
@@ -233,8 +234,10 @@ def _remove_tree(services: RunServices, journal: RunJournal, tree: RunTree | Non
     if tree is None:
         # The tree is gone; loopd's git directory beside it goes too.
         own = Path(run.own_git_dir) if run.own_git_dir else own_dir_for(root, run.loop, run.id)
-        if own.name.endswith(".git") and own.is_dir() and not own.is_symlink():
-            shutil.rmtree(own, ignore_errors=True)
+        if own.name.endswith(".git"):
+            for path in (own, *check_folders(own)):
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
         return
     try:
         remove_tree(tree)

@@ -13,17 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.config import LoopConfig
 from daemon.runs.attempt import CheckedCommit
-from daemon.runs.checks import ChecksResult, run_checks
-from daemon.runs.confinement import Confinement
+from daemon.runs.checks import ChecksResult
+from daemon.runs.checktree import CheckTree
 from daemon.runs.guards import protect_violations
 from daemon.runs.integrity import add_violations, guard_of
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
 from daemon.runs.slots import release_slot
 from daemon.runs.stop import StopToken
+from daemon.runs.testweigh import check_violations, weigh_tests
 from daemon.runs.tree import RunTree
 from daemon.state.atomic import write_atomic
-from daemon.state.records import AttemptRecord, Violation
+from daemon.state.records import CHECK_KINDS, AttemptRecord, Violation
 
 if TYPE_CHECKING:
     from daemon.model.critic import Verdict
@@ -75,19 +76,14 @@ def judge_attempt(
     if checked is not None and checked.commit == head:
         # The agent stopped, the checks ran on this very commit, nothing changed since.
         checks = checked.checks
-        write_atomic(folder / "checks.log", checks.log())
     else:
-        # In the run's sandbox, as the agent was: the checks run code the agent wrote.
-        confinement = Confinement.for_run(services, cfg, journal.run, tree.path)
-        checks = run_checks(
-            cfg.done_when,
-            tree.path,
-            cfg.check_timeout.total_seconds(),
-            confinement.checks_env(),
-            folder / "checks.log",
-            stop,
-            launcher=confinement.launch_check,
-        )
+        # On a clean tree of the commit, in the run's sandbox: the checks run code the agent
+        # wrote, and only what the branch holds may decide.
+        checks = CheckTree(journal, tree, cfg).run(head, cfg.done_when, None, stop)
+    weigh_tests(journal, tree, cfg, checks, stop)
+    write_atomic(folder / "checks.log", checks.log())
+    if checks.passed:
+        journal.run.verified_tree = tree.own.tree_of(head)
     write_atomic(folder / "checks-failed.txt", checks.failure_tail())
     attempt.checks_passed = checks.passed  # recorded now: the critic may keep the run waiting
     journal.save()
@@ -104,7 +100,8 @@ def judge_attempt(
         Violation(kind="protected", target=path)
         for path in protect_violations(tree.own.bare, journal.run.base_commit, head, cfg.protect)
     ]
-    violations += [v for v in attempt.violations if v.kind != "protected"]
+    violations += [v for v in attempt.violations if v.kind not in ("protected", *CHECK_KINDS)]
+    violations += check_violations(checks)
     if violations:
         journal.event(
             "violations", attempt=attempt.n, violations=[v.model_dump() for v in violations]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.config import LoopConfig
-from daemon.runs.checks import CheckResult, ChecksResult, run_check, run_checks
+from daemon.runs.checks import CheckResult, ChecksResult, run_check
 from daemon.runs.confinement import Confinement
 from daemon.runs.journal import RunJournal
 from daemon.runs.owngit import OwnGit
@@ -177,17 +177,3 @@ def _anchored(rel: str) -> str:
 def setup_excludes(run: RunRecord, tree: Path) -> list[str]:
     """loopd's own exclude list for the run: what setup made."""
     return [_anchored(rel) for rel in setup_paths(run, tree)]
-
-
-def done_already(journal: RunJournal, stop: StopToken, tree: Path, cfg: LoopConfig) -> ChecksResult:
-    """`done_when` on the commit the run starts from (after setup); done-check.log."""
-    confinement = Confinement.for_run(journal.services, cfg, journal.run, tree)
-    return run_checks(
-        cfg.done_when,
-        tree,
-        cfg.check_timeout.total_seconds(),
-        confinement.checks_env(),
-        journal.services.store.run_dir(journal.run.id) / DONE_LOG,
-        stop,
-        launcher=confinement.launch_check,
-    )

@@ -85,6 +85,13 @@ def own_dir_for(worktrees_root: Path, loop: str, run_id: str) -> Path:
     return worktrees_root / loop / f"{run_id}.git"
 
 
+def check_folders(own_dir: Path) -> tuple[Path, Path]:
+    """The run's check tree and its git directory (runs/checktree.py), beside loopd's git
+    directory for the run (`RUN_ID.git`): `RUN_ID.check` and `RUN_ID.check.git`."""
+    stem = own_dir.name.removesuffix(".git")
+    return own_dir.with_name(f"{stem}.check"), own_dir.with_name(f"{stem}.check.git")
+
+
 def _clear(*paths: Path) -> None:
     for path in paths:
         if path.exists() or path.is_symlink():
@@ -297,5 +304,7 @@ def remove_tree(tree: RunTree) -> None:
         _clear(tree.path, tree.path.parent / f"{tree.path.name}.gitnew")
     if tree.isolation == "worktree" and tree.repo_git_dir is not None:
         tree.user.git.run("worktree", "prune", check=False)
-    if tree.own_dir is not None and tree.own_dir.exists():
-        shutil.rmtree(tree.own_dir, ignore_errors=True)
+    if tree.own_dir is not None:
+        _clear(*check_folders(tree.own_dir))
+        if tree.own_dir.exists():
+            shutil.rmtree(tree.own_dir, ignore_errors=True)

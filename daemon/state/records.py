@@ -107,6 +107,8 @@ class Cause(StrEnum):
     SANDBOX_UNAVAILABLE = "sandbox-unavailable"  # [sandbox] says runs must not go unconfined
     ALREADY_DONE = "already-done"  # skipped: done_when passed where the run would start
     LANDING_BLOCKED = "landing-blocked"  # succeeded, but its work could not land
+    CHECK_CHANGED_TREE = "check-changed-tree"  # a check changed files the commit holds
+    CHECKS_WEAKENED = "checks-weakened"  # fewer tests passed, more skipped, or none ran
     # A new member here, its next step in people/escalation_text.py.
 
 
@@ -118,6 +120,10 @@ def violation_cause(kind: str) -> Cause:
         return Cause.REF_VIOLATION
     if kind in ("repo_config", "repo_hook", "repo_info"):
         return Cause.REPO_VIOLATION
+    if kind == "check_changed_tree":
+        return Cause.CHECK_CHANGED_TREE
+    if kind == "checks_weakened":
+        return Cause.CHECKS_WEAKENED
     return Cause.GIT_VIOLATION
 
 
@@ -137,8 +143,18 @@ def escalates(outcome: str | None, cause: Cause | None) -> bool:
 
 
 ViolationKind = Literal[
-    "protected", "ref_moved", "repo_config", "repo_hook", "repo_info", "detached_head", "git_dir"
+    "protected",
+    "ref_moved",
+    "repo_config",
+    "repo_hook",
+    "repo_info",
+    "detached_head",
+    "git_dir",
+    "check_changed_tree",
+    "checks_weakened",
 ]
+# Violations that are the checks' own failing: a check changed the tree, tests were weakened.
+CHECK_KINDS = frozenset({"check_changed_tree", "checks_weakened"})
 # Violations in the user's repository itself: the run ends and a person looks.
 REPOSITORY_KINDS = frozenset({"ref_moved", "repo_config", "repo_hook", "repo_info"})
 _HEADS = {
@@ -149,6 +165,8 @@ _HEADS = {
     "repo_info": "repository info file changed",
     "detached_head": "commits off the run's base",
     "git_dir": "the tree's git directory was replaced",
+    "check_changed_tree": "a check changed files the commit holds",
+    "checks_weakened": "the checks test less than on the base",
 }
 
 
@@ -179,6 +197,25 @@ class Violation(Record):
             if text.startswith(prefix):
                 return cls(kind=kind, target=text[len(prefix) :])  # type: ignore[arg-type]
         return cls(kind="protected", target="", detail=text)
+
+
+class TestCounts(Record):
+    """What one check's test runner says it did."""
+
+    __test__ = False  # not a pytest class
+
+    runner: str = ""  # "": the check was not counted
+    ran: int = 0
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    deselected: int = 0
+
+    def text(self) -> str:
+        parts = [f"{self.passed} passed", f"{self.failed} failed", f"{self.skipped} skipped"]
+        if self.deselected:
+            parts.append(f"{self.deselected} deselected")
+        return ", ".join(parts)
 
 
 class FileChange(Record):
@@ -348,6 +385,10 @@ class RunRecord(Record):
     landed: bool = False  # its work is on `target` (or pushed, for land = "push")
     landed_as: str = ""  # the commit `target` was moved to (pushed, for land = "push")
     landing: str = ""  # why it did not land, when it could not
+    # What each `done_when` check's test runner counted on the base, in a clean check tree
+    # (empty: not counted yet); an attempt that tests less fails (cause checks-weakened).
+    base_tests: list[TestCounts] = []
+    verified_tree: str = ""  # the tree of the last commit whose clean checks passed here
 
     def without(self, support: str) -> bool:
         """Whether this run is an experiment arm without `support`."""

@@ -21,9 +21,10 @@ from daemon.engine.temporal.workerside import (
     _stopped,
     failure,
 )
+from daemon.runs.checktree import done_already
 from daemon.runs.git import GitError
 from daemon.runs.journal import RunJournal
-from daemon.runs.setup import DONE_LOG, done_already, setup_tail
+from daemon.runs.setup import DONE_LOG, setup_tail
 from daemon.runs.stop import RunStopped, StopToken
 from daemon.runs.tree import TreeError
 
@@ -58,7 +59,7 @@ class SetupStep:
                 if config.setup:
                     out.setup_log = setup_tail(folder)
                 if inp.check_done:
-                    checks = done_already(journal, stop, tree.path, config)
+                    checks = done_already(journal, stop, tree, config)
                     out.done_checked, out.done_passed = True, checks.passed
                     out.results = [
                         {"command": r.command, "exit_code": r.exit_code} for r in checks.results

@@ -1,0 +1,74 @@
+"""The weakened-tests rule: an attempt whose checks test less than the base fails.
+
+For each `done_when` command whose test runner loopd recognises (`testcounts.py`), the
+attempt's counts, from its clean check tree, are weighed against the base's: fewer passed,
+more skipped, more deselected, or no test run at all (where the base ran some, or was not
+counted) fails the attempt with cause `checks-weakened`. The base's counts come from the
+skip check (`skip_if_done`, which runs the checks where the run starts); where it did not
+run (a retry, a forced run, `skip_if_done = false`), the checks run once on the base in the
+check tree. A command listed in the loop's `allow_fewer_tests` is not weighed, and each time
+it would have failed an event says so.
+"""
+
+from __future__ import annotations
+
+from daemon.config import LoopConfig
+from daemon.runs.checks import ChecksResult
+from daemon.runs.checktree import CheckTree
+from daemon.runs.journal import RunJournal
+from daemon.runs.stop import StopToken
+from daemon.runs.testcounts import runner_of, weakened
+from daemon.runs.tree import RunTree
+from daemon.state.records import TestCounts, Violation
+
+
+def counts_of(checks: ChecksResult) -> list[TestCounts]:
+    """Each check's counts as the run's record keeps them (runner "": not counted)."""
+    return [r.tests or TestCounts() for r in checks.results]
+
+
+def record_base(journal: RunJournal, checks: ChecksResult) -> None:
+    """Keep what the checks counted where the run starts."""
+    journal.run.base_tests = counts_of(checks)
+    counted = [t.model_dump() for t in journal.run.base_tests if t.runner]
+    if counted:
+        journal.event("base_tests", counts=counted)
+
+
+def weigh_tests(
+    journal: RunJournal, tree: RunTree, cfg: LoopConfig, checks: ChecksResult, stop: StopToken
+) -> None:
+    """Add to `checks.weakened` each check that tests less than on the base."""
+    if not any(runner_of(command) for command in cfg.done_when):
+        return
+    run = journal.run
+    if len(run.base_tests) != len(cfg.done_when):
+        base = CheckTree(journal, tree, cfg).run(run.base_commit, cfg.done_when, None, stop)
+        record_base(journal, base)
+        journal.save()
+    for i, result in enumerate(checks.results[: len(cfg.done_when)]):
+        counted = run.base_tests[i]
+        base = counted if counted.runner else None
+        if base is not None and base.ran == 0:
+            continue  # the base ran no test either: nothing was taken away
+        why = weakened(base, result.tests)
+        if not why:
+            continue
+        if result.command in cfg.allow_fewer_tests:
+            journal.event("checks_weakened_allowed", command=result.command, why=why)
+            continue
+        checks.weakened.append((result.command, why))
+
+
+def check_violations(checks: ChecksResult) -> list[Violation]:
+    """The checks' own failings as violations: a changed tree, weakened tests."""
+    found = [
+        Violation(kind="check_changed_tree", target=r.command, detail=", ".join(r.changed[:5]))
+        for r in checks.results
+        if r.changed
+    ]
+    found += [
+        Violation(kind="checks_weakened", target=command, detail=why)
+        for command, why in checks.weakened
+    ]
+    return found
