@@ -117,6 +117,9 @@ def once(args: argparse.Namespace) -> int:
     for warning in loaded.warnings:
         print(f"loopd: warning: {warning}", file=sys.stderr)
         services.event("config_warning", message=warning)
+    for error in loaded.errors:
+        if error.file != loop.path:  # another loop's file: named, and left out as the daemon does
+            print(f"loopd: warning: {error} (that loop is left out)", file=sys.stderr)
     sandbox = choose(loaded.daemon.sandbox)
     if sandbox.warning or sandbox.refusal:
         print(f"loopd: warning: {sandbox.summary()}", file=sys.stderr)
@@ -196,7 +199,10 @@ def _finish_abandoned(services: Any, loop: Loop) -> Any:
     for run_id in store.live_runs():
         try:
             run = store.load_run(run_id)
-        except Exception:  # noqa: BLE001 - unreadable: nothing to finish
+        except FileNotFoundError:
+            continue
+        except Exception as exc:  # noqa: BLE001 - unreadable: nothing to finish
+            print(f"loopd: warning: {exc}; skipped", file=sys.stderr)
             continue
         if run.loop != loop.name:
             continue
