@@ -71,6 +71,7 @@ def once(args: argparse.Namespace) -> int:
     from daemon.runs.services import RunServices, utc_now
     from daemon.sandbox.registry import choose
     from daemon.scheduling.queue import PendingRun
+    from daemon.service.stopdeadline import StopDeadline
     from daemon.state.records import Trigger
 
     home, loaded, loop = foreground_loop(args)
@@ -158,6 +159,16 @@ def once(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # Whatever hangs (a model call, a git command), the process ends past the grace.
+    deadline = StopDeadline(
+        lambda: grace,
+        "loopd once",
+        lambda: (
+            f"run {run.id} stays in phase {executor.run.phase}; the next `loopd once "
+            f"{loop.name}` or `loopd run` ends it as interrupted"
+        ),
+    )
+    deadline.install()
     try:
         run = executor.execute()
     finally:
@@ -165,6 +176,7 @@ def once(args: argparse.Namespace) -> int:
         if services.notifications is not None:
             # Deliveries run in threads; the process must not end under them.
             services.notifications.drain(20)
+        deadline.done()
     if run.outcome is None and run.phase == "waiting":
         print(
             f"parked: {run.id} waits for a usage limit until {run.resume_at}; the daemon "
