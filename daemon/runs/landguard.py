@@ -60,7 +60,9 @@ def hooks_globs(user: UserRepo) -> list[str]:
     when it lies inside the tree, as a glob."""
     read = Git(user.top, user_config=True, plain=True)
     # Safe git passes `-c core.hooksPath=/dev/null` itself: only the files' values count.
-    out = read.out("config", "--show-scope", "--get-all", "core.hooksPath", check=False)
+    out = read.out(
+        "config", "--show-scope", "--type=path", "--get-all", "core.hooksPath", check=False
+    )
     values = [
         v for s, _, v in (line.partition("\t") for line in out.splitlines()) if s != "command"
     ]
