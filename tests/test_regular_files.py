@@ -22,7 +22,7 @@ DEAD = "20260101T000000Z-calc-dead"
 
 
 def _hostile_home(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
-    """A home whose rules, loops and state hold a FIFO, /dev/zero and links out of it."""
+    """A home whose rules, loops and state hold FIFOs, /dev/zero and links out of it."""
     case = land_case(tmp_path)
     home = case.home.root
     outside = tmp_path / "outside.md"
@@ -47,6 +47,10 @@ def _hostile_home(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
     os.mkfifo(bad["run fifo"])
     (home / "state" / "live").mkdir(exist_ok=True)
     (home / "state" / "live" / DEAD).write_text("")
+    # The event log, written by every command: a FIFO there blocked the first write.
+    bad["events fifo"] = home / "state" / "events.jsonl"
+    bad["events fifo"].unlink(missing_ok=True)
+    os.mkfifo(bad["events fifo"])
     return home, bad
 
 
@@ -65,6 +69,9 @@ def test_a_fifo_and_links_to_dev_zero_are_skipped_with_a_warning_and_the_run_com
     assert "a FIFO, not a regular file" in proc.stderr
     assert "a link to /dev/zero, outside" in proc.stderr
     assert f"a link to {tmp_path / 'outside.md'}, outside" in proc.stderr
+    # The event log's FIFO was set aside; a new log holds the run's events.
+    assert (home / "state" / "events.jsonl.not-a-file").is_fifo()
+    assert f'"run": "{run_id}"' in (home / "state" / "events.jsonl").read_text()
 
 
 def test_loopd_check_and_rules_name_the_files_that_are_not_files(tmp_path: Path) -> None:
