@@ -81,14 +81,18 @@ def check_regular(path: Path, within: Path | None = None, cap: int = CONFIG_MAX)
     return real
 
 
+def _size(cap: int) -> str:
+    return f"{cap // MB} MB" if cap % MB == 0 else f"{cap // KB} KB"
+
+
 def _refuse(path: Path, real: Path, info: os.stat_result, cap: int) -> None:
     if not stat.S_ISREG(info.st_mode):
-        shown = f"{_kind(info.st_mode)} ({real})" if real != path else _kind(info.st_mode)
+        shown = f"{_kind(info.st_mode)} ({real})" if path.is_symlink() else _kind(info.st_mode)
         raise NotRegular(path, f"{shown}, not a regular file; replace it with a file or remove it")
     if info.st_size > cap:
         raise NotRegular(
             path,
-            f"{info.st_size} bytes, over the {cap // KB} KB loopd reads of such a file; "
+            f"{info.st_size} bytes, over the {_size(cap)} loopd reads of such a file; "
             "shorten it or remove it",
         )
 
@@ -107,5 +111,5 @@ def read_regular(path: Path, within: Path | None = None, cap: int = CONFIG_MAX) 
         _refuse(Path(path), real, os.fstat(fd), cap)
         data = fh.read(cap + 1)
     if len(data) > cap:
-        raise NotRegular(path, f"grew past the {cap // KB} KB loopd reads while it was read")
+        raise NotRegular(path, f"grew past the {_size(cap)} loopd reads while it was read")
     return data

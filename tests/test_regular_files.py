@@ -89,7 +89,7 @@ def test_the_size_cap_and_links_inside_the_home(tmp_path: Path) -> None:
     (home / "loops").mkdir(parents=True)
     big = home / "loops" / "big.toml"
     big.write_bytes(b"#" * (CONFIG_MAX + 1))
-    with pytest.raises(NotRegular, match="over the 1000 KB"):
+    with pytest.raises(NotRegular, match="over the 1 MB"):
         read_regular(big, within=home)
     real = home / "loops" / "real.toml"
     real.write_text("enabled = false\n")
