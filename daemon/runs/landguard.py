@@ -73,7 +73,7 @@ def hooks_globs(user: UserRepo) -> list[str]:
         top = str(user.top.resolve())
         path = os.path.relpath(os.path.normpath(path), top)
     path = os.path.normpath(path)
-    if path == "." or path.startswith(".."):
+    if path in (".", "..") or path.startswith("../"):
         return []  # outside the tree: no commit of the run can change it
     return [path.strip("/") + "/**"]
 
