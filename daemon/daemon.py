@@ -19,7 +19,7 @@ from typing import Any
 
 import daemon as package
 from daemon.clock import utc_now
-from daemon.config import Loop
+from daemon.config import DaemonConfig, Loop
 from daemon.home import Home
 from daemon.runs.services import RunServices
 from daemon.scheduling.queue import RunQueue
@@ -48,6 +48,7 @@ from daemon.service.reload import (
     restart_pending,
 )
 from daemon.service.status import StatusBoard
+from daemon.service.stopdeadline import StopDeadline
 from daemon.service.verifier import VerifierWatch
 from daemon.service.watchers import Watchers
 from daemon.service.workers import WorkerPool
@@ -365,7 +366,17 @@ def run_daemon(home: Home) -> int:
     set_not_dumpable()
     flags = Flags()
     _install_signals(flags)
+    # Until the configuration is read, the default grace; then the configured one.
+    started: list[Daemon] = []
+    default_grace = DaemonConfig().limits.shutdown_grace.total_seconds()
+    deadline = StopDeadline(
+        lambda: _grace(started[0]) if started else default_grace,
+        "loopd run",
+        lambda: _left(started[0]) if started else "",
+    )
+    deadline.install()
     daemon = Daemon.start(home, utc_now(), flags)
+    started.append(daemon)
     _announce(home, daemon)
     # Agents must not inherit the socket: it would let them speak for loopd.
     notifier = SystemdNotifier.from_env(unset_environment=True)
@@ -416,5 +427,18 @@ def run_daemon(home: Home) -> int:
         stopper.join(timeout=0.2)
         if flags.stops > 1:
             daemon.shutdown_now()
+    deadline.done()
     print("loopd: stopped", flush=True)
     return 0
+
+
+def _grace(daemon: Daemon) -> float:
+    return daemon.ctx.config.daemon.limits.shutdown_grace.total_seconds()
+
+
+def _left(daemon: Daemon) -> str:
+    """What a stop past its deadline leaves, for the last line printed."""
+    runs = sorted(w.run_id for w in list(daemon.pool.workers.values()))
+    if not runs:
+        return ""
+    return f"run(s) {', '.join(runs)} stay as they were; the next start ends them as interrupted"

@@ -17,6 +17,8 @@ How loopd reads "globs follow git's wildmatch" (docs/configuration.md, "Globs"):
 
 For paths (`path_matches`), a pattern also covers everything inside a folder it names, as
 git's pathspecs and gitignore do: `tests`, `tests/` and `tests/*` all cover `tests/a/b.py`.
+A path pattern `x/**` also covers `x` itself: a guard on a folder's contents must hold when
+`x` is committed as a file or a symlink in place of the folder (a `.githooks` link).
 Branch names (`wildmatch`) are matched exactly: `release/*` does not match `release/1/2`.
 """
 
@@ -141,6 +143,9 @@ def _compile_path_glob(pattern: str) -> re.Pattern[str]:
     body = pattern.lstrip("/")
     if body.endswith("/"):
         body = body.rstrip("/") + "/**"
+    if body.endswith("/**") and not body.endswith("\\/**") and len(body) > 3:
+        # `x/**` covers `x` too: a link or file in place of the folder is as guarded.
+        body = body[:-3]
     # The pattern, or the pattern naming a folder that holds the path.
     return re.compile(rf"\A(?:{_translate(body)})(?:/.*)?\Z", re.DOTALL)
 

@@ -61,6 +61,9 @@ def test_wildmatch(pattern: str, text: str, expected: bool) -> None:
         ("tests/**", "tests/a.py", True),
         ("tests/**", "tests/unit/deep/a.py", True),
         ("tests/**", "src/tests/a.py", False),
+        ("tests/**", "tests", True),  # the folder's guard holds for a link in its place
+        ("/.githooks/**", ".githooks", True),
+        ("tests/**", "tests2", False),
         ("tests/*", "tests/unit/a.py", True),  # the folder tests/unit is covered
         ("tests", "tests/a.py", True),
         ("tests/", "tests/a.py", True),

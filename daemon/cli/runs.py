@@ -71,6 +71,7 @@ def once(args: argparse.Namespace) -> int:
     from daemon.runs.services import RunServices, utc_now
     from daemon.sandbox.registry import choose
     from daemon.scheduling.queue import PendingRun
+    from daemon.service.stopdeadline import StopDeadline
     from daemon.state.records import Trigger
 
     home, loaded, loop = foreground_loop(args)
@@ -117,6 +118,9 @@ def once(args: argparse.Namespace) -> int:
     for warning in loaded.warnings:
         print(f"loopd: warning: {warning}", file=sys.stderr)
         services.event("config_warning", message=warning)
+    for error in loaded.errors:
+        if error.file != loop.path:  # another loop's file: named, and left out as the daemon does
+            print(f"loopd: warning: {error} (that loop is left out)", file=sys.stderr)
     sandbox = choose(loaded.daemon.sandbox)
     if sandbox.warning or sandbox.refusal:
         print(f"loopd: warning: {sandbox.summary()}", file=sys.stderr)
@@ -155,6 +159,16 @@ def once(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # Whatever hangs (a model call, a git command), the process ends past the grace.
+    deadline = StopDeadline(
+        lambda: grace,
+        "loopd once",
+        lambda: (
+            f"run {run.id} stays in phase {executor.run.phase}; the next `loopd once "
+            f"{loop.name}` or `loopd run` ends it as interrupted"
+        ),
+    )
+    deadline.install()
     try:
         run = executor.execute()
     finally:
@@ -162,6 +176,7 @@ def once(args: argparse.Namespace) -> int:
         if services.notifications is not None:
             # Deliveries run in threads; the process must not end under them.
             services.notifications.drain(20)
+        deadline.done()
     if run.outcome is None and run.phase == "waiting":
         print(
             f"parked: {run.id} waits for a usage limit until {run.resume_at}; the daemon "
@@ -196,7 +211,10 @@ def _finish_abandoned(services: Any, loop: Loop) -> Any:
     for run_id in store.live_runs():
         try:
             run = store.load_run(run_id)
-        except Exception:  # noqa: BLE001 - unreadable: nothing to finish
+        except FileNotFoundError:
+            continue
+        except Exception as exc:  # noqa: BLE001 - unreadable: nothing to finish
+            print(f"loopd: warning: {exc}; skipped", file=sys.stderr)
             continue
         if run.loop != loop.name:
             continue

@@ -26,6 +26,7 @@ from daemon.config.home_file import (
 from daemon.config.land import check_run_ends
 from daemon.config.loop_file import LOOP_NAME, LOOP_NAME_MAX, Loop, LoopConfig
 from daemon.config.sandbox import SandboxConfig
+from daemon.regularfile import CONFIG_MAX, NotRegular, read_regular
 
 
 @dataclass
@@ -75,10 +76,12 @@ def _errors_from_validation(
     ]
 
 
-def _read_toml(path: Path) -> tuple[dict[str, Any] | None, list[ConfigError]]:
+def _read_toml(path: Path, home: Path) -> tuple[dict[str, Any] | None, list[ConfigError]]:
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh), []
+        # A FIFO or a link to /dev/zero must not hang the read: regular files of the home.
+        return tomllib.loads(read_regular(path, within=home, cap=CONFIG_MAX).decode()), []
+    except NotRegular as exc:
+        return None, [ConfigError(path, "", exc.reason, "make it a TOML file of the home")]
     except tomllib.TOMLDecodeError as exc:
         return None, [
             ConfigError(
@@ -113,7 +116,7 @@ def load_daemon_config(path: Path) -> tuple[DaemonConfig | None, list[ConfigErro
     """Read `loopd.toml`; a missing file means every default."""
     if not path.exists():
         return DaemonConfig(), []
-    data, errors = _read_toml(path)
+    data, errors = _read_toml(path, path.parent)
     if data is None:
         return None, errors
     try:
@@ -212,7 +215,7 @@ def check_loop(
 
 def load_loop(path: Path, daemon: DaemonConfig) -> tuple[Loop | None, list[ConfigError]]:
     """Read one loop file; a broken file yields errors and no loop."""
-    data, errors = _read_toml(path)
+    data, errors = _read_toml(path, path.parent.parent)
     if data is None:
         return None, errors
     try:
@@ -246,9 +249,9 @@ def load_loop(path: Path, daemon: DaemonConfig) -> tuple[Loop | None, list[Confi
 def _says_disabled(path: Path) -> bool:
     """Whether a loop file that does not load says `enabled = false`."""
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh).get("enabled") is False
-    except (OSError, ValueError):
+        raw = read_regular(path, within=path.parent.parent, cap=CONFIG_MAX)
+        return tomllib.loads(raw.decode()).get("enabled") is False
+    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
         return False
 
 

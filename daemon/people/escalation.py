@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from daemon.people.digest import best_score
 from daemon.people.escalation_text import cause_of, quote, render, suggest
 from daemon.redact import redact
+from daemon.regularfile import STATE_MAX, read_regular
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
 from daemon.state.records import RunRecord, Trigger
@@ -90,8 +91,8 @@ def _split(text: str) -> tuple[str, str] | None:
 def read_escalation(path: Path) -> Escalation | None:
     """The front matter of one escalation file; None when it is not one loopd wrote."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
+        text = read_regular(path, cap=STATE_MAX).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
         return None
     parts = _split(text)
     if parts is None:

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from daemon.people.escalation import open_escalations
 from daemon.people.report import events_since
+from daemon.regularfile import STATE_MAX, read_regular
 from daemon.state.events import iso
 from daemon.state.store import StateStore, UnreadableFile
 
@@ -82,8 +83,8 @@ def _landed(store: StateStore, run: Any) -> bool | None:
     if value is not None:
         return bool(value)
     try:
-        with (store.run_dir(run.id) / "run.toml").open("rb") as fh:
-            raw = tomllib.load(fh).get("landed")
+        data = read_regular(store.run_dir(run.id) / "run.toml", cap=STATE_MAX)
+        raw = tomllib.loads(data.decode("utf-8")).get("landed")
     except (OSError, ValueError):
         return None
     return raw if isinstance(raw, bool) else None

@@ -13,6 +13,7 @@ import json
 import threading
 from pathlib import Path
 
+from daemon.regularfile import STATE_MAX, read_regular
 from daemon.rules.rulefile import Rule
 from daemon.state.atomic import write_atomic
 
@@ -36,7 +37,8 @@ class JudgeCache:
 
     def _read(self) -> dict[str, dict[str, bool]]:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))  # type: ignore[union-attr]
+            raw = read_regular(self.path, cap=STATE_MAX)  # type: ignore[arg-type]
+            data = json.loads(raw.decode("utf-8"))
             return {k: dict(v) for k, v in data.get("tasks", {}).items()}
         except (OSError, ValueError, AttributeError, TypeError):
             return {}

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from daemon.regularfile import CONFIG_MAX, NotRegular, read_regular
 from daemon.rules.patterns import pattern_problem
 from daemon.rules.rulefile import (
     LIVE,
@@ -75,7 +76,9 @@ class RuleLibrary:
     def _parse(self, path: Path, key: tuple[int, int, int, int]) -> None:
         self.generation += 1
         try:
-            rule: Rule | str = parse_rule(path.read_text(encoding="utf-8"))
+            # The home bounds the links followed: a FIFO or /dev/zero here hung every run.
+            data = read_regular(path, within=self.rules_dir.parent, cap=CONFIG_MAX)
+            rule: Rule | str = parse_rule(data.decode("utf-8"))
             if isinstance(rule, Rule) and rule.id != path.stem:
                 rule = (
                     f"id {rule.id!r} differs from the file name; rename the file to "
@@ -83,6 +86,8 @@ class RuleLibrary:
                 )
         except (RuleFileError, UnicodeDecodeError) as exc:
             rule = str(exc)
+        except NotRegular as exc:
+            rule = exc.reason
         except OSError as exc:
             rule = f"cannot read: {exc.strerror}"
         problems: tuple[tuple[str, str], ...] = ()

@@ -8,7 +8,8 @@ run under "Ready to land".
 - Never: an experiment's run; a run whose changes (since the merge base with the target)
   touch `protect`, CI or editor files that run programs (`.github/workflows/**`,
   `.gitlab-ci.yml`, `.envrc`, `.vscode/**`, `.pre-commit-config.yaml`, `.gitmodules`, git
-  hooks) unless `land_allow` names the glob.
+  hooks) unless `land_allow` names the glob, or add a symlink into them or out of the
+  repository (runs/landguard.py).
 - merge: a fast-forward when the target has not moved past the run's branch; otherwise the
   target is merged into the branch in a fresh tree of loopd's own and the checks run again
   there (runs/landmerge.py). The target moves by compare-and-swap, recorded in the ledger;
@@ -27,11 +28,12 @@ from pathlib import Path
 
 from daemon.agents.processes import run_in_own_group
 from daemon.config import LoopConfig
-from daemon.config.land import LAND_GUARDED, PR_FIELDS
-from daemon.globs import any_branch_matches, matching_paths
+from daemon.config.land import PR_FIELDS
+from daemon.globs import any_branch_matches
 from daemon.redact import redact
 from daemon.runs.git import Git, GitError, is_canonical_lfs
 from daemon.runs.journal import RunJournal
+from daemon.runs.landguard import blocked_paths
 from daemon.runs.messages import pr_title
 from daemon.runs.startpoint import is_ancestor
 from daemon.runs.userrepo import UserRepo
@@ -84,28 +86,8 @@ def _tip(user: UserRepo, branch: str) -> str:
     return tip
 
 
-def guarded_changes(user: UserRepo, since: str, tip: str, cfg: LoopConfig) -> list[str]:
-    """Paths changed since `since` that may not land: protected ones, and files that run
-    programs (CI, editors, hooks) unless `land_allow` names their glob."""
-    out = user.git.run("diff", "--name-only", "-z", "--no-renames", since, tip).stdout
-    changed = [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
-    guarded = [g for g in (*LAND_GUARDED, *_hooks_globs(user)) if g not in cfg.land_allow]
-    found = matching_paths(cfg.protect, changed)
-    allowed = set(matching_paths(cfg.land_allow, changed))
-    found += [p for p in matching_paths(guarded, changed) if p not in allowed]
-    return sorted(set(found))
-
-
-def _hooks_globs(user: UserRepo) -> list[str]:
-    """The repository's own hooks folder (`core.hooksPath` inside the tree), as a glob."""
-    path = user.git.out("config", "--get", "core.hooksPath", check=False)
-    if not path or os.path.isabs(path) or path.startswith(".."):
-        return []
-    return [path.strip("/") + "/**"]
-
-
 def _check_changes(user: UserRepo, since: str, tip: str, cfg: LoopConfig) -> None:
-    found = guarded_changes(user, since, tip, cfg)
+    found = blocked_paths(user, since, tip, cfg)
     if found:
         raise LandingBlocked(
             "the run changed " + ", ".join(found[:5]) + (" and more" if len(found) > 5 else "")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.config import Loop
+from daemon.regularfile import STATE_MAX, read_regular
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
 from daemon.state.atomic import write_atomic
@@ -323,8 +324,8 @@ def _load_lesson(
 ) -> tuple[DeferredLesson | None, RunRecord | None, AttemptRecord | None]:
     """The lesson, its run and attempt; a lesson that cannot be taken any more is dropped."""
     try:
-        with path.open("rb") as fh:
-            lesson = DeferredLesson.model_validate(tomllib.load(fh))
+        raw = read_regular(path, cap=STATE_MAX).decode("utf-8")
+        lesson = DeferredLesson.model_validate(tomllib.loads(raw))
     except FileNotFoundError:
         return None, None, None  # taken by another process meanwhile
     except (OSError, ValueError) as exc:

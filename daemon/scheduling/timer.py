@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import tomli_w
 
 from daemon.config import LoopConfig
+from daemon.regularfile import STATE_MAX, read_regular
 from daemon.scheduling.cron import Schedule
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
@@ -186,8 +187,7 @@ class CronTimer:
 
     def _read(self) -> dict[str, datetime]:
         try:
-            with self.path.open("rb") as fh:
-                data = tomllib.load(fh)
+            data = tomllib.loads(read_regular(self.path, cap=STATE_MAX).decode("utf-8"))
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:  # a TOML error, a byte that is not UTF-8

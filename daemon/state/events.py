@@ -8,9 +8,12 @@ file. A line is written whole with one `write` on an O_APPEND descriptor.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import stat
+import sys
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,7 +44,7 @@ class EventLog:
         Only the holder of the home's lock calls this (the daemon, at start): a reader that
         repaired could cut a line another process is writing at that moment.
         """
-        if not self.path.exists():
+        if not self.path.exists() or not self._regular():
             return
         with self.path.open("rb+") as fh:
             size = fh.seek(0, os.SEEK_END)
@@ -61,12 +64,22 @@ class EventLog:
     def _open_current(self) -> int:
         """An fd of the current log, flock-ed, rotated first when it is full."""
         while True:
-            fd = os.open(
-                self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE
-            )
+            # No link followed, no FIFO waited on: either would hang or misdirect every write.
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+            try:
+                fd = os.open(self.path, flags | os.O_NONBLOCK, FILE_MODE)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENXIO):
+                    raise
+                self._set_aside()
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 mine = os.fstat(fd)
+                if not stat.S_ISREG(mine.st_mode):
+                    os.close(fd)
+                    self._set_aside()
+                    continue
                 try:
                     named = os.stat(self.path)
                 except FileNotFoundError:
@@ -85,6 +98,27 @@ class EventLog:
                 except OSError:
                     pass
                 raise
+
+    def _regular(self) -> bool:
+        """Whether the log's path is a regular file (no link), as loopd writes it."""
+        try:
+            return stat.S_ISREG(os.lstat(self.path).st_mode)
+        except FileNotFoundError:
+            return False
+
+    def _set_aside(self) -> None:
+        """Move what stands at the log's path and is not a file (a FIFO, a link) aside."""
+        aside = self.path.with_name(f"{self.path.name}.not-a-file")
+        try:
+            os.replace(self.path, aside)
+        except FileNotFoundError:
+            return
+        print(
+            f"loopd: warning: {self.path} was not a regular file (moved to {aside}); loopd "
+            "starts a new event log there",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _next_rotated(self) -> Path:
         # Named after this log (events-N.jsonl, worker-events-N.jsonl): a worker's rotated
@@ -117,9 +151,9 @@ class EventLog:
 
     def read(self) -> list[dict[str, Any]]:
         """Every event of the current file, oldest first; unparsable lines skipped."""
-        out = []
-        if not self.path.exists():
-            return out
+        out: list[dict[str, Any]] = []
+        if not self._regular():
+            return out  # never a FIFO's endless wait: the next append sets it aside
         with self.path.open("rb") as fh:
             for raw in fh:
                 try:
@@ -145,8 +179,10 @@ class EventTail:
         """Events written since the last call, oldest first."""
         out: list[dict[str, Any]] = []
         try:
-            st = os.stat(self.path)
-            now: tuple[int, int] | None = (st.st_dev, st.st_ino)
+            st = os.lstat(self.path)
+            # A FIFO or a link in the log's place is never read: the next append sets it aside.
+            ok = stat.S_ISREG(st.st_mode)
+            now: tuple[int, int] | None = (st.st_dev, st.st_ino) if ok else None
         except FileNotFoundError:
             now = None
         if self._file is not None and now != self._file:

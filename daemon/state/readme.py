@@ -89,7 +89,9 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 
 - `events.jsonl`: the audit log, one JSON object a line (`ts`, `type`, `loop`, `run`, ...):
   every trigger, run, attempt, check, verdict, rule change, escalation, notification. Past
-  `events_rotate` it is renamed `events-N.jsonl` (N counts up) and a new one starts
+  `events_rotate` it is renamed `events-N.jsonl` (N counts up) and a new one starts.
+  `events.jsonl.not-a-file` is what stood in its place and was no regular file (a FIFO, a
+  link), set aside
 - `queue.toml`: runs waiting to start, each with its RUN_ID and trigger (kept across
   restarts), and `taken`: inbox files the queue accounts for. `queue.unreadable.toml` is one
   loopd could not read, set aside

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import tomli_w
 from pydantic import BaseModel, ValidationError
 
+from daemon.regularfile import STATE_MAX, NotRegular, read_regular
 from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.events import EventLog
 from daemon.state.lock import HomeLock
@@ -39,11 +40,13 @@ class UnreadableFile(ValueError):
 def read_model(path: Path, model: type[M]) -> M:
     """`path` parsed as TOML into `model`; FileNotFoundError when absent, else UnreadableFile."""
     try:
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
+        # Never a link, a FIFO or a device (a read that hangs), never past STATE_MAX.
+        data = tomllib.loads(read_regular(path, cap=STATE_MAX).decode("utf-8"))
         return model.model_validate(data)
     except FileNotFoundError:
         raise
+    except NotRegular as exc:
+        raise UnreadableFile(path, exc.reason) from None
     except ValidationError as exc:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()))
@@ -285,7 +288,7 @@ class StateStore:
         """One inbox file as a trigger (left in place); a bad file is moved to `inbox/bad/`."""
         path = self.inbox_dir / name
         try:
-            trigger = Trigger.model_validate_json(path.read_bytes())
+            trigger = Trigger.model_validate_json(read_regular(path, cap=STATE_MAX))
         except FileNotFoundError:
             return None
         except IsADirectoryError:
