@@ -2,11 +2,14 @@
 
 `redact(text)` replaces each secret with a marker such as `[REDACTED:aws-access-key]`.
 It runs on every transcript line, so a text without any of the cheap trigger substrings
-(`AKIA`, `ghp_`, `sk-`, `xox`, `-----BEGIN`, `key`, `token`, `secret`, `passw`, ...) is
-returned after one regex scan. `Redactor` does the same for text fed line by line and
-remembers when it is inside a PEM private key block that spans lines.
+(`AKIA`, `ghp_`, `sk-`, `xox`, `-----BEGIN`, `key`, `token`, `secret`, `passw`, ...) nor
+any keyword of the provider rules is returned after one RE2 scan. `Redactor` does the same
+for text fed line by line; it remembers when it is inside a PEM private key block that spans
+lines, and reads a value on the line after its name (`<apiToken>` then the token).
 
 What counts as a secret:
+- the provider rules of `daemon/redaction/` (gitleaks' rule set and loopd's own, found by
+  keyword, pattern and entropy: `daemon.redaction.ruleset`), each marked with its rule id;
 - provider tokens recognized by their shape: AWS access key ids, GitHub, OpenAI, Anthropic
   and Slack tokens, Slack webhooks;
 - PEM private key blocks, whole (an unterminated block is cut to the end of the text);
@@ -27,6 +30,8 @@ import math
 import re
 from collections import Counter
 from typing import Any
+
+from daemon.redaction.ruleset import ruleset
 
 MARK = "[REDACTED:{}]"
 PRIVATE_KEY_MARK = "[REDACTED:private-key]"
@@ -112,8 +117,12 @@ def _entropy(value: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
+# `key="ClearTextPassword"`: a CamelCase name is a key's name, not a random key.
+_CAMEL_WORDS = re.compile(r"^[A-Za-z][a-z]+(?:[A-Z][a-z]+)+$")
+
+
 def _high_entropy(value: str) -> bool:
-    if len(value) < 16 or _REFERENCE.search(value):
+    if len(value) < 16 or _REFERENCE.search(value) or _CAMEL_WORDS.match(value):
         return False
     has_digit = any(c.isdigit() for c in value)
     has_alpha = any(c.isalpha() for c in value)
@@ -169,11 +178,25 @@ def _bearer(match: re.Match[str]) -> str:
     return match[0]
 
 
+def _providers(text: str, low: str) -> str:
+    """`text` with the provider rules' secrets replaced by markers."""
+    for _ in range(3):  # a multi-line rule may match again around a marker: redact it too
+        spans = ruleset().spans(text, low)
+        if not spans:
+            break
+        for start, end, rule in reversed(spans):
+            text = text[:start] + MARK.format(rule) + text[end:]
+        low = text.lower()
+    return text
+
+
 def _redact_closed(text: str) -> tuple[str, bool]:
     """Redact `text`; the flag says an unterminated private key block was cut at its end."""
     low = text.lower()
     if not any(word in low for word in _TRIGGERS):
-        return text, False
+        if ruleset().keywords.search(low) is None:
+            return text, False
+        return _providers(text, low), False
     opened = False
     if "-----begin" in low:
         text = _PEM_BLOCK.sub(PRIVATE_KEY_MARK, text)
@@ -203,7 +226,7 @@ def _redact_closed(text: str) -> tuple[str, bool]:
         if "secret" in low:
             text = _AWS_SECRET_NAMED.sub(lambda m: m[1] + MARK.format("aws-secret-key"), text)
         text = _ASSIGNMENT.sub(_assignment, text)
-    return text, opened
+    return _providers(text, text.lower()), opened
 
 
 def redact(text: str) -> str:
@@ -217,9 +240,14 @@ class Redactor:
     def __init__(self) -> None:
         self.in_private_key = False
         self.touched = False  # the last line was part of a multi-line private key block
+        self._opener = ""  # the last line, when it ends as a name whose value may follow
 
     def line(self, text: str) -> str:
         """The redacted form of the next line."""
+        opener = self._opener
+        self._opener = text[-200:] if text.rstrip()[-1:] in _OPENERS else ""
+        if opener and text.strip():
+            text = _after_opener(opener, text)
         self.touched = self.in_private_key
         prefix = ""
         if self.in_private_key:
@@ -232,6 +260,20 @@ class Redactor:
         if opened:
             self.in_private_key = self.touched = True
         return prefix + out
+
+
+# A line ending so may name a value the next line holds (`<apiToken>`, `password:`, `KEY =`).
+_OPENERS = (">", ":", "=")
+
+
+def _after_opener(opener: str, text: str) -> str:
+    """`text` with what the provider rules find in it as the value of the line before."""
+    joined = f"{opener}\n{text}"
+    offset = len(opener) + 1
+    for start, end, rule in reversed(ruleset().spans(joined)):
+        if start >= offset:
+            text = text[: start - offset] + MARK.format(rule) + text[end - offset :]
+    return text
 
 
 _SECRET_NAME_WORDS = ("key", "token", "secret", "passw", "credential")
