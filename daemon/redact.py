@@ -31,30 +31,30 @@ import re
 from collections import Counter
 from typing import Any
 
-from daemon.redaction.ruleset import ruleset
+from daemon.redaction.ruleset import RuleSet, ruleset
 
 MARK = "[REDACTED:{}]"
 PRIVATE_KEY_MARK = "[REDACTED:private-key]"
 
-# Literals (lowercase) of which every secret we recognize contains one: a line with none of
-# them costs one lower() and a few substring searches.
-_TRIGGERS = (
-    "key",
-    "token",
-    "secret",
-    "passw",
-    "credential",
-    "-----begin",
-    "sk-",
-    "xox",
-    "gh",
-    "://",
-    "bearer",
-    "ia",
-)
 _ASSIGNMENT_WORDS = ("key", "token", "secret", "passw", "credential")
 _AWS_PREFIXES = ("AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "APKA")
 _GITHUB_PREFIXES = ("ghp_", "gho_", "ghs_", "ghu_", "ghr_", "github_pat_")
+_AWS_WORDS = frozenset(p.lower() for p in _AWS_PREFIXES)
+_GITHUB_WORDS = frozenset(_GITHUB_PREFIXES)
+_ASSIGNMENT_SET = frozenset(_ASSIGNMENT_WORDS)
+# Literals (lowercase) of which every secret the hand-written rules recognize contains one;
+# the provider rules' keyword search reports them too, so a line with none costs one search.
+_TRIGGERS = (
+    *_ASSIGNMENT_WORDS,
+    *_AWS_WORDS,
+    *_GITHUB_WORDS,
+    "-----begin",
+    "sk-",
+    "xox",
+    "://",
+    "bearer",
+)
+_TRIGGER_SET = frozenset(_TRIGGERS)
 
 _PEM_BEGIN = re.compile(r"-----BEGIN ((?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?)-----")
 _PEM_END = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
@@ -178,10 +178,22 @@ def _bearer(match: re.Match[str]) -> str:
     return match[0]
 
 
-def _providers(text: str, low: str) -> str:
+def _rules() -> RuleSet:
+    """The provider rules, whose keyword search also reports the triggers above."""
+    global _RULES
+    if _RULES is None:  # built on first use: a command that never redacts never reads them
+        _RULES = ruleset(_TRIGGERS)
+    return _RULES
+
+
+_RULES: RuleSet | None = None
+
+
+def _providers(text: str, low: str, found: list[str] | None = None) -> str:
     """`text` with the provider rules' secrets replaced by markers."""
     for _ in range(3):  # a multi-line rule may match again around a marker: redact it too
-        spans = ruleset().spans(text, low)
+        spans = _rules().spans(text, low, found)
+        found = None
         if not spans:
             break
         for start, end, rule in reversed(spans):
@@ -193,39 +205,43 @@ def _providers(text: str, low: str) -> str:
 def _redact_closed(text: str) -> tuple[str, bool]:
     """Redact `text`; the flag says an unterminated private key block was cut at its end."""
     low = text.lower()
-    if not any(word in low for word in _TRIGGERS):
-        if ruleset().keywords.search(low) is None:
-            return text, False
-        return _providers(text, low), False
-    opened = False
-    if "-----begin" in low:
+    found = _rules().found(low)
+    if not found:
+        return text, False
+    words = _TRIGGER_SET.intersection(found)
+    if not words:
+        return _providers(text, low, found), False
+    original, opened = text, False
+    if "-----begin" in words:
         text = _PEM_BLOCK.sub(PRIVATE_KEY_MARK, text)
         begin = _PEM_BEGIN.search(text)
         if begin:
             text = text[: begin.start()] + PRIVATE_KEY_MARK
             opened = True
-    if any(prefix in text for prefix in _AWS_PREFIXES):
-        text, found = _AWS_KEY_ID.subn(MARK.format("aws-access-key"), text)
-        if found:
+    if not _AWS_WORDS.isdisjoint(words):
+        text, ids = _AWS_KEY_ID.subn(MARK.format("aws-access-key"), text)
+        if ids:
             text = _BASE64_40.sub(
                 lambda m: MARK.format("aws-secret-key") if _high_entropy(m[0]) else m[0], text
             )
-    if any(prefix in text for prefix in _GITHUB_PREFIXES):
+    if not _GITHUB_WORDS.isdisjoint(words):
         text = _GITHUB.sub(MARK.format("github-token"), text)
-    if "sk-" in text:
+    if "sk-" in words:
         text = _ANTHROPIC.sub(MARK.format("anthropic-key"), text)
         text = _OPENAI.sub(_openai, text)
-    if "xox" in text:
+    if "xox" in words:
         text = _SLACK.sub(MARK.format("slack-token"), text)
-    if "://" in text:
+    if "://" in words:
         text = _SLACK_WEBHOOK.sub(MARK.format("slack-webhook"), text)
         text = _URL_PASSWORD.sub(_url_password, text)
-    if "bearer" in low:
+    if "bearer" in words:
         text = _BEARER.sub(_bearer, text)
-    if any(word in low for word in _ASSIGNMENT_WORDS):
-        if "secret" in low:
+    if not _ASSIGNMENT_SET.isdisjoint(words):
+        if "secret" in words:
             text = _AWS_SECRET_NAMED.sub(lambda m: m[1] + MARK.format("aws-secret-key"), text)
         text = _ASSIGNMENT.sub(_assignment, text)
+    if text == original:  # the common case: the provider rules reuse the keyword search
+        return _providers(text, low, found), opened
     return _providers(text, text.lower()), opened
 
 
@@ -244,8 +260,11 @@ class Redactor:
 
     def line(self, text: str) -> str:
         """The redacted form of the next line."""
-        opener = self._opener
-        self._opener = text[-200:] if text.rstrip()[-1:] in _OPENERS else ""
+        opener, self._opener = self._opener, ""
+        if text[-1:] in _OPENERS or text[-1:].isspace() and text.rstrip()[-1:] in _OPENERS:
+            tail = text[-200:]
+            if _rules().found(tail.lower()):  # a name a rule keys on, such as `<apiToken>`
+                self._opener = tail
         if opener and text.strip():
             text = _after_opener(opener, text)
         self.touched = self.in_private_key
@@ -270,7 +289,7 @@ def _after_opener(opener: str, text: str) -> str:
     """`text` with what the provider rules find in it as the value of the line before."""
     joined = f"{opener}\n{text}"
     offset = len(opener) + 1
-    for start, end, rule in reversed(ruleset().spans(joined)):
+    for start, end, rule in reversed(_rules().spans(joined)):
         if start >= offset:
             text = text[: start - offset] + MARK.format(rule) + text[end - offset :]
     return text

@@ -123,33 +123,38 @@ class Rule:
             self._allows = self._allows + [_Allow(a) for a in self.spec.allowlists]
         return self._regex
 
-    def find(self, text: str) -> Iterator[tuple[int, int]]:
-        """The spans of this rule's secrets in `text`."""
-        for match in self.regex().finditer(text):
+    def find(self, subject: str | bytes) -> Iterator[tuple[int, int]]:
+        """The spans of this rule's secrets in `subject` (bytes only for ASCII text)."""
+        for match in self.regex().finditer(subject):
             group = self.spec.secret_group
             if not group:
                 group = next((g for g in range(1, match.re.groups + 1) if match.group(g)), 0)
-            secret = match.group(group) or ""
+            secret = _text(match.group(group) or "")
             if not secret or entropy(secret) <= self.spec.entropy and self.spec.entropy:
                 continue
             start, end = match.span(group)
-            if self._allowed(secret, match.group(0), text, start, end):
+            if self._allowed(secret, _text(match.group(0)), subject, start, end):
                 continue
             yield start, end
 
-    def _allowed(self, secret: str, whole: str, text: str, start: int, end: int) -> bool:
-        line_start = text.rfind("\n", 0, start) + 1
-        line_end = text.find("\n", end)
-        line = text[line_start : line_end if line_end >= 0 else len(text)]
+    def _allowed(self, secret: str, whole: str, subject: str | bytes, start: int, end: int) -> bool:
+        newline = b"\n" if isinstance(subject, bytes) else "\n"
+        line_start = subject.rfind(newline, 0, start) + 1  # type: ignore[arg-type]
+        line_end = subject.find(newline, end)  # type: ignore[arg-type]
+        line = _text(subject[line_start : line_end if line_end >= 0 else len(subject)])
         return any(allow.allows(secret, whole, line) for allow in self._allows)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 class RuleSet:
     """Every rule of the rule files, and the keyword search choosing which run on a text."""
 
-    def __init__(self, files: list[RuleFile]) -> None:
+    def __init__(self, files: list[RuleFile], extra: tuple[str, ...] = ()) -> None:
         self.rules: list[Rule] = []
-        by_keyword: dict[str, list[Rule]] = {}
+        by_keyword: dict[str, list[Rule]] = {word: [] for word in extra}
         for file in files:
             common = [_Allow(file.allowlist)] if file.allowlist else []
             for spec in file.rules:
@@ -161,52 +166,48 @@ class RuleSet:
                     by_keyword.setdefault(word.lower(), []).append(rule)
         by_id = {rule.id: rule for rule in self.rules}
         for file in files:
-            for extra in file.allow:
-                for rid in extra.rules:
-                    by_id[rid].spec.allowlists.append(extra)
-        words = sorted(by_keyword, key=len, reverse=True)
-        # One search finds the keywords; a keyword inside a longer one found at the same
-        # place is not reported by it, so each keyword also stands for those it contains.
-        self._by_keyword = {
-            word: list(
-                dict.fromkeys(r for other in words if other in word for r in by_keyword[other])
-            )
-            for word in words
-        }
-        # A keyword that starts inside another's occurrence and ends past it is not reported
-        # either: found `sk`, look for `k.eyj` too.
-        starts: dict[str, list[str]] = {}
-        for word in words:
-            for i in range(1, len(word)):
-                starts.setdefault(word[:i], []).append(word)
-        self._overlaps = {
-            word: list(
-                dict.fromkeys(o for i in range(1, len(word)) for o in starts.get(word[i:], ()))
-            )
-            for word in words
-        }
-        self.keywords = re2.compile("|".join(re2.escape(w) for w in words), _options())
+            for allow in file.allow:
+                for rid in allow.rules:
+                    by_id[rid].spec.allowlists.append(allow)
+        self.words = sorted(by_keyword)
+        self._rules_of = by_keyword
+        # An RE2 set reports every keyword that occurs, overlapping ones too (`sk` and
+        # `k.eyj` in `sk.eyJ`), in one pass: the literals' automaton is small, so its DFA
+        # stays far inside the memory bound (beyond it a set would report nothing).
+        self._set = re2.Set.SearchSet(_options())
+        for word in self.words:
+            self._set.Add(re2.escape(word))
+        self._set.Compile()
 
-    def candidates(self, low: str) -> list[Rule]:
+    def found(self, low: str) -> list[str]:
+        """The keywords (and extra words) that occur in `low`, the text lower-cased."""
+        # ASCII as bytes: RE2's wrapper skips its offset bookkeeping for str.
+        hits = self._set.Match(low.encode() if low.isascii() else low)
+        return [self.words[i] for i in hits] if hits else []
+
+    def candidates(self, low: str, found: list[str] | None = None) -> list[Rule]:
         """The rules whose keywords occur in `low` (the text lower-cased)."""
-        found = set(self.keywords.findall(low))
-        if not found:
-            return []
-        found.update(
-            other for word in list(found) for other in self._overlaps[word] if other in low
-        )
-        if len(found) == 1:
-            return self._by_keyword[found.pop()]
-        return list(dict.fromkeys(r for word in found for r in self._by_keyword[word]))
+        words = self.found(low) if found is None else found
+        if len(words) == 1:
+            return self._rules_of[words[0]]
+        return list(dict.fromkeys(r for word in words for r in self._rules_of[word]))
 
-    def spans(self, text: str, low: str | None = None) -> list[tuple[int, int, str]]:
+    def spans(
+        self, text: str, low: str | None = None, found: list[str] | None = None
+    ) -> list[tuple[int, int, str]]:
         """(start, end, rule id) of each secret in `text`, sorted, overlaps merged."""
-        rules = self.candidates(text.lower() if low is None else low)
-        found = sorted((s, e, rule.id) for rule in rules for s, e in rule.find(text))
-        merged: list[tuple[int, int, str]] = []
-        for start, end, rid in found:
-            if merged and start < merged[-1][1]:
-                last = merged[-1]
+        rules = self.candidates(text.lower() if low is None else low, found)
+        if not rules:
+            return []
+        subject = text.encode() if text.isascii() else text  # ASCII: the same offsets
+        hits = [(s, e, rule.id) for rule in rules for s, e in rule.find(subject)]
+        if len(hits) < 2:
+            return hits
+        hits.sort()
+        merged = hits[:1]
+        for start, end, rid in hits[1:]:
+            last = merged[-1]
+            if start < last[1]:
                 merged[-1] = (last[0], max(last[1], end), last[2])
             else:
                 merged.append((start, end, rid))
@@ -220,6 +221,6 @@ def load(name: str) -> RuleFile:
 
 
 @cache
-def ruleset() -> RuleSet:
-    """The rule set of the package's rule files, built once."""
-    return RuleSet([load(name) for name in FILES])
+def ruleset(extra: tuple[str, ...] = ()) -> RuleSet:
+    """The rule set of the package's rule files, built once; `extra` words are reported too."""
+    return RuleSet([load(name) for name in FILES], extra)
