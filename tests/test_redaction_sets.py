@@ -76,6 +76,16 @@ def test_bare_provider_tokens_are_kept_out() -> None:
     assert share >= TARGET, (share, [(t["service"], t["secret"][:24]) for t in leaked])
 
 
+@pytest.mark.parametrize(
+    "form", ["It ends the sentence: {}.", "({})", "`{}`", "'{}'", "{}:", "<{}>", "a={}&b=1"]
+)
+def test_bare_tokens_are_kept_out_wherever_prose_puts_them(form: str) -> None:
+    bare = load("bare_tokens.json")
+    leaked = [t for t in bare if t["secret"] in by_lines(form.format(t["secret"]))]
+    share = 1 - len(leaked) / len(bare)
+    assert share >= TARGET, (share, [(t["service"], t["secret"][:24]) for t in leaked])
+
+
 @pytest.mark.parametrize("text", load("control.json"))
 def test_control_text_stays_verbatim(text: str) -> None:
     assert by_lines(text) == text

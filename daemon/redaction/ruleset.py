@@ -25,6 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 FILES = ("gitleaks.toml", "providers.toml")
 MAX_MEM = 64 << 20  # bytes for one compiled pattern: gitleaks' generic rule is large
+# gitleaks ends a token at a quote, a space, `;`, an escaped newline or the end of the text,
+# as in configuration files; an agent's prose also ends one with `.`, `,`, `)`, `:`, `>`...
+SUFFIX = r"""(?:[\x60'"\s;]|\\[nr]|$)"""
+PROSE_SUFFIX = r"""(?:[\x60'"\s;.,:!?)\]}>|&<]|\\[nr]|$)"""
 
 
 class Allowlist(BaseModel):
@@ -119,7 +123,7 @@ class Rule:
 
     def regex(self) -> re2._Regexp:
         if self._regex is None:
-            self._regex = re2.compile(self.spec.regex, _options())
+            self._regex = re2.compile(self.spec.regex.replace(SUFFIX, PROSE_SUFFIX), _options())
             self._allows = self._allows + [_Allow(a) for a in self.spec.allowlists]
         return self._regex
 
