@@ -20,6 +20,7 @@ from tests.model_server import ScriptedModelServer
 
 DATA = Path(__file__).parent / "data" / "redaction"
 TARGET = 0.98
+TASK_TOKEN = "glpat-" + "Zq3vX9kL2mN8pR4tW7yB"  # in the loop's task: run.toml keeps it out
 
 AGENT = """
 import json, pathlib, sys
@@ -72,7 +73,7 @@ def test_labelled_secrets_stay_out_of_state_and_the_judge(
     )
     loop = {
         "repo": str(repo),
-        "task": "Make add() add.",
+        "task": f"Make add() add. Deploy with {TASK_TOKEN} when done.",
         "agent": "printer",
         "done_when": ["python3 -c 'from calc import add; assert add(2, 3) == 5'"],
         "attempt_timeout": "120s",
@@ -106,6 +107,7 @@ def test_labelled_secrets_stay_out_of_state_and_the_judge(
         out = [s for s in secrets if leaked(s, state)]
         assert 1 - len(out) / len(secrets) >= TARGET, (name, len(out), out[:10])
         assert not [s for s in secrets if leaked(s, judge) and not leaked(s, state)]
+    assert not leaked(TASK_TOKEN, state) and not leaked(TASK_TOKEN, judge)
     summary_leaks = [s for s in payload["summary"] if leaked(s, state) or leaked(s, judge)]
     assert summary_leaks == []
     transcripts = "\n".join(text for name, text in files.items() if "transcript" in name)
