@@ -287,10 +287,12 @@ _OPENERS = (">", ":", "=")
 
 def _after_opener(opener: str, text: str) -> str:
     """`text` with what the provider rules find in it as the value of the line before."""
-    joined = f"{opener}\n{text}"
-    offset = len(opener) + 1
+    # In a diff both lines carry the same `+` or `-`: the value is read without it.
+    marker = 1 if text[:1] in ("+", "-") and text[:1] == opener[:1] else 0
+    joined = f"{opener[marker:]}\n{text[marker:]}"
+    offset = len(opener) - marker + 1 - marker
     for start, end, rule in reversed(_rules().spans(joined)):
-        if start >= offset:
+        if start >= offset + marker:
             text = text[: start - offset] + MARK.format(rule) + text[end - offset :]
     return text
 

@@ -124,6 +124,8 @@ def test_a_value_on_the_line_after_its_name_is_caught() -> None:
     token = "Zf3D0LXCM3EIMbgJpUNnkRtOfOueHznB"
     lines = ["<apiToken>", f"    {token}", "</apiToken>"]
     assert token not in by_lines("\n".join(lines))
+    diff = by_lines("\n".join(f"+{line}" for line in lines))  # as diff.patch holds it
+    assert token not in diff and diff.startswith("+<apiToken>\n+    [REDACTED:")
     redactor = Redactor()
     assert [redactor.line(line) for line in ["name:", "  loopd", "x"]] == ["name:", "  loopd", "x"]
 
