@@ -149,6 +149,33 @@ def _assignment(match: re.Match[str]) -> str:
     return match[0][: match.start("value") - match.start()] + MARK.format("secret")
 
 
+_ASSIGNMENT_STARTS = ("key", "token", "credential", "secret", "passw")
+
+
+def _assignments(text: str) -> str:
+    """`_ASSIGNMENT.sub(_assignment, text)`, trying only where a keyword starts."""
+    if not text.isascii():  # lower() may move offsets: the plain scan
+        return _ASSIGNMENT.sub(_assignment, text)
+    low = text.lower()
+    starts = []
+    for word in _ASSIGNMENT_STARTS:
+        at = low.find(word)
+        while at >= 0:
+            starts.append(at)
+            at = low.find(word, at + 1)
+    # Every match starts at a keyword, so matching only there finds what sub() finds, far
+    # faster than sub()'s attempt at every character of a long line.
+    out, done = [], 0
+    for at in sorted(starts):
+        if at < done:
+            continue
+        match = _ASSIGNMENT.match(text, at)
+        if match:
+            out += [text[done:at], _assignment(match)]
+            done = match.end()
+    return "".join(out) + text[done:] if out else text
+
+
 def _flag_before(match: re.Match[str]) -> bool:
     """Whether the keyword ends a command-line option such as `--api-key`."""
     text, start = match.string, match.start()
@@ -202,10 +229,15 @@ def _providers(text: str, low: str, found: list[str] | None = None) -> str:
     return text
 
 
-def _redact_closed(text: str) -> tuple[str, bool]:
-    """Redact `text`; the flag says an unterminated private key block was cut at its end."""
-    low = text.lower()
-    found = _rules().found(low)
+def _redact_closed(
+    text: str, low: str | None = None, found: list[str] | None = None
+) -> tuple[str, bool]:
+    """Redact `text`; the flag says an unterminated private key block was cut at its end.
+
+    `low` and `found`: the text lower-cased and its keywords, when the caller has them.
+    """
+    low = text.lower() if low is None else low
+    found = _rules().found(low) if found is None else found
     if not found:
         return text, False
     words = _TRIGGER_SET.intersection(found)
@@ -239,7 +271,7 @@ def _redact_closed(text: str) -> tuple[str, bool]:
     if not _ASSIGNMENT_SET.isdisjoint(words):
         if "secret" in words:
             text = _AWS_SECRET_NAMED.sub(lambda m: m[1] + MARK.format("aws-secret-key"), text)
-        text = _ASSIGNMENT.sub(_assignment, text)
+        text = _assignments(text)
     if text == original:  # the common case: the provider rules reuse the keyword search
         return _providers(text, low, found), opened
     return _providers(text, text.lower()), opened
@@ -261,12 +293,16 @@ class Redactor:
     def line(self, text: str) -> str:
         """The redacted form of the next line."""
         opener, self._opener = self._opener, ""
-        if text[-1:] in _OPENERS or text[-1:].isspace() and text.rstrip()[-1:] in _OPENERS:
-            tail = text[-200:]
-            if _rules().found(tail.lower()):  # a name a rule keys on, such as `<apiToken>`
-                self._opener = tail
         if opener and text.strip():
             text = _after_opener(opener, text)
+        low = text.lower()
+        found = _rules().found(low)
+        if found and (
+            text[-1:] in _OPENERS or text[-1:].isspace() and text.rstrip()[-1:] in _OPENERS
+        ):
+            tail = text[-200:]
+            if len(text) <= 200 or _rules().found(tail.lower()):
+                self._opener = tail  # it names what a rule keys on, such as `<apiToken>`
         self.touched = self.in_private_key
         prefix = ""
         if self.in_private_key:
@@ -275,7 +311,8 @@ class Redactor:
                 return PRIVATE_KEY_MARK
             self.in_private_key = False
             prefix, text = PRIVATE_KEY_MARK, text[end.end() :]
-        out, opened = _redact_closed(text)
+            low, found = text.lower(), None
+        out, opened = _redact_closed(text, low, found)
         if opened:
             self.in_private_key = self.touched = True
         return prefix + out
