@@ -1,13 +1,15 @@
 """Provider secrets found the way gitleaks finds them: keywords first, then each rule's RE2 pattern.
 
 The rules come from the package's data files: `gitleaks.toml` (gitleaks' own rule set, MIT)
-and `providers.toml` (loopd's rules for tokens an agent prints bare). A text is lower-cased
-once and searched for every rule's keywords with one RE2 alternation; only the rules whose
-keyword occurs run their pattern. A match counts as gitleaks counts it: its secret (the
-rule's secret group, else the first non-empty group) must have more Shannon entropy than the
-rule's floor and must not be allowed by the global or the rule's allowlists (regexes on the
-secret, the match or the line; stopwords). Allowlists that name file paths never apply:
-output has no path. Patterns compile lazily, on a rule's first keyword hit.
+and `providers.toml` (loopd's rules for tokens an agent prints bare, and allowlists it adds
+to gitleaks' rules). A text is lower-cased once and searched for every rule's keywords in
+one pass of an RE2 set; only the rules whose keyword occurs run their pattern. A match
+counts as gitleaks counts it: its secret (the rule's secret group, else the first non-empty
+group) must have more Shannon entropy than the rule's floor and must not be allowed by the
+global or the rule's allowlists (regexes on the secret, the match or the line; stopwords).
+Allowlists that name file paths never apply: output has no path. One change to gitleaks'
+patterns: a token may also end at prose punctuation (PROSE_SUFFIX). Patterns compile
+lazily, on a rule's first keyword hit.
 """
 
 from __future__ import annotations
@@ -182,6 +184,11 @@ class RuleSet:
         for word in self.words:
             self._set.Add(re2.escape(word))
         self._set.Compile()
+        # A set whose automaton outgrew its memory would report nothing, silently: prove
+        # once that every keyword is reported.
+        every = self._set.Match(" ".join(self.words).encode())
+        if sorted(every or []) != list(range(len(self.words))):
+            raise RuntimeError("the redaction keyword set does not report every keyword")
 
     def found(self, low: str) -> list[str]:
         """The keywords (and extra words) that occur in `low`, the text lower-cased."""
