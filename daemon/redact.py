@@ -297,9 +297,7 @@ class Redactor:
             text = _after_opener(opener, text)
         low = text.lower()
         found = _rules().found(low)
-        if found and (
-            text[-1:] in _OPENERS or text[-1:].isspace() and text.rstrip()[-1:] in _OPENERS
-        ):
+        if found and (text[-1:] in _OPENERS or text[-1:].isspace()) and _opens(text):
             tail = text[-200:]
             if len(text) <= 200 or _rules().found(tail.lower()):
                 self._opener = tail  # it names what a rule keys on, such as `<apiToken>`
@@ -320,6 +318,18 @@ class Redactor:
 
 # A line ending so may name a value the next line holds (`<apiToken>`, `password:`, `KEY =`).
 _OPENERS = (">", ":", "=")
+
+
+def _opens(text: str) -> bool:
+    """Whether `text` ends with a name whose value may follow: `<apiToken>`, `"key":`, `PW =`."""
+    end = text.rstrip()
+    if end.endswith(">"):
+        name = end[end.rfind("<") + 1 : -1]  # an element's name, not `<a@b.c>` or `-> x>`
+        return name.replace("_", "a").replace("-", "a").replace(".", "a").isalnum()
+    if end[-1:] not in (":", "="):
+        return False
+    before = end.rstrip(":=").rstrip().rstrip("\"'")
+    return before[-1:].isalnum() or before[-1:] == "_"  # not `def f() -> dict[str, int]:`
 
 
 def _after_opener(opener: str, text: str) -> str:
