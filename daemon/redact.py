@@ -154,6 +154,8 @@ _ASSIGNMENT_STARTS = ("key", "token", "credential", "secret", "passw")
 
 def _assignments(text: str) -> str:
     """`_ASSIGNMENT.sub(_assignment, text)`, trying only where a keyword starts."""
+    if "=" not in text and ":" not in text and "--" not in text:
+        return text  # no `name=`, `name:` nor `--name value`: prose that names a key
     if not text.isascii():  # lower() may move offsets: the plain scan
         return _ASSIGNMENT.sub(_assignment, text)
     low = text.lower()
