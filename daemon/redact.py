@@ -295,14 +295,6 @@ class Redactor:
     def line(self, text: str) -> str:
         """The redacted form of the next line."""
         opener, self._opener = self._opener, ""
-        if opener and text.strip():
-            text = _after_opener(opener, text)
-        low = text.lower()
-        found = _rules().found(low)
-        if found and (text[-1:] in _OPENERS or text[-1:].isspace()) and _opens(text):
-            tail = text[-200:]
-            if len(text) <= 200 or _rules().found(tail.lower()):
-                self._opener = tail  # it names what a rule keys on, such as `<apiToken>`
         self.touched = self.in_private_key
         prefix = ""
         if self.in_private_key:
@@ -311,7 +303,14 @@ class Redactor:
                 return PRIVATE_KEY_MARK
             self.in_private_key = False
             prefix, text = PRIVATE_KEY_MARK, text[end.end() :]
-            low, found = text.lower(), None
+        elif opener and text.strip():
+            text = _after_opener(opener, text)
+        low = text.lower()
+        found = _rules().found(low)
+        if found and (text[-1:] in _OPENERS or text[-1:].isspace()) and _opens(text):
+            tail = text[-200:]
+            if len(text) <= 200 or _rules().found(tail.lower()):
+                self._opener = tail  # it names what a rule keys on, such as `<apiToken>`
         out, opened = _redact_closed(text, low, found)
         if opened:
             self.in_private_key = self.touched = True
