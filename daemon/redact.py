@@ -2,11 +2,14 @@
 
 `redact(text)` replaces each secret with a marker such as `[REDACTED:aws-access-key]`.
 It runs on every transcript line, so a text without any of the cheap trigger substrings
-(`AKIA`, `ghp_`, `sk-`, `xox`, `-----BEGIN`, `key`, `token`, `secret`, `passw`, ...) is
-returned after one regex scan. `Redactor` does the same for text fed line by line and
-remembers when it is inside a PEM private key block that spans lines.
+(`AKIA`, `ghp_`, `sk-`, `xox`, `-----BEGIN`, `key`, `token`, `secret`, `passw`, ...) nor
+any keyword of the provider rules is returned after one RE2 scan. `Redactor` does the same
+for text fed line by line; it remembers when it is inside a PEM private key block that spans
+lines, and reads a value on the line after its name (`<apiToken>` then the token).
 
 What counts as a secret:
+- the provider rules of `daemon/redaction/` (gitleaks' rule set and loopd's own, found by
+  keyword, pattern and entropy: `daemon.redaction.ruleset`), each marked with its rule id;
 - provider tokens recognized by their shape: AWS access key ids, GitHub, OpenAI, Anthropic
   and Slack tokens, Slack webhooks;
 - PEM private key blocks, whole (an unterminated block is cut to the end of the text);
@@ -28,28 +31,30 @@ import re
 from collections import Counter
 from typing import Any
 
+from daemon.redaction.ruleset import RuleSet, ruleset
+
 MARK = "[REDACTED:{}]"
 PRIVATE_KEY_MARK = "[REDACTED:private-key]"
 
-# Literals (lowercase) of which every secret we recognize contains one: a line with none of
-# them costs one lower() and a few substring searches.
-_TRIGGERS = (
-    "key",
-    "token",
-    "secret",
-    "passw",
-    "credential",
-    "-----begin",
-    "sk-",
-    "xox",
-    "gh",
-    "://",
-    "bearer",
-    "ia",
-)
 _ASSIGNMENT_WORDS = ("key", "token", "secret", "passw", "credential")
 _AWS_PREFIXES = ("AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "APKA")
 _GITHUB_PREFIXES = ("ghp_", "gho_", "ghs_", "ghu_", "ghr_", "github_pat_")
+_AWS_WORDS = frozenset(p.lower() for p in _AWS_PREFIXES)
+_GITHUB_WORDS = frozenset(_GITHUB_PREFIXES)
+_ASSIGNMENT_SET = frozenset(_ASSIGNMENT_WORDS)
+# Literals (lowercase) of which every secret the hand-written rules recognize contains one;
+# the provider rules' keyword search reports them too, so a line with none costs one search.
+_TRIGGERS = (
+    *_ASSIGNMENT_WORDS,
+    *_AWS_WORDS,
+    *_GITHUB_WORDS,
+    "-----begin",
+    "sk-",
+    "xox",
+    "://",
+    "bearer",
+)
+_TRIGGER_SET = frozenset(_TRIGGERS)
 
 _PEM_BEGIN = re.compile(r"-----BEGIN ((?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?)-----")
 _PEM_END = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
@@ -112,8 +117,12 @@ def _entropy(value: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
+# `key="ClearTextPassword"`: a CamelCase name is a key's name, not a random key.
+_CAMEL_WORDS = re.compile(r"^[A-Za-z][a-z]+(?:[A-Z][a-z]+)+$")
+
+
 def _high_entropy(value: str) -> bool:
-    if len(value) < 16 or _REFERENCE.search(value):
+    if len(value) < 16 or _REFERENCE.search(value) or _CAMEL_WORDS.match(value):
         return False
     has_digit = any(c.isdigit() for c in value)
     has_alpha = any(c.isalpha() for c in value)
@@ -138,6 +147,35 @@ def _assignment(match: re.Match[str]) -> str:
     if not secret:
         return match[0]
     return match[0][: match.start("value") - match.start()] + MARK.format("secret")
+
+
+_ASSIGNMENT_STARTS = ("key", "token", "credential", "secret", "passw")
+
+
+def _assignments(text: str) -> str:
+    """`_ASSIGNMENT.sub(_assignment, text)`, trying only where a keyword starts."""
+    if "=" not in text and ":" not in text and "--" not in text:
+        return text  # no `name=`, `name:` nor `--name value`: prose that names a key
+    if not text.isascii():  # lower() may move offsets: the plain scan
+        return _ASSIGNMENT.sub(_assignment, text)
+    low = text.lower()
+    starts = []
+    for word in _ASSIGNMENT_STARTS:
+        at = low.find(word)
+        while at >= 0:
+            starts.append(at)
+            at = low.find(word, at + 1)
+    # Every match starts at a keyword, so matching only there finds what sub() finds, far
+    # faster than sub()'s attempt at every character of a long line.
+    out, done = [], 0
+    for at in sorted(starts):
+        if at < done:
+            continue
+        match = _ASSIGNMENT.match(text, at)
+        if match:
+            out += [text[done:at], _assignment(match)]
+            done = match.end()
+    return "".join(out) + text[done:] if out else text
 
 
 def _flag_before(match: re.Match[str]) -> bool:
@@ -169,41 +207,76 @@ def _bearer(match: re.Match[str]) -> str:
     return match[0]
 
 
-def _redact_closed(text: str) -> tuple[str, bool]:
-    """Redact `text`; the flag says an unterminated private key block was cut at its end."""
-    low = text.lower()
-    if not any(word in low for word in _TRIGGERS):
+def _rules() -> RuleSet:
+    """The provider rules, whose keyword search also reports the triggers above."""
+    global _RULES
+    if _RULES is None:  # built on first use: a command that never redacts never reads them
+        _RULES = ruleset(_TRIGGERS)
+    return _RULES
+
+
+_RULES: RuleSet | None = None
+
+
+def _providers(text: str, low: str, found: list[str] | None = None) -> str:
+    """`text` with the provider rules' secrets replaced by markers."""
+    for _ in range(3):  # a multi-line rule may match again around a marker: redact it too
+        spans = _rules().spans(text, low, found)
+        found = None
+        if not spans:
+            break
+        for start, end, rule in reversed(spans):
+            text = text[:start] + MARK.format(rule) + text[end:]
+        low = text.lower()
+    return text
+
+
+def _redact_closed(
+    text: str, low: str | None = None, found: list[str] | None = None
+) -> tuple[str, bool]:
+    """Redact `text`; the flag says an unterminated private key block was cut at its end.
+
+    `low` and `found`: the text lower-cased and its keywords, when the caller has them.
+    """
+    low = text.lower() if low is None else low
+    found = _rules().found(low) if found is None else found
+    if not found:
         return text, False
-    opened = False
-    if "-----begin" in low:
+    words = _TRIGGER_SET.intersection(found)
+    if not words:
+        return _providers(text, low, found), False
+    original, opened = text, False
+    if "-----begin" in words:
         text = _PEM_BLOCK.sub(PRIVATE_KEY_MARK, text)
         begin = _PEM_BEGIN.search(text)
         if begin:
             text = text[: begin.start()] + PRIVATE_KEY_MARK
             opened = True
-    if any(prefix in text for prefix in _AWS_PREFIXES):
-        text, found = _AWS_KEY_ID.subn(MARK.format("aws-access-key"), text)
-        if found:
+    if not _AWS_WORDS.isdisjoint(words):
+        text, ids = _AWS_KEY_ID.subn(MARK.format("aws-access-key"), text)
+        if ids:
             text = _BASE64_40.sub(
                 lambda m: MARK.format("aws-secret-key") if _high_entropy(m[0]) else m[0], text
             )
-    if any(prefix in text for prefix in _GITHUB_PREFIXES):
+    if not _GITHUB_WORDS.isdisjoint(words):
         text = _GITHUB.sub(MARK.format("github-token"), text)
-    if "sk-" in text:
+    if "sk-" in words:
         text = _ANTHROPIC.sub(MARK.format("anthropic-key"), text)
         text = _OPENAI.sub(_openai, text)
-    if "xox" in text:
+    if "xox" in words:
         text = _SLACK.sub(MARK.format("slack-token"), text)
-    if "://" in text:
+    if "://" in words:
         text = _SLACK_WEBHOOK.sub(MARK.format("slack-webhook"), text)
         text = _URL_PASSWORD.sub(_url_password, text)
-    if "bearer" in low:
+    if "bearer" in words:
         text = _BEARER.sub(_bearer, text)
-    if any(word in low for word in _ASSIGNMENT_WORDS):
-        if "secret" in low:
+    if not _ASSIGNMENT_SET.isdisjoint(words):
+        if "secret" in words:
             text = _AWS_SECRET_NAMED.sub(lambda m: m[1] + MARK.format("aws-secret-key"), text)
-        text = _ASSIGNMENT.sub(_assignment, text)
-    return text, opened
+        text = _assignments(text)
+    if text == original:  # the common case: the provider rules reuse the keyword search
+        return _providers(text, low, found), opened
+    return _providers(text, text.lower()), opened
 
 
 def redact(text: str) -> str:
@@ -217,9 +290,11 @@ class Redactor:
     def __init__(self) -> None:
         self.in_private_key = False
         self.touched = False  # the last line was part of a multi-line private key block
+        self._opener = ""  # the last line, when it ends as a name whose value may follow
 
     def line(self, text: str) -> str:
         """The redacted form of the next line."""
+        opener, self._opener = self._opener, ""
         self.touched = self.in_private_key
         prefix = ""
         if self.in_private_key:
@@ -228,10 +303,46 @@ class Redactor:
                 return PRIVATE_KEY_MARK
             self.in_private_key = False
             prefix, text = PRIVATE_KEY_MARK, text[end.end() :]
-        out, opened = _redact_closed(text)
+        elif opener and text.strip():
+            text = _after_opener(opener, text)
+        low = text.lower()
+        found = _rules().found(low)
+        if found and (text[-1:] in _OPENERS or text[-1:].isspace()) and _opens(text):
+            tail = text[-200:]
+            if len(text) <= 200 or _rules().found(tail.lower()):
+                self._opener = tail  # it names what a rule keys on, such as `<apiToken>`
+        out, opened = _redact_closed(text, low, found)
         if opened:
             self.in_private_key = self.touched = True
         return prefix + out
+
+
+# A line ending so may name a value the next line holds (`<apiToken>`, `password:`, `KEY =`).
+_OPENERS = (">", ":", "=")
+
+
+def _opens(text: str) -> bool:
+    """Whether `text` ends with a name whose value may follow: `<apiToken>`, `"key":`, `PW =`."""
+    end = text.rstrip()
+    if end.endswith(">"):
+        name = end[end.rfind("<") + 1 : -1]  # an element's name, not `<a@b.c>` or `-> x>`
+        return name.replace("_", "a").replace("-", "a").replace(".", "a").isalnum()
+    if end[-1:] not in (":", "="):
+        return False
+    before = end.rstrip(":=").rstrip().rstrip("\"'")
+    return before[-1:].isalnum() or before[-1:] == "_"  # not `def f() -> dict[str, int]:`
+
+
+def _after_opener(opener: str, text: str) -> str:
+    """`text` with what the provider rules find in it as the value of the line before."""
+    # In a diff both lines carry the same `+` or `-`: the value is read without it.
+    marker = 1 if text[:1] in ("+", "-") and text[:1] == opener[:1] else 0
+    joined = f"{opener[marker:]}\n{text[marker:]}"
+    offset = len(opener) - marker + 1 - marker
+    for start, end, rule in reversed(_rules().spans(joined)):
+        if start >= offset + marker:
+            text = text[: start - offset] + MARK.format(rule) + text[end - offset :]
+    return text
 
 
 _SECRET_NAME_WORDS = ("key", "token", "secret", "passw", "credential")

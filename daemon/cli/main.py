@@ -28,6 +28,7 @@ GROUP_ORDER = {
     "escalations": 5,
     "report": 6,
     "notify": 6,
+    "redact": 6.5,
     "systemd": 7,
 }
 

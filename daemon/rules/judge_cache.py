@@ -13,6 +13,7 @@ import json
 import threading
 from pathlib import Path
 
+from daemon.redact import redact
 from daemon.regularfile import STATE_MAX, read_regular
 from daemon.rules.rulefile import Rule
 from daemon.state.atomic import write_atomic
@@ -69,7 +70,10 @@ class JudgeCache:
             while len(self._tasks) > self.max_tasks:
                 self._tasks.pop(next(iter(self._tasks)))
             if self.path is not None:
-                write_atomic(self.path, json.dumps({"tasks": self._tasks}))
+                # The file under state/ keeps tasks redacted (a lookup of a task with a secret
+                # then misses it and asks again); in memory they stay as asked.
+                tasks = {redact(task): entry for task, entry in self._tasks.items()}
+                write_atomic(self.path, json.dumps({"tasks": tasks}))
 
     def vector(self, rule: Rule) -> list[float] | None:
         return self._vectors.get((rule.id, rule.version))

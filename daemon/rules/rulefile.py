@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from daemon.config.errors import explain
+from daemon.redact import redact
 
 RULES_REFERENCE = "docs/rules.md"
 
@@ -210,8 +211,21 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"cannot write {type(value).__name__} as TOML")
 
 
+def _redacted(rule: Rule) -> Rule:
+    """The rule with its texts redacted: rule files are shared between homes and machines."""
+    # Not the trigger patterns: a pattern is code, and a marker in it would change what fires.
+    return rule.model_copy(
+        update={
+            key: redact(getattr(rule, key))
+            for key in ("rule", "why", "how_to_apply", "trigger_intent", "source_task", "reason")
+        }
+        | {"evidence": [e.model_copy(update={"quote": redact(e.quote)}) for e in rule.evidence]}
+    )
+
+
 def dump_rule(rule: Rule, exclude: tuple[str, ...] = ()) -> str:
-    """The rule as its file's text."""
+    """The rule as its file's text, its texts redacted."""
+    rule = _redacted(rule)
     data = rule.model_dump(mode="python")
     lines = [FENCE]
     for key in FRONT_KEYS:

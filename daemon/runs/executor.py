@@ -12,7 +12,7 @@ import os
 from typing import NoReturn
 
 from daemon.config import Loop
-from daemon.redact import redact_value
+from daemon.redact import redact, redact_value
 from daemon.runs import decisions
 from daemon.runs.attempt import Attempt, CheckedCommit, commit_attempt
 from daemon.runs.confinement import SandboxUnavailable
@@ -72,7 +72,7 @@ def new_run(
     run = RunRecord(
         id=pending.id,
         loop=loop.name,
-        task=loop.config.task,
+        task=redact(loop.config.task),  # run.toml, commit messages and notes leave the machine
         trigger=RunTrigger.model_validate(redact_value(pending.run_trigger().model_dump())),
         started=services.clock(),
         phase="preparing",

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.config import Loop
+from daemon.redact import redact
 from daemon.regularfile import STATE_MAX, read_regular
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
@@ -262,7 +263,7 @@ def defer_lesson(
         attempt=n,
         kind_hint=kind_hint or "",
         created=services.clock(),
-        last_error=error[:300],
+        last_error=redact(error)[:300],
     )
     write_atomic(path, dump_toml(lesson))
     return path
@@ -301,7 +302,7 @@ def retry_deferred_lessons(services: RunServices, limit: int | None = None) -> i
                 result = _post_mortem(services, client, run, attempt, lesson.kind_hint or None)
             except ModelUnavailable as exc:
                 lesson.tries += 1
-                lesson.last_error = str(exc)[:300]
+                lesson.last_error = redact(str(exc))[:300]
                 write_atomic(path, dump_toml(lesson))
                 break
             path.unlink(missing_ok=True)
