@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
-from daemon.state.records import AttemptRecord, Cause, violation_cause
+from daemon.state.records import AttemptRecord, Cause, RunRecord, violation_cause
 
 StopWhy = Literal["cancelled", "interrupted"]
 
@@ -21,6 +21,34 @@ class Ending(NamedTuple):
     outcome: str
     reason: str
     cause: Cause
+
+
+def records_target(isolation: str) -> bool:
+    """Whether a run fixes its landing target at its start (a run in place has no branch)."""
+    return isolation != "in-place"
+
+
+def retry_base(run: RunRecord, earlier: RunRecord | None) -> str:
+    """The ref a retry starts from: the earlier run's branch; "" when there is none to build on."""
+    if run.trigger.kind != "retry" or earlier is None or earlier.id != run.trigger.retry_of:
+        return ""
+    if earlier.isolation == "in-place" or not earlier.branch:
+        return ""  # an in-place run's branch is the person's own, not its work
+    return f"refs/heads/{earlier.branch}"
+
+
+def builds_on_last_success(build_on: str, isolation: str) -> bool:
+    """Whether the run looks for the loop's last succeeded, not landed run to start from."""
+    return build_on == "last-success" and isolation != "in-place"
+
+
+def refused_by_rule(refuse: str, escalate: str) -> Ending | None:
+    """The ending a `refuse` or `escalate` rule chosen for the run gives it before any agent."""
+    if refuse:
+        return Ending("refused", f"refused by rule {refuse}", Cause.REFUSED)
+    if escalate:
+        return Ending("escalated", f"rule {escalate} asks for a person first", Cause.RULE_ESCALATE)
+    return None
 
 
 def success_reason(attempt: AttemptRecord) -> str:

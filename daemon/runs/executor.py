@@ -236,18 +236,15 @@ class RunExecutor:
         )
         self.tree.sandbox = run.sandbox
         record_tree(run, self.tree)
-        run.built_on = start.built_on
         self.journal.save()
         self._setup_and_skip()
         if not run.without("rules"):
             self.rules = select_rules_for_run(self.services, self.loop, run)
         run.rules_fired = list(self.rules.rule_ids)
         self.journal.save()
-        if self.rules.refuse:
-            self._end("refused", f"refused by rule {self.rules.refuse}", Cause.REFUSED)
-        if self.rules.escalate:
-            why = f"rule {self.rules.escalate} asks for a person first"
-            self._end("escalated", why, Cause.RULE_ESCALATE)
+        ending = decisions.refused_by_rule(self.rules.refuse, self.rules.escalate)
+        if ending is not None:
+            self._end(*ending)
 
     def _sandbox(self) -> None:
         """Say which sandbox the run's processes get; a refused run ends here."""
@@ -257,28 +254,10 @@ class RunExecutor:
 
     def _start_point(self) -> StartPoint:
         """The base the run starts from (a retry's, `build_on`'s); its landing target."""
-        from daemon.runs.startpoint import last_success, record_target
+        from daemon.runs.startpoint import start_point
         from daemon.runs.tree import locate_user
 
-        run, cfg = self.run, self.cfg
-        user = locate_user(cfg.repo_path)
-        if cfg.isolation != "in-place":
-            record_target(run, user, cfg)
-        if run.trigger.kind == "retry" and run.trigger.retry_of:
-            base = self._retry_base(run.trigger.retry_of)
-            if base:
-                earlier = self.services.store.load_run(run.trigger.retry_of)
-                return StartPoint(base, [*earlier.built_on])
-        if cfg.build_on == "last-success" and cfg.isolation != "in-place":
-            try:
-                base_commit = user.resolve(cfg.base)
-            except GitError:
-                return StartPoint(cfg.base)  # preparing the tree says what is wrong with it
-            found = last_success(self.services.store, user, self.loop.name, run.id, base_commit)
-            if found is not None:
-                self.journal.event("build_on", run_built_on=found.built_on[0], base=found.base)
-                return found
-        return StartPoint(cfg.base)
+        return start_point(self.journal, locate_user(self.cfg.repo_path), self.cfg)
 
     def _setup_and_skip(self) -> None:
         """`setup` in the run's tree, then `done_when` where it starts: done already, skipped."""
@@ -317,23 +296,6 @@ class RunExecutor:
         message = commit_message(self.run, attempt.n, attempt_state(attempt))
         attempt.head_commit = relabel(self.journal, self.tree, attempt.head_commit, message)
         self.journal.save()
-
-    def _retry_base(self, retry_of: str) -> str | None:
-        """A retry builds on what the earlier run's branch holds, when it still exists."""
-        try:
-            earlier = self.services.store.load_run(retry_of)
-        except (OSError, ValueError):
-            return None
-        if earlier.isolation == "in-place" or not earlier.branch:
-            return None
-        from daemon.runs.userrepo import UserRepo
-
-        ref = f"refs/heads/{earlier.branch}"
-        try:
-            found = UserRepo.locate(self.cfg.repo_path).ref(ref)
-        except GitError:
-            return None
-        return ref if found else None
 
     def _commit(self, attempt: AttemptRecord) -> str:
         assert self.tree is not None

@@ -1,0 +1,54 @@
+"""One run lifecycle on both engines: a retry's base and landing, learning after a pass.
+
+Each test runs on the local engine and on Temporal (tests/test_engines.py's fixtures), as real
+`loopd` processes on real repositories.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.helpers import git, wait_for
+from tests.machines import Machine
+from tests.test_engines import FIX, engine, finished, machines, make_machine, script_agent
+
+__all__ = ["engine", "machines"]  # fixtures, imported for pytest
+
+# The agent leaves half its work the first time; finds it on its branch and finishes it then.
+STEPWISE = (
+    "import pathlib\n"
+    "if pathlib.Path('progress.txt').exists():\n"
+    "    " + FIX.replace("; ", "\n    ") + "\n"
+    "else:\n"
+    "    pathlib.Path('progress.txt').write_text('half done\\n')\n"
+)
+
+
+def settled(machine: Machine, count: int) -> list[dict[str, Any]]:
+    """The runs, once `count` have ended and finished (landing included)."""
+    found = finished(machine, count)
+    return found if all("event" in r.get("finish_done", []) for r in found) else []
+
+
+def test_a_retry_builds_on_the_escalated_runs_branch_and_lands_on_the_target(
+    tmp_path: Path, engine: str, machines: list
+) -> None:
+    machine = make_machine(tmp_path, engine, script_agent(STEPWISE), land="merge")
+    machines.append(machine)
+    machine.start("run")
+    proc = machine.loopd("trigger", "calc", "--wait")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    first = proc.stdout.splitlines()[0]
+    resolved = machine.loopd("escalations", "resolve", first, "--retry")
+    assert resolved.returncode == 0, resolved.stderr
+    retry_id = resolved.stdout.splitlines()[1]
+    done = wait_for(lambda: settled(machine, 2), timeout=90, what="the retry landed")
+    (retry,) = [r for r in done if r["id"] == retry_id]
+    assert (retry["outcome"], retry["trigger"]["retry_of"]) == ("succeeded", first)
+    assert (retry["land"], retry["target"]) == ("merge", "main")
+    assert retry["landed"] is True, retry.get("landing")
+    assert "a + b" in git(machine.repo, "show", "main:calc.py")
+    assert git(machine.repo, "show", "main:progress.txt") == "half done"
+    assert len(machine.runs()) == 2
+    assert machine.stop() == 0
