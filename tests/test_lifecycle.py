@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import git, wait_for
-from tests.machines import Machine
-from tests.test_engines import FIX, engine, finished, machines, make_machine, script_agent
+from tests.machines import Machine, engine_toml
+from tests.test_engines import FIX, IDLE, engine, finished, machines, make_machine, script_agent
 
 __all__ = ["engine", "machines"]  # fixtures, imported for pytest
 
@@ -52,3 +52,30 @@ def test_a_retry_builds_on_the_escalated_runs_branch_and_lands_on_the_target(
     assert git(machine.repo, "show", "main:progress.txt") == "half done"
     assert len(machine.runs()) == 2
     assert machine.stop() == 0
+
+
+def test_a_worker_on_the_homes_own_home_leaves_its_inbox_to_loopd_run(
+    tmp_path: Path, temporal: Any, machines: list
+) -> None:
+    server, namespace = temporal
+    machine = make_machine(tmp_path, engine_toml(server.address, namespace), script_agent(IDLE))
+    machines.append(machine)
+    machine.start("run")
+    machine.start("worker")
+    proc = machine.loopd("trigger", "calc", "--wait")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    first = proc.stdout.splitlines()[0]
+    # The request is a file in the home's inbox, which both processes watch.
+    resolved = machine.loopd("escalations", "resolve", first, "--retry")
+    assert resolved.returncode == 0, resolved.stderr
+    retry_id = resolved.stdout.splitlines()[1]
+    wait_for(lambda: settled(machine, 2), timeout=120, what="the retry")
+    assert not list((machine.home / "state" / "inbox").glob("*.json"))
+    (asked,) = machine.events("escalation_resolved")
+    taken = [e for e in machine.events("trigger") if e.get("inbox") == asked["trigger"]]
+    assert [e["run"] for e in taken] == [retry_id]
+    retries = [r["id"] for r in machine.runs() if r["trigger"]["kind"] == "retry"]
+    assert retries == [retry_id] and len(machine.runs()) == 2
+    for proc in reversed(machine.procs):
+        proc.terminate()
+        assert proc.wait(timeout=60) == 0
