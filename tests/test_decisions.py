@@ -57,3 +57,27 @@ def test_success_says_whether_a_model_judged() -> None:
     )
     judged = attempt(1, judged=True, score=8)
     assert decisions.success_reason(judged) == "checks pass and score 8 on attempt 1"
+
+
+def test_a_failing_step_ends_the_run_with_the_same_cause_on_both_engines() -> None:
+    from temporalio.exceptions import ApplicationError
+
+    from daemon.engine.temporal.runflow import _failed
+    from daemon.engine.temporal.workerside import failure
+    from daemon.runs.confinement import SandboxUnavailable
+    from daemon.runs.git import GitError, GitTimeout
+    from daemon.runs.tree import TreeError
+
+    cases = [
+        (TreeError("no repository at /x"), Cause.SETUP_FAILED),
+        (SandboxUnavailable("bubblewrap cannot start"), Cause.SANDBOX_UNAVAILABLE),
+        (GitError(["push"], 1, "rejected"), Cause.GIT_FAILED),
+        (GitTimeout(["fetch"], 30), Cause.GIT_FAILED),  # a GitError, by its class
+        (ValueError("bad value"), Cause.LOOPD_ERROR),
+    ]
+    for exc, cause in cases:
+        local = decisions.failed(exc)
+        sent = failure(exc)  # what a worker's step raises
+        on_temporal = _failed(ApplicationError(sent.message, type=sent.type))
+        assert local.cause == on_temporal.cause == cause, exc
+        assert local.reason == on_temporal.reason and str(exc)[:20] in local.reason, exc

@@ -23,6 +23,50 @@ class Ending(NamedTuple):
     cause: Cause
 
 
+# The cause a step that raised ends the run with, by the exception's class name: a worker's
+# failure crosses the engine as that name, so both engines read this one table.
+FAILURE_CAUSES: dict[str, Cause] = {
+    "SetupFailed": Cause.SETUP_FAILED,  # a worker's `setup` (the local engine ends that itself)
+    "TreeError": Cause.SETUP_FAILED,
+    "SandboxUnavailable": Cause.SANDBOX_UNAVAILABLE,
+    "GitError": Cause.GIT_FAILED,
+    "GitTimeout": Cause.GIT_FAILED,  # a GitError; named for a home step's failure, sent by name
+}
+OTHER_FAILURE = "LoopdError"
+
+
+def failure_kind(exc: BaseException) -> str:
+    """The table's name for the exception's class or its nearest base; else OTHER_FAILURE."""
+    for cls in type(exc).__mro__:
+        if cls.__name__ in FAILURE_CAUSES:
+            return cls.__name__
+    return OTHER_FAILURE
+
+
+def failure_message(exc: BaseException) -> str:
+    """What the exception says; an unexpected one says its class too."""
+    if failure_kind(exc) == OTHER_FAILURE:
+        return f"{type(exc).__name__}: {exc}"
+    return str(exc)
+
+
+def failure_ending(kind: str, message: str) -> Ending:
+    """How a run ends on a step that raised `kind` (a table name, or a class name)."""
+    cause = FAILURE_CAUSES.get(kind, Cause.LOOPD_ERROR)
+    if cause == Cause.GIT_FAILED:
+        return Ending("error", f"git failed: {message[:300]}", cause)
+    if cause != Cause.LOOPD_ERROR:
+        return Ending("error", message[:1000], cause)
+    if kind and kind != OTHER_FAILURE and not message.startswith(f"{kind}: "):
+        message = f"{kind}: {message}"
+    return Ending("error", message[:400], cause)
+
+
+def failed(exc: BaseException) -> Ending:
+    """How a run ends on a step that raised `exc`."""
+    return failure_ending(failure_kind(exc), failure_message(exc))
+
+
 def records_target(isolation: str) -> bool:
     """Whether a run fixes its landing target at its start (a run in place has no branch)."""
     return isolation != "in-place"

@@ -15,7 +15,6 @@ from daemon.config import Loop
 from daemon.redact import redact_value
 from daemon.runs import decisions
 from daemon.runs.attempt import Attempt, CheckedCommit, commit_attempt
-from daemon.runs.confinement import SandboxUnavailable
 from daemon.runs.finish import (
     end_without_agent,
     finish_interrupted,
@@ -23,7 +22,6 @@ from daemon.runs.finish import (
     kill_run_leftovers,
     locate_worktree,
 )
-from daemon.runs.git import GitError
 from daemon.runs.journal import RunJournal
 from daemon.runs.learning import (
     RuleChoice,
@@ -35,7 +33,7 @@ from daemon.runs.services import RunServices
 from daemon.runs.slots import take_slot
 from daemon.runs.startpoint import StartPoint
 from daemon.runs.stop import RunStopped, StopToken
-from daemon.runs.tree import RunTree, TreeError, prepare_tree, record_tree, reopen_tree
+from daemon.runs.tree import RunTree, prepare_tree, record_tree, reopen_tree
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir
 from daemon.state.records import (
@@ -149,16 +147,11 @@ class RunExecutor:
             ending = decisions.stopped(stopped.why, self.run.phase, self.run.trigger.kind)
             if ending is not None:
                 self._finish(*ending)
-        except TreeError as exc:
-            self._finish("error", str(exc), Cause.SETUP_FAILED)
-        except SandboxUnavailable as exc:
-            self._finish("error", str(exc)[:1000], Cause.SANDBOX_UNAVAILABLE)
-        except GitError as exc:  # a git timeout included
-            self.journal.event("run_error", error=f"{type(exc).__name__}: {exc}"[:1000])
-            self._finish("error", f"git failed: {str(exc)[:300]}", Cause.GIT_FAILED)
         except Exception as exc:  # noqa: BLE001 - a run must end with an outcome, not a crash
-            self.journal.event("run_error", error=f"{type(exc).__name__}: {exc}"[:1000])
-            self._finish("error", f"{type(exc).__name__}: {str(exc)[:300]}", Cause.LOOPD_ERROR)
+            ending = decisions.failed(exc)
+            if ending.cause in (Cause.GIT_FAILED, Cause.LOOPD_ERROR):
+                self.journal.event("run_error", error=f"{type(exc).__name__}: {exc}"[:1000])
+            self._finish(*ending)
         finally:
             self.stop.close()
         return self.run

@@ -82,26 +82,15 @@ def _lost(exc: BaseException) -> bool:
 
 
 def _failed(exc: BaseException) -> EndOfRun:
-    """A step that failed: `error`, with the cause its type names."""
+    """A step that failed: `error`, with the cause its type names (decisions' one table)."""
     kind, message, details = "", str(exc), ()
     for cause in _causes(exc):
         if isinstance(cause, ApplicationError):
             kind, message, details = cause.type or "", cause.message, cause.details
+    ending = _end(decisions.failure_ending(kind, message))
     if kind == "SetupFailed":  # the worker's setup.log tail comes along, for the escalation
-        log = str(details[0]) if details else ""
-        return EndOfRun(
-            outcome="error", reason=message[:1000], cause=Cause.SETUP_FAILED, setup_log=log
-        )
-    if kind == "TreeError":
-        return EndOfRun(outcome="error", reason=message[:300], cause=Cause.SETUP_FAILED)
-    if kind == "SandboxUnavailable":
-        reason = message.partition(": ")[2] or message
-        return EndOfRun(outcome="error", reason=reason[:1000], cause=Cause.SANDBOX_UNAVAILABLE)
-    if kind == "GitError":
-        return EndOfRun(
-            outcome="error", reason=f"git failed: {message[:300]}", cause=Cause.GIT_FAILED
-        )
-    return EndOfRun(outcome="error", reason=message[:300], cause=Cause.LOOPD_ERROR)
+        ending.setup_log = str(details[0]) if details else ""
+    return ending
 
 
 def _end(ending: decisions.Ending) -> EndOfRun:
