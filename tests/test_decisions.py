@@ -81,3 +81,10 @@ def test_a_failing_step_ends_the_run_with_the_same_cause_on_both_engines() -> No
         on_temporal = _failed(ApplicationError(sent.message, type=sent.type))
         assert local.cause == on_temporal.cause == cause, exc
         assert local.reason == on_temporal.reason and str(exc)[:20] in local.reason, exc
+
+
+def test_learning_follows_every_judged_attempt_and_a_post_mortem_all_but_a_first_try_pass() -> None:
+    assert decisions.learns(experiment=False) and not decisions.learns(experiment=True)
+    assert decisions.post_mortem_after(passed=False, n=1)
+    assert decisions.post_mortem_after(passed=True, n=2)
+    assert not decisions.post_mortem_after(passed=True, n=1)

@@ -6,6 +6,7 @@ Each test runs on the local engine and on Temporal (tests/test_engines.py's fixt
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,41 @@ def test_a_retry_builds_on_the_escalated_runs_branch_and_lands_on_the_target(
     assert "a + b" in git(machine.repo, "show", "main:calc.py")
     assert git(machine.repo, "show", "main:progress.txt") == "half done"
     assert len(machine.runs()) == 2
+    assert machine.stop() == 0
+
+
+def test_a_first_try_pass_takes_up_lessons_deferred_while_the_model_was_down(
+    tmp_path: Path, engine: str, machines: list, model_server: Any
+) -> None:
+    from daemon.runs.learning import DEFERRED, DeferredLesson
+    from daemon.state.store import dump_toml
+    from tests.test_learning_e2e import AGREES, default_reply
+
+    model_server.script(default_reply)
+    model_server.add({"json": AGREES}, name="rule_verification")
+    verifier = (
+        f'[verifier]\nbase_url = "{model_server.base_url}"\nmodel = "critic-model"\n'
+        'timeout = "20s"\njudge_timeout = "20s"\npending_limit = "30s"\n'
+    )
+    machine = make_machine(tmp_path, engine, script_agent(FIX), verifier)
+    machines.append(machine)
+    machine.start("run")
+    proc = machine.loopd("trigger", "calc", "--wait")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    earlier = proc.stdout.splitlines()[0]
+    # Its lesson waited for the model (loopd was started after the housekeeper's look).
+    lesson = DeferredLesson(
+        run=earlier, loop="calc", attempt=1, kind_hint="skill", created=datetime.now(UTC)
+    )
+    deferred = machine.home / "state" / DEFERRED / f"{earlier}-1.toml"
+    deferred.parent.mkdir(parents=True, exist_ok=True)
+    deferred.write_text(dump_toml(lesson))
+    proc = machine.loopd("trigger", "calc", "--wait", "--force")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    later = next(r for r in machine.runs() if r["id"] == proc.stdout.splitlines()[0])
+    assert [a["n"] for a in later["attempts"]] == [1] and later["outcome"] == "succeeded"
+    (taken,) = wait_for(lambda: machine.events("rule_deferred_learned"), what="the lesson")
+    assert taken["run"] == earlier and not deferred.exists()
     assert machine.stop() == 0
 
 

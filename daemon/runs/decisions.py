@@ -95,6 +95,17 @@ def refused_by_rule(refuse: str, escalate: str) -> Ending | None:
     return None
 
 
+def learns(experiment: bool) -> bool:
+    """Whether a judged attempt, passed or not, goes through learning (an experiment's never)."""
+    return not experiment
+
+
+def post_mortem_after(passed: bool, n: int) -> bool:
+    """Whether learning asks for a post-mortem: after a failure, or a pass that followed one
+    (a first-try pass teaches nothing new)."""
+    return not passed or n > 1
+
+
 def success_reason(attempt: AttemptRecord) -> str:
     """The reason of a run whose attempt passed."""
     if not attempt.judged:

@@ -345,8 +345,8 @@ class RunExecutor:
 
     def _learn(self, attempt: AttemptRecord, passed: bool) -> None:
         run = self.run
-        if is_experiment(run):
-            return  # experiment runs never teach rules
+        if not decisions.learns(is_experiment(run)):
+            return
         run.phase = "learning"
         self.journal.save()
         rule = learn_from_attempt(

@@ -390,10 +390,12 @@ class RunActivities:
         """The worker's candidate through the home's rule verifier (one writer of rules/)."""
         from daemon.model.client import ModelUnavailable
         from daemon.rules.verifier import verify_candidate
-        from daemon.runs.learning import rule_library
+        from daemon.runs.learning import DEFERRED_PER_RUN, retry_deferred_lessons, rule_library
 
         services, journal = self.side.open_run(inp.ref)
         run, lesson = journal.run, inp.lesson
+        # As a local run's learning does, before its own lesson.
+        retry_deferred_lessons(services, limit=DEFERRED_PER_RUN)
         library = rule_library(services)
         events, now = services.store.events, services.clock()
         if lesson.decision in ("unavailable", "none", ""):

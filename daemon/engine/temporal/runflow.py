@@ -56,6 +56,7 @@ LOCAL = {
     "retry_policy": RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1)),
 }
 ONCE = RetryPolicy(maximum_attempts=1)  # the workflow itself decides what a failure means
+LEARN_AFTER_EVERY_PASS = "learn-after-every-pass"  # the workflow's patch id
 INTERRUPTING = {TimeoutType.HEARTBEAT, TimeoutType.START_TO_CLOSE, TimeoutType.SCHEDULE_TO_START}
 
 
@@ -221,16 +222,16 @@ class RunWorkflow:
             assert judged.attempt is not None
             attempts.append(judged.attempt)
             record.attempts = [a for a in record.attempts if a.n < n] + [judged.attempt]
+            # After a first-try pass too, as locally; histories from before that replay as they ran.
+            if not judged.passed or n > 1 or workflow.patched(LEARN_AFTER_EVERY_PASS):
+                self._view.phase = "learning"
+                await self._learn(inp, n, judged.passed, out.own_queue, judged, cfg.max_attempts)
             if judged.passed:
-                if n > 1:
-                    await self._learn(inp, n, True, out.own_queue, judged, cfg.max_attempts)
                 return EndOfRun(
                     outcome="succeeded",
                     reason=decisions.success_reason(judged.attempt),
                     cause=Cause.PASSED,
                 )
-            self._view.phase = "learning"
-            await self._learn(inp, n, False, out.own_queue, judged, cfg.max_attempts)
         return _end(decisions.given_up(attempts, cfg.critic_threshold))
 
     async def _setup(self, inp: RunInput, cfg: LoopConfig, prepared: Prepared) -> EndOfRun | None:
@@ -377,7 +378,7 @@ class RunWorkflow:
             "violations": [v.text() for v in attempt.violations],
         }
         lesson = LessonOutput(decision="none")
-        if own_queue:
+        if own_queue and decisions.post_mortem_after(passed, n):
             try:
                 lesson = await workflow.execute_activity(
                     "post_mortem",
