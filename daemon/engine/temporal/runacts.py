@@ -229,6 +229,7 @@ class RunActivities:
         run.attempts = [a for a in run.attempts if a.n < record.n] + [record]
         run.tokens = out.tokens
         run.cost_usd = out.cost_usd
+        run.sandbox = out.sandbox or run.sandbox  # as a local run records the one it ran in
         if out.quota_hold is not None:  # the home holds the profile, for every machine
             from daemon.state.holds import hold_profile
 

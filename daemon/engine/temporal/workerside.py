@@ -217,6 +217,7 @@ class WorkerSide(Configured):
             cost_usd=run.cost_usd,
             worker=self.identity,
             own_queue=self.own_queue,
+            sandbox=run.sandbox,
             quota_hold=result.quota_hold,
             park=run.park if result.parked else None,
             resume_at=run.resume_at if result.parked else None,
