@@ -19,6 +19,9 @@ MACHINE_FIELDS = {
     "started", "finished", "ts", "refs_at", "judging_since", "resume_at", "pid",
     "agent_pids", "worktree", "own_git_dir", "repo_git_dir", "agent_git_dir", "repo",
     "refs_before", "exposure", "session_id", "inbox", "created", "until", "reset_at",
+    # The sandbox is the machine's that runs the attempt: on Temporal a worker's, unknown to
+    # the home until an attempt reports it (a refused run has none there).
+    "sandbox",
 }  # fmt: skip
 HASH = re.compile(r"\b[0-9a-f]{40}\b")
 SHORT = re.compile(r"\b[0-9a-f]{12}\b")

@@ -286,6 +286,8 @@ class RunExecutor:
 
         if self.tree is None or not attempt.head_commit:
             return
+        if attempt.head_commit == (attempt.base_commit or self.run.base_commit):
+            return  # the attempt changed nothing: its head is where it started, not its own
         message = commit_message(self.run, attempt.n, attempt_state(attempt))
         attempt.head_commit = relabel(self.journal, self.tree, attempt.head_commit, message)
         self.journal.save()
