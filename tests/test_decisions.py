@@ -44,8 +44,8 @@ def test_an_agent_that_did_not_start_or_spent_the_budget_ends_the_run_before_jud
 def test_a_stop_cancels_interrupts_retries_once_or_lets_judging_resume() -> None:
     assert decisions.stopped("cancelled", "judging", "manual").outcome == "cancelled"
     assert decisions.stopped("interrupted", "judging", "manual") is None
-    first = decisions.stopped("interrupted", "running", "manual", by="its worker")
-    assert first == ("interrupted", "its worker stopped during the run", Cause.INTERRUPTED)
+    first = decisions.stopped("interrupted", "running", "manual")
+    assert first == ("interrupted", decisions.INTERRUPTED_REASON, Cause.INTERRUPTED)
     assert decisions.retried(first)
     again = decisions.stopped("interrupted", "running", "retry")
     assert again.cause == Cause.INTERRUPTED_RETRY and not decisions.retried(again)

@@ -148,3 +148,42 @@ def test_learning_after_a_first_try_pass_is_recorded_alike(
     setup = plain(script_agent(FIX), verifier, critic="on", max_attempts=2)
     (run,) = on_both(tmp_path, temporal, machines, setup, scenario)
     assert run["outcome"] == "succeeded" and run["attempts"][0]["judged"] is True
+
+
+def test_an_interrupted_run_and_its_retry_are_recorded_alike(
+    tmp_path: Path, temporal: Any, machines: list
+) -> None:
+    import os
+    import signal
+
+    from tests.helpers import processes_with, talk, wait_for
+
+    def setup(folder: Path, engine: str) -> Machine:
+        folder.mkdir(parents=True, exist_ok=True)
+        talked, writable = talk(folder)
+        # The first call hangs (killed with loopd); the retry's fixes.
+        script = (
+            f"# parity-{folder.name}-{tmp_path.name}\n"
+            "import pathlib, time\n"
+            f"marker = pathlib.Path({str(talked / 'started')!r})\n"
+            "if not marker.exists():\n"
+            "    marker.write_text('yes')\n"
+            "    time.sleep(600)\n" + FIX.replace("; ", "\n") + "\n"
+        )
+        return make_machine(folder, engine, script_agent(script), writable)
+
+    def scenario(machine: Machine) -> int:
+        machine.start("run")
+        assert machine.loopd("trigger", "calc").returncode == 0
+        wait_for((machine.root.parent / "talk" / "started").exists, timeout=60)
+        machine.kill9()
+        machine.start("run")
+        return 2
+
+    try:
+        first, retry = on_both(tmp_path, temporal, machines, setup, scenario)
+    finally:
+        for pid in processes_with(f"-{tmp_path.name}"):
+            os.kill(pid, signal.SIGKILL)
+    assert (first["outcome"], first["cause"]) == ("interrupted", "interrupted")
+    assert (retry["trigger"]["retry_of"], retry["outcome"]) == ("RUN1", "succeeded")

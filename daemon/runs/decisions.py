@@ -146,7 +146,11 @@ def given_up(attempts: Sequence[AttemptRecord], critic_threshold: int) -> Ending
     )
 
 
-def stopped(why: StopWhy, phase: str, trigger_kind: str, by: str = "loopd") -> Ending | None:
+# Why an interrupted run ended: whichever loopd process ran its attempt stopped meanwhile.
+INTERRUPTED_REASON = "loopd stopped during the run (a stop, a crash, a kill or a lost worker)"
+
+
+def stopped(why: StopWhy, phase: str, trigger_kind: str) -> Ending | None:
     """A run stopped from outside: cancelled by a person, or interrupted (a stop, a crash, a
     worker gone). None: the run was judging, or parked on a usage limit, and resumes where
     it stopped.
@@ -158,7 +162,17 @@ def stopped(why: StopWhy, phase: str, trigger_kind: str, by: str = "loopd") -> E
     if phase in ("judging", "waiting"):
         return None
     cause = Cause.INTERRUPTED_RETRY if trigger_kind == "retry" else Cause.INTERRUPTED
-    return Ending("interrupted", f"{by} stopped during the run", cause)
+    return Ending("interrupted", INTERRUPTED_REASON, cause)
+
+
+def left_live(run: RunRecord) -> Ending | None:
+    """How a run that a stopped or crashed loopd left without an outcome ends, when the next
+    one starts. None: it resumes (its agent was done and it was judging, or it was parked)."""
+    if run.phase in ("judging", "learning") and run.attempts and run.attempts[-1].finished:
+        return None
+    if run.phase == "waiting" and run.park is not None and run.attempts:
+        return None
+    return stopped("interrupted", "running", run.trigger.kind)
 
 
 def retried(ending: Ending) -> bool:

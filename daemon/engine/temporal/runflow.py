@@ -107,7 +107,7 @@ def _step_ended(exc: BaseException, phase: str, trigger_kind: str) -> EndOfRun:
     if _cancelled(exc):
         return CANCELLED
     if _lost(exc):
-        return _end(decisions.stopped("interrupted", phase, trigger_kind, by="its worker"))  # type: ignore[arg-type]
+        return _end(decisions.stopped("interrupted", phase, trigger_kind))  # type: ignore[arg-type]
     return _failed(exc)
 
 
@@ -338,7 +338,7 @@ class RunWorkflow:
                     return CANCELLED
                 if not _lost(exc):
                     return _failed(exc)
-        return _end(decisions.stopped("interrupted", "running", inp.trigger_kind, by="its worker"))  # type: ignore[arg-type]
+        return _end(decisions.stopped("interrupted", "running", inp.trigger_kind))  # type: ignore[arg-type]
 
     async def _judge(self, inp: RunInput, n: int, checks: ChecksOutput) -> Judged:
         args = VerdictInput(ref=inp.ref, n=n, config=inp.config, checks=checks, critic=inp.critic)
