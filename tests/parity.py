@@ -23,6 +23,8 @@ MACHINE_FIELDS = {
     # the home until an attempt reports it (a refused run has none there).
     "sandbox",
 }  # fmt: skip
+# Seconds measured by the machine's clock: compared as whether there were any.
+DURATIONS = {"waited"}
 HASH = re.compile(r"\b[0-9a-f]{40}\b")
 SHORT = re.compile(r"\b[0-9a-f]{12}\b")
 
@@ -59,7 +61,11 @@ def comparable(machine: Machine) -> list[dict[str, Any]]:
 
 def _value(value: Any, labels: Labels) -> Any:
     if isinstance(value, dict):
-        return {k: _value(v, labels) for k, v in value.items() if k not in MACHINE_FIELDS}
+        return {
+            k: bool(v) if k in DURATIONS else _value(v, labels)
+            for k, v in value.items()
+            if k not in MACHINE_FIELDS
+        }
     if isinstance(value, list):
         return [_value(v, labels) for v in value]
     if isinstance(value, str):

@@ -187,3 +187,34 @@ def test_an_interrupted_run_and_its_retry_are_recorded_alike(
             os.kill(pid, signal.SIGKILL)
     assert (first["outcome"], first["cause"]) == ("interrupted", "interrupted")
     assert (retry["trigger"]["retry_of"], retry["outcome"]) == ("RUN1", "succeeded")
+
+
+def test_a_run_parked_on_a_usage_limit_is_recorded_alike(
+    tmp_path: Path, temporal: Any, machines: list
+) -> None:
+    from tests.helpers import talk
+
+    def setup(folder: Path, engine: str) -> Machine:
+        folder.mkdir(parents=True, exist_ok=True)
+        talked, writable = talk(folder)
+        # A 429 with Retry-After: 1 s on the first call: the run parks and resumes a minute
+        # past that (the reset margin), and the same attempt goes on.
+        script = (
+            "import pathlib, sys\n"
+            f"calls = pathlib.Path({str(talked / 'calls')!r})\n"
+            "first = not calls.exists()\n"
+            "calls.write_text(calls.read_text() + 'x' if calls.exists() else 'x')\n"
+            "if first:\n"
+            "    print('HTTP 429 Too Many Requests; Retry-After: 1')\n"
+            "    sys.exit(1)\n" + FIX.replace("; ", "\n") + "\n"
+        )
+        return make_machine(folder, engine, script_agent(script), writable)
+
+    def scenario(machine: Machine) -> int:
+        machine.start("run")
+        assert machine.loopd("trigger", "calc").returncode == 0
+        return 1
+
+    (run,) = on_both(tmp_path, temporal, machines, setup, scenario)
+    assert (run["outcome"], len(run["attempts"]), run["waited"]) == ("succeeded", 1, True)
+    assert all(machine.runs()[0]["waited"] >= 60 for machine in machines)
