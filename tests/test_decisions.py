@@ -88,3 +88,13 @@ def test_learning_follows_every_judged_attempt_and_a_post_mortem_all_but_a_first
     assert decisions.post_mortem_after(passed=False, n=1)
     assert decisions.post_mortem_after(passed=True, n=2)
     assert not decisions.post_mortem_after(passed=True, n=1)
+
+
+def test_an_attempt_that_changed_the_persons_repository_ends_the_run_at_once() -> None:
+    moved = attempt(1, violations=[Violation(kind="ref_moved", target="refs/heads/main")])
+    assert decisions.repository_changed(moved).cause == Cause.REF_VIOLATION
+    hook = attempt(2, violations=[Violation(kind="repo_hook", target="pre-commit")])
+    ending = decisions.repository_changed(hook)
+    assert ending.cause == Cause.REPO_VIOLATION and ending.reason.startswith("attempt 2: ")
+    protected = attempt(1, violations=[Violation(kind="protected", target="t")])
+    assert decisions.repository_changed(protected) is None

@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
-from daemon.state.records import AttemptRecord, Cause, RunRecord, violation_cause
+from daemon.state.records import (
+    REPOSITORY_KINDS,
+    AttemptRecord,
+    Cause,
+    RunRecord,
+    violation_cause,
+)
 
 StopWhy = Literal["cancelled", "interrupted"]
 
@@ -93,6 +99,16 @@ def refused_by_rule(refuse: str, escalate: str) -> Ending | None:
     if escalate:
         return Ending("escalated", f"rule {escalate} asks for a person first", Cause.RULE_ESCALATE)
     return None
+
+
+def repository_changed(attempt: AttemptRecord) -> Ending | None:
+    """A judged attempt whose agent changed the person's repository outside its tree: the run
+    ends at once and a person looks. None when it did not."""
+    in_repo = [v for v in attempt.violations if v.kind in REPOSITORY_KINDS]
+    if not in_repo:
+        return None
+    cause = Cause.REF_VIOLATION if in_repo[0].kind == "ref_moved" else Cause.REPO_VIOLATION
+    return Ending("escalated", f"attempt {attempt.n}: {in_repo[0].text()}", cause)
 
 
 def learns(experiment: bool) -> bool:

@@ -37,7 +37,6 @@ from daemon.runs.tree import RunTree, prepare_tree, record_tree, reopen_tree
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir
 from daemon.state.records import (
-    REPOSITORY_KINDS,
     AttemptRecord,
     Cause,
     ExperimentArm,
@@ -327,11 +326,9 @@ class RunExecutor:
         attempt.violations = judged.violations
         record_verdict(journal, attempt, verdict)
         self._relabel(attempt)
-        in_repo = [v for v in attempt.violations if v.kind in REPOSITORY_KINDS]
-        if in_repo:
-            # The agent changed the user's repository outside its tree: a person looks now.
-            cause = Cause.REF_VIOLATION if in_repo[0].kind == "ref_moved" else Cause.REPO_VIOLATION
-            self._end("escalated", f"attempt {attempt.n}: {in_repo[0].text()}", cause)
+        changed = decisions.repository_changed(attempt)
+        if changed is not None:
+            self._end(*changed)
         if verdict.passed:
             self._learn(attempt, passed=True)
             self._end("succeeded", self._success_reason(attempt), Cause.PASSED)

@@ -56,7 +56,9 @@ LOCAL = {
     "retry_policy": RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1)),
 }
 ONCE = RetryPolicy(maximum_attempts=1)  # the workflow itself decides what a failure means
-LEARN_AFTER_EVERY_PASS = "learn-after-every-pass"  # the workflow's patch id
+# The workflow's patch ids.
+LEARN_AFTER_EVERY_PASS = "learn-after-every-pass"
+REPOSITORY_CHANGED_ENDS = "repository-changed-ends"
 INTERRUPTING = {TimeoutType.HEARTBEAT, TimeoutType.START_TO_CLOSE, TimeoutType.SCHEDULE_TO_START}
 
 
@@ -222,6 +224,11 @@ class RunWorkflow:
             assert judged.attempt is not None
             attempts.append(judged.attempt)
             record.attempts = [a for a in record.attempts if a.n < n] + [judged.attempt]
+            changed = decisions.repository_changed(judged.attempt)
+            # The person's repository, changed: a person looks now (as locally; histories from
+            # before replay as they ran).
+            if changed is not None and workflow.patched(REPOSITORY_CHANGED_ENDS):
+                return _end(changed)
             # After a first-try pass too, as locally; histories from before that replay as they ran.
             if not judged.passed or n > 1 or workflow.patched(LEARN_AFTER_EVERY_PASS):
                 self._view.phase = "learning"
