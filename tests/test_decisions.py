@@ -36,6 +36,8 @@ def test_a_run_gives_up_with_the_cause_its_last_attempt_shows() -> None:
 
 def test_an_agent_that_did_not_start_or_spent_the_budget_ends_the_run_before_judging() -> None:
     assert decisions.cut_short("", False, 10, 0) is None
+    waited = decisions.cut_short("", False, 0, 0, "usage limit past max_wait")
+    assert waited == ("escalated", "usage limit past max_wait", Cause.QUOTA_WAIT_EXCEEDED)
     assert decisions.cut_short("no such file", False, 0, 0).cause == Cause.AGENT_FAILED
     over = decisions.cut_short("", True, 120, 100)
     assert over.cause == Cause.TOKEN_CAP and "120 > 100" in over.reason

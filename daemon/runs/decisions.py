@@ -129,9 +129,13 @@ def success_reason(attempt: AttemptRecord) -> str:
     return f"checks pass and score {attempt.score} on attempt {attempt.n}"
 
 
-def cut_short(start_error: str, over_budget: bool, tokens: int, max_tokens: int) -> Ending | None:
-    """An attempt that ends the run before judging: the agent did not start, or the budget
-    is spent. None when the attempt goes on to be judged."""
+def cut_short(
+    start_error: str, over_budget: bool, tokens: int, max_tokens: int, quota_exceeded: str = ""
+) -> Ending | None:
+    """An attempt that ends the run before judging: its usage limit lasts past `max_wait`, the
+    agent did not start, or the budget is spent. None when the attempt goes on to be judged."""
+    if quota_exceeded:
+        return Ending("escalated", quota_exceeded, Cause.QUOTA_WAIT_EXCEEDED)
     if start_error:
         reason = f"agent failed to start: {start_error}"[:300]
         return Ending("escalated", reason, Cause.AGENT_FAILED)

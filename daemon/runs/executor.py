@@ -191,11 +191,12 @@ class RunExecutor:
                 parked=parked and n == start,
             )
             result = attempt.run()
-            if result.quota_exceeded:
-                self._commit(result.record)
-                self._end("escalated", result.quota_exceeded, Cause.QUOTA_WAIT_EXCEEDED)
             ending = decisions.cut_short(
-                result.start_error, result.over_budget, run.tokens, self.cfg.max_tokens
+                result.start_error,
+                result.over_budget,
+                run.tokens,
+                self.cfg.max_tokens,
+                result.quota_exceeded,
             )
             if ending is not None:
                 self._commit(result.record)

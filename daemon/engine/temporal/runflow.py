@@ -205,12 +205,10 @@ class RunWorkflow:
             if isinstance(out, EndOfRun):
                 return out
             self._view.worker = out.worker
-            if out.quota_exceeded:
-                return EndOfRun(
-                    outcome="escalated", reason=out.quota_exceeded, cause=Cause.QUOTA_WAIT_EXCEEDED
-                )
             head = out.head
-            cut = decisions.cut_short(out.start_error, out.over_budget, out.tokens, cfg.max_tokens)
+            cut = decisions.cut_short(
+                out.start_error, out.over_budget, out.tokens, cfg.max_tokens, out.quota_exceeded
+            )
             if cut is not None:
                 return _end(cut)
             self._view.phase = "judging"
