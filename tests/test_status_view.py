@@ -129,7 +129,7 @@ def test_state_readme_names_what_loopd_wrote(tmp_path: Path, daemons: list) -> N
 
 
 def test_state_readme_names_every_file_loopd_writes() -> None:
-    from daemon.engine.temporal import homeside, workerstore
+    from daemon.engine.temporal import homeside, inboxtaker, workerstore
     from daemon.runs import integrity, parking
     from daemon.state import ledger
 
@@ -145,6 +145,7 @@ def test_state_readme_names_every_file_loopd_writes() -> None:
         "budget.toml",
         "locks/quota.lock",
         "worker.lock",
+        inboxtaker.INBOX_LOCK,
         "experiments/",
         "control/reload-",
         "runs/RUN_ID/setup.log",

@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
-from daemon.state.records import CHECK_KINDS, AttemptRecord, Cause, violation_cause
+from daemon.state.records import (
+    CHECK_KINDS,
+    REPOSITORY_KINDS,
+    AttemptRecord,
+    Cause,
+    RunRecord,
+    violation_cause,
+)
 
 StopWhy = Literal["cancelled", "interrupted"]
 
@@ -23,6 +30,99 @@ class Ending(NamedTuple):
     cause: Cause
 
 
+# The cause a step that raised ends the run with, by the exception's class name: a worker's
+# failure crosses the engine as that name, so both engines read this one table.
+FAILURE_CAUSES: dict[str, Cause] = {
+    "SetupFailed": Cause.SETUP_FAILED,  # a worker's `setup` (the local engine ends that itself)
+    "TreeError": Cause.SETUP_FAILED,
+    "SandboxUnavailable": Cause.SANDBOX_UNAVAILABLE,
+    "GitError": Cause.GIT_FAILED,
+    "GitTimeout": Cause.GIT_FAILED,  # a GitError; named for a home step's failure, sent by name
+}
+OTHER_FAILURE = "LoopdError"
+
+
+def failure_kind(exc: BaseException) -> str:
+    """The table's name for the exception's class or its nearest base; else OTHER_FAILURE."""
+    for cls in type(exc).__mro__:
+        if cls.__name__ in FAILURE_CAUSES:
+            return cls.__name__
+    return OTHER_FAILURE
+
+
+def failure_message(exc: BaseException) -> str:
+    """What the exception says; an unexpected one says its class too."""
+    if failure_kind(exc) == OTHER_FAILURE:
+        return f"{type(exc).__name__}: {exc}"
+    return str(exc)
+
+
+def failure_ending(kind: str, message: str) -> Ending:
+    """How a run ends on a step that raised `kind` (a table name, or a class name)."""
+    cause = FAILURE_CAUSES.get(kind, Cause.LOOPD_ERROR)
+    if cause == Cause.GIT_FAILED:
+        return Ending("error", f"git failed: {message[:300]}", cause)
+    if cause != Cause.LOOPD_ERROR:
+        return Ending("error", message[:1000], cause)
+    if kind and kind != OTHER_FAILURE and not message.startswith(f"{kind}: "):
+        message = f"{kind}: {message}"
+    return Ending("error", message[:400], cause)
+
+
+def failed(exc: BaseException) -> Ending:
+    """How a run ends on a step that raised `exc`."""
+    return failure_ending(failure_kind(exc), failure_message(exc))
+
+
+def records_target(isolation: str) -> bool:
+    """Whether a run fixes its landing target at its start (a run in place has no branch)."""
+    return isolation != "in-place"
+
+
+def retry_base(run: RunRecord, earlier: RunRecord | None) -> str:
+    """The ref a retry starts from: the earlier run's branch; "" when there is none to build on."""
+    if run.trigger.kind != "retry" or earlier is None or earlier.id != run.trigger.retry_of:
+        return ""
+    if earlier.isolation == "in-place" or not earlier.branch:
+        return ""  # an in-place run's branch is the person's own, not its work
+    return f"refs/heads/{earlier.branch}"
+
+
+def builds_on_last_success(build_on: str, isolation: str) -> bool:
+    """Whether the run looks for the loop's last succeeded, not landed run to start from."""
+    return build_on == "last-success" and isolation != "in-place"
+
+
+def refused_by_rule(refuse: str, escalate: str) -> Ending | None:
+    """The ending a `refuse` or `escalate` rule chosen for the run gives it before any agent."""
+    if refuse:
+        return Ending("refused", f"refused by rule {refuse}", Cause.REFUSED)
+    if escalate:
+        return Ending("escalated", f"rule {escalate} asks for a person first", Cause.RULE_ESCALATE)
+    return None
+
+
+def repository_changed(attempt: AttemptRecord) -> Ending | None:
+    """A judged attempt whose agent changed the person's repository outside its tree: the run
+    ends at once and a person looks. None when it did not."""
+    in_repo = [v for v in attempt.violations if v.kind in REPOSITORY_KINDS]
+    if not in_repo:
+        return None
+    cause = Cause.REF_VIOLATION if in_repo[0].kind == "ref_moved" else Cause.REPO_VIOLATION
+    return Ending("escalated", f"attempt {attempt.n}: {in_repo[0].text()}", cause)
+
+
+def learns(experiment: bool) -> bool:
+    """Whether a judged attempt, passed or not, goes through learning (an experiment's never)."""
+    return not experiment
+
+
+def post_mortem_after(passed: bool, n: int) -> bool:
+    """Whether learning asks for a post-mortem: after a failure, or a pass that followed one
+    (a first-try pass teaches nothing new)."""
+    return not passed or n > 1
+
+
 def success_reason(attempt: AttemptRecord) -> str:
     """The reason of a run whose attempt passed."""
     if not attempt.judged:
@@ -30,9 +130,13 @@ def success_reason(attempt: AttemptRecord) -> str:
     return f"checks pass and score {attempt.score} on attempt {attempt.n}"
 
 
-def cut_short(start_error: str, over_budget: bool, tokens: int, max_tokens: int) -> Ending | None:
-    """An attempt that ends the run before judging: the agent did not start, or the budget
-    is spent. None when the attempt goes on to be judged."""
+def cut_short(
+    start_error: str, over_budget: bool, tokens: int, max_tokens: int, quota_exceeded: str = ""
+) -> Ending | None:
+    """An attempt that ends the run before judging: its usage limit lasts past `max_wait`, the
+    agent did not start, or the budget is spent. None when the attempt goes on to be judged."""
+    if quota_exceeded:
+        return Ending("escalated", quota_exceeded, Cause.QUOTA_WAIT_EXCEEDED)
     if start_error:
         reason = f"agent failed to start: {start_error}"[:300]
         return Ending("escalated", reason, Cause.AGENT_FAILED)
@@ -67,7 +171,11 @@ def given_up(attempts: Sequence[AttemptRecord], critic_threshold: int) -> Ending
     )
 
 
-def stopped(why: StopWhy, phase: str, trigger_kind: str, by: str = "loopd") -> Ending | None:
+# Why an interrupted run ended: whichever loopd process ran its attempt stopped meanwhile.
+INTERRUPTED_REASON = "loopd stopped during the run (a stop, a crash, a kill or a lost worker)"
+
+
+def stopped(why: StopWhy, phase: str, trigger_kind: str) -> Ending | None:
     """A run stopped from outside: cancelled by a person, or interrupted (a stop, a crash, a
     worker gone). None: the run was judging, or parked on a usage limit, and resumes where
     it stopped.
@@ -79,7 +187,17 @@ def stopped(why: StopWhy, phase: str, trigger_kind: str, by: str = "loopd") -> E
     if phase in ("judging", "waiting"):
         return None
     cause = Cause.INTERRUPTED_RETRY if trigger_kind == "retry" else Cause.INTERRUPTED
-    return Ending("interrupted", f"{by} stopped during the run", cause)
+    return Ending("interrupted", INTERRUPTED_REASON, cause)
+
+
+def left_live(run: RunRecord) -> Ending | None:
+    """How a run that a stopped or crashed loopd left without an outcome ends, when the next
+    one starts. None: it resumes (its agent was done and it was judging, or it was parked)."""
+    if run.phase in ("judging", "learning") and run.attempts and run.attempts[-1].finished:
+        return None
+    if run.phase == "waiting" and run.park is not None and run.attempts:
+        return None
+    return stopped("interrupted", "running", run.trigger.kind)
 
 
 def retried(ending: Ending) -> bool:

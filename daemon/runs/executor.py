@@ -15,7 +15,6 @@ from daemon.config import Loop
 from daemon.redact import redact, redact_value
 from daemon.runs import decisions
 from daemon.runs.attempt import Attempt, CheckedCommit, commit_attempt
-from daemon.runs.confinement import SandboxUnavailable
 from daemon.runs.finish import (
     end_without_agent,
     finish_interrupted,
@@ -23,7 +22,6 @@ from daemon.runs.finish import (
     kill_run_leftovers,
     locate_worktree,
 )
-from daemon.runs.git import GitError
 from daemon.runs.journal import RunJournal
 from daemon.runs.learning import (
     RuleChoice,
@@ -35,11 +33,10 @@ from daemon.runs.services import RunServices
 from daemon.runs.slots import take_slot
 from daemon.runs.startpoint import StartPoint
 from daemon.runs.stop import RunStopped, StopToken
-from daemon.runs.tree import RunTree, TreeError, prepare_tree, record_tree, reopen_tree
+from daemon.runs.tree import RunTree, prepare_tree, record_tree, reopen_tree
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir
 from daemon.state.records import (
-    REPOSITORY_KINDS,
     AttemptRecord,
     Cause,
     ExperimentArm,
@@ -149,16 +146,11 @@ class RunExecutor:
             ending = decisions.stopped(stopped.why, self.run.phase, self.run.trigger.kind)
             if ending is not None:
                 self._finish(*ending)
-        except TreeError as exc:
-            self._finish("error", str(exc), Cause.SETUP_FAILED)
-        except SandboxUnavailable as exc:
-            self._finish("error", str(exc)[:1000], Cause.SANDBOX_UNAVAILABLE)
-        except GitError as exc:  # a git timeout included
-            self.journal.event("run_error", error=f"{type(exc).__name__}: {exc}"[:1000])
-            self._finish("error", f"git failed: {str(exc)[:300]}", Cause.GIT_FAILED)
         except Exception as exc:  # noqa: BLE001 - a run must end with an outcome, not a crash
-            self.journal.event("run_error", error=f"{type(exc).__name__}: {exc}"[:1000])
-            self._finish("error", f"{type(exc).__name__}: {str(exc)[:300]}", Cause.LOOPD_ERROR)
+            ending = decisions.failed(exc)
+            if ending.cause in (Cause.GIT_FAILED, Cause.LOOPD_ERROR):
+                self.journal.event("run_error", error=f"{type(exc).__name__}: {exc}"[:1000])
+            self._finish(*ending)
         finally:
             self.stop.close()
         return self.run
@@ -199,11 +191,12 @@ class RunExecutor:
                 parked=parked and n == start,
             )
             result = attempt.run()
-            if result.quota_exceeded:
-                self._commit(result.record)
-                self._end("escalated", result.quota_exceeded, Cause.QUOTA_WAIT_EXCEEDED)
             ending = decisions.cut_short(
-                result.start_error, result.over_budget, run.tokens, self.cfg.max_tokens
+                result.start_error,
+                result.over_budget,
+                run.tokens,
+                self.cfg.max_tokens,
+                result.quota_exceeded,
             )
             if ending is not None:
                 self._commit(result.record)
@@ -236,18 +229,15 @@ class RunExecutor:
         )
         self.tree.sandbox = run.sandbox
         record_tree(run, self.tree)
-        run.built_on = start.built_on
         self.journal.save()
         self._setup_and_skip()
         if not run.without("rules"):
             self.rules = select_rules_for_run(self.services, self.loop, run)
         run.rules_fired = list(self.rules.rule_ids)
         self.journal.save()
-        if self.rules.refuse:
-            self._end("refused", f"refused by rule {self.rules.refuse}", Cause.REFUSED)
-        if self.rules.escalate:
-            why = f"rule {self.rules.escalate} asks for a person first"
-            self._end("escalated", why, Cause.RULE_ESCALATE)
+        ending = decisions.refused_by_rule(self.rules.refuse, self.rules.escalate)
+        if ending is not None:
+            self._end(*ending)
 
     def _sandbox(self) -> None:
         """Say which sandbox the run's processes get; a refused run ends here."""
@@ -257,28 +247,10 @@ class RunExecutor:
 
     def _start_point(self) -> StartPoint:
         """The base the run starts from (a retry's, `build_on`'s); its landing target."""
-        from daemon.runs.startpoint import last_success, record_target
+        from daemon.runs.startpoint import start_point
         from daemon.runs.tree import locate_user
 
-        run, cfg = self.run, self.cfg
-        user = locate_user(cfg.repo_path)
-        if cfg.isolation != "in-place":
-            record_target(run, user, cfg)
-        if run.trigger.kind == "retry" and run.trigger.retry_of:
-            base = self._retry_base(run.trigger.retry_of)
-            if base:
-                earlier = self.services.store.load_run(run.trigger.retry_of)
-                return StartPoint(base, [*earlier.built_on])
-        if cfg.build_on == "last-success" and cfg.isolation != "in-place":
-            try:
-                base_commit = user.resolve(cfg.base)
-            except GitError:
-                return StartPoint(cfg.base)  # preparing the tree says what is wrong with it
-            found = last_success(self.services.store, user, self.loop.name, run.id, base_commit)
-            if found is not None:
-                self.journal.event("build_on", run_built_on=found.built_on[0], base=found.base)
-                return found
-        return StartPoint(cfg.base)
+        return start_point(self.journal, locate_user(self.cfg.repo_path), self.cfg)
 
     def _setup_and_skip(self) -> None:
         """`setup` in the run's tree, then `done_when` where it starts: done already, skipped."""
@@ -314,26 +286,11 @@ class RunExecutor:
 
         if self.tree is None or not attempt.head_commit:
             return
+        if attempt.head_commit == (attempt.base_commit or self.run.base_commit):
+            return  # the attempt changed nothing: its head is where it started, not its own
         message = commit_message(self.run, attempt.n, attempt_state(attempt))
         attempt.head_commit = relabel(self.journal, self.tree, attempt.head_commit, message)
         self.journal.save()
-
-    def _retry_base(self, retry_of: str) -> str | None:
-        """A retry builds on what the earlier run's branch holds, when it still exists."""
-        try:
-            earlier = self.services.store.load_run(retry_of)
-        except (OSError, ValueError):
-            return None
-        if earlier.isolation == "in-place" or not earlier.branch:
-            return None
-        from daemon.runs.userrepo import UserRepo
-
-        ref = f"refs/heads/{earlier.branch}"
-        try:
-            found = UserRepo.locate(self.cfg.repo_path).ref(ref)
-        except GitError:
-            return None
-        return ref if found else None
 
     def _commit(self, attempt: AttemptRecord) -> str:
         assert self.tree is not None
@@ -370,11 +327,9 @@ class RunExecutor:
         attempt.violations = judged.violations
         record_verdict(journal, attempt, verdict)
         self._relabel(attempt)
-        in_repo = [v for v in attempt.violations if v.kind in REPOSITORY_KINDS]
-        if in_repo:
-            # The agent changed the user's repository outside its tree: a person looks now.
-            cause = Cause.REF_VIOLATION if in_repo[0].kind == "ref_moved" else Cause.REPO_VIOLATION
-            self._end("escalated", f"attempt {attempt.n}: {in_repo[0].text()}", cause)
+        changed = decisions.repository_changed(attempt)
+        if changed is not None:
+            self._end(*changed)
         if verdict.passed:
             self._learn(attempt, passed=True)
             self._end("succeeded", self._success_reason(attempt), Cause.PASSED)
@@ -390,8 +345,8 @@ class RunExecutor:
 
     def _learn(self, attempt: AttemptRecord, passed: bool) -> None:
         run = self.run
-        if is_experiment(run):
-            return  # experiment runs never teach rules
+        if not decisions.learns(is_experiment(run)):
+            return
         run.phase = "learning"
         self.journal.save()
         rule = learn_from_attempt(

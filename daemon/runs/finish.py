@@ -69,8 +69,11 @@ def tree_of(services: RunServices, run: RunRecord) -> RunTree | None:
         return None
 
 
-def _close_open_attempt(journal: RunJournal, tree: RunTree | None) -> None:
-    """The last attempt, cut short: commit what the agent left and record it as finished."""
+def _close_open_attempt(
+    journal: RunJournal, tree: RunTree | None, outcome: str, reason: str
+) -> None:
+    """The last attempt, cut short: commit what the agent left and record it as finished
+    (an interrupted one with the stall that says why, however the run was stopped)."""
     from daemon.runs.attempt import commit_attempt
 
     run = journal.run
@@ -82,9 +85,17 @@ def _close_open_attempt(journal: RunJournal, tree: RunTree | None) -> None:
             commit_attempt(journal, tree, attempt)
         except (GitError, OSError, UnsafeTree) as exc:
             journal.event("commit_failed", attempt=attempt.n, error=str(exc)[:300])
+    elif not attempt.head_commit:
+        # Its tree is elsewhere (a worker that was lost): the attempt got as far as the
+        # run's branch holds, as the local engine would have committed it.
+        attempt.head_commit = _branch_tip(run)
     if attempt.finished is None:
         attempt.finished = journal.now()
         attempt.interrupted = True
+        if outcome == "interrupted" and not any(s.kind == "interrupted" for s in attempt.stalls):
+            attempt.stalls.append(
+                StallRecord(kind="interrupted", at=attempt.finished, detail=reason)
+            )
         journal.save()
         journal.event(
             "attempt_finished",
@@ -94,6 +105,18 @@ def _close_open_attempt(journal: RunJournal, tree: RunTree | None) -> None:
             timed_out=attempt.timed_out,
             interrupted=True,
         )
+
+
+def _branch_tip(run: RunRecord) -> str:
+    """What the run's branch holds in the person's repository; "" when it cannot be read."""
+    from daemon.runs.userrepo import UserRepo
+
+    if not run.branch or not run.repo:
+        return ""
+    try:
+        return UserRepo.locate(Path(run.repo)).ref(f"refs/heads/{run.branch}") or ""
+    except (GitError, OSError):
+        return ""
 
 
 def finish_run(
@@ -111,7 +134,7 @@ def finish_run(
     journal = RunJournal(services, run)
     if run.outcome is None:
         if outcome in ("cancelled", "interrupted", "error"):
-            _close_open_attempt(journal, tree)
+            _close_open_attempt(journal, tree, outcome, reason)
         run.outcome = outcome  # type: ignore[assignment]
         run.reason = reason
         run.cause = cause or DEFAULT_CAUSE.get(outcome)

@@ -18,6 +18,7 @@ from typing import Any
 from daemon.config import Loop
 from daemon.redact import redact
 from daemon.regularfile import STATE_MAX, read_regular
+from daemon.runs import decisions
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
 from daemon.state.atomic import write_atomic
@@ -208,8 +209,8 @@ def learn_from_attempt(
     if client is None:
         return None
     retry_deferred_lessons(services, limit=DEFERRED_PER_RUN)
-    if passed and not any(a.n < attempt.n for a in run.attempts):
-        return None  # a first-try pass teaches nothing new
+    if not decisions.post_mortem_after(passed, attempt.n):
+        return None
     kind_hint = "skill" if passed else None
     try:
         result = _post_mortem(services, client, run, attempt, kind_hint)

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Literal
 
 from daemon.config import Loop
+from daemon.runs import decisions
 from daemon.runs.services import RunServices
 from daemon.state.records import Cause, RunRecord, Trigger, is_experiment
 
@@ -87,20 +88,15 @@ def _recover(
         reason = "the loopd experiment that ran it was stopped or killed"
         finish_interrupted(services, loop, run, reason)
         return Recovery(run.id, "ended", run)
-    if run.phase in ("judging", "learning") and run.attempts and run.attempts[-1].finished:
-        services.event("run_recovered", loop=run.loop, run=run.id, to="judging")
+    ending = decisions.left_live(run)
+    if ending is None:
+        # Its agent was done (judging resumes), or it is parked on a usage limit: it stays
+        # parked (its tree where it was) and resumes the same session once the limit lifts.
+        services.event("run_recovered", loop=run.loop, run=run.id, to=_resumes_in(run))
         return Recovery(run.id, "resume", run)
-    if run.phase == "waiting" and run.park is not None and run.attempts:
-        # Parked on a usage limit: it stays parked (its tree where it was) and resumes the
-        # same session once the limit lifts.
-        services.event("run_recovered", loop=run.loop, run=run.id, to="waiting")
-        return Recovery(run.id, "resume", run)
-    reason = "loopd stopped during the run (crash, kill or reboot)"
-    if run.trigger.kind == "retry":
-        # Retried once already: a person looks at it.
-        finish_interrupted(services, loop, run, reason, Cause.INTERRUPTED_RETRY)
-        return Recovery(run.id, "ended", run)
-    run = finish_interrupted(services, loop, run, reason)
+    run = finish_interrupted(services, loop, run, ending.reason, ending.cause)
+    if not decisions.retried(ending):
+        return Recovery(run.id, "ended", run)  # retried once already: a person looks at it
     retry = Trigger(
         loop=run.loop,
         kind="retry",
@@ -109,6 +105,10 @@ def _recover(
         ts=now,
     )
     return Recovery(run.id, "retry", run, retry)
+
+
+def _resumes_in(run: RunRecord) -> str:
+    return "waiting" if run.phase == "waiting" else "judging"
 
 
 def _failed(services: RunServices, run_id: str, run: RunRecord | None, error: str) -> None:

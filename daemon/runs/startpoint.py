@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 
 from daemon.config import LoopConfig
 from daemon.config.land import land_target
+from daemon.runs import decisions
+from daemon.runs.git import GitError
+from daemon.runs.journal import RunJournal
 from daemon.runs.userrepo import UserRepo
 from daemon.state.records import RunRecord, is_experiment
 from daemon.state.store import StateStore
@@ -28,6 +31,49 @@ class StartPoint:
 
     base: str
     built_on: list[str] = field(default_factory=list)
+
+
+def start_point(journal: RunJournal, user: UserRepo, cfg: LoopConfig) -> StartPoint:
+    """Where the run starts (a retry's base, `build_on`'s, else the loop's `base`), with its
+    landing target and the runs it builds on recorded: the one start of both engines."""
+    run, store = journal.run, journal.services.store
+    if decisions.records_target(cfg.isolation):
+        record_target(run, user, cfg)
+    start = _retry_start(store, user, run) or _last_success_start(journal, user, cfg)
+    start = start or StartPoint(cfg.base)
+    run.built_on = list(start.built_on)
+    return start
+
+
+def _retry_start(store: StateStore, user: UserRepo, run: RunRecord) -> StartPoint | None:
+    """A retry builds on what the earlier run's branch holds, when it still exists."""
+    if not run.trigger.retry_of:
+        return None
+    try:
+        earlier = store.load_run(run.trigger.retry_of)
+    except (OSError, ValueError):
+        return None
+    ref = decisions.retry_base(run, earlier)
+    try:
+        found = bool(ref) and bool(user.ref(ref))
+    except GitError:
+        return None
+    return StartPoint(ref, [*earlier.built_on]) if found else None
+
+
+def _last_success_start(journal: RunJournal, user: UserRepo, cfg: LoopConfig) -> StartPoint | None:
+    """`build_on = "last-success"`: the newest run of the loop to continue, when there is one."""
+    run = journal.run
+    if not decisions.builds_on_last_success(cfg.build_on, cfg.isolation):
+        return None
+    try:
+        base_commit = user.resolve(cfg.base)
+    except GitError:
+        return None  # preparing the tree says what is wrong with the base
+    found = last_success(journal.services.store, user, run.loop, run.id, base_commit)
+    if found is not None:
+        journal.event("build_on", run_built_on=found.built_on[0], base=found.base)
+    return found
 
 
 def is_ancestor(user: UserRepo, ancestor: str, descendant: str) -> bool:

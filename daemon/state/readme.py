@@ -129,6 +129,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `engine.key`: this home's secret for its runs' tokens; never sent anywhere, keep it
   private
 - `worker.lock`: held by the worker of this home (`loopd worker`); one worker per home
+- `inbox.lock`: held by the one process that forwards `inbox/` to the engine (`loopd run`
+  before a `loopd worker` on the same home), so each trigger file is sent once
 - `worker-live/RUN_ID`: an attempt a worker runs now; a worker that restarts ends what it
   left running
 - `worker-events.jsonl`: what the worker did on this machine (`worker-events-N.jsonl` once

@@ -231,6 +231,7 @@ class AttemptOutput(Payload):
     cost_usd: float = 0.0
     worker: str = ""  # identity of the worker process
     own_queue: str = ""  # that worker's own queue: checks and post-mortem go there
+    sandbox: str = ""  # the sandbox the attempt's processes ran in, for the home's record
     # A usage limit: the hold the home writes; parked (the attempt open, to resume after
     # `resume_at`), or past max_wait (the run escalates, why in `quota_exceeded`).
     quota_hold: QuotaHold | None = None

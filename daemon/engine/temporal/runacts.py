@@ -37,6 +37,7 @@ from daemon.engine.temporal.models import (
 )
 from daemon.engine.temporal.names import worker_queue
 from daemon.redact import redact
+from daemon.runs import decisions
 from daemon.runs.git import Git, GitError
 from daemon.runs.journal import RunJournal
 from daemon.runs.setup import SETUP_LOG
@@ -146,7 +147,7 @@ class RunActivities:
             )
         journal.event("run_started", trigger=run.trigger.kind, reason=run.trigger.reason)
         repo = cfg.repo_path
-        base = self._retry_base(run, repo) or self._start(services, journal, loop) or cfg.base
+        base = self._start(journal, cfg)
         try:
             base_commit = Git(repo).out("rev-parse", "--verify", f"{base}^{{commit}}")
         except GitError as exc:
@@ -169,50 +170,21 @@ class RunActivities:
         journal.save()
         prepared = Prepared(base_commit=base_commit, branch=branch, rule_ids=choice.rule_ids)
         # As locally, setup and the done check come first: a run skipped is never refused.
-        if choice.refuse:
-            prepared.ended = EndOfRun(
-                outcome="refused", reason=f"refused by rule {choice.refuse}", cause=Cause.REFUSED
-            )
-        elif choice.escalate:
-            why = f"rule {choice.escalate} asks for a person first"
-            prepared.ended = EndOfRun(outcome="escalated", reason=why, cause=Cause.RULE_ESCALATE)
+        ending = decisions.refused_by_rule(choice.refuse, choice.escalate)
+        if ending is not None:
+            prepared.ended = EndOfRun(**ending._asdict())
         return _setup_first(prepared, cfg, run)
 
     @staticmethod
-    def _start(services: Any, journal: RunJournal, loop: Any) -> str:
-        """The landing target (recorded), and `build_on`'s base, as the local engine has them."""
-        from daemon.runs.startpoint import last_success, record_target
+    def _start(journal: RunJournal, cfg: LoopConfig) -> str:
+        """Where the run starts, its landing target and what it builds on, as locally."""
+        from daemon.runs.startpoint import start_point
         from daemon.runs.userrepo import UserRepo
 
-        run, cfg = journal.run, loop.config
         try:
-            user = UserRepo.locate(cfg.repo_path)
-            record_target(run, user, cfg)
-            if cfg.build_on != "last-success" or run.trigger.kind == "retry":
-                return ""
-            found = last_success(services.store, user, loop.name, run.id, user.resolve(cfg.base))
+            return start_point(journal, UserRepo.locate(cfg.repo_path), cfg).base
         except GitError:
-            return ""  # resolving the base below says what is wrong
-        if found is None:
-            return ""
-        run.built_on = found.built_on
-        journal.event("build_on", run_built_on=found.built_on[0], base=found.base)
-        return found.base
-
-    def _retry_base(self, run: RunRecord, repo: Any) -> str:
-        """A retry builds on the earlier run's branch, when the person's repository has it."""
-        retry_of = run.trigger.retry_of if run.trigger.kind == "retry" else ""
-        if not retry_of:
-            return ""
-        try:
-            earlier = self.side.store.load_run(retry_of)
-        except (OSError, ValueError):
-            return ""
-        if not earlier.branch:
-            return ""
-        ref = f"refs/heads/{earlier.branch}"
-        ok = Git(repo).run("rev-parse", "--verify", "-q", ref, check=False)
-        return earlier.branch if ok.returncode == 0 else ""
+            return cfg.base  # resolving the base below says what is wrong
 
     # each attempt -----------------------------------------------------------------------------
     @activity.defn(name="begin_attempt")
@@ -257,6 +229,7 @@ class RunActivities:
         run.attempts = [a for a in run.attempts if a.n < record.n] + [record]
         run.tokens = out.tokens
         run.cost_usd = out.cost_usd
+        run.sandbox = out.sandbox or run.sandbox  # as a local run records the one it ran in
         if out.quota_hold is not None:  # the home holds the profile, for every machine
             from daemon.state.holds import hold_profile
 
@@ -418,10 +391,12 @@ class RunActivities:
         """The worker's candidate through the home's rule verifier (one writer of rules/)."""
         from daemon.model.client import ModelUnavailable
         from daemon.rules.verifier import verify_candidate
-        from daemon.runs.learning import rule_library
+        from daemon.runs.learning import DEFERRED_PER_RUN, retry_deferred_lessons, rule_library
 
         services, journal = self.side.open_run(inp.ref)
         run, lesson = journal.run, inp.lesson
+        # As a local run's learning does, before its own lesson.
+        retry_deferred_lessons(services, limit=DEFERRED_PER_RUN)
         library = rule_library(services)
         events, now = services.store.events, services.clock()
         if lesson.decision in ("unavailable", "none", ""):

@@ -56,6 +56,9 @@ LOCAL = {
     "retry_policy": RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1)),
 }
 ONCE = RetryPolicy(maximum_attempts=1)  # the workflow itself decides what a failure means
+# The workflow's patch ids.
+LEARN_AFTER_EVERY_PASS = "learn-after-every-pass"
+REPOSITORY_CHANGED_ENDS = "repository-changed-ends"
 INTERRUPTING = {TimeoutType.HEARTBEAT, TimeoutType.START_TO_CLOSE, TimeoutType.SCHEDULE_TO_START}
 
 
@@ -82,26 +85,15 @@ def _lost(exc: BaseException) -> bool:
 
 
 def _failed(exc: BaseException) -> EndOfRun:
-    """A step that failed: `error`, with the cause its type names."""
+    """A step that failed: `error`, with the cause its type names (decisions' one table)."""
     kind, message, details = "", str(exc), ()
     for cause in _causes(exc):
         if isinstance(cause, ApplicationError):
             kind, message, details = cause.type or "", cause.message, cause.details
+    ending = _end(decisions.failure_ending(kind, message))
     if kind == "SetupFailed":  # the worker's setup.log tail comes along, for the escalation
-        log = str(details[0]) if details else ""
-        return EndOfRun(
-            outcome="error", reason=message[:1000], cause=Cause.SETUP_FAILED, setup_log=log
-        )
-    if kind == "TreeError":
-        return EndOfRun(outcome="error", reason=message[:300], cause=Cause.SETUP_FAILED)
-    if kind == "SandboxUnavailable":
-        reason = message.partition(": ")[2] or message
-        return EndOfRun(outcome="error", reason=reason[:1000], cause=Cause.SANDBOX_UNAVAILABLE)
-    if kind == "GitError":
-        return EndOfRun(
-            outcome="error", reason=f"git failed: {message[:300]}", cause=Cause.GIT_FAILED
-        )
-    return EndOfRun(outcome="error", reason=message[:300], cause=Cause.LOOPD_ERROR)
+        ending.setup_log = str(details[0]) if details else ""
+    return ending
 
 
 def _end(ending: decisions.Ending) -> EndOfRun:
@@ -117,7 +109,7 @@ def _step_ended(exc: BaseException, phase: str, trigger_kind: str) -> EndOfRun:
     if _cancelled(exc):
         return CANCELLED
     if _lost(exc):
-        return _end(decisions.stopped("interrupted", phase, trigger_kind, by="its worker"))  # type: ignore[arg-type]
+        return _end(decisions.stopped("interrupted", phase, trigger_kind))  # type: ignore[arg-type]
     return _failed(exc)
 
 
@@ -213,12 +205,10 @@ class RunWorkflow:
             if isinstance(out, EndOfRun):
                 return out
             self._view.worker = out.worker
-            if out.quota_exceeded:
-                return EndOfRun(
-                    outcome="escalated", reason=out.quota_exceeded, cause=Cause.QUOTA_WAIT_EXCEEDED
-                )
             head = out.head
-            cut = decisions.cut_short(out.start_error, out.over_budget, out.tokens, cfg.max_tokens)
+            cut = decisions.cut_short(
+                out.start_error, out.over_budget, out.tokens, cfg.max_tokens, out.quota_exceeded
+            )
             if cut is not None:
                 return _end(cut)
             self._view.phase = "judging"
@@ -232,16 +222,21 @@ class RunWorkflow:
             assert judged.attempt is not None
             attempts.append(judged.attempt)
             record.attempts = [a for a in record.attempts if a.n < n] + [judged.attempt]
+            changed = decisions.repository_changed(judged.attempt)
+            # The person's repository, changed: a person looks now (as locally; histories from
+            # before replay as they ran).
+            if changed is not None and workflow.patched(REPOSITORY_CHANGED_ENDS):
+                return _end(changed)
+            # After a first-try pass too, as locally; histories from before that replay as they ran.
+            if not judged.passed or n > 1 or workflow.patched(LEARN_AFTER_EVERY_PASS):
+                self._view.phase = "learning"
+                await self._learn(inp, n, judged.passed, out.own_queue, judged, cfg.max_attempts)
             if judged.passed:
-                if n > 1:
-                    await self._learn(inp, n, True, out.own_queue, judged, cfg.max_attempts)
                 return EndOfRun(
                     outcome="succeeded",
                     reason=decisions.success_reason(judged.attempt),
                     cause=Cause.PASSED,
                 )
-            self._view.phase = "learning"
-            await self._learn(inp, n, False, out.own_queue, judged, cfg.max_attempts)
         return _end(decisions.given_up(attempts, cfg.critic_threshold))
 
     async def _setup(self, inp: RunInput, cfg: LoopConfig, prepared: Prepared) -> EndOfRun | None:
@@ -348,7 +343,7 @@ class RunWorkflow:
                     return CANCELLED
                 if not _lost(exc):
                     return _failed(exc)
-        return _end(decisions.stopped("interrupted", "running", inp.trigger_kind, by="its worker"))  # type: ignore[arg-type]
+        return _end(decisions.stopped("interrupted", "running", inp.trigger_kind))  # type: ignore[arg-type]
 
     async def _judge(self, inp: RunInput, n: int, checks: ChecksOutput) -> Judged:
         args = VerdictInput(ref=inp.ref, n=n, config=inp.config, checks=checks, critic=inp.critic)
@@ -388,7 +383,7 @@ class RunWorkflow:
             "violations": [v.text() for v in attempt.violations],
         }
         lesson = LessonOutput(decision="none")
-        if own_queue:
+        if own_queue and decisions.post_mortem_after(passed, n):
             try:
                 lesson = await workflow.execute_activity(
                     "post_mortem",

@@ -25,6 +25,7 @@ from daemon.clock import utc_now
 from daemon.config import LOOP_NAME, LoadedConfig
 from daemon.engine.temporal.connect import connect
 from daemon.engine.temporal.homeside import HomeSide, config_mark
+from daemon.engine.temporal.inboxtaker import InboxTaker
 from daemon.engine.temporal.loopacts import LoopActivities, start_controller
 from daemon.engine.temporal.models import TriggerBatch
 from daemon.engine.temporal.names import (
@@ -220,12 +221,14 @@ class Process:
             watcher = InboxWatcher(self.store.inbox_dir, self.wake)
             watcher.start()
         loop = asyncio.get_running_loop()
+        taker = InboxTaker(self.store, self.role)
         try:
             while not self.stop.is_set():
                 await loop.run_in_executor(None, self.wake.wait, 0.5)
                 self.wake.clear()
                 triggers = self.watchers.poll(utc_now()) if self.watchers else []
-                names = self.store.inbox_names()[:INBOX_BATCH]
+                # One process per home forwards the inbox: a file is sent once.
+                names = self.store.inbox_names()[:INBOX_BATCH] if taker.may_take() else []
                 for name in names:
                     trigger = self.store.read_trigger(name)
                     if trigger is not None:
@@ -235,6 +238,7 @@ class Process:
                 if len(names) == INBOX_BATCH:
                     self.wake.set()
         finally:
+            taker.release()
             watcher.stop()
 
     async def _send(self, client: Any, triggers: list[Any]) -> None:

@@ -37,6 +37,7 @@ from daemon.engine.temporal.models import (
 )
 from daemon.engine.temporal.workerstore import WorkerStore
 from daemon.home import Home
+from daemon.runs import decisions
 from daemon.runs.git import GitError
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
@@ -51,11 +52,8 @@ LOG_HEAD_LINES, LOG_TAIL_LINES = 200, 2000
 
 def failure(exc: BaseException) -> ApplicationError:
     """A step that failed for good: its type names the cause the run ends with."""
-    kind = type(exc).__name__
-    if kind not in ("TreeError", "GitError", "SandboxUnavailable"):
-        kind = "LoopdError"
-    message = f"{type(exc).__name__}: {exc}"[:1000]
-    return ApplicationError(message, type=kind, non_retryable=True)
+    kind, message = decisions.failure_kind(exc), decisions.failure_message(exc)
+    return ApplicationError(message[:1000], type=kind, non_retryable=True)
 
 
 class Heartbeat:
@@ -219,6 +217,7 @@ class WorkerSide(Configured):
             cost_usd=run.cost_usd,
             worker=self.identity,
             own_queue=self.own_queue,
+            sandbox=run.sandbox,
             quota_hold=result.quota_hold,
             park=run.park if result.parked else None,
             resume_at=run.resume_at if result.parked else None,

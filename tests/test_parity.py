@@ -1,0 +1,220 @@
+"""The same scenarios on both engines, their run records compared field by field.
+
+Each test makes two machines, one on the local engine and one on Temporal, drives both through
+the same commands, and compares what each home's run.toml files say (tests/parity.py leaves
+out ids, times, paths and pids).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.machines import Machine, engine_toml
+from tests.parity import comparable, differences
+from tests.test_engines import FIX, machines, make_machine, script_agent
+from tests.test_lifecycle import STEPWISE, settled
+
+__all__ = ["machines"]  # a fixture, imported for pytest
+
+
+Setup = Callable[[Path, str], Machine]  # (the machine's folder, its engine) -> the machine
+
+
+def plain(agent: str, config: str = "", **loop: Any) -> Setup:
+    """A machine with loop `calc`, the same on both engines."""
+    return lambda folder, engine: make_machine(folder, engine, agent, config, **loop)
+
+
+def on_both(
+    tmp_path: Path, temporal: Any, machines: list, setup: Setup, scenario: Callable[[Machine], int]
+) -> list[dict[str, Any]]:
+    """Run `scenario` (which returns how many runs it makes) on a local and a Temporal
+    machine; fail on any field where their run records differ; the local records."""
+    server, namespace = temporal
+    found = {}
+    for kind in ("local", "temporal"):
+        engine = engine_toml(server.address, namespace) if kind == "temporal" else ""
+        machine = setup(tmp_path / kind, engine)
+        machines.append(machine)
+        count = scenario(machine)
+        wait_for_settled(machine, count)
+        found[kind] = comparable(machine)
+        assert machine.stop() == 0
+    local, other = found["local"], found["temporal"]
+    assert len(local) == len(other), (local, other)
+    diff = differences(local, other)
+    assert not diff, "local != temporal:\n" + "\n".join(diff)
+    return local
+
+
+def wait_for_settled(machine: Machine, count: int) -> None:
+    from tests.helpers import wait_for
+
+    wait_for(lambda: settled(machine, count), timeout=120, what=f"{count} runs finished")
+
+
+def test_a_passing_run_is_recorded_alike(tmp_path: Path, temporal: Any, machines: list) -> None:
+    def scenario(machine: Machine) -> int:
+        machine.start("run")
+        assert machine.loopd("trigger", "calc", "--wait").returncode == 0
+        return 1
+
+    (run,) = on_both(tmp_path, temporal, machines, plain(script_agent(FIX)), scenario)
+    assert run["outcome"] == "succeeded"
+    # The sandbox the attempt ran in, which the home's record names on both engines.
+    local, other = (machine.runs()[0]["sandbox"] for machine in machines)
+    assert local == other != ""
+
+
+def test_a_retry_that_builds_on_an_escalated_branch_and_lands_is_recorded_alike(
+    tmp_path: Path, temporal: Any, machines: list
+) -> None:
+    def scenario(machine: Machine) -> int:
+        machine.start("run")
+        proc = machine.loopd("trigger", "calc", "--wait")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        resolved = machine.loopd("escalations", "resolve", proc.stdout.split()[0], "--retry")
+        assert resolved.returncode == 0, resolved.stderr
+        return 2
+
+    setup = plain(script_agent(STEPWISE), land="merge")
+    first, retry = on_both(tmp_path, temporal, machines, setup, scenario)
+    assert (first["outcome"], retry["outcome"], retry["landed"]) == ("escalated", "succeeded", True)
+    assert retry["base_commit"] == first["attempts"][0]["head_commit"]
+
+
+def test_build_on_last_success_is_recorded_alike(
+    tmp_path: Path, temporal: Any, machines: list
+) -> None:
+    def scenario(machine: Machine) -> int:
+        machine.start("run")
+        for _ in range(2):
+            proc = machine.loopd("trigger", "calc", "--wait")
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+        return 2
+
+    setup = plain(script_agent(FIX), build_on="last-success", skip_if_done=False)
+    first, second = on_both(tmp_path, temporal, machines, setup, scenario)
+    assert second["built_on"] == ["RUN1"] and second["base_commit"] != first["base_commit"]
+    # Its agent changed nothing: its head is the commit it started from, not a copy of it.
+    assert second["attempts"][0]["head_commit"] == second["base_commit"]
+
+
+def test_a_refusal_by_rule_is_recorded_alike(tmp_path: Path, temporal: Any, machines: list) -> None:
+    from daemon.rules.library import RuleLibrary
+    from daemon.rules.rulefile import Rule
+
+    rule = Rule(
+        rule="Do not let an agent change `calc.py`: the finance team owns it.",
+        why="A person decided so.",
+        how_to_apply="Do it.",
+        severity="refuse",
+        trigger_intent="Tasks that touch calc.py",
+        trigger_patterns=[r"(?i)\bcalc\.py\b"],
+    )
+
+    def setup(folder: Path, engine: str) -> Machine:
+        machine = make_machine(folder, engine, script_agent(FIX))
+        RuleLibrary(machine.home / "rules").add(rule, "active")
+        return machine
+
+    def scenario(machine: Machine) -> int:
+        machine.start("run")
+        assert machine.loopd("trigger", "calc", "--wait").returncode == 1
+        return 1
+
+    (run,) = on_both(tmp_path, temporal, machines, setup, scenario)
+    assert (run["outcome"], run["cause"], run["attempts"]) == ("refused", "refused", [])
+
+
+def test_learning_after_a_first_try_pass_is_recorded_alike(
+    tmp_path: Path, temporal: Any, machines: list, model_server: Any
+) -> None:
+    from tests.test_learning_e2e import default_reply
+
+    model_server.script(default_reply)
+    verifier = (
+        f'[verifier]\nbase_url = "{model_server.base_url}"\nmodel = "critic-model"\n'
+        'timeout = "20s"\njudge_timeout = "20s"\npending_limit = "30s"\n'
+    )
+
+    def scenario(machine: Machine) -> int:
+        machine.start("run")
+        assert machine.loopd("trigger", "calc", "--wait").returncode == 0
+        return 1
+
+    setup = plain(script_agent(FIX), verifier, critic="on", max_attempts=2)
+    (run,) = on_both(tmp_path, temporal, machines, setup, scenario)
+    assert run["outcome"] == "succeeded" and run["attempts"][0]["judged"] is True
+
+
+def test_an_interrupted_run_and_its_retry_are_recorded_alike(
+    tmp_path: Path, temporal: Any, machines: list
+) -> None:
+    import os
+    import signal
+
+    from tests.helpers import processes_with, talk, wait_for
+
+    def setup(folder: Path, engine: str) -> Machine:
+        folder.mkdir(parents=True, exist_ok=True)
+        talked, writable = talk(folder)
+        # The first call hangs (killed with loopd); the retry's fixes.
+        script = (
+            f"# parity-{folder.name}-{tmp_path.name}\n"
+            "import pathlib, time\n"
+            f"marker = pathlib.Path({str(talked / 'started')!r})\n"
+            "if not marker.exists():\n"
+            "    marker.write_text('yes')\n"
+            "    time.sleep(600)\n" + FIX.replace("; ", "\n") + "\n"
+        )
+        return make_machine(folder, engine, script_agent(script), writable)
+
+    def scenario(machine: Machine) -> int:
+        machine.start("run")
+        assert machine.loopd("trigger", "calc").returncode == 0
+        wait_for((machine.root.parent / "talk" / "started").exists, timeout=60)
+        machine.kill9()
+        machine.start("run")
+        return 2
+
+    try:
+        first, retry = on_both(tmp_path, temporal, machines, setup, scenario)
+    finally:
+        for pid in processes_with(f"-{tmp_path.name}"):
+            os.kill(pid, signal.SIGKILL)
+    assert (first["outcome"], first["cause"]) == ("interrupted", "interrupted")
+    assert (retry["trigger"]["retry_of"], retry["outcome"]) == ("RUN1", "succeeded")
+
+
+def test_a_run_parked_on_a_usage_limit_is_recorded_alike(
+    tmp_path: Path, temporal: Any, machines: list
+) -> None:
+    from tests.helpers import talk
+
+    def setup(folder: Path, engine: str) -> Machine:
+        folder.mkdir(parents=True, exist_ok=True)
+        talked, writable = talk(folder)
+        # A 429 with Retry-After: 1 s on the first call: the run parks and resumes a minute
+        # past that (the reset margin), and the same attempt goes on.
+        script = (
+            "import pathlib, sys\n"
+            f"calls = pathlib.Path({str(talked / 'calls')!r})\n"
+            "first = not calls.exists()\n"
+            "calls.write_text(calls.read_text() + 'x' if calls.exists() else 'x')\n"
+            "if first:\n"
+            "    print('HTTP 429 Too Many Requests; Retry-After: 1')\n"
+            "    sys.exit(1)\n" + FIX.replace("; ", "\n") + "\n"
+        )
+        return make_machine(folder, engine, script_agent(script), writable)
+
+    def scenario(machine: Machine) -> int:
+        machine.start("run")
+        assert machine.loopd("trigger", "calc").returncode == 0
+        return 1
+
+    (run,) = on_both(tmp_path, temporal, machines, setup, scenario)
+    assert (run["outcome"], len(run["attempts"]), run["waited"]) == ("succeeded", 1, True)
+    assert all(machine.runs()[0]["waited"] >= 60 for machine in machines)
