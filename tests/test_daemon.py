@@ -387,7 +387,10 @@ def test_cancel_of_a_queued_run_ends_it_without_starting(tmp_path: Path, daemons
     run_id = pending[0]["id"]
     proc = loopd(home, "cancel", run_id)
     assert proc.returncode == 0, proc.stderr
-    (run,) = wait_for(lambda: runs(home), what="the cancelled run's record")
+    # The record is written when the run is made and again when it ends: wait for the end.
+    (run,) = wait_for(
+        lambda: [r for r in runs(home) if r.get("outcome")], what="the cancelled run's record"
+    )
     assert run["id"] == run_id and run["outcome"] == "cancelled" and run["attempts"] == []
     assert loopd(home, "resume", "calc").returncode == 0
     assert stop_daemon(daemon) == 0
