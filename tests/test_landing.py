@@ -491,3 +491,37 @@ def test_a_checkout_with_a_filter_other_than_git_lfs_is_not_fast_forwarded(
     again = run_once(case, force=True)
     assert again.landed and git(case.repo, "rev-parse", "main") == again.landed_as
     assert git(case.repo, "rev-parse", "HEAD") == before  # their own branch did not move
+
+
+def test_landing_checks_the_very_commit_it_lands_unless_a_clean_check_passed_its_files(
+    tmp_path: Path,
+) -> None:
+    """A succeeded run's branch moved after its checks (here: by hand) to a commit whose
+    checks fail: `land = "merge"` runs them on that commit first, and nothing lands."""
+    from daemon.runs.journal import RunJournal
+    from daemon.runs.landing import land_run
+
+    case = land_case(tmp_path, land="branch")
+    run = run_once(case)
+    assert run.outcome == "succeeded" and run.verified_tree
+    main_before = git(case.repo, "rev-parse", "main")
+    # The branch now holds a commit the clean checks never saw: add() broken again.
+    git(case.repo, "checkout", "-q", run.branch)
+    (case.repo / "calc.py").write_text("def add(a, b):\n    return a * b\n")
+    git(case.repo, "commit", "-qam", "broken after the checks")
+    git(case.repo, "checkout", "-q", "main")
+    run.land, run.target = "merge", "main"
+    journal = RunJournal(case.services, run)
+    land_run(journal, case.loop.config)
+    assert run.landed is False and run.cause == Cause.LANDING_BLOCKED
+    assert "the checks fail on the commit to land" in run.landing
+    assert git(case.repo, "rev-parse", "main") == main_before
+    log = case.services.store.run_dir(run.id) / "land-checks.log"
+    assert "add(2, 3) gave 6" in log.read_text()
+    # Put back to the commit its clean checks passed: no second run of the checks, it lands.
+    git(case.repo, "branch", "-f", run.branch, f"{run.branch}~1")
+    run.cause, run.landing = Cause.PASSED, ""
+    verified = [e for e in events(case.home.root) if e["type"] == "landing_verify"]
+    land_run(journal, case.loop.config)
+    assert run.landed is True and git(case.repo, "rev-parse", "main") == run.landed_as
+    assert [e for e in events(case.home.root) if e["type"] == "landing_verify"] == verified

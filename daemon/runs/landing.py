@@ -34,6 +34,7 @@ from daemon.redact import redact
 from daemon.runs.git import Git, GitError, is_canonical_lfs
 from daemon.runs.journal import RunJournal
 from daemon.runs.landguard import blocked_paths
+from daemon.runs.landmerge import MergeRefused, merge_target, verify_tip
 from daemon.runs.messages import pr_title
 from daemon.runs.startpoint import is_ancestor
 from daemon.runs.userrepo import UserRepo
@@ -98,7 +99,6 @@ def _check_changes(user: UserRepo, since: str, tip: str, cfg: LoopConfig) -> Non
 
 def _merge(journal: RunJournal, cfg: LoopConfig) -> str:
     from daemon.runs.integrity import ledger_writer
-    from daemon.runs.landmerge import MergeRefused, merge_target
 
     run = journal.run
     user = _user(journal)
@@ -113,13 +113,15 @@ def _merge(journal: RunJournal, cfg: LoopConfig) -> str:
         since = user.git.out("merge-base", current, tip)
         _check_changes(user, since, tip, cfg)
         new = tip
-        if not is_ancestor(user, current, tip):
-            writer = ledger_writer(journal)
-            try:
+        try:
+            if is_ancestor(user, current, tip):
+                verify_tip(journal, cfg, user, tip)  # a fast-forward lands `tip` itself
+            else:
+                writer = ledger_writer(journal)
                 new = merge_target(journal, cfg, user, writer, tip, run.target, current)
-            except MergeRefused as exc:
-                raise LandingBlocked(str(exc)) from None
-            tip = new
+                tip = new
+        except MergeRefused as exc:
+            raise LandingBlocked(str(exc)) from None
         if _move_target(journal, user, current, new):
             _trigger_others(journal, current, new)
             return new
@@ -248,6 +250,10 @@ def _push(journal: RunJournal, cfg: LoopConfig) -> str:
     target = user.ref(f"refs/heads/{run.target}") if run.target else ""
     since = user.git.out("merge-base", target, tip) if target else run.base_commit
     _check_changes(user, since or run.base_commit, tip, cfg)
+    try:
+        verify_tip(journal, cfg, user, tip)
+    except MergeRefused as exc:
+        raise LandingBlocked(str(exc)) from None
     env = user_environment(journal)
     log = journal.services.store.run_dir(run.id) / LAND_LOG
     branch_ref = f"refs/heads/{run.branch}"

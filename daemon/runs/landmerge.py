@@ -73,35 +73,7 @@ def merge_target(
         tree.mkdir(parents=True)
         own.git.run("read-tree", "-u", "--reset", tree_oid)  # the merge's files, nothing else
         journal.event("landing_merge", target=target, tree=tree_oid, target_commit=target_tip)
-        stop = StopToken()
-        if cfg.setup:
-            setup = run_setup(journal, stop, tree, own, cfg, LAND_SETUP_LOG)
-            if not setup.passed:
-                raise MergeRefused(
-                    f"setup fails on the merge with {target}: {setup.failure()} "
-                    f"(state/runs/{run.id}/{LAND_SETUP_LOG})"
-                )
-        confinement = Confinement.for_run(journal.services, cfg, run, tree)
-        log = journal.services.store.run_dir(run.id) / LAND_CHECKS_LOG
-        checks = run_checks(
-            cfg.done_when,
-            tree,
-            cfg.check_timeout.total_seconds(),
-            confinement.checks_env(),
-            log,
-            stop,
-            launcher=confinement.launch_check,
-        )
-        journal.event(
-            "landing_checks",
-            passed=checks.passed,
-            results=[{"command": r.command, "exit_code": r.exit_code} for r in checks.results],
-        )
-        if not checks.passed:
-            raise MergeRefused(
-                f"the checks fail on the merge with {target} (state/runs/{run.id}/"
-                f"{LAND_CHECKS_LOG})"
-            )
+        _setup_and_check(journal, cfg, tree, own, f"the merge with {target}")
         message = merge_message(run, target, "checks pass")
         final = own.commit_tree(tree_oid, [tip, target_tip], message)
         own.set_tip(final, tip)
@@ -112,6 +84,69 @@ def merge_target(
         for path in (tree, own_dir):
             if path.exists() or path.is_symlink():
                 remove_path(path)
+
+
+def verify_tip(journal: RunJournal, cfg: LoopConfig, user: UserRepo, tip: str) -> None:
+    """Setup and the checks on a fresh tree of `tip`, the very commit that will land, unless
+    a clean check tree of this run already passed them on its files (`verified_tree`).
+    MergeRefused when they fail."""
+    run = journal.run
+    tree_oid = user.git.out("rev-parse", "--verify", f"{tip}^{{tree}}")
+    if not cfg.done_when or (run.verified_tree and run.verified_tree == tree_oid):
+        return
+    tree, own_dir = _folders(journal)
+    for path in (tree, own_dir):
+        if path.exists() or path.is_symlink():
+            remove_path(path)
+    try:
+        own = OwnGit.create(
+            own_dir, tree, user.common, MERGE_BRANCH, tip, user.object_format,
+            user.lfs_storage(),
+        )  # fmt: skip
+        tree.mkdir(parents=True)
+        own.git.run("read-tree", "-u", "--reset", tree_oid)
+        journal.event("landing_verify", commit=tip, tree=tree_oid)
+        _setup_and_check(journal, cfg, tree, own, "the commit to land")
+        run.verified_tree = tree_oid
+    finally:
+        for path in (tree, own_dir):
+            if path.exists() or path.is_symlink():
+                remove_path(path)
+
+
+def _setup_and_check(
+    journal: RunJournal, cfg: LoopConfig, tree: Path, own: OwnGit, what: str
+) -> None:
+    """The loop's setup, then its checks, in a fresh landing tree; MergeRefused on failure."""
+    run = journal.run
+    stop = StopToken()
+    if cfg.setup:
+        setup = run_setup(journal, stop, tree, own, cfg, LAND_SETUP_LOG)
+        if not setup.passed:
+            raise MergeRefused(
+                f"setup fails on {what}: {setup.failure()} (state/runs/{run.id}/{LAND_SETUP_LOG})"
+            )
+    confinement = Confinement.for_run(journal.services, cfg, run, tree)
+    log = journal.services.store.run_dir(run.id) / LAND_CHECKS_LOG
+    checks = run_checks(
+        cfg.done_when,
+        tree,
+        cfg.check_timeout.total_seconds(),
+        confinement.checks_env(),
+        log,
+        stop,
+        launcher=confinement.launch_check,
+    )
+    journal.event(
+        "landing_checks",
+        passed=checks.passed,
+        results=[{"command": r.command, "exit_code": r.exit_code} for r in checks.results],
+    )
+    if not checks.passed:
+        raise MergeRefused(
+            f"the checks fail on {what} (state/runs/{run.id}/{LAND_CHECKS_LOG}); the branch is "
+            "kept, nothing landed"
+        )
 
 
 def _conflicts(out: bytes) -> list[str]:

@@ -279,6 +279,7 @@ class ChecksOutput(Payload):
     head: str  # after protected paths were put back
     restored: list[str] = []
     worker: str = ""
+    verified_tree: str = ""  # the commit's tree when its clean checks passed (landing's)
 
 
 class VerdictInput(Payload):

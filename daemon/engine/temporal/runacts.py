@@ -309,6 +309,8 @@ class RunActivities:
             write_atomic(folder / "diffstat.json", checks.diffstat)
         attempt.checks_passed = checks.passed
         attempt.violations = list(checks.violations)
+        if checks.verified_tree:
+            run.verified_tree = checks.verified_tree
         journal.save()
         journal.event("checks", attempt=inp.n, passed=checks.passed, results=checks.results)
         if checks.violations:

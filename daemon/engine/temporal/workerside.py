@@ -361,6 +361,7 @@ class WorkerSide(Configured):
             head=head,
             restored=protected,
             worker=self.identity,
+            verified_tree=run.verified_tree if judged.checks.passed and not protected else "",
         )
 
     def _checks_record(
