@@ -187,6 +187,11 @@ def test_a_merge_whose_checks_fail_does_not_land(tmp_path: Path) -> None:
     assert ended.outcome == "succeeded" and not ended.landed
     assert "checks fail on the merge" in ended.landing
     assert git(case.repo, "rev-parse", "main") == moved
+    # A person looks: the run is escalated with what failed, its branch kept.
+    assert ended.cause == Cause.LANDING_CHECKS_FAILED
+    escalation = case.store.escalation_path(run.id).read_text()
+    assert "land-checks.log" in escalation and ended.branch in escalation
+    assert git(case.repo, "rev-parse", "--verify", ended.branch)
 
 
 def test_landing_is_blocked_for_ci_and_hook_files_unless_land_allow_names_them(
@@ -513,7 +518,7 @@ def test_landing_checks_the_very_commit_it_lands_unless_a_clean_check_passed_its
     run.land, run.target = "merge", "main"
     journal = RunJournal(case.services, run)
     land_run(journal, case.loop.config)
-    assert run.landed is False and run.cause == Cause.LANDING_BLOCKED
+    assert run.landed is False and run.cause == Cause.LANDING_CHECKS_FAILED
     assert "the checks fail on the commit to land" in run.landing
     assert git(case.repo, "rev-parse", "main") == main_before
     log = case.services.store.run_dir(run.id) / "land-checks.log"

@@ -136,6 +136,13 @@ def suggest(run: RunRecord, cause: Cause | None) -> str:
             f"`loopd escalations resolve {rid}`; if it is right, {retry} naming what must "
             f"change.{branch}"
         )
+    if cause == Cause.LANDING_CHECKS_FAILED:
+        return (
+            f"The run succeeded, but {run.landing or 'the checks fail on what would land'}. "
+            f"Nothing landed; the branch `{run.branch}` is kept. Read state/runs/{rid}/"
+            "land-checks.log: if the target moved under the run, merge it yourself and fix "
+            f"what conflicts in meaning; otherwise {retry}."
+        )
     if cause == Cause.CHECK_CHANGED_TREE:
         found = [v for v in last.violations if v.kind == "check_changed_tree"] if last else []
         what = "; ".join(f"`{v.target}` changed {v.detail}" for v in found[:3]) or "a check"

@@ -48,6 +48,14 @@ PUSH_TIMEOUT = 300.0
 class LandingBlocked(Exception):
     """The run's work cannot land now; the message says why and what to do."""
 
+    checks = False  # True: setup or the checks fail on what would land (a person looks)
+
+
+def _refused(exc: MergeRefused) -> LandingBlocked:
+    blocked = LandingBlocked(str(exc))
+    blocked.checks = exc.checks
+    return blocked
+
 
 def land_run(journal: RunJournal, cfg: LoopConfig | None) -> None:
     """Land a succeeded run as its record says (`land`, `target`); records how it went."""
@@ -65,7 +73,8 @@ def land_run(journal: RunJournal, cfg: LoopConfig | None) -> None:
     except (LandingBlocked, GitError, OSError) as exc:
         why = str(exc) if isinstance(exc, LandingBlocked) else f"git failed: {exc}"
         run.landing = redact(why)[:1000]
-        run.cause = Cause.LANDING_BLOCKED
+        checks = isinstance(exc, LandingBlocked) and exc.checks
+        run.cause = Cause.LANDING_CHECKS_FAILED if checks else Cause.LANDING_BLOCKED
         journal.event("landing_blocked", land=run.land, target=run.target, reason=run.landing)
     else:
         run.landed, run.landed_as, run.landing = True, commit, ""
@@ -121,7 +130,7 @@ def _merge(journal: RunJournal, cfg: LoopConfig) -> str:
                 new = merge_target(journal, cfg, user, writer, tip, run.target, current)
                 tip = new
         except MergeRefused as exc:
-            raise LandingBlocked(str(exc)) from None
+            raise _refused(exc) from None
         if _move_target(journal, user, current, new):
             _trigger_others(journal, current, new)
             return new
@@ -253,7 +262,7 @@ def _push(journal: RunJournal, cfg: LoopConfig) -> str:
     try:
         verify_tip(journal, cfg, user, tip)
     except MergeRefused as exc:
-        raise LandingBlocked(str(exc)) from None
+        raise _refused(exc) from None
     env = user_environment(journal)
     log = journal.services.store.run_dir(run.id) / LAND_LOG
     branch_ref = f"refs/heads/{run.branch}"

@@ -30,6 +30,14 @@ MERGE_BRANCH = "loopd-landing"
 class MergeRefused(Exception):
     """The merge conflicts, or setup or the checks fail on it: the run does not land."""
 
+    checks = False  # True: setup or the checks failed on what would land
+
+
+class ChecksRefused(MergeRefused):
+    """Setup or the checks fail on the commit that would land."""
+
+    checks = True
+
 
 def _folders(journal: RunJournal) -> tuple[Path, Path]:
     run = journal.run
@@ -123,7 +131,7 @@ def _setup_and_check(
     if cfg.setup:
         setup = run_setup(journal, stop, tree, own, cfg, LAND_SETUP_LOG)
         if not setup.passed:
-            raise MergeRefused(
+            raise ChecksRefused(
                 f"setup fails on {what}: {setup.failure()} (state/runs/{run.id}/{LAND_SETUP_LOG})"
             )
     confinement = Confinement.for_run(journal.services, cfg, run, tree)
@@ -143,7 +151,7 @@ def _setup_and_check(
         results=[{"command": r.command, "exit_code": r.exit_code} for r in checks.results],
     )
     if not checks.passed:
-        raise MergeRefused(
+        raise ChecksRefused(
             f"the checks fail on {what} (state/runs/{run.id}/{LAND_CHECKS_LOG}); the branch is "
             "kept, nothing landed"
         )

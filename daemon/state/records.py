@@ -107,6 +107,8 @@ class Cause(StrEnum):
     SANDBOX_UNAVAILABLE = "sandbox-unavailable"  # [sandbox] says runs must not go unconfined
     ALREADY_DONE = "already-done"  # skipped: done_when passed where the run would start
     LANDING_BLOCKED = "landing-blocked"  # succeeded, but its work could not land
+    # Succeeded, but setup or the checks fail on the commit that would land: escalated.
+    LANDING_CHECKS_FAILED = "landing-checks-failed"
     CHECK_CHANGED_TREE = "check-changed-tree"  # a check changed files the commit holds
     CHECKS_WEAKENED = "checks-weakened"  # fewer tests passed, more skipped, or none ran
     # A new member here, its next step in people/escalation_text.py.
@@ -139,7 +141,10 @@ def is_experiment(run: RunRecord) -> bool:
 
 def escalates(outcome: str | None, cause: Cause | None) -> bool:
     """Whether a run that ended so gets an escalation file."""
-    return outcome in ESCALATING_OUTCOMES or cause == Cause.INTERRUPTED_RETRY
+    return outcome in ESCALATING_OUTCOMES or cause in (
+        Cause.INTERRUPTED_RETRY,
+        Cause.LANDING_CHECKS_FAILED,
+    )
 
 
 ViolationKind = Literal[
