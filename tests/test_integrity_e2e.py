@@ -165,7 +165,7 @@ def test_an_agent_forging_main_a_tag_and_an_earlier_runs_branch_is_reported_not_
         # the guards stay on. (With one, it cannot: the next test.)
         body = forge(forged_log, str(repo))
         isolation = "clone"
-        config += 'mode = "off"\n'
+        config += 'mode = "off"\nunconfined_as_root = true\n'
     repo, home, run, code = once(tmp_path, body + FIX, config=config, isolation=isolation)
 
     forged = forged_log.read_text()

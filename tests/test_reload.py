@@ -210,7 +210,8 @@ def test_an_agent_rewriting_its_own_loop_file_is_recorded_and_its_run_keeps_its_
     # the home, and this test is about what loopd does then.
     (home / "loopd.toml").write_text(
         agent_config(cheat, "cheat")
-        + f'[limits]\nworktrees = "{tmp_path / "worktrees"}"\n[sandbox]\nmode = "off"\n'
+        + f'[limits]\nworktrees = "{tmp_path / "worktrees"}"\n'
+        + '[sandbox]\nmode = "off"\nunconfined_as_root = true\n'
     )
     loop_file.write_text(loop_text(repo).replace('"fixer"', '"cheat"'))
     daemon = start_daemon(home)

@@ -242,6 +242,7 @@ def test_the_repository_guards_are_off_only_for_a_sandboxed_clone(tmp_path: Path
     for isolation, mode in (("clone", "bwrap"), ("clone", "off"), ("worktree", "bwrap")):
         case = make_case(tmp_path / f"{isolation}-{mode}", FIXER, isolation=isolation)
         case.services.config.sandbox.mode = mode  # as `[sandbox] mode` in loopd.toml
+        case.services.config.sandbox.unconfined_as_root = mode == "off"
         run = case.new_run()
         ended = RunExecutor(case.services, case.loop, run).execute()
         assert ended.outcome == "succeeded", ended.reason

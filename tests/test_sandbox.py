@@ -282,9 +282,14 @@ def test_auto_without_bubblewrap_warns_as_a_user_and_refuses_as_root(bwrap_state
 
 def test_off_is_off_without_a_warning(bwrap_state) -> None:  # noqa: ANN001
     bwrap_state(False, "not installed")
-    choice = choose(SandboxConfig(mode="off"), is_root=True)
+    choice = choose(SandboxConfig(mode="off"), is_root=False)
     assert (choice.name, choice.warning, choice.refusal) == ("off", "", "")
     assert "full access" in choice.summary()
+    # As root an unconfined agent can signal every process: only when a person says so.
+    refused = choose(SandboxConfig(mode="off"), is_root=True)
+    assert "unconfined_as_root = true" in refused.refusal and "every process" in refused.refusal
+    accepted = choose(SandboxConfig(mode="off", unconfined_as_root=True), is_root=True)
+    assert (accepted.name, accepted.refusal) == ("off", "")
 
 
 # -- the agent's HOME ---------------------------------------------------------------------

@@ -187,7 +187,9 @@ def test_loopd_environment_never_reaches_the_agent(mode: str, tmp_path: Path) ->
     canary = f"plain-canary-words-{tmp_path.name}"
     home = tmp_path / "home"
     home, repo = hostile_home(
-        tmp_path, preamble(home) + DUMP + FIX, config=f'[sandbox]\nmode = "{mode}"\n'
+        tmp_path,
+        preamble(home) + DUMP + FIX,
+        config=f'[sandbox]\nmode = "{mode}"\nunconfined_as_root = true\n',
     )
     run = once(home, env={"CANARY_WORDS": canary})
     assert run["outcome"] == "succeeded", run["_stderr"]

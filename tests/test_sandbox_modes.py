@@ -84,7 +84,7 @@ def test_mode_off_runs_unconfined_without_a_warning(tmp_path: Path) -> None:
     home, repo = hostile_home(
         tmp_path,
         f"open({str(tmp_path / 'outside')!r}, 'w').write('x')\n" + FIX,
-        config='[sandbox]\nmode = "off"\n',
+        config='[sandbox]\nmode = "off"\nunconfined_as_root = true\n',
     )
     check = loopd(home, "check")
     assert 'sandbox: off (mode = "off")' in check.stdout and "warning: sandbox" not in check.stdout

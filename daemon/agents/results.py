@@ -41,6 +41,7 @@ class ProcessResult:
     reset_at: float = 0.0  # epoch seconds of the limit's reset, where the stream gives it
     tail: list[str] = field(default_factory=list)  # the last lines of output (both streams)
     error: str = ""  # why the process could not be started
+    limit_hit: str = ""  # the run limit its processes ran into: "processes", "memory"
     pid: int = 0
     output_bytes: int = 0
     started: float = 0.0  # time.monotonic()

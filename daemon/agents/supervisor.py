@@ -170,6 +170,7 @@ class Supervisor:
                 why = run.last_stderr or f"exit {result.exit_code}"
                 result.error = redact(f"could not start {invocation.argv[:1]}: {why}")
             launch.close()
+            result.limit_hit = launch.limit_hit
         with self._lock:
             if self._stop_at is not None:
                 result.stopped, result.stop_reason = True, self._stop_reason

@@ -44,6 +44,13 @@ def run(args: argparse.Namespace) -> int:
         raise
 
 
+def _limits_line(loaded: Any) -> str:
+    """What bounds each run's processes here (`[limits]`, and how this host enforces them)."""
+    from daemon.sandbox.limits import describe, run_limits
+
+    return describe(run_limits(loaded.daemon.limits)) if loaded.daemon_ok else ""
+
+
 def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
     """What `status` shows; `store` is kept across frames of --watch (one warning per file)."""
     from daemon.state.store import StateStore, UnreadableFile
@@ -71,6 +78,7 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
             "heartbeat": status.daemon.heartbeat,
             "warnings": list(dict.fromkeys(warnings)),
             "sandbox": sandbox,
+            "limits": _limits_line(loaded),
         },
         "loops": {},
         "errors": [str(e) for e in loaded.errors],
@@ -232,6 +240,8 @@ def _render_status(data: dict[str, Any], width: int = 80) -> Any:
     sandbox = d.get("sandbox", "")
     unsafe = sandbox.startswith(("sandbox: off:", "sandbox: none"))
     parts: list[Any] = [head, Text(clean(sandbox), style="bold red" if unsafe else "")]
+    if d.get("limits"):
+        parts.append(Text(clean(d["limits"])))
     if sum(least) + 3 * len(least) + 1 <= width:
         table = Table(title=m(data["home"]))
         for col in columns:

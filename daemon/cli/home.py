@@ -49,6 +49,11 @@ def check(args: argparse.Namespace) -> int:
     loaded.warnings.extend(preflight_warnings(loaded, home.config_path, pid))
     sandbox = choose(loaded.daemon.sandbox)
     shows: dict[str, list[str]] = {}
+    limits = ""
+    if loaded.daemon_ok:
+        from daemon.sandbox.limits import describe, run_limits
+
+        limits = describe(run_limits(loaded.daemon.limits))
     if loaded.daemon_ok and not sandbox.refusal and sandbox.name != "off":
         shows = _sandbox_shows(loaded, daemon_path(pid)[0])
     notes = loaded.warnings + _inside_home(home.root, loaded.daemon)
@@ -70,6 +75,7 @@ def check(args: argparse.Namespace) -> int:
                     "summary": sandbox.summary(),
                     "shows": shows,
                 },
+                "limits": limits,
             }
         )
     else:
@@ -79,6 +85,8 @@ def check(args: argparse.Namespace) -> int:
             print(f"warning: {warning}")
         loud = sandbox.warning or sandbox.refusal
         print(f"warning: {sandbox.summary()}" if loud else sandbox.summary())
+        if limits:
+            print(limits)
         for name, lines in sorted(shows.items()):
             if lines:
                 print(f"  {name}: the sandbox also shows, read-only, of what it hides:")

@@ -87,6 +87,11 @@ class LimitsConfig(StrictModel):
     max_wait: duration("0s", "30d") = "12h"  # type: ignore[valid-type]
     daily_tokens: int = Field(0, ge=0, le=10**15)
     timezone: str = Field("", examples=["Europe/Berlin"])
+    # Each run's processes (the agent's, setup's, the checks'): see daemon/sandbox/limits.py.
+    max_processes: int = Field(1024, ge=16, le=1_000_000)
+    max_memory: size("64MB", "64TB") = "8GB"  # type: ignore[valid-type]
+    max_tmp: size("1MB", "1TB") = "1GB"  # type: ignore[valid-type]
+    max_file_size: size("1MB", "1TB") = "100MB"  # type: ignore[valid-type]
 
     @field_validator("timezone")
     @classmethod
@@ -100,6 +105,17 @@ class LimitsConfig(StrictModel):
     @property
     def worktrees_path(self) -> Path:
         return Path(os.path.expanduser(self.worktrees))
+
+    @property
+    def memory_limit(self) -> int:
+        """`max_memory` as written, else the smaller of 8 GB and half this machine's memory."""
+        if "max_memory" in self.model_fields_set:
+            return self.max_memory
+        try:
+            half = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+        except (ValueError, OSError):
+            half = self.max_memory
+        return min(self.max_memory, half)
 
 
 class RulesConfig(StrictModel):

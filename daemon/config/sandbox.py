@@ -22,6 +22,7 @@ class SandboxConfig(StrictModel):
     writable: list[str] = Field([], examples=[["~/.cache/pip"]])
     readable: list[str] = Field([], examples=[["~/.pyenv"]])
     network: bool = True
+    unconfined_as_root: bool = False
 
     _writable = field_validator("writable")(_host_paths)
     _readable = field_validator("readable")(_host_paths)

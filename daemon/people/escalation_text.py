@@ -136,6 +136,15 @@ def suggest(run: RunRecord, cause: Cause | None) -> str:
             f"`loopd escalations resolve {rid}`; if it is right, {retry} naming what must "
             f"change.{branch}"
         )
+    if cause == Cause.RESOURCE_LIMIT:
+        hit = next((a for a in reversed(run.attempts) if a.limit_hit), None)
+        what = hit.limit_hit if hit else "a"
+        return (
+            f"The agent's processes ran into the {what} limit of the run (`[limits]` "
+            "max_processes, max_memory in loopd.toml) and the checks still fail. A runaway "
+            "agent (a fork loop, a leak) is stopped so; if the task really needs more, raise "
+            f"the limit, then {retry}.{branch}"
+        )
     if cause == Cause.LANDING_CHECKS_FAILED:
         return (
             f"The run succeeded, but {run.landing or 'the checks fail on what would land'}. "

@@ -306,6 +306,9 @@ class Attempt:
             run.agent_pids = []
             attempt.exit_code = session.exit_code
             attempt.timed_out = attempt.timed_out or session.timed_out
+            if session.limit_hit:
+                attempt.limit_hit = session.limit_hit
+                journal.event("resource_limit", attempt=attempt.n, limit=session.limit_hit)
             if session.session_id:
                 session_id = attempt.session_id = session.session_id
             if session.final_text:

@@ -22,7 +22,7 @@ import os
 import shlex
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from daemon.runs.services import RunServices
 from daemon.runs.tree import scratch_dir
 from daemon.sandbox.base import Exposure, Launch, Sandbox
 from daemon.sandbox.commandline import programs
+from daemon.sandbox.limits import run_limits
 from daemon.sandbox.mounts import hidden_conflicts
 from daemon.sandbox.paths import home_folders, value_paths
 from daemon.sandbox.programs import resolve_program
@@ -163,6 +164,7 @@ class Confinement:
             hidden=(services.home.root,),
             network=config.network,
             denied=denied_for(homes),
+            limits=run_limits(services.config.limits),
         )
         if choice.sandbox().confines:
             # The run's own folders; `writable` paths in the home are dropped (`check` says so).
@@ -269,7 +271,7 @@ class Confinement:
             extra += resolved.paths
             venvs += resolved.venvs
         extra += value_paths(declared, self.homes)
-        exposure = self.exposure.adding(readable=extra, tools=venvs)
+        exposure = replace(self.exposure.adding(readable=extra, tools=venvs), agent=True)
         return self.sandbox.launch(argv, env, exposure)
 
     def launch_check(self, command: str, env: Mapping[str, str]) -> Launch:

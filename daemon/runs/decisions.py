@@ -157,6 +157,14 @@ def given_up(attempts: Sequence[AttemptRecord], critic_threshold: int) -> Ending
         if checks:
             why = f"attempts used up; {checks[0].text()}"
             return Ending("escalated", why, violation_cause(checks[0].kind))
+        limited = [a for a in attempts if a.limit_hit]
+        if limited:
+            key = "max_processes" if limited[-1].limit_hit == "processes" else "max_memory"
+            why = (
+                f"attempts used up; checks still fail, and attempt {limited[-1].n} ran into "
+                f"the {limited[-1].limit_hit} limit ([limits] {key})"
+            )
+            return Ending("escalated", why, Cause.RESOURCE_LIMIT)
         why = f"attempts used up; checks still fail after {len(attempts)} attempts"
         if all(a.timed_out for a in attempts):
             return Ending("escalated", why + ", each cut at attempt_timeout", Cause.TIMEOUTS)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from daemon.sandbox.limits import Bounds, RunLimits
+
 
 @dataclass(frozen=True)
 class Exposure:
@@ -29,6 +31,8 @@ class Exposure:
     network: bool = True
     denied: tuple[Path, ...] = ()
     tools: tuple[Path, ...] = ()
+    limits: RunLimits | None = None  # processes, memory, tmpfs and file sizes (limits.py)
+    agent: bool = False  # the agent's launch (its files are bounded too), not a check
 
     def adding(
         self,
@@ -66,6 +70,8 @@ class Launch:
     env: dict[str, str]
     pass_fds: tuple[int, ...] = ()
     status_fd: int | None = None  # read end of the sandbox's status pipe
+    bounds: Bounds | None = None  # the launch's control groups and rlimits
+    limit_hit: str = ""  # after close(): the limit the tree ran into ("processes", "memory")
     _records: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -87,8 +93,11 @@ class Launch:
         return any("exit-code" in record for record in self._records)
 
     def close(self) -> None:
-        """Release the status pipe; safe to call more than once."""
+        """Release the status pipe and the control groups; safe to call more than once."""
         self.spawned()
+        if self.bounds is not None:
+            self.limit_hit = self.limit_hit or self.bounds.hit()
+            self.bounds.release()
         if self.status_fd is not None:
             self._read_status()
             _close(self.status_fd)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from daemon.sandbox.base import Availability, Exposure, Launch, Sandbox
+from daemon.sandbox.limits import Bounds
 from daemon.sandbox.mounts import host_files, host_masks, plan
 
 FLAGS = (
@@ -51,6 +52,8 @@ PROBE_SCRIPT = (
     "&& ! unshare -U true 2>/dev/null"
 )
 PROBE_TIMEOUT = 10.0
+# The uid inside a sandbox with limits: not 0, so nothing inside believes it is root.
+SANDBOX_UID = 1000
 
 
 @dataclass(frozen=True)
@@ -152,9 +155,18 @@ class BwrapSandbox(Sandbox):
         if not result.availability.ok:
             raise OSError(f"bubblewrap cannot run here: {result.availability.detail}")
         args = base_argv(result, exposure.network)
+        limits = exposure.limits
+        if limits is not None and "--uid" in result.options:
+            args += ["--uid", str(SANDBOX_UID)]
+        tmp_size = limits.tmp if limits is not None and "--size" in result.options else 0
         exposure = exposure.adding(readable=[Path(f) for f in host_files()])
         for mount in plan(exposure, host_masks(os.environ)):
-            args += mount.argv()
+            args += mount.argv(tmp_size)
         read_end, write_end = os.pipe()
         args += ["--chdir", str(exposure.cwd), "--json-status-fd", str(write_end), "--", *argv]
-        return Launch(argv=args, env=dict(env), pass_fds=(write_end,), status_fd=read_end)
+        bounds = Bounds.make(limits, exposure.agent) if limits is not None else None
+        if bounds is not None:
+            args = [*bounds.prefix(), *args]
+        return Launch(
+            argv=args, env=dict(env), pass_fds=(write_end,), status_fd=read_end, bounds=bounds
+        )

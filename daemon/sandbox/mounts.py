@@ -45,9 +45,13 @@ class Mount:
     path: str
     is_dir: bool = True
 
-    def argv(self) -> list[str]:
+    def argv(self, tmp_size: int = 0) -> list[str]:
+        """bubblewrap's words for it; a tmpfs of at most `tmp_size` bytes when given."""
         if self.kind in ("mask", "hide"):
-            return ["--tmpfs", self.path] if self.is_dir else ["--ro-bind", "/dev/null", self.path]
+            if not self.is_dir:
+                return ["--ro-bind", "/dev/null", self.path]
+            size = ["--size", str(tmp_size)] if tmp_size else []
+            return [*size, "--tmpfs", self.path]
         return ["--ro-bind" if self.kind == "ro" else "--bind", self.path, self.path]
 
 

@@ -3,8 +3,8 @@
 `auto` takes bubblewrap when it runs here; where it does not (not installed, no user
 namespaces, macOS) the runs go unconfined with a warning in `check`, `status` and each run's
 events, except when loopd runs as root: then runs are refused rather than started
-unsandboxed, and `mode = "off"` must be written to accept that. `bwrap` refuses runs where
-bubblewrap cannot run; `off` never confines.
+unsandboxed. `bwrap` refuses runs where bubblewrap cannot run; `off` never confines, and as
+root it also needs `unconfined_as_root = true`, written by a person who knows what it means.
 """
 
 from __future__ import annotations
@@ -21,6 +21,14 @@ SANDBOXES: dict[str, type[Sandbox]] = {"bwrap": BwrapSandbox, "off": OffSandbox}
 INSTALL = (
     "install bubblewrap (Debian, Ubuntu: `apt-get install bubblewrap`; "
     "Fedora: `dnf install bubblewrap`)"
+)
+
+
+UNCONFINED_ROOT = (
+    '[sandbox] mode = "off" while loopd runs as root: an unconfined agent could then signal '
+    "every process on this machine and read and write every file. Fix: install bubblewrap "
+    'and remove mode (or write mode = "auto"), or write unconfined_as_root = true under '
+    "[sandbox] to accept this"
 )
 
 
@@ -64,6 +72,8 @@ def choose(config: SandboxConfig, *, is_root: bool | None = None) -> Choice:
     """The choice of `config.mode` on this machine (bubblewrap is probed once per process)."""
     root = os.geteuid() == 0 if is_root is None else is_root
     if config.mode == "off":
+        if root and not config.unconfined_as_root:
+            return Choice(mode="off", name="off", refusal=UNCONFINED_ROOT)
         return Choice(mode="off", name="off")
     available = BwrapSandbox.availability()
     if available.ok:
@@ -85,8 +95,8 @@ def choose(config: SandboxConfig, *, is_root: bool | None = None) -> Choice:
             detail=available.detail,
             refusal=(
                 f"{why} and loopd runs as root, so agents are not started unsandboxed. Fix: "
-                f'{INSTALL}, or write [sandbox] mode = "off" in loopd.toml to run them as root '
-                "without a sandbox"
+                f'{INSTALL}, or write [sandbox] mode = "off" and unconfined_as_root = true in '
+                "loopd.toml to run them as root without a sandbox"
             ),
         )
     return Choice(

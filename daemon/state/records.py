@@ -109,6 +109,7 @@ class Cause(StrEnum):
     LANDING_BLOCKED = "landing-blocked"  # succeeded, but its work could not land
     # Succeeded, but setup or the checks fail on the commit that would land: escalated.
     LANDING_CHECKS_FAILED = "landing-checks-failed"
+    RESOURCE_LIMIT = "resource-limit"  # the agent ran into [limits] max_processes or max_memory
     CHECK_CHANGED_TREE = "check-changed-tree"  # a check changed files the commit holds
     CHECKS_WEAKENED = "checks-weakened"  # fewer tests passed, more skipped, or none ran
     # A new member here, its next step in people/escalation_text.py.
@@ -281,6 +282,7 @@ class AttemptRecord(Record):
     base_commit: str = ""  # the tree's commit when the attempt started
     head_commit: str = ""  # loopd's commit of what the agent left
     interrupted: bool = False  # the attempt ended with the run (cancel, stop, crash)
+    limit_hit: str = ""  # a run limit the agent's processes ran into: processes, memory
     # The ids of the rules in the attempt's prompt, and the critic's attribution of them
     # (`attributed` false: no critic said anything of them).
     rules: list[str] = []

@@ -1,0 +1,199 @@
+"""What bounds one sandboxed process tree: processes, memory, temporary folders, file size.
+
+Each launch gets a control group of its own where the host offers one loopd may write: a
+cgroup v2 subtree delegated to loopd's own group (`pids` and `memory` in its
+`cgroup.subtree_control`), else the cgroup v1 `pids` and `memory` hierarchies (as on hosts
+that keep v1). There `pids.max` bounds the processes of the whole tree and the memory limit
+its resident memory together. Where neither can be written, rlimits stand in: RLIMIT_NPROC
+(which the kernel does not apply to processes of the real root, so it bounds nothing when
+loopd runs as root: `describe` says so) and RLIMIT_DATA per process. Every tmpfs the sandbox
+mounts (its `/tmp`, the masks over homes) gets `--size`, and the agent's files RLIMIT_FSIZE.
+
+The launch joins its groups through a small shell prefix before bubblewrap starts, so
+nothing it forks escapes them; `Bounds.hit()` reads the groups' counters after the exit
+(`pids.events` max, the memory group's `oom_kill`), and `release()` removes them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from daemon.config import LimitsConfig
+from daemon.units import format_size
+
+CGROUP = Path("/sys/fs/cgroup")
+_serial = itertools.count()
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """The limits of one run's processes (bytes; 0: none)."""
+
+    processes: int = 1024
+    memory: int = 8 << 30
+    tmp: int = 1 << 30
+    file_size: int = 0  # the agent's only: a check or setup may write a big wheel
+
+
+def run_limits(limits: LimitsConfig) -> RunLimits:
+    """The bounds of a run's processes, from `[limits]` in loopd.toml."""
+    return RunLimits(
+        processes=limits.max_processes,
+        memory=limits.memory_limit,
+        tmp=limits.max_tmp,
+        file_size=limits.max_file_size,
+    )
+
+
+def _writable(path: Path) -> bool:
+    return path.is_dir() and os.access(path, os.W_OK)
+
+
+def _own_group(hierarchy: str) -> str:
+    """This process's group in a v1 hierarchy (or v2 with hierarchy ""), from /proc."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        _, names, path = (line.split(":", 2) + ["", ""])[:3]
+        if (hierarchy and hierarchy in names.split(",")) or (not hierarchy and names == ""):
+            return path
+    return ""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where loopd makes a launch's groups: the parent folders, one per controller."""
+
+    kind: str  # "cgroup2", "cgroup1" or "rlimit"
+    pids: Path | None = None
+    memory: Path | None = None
+    why: str = ""  # for rlimit: why no control group could be used
+
+
+def _probe() -> Backend:
+    v2 = CGROUP / _own_group("").lstrip("/") if (CGROUP / "cgroup.controllers").is_file() else None
+    if v2 is not None:
+        try:
+            enabled = (v2 / "cgroup.subtree_control").read_text().split()
+        except OSError:
+            enabled = []
+        if {"pids", "memory"} <= set(enabled) and _writable(v2):
+            return Backend("cgroup2", v2, v2)
+    pids = CGROUP / "pids" / _own_group("pids").lstrip("/")
+    memory = CGROUP / "memory" / _own_group("memory").lstrip("/")
+    if _writable(pids) and _writable(memory) and (memory / "memory.limit_in_bytes").exists():
+        return Backend("cgroup1", pids, memory)
+    why = "no cgroup loopd may write here (v2 without a delegated pids and memory subtree, no v1)"
+    return Backend("rlimit", why=why)
+
+
+_backend: Backend | None = None
+
+
+def backend() -> Backend:
+    """How limits are enforced on this host (probed once per process)."""
+    global _backend
+    if _backend is None:
+        _backend = _probe()
+    return _backend
+
+
+def describe(limits: RunLimits, is_root: bool | None = None) -> str:
+    """One line for `check` and `status`: which limits are in force, and how."""
+    root = os.geteuid() == 0 if is_root is None else is_root
+    found = backend()
+    memory = format_size(limits.memory)
+    parts = [f"/tmp and masked folders {format_size(limits.tmp)} each (tmpfs size)"]
+    if limits.file_size:
+        parts.append(f"the agent's files {format_size(limits.file_size)} each (RLIMIT_FSIZE)")
+    if found.kind != "rlimit":
+        head = f"{limits.processes} processes, {memory} of memory per run ({found.kind})"
+        return "limits: " + ", ".join([head, *parts])
+    procs = (
+        f"processes: not bounded (loopd runs as root, whose processes RLIMIT_NPROC does not "
+        f"count; {found.why})"
+        if root
+        else f"{limits.processes} processes (RLIMIT_NPROC)"
+    )
+    return "limits: " + ", ".join([procs, f"{memory} per process (RLIMIT_DATA)", *parts])
+
+
+@dataclass
+class Bounds:
+    """One launch's control groups: the shell prefix that joins them, counters, removal."""
+
+    limits: RunLimits
+    agent: bool = False
+    groups: list[Path] = field(default_factory=list)
+
+    @classmethod
+    def make(cls, limits: RunLimits, agent: bool) -> Bounds:
+        found = backend()
+        bounds = cls(limits, agent)
+        if found.kind == "rlimit" or found.pids is None or found.memory is None:
+            return bounds
+        name = f"loopd-{os.getpid()}-{next(_serial)}"
+        try:
+            if found.kind == "cgroup2":
+                group = found.pids / name
+                group.mkdir()
+                bounds.groups.append(group)
+                (group / "pids.max").write_text(f"{limits.processes}\n")
+                (group / "memory.max").write_text(f"{limits.memory}\n")
+            else:
+                pids, memory = found.pids / name, found.memory / name
+                pids.mkdir()
+                bounds.groups.append(pids)
+                memory.mkdir()
+                bounds.groups.append(memory)
+                (pids / "pids.max").write_text(f"{limits.processes}\n")
+                (memory / "memory.limit_in_bytes").write_text(f"{limits.memory}\n")
+        except OSError:
+            bounds.release()
+            bounds.groups = []
+        return bounds
+
+    def prefix(self) -> list[str]:
+        """What to start before bubblewrap: join the groups, set the rlimits, exec the rest."""
+        joins = "".join(f'echo $$ > "{g}/cgroup.procs" && ' for g in self.groups)
+        rlimits = []
+        if shutil.which("prlimit"):
+            rlimits = ["prlimit", f"--nproc={self.limits.processes}"]
+            rlimits.append(f"--data={self.limits.memory}")
+            if self.agent and self.limits.file_size:
+                rlimits.append(f"--fsize={self.limits.file_size}")
+            rlimits.append("--")
+        return ["/bin/sh", "-c", joins + 'exec "$@"', "loopd-limits", *rlimits]
+
+    def hit(self) -> str:
+        """The limit the tree ran into ("processes", "memory"), or ""."""
+        for group in self.groups:
+            for name, key, what in (
+                ("pids.events", "max", "processes"),
+                ("memory.events", "oom_kill", "memory"),
+                ("memory.oom_control", "oom_kill", "memory"),
+            ):
+                try:
+                    text = (group / name).read_text()
+                except OSError:
+                    continue
+                for line in text.splitlines():
+                    words = line.split()
+                    value = words[-1] if words else "0"
+                    if words and words[0] == key and value.isdigit() and int(value) > 0:
+                        return what
+        return ""
+
+    def release(self) -> None:
+        """Remove the groups (empty once the tree is gone); safe to call again."""
+        for group in reversed(self.groups):
+            try:
+                group.rmdir()
+            except OSError:
+                pass
