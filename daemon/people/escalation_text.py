@@ -136,6 +136,14 @@ def suggest(run: RunRecord, cause: Cause | None) -> str:
             f"`loopd escalations resolve {rid}`; if it is right, {retry} naming what must "
             f"change.{branch}"
         )
+    if cause == Cause.TOO_LARGE:
+        found = [v for v in last.violations if v.kind == "too_large"] if last else []
+        what = ", ".join(f"`{v.target}` ({v.detail})" for v in found[:5]) or "a file"
+        return (
+            f"The agent committed {what}; loopd kept it out of your repository and the run's "
+            "branch. If the task needs such files, raise `[limits] max_file_size` in "
+            f"loopd.toml (or use git-lfs); otherwise {retry} saying not to add them.{branch}"
+        )
     if cause == Cause.RESOURCE_LIMIT:
         hit = next((a for a in reversed(run.attempts) if a.limit_hit), None)
         what = hit.limit_hit if hit else "a"

@@ -11,6 +11,7 @@ rename inside folders checked to be real folders.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 from pathlib import Path
@@ -66,6 +67,49 @@ def read_small(path: Path) -> str | None:
     return Path(path).read_text(encoding="utf-8", errors="replace")
 
 
+# Files that send git to another repository or object store than the folder it was given.
+_INDIRECTIONS = ("commondir", "gitdir", "objects/info/http-alternates")
+_MAX_ENTRIES = 500_000
+_INCLUDE = re.compile(rb"^\s*\[\s*include", re.IGNORECASE | re.MULTILINE)
+
+
+def untrusted_git_dir(path: Path, alternates: str) -> str:
+    """Why git outside the sandbox may not read the agent's git directory at `path` ("" when
+    it may): a symbolic link or a special file anywhere in it, a file that points git at
+    another repository or object store (`commondir`, `gitdir`, alternates other than the one
+    loopd wrote), or a config that includes other files. An lstat walk: nothing is followed."""
+    count = 0
+    for root, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            count += 1
+            entry = Path(root) / name
+            rel = entry.relative_to(path).as_posix()
+            try:
+                mode = os.lstat(entry).st_mode
+            except OSError:
+                continue
+            if stat.S_ISLNK(mode):
+                return f"it holds a symbolic link, .git/{rel}, which loopd does not follow"
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                return f"it holds .git/{rel}, which is not a file"
+        if count > _MAX_ENTRIES:
+            return f"it holds more than {_MAX_ENTRIES} entries"
+    for rel in _INDIRECTIONS:
+        if os.path.lexists(path / rel):
+            return f".git/{rel} would send git to another repository"
+    alternates_file = path / "objects" / "info" / "alternates"
+    if os.path.lexists(alternates_file) and read_small(alternates_file) != alternates:
+        return ".git/objects/info/alternates names an object store loopd did not"
+    try:
+        with open(path / "config", "rb") as fh:
+            config = fh.read(256 * 1024)
+    except OSError:
+        config = b""
+    if _INCLUDE.search(config):
+        return ".git/config includes other files"
+    return ""
+
+
 def worktree_link(admin: Path) -> str:
     return f"gitdir: {admin}\n"
 
@@ -81,6 +125,9 @@ def read_heads(isolation: str, tree: Path, agent_dir: Path, branch: str, own: Ow
         dot = tree / ".git"
         if dot.is_symlink() or not dot.is_dir():
             return AgentHeads(problem="the tree's .git is not the git directory loopd made")
+        problem = untrusted_git_dir(dot, f"{user.common / 'objects'}\n")
+        if problem:
+            return AgentHeads(problem=problem)
         return own.fetch_agent(dot, ref)
     heads = AgentHeads()
     if isolation == "worktree":

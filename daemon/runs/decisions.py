@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
 from daemon.state.records import (
-    CHECK_KINDS,
+    FAILING_KINDS,
     REPOSITORY_KINDS,
     AttemptRecord,
     Cause,
@@ -153,7 +153,7 @@ def given_up(attempts: Sequence[AttemptRecord], critic_threshold: int) -> Ending
     if last is None:
         return Ending("escalated", "attempts used up", Cause.LOOPD_ERROR)
     if not last.checks_passed:
-        checks = [v for v in last.violations if v.kind in CHECK_KINDS]
+        checks = [v for v in last.violations if v.kind in FAILING_KINDS]
         if checks:
             why = f"attempts used up; {checks[0].text()}"
             return Ending("escalated", why, violation_cause(checks[0].kind))

@@ -179,13 +179,43 @@ def commit_work(
             Violation(kind="detached_head", target=commit[:12], detail=f"kept as {ref}")
         )
         journal.event("agent_commits_kept", commit=commit, ref=ref)
-    publish(journal, tree, new, kept_refs)
+    large = too_large(own, new, run.base_commit, journal.services.config.limits.max_file_size)
+    if large:
+        # Kept out of the person's repository: the run's branch stays where it was.
+        if new != tip:
+            own.set_tip(tip, new)
+        violations += large
+        journal.event("too_large", files=[v.model_dump() for v in large])
+        new = tip
+    else:
+        publish(journal, tree, new, kept_refs)
     if guard is not None and guard_refs:
         violations += guard.check_refs()
     if violations:
         journal.event("violations_found", violations=[v.model_dump() for v in violations])
     add_violations(attempt, violations)
     return new
+
+
+def too_large(own: OwnGit, new: str, base: str, limit: int) -> list[Violation]:
+    """The files of `new`'s history since `base` larger than `limit` bytes, as violations."""
+    listed = own.bare.run("rev-list", "--objects", new, "--not", base, check=False)
+    if listed.returncode != 0 or not listed.stdout:
+        return []
+    checked = own.bare.run(
+        "cat-file",
+        "--batch-check=%(objecttype) %(objectsize) %(rest)",
+        input=listed.stdout,
+        check=False,
+    )
+    found: list[Violation] = []
+    for line in checked.stdout.decode("utf-8", "replace").splitlines():
+        kind, _, rest = line.partition(" ")
+        size, _, path = rest.partition(" ")
+        if kind == "blob" and size.isdigit() and int(size) > limit:
+            detail = f"{int(size) >> 20} MB, over [limits] max_file_size"
+            found.append(Violation(kind="too_large", target=path or "?", detail=detail))
+    return found[:20]
 
 
 def _report_heads(journal: RunJournal, tree: RunTree, heads: AgentHeads, taken: list[str]) -> None:

@@ -304,7 +304,9 @@ class OwnGit:
 
 
 def _tail(stderr: bytes) -> str:
-    return stderr.decode("utf-8", "replace").strip()[-300:]
+    """What git said of the agent's repository: agent text, its control characters escaped."""
+    text = stderr.decode("utf-8", "replace").strip()[-300:]
+    return "".join(c if c.isprintable() or c == "\n" else f"\\x{ord(c):02x}" for c in text)
 
 
 def remove_path(path: Path) -> None:

@@ -109,6 +109,7 @@ class Cause(StrEnum):
     LANDING_BLOCKED = "landing-blocked"  # succeeded, but its work could not land
     # Succeeded, but setup or the checks fail on the commit that would land: escalated.
     LANDING_CHECKS_FAILED = "landing-checks-failed"
+    TOO_LARGE = "too-large"  # a file over [limits] max_file_size: kept out of the repository
     RESOURCE_LIMIT = "resource-limit"  # the agent ran into [limits] max_processes or max_memory
     CHECK_CHANGED_TREE = "check-changed-tree"  # a check changed files the commit holds
     CHECKS_WEAKENED = "checks-weakened"  # fewer tests passed, more skipped, or none ran
@@ -127,6 +128,8 @@ def violation_cause(kind: str) -> Cause:
         return Cause.CHECK_CHANGED_TREE
     if kind == "checks_weakened":
         return Cause.CHECKS_WEAKENED
+    if kind == "too_large":
+        return Cause.TOO_LARGE
     return Cause.GIT_VIOLATION
 
 
@@ -158,9 +161,12 @@ ViolationKind = Literal[
     "git_dir",
     "check_changed_tree",
     "checks_weakened",
+    "too_large",
 ]
 # Violations that are the checks' own failing: a check changed the tree, tests were weakened.
 CHECK_KINDS = frozenset({"check_changed_tree", "checks_weakened"})
+# Violations that fail the attempt whatever its checks say, named first when a run gives up.
+FAILING_KINDS = CHECK_KINDS | {"too_large"}
 # Violations in the user's repository itself: the run ends and a person looks.
 REPOSITORY_KINDS = frozenset({"ref_moved", "repo_config", "repo_hook", "repo_info"})
 _HEADS = {
@@ -173,6 +179,7 @@ _HEADS = {
     "git_dir": "the tree's git directory was replaced",
     "check_changed_tree": "a check changed files the commit holds",
     "checks_weakened": "the checks test less than on the base",
+    "too_large": "a file over max_file_size",
 }
 
 
