@@ -530,3 +530,64 @@ def test_landing_checks_the_very_commit_it_lands_unless_a_clean_check_passed_its
     land_run(journal, case.loop.config)
     assert run.landed is True and git(case.repo, "rev-parse", "main") == run.landed_as
     assert [e for e in events(case.home.root) if e["type"] == "landing_verify"] == verified
+
+
+def test_a_push_left_running_by_a_killed_loopd_is_reaped_and_the_remote_read(
+    tmp_path: Path,
+) -> None:
+    """kill -9 while `land = "push"` pushes: the restart ends what is left of that push
+    (its group is in the run's record), reads the remote, and pushes only when the remote
+    lacks the commit; the remote's hook never sees two pushes of the run at once."""
+    import signal
+    import subprocess
+
+    from tests.helpers import start_daemon, stop_daemon
+
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    gate, hook_log = tmp_path / "gate", tmp_path / "hook.log"
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text(
+        "#!/bin/sh\n"
+        f'if [ -e "{tmp_path}/in-hook" ]; then echo CONCURRENT >> "{hook_log}"; fi\n'
+        f'touch "{tmp_path}/in-hook"; echo start $$ >> "{hook_log}"\n'
+        f'while [ ! -e "{gate}" ]; do sleep 0.05; done\n'
+        f'rm -f "{tmp_path}/in-hook"; echo end $$ >> "{hook_log}"\n'
+    )
+    hook.chmod(0o755)
+    make_repo(tmp_path / "repo", BUGGY)
+    git(tmp_path / "repo", "remote", "add", "origin", str(remote))
+    case = land_case(tmp_path, land="push")
+    once = subprocess.Popen(
+        [sys.executable, "-m", "daemon.cli.main", "--home", str(case.home.root), "once", "calc"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    wait_for(lambda: hook_log.exists(), timeout=120, what="the push to reach the remote")
+    once.send_signal(signal.SIGKILL)
+    once.wait(timeout=30)
+    (run_id,) = case.store.live_runs()
+    left = case.store.load_run(run_id)
+    assert left.push_pid and left.phase == "landing", left
+    gate.write_text("")  # the remote answers from now on
+    daemon = start_daemon(case.home.root)
+    try:
+        wait_for(
+            lambda: (
+                case.store.load_run(run_id).outcome is not None
+                and case.store.load_run(run_id).phase == "idle"
+            ),
+            timeout=120,
+            what="the restart to finish the run",
+        )
+    finally:
+        stop_daemon(daemon)
+    ended = case.store.load_run(run_id)
+    assert ended.landed is True and ended.push_pid == 0, ended.landing
+    assert git(remote, "rev-parse", ended.branch) == ended.landed_as
+    assert "CONCURRENT" not in hook_log.read_text()
+    assert "push_reaped" in kinds(case, run_id) or any(
+        e.get("found") for e in events(case.home.root) if e["type"] == "pushed"
+    )

@@ -433,10 +433,15 @@ def kill_leftovers(
 
 
 def run_in_own_group(
-    argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float
+    argv: list[str],
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float,
+    on_start: Callable[[int], None] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     """Run a person's command in a session of its own, output captured; at `timeout` its
-    whole group is killed and TimeoutExpired raised.
+    whole group is killed and TimeoutExpired raised. `on_start` gets its pid (= its group).
 
     Its own session: what it leaves behind is never in loopd's session, so `reap_orphans`
     reaps it, and a timeout reaches the children it started (an ssh under `git push`).
@@ -451,6 +456,8 @@ def run_in_own_group(
         start_new_session=True,
         close_fds=True,
     )
+    if on_start is not None:
+        on_start(proc.pid)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

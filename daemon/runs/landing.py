@@ -23,7 +23,10 @@ run under "Ready to land".
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from daemon.agents.processes import run_in_own_group
@@ -43,6 +46,7 @@ from daemon.state.records import Cause, Trigger, is_experiment
 
 LAND_LOG = "land.log"
 PUSH_TIMEOUT = 300.0
+REAP_GRACE = 10.0  # seconds a leftover push gets between SIGTERM and SIGKILL
 
 
 class LandingBlocked(Exception):
@@ -266,13 +270,19 @@ def _push(journal: RunJournal, cfg: LoopConfig) -> str:
     env = user_environment(journal)
     log = journal.services.store.run_dir(run.id) / LAND_LOG
     branch_ref = f"refs/heads/{run.branch}"
-    # The person's repository, config and credentials; no hook of theirs runs.
-    argv = ["git", "-c", "core.hooksPath=/dev/null", "push", "--no-verify", "--porcelain",
-            cfg.remote, f"{branch_ref}:{branch_ref}"]  # fmt: skip
-    text = _run(argv, Path(run.repo), env, log, "")
-    if text is not None:
-        raise LandingBlocked(f"git push to {cfg.remote} failed: {text}")
-    journal.event("pushed", remote=cfg.remote, branch=run.branch, commit=tip)
+    _reap_push(journal)  # a push of this run that a killed loopd left running
+    if _remote_tip(cfg.remote, branch_ref, Path(run.repo), env) == tip:
+        journal.event("pushed", remote=cfg.remote, branch=run.branch, commit=tip, found=True)
+    else:
+        # The person's repository, config and credentials; no hook of theirs runs.
+        argv = ["git", "-c", "core.hooksPath=/dev/null", "push", "--no-verify", "--porcelain",
+                cfg.remote, f"{branch_ref}:{branch_ref}"]  # fmt: skip
+        text = _run(argv, Path(run.repo), env, log, "", on_start=_journaled(journal))
+        run.push_pid = 0
+        journal.save()
+        if text is not None:
+            raise LandingBlocked(f"git push to {cfg.remote} failed: {text}")
+        journal.event("pushed", remote=cfg.remote, branch=run.branch, commit=tip)
     if cfg.pr_command:
         body = journal.services.store.run_dir(run.id) / "pr-body.md"
         write_atomic(body, redact(_pr_body(journal)))
@@ -295,10 +305,72 @@ def _fill(part: str, fields: dict[str, str]) -> str:
     return part
 
 
-def _run(argv: list[str], cwd: Path, env: dict[str, str], log: Path, what: str) -> str | None:
-    """Run a command of the person's; None when it succeeded, else why it failed."""
+def _journaled(journal: RunJournal) -> Callable[[int], None]:
+    """Record a push's process group in the run's record as it starts."""
+
+    def record(pid: int) -> None:
+        journal.run.push_pid = pid
+        journal.save()
+        journal.event("push_started", pid=pid)
+
+    return record
+
+
+def _reap_push(journal: RunJournal) -> None:
+    """End the process group of a push this run started before loopd was killed, if it still
+    runs: one push of a run at a time."""
+    run = journal.run
+    pgid = run.push_pid
+    if not pgid:
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        deadline = time.monotonic() + REAP_GRACE
+        while time.monotonic() < deadline and _group_alive(pgid):
+            time.sleep(0.05)
+        if not _group_alive(pgid):
+            break
+    journal.event("push_reaped", pid=pgid)
+    run.push_pid = 0
+    journal.save()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _remote_tip(remote: str, ref: str, cwd: Path, env: dict[str, str]) -> str:
+    """The commit `remote` holds at `ref` ("" when none or it cannot be asked)."""
+    argv = ["git", "-c", "core.hooksPath=/dev/null", "ls-remote", remote, ref]
     try:
         done = run_in_own_group(argv, cwd=cwd, env=env, timeout=PUSH_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    for line in done.stdout.decode("utf-8", "replace").splitlines():
+        sha, _, name = line.partition("\t")
+        if name.strip() == ref:
+            return sha.strip()
+    return ""
+
+
+def _run(
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    log: Path,
+    what: str,
+    on_start: Callable[[int], None] | None = None,
+) -> str | None:
+    """Run a command of the person's; None when it succeeded, else why it failed."""
+    try:
+        done = run_in_own_group(argv, cwd=cwd, env=env, timeout=PUSH_TIMEOUT, on_start=on_start)
     except (OSError, subprocess.TimeoutExpired) as exc:
         why = f"{exc}"[:300]
         _log(log, argv, why)

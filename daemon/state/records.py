@@ -403,6 +403,7 @@ class RunRecord(Record):
     # (empty: not counted yet); an attempt that tests less fails (cause checks-weakened).
     base_tests: list[TestCounts] = []
     verified_tree: str = ""  # the tree of the last commit whose clean checks passed here
+    push_pid: int = 0  # the process group of a landing push while it runs (reaped on restart)
 
     def without(self, support: str) -> bool:
         """Whether this run is an experiment arm without `support`."""
