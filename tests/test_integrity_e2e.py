@@ -158,8 +158,10 @@ def test_an_agent_forging_main_a_tag_and_an_earlier_runs_branch_is_reported_not_
     shared, config = talk(tmp_path)  # the agent tells the test its forged commit here
     forged_log = shared / "forged"
     if isolation == "worktree":
-        # Sandboxed: a worktree's agent writes the user's git directory (it commits there).
+        # Unconfined, a worktree's agent writes the user's git directory (sandboxed, it writes
+        # only what its own worktree needs: tests/test_worktree_git.py): the guards stay on.
         body = forge(forged_log)
+        config += 'mode = "off"\nunconfined_as_root = true\n'
     else:
         # Without a sandbox a clone's agent can still reach the user's repository by its path:
         # the guards stay on. (With one, it cannot: the next test.)
@@ -239,7 +241,12 @@ def test_a_filter_lfs_process_set_by_the_agent_never_runs_in_loopds_git(tmp_path
             "pathlib.Path('.gitattributes').write_text('data.txt filter=lfs\\n')\n"
             "pathlib.Path('data.txt').write_text('data\\n')\n" + FIX
         )
-        repo, home, run, code = once(case, body, isolation=isolation)
+        # Unconfined, a worktree's agent writes the user's config (sandboxed it cannot:
+        # tests/test_worktree_git.py): loopd's git must not run what it put there.
+        config = '[sandbox]\nmode = "off"\nunconfined_as_root = true\n'
+        repo, home, run, code = once(
+            case, body, config=config if isolation == "worktree" else "", isolation=isolation
+        )
         assert not marker.exists(), f"{isolation}: loopd's git ran the agent's filter"
         assert git(repo, "show", f"{run['branch']}:.gitattributes") == "data.txt filter=lfs"
         assert git(repo, "show", f"{run['branch']}:calc.py").endswith("a + b")
@@ -289,7 +296,12 @@ def test_a_hook_and_fsmonitor_written_into_the_users_repository_are_put_back(
         f"git('config', '--file', str(common / 'config'), 'core.fsmonitor', 'touch {marker}')\n"
         "(common / 'info' / 'exclude').write_text('calc.py\\n')\n" + FIX
     )
-    repo, home, run, code = once(tmp_path, body, isolation=isolation)
+    # Unconfined for the worktree too: sandboxed, its agent cannot write these at all
+    # (tests/test_worktree_git.py); here the guards put them back.
+    config = (
+        '[sandbox]\nmode = "off"\nunconfined_as_root = true\n' if isolation == "worktree" else ""
+    )
+    repo, home, run, code = once(tmp_path, body, config=config, isolation=isolation)
 
     assert not marker.exists()
     assert files_state(repo / ".git" / "hooks") == hooks_before
@@ -374,6 +386,9 @@ def test_commits_on_a_detached_head_or_another_branch_land_on_the_runs_branch(
         "git('commit', '-q', '-m', 'agent: fix add')\n"
         f"pathlib.Path({str(log)!r}).write_text(git('rev-parse', 'HEAD'))\n"
     )
+    if isolation == "worktree" and how == "other-branch":
+        # Unconfined: sandboxed, the person's refs are read-only to a worktree's agent.
+        config += 'mode = "off"\nunconfined_as_root = true\n'
     repo, home, run, code = once(tmp_path, body, config=config, isolation=isolation)
 
     if isolation == "worktree" and how == "other-branch":
@@ -641,7 +656,8 @@ def test_repository_checks_also_run_when_the_attempt_ends_in_an_error(
         "import time\n"
         "time.sleep(300)\n"
     )
-    # Sandboxed: a worktree's agent writes the user's git directory (it commits there).
+    # Unconfined, a worktree's agent writes the user's git directory (sandboxed it cannot).
+    config += 'mode = "off"\nunconfined_as_root = true\n'
     home = make_home(
         tmp_path / "home", hostile(body) + config, {"calc": loop_text(repo, isolation="worktree")}
     )

@@ -87,14 +87,30 @@ def common_git_dir(repo: Path) -> Path | None:
         return None
 
 
-def run_exposure(repo: Path, isolation: str) -> RunExposure:
-    """The git folders of a run, fixed before its agent works: the user's repository's git
-    folder is writable when the run's tree commits into it (worktree, in-place)."""
+def run_exposure(repo: Path, isolation: str, admin: str = "", branch: str = "") -> RunExposure:
+    """The git folders of a run, fixed before its agent works.
+
+    `clone`: the user's git folder read-only. `in-place`: writable (the tree is the person's
+    checkout). `worktree`: read-only but for what the run's worktree writes when its agent
+    commits: the object store (its `objects/info`, where alternates live, read-only again),
+    the worktree's admin folder (`admin`: its HEAD, index, merge state) and the folder of the
+    run's ref and of its log. The person's index, `MERGE_HEAD`, `shallow`, config, hooks,
+    `modules/` and other refs stay as they are.
+    """
     common = common_git_dir(repo)
     if common is None:
         return RunExposure()
-    if isolation in ("worktree", "in-place"):
+    if isolation == "in-place" or (isolation == "worktree" and not (admin and branch)):
         return RunExposure(git_writable=[str(common)])
+    if isolation == "worktree":
+        ref_folder = Path(branch).parent.as_posix()
+        writable = [common / "objects", Path(admin), common / "refs" / "heads" / ref_folder]
+        writable.append(common / "logs" / "refs" / "heads" / ref_folder)
+        return RunExposure(
+            git_readable=[str(common)],
+            git_writable=[str(p) for p in writable if p.is_dir()],
+            read_only=[str(common / "objects" / "info")],
+        )
     return RunExposure(git_readable=[str(common)])
 
 
@@ -148,7 +164,9 @@ class Confinement:
         if run.exposure is None:
             # Saved with the run's record before the agent starts (and before it could
             # change anything that decides what is exposed).
-            run.exposure = run_exposure(Path(run.repo or cfg.repo_path), run.isolation)
+            run.exposure = run_exposure(
+                Path(run.repo or cfg.repo_path), run.isolation, run.agent_git_dir, run.branch
+            )
         paths = run.exposure
         writable = [tree, scratch, *(Path(p) for p in paths.git_writable)]
         for extra in config.writable:
