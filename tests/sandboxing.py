@@ -112,3 +112,42 @@ def preamble(home: Path, real_home: Path | None = None) -> str:
 def attack_log(repo: Path, branch: str) -> str:
     """What the hostile agent wrote about its attempts, from the run's branch."""
     return git(repo, "show", f"{branch}:attack.log")
+
+
+def script_home(
+    tmp_path: Path, script: str, files: dict[str, str], config: str = "", loop: str = ""
+) -> tuple[Path, Path]:
+    """A repository of `files`, and a home whose loop `calc` runs `script` as a `command`
+    agent (one attempt, no critic, checks `python3 check.py` unless `loop` says otherwise);
+    `config` goes under `[limits]` of loopd.toml (a table of its own may follow)."""
+    repo = make_repo(tmp_path / "repo", files)
+    agent = tmp_path / "agents" / "agent.py"
+    agent.parent.mkdir(exist_ok=True)
+    agent.write_text(script)
+    argv = [sys.executable, str(agent)]
+    text = (
+        f'[agents.hostile]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
+        f'[limits]\nworktrees = "{tmp_path / "worktrees"}"\n{config}'
+    )
+    keys = (
+        f'repo = "{repo}"\ntask = "Fix add."\nagent = "hostile"\ncritic = "off"\n'
+        "max_attempts = 1\nmax_nudges = 0\n"
+    )
+    if "done_when" not in loop:
+        keys += 'done_when = ["python3 check.py"]\n'
+    if "skip_if_done" not in loop:
+        keys += "skip_if_done = false\n"
+    return make_home(tmp_path / "home", text, {"calc": keys + loop}), repo
+
+
+def once_record(home: Path, loop: str = "calc") -> dict:
+    """`loopd once LOOP` as a real process; the run's run.toml."""
+    import tomllib
+
+    from tests.helpers import loopd
+
+    proc = loopd(home, "once", loop, timeout=300)
+    run_id = proc.stdout.split()[0] if proc.stdout.split() else ""
+    record = home / "state" / "runs" / run_id / "run.toml"
+    assert run_id and record.is_file(), proc.stdout + proc.stderr
+    return tomllib.loads(record.read_text())

@@ -5,43 +5,25 @@ person's repository. Hostile `command` agents under the real bubblewrap, real gi
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
-import tomllib
 from pathlib import Path
 
 from daemon.runs.agentgit import untrusted_git_dir
 from daemon.runs.integrity import too_large
 from daemon.runs.owngit import OwnGit
-from tests.helpers import git, loopd, make_home, make_repo
-from tests.sandboxing import require_bwrap, state_text
+from tests.helpers import git, make_repo
+from tests.sandboxing import once_record, require_bwrap, script_home, state_text
 
 FILES = {"calc.py": "def add(a, b):\n    return a - b\n", "check.py": "import calc\n"
          "assert calc.add(2, 3) == 5\n"}  # fmt: skip
 
 
 def _home(tmp_path: Path, script: str, limits: str = "") -> tuple[Path, Path]:
-    repo = make_repo(tmp_path / "repo", FILES)
-    agent = tmp_path / "agents" / "agent.py"
-    agent.parent.mkdir()
-    agent.write_text(script)
-    argv = [sys.executable, str(agent)]
-    config = (
-        f'[agents.hostile]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
-        f'[limits]\nworktrees = "{tmp_path / "worktrees"}"\n{limits}'
-    )
-    loop = (
-        f'repo = "{repo}"\ntask = "Fix add."\nagent = "hostile"\ndone_when = ["python3 check.py"]\n'
-        'critic = "off"\nmax_attempts = 1\nmax_nudges = 0\nskip_if_done = false\n'
-    )
-    return make_home(tmp_path / "home", config, {"calc": loop}), repo
+    return script_home(tmp_path, script, FILES, limits)
 
 
 def _run(home: Path) -> dict:
-    proc = loopd(home, "once", "calc", timeout=300)
-    run_id = proc.stdout.split()[0]
-    return tomllib.loads((home / "state" / "runs" / run_id / "run.toml").read_text())
+    return once_record(home)
 
 
 def test_links_and_alternates_in_the_agents_git_pull_nothing_into_the_persons_repo(

@@ -7,13 +7,11 @@ machine down (the test then fails on the count)."""
 from __future__ import annotations
 
 import json
-import sys
-import tomllib
 from pathlib import Path
 
 from daemon.sandbox.limits import backend
-from tests.helpers import loopd, make_home, make_repo
-from tests.sandboxing import require_bwrap
+from tests.helpers import loopd
+from tests.sandboxing import once_record, require_bwrap, script_home
 
 FILES = {"calc.py": "def add(a, b):\n    return a - b\n", "check.py": "import calc\n"
          "assert calc.add(2, 3) == 5\n"}  # fmt: skip
@@ -56,26 +54,11 @@ except MemoryError:
 
 
 def _home(tmp_path: Path, script: str, limits: str) -> tuple[Path, Path]:
-    repo = make_repo(tmp_path / "repo", FILES)
-    agent = tmp_path / "agents" / "agent.py"
-    agent.parent.mkdir()
-    agent.write_text(script)
-    argv = [sys.executable, str(agent)]
-    config = (
-        f'[agents.hostile]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
-        f'[limits]\nworktrees = "{tmp_path / "worktrees"}"\n{limits}'
-    )
-    loop = (
-        f'repo = "{repo}"\ntask = "Fix add."\nagent = "hostile"\ndone_when = ["python3 check.py"]\n'
-        'critic = "off"\nmax_attempts = 1\nmax_nudges = 0\nskip_if_done = false\n'
-    )
-    return make_home(tmp_path / "home", config, {"calc": loop}), repo
+    return script_home(tmp_path, script, FILES, limits)
 
 
 def _run(home: Path) -> dict:
-    proc = loopd(home, "once", "calc", timeout=300)
-    run_id = proc.stdout.split()[0]
-    return tomllib.loads((home / "state" / "runs" / run_id / "run.toml").read_text())
+    return once_record(home)
 
 
 def _left(repo: Path, run: dict, name: str) -> str:

@@ -10,6 +10,8 @@ merge (recorded in the ref ledger) for the target to be fast-forwarded to it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from daemon.config import LoopConfig
@@ -45,6 +47,27 @@ def _folders(journal: RunJournal) -> tuple[Path, Path]:
     return root / f"{run.id}.land", root / f"{run.id}.land.git"
 
 
+@contextmanager
+def _landing_tree(journal: RunJournal, user: UserRepo, tip: str) -> Iterator[tuple[Path, OwnGit]]:
+    """A fresh folder and git directory of loopd's own at `tip`, removed afterwards."""
+    tree, own_dir = _folders(journal)
+
+    def clear() -> None:
+        for path in (tree, own_dir):
+            if path.exists() or path.is_symlink():
+                remove_path(path)
+
+    clear()
+    try:
+        own = OwnGit.create(
+            own_dir, tree, user.common, MERGE_BRANCH, tip, user.object_format,
+            user.lfs_storage(),
+        )  # fmt: skip
+        yield tree, own
+    finally:
+        clear()
+
+
 def merge_target(
     journal: RunJournal,
     cfg: LoopConfig,
@@ -57,15 +80,7 @@ def merge_target(
     """Merge `target_tip` into the run's branch at `tip`; the merge commit once its checks
     pass (the run's branch then points at it). MergeRefused when it cannot land."""
     run = journal.run
-    tree, own_dir = _folders(journal)
-    for path in (tree, own_dir):
-        if path.exists() or path.is_symlink():
-            remove_path(path)
-    try:
-        own = OwnGit.create(
-            own_dir, tree, user.common, MERGE_BRANCH, tip, user.object_format,
-            user.lfs_storage(),
-        )  # fmt: skip
+    with _landing_tree(journal, user, tip) as (tree, own):
         merged = own.bare.run("merge-tree", "--write-tree", "-z", tip, target_tip, check=False)
         if merged.returncode == 1:
             files = _conflicts(merged.stdout)
@@ -85,13 +100,9 @@ def merge_target(
         message = merge_message(run, target, "checks pass")
         final = own.commit_tree(tree_oid, [tip, target_tip], message)
         own.set_tip(final, tip)
-        user.take_objects(own_dir, [f"refs/heads/{MERGE_BRANCH}"])
+        user.take_objects(own.path, [f"refs/heads/{MERGE_BRANCH}"])
         user.set_ref(writer, f"refs/heads/{run.branch}", final, "landing merge")
         return final
-    finally:
-        for path in (tree, own_dir):
-            if path.exists() or path.is_symlink():
-                remove_path(path)
 
 
 def verify_tip(journal: RunJournal, cfg: LoopConfig, user: UserRepo, tip: str) -> None:
@@ -102,24 +113,12 @@ def verify_tip(journal: RunJournal, cfg: LoopConfig, user: UserRepo, tip: str) -
     tree_oid = user.git.out("rev-parse", "--verify", f"{tip}^{{tree}}")
     if not cfg.done_when or (run.verified_tree and run.verified_tree == tree_oid):
         return
-    tree, own_dir = _folders(journal)
-    for path in (tree, own_dir):
-        if path.exists() or path.is_symlink():
-            remove_path(path)
-    try:
-        own = OwnGit.create(
-            own_dir, tree, user.common, MERGE_BRANCH, tip, user.object_format,
-            user.lfs_storage(),
-        )  # fmt: skip
+    with _landing_tree(journal, user, tip) as (tree, own):
         tree.mkdir(parents=True)
         own.git.run("read-tree", "-u", "--reset", tree_oid)
         journal.event("landing_verify", commit=tip, tree=tree_oid)
         _setup_and_check(journal, cfg, tree, own, "the commit to land")
         run.verified_tree = tree_oid
-    finally:
-        for path in (tree, own_dir):
-            if path.exists() or path.is_symlink():
-                remove_path(path)
 
 
 def _setup_and_check(
