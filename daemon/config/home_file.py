@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 from daemon import example
 from daemon.config.base import StrictModel, _argv, _http_url
 from daemon.config.engine import EngineConfig
+from daemon.config.listen import ListenConfig, RemoteConfig
 from daemon.config.sandbox import SandboxConfig
 from daemon.units import duration, size
 
@@ -116,6 +117,8 @@ class DaemonConfig(StrictModel):
     rules: RulesConfig = RulesConfig()
     engine: EngineConfig = EngineConfig()
     sandbox: SandboxConfig = SandboxConfig()
+    listen: ListenConfig | None = None  # off unless loopd.toml has a [listen] table
+    remotes: dict[str, RemoteConfig] = {}
 
     def profile(self, name: str) -> AgentProfile | None:
         """The named profile; an adapter's own name works without a profile, and `example`
