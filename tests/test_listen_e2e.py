@@ -1,0 +1,139 @@
+"""[listen] end to end: `loopd run` as a real process, real HTTP, real signatures, real git.
+
+Each hosting kind's recorded push delivery becomes a run of the loop following it, with the
+pushed commit fetched into the loop's repository first; forged, unsigned, replayed,
+oversized and unknown-repository deliveries are refused with their status and start nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import git, make_home, runs, start_daemon, stop_daemon, wait_for
+from tests.listening import (
+    SECRET,
+    SECRET_ENV,
+    delivery,
+    get,
+    home_config,
+    hosted,
+    listening_port,
+    loop_file,
+    of_type,
+    post,
+    post_oversized,
+    push_commit,
+)
+
+pytest.importorskip("uvicorn")
+pytest.importorskip("prometheus_client")
+
+KINDS = ("github", "gitea", "gitlab")
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """One daemon for the module: a loop per hosting kind on one hosted repository."""
+    tmp = tmp_path_factory.mktemp("listen")
+    origin, work, loop_repo = hosted(tmp)
+    loops = {f"{kind}-loop": loop_file(loop_repo, f"{kind}-r") for kind in KINDS}
+    home = make_home(tmp / "home", home_config(origin), loops)
+    proc = start_daemon(home, env={SECRET_ENV: SECRET})
+    try:
+        port = wait_for(lambda: listening_port(home), what="the listener")
+        yield home, port, work, loop_repo
+    finally:
+        stop_daemon(proc)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_signed_push_fetches_the_commit_and_starts_the_loop(daemon, kind: str) -> None:  # noqa: ANN001
+    home, port, work, loop_repo = daemon
+    before, after = push_commit(work, f"pushed for {kind}")
+    headers, body = delivery(kind, "refs/heads/main", before, after)
+    status, text = post(port, f"/hooks/{kind}", headers, body)
+    assert status == 202, text
+    loop = f"{kind}-loop"
+    run = wait_for(
+        lambda: [r for r in runs(home) if r["loop"] == loop and r["trigger"].get("new") == after],
+        what=f"the run of {loop}",
+    )[0]
+    assert run["trigger"]["kind"] == "push"
+    assert run["trigger"]["remote"] == f"{kind}-r"
+    assert run["trigger"]["ref"] == "refs/heads/main"
+    # Fetched before the trigger was written: the loop's repository has the pushed commit.
+    assert git(loop_repo, "rev-parse", f"refs/remotes/{kind}-r/main") == after
+    accepted = of_type(home, "webhook_accepted", kind=kind, new=after)
+    assert accepted and accepted[0]["loops"] == [loop]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_forged_unsigned_and_replayed_deliveries_are_refused(daemon, kind: str) -> None:  # noqa: ANN001
+    home, port, work, _ = daemon
+    before, after = push_commit(work, f"forged for {kind}")
+    headers, body = delivery(kind, "refs/heads/main", before, after)
+    forged = dict(headers)
+    forged[next(h for h in headers if h.lower() in _SIGNATURES)] = (
+        "sha256=" + "0" * 64 if kind == "github" else "0" * 64 if kind == "gitea" else "wrong"
+    )
+    assert post(port, f"/hooks/{kind}", forged, body)[0] == 403
+    unsigned = {k: v for k, v in headers.items() if k.lower() not in _SIGNATURES}
+    assert post(port, f"/hooks/{kind}", unsigned, body)[0] == 401
+    tampered = body.replace(after.encode(), before.encode())
+    if kind != "gitlab":  # GitLab's token signs no body: tampering is the token's business
+        assert post(port, f"/hooks/{kind}", headers, tampered)[0] == 403
+    assert post(port, f"/hooks/{kind}", headers, body)[0] == 202
+    assert post(port, f"/hooks/{kind}", headers, body)[0] == 409  # the same delivery id
+    refused = wait_for(lambda: of_type(home, "webhook_refused", kind=kind, why="replayed delivery"))
+    assert refused[0]["status"] == 409
+    # Only the one good delivery made a run of this commit.
+    wait_for(lambda: [r for r in runs(home) if r["trigger"].get("new") == after])
+    assert len([r for r in runs(home) if r["trigger"].get("new") == after]) == 1
+
+
+_SIGNATURES = {"x-hub-signature-256", "x-gitea-signature", "x-gitlab-token"}
+
+
+def test_oversized_unknown_and_unwatched_deliveries(daemon) -> None:  # noqa: ANN001
+    home, port, work, _ = daemon
+    before, after = push_commit(work, "unwatched")
+    headers, body = delivery("github", "refs/heads/main", before, after)
+    big = body[:-1] + b', "padding": "' + b"x" * 1_100_000 + b'"}'
+    assert post_oversized(port, "/hooks/github", headers, big) == 413
+    other = body.replace(b"Codertocat/Hello-World", b"someone/else")
+    headers_other, _ = delivery("github", "refs/heads/main", before, after)
+    assert post(port, "/hooks/github", headers_other, other)[0] == 404
+    # A branch no loop watches: acknowledged and recorded as ignored.
+    headers, body = delivery("github", "refs/heads/feature", before, after)
+    status, text = post(port, "/hooks/github", headers, body)
+    assert status == 200 and "ignored" in text
+    ignored = wait_for(lambda: of_type(home, "webhook_ignored", ref="refs/heads/feature"))
+    assert ignored[0]["why"] == "no loop watches this ref"
+    assert not [r for r in runs(home) if r["trigger"].get("new") == after]
+    assert of_type(home, "webhook_refused", status=413)
+    assert of_type(home, "webhook_refused", status=404)
+
+
+def test_healthz_and_unknown_paths(daemon) -> None:  # noqa: ANN001
+    _, port, _, _ = daemon
+    assert get(port, "/healthz") == (200, "ok\n")
+    assert get(port, "/nothing")[0] == 404
+    assert get(port, "/hooks/github")[0] == 405
+
+
+def test_a_missing_extra_is_a_clear_error(tmp_path: Path) -> None:
+    """Without uvicorn, [listen] stops the start with exit 2 naming the extra."""
+    from tests.helpers import loopd
+
+    shadow = tmp_path / "shadow"
+    (shadow / "uvicorn").mkdir(parents=True)
+    (shadow / "uvicorn" / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    home = make_home(tmp_path / "home", '[listen]\nbind = "127.0.0.1:0"\n')
+    env = {"PYTHONPATH": f"{shadow}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = loopd(home, "run", env=env, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "loopd[listen]" in proc.stderr
+    assert "Traceback" not in proc.stderr
