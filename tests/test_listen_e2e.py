@@ -137,3 +137,50 @@ def test_a_missing_extra_is_a_clear_error(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "loopd[listen]" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_metrics_count_the_runs_the_daemon_made(daemon) -> None:  # noqa: ANN001
+    """/metrics parsed by prometheus_client's own parser agrees with the event log."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    home, port, work, _ = daemon
+    before, after = push_commit(work, "for the metrics")
+    headers, body = delivery("gitea", "refs/heads/main", before, after)
+    assert post(port, "/hooks/gitea", headers, body)[0] == 202
+    wait_for(lambda: [r for r in runs(home) if r["trigger"].get("new") == after])
+
+    def settled() -> dict | None:
+        every = runs(home)
+        if not every or any("outcome" not in r for r in every):
+            return None
+        finished = of_type(home, "run_finished")
+        return {"runs": every, "finished": finished} if len(finished) == len(every) else None
+
+    seen = wait_for(settled, what="every run to finish")
+    status, text = get(port, "/metrics")
+    assert status == 200
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    expected: dict[tuple[str, str], int] = {}
+    for event in seen["finished"]:
+        key = (event["loop"], event["outcome"])
+        expected[key] = expected.get(key, 0) + 1
+    got = {
+        (s.labels["loop"], s.labels["outcome"]): int(s.value)
+        for s in families["loopd_runs"].samples
+        if s.name == "loopd_runs_total"
+    }
+    assert got == expected and sum(got.values()) == len(seen["runs"])
+    attempts = sum(s.value for s in families["loopd_attempts"].samples)
+    assert attempts == len(of_type(home, "attempt_started"))
+    latency = families["loopd_trigger_to_start_seconds"]
+    counted = sum(s.value for s in latency.samples if s.name.endswith("_count"))
+    assert counted == len(of_type(home, "run_started"))
+    hooks = {
+        (s.labels["kind"], s.labels["result"]): s.value
+        for s in families["loopd_webhook_deliveries"].samples
+        if s.name.endswith("_total")
+    }
+    assert hooks[("gitea", "accepted")] >= 1
+    gauges = {f.name for f in families.values() if f.type == "gauge"}
+    assert {"loopd_queue_depth", "loopd_open_escalations", "loopd_heartbeat_age_seconds"} <= gauges
+    assert families["loopd_queue_depth"].samples[0].value == 0

@@ -1,0 +1,117 @@
+"""Polling where no webhook reaches: `poll` watches a hosted repository with git ls-remote."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from daemon.config import DaemonConfig, Loop, LoopConfig
+from daemon.scheduling.remotes import RemoteFeed, RemotePoller
+from daemon.state.store import StateStore
+from tests.helpers import git, make_home, runs, start_daemon, stop_daemon, wait_for
+from tests.listening import hosted, loop_file, of_type, push_commit
+
+
+def test_a_push_to_a_polled_bare_repository_starts_each_watching_loop(tmp_path: Path) -> None:
+    origin, work, loop_repo = hosted(tmp_path)
+    agent = json.dumps([sys.executable, "-I", "-S", "-c", "pass"])
+    config = (
+        f'[agents.quick]\nadapter = "command"\ncommand = {agent}\n\n'
+        f'[remotes.up]\nkind = "gitea"\nrepository = "team/app"\nclone_url = "file://{origin}"\n'
+    )
+    loops = {
+        "one": loop_file(loop_repo, "up", extra='poll = "1s"\n'),
+        "two": loop_file(loop_repo, "up", extra='poll = "1s"\n'),
+    }
+    home = make_home(tmp_path / "home", config, loops)
+    proc = start_daemon(home)
+    try:
+        # The first poll fetches what is there and starts nothing.
+        first = git(work, "rev-parse", "HEAD")
+        wait_for(
+            lambda: git(loop_repo, "for-each-ref", "refs/remotes/up/main") != "",
+            what="the first poll's fetch",
+        )
+        assert git(loop_repo, "rev-parse", "refs/remotes/up/main") == first
+        before, after = push_commit(work, "pushed, no webhook")
+        made = wait_for(
+            lambda: (
+                [r for r in runs(home) if r["trigger"].get("new") == after]
+                if len([r for r in runs(home) if r["trigger"].get("new") == after]) == 2
+                else None
+            ),
+            what="a run of each loop",
+        )
+        assert sorted(r["loop"] for r in made) == ["one", "two"]
+        for run in made:
+            assert run["trigger"]["kind"] == "push"
+            assert run["trigger"]["remote"] == "up"
+            assert run["trigger"]["old"] == before
+        assert git(loop_repo, "rev-parse", "refs/remotes/up/main") == after
+        assert not of_type(home, "remote_poll_failed")
+    finally:
+        stop_daemon(proc)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _poller(tmp_path: Path, clone_url: str, polls: dict[str, str]) -> tuple[RemotePoller, list]:
+    daemon = DaemonConfig.model_validate(
+        {"remotes": {"up": {"kind": "github", "repository": "a/b", "clone_url": clone_url}}}
+    )
+    loops = {
+        name: Loop(
+            name,
+            tmp_path / f"{name}.toml",
+            LoopConfig(
+                repo=str(tmp_path),
+                task="t",
+                hosted="up",
+                on_remote_push=["main"],
+                poll=poll,
+            ),
+        )
+        for name, poll in polls.items()
+    }
+    recorded: list = []
+    store = StateStore(tmp_path / "state")
+    feed = RemoteFeed(
+        store,
+        loops=lambda: loops,
+        remotes=lambda: daemon.remotes,
+        clock=lambda: datetime(2026, 12, 2, tzinfo=UTC),
+        event=lambda type_, **fields: recorded.append((type_, fields)),
+    )
+    return RemotePoller(feed, tmp_path, FakeClock()), recorded
+
+
+def test_one_poll_per_remote_at_its_loops_shortest_interval(tmp_path: Path) -> None:
+    poller, _ = _poller(tmp_path, "file:///nowhere", {"a": "60s", "b": "30s", "c": "0s"})
+    assert poller.intervals() == {"up": 30.0}
+
+
+def test_a_failing_remote_backs_off_doubling_then_recovers(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.git"
+    poller, recorded = _poller(tmp_path, f"file://{missing}", {"a": "10s"})
+    clock = poller.monotonic
+    waits = []
+    for _ in range(3):
+        poller.poll_due()
+        waits.append(poller.next_at["up"] - clock.now)  # type: ignore[attr-defined]
+        poller.poll_due()  # not due yet: no second ls-remote
+        clock.now = poller.next_at["up"]  # type: ignore[attr-defined]
+    assert waits == [20.0, 40.0, 80.0]
+    failed = [f for t, f in recorded if t == "remote_poll_failed"]
+    assert len(failed) == 3 and "missing.git" in failed[0]["error"]
+    git(tmp_path, "init", "-q", "--bare", str(missing))
+    poller.poll_due()
+    assert ("remote_poll_recovered", {"remote": "up"}) in recorded
+    assert poller.next_at["up"] - clock.now == 10.0  # type: ignore[attr-defined]
