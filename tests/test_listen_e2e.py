@@ -184,3 +184,18 @@ def test_metrics_count_the_runs_the_daemon_made(daemon) -> None:  # noqa: ANN001
     gauges = {f.name for f in families.values() if f.type == "gauge"}
     assert {"loopd_queue_depth", "loopd_open_escalations", "loopd_heartbeat_age_seconds"} <= gauges
     assert families["loopd_queue_depth"].samples[0].value == 0
+
+
+def test_missing_apprise_is_a_clear_error(tmp_path: Path) -> None:
+    """Without apprise, [notify] urls stops the start with exit 2 naming the extra."""
+    from tests.helpers import loopd
+
+    shadow = tmp_path / "shadow"
+    (shadow / "apprise").mkdir(parents=True)
+    (shadow / "apprise" / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    home = make_home(tmp_path / "home", '[notify]\nurls = ["json://127.0.0.1:9/x"]\n')
+    env = {"PYTHONPATH": f"{shadow}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = loopd(home, "run", env=env, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "loopd[notify]" in proc.stderr
+    assert "Traceback" not in proc.stderr

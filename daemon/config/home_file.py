@@ -72,6 +72,15 @@ class AgentProfile(StrictModel):
 class NotifyConfig(StrictModel):
     command: list[str] = Field([], examples=[["notify-send", "loopd"]])
     webhook: str = Field("", examples=["https://hooks.example.com/loopd"])
+    urls: list[str] = Field([], examples=[["ntfy://ntfy.sh/my-loopd-topic"]])
+
+    @field_validator("urls")
+    @classmethod
+    def _apprise_urls(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if "://" not in url or any(c.isspace() or ord(c) < 32 for c in url):
+                raise ValueError(f"{url!r} is not an apprise URL such as ntfy://ntfy.sh/TOPIC")
+        return value
 
     _command_argv = field_validator("command")(_argv)
     _webhook_url = field_validator("webhook")(_http_url)

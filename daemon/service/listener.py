@@ -24,19 +24,6 @@ ROUTES = {
     "/hooks/forgejo": "gitea",
     "/hooks/gitlab": "gitlab",
 }
-EXTRA_HINT = "install loopd's `listen` extra: pip install 'loopd[listen]'"
-
-
-def require_listen_extra() -> None:
-    """ConfigFatal (exit 2) naming the extra when uvicorn or prometheus_client is missing."""
-    for module in ("uvicorn", "prometheus_client"):
-        try:
-            __import__(module)
-        except ImportError:
-            raise ConfigFatal(
-                f"loopd.toml: [listen] needs the Python package {module!r}, which is not "
-                f"installed; {EXTRA_HINT}, or remove [listen]"
-            ) from None
 
 
 class Listener:

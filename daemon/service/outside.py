@@ -37,7 +37,7 @@ class Outside:
         gauges: Callable[[], dict[str, float]],
         healthy: Callable[[], bool],
     ) -> Outside:
-        """ConfigFatal (exit 2) when [listen] cannot be served: a missing extra, a taken port."""
+        """ConfigFatal (exit 2) when [listen] cannot bind (a missing extra: `load_config`)."""
         feed = RemoteFeed(
             ctx.store,
             loops=lambda: ctx.loops,
@@ -48,9 +48,7 @@ class Outside:
         outside = cls(ctx, feed, RemotePoller(feed, ctx.store.root, ctx.monotonic))
         listen = ctx.config.daemon.listen
         if listen is not None:
-            from daemon.service.listener import Listener, require_listen_extra
-
-            require_listen_extra()
+            from daemon.service.listener import Listener
             from daemon.service.metrics import Metrics
             from daemon.service.webhook_desk import WebhookDesk
             from daemon.state.deliveries import DELIVERIES_NAME, Deliveries
