@@ -115,3 +115,13 @@ def test_a_failing_remote_backs_off_doubling_then_recovers(tmp_path: Path) -> No
     poller.poll_due()
     assert ("remote_poll_recovered", {"remote": "up"}) in recorded
     assert poller.next_at["up"] - clock.now == 10.0  # type: ignore[attr-defined]
+
+
+def test_a_listen_change_waits_for_a_restart() -> None:
+    from daemon.service.reload import keep_running, restart_pending
+
+    off = DaemonConfig()
+    on = DaemonConfig.model_validate({"listen": {"bind": "127.0.0.1:9000"}})
+    assert restart_pending(off, on) == {"listen": ["table", "bind", "max_body", "rate_limit"]}
+    assert restart_pending(on, on) == {}
+    assert keep_running(off, on).listen is None
