@@ -125,3 +125,24 @@ def test_a_listen_change_waits_for_a_restart() -> None:
     assert restart_pending(off, on) == {"listen": ["table", "bind", "max_body", "rate_limit"]}
     assert restart_pending(on, on) == {}
     assert keep_running(off, on).listen is None
+
+
+def test_check_warns_of_remotes_no_webhook_can_reach(tmp_path: Path) -> None:
+    from tests.helpers import loopd
+
+    origin, _, loop_repo = hosted(tmp_path)
+    agent = json.dumps([sys.executable, "-c", "pass"])
+    remote = (
+        f'[agents.quick]\nadapter = "command"\ncommand = {agent}\n\n'
+        f'[remotes.up]\nkind = "github"\nrepository = "a/b"\nclone_url = "file://{origin}"\n'
+    )
+    loops = {"one": loop_file(loop_repo, "up")}
+    home = make_home(tmp_path / "home", remote, loops)
+    out = loopd(home, "check").stdout + loopd(home, "check").stderr
+    assert "remotes.up: loop(s) one follow its pushes, but loopd.toml has no [listen]" in out
+    secret = remote + 'secret_env = "LOOPD_TEST_UNSET_SECRET"\n\n[listen]\n'
+    (home / "loopd.toml").write_text(secret)
+    proc = loopd(home, "check", env={"LOOPD_TEST_UNSET_SECRET": ""})
+    assert "the variable LOOPD_TEST_UNSET_SECRET is not set" in proc.stdout + proc.stderr
+    proc = loopd(home, "check", env={"LOOPD_TEST_UNSET_SECRET": "s3cret"})
+    assert "remotes.up" not in proc.stdout + proc.stderr
