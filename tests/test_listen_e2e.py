@@ -199,3 +199,37 @@ def test_missing_apprise_is_a_clear_error(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "loopd[notify]" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_forgejo_headers_on_the_forgejo_path(daemon) -> None:  # noqa: ANN001
+    """Forgejo's own header names (X-Forgejo-*) are taken on /hooks/forgejo as Gitea's."""
+    home, port, work, _ = daemon
+    before, after = push_commit(work, "from forgejo")
+    headers, body = delivery("gitea", "refs/heads/main", before, after)
+    forgejo = {
+        k.replace("X-Gitea-", "X-Forgejo-"): v
+        for k, v in headers.items()
+        if not k.startswith(("X-Gogs-", "X-GitHub-"))
+    }
+    assert "X-Forgejo-Signature" in forgejo and "X-Gitea-Signature" not in forgejo
+    assert post(port, "/hooks/forgejo", forgejo, body)[0] == 202
+    wait_for(lambda: [r for r in runs(home) if r["trigger"].get("new") == after])
+
+
+def test_a_source_past_its_rate_limit_is_refused(tmp_path: Path) -> None:
+    origin, work, loop_repo = hosted(tmp_path)
+    config = home_config(origin, rate_limit=2)
+    home = make_home(tmp_path / "home", config, {"one": loop_file(loop_repo, "github-r")})
+    proc = start_daemon(home, env={SECRET_ENV: SECRET})
+    try:
+        port = wait_for(lambda: listening_port(home), what="the listener")
+        before, after = push_commit(work, "limited")
+        statuses = []
+        for _ in range(3):
+            headers, body = delivery("github", "refs/heads/main", before, after)
+            statuses.append(post(port, "/hooks/github", headers, body)[0])
+        assert statuses == [202, 202, 429]
+        refused = wait_for(lambda: of_type(home, "webhook_refused", status=429))
+        assert refused[0]["source"] == "127.0.0.1"
+    finally:
+        stop_daemon(proc)
