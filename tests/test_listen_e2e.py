@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon.rules.rulefile import dump_rule
 from tests.helpers import git, make_home, runs, start_daemon, stop_daemon, wait_for
 from tests.listening import (
     SECRET,
@@ -27,11 +28,17 @@ from tests.listening import (
     post_oversized,
     push_commit,
 )
+from tests.test_rules_files import make_rule
 
 pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 
 KINDS = ("github", "gitea", "gitlab")
+RULES = [
+    ("retired", "r-0001-old-lint", "failure"),
+    ("retired", "r-0002-old-style", "decision"),
+    ("rejected", "r-0003-wrong", "failure"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +48,10 @@ def daemon(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     origin, work, loop_repo = hosted(tmp)
     loops = {f"{kind}-loop": loop_file(loop_repo, f"{kind}-r") for kind in KINDS}
     home = make_home(tmp / "home", home_config(origin), loops)
+    # Rules that never fire (retired, rejected), for /metrics' library gauge.
+    for status, rule_id, kind in RULES:
+        text = dump_rule(make_rule(rule_id, kind=kind))
+        (home / "rules" / status / f"{rule_id}.md").write_text(text)
     proc = start_daemon(home, env={SECRET_ENV: SECRET})
     try:
         port = wait_for(lambda: listening_port(home), what="the listener")
@@ -184,6 +195,14 @@ def test_metrics_count_the_runs_the_daemon_made(daemon) -> None:  # noqa: ANN001
     gauges = {f.name for f in families.values() if f.type == "gauge"}
     assert {"loopd_queue_depth", "loopd_open_escalations", "loopd_heartbeat_age_seconds"} <= gauges
     assert families["loopd_queue_depth"].samples[0].value == 0
+    rules = {
+        (s.labels["status"], s.labels["kind"]): s.value for s in families["loopd_rules"].samples
+    }
+    assert rules == {
+        ("retired", "failure"): 1,
+        ("retired", "decision"): 1,
+        ("rejected", "failure"): 1,
+    }
 
 
 def test_missing_apprise_is_a_clear_error(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 Counters follow the event log as it is written (an observer of `EventLog`): runs by loop and
 outcome, attempts, nudges, judge calls, tokens, webhook deliveries; they count from the
 daemon's start, as Prometheus counters do. Gauges are read at each scrape: queue depth,
-parked runs, open escalations, the rule library, the heartbeat's age.
+parked runs, open escalations, the rule library by status and kind, the heartbeat's age.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from daemon.rules.library import RuleLibrary
 from daemon.state.store import StateStore
 
 # Trigger received to run started, in seconds: webhooks aim under 0.2 s, schedules wait longer.
@@ -31,7 +32,7 @@ class Metrics:
         from prometheus_client import CollectorRegistry, Histogram
 
         self.store = store
-        self.rules_dir = rules_dir
+        self.library = RuleLibrary(rules_dir)  # its parse cache keeps a scrape cheap
         self.gauges = gauges
         self._lock = threading.Lock()
         self.counts: dict[str, Counter[tuple[str, ...]]] = {
@@ -112,14 +113,17 @@ class Metrics:
         yield hooks
         for name, value in sorted(self.gauges().items()):
             yield GaugeMetricFamily(f"loopd_{name}", _GAUGE_HELP.get(name, name), value=value)
-        rules = GaugeMetricFamily("loopd_rules", "Rule files by status.", labels=["status"])
-        for status in RULE_STATUSES:
-            folder = self.rules_dir / status
-            try:
-                count = sum(1 for p in folder.iterdir() if p.suffix == ".md")
-            except OSError:
-                count = 0
-            rules.add_metric([status], count)
+        rules = GaugeMetricFamily(
+            "loopd_rules", "Rule files by status and kind.", labels=["status", "kind"]
+        )
+        counted: Counter[tuple[str, str]] = Counter()
+        try:
+            for stored in self.library.rules(RULE_STATUSES):
+                counted[(stored.status, stored.rule.kind)] += 1
+        except OSError:
+            pass  # no rules folder: nothing to count
+        for (status, kind), n in sorted(counted.items()):
+            rules.add_metric([status, kind], n)
         yield rules
 
 
