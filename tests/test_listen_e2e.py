@@ -181,6 +181,8 @@ def test_metrics_count_the_runs_the_daemon_made(daemon) -> None:  # noqa: ANN001
         if s.name == "loopd_runs_total"
     }
     assert got == expected and sum(got.values()) == len(seen["runs"])
+    cost = {s.labels["loop"] for s in families["loopd_cost_usd"].samples}
+    assert cost == {loop for loop, _ in expected}  # the command agent costs nothing: 0 each
     attempts = sum(s.value for s in families["loopd_attempts"].samples)
     assert attempts == len(of_type(home, "attempt_started"))
     latency = families["loopd_trigger_to_start_seconds"]

@@ -1,7 +1,7 @@
 """`/metrics`: the daemon's counters and gauges for Prometheus, through prometheus_client.
 
 Counters follow the event log as it is written (an observer of `EventLog`): runs by loop and
-outcome, attempts, nudges, judge calls, tokens, webhook deliveries; they count from the
+outcome, attempts, nudges, judge calls, tokens and cost, webhook deliveries; they count from the
 daemon's start, as Prometheus counters do. Gauges are read at each scrape: queue depth,
 parked runs, open escalations, the rule library by status and kind, the heartbeat's age.
 """
@@ -41,6 +41,7 @@ class Metrics:
             "nudges": Counter(),
             "judge": Counter(),
             "tokens": Counter(),
+            "cost": Counter(),
         }
         self.webhooks: Callable[[], Counter[tuple[str, str]]] = Counter
         self.registry = CollectorRegistry(auto_describe=False)
@@ -70,6 +71,17 @@ class Metrics:
                 self.counts["judge"][(loop, str(event.get("verdict") or ""))] += 1
         if kind == "run_started" and event.get("run"):
             self._started(event)
+        elif kind == "run_finished" and event.get("run"):
+            self._cost(event)
+
+    def _cost(self, event: dict[str, Any]) -> None:
+        """What the finished run cost, from its record (the event carries its tokens only)."""
+        try:
+            run = self.store.load_run(event["run"])
+        except (OSError, ValueError):
+            return
+        with self._lock:
+            self.counts["cost"][(run.loop,)] += run.cost_usd
 
     def _started(self, event: dict[str, Any]) -> None:
         """The trigger-to-start latency, from the run's record (its trigger's time)."""
@@ -104,6 +116,7 @@ class Metrics:
                 "loopd_judge_calls", "Attempts judged by the critic.", ["loop", "verdict"], "judge"
             )
             yield counter("loopd_tokens", "Agent tokens of finished runs.", ["loop"], "tokens")
+            yield counter("loopd_cost_usd", "What finished runs cost, in USD.", ["loop"], "cost")
         hooks = CounterMetricFamily(
             "loopd_webhook_deliveries", "Webhook deliveries by service and result.",
             labels=["kind", "result"],
