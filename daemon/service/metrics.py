@@ -52,6 +52,13 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.judge_seconds = Histogram(
+            "loopd_judge_seconds",
+            "Seconds from an attempt's checks to the critic's verdict (evidence and the call).",
+            buckets=(0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0),
+            registry=self.registry,
+        )
+        self._checked: dict[tuple[str, int], datetime] = {}  # (run, attempt) -> checks' time
         self.registry.register(self)
 
     # the event log's observer --------------------------------------------------------------
@@ -67,8 +74,18 @@ class Metrics:
                 self.counts["attempts"][(loop,)] += 1
             elif kind == "nudge":
                 self.counts["nudges"][(loop,)] += 1
-            elif kind == "verdict" and event.get("judged"):
-                self.counts["judge"][(loop, str(event.get("verdict") or ""))] += 1
+            elif kind == "checks" and event.get("run"):
+                key = (event["run"], int(event.get("attempt") or 0))
+                self._checked[key] = datetime.fromisoformat(event["ts"])
+            elif kind == "verdict":
+                checked = self._checked.pop(
+                    (event.get("run") or "", int(event.get("attempt") or 0)), None
+                )
+                if event.get("judged"):
+                    self.counts["judge"][(loop, str(event.get("verdict") or ""))] += 1
+                    if checked is not None:
+                        seconds = (datetime.fromisoformat(event["ts"]) - checked).total_seconds()
+                        self.judge_seconds.observe(max(0.0, seconds))
         if kind == "run_started" and event.get("run"):
             self._started(event)
         elif kind == "run_finished" and event.get("run"):
