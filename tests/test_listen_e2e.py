@@ -7,6 +7,7 @@ oversized and unknown-repository deliveries are refused with their status and st
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -77,6 +78,9 @@ def test_a_signed_push_fetches_the_commit_and_starts_the_loop(daemon, kind: str)
     assert run["trigger"]["ref"] == "refs/heads/main"
     # Fetched before the trigger was written: the loop's repository has the pushed commit.
     assert git(loop_repo, "rev-parse", f"refs/remotes/{kind}-r/main") == after
+    # ... and said so in the ref ledger first, so no run's ref guard blames its agent for it.
+    ledger = [json.loads(x) for x in (home / "state" / "ref-ledger.jsonl").read_text().splitlines()]
+    assert {(e["ref"], e["new"]) for e in ledger} >= {(f"refs/remotes/{kind}-r/main", after)}
     accepted = of_type(home, "webhook_accepted", kind=kind, new=after)
     assert accepted and accepted[0]["loops"] == [loop]
 

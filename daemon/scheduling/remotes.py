@@ -2,9 +2,9 @@
 
 Webhook deliveries and polls hand a `RemotePush` to the `RemoteFeed`; its one thread takes
 whatever waits, fetches each remote's pushed branches once per repository that follows it
-(`+refs/heads/B:refs/remotes/NAME/B`, so a loop's `base = "NAME/B"` starts from the pushed
-commit), then writes one trigger per watching loop to the inbox. A burst of deliveries
-costs one fetch per batch, not one per delivery.
+into `refs/remotes/NAME/B` (recorded in the ref ledger first), so a loop's `base = "NAME/B"`
+starts from the pushed commit, then writes one trigger per watching loop to the inbox. A
+burst of deliveries costs one fetch per batch, not one per delivery.
 
 The `RemotePoller` (loops with `poll`) runs `git ls-remote` once per remote, whatever the
 number of loops, at the shortest `poll` of its loops, backing off on failures.
@@ -24,6 +24,7 @@ from typing import Any
 from daemon.config import Loop, RemoteConfig
 from daemon.globs import wildmatch
 from daemon.runs.git import Git, GitError
+from daemon.state.ledger import LedgerEntry, ledger_of
 from daemon.state.records import Trigger
 from daemon.state.store import StateStore
 
@@ -76,6 +77,7 @@ class RemoteFeed:
         self.remotes = remotes
         self.clock = clock
         self.event = event
+        self.ledger = ledger_of(store.root)
         self._queue: queue.Queue[RemotePush | None] = queue.Queue()
         self._thread: threading.Thread | None = None
 
@@ -149,13 +151,33 @@ class RemoteFeed:
                         self._trigger(loop, push)
 
     def _fetch(self, name: str, remote: RemoteConfig, repo: Path, branches: list[str]) -> str:
-        """Fetch the branches into `refs/remotes/NAME/`; the error, or "" when it worked."""
-        specs = [f"+refs/heads/{b}:refs/remotes/{name}/{b}" for b in branches]
+        """Fetch the branches, then move `refs/remotes/NAME/B` to them, each move written to
+        the ref ledger first (the ref guard of a run working in `repo` must not blame its
+        agent); the error, or "" when it worked."""
+        git = Git(repo, user_config=True)
         try:
-            Git(repo, user_config=True).run(
-                "fetch", "--no-tags", "--quiet", "--", remote.clone_url, *specs,
+            # Objects and FETCH_HEAD only: no ref of the repository moves unrecorded.
+            git.run(
+                "fetch", "--no-tags", "--quiet", "--", remote.clone_url,
+                *[f"refs/heads/{b}" for b in branches],
                 timeout=FETCH_TIMEOUT,
             )  # fmt: skip
+            fetched = _fetch_head(git, len(branches))
+            common = Path(git.out("rev-parse", "--git-common-dir"))
+            common = (common if common.is_absolute() else repo / common).resolve()
+            now = self.clock()
+            moves = []
+            for branch, sha in zip(branches, fetched, strict=True):
+                ref = f"refs/remotes/{name}/{branch}"
+                old = _fetched(repo, name, branch)
+                if old != sha:
+                    moves.append((ref, old, sha))
+            self.ledger.record(
+                LedgerEntry(ts=now, repo=str(common), ref=ref, old=old, new=new, why="remote push")
+                for ref, old, new in moves
+            )
+            for ref, old, new in moves:
+                git.run("update-ref", "-m", f"loopd: push on remote {name}", ref, new, old or "")
         except GitError as exc:
             return f"git fetch {remote.clone_url} in {repo}: {exc}"
         return ""
@@ -290,6 +312,16 @@ def _fetched(repo: Path, remote: str, branch: str) -> str:
     except GitError:
         return ""
     return proc.stdout.decode().strip() if proc.returncode == 0 else ""
+
+
+def _fetch_head(git: Git, count: int) -> list[str]:
+    """The commits the last fetch wrote to FETCH_HEAD, in the order of its refspecs."""
+    text = git.out("rev-parse", "--git-path", "FETCH_HEAD")
+    path = Path(text) if Path(text).is_absolute() else git.cwd / text
+    shas = [line.split("\t", 1)[0] for line in path.read_text().splitlines() if line.strip()]
+    if len(shas) != count:
+        raise GitError(["fetch"], 1, f"FETCH_HEAD holds {len(shas)} entries for {count} branches")
+    return shas
 
 
 def describe(push: RemotePush) -> dict[str, Any]:
