@@ -146,3 +146,33 @@ def test_check_warns_of_remotes_no_webhook_can_reach(tmp_path: Path) -> None:
     assert "the variable LOOPD_TEST_UNSET_SECRET is not set" in proc.stdout + proc.stderr
     proc = loopd(home, "check", env={"LOOPD_TEST_UNSET_SECRET": "s3cret"})
     assert "remotes.up" not in proc.stdout + proc.stderr
+
+
+def test_a_push_a_webhook_already_fetched_is_not_polled_into_a_second_run(tmp_path: Path) -> None:
+    origin, work, loop_repo = hosted(tmp_path)
+    daemon = DaemonConfig.model_validate(
+        {"remotes": {"up": {"kind": "gitea", "repository": "a/b", "clone_url": f"file://{origin}"}}}
+    )
+    config = LoopConfig(
+        repo=str(loop_repo), task="t", hosted="up", on_remote_push=["main"], poll="10s"
+    )
+    loops = {"one": Loop("one", tmp_path / "one.toml", config)}
+    feed = RemoteFeed(
+        StateStore(tmp_path / "state"),
+        loops=lambda: loops,
+        remotes=lambda: daemon.remotes,
+        clock=lambda: datetime(2026, 12, 2, tzinfo=UTC),
+        event=lambda *a, **k: None,
+    )
+    submitted: list = []
+    feed.submit = submitted.append  # type: ignore[method-assign]
+    poller = RemotePoller(feed, tmp_path, FakeClock())
+    assert poller.poll("up")
+    assert [p.trigger for p in submitted] == [False]  # first sight: fetched, no run
+    _, after = push_commit(work, "taken by a webhook")
+    git(loop_repo, "fetch", "-q", str(origin), "+refs/heads/main:refs/remotes/up/main")
+    assert poller.poll("up")
+    assert len(submitted) == 1  # the webhook's fetch is there already
+    _, newer = push_commit(work, "seen by the poll only")
+    assert poller.poll("up")
+    assert [(p.before, p.after, p.trigger) for p in submitted[1:]] == [(after, newer, True)]

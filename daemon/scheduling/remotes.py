@@ -284,10 +284,13 @@ class RemotePoller:
             if not watchers:
                 continue
             before = seen.get(branch)
-            if before is None:
-                before = _fetched(watchers[0].config.repo_path, name, branch)
-            seen[branch] = sha
             if before == sha:
+                continue
+            # What is fetched already: at the first poll, and after a webhook took the push.
+            fetched = _fetched(watchers[0].config.repo_path, name, branch)
+            before = before if before is not None else fetched
+            seen[branch] = sha
+            if fetched == sha:
                 continue
             self.feed.submit(
                 RemotePush(
