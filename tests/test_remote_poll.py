@@ -176,3 +176,13 @@ def test_a_push_a_webhook_already_fetched_is_not_polled_into_a_second_run(tmp_pa
     _, newer = push_commit(work, "seen by the poll only")
     assert poller.poll("up")
     assert [(p.before, p.after, p.trigger) for p in submitted[1:]] == [(after, newer, True)]
+
+
+def test_check_warns_that_the_temporal_engine_serves_no_listener(tmp_path: Path) -> None:
+    from daemon.home import Home
+    from daemon.service.preflight import preflight_warnings
+
+    home = make_home(tmp_path / "home", '[listen]\n\n[engine]\nkind = "temporal"\n')
+    loaded = Home(home).load()
+    warnings = preflight_warnings(loaded, home / "loopd.toml")
+    assert any("served by the local engine's daemon" in w for w in warnings)

@@ -94,6 +94,13 @@ class Preflight:
     def remotes(self) -> None:
         """Followed remotes that pushes cannot reach: no [listen] and no poll; no secret."""
         daemon = self.loaded.daemon
+        if daemon.engine.kind != "local" and (daemon.listen is not None or daemon.remotes):
+            self.warnings.append(
+                f"{self.config_path}: listen: [listen] and [remotes] are served by the local "
+                f'engine\'s daemon; with [engine] kind = "{daemon.engine.kind}" no webhook is '
+                "taken and no remote polled. Fix: remove them, or run the local engine"
+            )
+            return
         for name, remote in sorted(daemon.remotes.items()):
             loops = [
                 loop
