@@ -258,3 +258,22 @@ def test_a_source_past_its_rate_limit_is_refused(tmp_path: Path) -> None:
         assert refused[0]["source"] == "127.0.0.1"
     finally:
         stop_daemon(proc)
+
+
+def test_a_taken_port_stops_the_start_with_a_clear_error(tmp_path: Path) -> None:
+    import socket
+
+    from tests.helpers import loopd
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    try:
+        port = holder.getsockname()[1]
+        home = make_home(tmp_path / "home", f'[listen]\nbind = "127.0.0.1:{port}"\n')
+        proc = loopd(home, "run", timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert f'[listen] bind = "127.0.0.1:{port}"' in proc.stderr.replace("'", '"')
+        assert "Traceback" not in proc.stderr
+    finally:
+        holder.close()
