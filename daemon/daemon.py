@@ -36,6 +36,7 @@ from daemon.service.first_run import FirstRun
 from daemon.service.holds import Holds
 from daemon.service.housekeeper import Housekeeper
 from daemon.service.intake import Intake
+from daemon.service.outside import Outside
 from daemon.service.recover import recover_live_runs
 from daemon.service.reload import (
     LoopFiles,
@@ -74,8 +75,10 @@ class Daemon:
         first_run: FirstRun,
         holds: Holds,
         verifier: VerifierWatch,
+        outside: Outside,
     ) -> None:
         self.ctx = ctx
+        self.outside = outside
         self.timer = timer
         self.intake = intake
         self.pool = pool
@@ -150,9 +153,29 @@ class Daemon:
         verifier = VerifierWatch(ctx)
         status = StatusBoard(ctx, queue, timer, pool, started=now, holds=holds, verifier=verifier)
         status.write(now, force=True)
-        return cls(
-            ctx, timer, intake, pool, watchers, status, Housekeeper(ctx), first_run, holds, verifier
+        made: list[Daemon] = []
+        outside = Outside.start(
+            ctx,
+            now,
+            gauges=lambda: _gauges(ctx, queue, pool),
+            healthy=lambda: bool(made) and made[0].healthy(),
         )
+        made.append(
+            cls(
+                ctx,
+                timer,
+                intake,
+                pool,
+                watchers,
+                status,
+                Housekeeper(ctx),
+                first_run,
+                holds,
+                verifier,
+                outside,
+            )
+        )
+        return made[0]
 
     # the tick ----------------------------------------------------------------------------
     def tick(self, now: datetime) -> None:
@@ -171,13 +194,18 @@ class Daemon:
         self.intake.save()
         self.housekeeper.tick(now, keep=self.pool.run_ids())
         self.status.write(now)
+        self.outside.ticked()
         if more:
             self.flags.wake.set()  # the rest of a burst: the next tick comes at once
 
     # health, reload, stop ------------------------------------------------------------------
     def healthy(self) -> bool:
         """Watchers and run workers alive: the systemd watchdog is fed only then."""
-        return self.watchers.alive() and self.pool.healthy(self.ctx.monotonic())
+        return (
+            self.watchers.alive()
+            and self.outside.alive()
+            and self.pool.healthy(self.ctx.monotonic())
+        )
 
     def reload(self, now: datetime) -> str:
         """SIGHUP, `loopd reload`, a changed file: read the configuration again, loop by loop.
@@ -294,6 +322,7 @@ class Daemon:
                     )
                 )
         self.watchers.stop()
+        self.outside.stop()
         self.intake.save()
         self.housekeeper.join(timeout=30)
         if ctx.services.notifications is not None:
@@ -305,6 +334,19 @@ class Daemon:
     def shutdown_now(self) -> None:
         """A second signal: stop waiting for running attempts."""
         self.pool.shutdown_now()
+
+
+def _gauges(ctx: Context, queue: RunQueue, pool: WorkerPool) -> dict[str, float]:
+    """What /metrics reads of the daemon at a scrape."""
+    from daemon.people.escalation import open_escalations
+
+    runs = [w.run for w in list(pool.workers.values())]
+    return {
+        "queue_depth": len(queue.pending()),
+        "running_runs": sum(1 for run in runs if run.phase != "waiting"),
+        "parked_runs": sum(1 for run in runs if run.phase == "waiting"),
+        "open_escalations": len(open_escalations(ctx.store)),
+    }
 
 
 def report_failure(home: Home, exc: BaseException) -> None:

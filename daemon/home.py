@@ -102,6 +102,16 @@ EXAMPLE_CONFIG = """\
 # [notify]
 # command = ["notify-send", "loopd"]   # argv; the message is appended; never a shell
 # webhook = ""                         # POST of the escalation as JSON
+# urls = []                            # apprise URLs, e.g. ["ntfy://ntfy.sh/TOPIC"]
+
+# [listen]                   # webhooks of GitHub, Gitea/Forgejo, GitLab; /metrics; /healthz
+# bind = "127.0.0.1:8787"    # plain HTTP: a reverse proxy does TLS (see the README)
+#
+# [remotes.app]              # a hosted repository; a loop follows it: hosted = "app"
+# kind = "github"            # github | gitea (Forgejo too) | gitlab
+# repository = "me/app"
+# clone_url = "git@github.com:me/app.git"
+# secret_env = "LOOPD_APP_WEBHOOK_SECRET"
 
 # [sandbox]                  # where agents and checks run; `loopd check` says which is in force
 # mode = "auto"              # auto (bubblewrap when it runs here) | bwrap | off
@@ -146,6 +156,8 @@ agent = "example"                 # a profile from loopd.toml, or an adapter suc
 # timezone = "Europe/Berlin"      # the schedule's zone (default UTC)
 # catch_up = "1h"                 # a schedule missed while loopd was down runs once if this recent
 # on_push = ["main"]              # branch globs, fired by `loopd hooks install`
+# hosted = "app"                  # a [remotes.NAME]: its pushes, by webhook or poll
+# on_remote_push = ["main"]       # (poll = "60s" where no webhook reaches)
 # on_change = ["src/**"]          # path globs inside the repository, debounced
 overlap = "coalesce"              # coalesce | skip | queue
 isolation = "clone"               # a private clone and branch loopd/LOOP/RUN_ID per run

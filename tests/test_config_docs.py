@@ -14,8 +14,10 @@ from daemon.config import (
     DaemonConfig,
     EngineConfig,
     LimitsConfig,
+    ListenConfig,
     LoopConfig,
     NotifyConfig,
+    RemoteConfig,
     RulesConfig,
     SandboxConfig,
     VerifierConfig,
@@ -32,6 +34,8 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "### [rules]": RulesConfig,
     "### [engine]": EngineConfig,
     "### [sandbox]": SandboxConfig,
+    "### [listen]": ListenConfig,
+    "### [remotes.NAME]": RemoteConfig,
     "## loops/NAME.toml": LoopConfig,
 }
 
@@ -59,6 +63,8 @@ def test_every_section_of_loopd_toml_is_documented() -> None:
         "rules",
         "engine",
         "sandbox",
+        "listen",
+        "remotes",
     }
     for heading in SECTIONS:
         assert f"\n{heading}\n" in DOC, heading

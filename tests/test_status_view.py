@@ -131,7 +131,7 @@ def test_state_readme_names_what_loopd_wrote(tmp_path: Path, daemons: list) -> N
 def test_state_readme_names_every_file_loopd_writes() -> None:
     from daemon.engine.temporal import homeside, inboxtaker, workerstore
     from daemon.runs import integrity, parking
-    from daemon.state import ledger
+    from daemon.state import deliveries, ledger
 
     names = [
         ledger.LEDGER_NAME,
@@ -150,6 +150,7 @@ def test_state_readme_names_every_file_loopd_writes() -> None:
         "control/reload-",
         "runs/RUN_ID/setup.log",
         "hooks.log",
+        deliveries.DELIVERIES_NAME,
     ]
     for name in names:
         assert f"`{name}" in README, name

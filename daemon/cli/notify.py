@@ -30,11 +30,18 @@ def notify_cmd(args: argparse.Namespace) -> int:
     if config.webhook:
         # One try: a test says at once whether the webhook answers.
         notifiers.append(WebhookNotifier(config.webhook, retry=RetryPolicy(tries=1)))
+    if config.urls:
+        try:
+            from daemon.people.notify.apprise_urls import AppriseNotifier
+
+            notifiers.extend(AppriseNotifier(url) for url in config.urls)
+        except NotifyError as exc:
+            raise CommandError(f"{home.config_path}: {exc}", code=2) from None
     if not notifiers:
         raise CommandError(
-            f"{home.config_path}: [notify] has no command and no webhook, so escalations reach "
-            'nobody. Fix: add command = ["notify-send", "loopd"] or webhook = "https://..." '
-            "under [notify]"
+            f"{home.config_path}: [notify] has no command, webhook or urls, so escalations "
+            'reach nobody. Fix: add command = ["notify-send", "loopd"], webhook = '
+            '"https://..." or urls = ["ntfy://ntfy.sh/TOPIC"] under [notify]'
         )
     now = utc_now()
     message = (
@@ -45,11 +52,12 @@ def notify_cmd(args: argparse.Namespace) -> int:
     store = home.state(loaded.daemon.limits.events_rotate)
     results = []
     for notifier in notifiers:
-        where = (
-            f"command {config.command[0]!r}"
-            if notifier.name == "command"
-            else f"webhook {config.webhook.split('/')[2] if '//' in config.webhook else ''}"
-        )
+        if notifier.name == "command":
+            where = f"command {config.command[0]!r}"
+        elif notifier.name == "apprise":
+            where = f"apprise {notifier.where}"
+        else:
+            where = f"webhook {config.webhook.split('/')[2] if '//' in config.webhook else ''}"
         try:
             notifier.send(message, payload)
         except NotifyError as exc:

@@ -3,7 +3,8 @@
 The user's reference for every key here is `docs/configuration.md`; change both together
 (tests/test_config_docs.py checks that every key is documented with its range). By concept:
 `base.py` (what every model shares), `home_file.py` (loopd.toml), `engine.py` (`[engine]`),
-`sandbox.py` (`[sandbox]`), `loop_file.py` (a loop file), `loading.py` (reading a home).
+`sandbox.py` (`[sandbox]`), `listen.py` (`[listen]`, `[remotes.NAME]`), `loop_file.py` (a
+loop file), `loading.py` (reading a home).
 """
 
 from daemon.config.base import QUEUE_NAME, StrictModel
@@ -19,6 +20,7 @@ from daemon.config.home_file import (
     RulesConfig,
     VerifierConfig,
 )
+from daemon.config.listen import ListenConfig, RemoteConfig
 from daemon.config.loading import (
     LoadedConfig,
     check_loop,
@@ -41,11 +43,13 @@ __all__ = [
     "DaemonConfig",
     "EngineConfig",
     "LimitsConfig",
+    "ListenConfig",
     "LoadedConfig",
     "Loop",
     "LoopConfig",
     "NotifyConfig",
     "Price",
+    "RemoteConfig",
     "RulesConfig",
     "SandboxConfig",
     "StrictModel",

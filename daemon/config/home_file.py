@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 from daemon import example
 from daemon.config.base import StrictModel, _argv, _http_url
 from daemon.config.engine import EngineConfig
+from daemon.config.listen import ListenConfig, RemoteConfig
 from daemon.config.sandbox import SandboxConfig
 from daemon.units import duration, size
 
@@ -71,6 +72,15 @@ class AgentProfile(StrictModel):
 class NotifyConfig(StrictModel):
     command: list[str] = Field([], examples=[["notify-send", "loopd"]])
     webhook: str = Field("", examples=["https://hooks.example.com/loopd"])
+    urls: list[str] = Field([], examples=[["ntfy://ntfy.sh/my-loopd-topic"]])
+
+    @field_validator("urls")
+    @classmethod
+    def _apprise_urls(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if "://" not in url or any(c.isspace() or ord(c) < 32 for c in url):
+                raise ValueError(f"{url!r} is not an apprise URL such as ntfy://ntfy.sh/TOPIC")
+        return value
 
     _command_argv = field_validator("command")(_argv)
     _webhook_url = field_validator("webhook")(_http_url)
@@ -132,6 +142,8 @@ class DaemonConfig(StrictModel):
     rules: RulesConfig = RulesConfig()
     engine: EngineConfig = EngineConfig()
     sandbox: SandboxConfig = SandboxConfig()
+    listen: ListenConfig | None = None  # off unless loopd.toml has a [listen] table
+    remotes: dict[str, RemoteConfig] = {}
 
     def profile(self, name: str) -> AgentProfile | None:
         """The named profile; an adapter's own name works without a profile, and `example`

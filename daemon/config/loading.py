@@ -187,6 +187,7 @@ def check_loop(
                 "to [engine] remote)",
             )
         )
+    errors += _check_remote(path, config, daemon)
     profile = daemon.profile(config.agent)
     if profile is None:
         known = sorted(set(daemon.agents) | set(ADAPTERS) - {"command"} | {example.PROFILE})
@@ -211,6 +212,32 @@ def check_loop(
             )
         )
     return errors + check_run_ends(path, config)
+
+
+def _check_remote(path: Path, config: LoopConfig, daemon: DaemonConfig) -> list[ConfigError]:
+    """`hosted` names a [remotes.NAME] of loopd.toml; `on_remote_push` and `poll` need it."""
+    if config.hosted and config.hosted not in daemon.remotes:
+        guess = did_you_mean(config.hosted, sorted(daemon.remotes))
+        return [
+            ConfigError(
+                path,
+                "hosted",
+                f"no [remotes.{config.hosted}] in loopd.toml",
+                (f"did you mean {guess!r}? " if guess else "")
+                + f"add [remotes.{config.hosted}] with kind, repository and clone_url "
+                "to loopd.toml (docs/configuration.md#remotesname)",
+            )
+        ]
+    if (config.on_remote_push or config.poll.total_seconds()) and not config.hosted:
+        return [
+            ConfigError(
+                path,
+                "hosted",
+                "on_remote_push and poll need the hosted repository they watch",
+                'name a [remotes.NAME] of loopd.toml: hosted = "NAME"',
+            )
+        ]
+    return []
 
 
 def load_loop(path: Path, daemon: DaemonConfig) -> tuple[Loop | None, list[ConfigError]]:

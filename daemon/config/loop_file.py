@@ -32,6 +32,9 @@ class LoopConfig(StrictModel, RunEnds):
     catch_up: duration("0s", "365d") = "1h"  # type: ignore[valid-type]
     on_push: list[str] = Field([], examples=[["main"]])
     on_change: list[str] = Field([], examples=[["src/**"]])
+    hosted: str = Field("", examples=["origin"])  # a [remotes.NAME]; `remote` is landing's
+    on_remote_push: list[str] = Field([], examples=[["main"]])
+    poll: duration("0s", "1d") = "0s"  # type: ignore[valid-type]
     debounce: duration("0s", "1d") = "10s"  # type: ignore[valid-type]
     overlap: Literal["coalesce", "skip", "queue"] = "coalesce"
     max_queued: int = Field(10, ge=1, le=100_000)

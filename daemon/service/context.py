@@ -41,6 +41,7 @@ def load_config(home: Home) -> LoadedConfig:
         ) from exc
     if not loaded.daemon_ok:
         raise ConfigFatal("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
+    _require_extras(loaded)
     from daemon.example.prepare import prepare_examples
     from daemon.runs.budget import budget_warnings
     from daemon.service.preflight import preflight_warnings
@@ -52,6 +53,24 @@ def load_config(home: Home) -> LoadedConfig:
     loaded.warnings.extend(preflight_warnings(loaded, home.config_path))
     loaded.warnings.extend(budget_warnings(loaded))
     return loaded
+
+
+def _require_extras(loaded: LoadedConfig) -> None:
+    """A key whose Python packages are missing stops the start (exit 2), naming the extra."""
+    needs = []
+    if loaded.daemon.listen is not None:
+        needs += [("[listen]", "uvicorn", "listen"), ("[listen]", "prometheus_client", "listen")]
+    if loaded.daemon.notify.urls:
+        needs.append(("[notify] urls", "apprise", "notify"))
+    for key, module, extra in needs:
+        try:
+            __import__(module)
+        except ImportError:
+            raise ConfigFatal(
+                f"loopd.toml: {key} needs the Python package {module!r}, which is not "
+                f"installed; install loopd's `{extra}` extra: pip install 'loopd[{extra}]', "
+                f"or remove {key}"
+            ) from None
 
 
 def notifications_for(loaded: LoadedConfig, store: StateStore) -> Any:

@@ -144,7 +144,14 @@ class Intake:
         if not loop.config.enabled:
             why = f"loop disabled: set enabled = true in {loop.path} to run it"
             return record("trigger_skipped", why=why)
-        if trigger.kind == "push":
+        if trigger.kind == "push" and trigger.remote:
+            fields["remote"] = trigger.remote
+            branch = trigger.ref.removeprefix("refs/heads/")
+            if trigger.remote != loop.config.hosted or not any(
+                wildmatch(g, branch) for g in loop.config.on_remote_push
+            ):
+                return record("trigger_skipped", why="branch not in on_remote_push")
+        elif trigger.kind == "push":
             branch = trigger.ref.removeprefix("refs/heads/")
             if not any(wildmatch(g, branch) for g in loop.config.on_push):
                 return record("trigger_skipped", why="branch not in on_push")

@@ -4,7 +4,8 @@ untriggered or unheard. `loopd check` prints them (exit 0 when they are all ther
 
 Each names the file and the key: a `done_when` or `setup` program not on the daemon's PATH,
 a `protect` or `on_change` glob that matches no file at the loop's base, an `on_push` glob
-that matches no branch, a glob with an unclosed `[`, a `[notify] command` not on the PATH.
+that matches no branch, a glob with an unclosed `[`, a `[notify] command` not on the PATH,
+a followed `[remotes.NAME]` that no webhook can reach or whose secret is not set.
 """
 
 from __future__ import annotations
@@ -81,12 +82,53 @@ class Preflight:
                 f"({self.path_source}), so escalations would reach nobody{self._guess(notify[0])}. "
                 "Fix: install it or name it by its full path; `loopd notify --test` tries it"
             )
+        if self.loaded.daemon_ok:
+            self.remotes()
         for loop in self.loaded.loops.values():
             try:
                 self.loop(loop)
             except Exception as exc:  # noqa: BLE001 - a warning pass never stops a check or a start
                 self.warnings.append(f"{loop.path}: could not look it over: {exc}")
         return self.warnings
+
+    def remotes(self) -> None:
+        """Followed remotes that pushes cannot reach: no [listen] and no poll; no secret."""
+        daemon = self.loaded.daemon
+        if daemon.engine.kind != "local" and (daemon.listen is not None or daemon.remotes):
+            self.warnings.append(
+                f"{self.config_path}: listen: [listen] and [remotes] are served by the local "
+                f'engine\'s daemon; with [engine] kind = "{daemon.engine.kind}" no webhook is '
+                "taken and no remote polled. Fix: remove them, or run the local engine"
+            )
+            return
+        for name, remote in sorted(daemon.remotes.items()):
+            loops = [
+                loop
+                for loop in self.loaded.loops.values()
+                if loop.config.enabled and loop.config.hosted == name and loop.config.on_remote_push
+            ]
+            by_webhook = [loop for loop in loops if not loop.config.poll.total_seconds()]
+            if not by_webhook:
+                continue
+            where = f"{self.config_path}: remotes.{name}"
+            names = ", ".join(sorted(loop.name for loop in by_webhook))
+            if daemon.listen is None:
+                self.warnings.append(
+                    f"{where}: loop(s) {names} follow its pushes, but loopd.toml has no "
+                    "[listen], so no webhook reaches loopd. Fix: add [listen], or set "
+                    'poll = "60s" in the loop'
+                )
+            elif not remote.secret_env or not os.environ.get(remote.secret_env):
+                what = (
+                    f"the variable {remote.secret_env} is not set in this environment"
+                    if remote.secret_env
+                    else "it has no secret_env"
+                )
+                self.warnings.append(
+                    f"{where}: secret_env: {what}, so every webhook for it is refused (403). "
+                    'Fix: secret_env = "LOOPD_WEBHOOK_SECRET" and start loopd with that '
+                    "variable set to the webhook's secret"
+                )
 
     def loop(self, loop: Loop) -> None:
         cfg = loop.config

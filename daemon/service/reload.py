@@ -31,7 +31,7 @@ from daemon.home import Home
 
 SETTLE = 0.3  # seconds without a further change before the reload
 # Sections of loopd.toml a running daemon cannot change: the engine serves from its start.
-RESTART_ONLY = ("engine",)
+RESTART_ONLY = ("engine", "listen")  # the listener binds its socket once, at the start
 
 
 def file_digest(path: Path) -> str:
@@ -103,12 +103,16 @@ def restart_pending(running: DaemonConfig, loaded: DaemonConfig) -> dict[str, li
     """The keys of each restart-only section whose new value waits for a restart."""
     out: dict[str, list[str]] = {}
     for section in RESTART_ONLY:
-        old = getattr(running, section).model_dump()
-        new = getattr(loaded, section).model_dump()
-        keys = [key for key in new if new[key] != old.get(key)]
+        old, new = _dump(getattr(running, section)), _dump(getattr(loaded, section))
+        keys = [key for key in {**old, **new} if new.get(key) != old.get(key)]
         if keys:
             out[section] = keys
     return out
+
+
+def _dump(section: Any) -> dict[str, Any]:
+    """A section's keys; an absent optional table (`[listen]`) says so as `table`."""
+    return {"table": False} if section is None else {"table": True, **section.model_dump()}
 
 
 def restart_messages(pending: dict[str, list[str]]) -> list[str]:

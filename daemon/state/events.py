@@ -15,6 +15,7 @@ import os
 import stat
 import sys
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,8 @@ class EventLog:
         self.path = path
         self.rotate_bytes = rotate_bytes
         self._lock = threading.Lock()
+        # Called with each event written (the daemon's /metrics counts them); never raise.
+        self.observers: list[Callable[[dict[str, Any]], None]] = []
         ensure_dir(path.parent)
 
     def repair(self) -> None:
@@ -147,6 +150,11 @@ class EventLog:
                 os.write(fd, line)
             finally:
                 os.close(fd)
+        for observer in self.observers:
+            try:
+                observer(event)
+            except Exception:  # noqa: BLE001, S110 - counting must never fail a write
+                pass
         return event
 
     def read(self) -> list[dict[str, Any]]:

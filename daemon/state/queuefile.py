@@ -67,6 +67,7 @@ class PendingRun(Record):
             merged=[t.summary() for t in self.merged],
             merged_count=self.merged_count,
             force=any(t.force for t in [first, *self.merged]),
+            remote=first.remote,
         )
 
 

@@ -50,11 +50,12 @@ class Trigger(Record):
     retry_of: str = ""  # the run this one retries
     id: str = ""  # the inbox file's name, when it came through the inbox
     force: bool = False  # run even when done_when already passes (`--force`)
+    remote: str = ""  # a push on this [remotes.NAME]: the loop's on_remote_push decides
 
     def summary(self) -> dict[str, Any]:
         """What run.toml keeps of a merged trigger."""
         out: dict[str, Any] = {"kind": self.kind, "ts": self.ts}
-        for key in ("reason", "ref", "old", "new"):
+        for key in ("reason", "ref", "old", "new", "remote"):
             if getattr(self, key):
                 out[key] = getattr(self, key)
         if self.paths:
@@ -78,6 +79,7 @@ class RunTrigger(Record):
     merged: list[dict[str, Any]] = []  # the last merged triggers (a burst keeps a few)
     merged_count: int = 0  # every trigger merged into the run
     force: bool = False  # it or a merged trigger asked to run even when already done
+    remote: str = ""  # the [remotes.NAME] a push came from
 
 
 class Cause(StrEnum):

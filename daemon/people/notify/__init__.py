@@ -1,4 +1,5 @@
-"""Notifications through `[notify]`: a command and a webhook, sent off the run's thread."""
+"""Notifications through `[notify]`: a command, a webhook and apprise URLs, sent off the run's
+thread."""
 
 from __future__ import annotations
 
@@ -46,6 +47,10 @@ def notifiers_from_config(
         out.append(CommandNotifier(config.command))
     if config.webhook:
         out.append(WebhookNotifier(config.webhook, sleep=sleep))
+    if config.urls:
+        from daemon.people.notify.apprise_urls import AppriseNotifier
+
+        out.extend(AppriseNotifier(url) for url in config.urls)
     return out
 
 

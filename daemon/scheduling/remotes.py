@@ -1,0 +1,338 @@
+"""Pushes on hosted repositories (`[remotes.NAME]`) become push triggers.
+
+Webhook deliveries and polls hand a `RemotePush` to the `RemoteFeed`; its one thread takes
+whatever waits, fetches each remote's pushed branches once per repository that follows it
+into `refs/remotes/NAME/B` (recorded in the ref ledger first), so a loop's `base = "NAME/B"`
+starts from the pushed commit, then writes one trigger per watching loop to the inbox. A
+burst of deliveries costs one fetch per batch, not one per delivery.
+
+The `RemotePoller` (loops with `poll`) runs `git ls-remote` once per remote, whatever the
+number of loops, at the shortest `poll` of its loops, backing off on failures.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from daemon.config import Loop, RemoteConfig
+from daemon.globs import wildmatch
+from daemon.runs.git import Git, GitError
+from daemon.state.ledger import LedgerEntry, ledger_of
+from daemon.state.records import Trigger
+from daemon.state.store import StateStore
+
+FETCH_TIMEOUT = 300.0
+LS_REMOTE_TIMEOUT = 60.0
+MAX_BACKOFF = 3600.0  # seconds between polls of a remote that keeps failing
+
+Event = Callable[..., None]
+
+
+@dataclass
+class RemotePush:
+    """A branch of a remote that moved, as a delivery or a poll saw it."""
+
+    remote: str
+    branch: str
+    before: str
+    after: str
+    source: str  # "webhook" | "poll"
+    received: datetime
+    delivery: str = ""
+    trigger: bool = True  # False: a poll's first look, fetched without a run
+    loops: list[str] = field(default_factory=list)
+
+
+def watching(loops: dict[str, Loop], remote: str, branch: str) -> list[Loop]:
+    """The enabled loops whose on_remote_push covers `branch` of `remote`."""
+    return [
+        loop
+        for _, loop in sorted(loops.items())
+        if loop.config.enabled
+        and loop.config.hosted == remote
+        and any(wildmatch(g, branch) for g in loop.config.on_remote_push)
+    ]
+
+
+class RemoteFeed:
+    """Fetches pushed commits into the loops' repositories, then writes their triggers."""
+
+    def __init__(
+        self,
+        store: StateStore,
+        loops: Callable[[], dict[str, Loop]],
+        remotes: Callable[[], dict[str, RemoteConfig]],
+        clock: Callable[[], datetime],
+        event: Event,
+    ) -> None:
+        self.store = store
+        self.loops = loops
+        self.remotes = remotes
+        self.clock = clock
+        self.event = event
+        self.ledger = ledger_of(store.root)
+        self._queue: queue.Queue[RemotePush | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="loopd-remote-feed", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def submit(self, push: RemotePush) -> None:
+        self._queue.put(push)
+
+    def idle(self) -> bool:
+        """Nothing waits to be fetched (tests and the bench wait on it)."""
+        return self._queue.unfinished_tasks == 0
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            batch = [first]
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                pushes = [p for p in batch if p is not None]
+                if pushes:
+                    self._handle(pushes)
+            except Exception as exc:  # noqa: BLE001 - the feed must outlive one bad batch
+                self.event("remote_feed_error", error=f"{type(exc).__name__}: {exc}"[:1000])
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+            if None in batch:
+                return
+
+    def _handle(self, pushes: list[RemotePush]) -> None:
+        loops = self.loops()
+        remotes = self.remotes()
+        by_remote: dict[str, list[RemotePush]] = {}
+        for push in pushes:
+            by_remote.setdefault(push.remote, []).append(push)
+        for name, group in by_remote.items():
+            remote = remotes.get(name)
+            if remote is None:
+                continue  # removed by a reload since the delivery
+            branches = sorted({p.branch for p in group})
+            repos: dict[Path, list[Loop]] = {}
+            for branch in branches:
+                for loop in watching(loops, name, branch):
+                    repos.setdefault(loop.config.repo_path, []).append(loop)
+            fetched = {repo: self._fetch(name, remote, repo, branches) for repo in repos}
+            for push in group:
+                for loop in watching(loops, name, push.branch):
+                    error = fetched.get(loop.config.repo_path, "no fetch")
+                    if error:
+                        self.event(
+                            "remote_fetch_failed",
+                            loop=loop.name,
+                            remote=name,
+                            ref=f"refs/heads/{push.branch}",
+                            new=push.after,
+                            error=error[:1000],
+                        )
+                    elif push.trigger:
+                        self._trigger(loop, push)
+
+    def _fetch(self, name: str, remote: RemoteConfig, repo: Path, branches: list[str]) -> str:
+        """Fetch the branches, then move `refs/remotes/NAME/B` to them, each move written to
+        the ref ledger first (the ref guard of a run working in `repo` must not blame its
+        agent); the error, or "" when it worked."""
+        git = Git(repo, user_config=True)
+        try:
+            # Objects and FETCH_HEAD only: no ref of the repository moves unrecorded.
+            git.run(
+                "fetch", "--no-tags", "--quiet", "--", remote.clone_url,
+                *[f"refs/heads/{b}" for b in branches],
+                timeout=FETCH_TIMEOUT,
+            )  # fmt: skip
+            fetched = _fetch_head(git, len(branches))
+            common = Path(git.out("rev-parse", "--git-common-dir"))
+            common = (common if common.is_absolute() else repo / common).resolve()
+            now = self.clock()
+            moves = []
+            for branch, sha in zip(branches, fetched, strict=True):
+                ref = f"refs/remotes/{name}/{branch}"
+                old = _fetched(repo, name, branch)
+                if old != sha:
+                    moves.append((ref, old, sha))
+            self.ledger.record(
+                LedgerEntry(ts=now, repo=str(common), ref=ref, old=old, new=new, why="remote push")
+                for ref, old, new in moves
+            )
+            for ref, old, new in moves:
+                git.run("update-ref", "-m", f"loopd: push on remote {name}", ref, new, old or "")
+        except GitError as exc:
+            return f"git fetch {remote.clone_url} in {repo}: {exc}"
+        return ""
+
+    def _trigger(self, loop: Loop, push: RemotePush) -> None:
+        what = f"delivery {push.delivery}" if push.delivery else "a poll"
+        self.store.put_trigger(
+            Trigger(
+                loop=loop.name,
+                kind="push",
+                reason=f"push to {push.branch} on remote {push.remote} ({what})",
+                ref=f"refs/heads/{push.branch}",
+                old=push.before,
+                new=push.after,
+                remote=push.remote,
+                ts=push.received,
+            )
+        )
+
+
+class RemotePoller:
+    """`git ls-remote` per remote whose loops set `poll`; moved branches go to the feed."""
+
+    def __init__(
+        self,
+        feed: RemoteFeed,
+        cwd: Path,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.feed = feed
+        self.cwd = cwd
+        self.monotonic = monotonic
+        self.seen: dict[str, dict[str, str]] = {}  # remote -> branch -> commit
+        self.failures: dict[str, int] = {}
+        self.next_at: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="loopd-remote-poll", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=LS_REMOTE_TIMEOUT + 5)
+            self._thread = None
+
+    def intervals(self) -> dict[str, float]:
+        """Each polled remote's interval: the shortest `poll` among its enabled loops."""
+        out: dict[str, float] = {}
+        remotes = self.feed.remotes()
+        for loop in self.feed.loops().values():
+            seconds = loop.config.poll.total_seconds()
+            if loop.config.enabled and seconds > 0 and loop.config.hosted in remotes:
+                name = loop.config.hosted
+                out[name] = min(out.get(name, seconds), seconds)
+        return out
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll_due()
+            except Exception as exc:  # noqa: BLE001 - polling goes on
+                self.feed.event("remote_poll_failed", error=f"{type(exc).__name__}: {exc}"[:500])
+            self._stop.wait(0.5)
+
+    def poll_due(self) -> None:
+        """Poll each remote whose time has come."""
+        now = self.monotonic()
+        for name, interval in self.intervals().items():
+            if now < self.next_at.get(name, 0.0):
+                continue
+            ok = self.poll(name)
+            failures = 0 if ok else self.failures.get(name, 0) + 1
+            self.failures[name] = failures
+            wait = interval if ok else min(interval * 2**failures, max(MAX_BACKOFF, interval))
+            self.next_at[name] = self.monotonic() + wait
+            if not ok:
+                self.feed.event("remote_poll_backoff", remote=name, retry_in=round(wait, 1))
+
+    def poll(self, name: str) -> bool:
+        """One ls-remote of `name`: moved watched branches are submitted; False on failure."""
+        remote = self.feed.remotes()[name]
+        try:
+            out = Git(self.cwd, user_config=True, plain=True).run(
+                "ls-remote", "--heads", "--", remote.clone_url, timeout=LS_REMOTE_TIMEOUT
+            )
+        except GitError as exc:
+            self.feed.event("remote_poll_failed", remote=name, error=str(exc)[:1000])
+            return False
+        if self.failures.get(name):
+            self.feed.event("remote_poll_recovered", remote=name)
+        heads: dict[str, str] = {}
+        for line in out.stdout.decode("utf-8", "replace").splitlines():
+            sha, _, ref = line.partition("\t")
+            if ref.startswith("refs/heads/"):
+                heads[ref.removeprefix("refs/heads/")] = sha
+        loops = self.feed.loops()
+        seen = self.seen.setdefault(name, {})
+        for branch, sha in sorted(heads.items()):
+            polled = watching(loops, name, branch)
+            watchers = [loop for loop in polled if loop.config.poll.total_seconds() > 0]
+            if not watchers:
+                continue
+            before = seen.get(branch)
+            if before == sha:
+                continue
+            # What is fetched already: at the first poll, and after a webhook took the push.
+            fetched = _fetched(watchers[0].config.repo_path, name, branch)
+            before = before if before is not None else fetched
+            seen[branch] = sha
+            if fetched == sha:
+                continue
+            self.feed.submit(
+                RemotePush(
+                    remote=name,
+                    branch=branch,
+                    before=before or "",
+                    after=sha,
+                    source="poll",
+                    received=self.feed.clock(),
+                    trigger=bool(before),  # first sight of a branch: fetched, not run
+                )
+            )
+        return True
+
+
+def _fetched(repo: Path, remote: str, branch: str) -> str:
+    """What an earlier fetch left at `refs/remotes/REMOTE/BRANCH`, or ""."""
+    try:
+        proc = Git(repo).run(
+            "rev-parse", "--verify", "--quiet", f"refs/remotes/{remote}/{branch}", check=False
+        )
+    except GitError:
+        return ""
+    return proc.stdout.decode().strip() if proc.returncode == 0 else ""
+
+
+def _fetch_head(git: Git, count: int) -> list[str]:
+    """The commits the last fetch wrote to FETCH_HEAD, in the order of its refspecs."""
+    text = git.out("rev-parse", "--git-path", "FETCH_HEAD")
+    path = Path(text) if Path(text).is_absolute() else git.cwd / text
+    shas = [line.split("\t", 1)[0] for line in path.read_text().splitlines() if line.strip()]
+    if len(shas) != count:
+        raise GitError(["fetch"], 1, f"FETCH_HEAD holds {len(shas)} entries for {count} branches")
+    return shas
+
+
+def describe(push: RemotePush) -> dict[str, Any]:
+    """A push's fields for an event."""
+    return {
+        "remote": push.remote,
+        "ref": f"refs/heads/{push.branch}",
+        "old": push.before,
+        "new": push.after,
+        "source": push.source,
+    }

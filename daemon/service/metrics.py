@@ -1,0 +1,166 @@
+"""`/metrics`: the daemon's counters and gauges for Prometheus, through prometheus_client.
+
+Counters follow the event log as it is written (an observer of `EventLog`): runs by loop and
+outcome, attempts, nudges, judge calls, tokens and cost, webhook deliveries; they count from the
+daemon's start, as Prometheus counters do. Gauges are read at each scrape: queue depth,
+parked runs, open escalations, the rule library by status and kind, the heartbeat's age.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from daemon.rules.library import RuleLibrary
+from daemon.state.store import StateStore
+
+# Trigger received to run started, in seconds: webhooks aim under 0.2 s, schedules wait longer.
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+RULE_STATUSES = ("trial", "active", "rejected", "retired")
+
+
+class Metrics:
+    """Counts events as they are written; builds the exposition on a scrape."""
+
+    def __init__(
+        self, store: StateStore, rules_dir: Path, gauges: Callable[[], dict[str, float]]
+    ) -> None:
+        from prometheus_client import CollectorRegistry, Histogram
+
+        self.store = store
+        self.library = RuleLibrary(rules_dir)  # its parse cache keeps a scrape cheap
+        self.gauges = gauges
+        self._lock = threading.Lock()
+        self.counts: dict[str, Counter[tuple[str, ...]]] = {
+            "runs": Counter(),
+            "attempts": Counter(),
+            "nudges": Counter(),
+            "judge": Counter(),
+            "tokens": Counter(),
+            "cost": Counter(),
+        }
+        self.webhooks: Callable[[], Counter[tuple[str, str]]] = Counter
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.latency = Histogram(
+            "loopd_trigger_to_start_seconds",
+            "Seconds from a trigger's time to its run's start.",
+            ["kind"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.judge_seconds = Histogram(
+            "loopd_judge_seconds",
+            "Seconds from an attempt's checks to the critic's verdict (evidence and the call).",
+            buckets=(0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0),
+            registry=self.registry,
+        )
+        self._checked: dict[tuple[str, int], datetime] = {}  # (run, attempt) -> checks' time
+        self.registry.register(self)
+
+    # the event log's observer --------------------------------------------------------------
+    def observe(self, event: dict[str, Any]) -> None:
+        kind, loop = event.get("type"), event.get("loop") or ""
+        with self._lock:
+            if kind == "run_finished":
+                self.counts["runs"][(loop, str(event.get("outcome") or ""))] += 1
+                tokens = event.get("tokens")
+                if isinstance(tokens, int):
+                    self.counts["tokens"][(loop,)] += tokens
+            elif kind == "attempt_started":
+                self.counts["attempts"][(loop,)] += 1
+            elif kind == "nudge":
+                self.counts["nudges"][(loop,)] += 1
+            elif kind == "checks" and event.get("run"):
+                key = (event["run"], int(event.get("attempt") or 0))
+                self._checked[key] = datetime.fromisoformat(event["ts"])
+            elif kind == "verdict":
+                checked = self._checked.pop(
+                    (event.get("run") or "", int(event.get("attempt") or 0)), None
+                )
+                if event.get("judged"):
+                    self.counts["judge"][(loop, str(event.get("verdict") or ""))] += 1
+                    if checked is not None:
+                        seconds = (datetime.fromisoformat(event["ts"]) - checked).total_seconds()
+                        self.judge_seconds.observe(max(0.0, seconds))
+        if kind == "run_started" and event.get("run"):
+            self._started(event)
+        elif kind == "run_finished" and event.get("run"):
+            self._cost(event)
+
+    def _cost(self, event: dict[str, Any]) -> None:
+        """What the finished run cost, from its record (the event carries its tokens only)."""
+        try:
+            run = self.store.load_run(event["run"])
+        except (OSError, ValueError):
+            return
+        with self._lock:
+            self.counts["cost"][(run.loop,)] += run.cost_usd
+
+    def _started(self, event: dict[str, Any]) -> None:
+        """The trigger-to-start latency, from the run's record (its trigger's time)."""
+        try:
+            run = self.store.load_run(event["run"])
+        except (OSError, ValueError):
+            return
+        if run.trigger.ts is None:
+            return
+        started = datetime.fromisoformat(event["ts"])
+        seconds = (started - run.trigger.ts).total_seconds()
+        if seconds >= 0:
+            self.latency.labels(kind=run.trigger.kind).observe(seconds)
+
+    # the scrape ----------------------------------------------------------------------------
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        def counter(name: str, text: str, labels: list[str], key: str) -> CounterMetricFamily:
+            family = CounterMetricFamily(name, text, labels=labels)
+            for values, n in sorted(self.counts[key].items()):
+                family.add_metric(list(values), n)
+            return family
+
+        with self._lock:
+            yield counter(
+                "loopd_runs", "Runs finished, by loop and outcome.", ["loop", "outcome"], "runs"
+            )
+            yield counter("loopd_attempts", "Agent attempts started.", ["loop"], "attempts")
+            yield counter("loopd_nudges", "Nudges sent to stalled agents.", ["loop"], "nudges")
+            yield counter(
+                "loopd_judge_calls", "Attempts judged by the critic.", ["loop", "verdict"], "judge"
+            )
+            yield counter("loopd_tokens", "Agent tokens of finished runs.", ["loop"], "tokens")
+            yield counter("loopd_cost_usd", "What finished runs cost, in USD.", ["loop"], "cost")
+        hooks = CounterMetricFamily(
+            "loopd_webhook_deliveries", "Webhook deliveries by service and result.",
+            labels=["kind", "result"],
+        )  # fmt: skip
+        for (kind, result), n in sorted(self.webhooks().items()):
+            hooks.add_metric([kind, result], n)
+        yield hooks
+        for name, value in sorted(self.gauges().items()):
+            yield GaugeMetricFamily(f"loopd_{name}", _GAUGE_HELP.get(name, name), value=value)
+        rules = GaugeMetricFamily(
+            "loopd_rules", "Rule files by status and kind.", labels=["status", "kind"]
+        )
+        counted: Counter[tuple[str, str]] = Counter()
+        try:
+            for stored in self.library.rules(RULE_STATUSES):
+                counted[(stored.status, stored.rule.kind)] += 1
+        except OSError:
+            pass  # no rules folder: nothing to count
+        for (status, kind), n in sorted(counted.items()):
+            rules.add_metric([status, kind], n)
+        yield rules
+
+
+_GAUGE_HELP = {
+    "queue_depth": "Runs waiting to start.",
+    "running_runs": "Runs working now.",
+    "parked_runs": "Runs parked on an agent's usage limit.",
+    "open_escalations": "Escalations waiting for a person.",
+    "heartbeat_age_seconds": "Seconds since the daemon's last tick.",
+}

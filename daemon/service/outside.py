@@ -1,0 +1,90 @@
+"""The daemon's parts facing hosted repositories: the remote feed and poller, the listener.
+
+The feed and the poller run whenever a loop follows a remote; the listener (webhooks,
+/metrics, /healthz) only when loopd.toml has a `[listen]` table. Each reads the current
+configuration through the Context, so a reload's loops and remotes apply at once; `bind`
+waits for a restart.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from daemon.scheduling.remotes import RemoteFeed, RemotePoller
+from daemon.service.context import Context
+
+
+class Outside:
+    """Started by `Daemon.start()`, stopped by `Daemon.stop()`."""
+
+    def __init__(self, ctx: Context, feed: RemoteFeed, poller: RemotePoller) -> None:
+        self.ctx = ctx
+        self.feed = feed
+        self.poller = poller
+        self.listener: Any = None
+        self.metrics: Any = None
+        self.last_tick = time.monotonic()
+
+    @classmethod
+    def start(
+        cls,
+        ctx: Context,
+        now: datetime,
+        gauges: Callable[[], dict[str, float]],
+        healthy: Callable[[], bool],
+    ) -> Outside:
+        """ConfigFatal (exit 2) when [listen] cannot bind (a missing extra: `load_config`)."""
+        feed = RemoteFeed(
+            ctx.store,
+            loops=lambda: ctx.loops,
+            remotes=lambda: ctx.config.daemon.remotes,
+            clock=ctx.clock,
+            event=ctx.event,
+        )
+        outside = cls(ctx, feed, RemotePoller(feed, ctx.store.root, ctx.monotonic))
+        listen = ctx.config.daemon.listen
+        if listen is not None:
+            from daemon.service.listener import Listener
+            from daemon.service.metrics import Metrics
+            from daemon.service.webhook_desk import WebhookDesk
+            from daemon.state.deliveries import DELIVERIES_NAME, Deliveries
+
+            desk = WebhookDesk(
+                loops=lambda: ctx.loops,
+                remotes=lambda: ctx.config.daemon.remotes,
+                deliveries=Deliveries(ctx.store.root / DELIVERIES_NAME, now),
+                feed=feed,
+                clock=ctx.clock,
+                event=ctx.event,
+            )
+
+            def all_gauges() -> dict[str, float]:
+                return {**gauges(), "heartbeat_age_seconds": time.monotonic() - outside.last_tick}
+
+            metrics = Metrics(ctx.store, ctx.home.rules_dir, all_gauges)
+            metrics.webhooks = lambda: Counter(desk.counts)
+            ctx.store.events.observers.append(metrics.observe)
+            listener = Listener(listen, desk, metrics, healthy, ctx.monotonic)
+            listener.start()
+            outside.listener, outside.metrics = listener, metrics
+            ctx.event("listening", bind=listen.bind, port=listener.port)
+        feed.start()
+        outside.poller.start()
+        return outside
+
+    def ticked(self) -> None:
+        """The daemon ticked: /metrics' heartbeat age starts again."""
+        self.last_tick = time.monotonic()
+
+    def alive(self) -> bool:
+        return self.listener is None or self.listener.alive()
+
+    def stop(self) -> None:
+        if self.listener is not None:
+            self.listener.stop()
+        self.poller.stop()
+        self.feed.stop()

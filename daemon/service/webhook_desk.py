@@ -1,0 +1,169 @@
+"""A webhook delivery judged: signed, not replayed, for a known repository and a watched ref.
+
+Synchronous and free of HTTP: the listener hands it the path's service, the headers, the
+body and the source address, and answers with the status it returns. Every refusal and every
+ignored delivery is an event; an accepted push goes to the RemoteFeed (fetch, then trigger).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from daemon.config import Loop, RemoteConfig
+from daemon.scheduling import webhooks
+from daemon.scheduling.remotes import RemoteFeed, RemotePush, watching
+from daemon.state.deliveries import Deliveries
+
+Event = Callable[..., None]
+
+
+@dataclass
+class Answer:
+    status: int
+    text: str
+
+
+class RateLimit:
+    """A token bucket per source address: `per_minute` deliveries, refilled evenly."""
+
+    def __init__(self, per_minute: int, monotonic: Callable[[], float]) -> None:
+        self.per_minute = per_minute
+        self.monotonic = monotonic
+        self._buckets: dict[str, tuple[float, float]] = {}  # address -> (tokens, at)
+        self._lock = threading.Lock()
+
+    def allow(self, address: str) -> bool:
+        now = self.monotonic()
+        rate = self.per_minute / 60.0
+        with self._lock:
+            tokens, at = self._buckets.get(address, (float(self.per_minute), now))
+            tokens = min(float(self.per_minute), tokens + (now - at) * rate)
+            allowed = tokens >= 1.0
+            self._buckets[address] = (tokens - 1.0 if allowed else tokens, now)
+            if len(self._buckets) > 10_000:  # many addresses: forget the full buckets
+                full = [a for a, (t, _) in self._buckets.items() if t >= self.per_minute - 1]
+                for address_ in full:
+                    del self._buckets[address_]
+        return allowed
+
+
+class WebhookDesk:
+    """Judges deliveries; counts them by service and result for /metrics."""
+
+    def __init__(
+        self,
+        loops: Callable[[], dict[str, Loop]],
+        remotes: Callable[[], dict[str, RemoteConfig]],
+        deliveries: Deliveries,
+        feed: RemoteFeed,
+        clock: Callable[[], datetime],
+        event: Event,
+        environ: Mapping[str, str] = os.environ,
+    ) -> None:
+        self.loops = loops
+        self.remotes = remotes
+        self.deliveries = deliveries
+        self.feed = feed
+        self.clock = clock
+        self.event = event
+        self.environ = environ
+        self.counts: Counter[tuple[str, str]] = Counter()  # (kind, result) -> deliveries
+        self._lock = threading.Lock()
+
+    def refuse(self, kind: str, status: int, why: str, source: str, **more: Any) -> Answer:
+        """Record a refused delivery and answer it."""
+        self._count(kind, "refused")
+        self.event("webhook_refused", kind=kind, status=status, why=why, source=source, **more)
+        return Answer(status, why + "\n")
+
+    def _count(self, kind: str, result: str) -> None:
+        with self._lock:
+            self.counts[(kind, result)] += 1
+
+    def handle(self, kind: str, headers: Mapping[str, str], body: bytes, source: str) -> Answer:
+        """Judge one delivery (headers lower-cased) and say what to answer."""
+        received = self.clock()
+        delivery = webhooks.header(headers, kind, webhooks.DELIVERY)[:200]
+        try:
+            payload, repository = webhooks.parse(kind, body)
+        except ValueError:
+            return self.refuse(kind, 400, "the body is not JSON", source, delivery=delivery)
+        found = [
+            (name, remote)
+            for name, remote in sorted(self.remotes().items())
+            if remote.kind == kind and remote.repository.lower() == repository.lower()
+        ]
+        if not found:
+            why = f"no [remotes.NAME] of kind {kind!r} has repository {repository!r}"
+            return self.refuse(kind, 404, why, source, delivery=delivery)
+        given = webhooks.header(headers, kind, webhooks.SIGNATURE)
+        if not given:
+            return self.refuse(kind, 401, "unsigned delivery", source, delivery=delivery)
+        name, remote = next(
+            ((n, r) for n, r in found if webhooks.verified(kind, self._secret(r), given, body)),
+            (None, None),
+        )
+        if name is None or remote is None:
+            unset = [n for n, r in found if not self._secret(r)]
+            why = "wrong signature" + (
+                f" (secret_env of [remotes.{unset[0]}] is unset or empty)" if unset else ""
+            )
+            return self.refuse(kind, 403, why, source, delivery=delivery)
+        if not delivery:
+            why = "no delivery id header: a replay could not be told apart"
+            return self.refuse(kind, 400, why, source, remote=name)
+        if not self.deliveries.first_time(kind, delivery, received):
+            return self.refuse(
+                kind, 409, "replayed delivery", source, remote=name, delivery=delivery
+            )
+        event_name = webhooks.header(headers, kind, webhooks.EVENT)
+        if event_name != webhooks.PUSH_EVENTS[kind]:
+            return self._ignored(kind, name, delivery, f"event {event_name!r} is not a push")
+        push = webhooks.push_of(kind, payload)
+        if not push.ref.startswith("refs/heads/"):
+            return self._ignored(
+                kind, name, delivery, f"ref {push.ref!r} is not a branch", push.ref
+            )
+        branch = push.ref.removeprefix("refs/heads/")
+        if not push.after or push.after == webhooks.ZERO:
+            return self._ignored(kind, name, delivery, "the branch was deleted", push.ref)
+        loops = watching(self.loops(), name, branch)
+        if not loops:
+            return self._ignored(kind, name, delivery, "no loop watches this ref", push.ref)
+        self._count(kind, "accepted")
+        self.event(
+            "webhook_accepted",
+            kind=kind,
+            remote=name,
+            delivery=delivery,
+            ref=push.ref,
+            old=push.before,
+            new=push.after,
+            loops=[loop.name for loop in loops],
+        )
+        self.feed.submit(
+            RemotePush(
+                remote=name,
+                branch=branch,
+                before=push.before,
+                after=push.after,
+                source="webhook",
+                received=received,
+                delivery=delivery,
+            )
+        )
+        return Answer(202, "accepted\n")
+
+    def _ignored(self, kind: str, remote: str, delivery: str, why: str, ref: str = "") -> Answer:
+        self._count(kind, "ignored")
+        self.event("webhook_ignored", kind=kind, remote=remote, delivery=delivery, ref=ref, why=why)
+        return Answer(200, f"ignored: {why}\n")
+
+    def _secret(self, remote: RemoteConfig) -> str:
+        return self.environ.get(remote.secret_env, "") if remote.secret_env else ""
