@@ -145,3 +145,18 @@ def of_type(home: Path, type_: str, **match: Any) -> list[dict]:
         for e in events(home)
         if e["type"] == type_ and all(e.get(k) == v for k, v in match.items())
     ]
+
+
+def require_module(name: str, extra: str) -> None:
+    """Skip where an optional package is missing, except in CI (CI=true), where that fails."""
+    import importlib.util
+    import os
+
+    import pytest
+
+    if importlib.util.find_spec(name) is not None:
+        return
+    message = f"{name} is not installed (pip install -e '.[{extra}]'; .ci/run installs it)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message + " (CI=true: these tests must run)", pytrace=False)
+    pytest.skip(message, allow_module_level=True)

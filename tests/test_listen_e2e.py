@@ -28,11 +28,12 @@ from tests.listening import (
     post,
     post_oversized,
     push_commit,
+    require_module,
 )
 from tests.test_rules_files import make_rule
 
-pytest.importorskip("uvicorn")
-pytest.importorskip("prometheus_client")
+require_module("uvicorn", "listen")
+require_module("prometheus_client", "listen")
 
 KINDS = ("github", "gitea", "gitlab")
 RULES = [

@@ -5,17 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from daemon.config import NotifyConfig
 from daemon.people.escalation import write_escalation
 from daemon.people.notify import Notifications
 from daemon.state.store import StateStore
 from tests.helpers import loopd, make_home
+from tests.listening import require_module
 from tests.test_escalations import three_failed
 from tests.test_notify import NOW, events_of, webhook_server  # noqa: F401 - the fixture
 
-pytest.importorskip("apprise")
+require_module("apprise", "notify")
 
 
 def json_url(server: Any, path: str = "notify") -> str:
