@@ -362,7 +362,7 @@ def test_branches_of_runs_that_changed_nothing_are_deleted(tmp_path: Path) -> No
     assert run.outcome == "escalated"
     assert git(case.repo, "branch", "--list", "loopd/*") == ""
     deleted = case.events(run.id, "branch_deleted")
-    assert deleted and deleted[0]["branch"] == run.branch
+    assert deleted and deleted[0]["branch"] == run.branch_deleted and run.branch == ""
     ledger = (case.store.root / "ref-ledger.jsonl").read_text().splitlines()
     assert json.loads(ledger[-1])["new"] == "" and json.loads(ledger[-1])["why"] == (
         "empty run branch"

@@ -1,9 +1,9 @@
 """Finishing a run: one function, safe to run again after a crash anywhere inside it.
 
 The outcome is saved first; then, each recorded in `finish_done` once done: a succeeded run
-lands (runs/landing.py), the rules' counters are updated, the escalation is written (and its
-event), the progress notes rebuilt, a person notified, the tree removed, an empty run branch
-deleted, `run_finished` recorded. Only then is the `live`
+lands (runs/landing.py), the tree is removed and an empty run branch deleted, the rules'
+counters are updated, the escalation is written (and its event), the progress notes rebuilt,
+a person notified, `run_finished` recorded. Only then is the `live`
 marker removed, so a restart finds a half-finished run and `complete_finish` does the rest.
 """
 
@@ -177,6 +177,16 @@ def complete_finish(
 
         land_run(journal, config)
         done("land")
+    # The tree goes and an empty branch is deleted before anything is written for a person,
+    # so nothing written offers a branch that is gone.
+    if step("tree"):
+        _remove_tree(services, journal, tree or tree_of(services, run))
+        done("tree")
+    if step("branch"):
+        from daemon.runs.runbranches import delete_if_empty
+
+        delete_if_empty(journal)
+        done("branch")
     if step("counters"):
         _count_rules(services, run)
         done("counters")
@@ -209,14 +219,6 @@ def complete_finish(
         if not experiment:
             _notify(services, run, escalate, notify_on)
         done("notified")
-    if step("tree"):
-        _remove_tree(services, journal, tree or tree_of(services, run))
-        done("tree")
-    if step("branch"):
-        from daemon.runs.runbranches import delete_if_empty
-
-        delete_if_empty(journal)
-        done("branch")
     if step("event"):
         journal.event(
             "run_finished",

@@ -46,6 +46,10 @@ def delete_if_empty(journal: RunJournal) -> bool:
         return False
     if deleted:
         journal.event("branch_deleted", branch=run.branch, why="the run changed nothing")
+        # The record names only what exists: the escalation, `trigger --wait` and the
+        # progress notes read `branch`, and a retry finds nothing to build on.
+        run.branch_deleted, run.branch = run.branch, ""
+        journal.save()
     return deleted
 
 

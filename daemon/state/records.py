@@ -352,7 +352,8 @@ class RunRecord(Record):
     outcome: Outcome | None = None
     reason: str = ""
     cause: Cause | None = None
-    branch: str = ""
+    branch: str = ""  # "" once loopd deleted it: nothing offers a branch that is gone
+    branch_deleted: str = ""  # the branch loopd deleted as the run ended (it changed nothing)
     tokens: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
