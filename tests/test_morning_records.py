@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
+from datetime import UTC, datetime
 from pathlib import Path
 
+from daemon.state.records import RunRecord, RunTrigger
+from daemon.state.store import StateStore
 from tests.helpers import git, loopd, make_home, make_repo
-from tests.test_spine import BUGGY, agent_config, loop_file
+from tests.test_spine import BUGGY, FIXER, agent_config, loop_file
 
 IDLE = "print('nothing to do here')"
 
@@ -56,3 +60,77 @@ def test_a_skip_after_a_hand_fix_clears_the_failing_checks_from_the_progress(
     section = text.split("## Checks that still fail")[1].split("##")[0]
     assert "add(2, 3) gave -1" not in text
     assert f"None: run {run_id} found the checks passing already" in section
+
+
+def test_a_branch_merged_by_hand_is_landed_everywhere(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    home = make_home(tmp_path / "home", agent_config(FIXER), {"calc": loop_file(repo)})
+    proc = loopd(home, "once", "calc", "--reason", "test")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0]
+    branch = f"loopd/calc/{run_id}"
+    assert f"loopd land {run_id}" in proc.stdout  # land = "branch": a person lands it
+    ready = json.loads(loopd(home, "report", "--json").stdout)["ready"]
+    assert [r["run"] for r in ready] == [run_id] and ready[0]["next"] == f"loopd land {run_id}"
+    git(repo, "merge", "-q", "--ff-only", branch)  # the person takes it by hand
+    listed = loopd(home, "branches", "--json")
+    [row] = json.loads(listed.stdout)["branches"]
+    assert row["landed"] is True and row["landing"].startswith("landed on main")
+    assert "(by hand)" in row["landing"]
+    assert json.loads(loopd(home, "report", "--json").stdout)["ready"] == []
+    run = read_run(home, run_id)
+    assert run["landed"] is True and run["landed_how"] == "by hand"
+    assert run["landed_as"] == git(repo, "rev-parse", "main")
+    shown = loopd(home, "show", run_id)
+    assert "landed on main" in shown.stdout and "(by hand)" in shown.stdout
+    summary = json.loads(loopd(home, "runs", "--json").stdout)[0]
+    assert summary["landing"]["state"] == "landed" and summary["landing"]["how"] == "by hand"
+
+
+def test_loopd_land_lands_a_succeeded_run_after_checking_it(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    home = make_home(tmp_path / "home", agent_config(FIXER), {"calc": loop_file(repo)})
+    proc = loopd(home, "once", "calc", "--reason", "test")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0]
+    before = git(repo, "rev-parse", "main")
+    landed = loopd(home, "land", run_id)
+    assert landed.returncode == 0, landed.stdout + landed.stderr
+    assert git(repo, "rev-parse", "main") == git(repo, "rev-parse", f"loopd/calc/{run_id}")
+    assert git(repo, "rev-parse", "main") != before
+    run = read_run(home, run_id)
+    assert run["landed"] is True and run["landed_how"] == "merge"
+    assert "landed on main" in landed.stdout
+    again = loopd(home, "land", run_id)
+    assert again.returncode == 0 and "landed on main" in again.stdout
+    shown = loopd(home, "show", run_id)
+    assert "landing: landed on main" in shown.stdout
+
+
+def test_loopd_land_refuses_a_run_that_did_not_succeed(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    home = make_home(
+        tmp_path / "home", agent_config(IDLE), {"calc": loop_file(repo, max_attempts=1)}
+    )
+    proc = loopd(home, "once", "calc", "--reason", "test")
+    run_id = proc.stdout.splitlines()[0]
+    refused = loopd(home, "land", run_id)
+    assert refused.returncode == 1
+    assert f"run {run_id} ended escalated" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_a_preparing_run_s_branch_is_not_landed(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    home = make_home(tmp_path / "home", agent_config(FIXER), {"calc": loop_file(repo)})
+    store = StateStore(home / "state")
+    run_id = store.new_run_id("calc", datetime(2026, 12, 1, 23, 0, tzinfo=UTC))
+    base = git(repo, "rev-parse", "main")
+    git(repo, "branch", f"loopd/calc/{run_id}", base)
+    trigger = RunTrigger(kind="manual", reason="test")
+    record = RunRecord(id=run_id, loop="calc", task="t", trigger=trigger,
+                       started=datetime(2026, 12, 1, 23, 0, tzinfo=UTC), phase="preparing",
+                       branch=f"loopd/calc/{run_id}", repo=str(repo), base_commit=base,
+                       target="main", land="merge")  # fmt: skip
+    store.save_run(record)
+    [row] = json.loads(loopd(home, "branches", "--json").stdout)["branches"]
+    assert row["landed"] is False and row["outcome"] == "(preparing)"

@@ -12,6 +12,7 @@ from daemon.people.digest import (
     last_diff,
     one_line,
 )
+from daemon.people.landstate import landing_state
 from daemon.state.events import iso
 from daemon.state.records import AttemptRecord, Cause, RunRecord, violation_cause
 from daemon.state.store import StateStore
@@ -312,6 +313,8 @@ def render(store: StateStore, run: RunRecord, cause: str, suggestion: str) -> st
     out += [""]
 
     out += ["## Changes", ""]
+    if run.outcome == "succeeded":
+        out += [f"Landing: {landing_state(run).line()}.", ""]
     if run.branch:
         where = f" in {run.repo}" if run.repo else ""
         out += [f"Branch `{run.branch}`{where}."]

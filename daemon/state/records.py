@@ -390,6 +390,7 @@ class RunRecord(Record):
     built_on: list[str] = []
     landed: bool = False  # its work is on `target` (or pushed, for land = "push")
     landed_as: str = ""  # the commit `target` was moved to (pushed, for land = "push")
+    landed_how: str = ""  # merge, push, or "by hand" (a person merged the branch themselves)
     landing: str = ""  # why it did not land, when it could not
     # What each `done_when` check's test runner counted on the base, in a clean check tree
     # (empty: not counted yet); an attempt that tests less fails (cause checks-weakened).
