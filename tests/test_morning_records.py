@@ -134,3 +134,35 @@ def test_a_preparing_run_s_branch_is_not_landed(tmp_path: Path) -> None:
     store.save_run(record)
     [row] = json.loads(loopd(home, "branches", "--json").stdout)["branches"]
     assert row["landed"] is False and row["outcome"] == "(preparing)"
+
+
+SILENT = "import time; time.sleep(120)"
+TOUCH_PROTECTED = "import pathlib; pathlib.Path('check.py').write_text('raise SystemExit(1)\\n')"
+
+
+def test_an_agent_stopped_for_silence_heads_its_escalation(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    loop = loop_file(repo, max_attempts=1, max_nudges=1).replace('"30s"', '"1s"')
+    home = make_home(tmp_path / "home", agent_config(SILENT), {"calc": loop})
+    proc = loopd(home, "once", "calc", "--reason", "test", timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0]
+    run = read_run(home, run_id)
+    assert run["cause"] == "stalled"
+    assert "stopped 2 times for silence (no output and no file change for" in run["reason"]
+    assert "after 1 attempt" in run["reason"] and "1 attempts" not in run["reason"]
+    escalation = (home / "state" / "escalations" / f"{run_id}.md").read_text()
+    assert "stopped 2 times for silence" in escalation.split("## Task")[0]
+    logs = loopd(home, "logs", run_id).stdout
+    assert "stall (silence): no output and no file change for" in logs
+
+
+def test_a_protected_path_heads_an_escalation_whose_checks_fail(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    loop = loop_file(repo, max_attempts=1, max_nudges=0, protect=["check.py"])
+    home = make_home(tmp_path / "home", agent_config(TOUCH_PROTECTED), {"calc": loop})
+    proc = loopd(home, "once", "calc", "--reason", "test")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run = read_run(home, proc.stdout.splitlines()[0])
+    assert run["cause"] == "protect-violation"
+    assert run["reason"].startswith("attempts used up; protected path changed: check.py")

@@ -79,6 +79,13 @@ def suggest(run: RunRecord, cause: Cause | None) -> str:
             f"Environment=PATH), run `loopd once {loop}` in a terminal to see the error, then "
             f"{plain_retry}."
         )
+    if cause == Cause.STALLED:
+        return (
+            "loopd stopped the agent for a stall (silence past `stall_after`, or one tool call "
+            f"repeated). Read `loopd logs {rid}` for what it was doing; raise `stall_after` in "
+            f"loops/{loop}.toml if its work is slow and quiet, or make the task smaller, then "
+            f"{retry}.{branch}"
+        )
     if cause == Cause.TOKEN_CAP:
         return (
             f"The run used {run.tokens} tokens and passed `max_tokens`. Raise it in "

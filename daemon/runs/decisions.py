@@ -153,14 +153,7 @@ def given_up(attempts: Sequence[AttemptRecord], critic_threshold: int) -> Ending
     if last is None:
         return Ending("escalated", "attempts used up", Cause.LOOPD_ERROR)
     if not last.checks_passed:
-        checks = [v for v in last.violations if v.kind in CHECK_KINDS]
-        if checks:
-            why = f"attempts used up; {checks[0].text()}"
-            return Ending("escalated", why, violation_cause(checks[0].kind))
-        why = f"attempts used up; checks still fail after {len(attempts)} attempts"
-        if all(a.timed_out for a in attempts):
-            return Ending("escalated", why + ", each cut at attempt_timeout", Cause.TIMEOUTS)
-        return Ending("escalated", why, Cause.CHECKS_FAILED)
+        return _failing_given_up(attempts, last)
     if last.violations:
         first = last.violations[0]
         return Ending("escalated", f"attempts used up; {first.text()}", violation_cause(first.kind))
@@ -169,6 +162,43 @@ def given_up(attempts: Sequence[AttemptRecord], critic_threshold: int) -> Ending
         f"attempts used up; last score {last.score} below {critic_threshold}",
         Cause.CRITIC_REJECTED,
     )
+
+
+# Stalls that are the agent's own (not a stop from outside).
+AGENT_STALLS = ("silence", "repeated_tool_call")
+
+
+def _failing_given_up(attempts: Sequence[AttemptRecord], last: AttemptRecord) -> Ending:
+    """Attempts used up with the checks failing: the headline names the first cause a person
+    must act on: a protected path, a stalled agent, timeouts, a missing program, the checks."""
+    n = len(attempts)
+    fails = f"checks still fail after {n} attempt{'s' if n != 1 else ''}"
+    protected = [v for v in last.violations if v.kind == "protected"]
+    if protected:
+        return Ending(
+            "escalated",
+            f"attempts used up; {protected[0].text()}; {fails}",
+            Cause.PROTECT_VIOLATION,
+        )
+    stalls = [s for a in attempts for s in a.stalls if s.kind in AGENT_STALLS]
+    if stalls:
+        kind = stalls[-1].kind.replace("_", " ")
+        detail = f" ({stalls[-1].detail})" if stalls[-1].detail else ""
+        times = f"{len(stalls)} time{'s' if len(stalls) != 1 else ''}"
+        why = f"attempts used up; the agent was stopped {times} for {kind}{detail}; {fails}"
+        return Ending("escalated", why, Cause.STALLED)
+    if all(a.timed_out for a in attempts):
+        return Ending("escalated", f"attempts used up; {fails}, each cut at attempt_timeout",
+                      Cause.TIMEOUTS)  # fmt: skip
+    if last.exit_code in (126, 127):
+        why = f"attempts used up; the agent exited {last.exit_code}: a program it runs is " \
+              f"missing or not executable; {fails}"  # fmt: skip
+        return Ending("escalated", why, Cause.AGENT_FAILED)
+    checks = [v for v in last.violations if v.kind in CHECK_KINDS]
+    if checks:
+        why = f"attempts used up; {checks[0].text()}"
+        return Ending("escalated", why, violation_cause(checks[0].kind))
+    return Ending("escalated", f"attempts used up; {fails}", Cause.CHECKS_FAILED)
 
 
 # Why an interrupted run ended: whichever loopd process ran its attempt stopped meanwhile.

@@ -91,6 +91,7 @@ class Cause(StrEnum):
     REPO_VIOLATION = "repo-violation"  # the user's repository config, hooks or info changed
     GIT_VIOLATION = "git-violation"  # HEAD's commits off the base, or the tree's .git replaced
     TIMEOUTS = "timeouts"  # every attempt hit attempt_timeout
+    STALLED = "stalled"  # the agent was stopped for silence or a repeated tool call
     TOKEN_CAP = "token-cap"
     VERIFIER_UNAVAILABLE = "verifier-unavailable"
     AGENT_FAILED = "agent-failed"  # the agent could not be started
