@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 
-from daemon.state.records import RunRecord, RunTrigger
+from daemon.state.records import RunRecord, RunTrigger, Trigger
 from daemon.state.store import StateStore
-from tests.helpers import git, loopd, make_home, make_repo
+from tests.helpers import git, loopd, make_home, make_repo, runs, start_daemon, wait_for
 from tests.test_spine import BUGGY, FIXER, agent_config, loop_file
 
 IDLE = "print('nothing to do here')"
@@ -166,3 +167,28 @@ def test_a_protected_path_heads_an_escalation_whose_checks_fail(tmp_path: Path) 
     run = read_run(home, proc.stdout.splitlines()[0])
     assert run["cause"] == "protect-violation"
     assert run["reason"].startswith("attempts used up; protected path changed: check.py")
+
+
+def test_a_repository_deleted_after_loading_ends_the_run_with_what_to_do(
+    tmp_path: Path, daemons: list
+) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    home = make_home(tmp_path / "home", agent_config(FIXER), {"calc": loop_file(repo)})
+    daemons.append(start_daemon(home))
+    shutil.rmtree(repo)
+    at = datetime(2026, 12, 2, 1, 0, tzinfo=UTC)
+    StateStore(home / "state").put_trigger(Trigger(loop="calc", kind="manual", ts=at))
+    wait_for(lambda: any(r.get("outcome") for r in runs(home)), what="the run's end")
+    [run] = runs(home)
+    assert run["outcome"] == "error" and run["cause"] == "setup-failed"
+    assert "PosixPath" not in run["reason"] and "FileNotFoundError" not in run["reason"]
+    assert f"the repository {repo} that `repo` in" in run["reason"]
+    assert "calc.toml" in run["reason"] and "loopd check" in run["reason"]
+
+
+def test_an_unexpected_missing_file_is_said_without_a_repr() -> None:
+    from daemon.runs.decisions import failed
+
+    ending = failed(FileNotFoundError(2, "No such file or directory", Path("/gone/x")))
+    assert ending.cause == "loopd-error" and "PosixPath" not in ending.reason
+    assert ending.reason.startswith("No such file or directory: /gone/x: a file or folder")

@@ -51,7 +51,14 @@ def failure_kind(exc: BaseException) -> str:
 
 
 def failure_message(exc: BaseException) -> str:
-    """What the exception says; an unexpected one says its class too."""
+    """What the exception says; an unexpected one says its class too, never a repr."""
+    if isinstance(exc, OSError) and exc.filename is not None and failure_kind(exc) == OTHER_FAILURE:
+        what = exc.strerror or type(exc).__name__
+        return (
+            f"{what}: {exc.filename}: a file or folder loopd needs is gone or unreadable; if it "
+            "is the loop's repository or the worktrees folder, put it back or fix the path in "
+            "the loop file or loopd.toml (`loopd check` says what is wrong), then retry the run"
+        )
     if failure_kind(exc) == OTHER_FAILURE:
         return f"{type(exc).__name__}: {exc}"
     return str(exc)
