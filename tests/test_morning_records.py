@@ -10,7 +10,16 @@ from pathlib import Path
 
 from daemon.state.records import RunRecord, RunTrigger, Trigger
 from daemon.state.store import StateStore
-from tests.helpers import git, loopd, make_home, make_repo, runs, start_daemon, wait_for
+from tests.helpers import (
+    events,
+    git,
+    loopd,
+    make_home,
+    make_repo,
+    runs,
+    start_daemon,
+    wait_for,
+)
 from tests.test_spine import BUGGY, FIXER, agent_config, loop_file
 
 IDLE = "print('nothing to do here')"
@@ -192,3 +201,28 @@ def test_an_unexpected_missing_file_is_said_without_a_repr() -> None:
     ending = failed(FileNotFoundError(2, "No such file or directory", Path("/gone/x")))
     assert ending.cause == "loopd-error" and "PosixPath" not in ending.reason
     assert ending.reason.startswith("No such file or directory: /gone/x: a file or folder")
+
+
+def test_an_interrupted_attempt_finished_when_it_died_not_at_the_restart(
+    tmp_path: Path, daemons: list
+) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    loop = loop_file(repo).replace('"30s"', '"0s"')  # no silence stall while it waits
+    home = make_home(tmp_path / "home", agent_config(SILENT), {"calc": loop})
+    first = start_daemon(home)
+    daemons.append(first)
+    at = datetime(2026, 12, 2, 1, 0, tzinfo=UTC)
+    StateStore(home / "state").put_trigger(Trigger(loop="calc", kind="manual", ts=at))
+    wait_for(lambda: runs(home) and runs(home)[0].get("phase") == "running", what="the attempt")
+    first.kill()  # loopd dies mid-attempt
+    first.wait()
+    daemons.append(start_daemon(home))
+    wait_for(lambda: runs(home)[0].get("outcome"), what="the interrupted run's end")
+    run = runs(home)[0]
+    assert run["outcome"] == "interrupted"
+    [attempt] = run["attempts"]
+    restarted = [e for e in events(home) if e["type"] == "daemon_started"][-1]
+    died = attempt["finished"]
+    assert attempt["interrupted"] is True
+    assert died < datetime.fromisoformat(restarted["ts"]), (died, restarted["ts"])
+    assert [s["at"] for s in attempt["stalls"] if s["kind"] == "interrupted"] == [died]
