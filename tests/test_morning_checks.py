@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import socket
+from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.helpers import daemon_log, loopd, make_home, make_repo, start_daemon
+from daemon.state.records import Trigger
+from daemon.state.store import StateStore
+from tests.helpers import daemon_log, loopd, make_home, make_repo, runs, start_daemon, wait_for
 from tests.model_server import ScriptedModelServer
 from tests.test_spine import BUGGY, FIXER, agent_config, loop_file
 
@@ -69,3 +72,31 @@ def test_an_on_push_loop_without_loopd_s_hooks_is_warned_of(tmp_path: Path) -> N
     installed = loopd(home, "hooks", "install", "calc")
     assert installed.returncode == 0, installed.stdout + installed.stderr
     assert "no loopd hooks" not in loopd(home, "check").stdout
+
+
+def test_the_daemon_s_console_says_each_run_start_end_and_escalation(
+    tmp_path: Path, daemons: list
+) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    idle = agent_config("print('nothing')").replace("fixer", "idle")
+    loops = {
+        "calc": loop_file(repo),
+        "stuck": loop_file(repo, max_attempts=1).replace('"fixer"', '"idle"'),
+    }
+    home = make_home(tmp_path / "home", agent_config(FIXER) + idle, loops)
+    daemons.append(start_daemon(home))
+    store = StateStore(home / "state")
+    at = datetime(2026, 12, 2, 1, 0, tzinfo=UTC)
+    for loop in ("calc", "stuck"):
+        store.put_trigger(Trigger(loop=loop, kind="manual", reason="by hand", ts=at))
+    wait_for(lambda: len([r for r in runs(home) if r.get("outcome")]) == 2, what="both runs")
+    by_loop = {r["loop"]: r["id"] for r in runs(home)}
+    fixed, stuck = by_loop["calc"], by_loop["stuck"]
+    lines = [
+        f"loopd: run {fixed} started (loop calc, manual: by hand)",
+        f"loopd: run {fixed} ended succeeded: checks pass on attempt 1",
+        f"loopd: run {stuck} started (loop stuck, manual: by hand)",
+        f"loopd: run {stuck} ended escalated: attempts used up; checks still fail after 1 attempt",
+        f"loopd: run {stuck} escalated (checks-failed): state/escalations/{stuck}.md",
+    ]
+    wait_for(lambda: all(line in daemon_log(home) for line in lines), what="the console lines")
