@@ -24,11 +24,18 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_verifier_test_lists_the_model(tmp_path: Path, model_server: ScriptedModelServer) -> None:
+def test_verifier_test_lists_the_model(
+    tmp_path: Path, model_server: ScriptedModelServer, daemons: list
+) -> None:
     home = make_home(tmp_path / "home", verifier(model_server.base_url, "scripted-model"))
     proc = loopd(home, "verifier", "--test")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"verifier {model_server.base_url} answers; model scripted-model" in proc.stdout
+    checked = loopd(home, "check")
+    assert f"verifier {model_server.base_url} answers; model scripted-model" in checked.stdout
+    daemons.append(start_daemon(home))
+    said = f"loopd: verifier {model_server.base_url} answers; model scripted-model"
+    wait_for(lambda: said in daemon_log(home), what="the start's verifier line")
 
 
 def test_verifier_test_says_a_wrong_model_and_its_fix(
@@ -58,7 +65,8 @@ def test_check_and_the_daemon_s_start_say_a_verifier_that_does_not_answer(
     tried = loopd(home, "verifier", "--test")
     assert tried.returncode == 1 and "does not answer" in tried.stdout
     daemons.append(start_daemon(home))
-    assert f"[verifier] base_url {url} does not answer" in daemon_log(home)
+    said = f"[verifier] base_url {url} does not answer"
+    wait_for(lambda: said in daemon_log(home), what="the start's verifier warning")
 
 
 def test_an_on_push_loop_without_loopd_s_hooks_is_warned_of(tmp_path: Path) -> None:

@@ -70,6 +70,7 @@ def test_a_skip_after_a_hand_fix_clears_the_failing_checks_from_the_progress(
     section = text.split("## Checks that still fail")[1].split("##")[0]
     assert "add(2, 3) gave -1" not in text
     assert f"None: run {run_id} found the checks passing already" in section
+    assert "branch" not in text.split("## Last runs")[1].split("##")[0]  # both were deleted
 
 
 def test_a_branch_merged_by_hand_is_landed_everywhere(tmp_path: Path) -> None:
