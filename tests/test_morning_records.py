@@ -227,3 +227,15 @@ def test_an_interrupted_attempt_finished_when_it_died_not_at_the_restart(
     assert attempt["interrupted"] is True
     assert died < datetime.fromisoformat(restarted["ts"]), (died, restarted["ts"])
     assert [s["at"] for s in attempt["stalls"] if s["kind"] == "interrupted"] == [died]
+
+
+def test_a_check_whose_program_is_missing_heads_the_escalation(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    loop = loop_file(repo, max_attempts=1, max_nudges=0).replace("python3 check.py", "pytestt -q")
+    home = make_home(tmp_path / "home", agent_config(FIXER), {"calc": loop})
+    proc = loopd(home, "once", "calc", "--reason", "test", "--force")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run = read_run(home, proc.stdout.splitlines()[0])
+    assert run["attempts"][0]["checks_missing"] == ["pytestt -q"]
+    assert run["cause"] == "checks-failed"
+    assert "the check `pytestt -q` exited 127 or 126: a program it runs is missing" in run["reason"]

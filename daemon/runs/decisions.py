@@ -171,6 +171,11 @@ def given_up(attempts: Sequence[AttemptRecord], critic_threshold: int) -> Ending
     )
 
 
+def missing_programs(results: Sequence[tuple[str, int | None]]) -> list[str]:
+    """The check commands (command, exit code) whose shell could not run a program."""
+    return [command for command, code in results if code in (126, 127)]
+
+
 # Stalls that are the agent's own (not a stop from outside).
 AGENT_STALLS = ("silence", "repeated_tool_call")
 
@@ -197,6 +202,11 @@ def _failing_given_up(attempts: Sequence[AttemptRecord], last: AttemptRecord) ->
     if all(a.timed_out for a in attempts):
         return Ending("escalated", f"attempts used up; {fails}, each cut at attempt_timeout",
                       Cause.TIMEOUTS)  # fmt: skip
+    if last.checks_missing:
+        why = f"attempts used up; the check `{last.checks_missing[0][:120]}` exited 127 or " \
+              "126: a program it runs is missing or not executable (see checks.log; " \
+              f"`loopd check` names programs not on the PATH); {fails}"  # fmt: skip
+        return Ending("escalated", why, Cause.CHECKS_FAILED)
     if last.exit_code in (126, 127):
         why = f"attempts used up; the agent exited {last.exit_code}: a program it runs is " \
               f"missing or not executable; {fails}"  # fmt: skip

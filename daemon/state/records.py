@@ -267,6 +267,7 @@ class AttemptRecord(Record):
     nudges: int = 0
     stalls: list[StallRecord] = []
     checks_passed: bool | None = None
+    checks_missing: list[str] = []  # checks that exited 126 or 127: a program missing
     score: int | None = None
     verdict: str = ""
     feedback: str = ""

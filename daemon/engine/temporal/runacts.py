@@ -308,6 +308,9 @@ class RunActivities:
         if checks.diffstat and not (folder / "diffstat.json").exists():
             write_atomic(folder / "diffstat.json", checks.diffstat)
         attempt.checks_passed = checks.passed
+        attempt.checks_missing = decisions.missing_programs(
+            [(str(r.get("command", "")), r.get("exit_code")) for r in checks.results]
+        )
         attempt.violations = list(checks.violations)
         if checks.verified_tree:
             run.verified_tree = checks.verified_tree
