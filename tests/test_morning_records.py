@@ -194,6 +194,10 @@ def test_a_repository_deleted_after_loading_ends_the_run_with_what_to_do(
     assert "PosixPath" not in run["reason"] and "FileNotFoundError" not in run["reason"]
     assert f"the repository {repo} that `repo` in" in run["reason"]
     assert "calc.toml" in run["reason"] and "loopd check" in run["reason"]
+    escalation = home / "state" / "escalations" / f"{run['id']}.md"
+    wait_for(escalation.exists, what="the escalation")
+    text = escalation.read_text()
+    assert "PosixPath" not in text and "loopd could not make the run's tree" in text
 
 
 def test_an_unexpected_missing_file_is_said_without_a_repr() -> None:
