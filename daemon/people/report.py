@@ -456,8 +456,9 @@ def render_rich(report: Report, console: Any, max_rows: int = 6, max_loops: int 
         console.print(f"[bold]Ready to land[/] {len(report.ready)}")
         for row in report.ready[:max_rows]:
             why = f": {esc(one_line(row.why, 60))}" if row.why else ""
-            then = f" ({esc(row.next)})" if row.next else ""
-            console.print(f"  {row.run} {esc(row.branch)}{why}{then}", soft_wrap=True)
+            console.print(f"  {row.run} {esc(row.branch)}{why}", soft_wrap=True)
+        if any(row.next for row in report.ready):
+            console.print("  land one with `loopd land RUN_ID`, or merge its branch yourself")
     for line in report.holds[-max_rows:]:
         console.print(f"[yellow]{esc(line)}[/]")
     if report.notify_failed:
