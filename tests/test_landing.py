@@ -395,6 +395,10 @@ def test_loopd_branches_lists_and_prunes_landed_ones(tmp_path: Path) -> None:
     assert [row["run"] for row in result["branches"]] == [kept.id]
     assert git(case.repo, "branch", "--list", landed.branch) == ""
     assert git(case.repo, "branch", "--list", kept.branch) != ""
+    # The pruned run's record names its branch as deleted; `loopd show` offers it no more.
+    pruned_run = case.store.load_run(landed.id)
+    assert pruned_run.branch == "" and pruned_run.branch_deleted == landed.branch
+    assert landed.branch not in loopd(case.home.root, "show", landed.id).stdout
 
 
 # -- `loopd check` ----------------------------------------------------------------------------

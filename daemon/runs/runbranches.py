@@ -48,7 +48,7 @@ def delete_if_empty(journal: RunJournal) -> bool:
         journal.event("branch_deleted", branch=run.branch, why="the run changed nothing")
         # The record names only what exists: the escalation, `trigger --wait` and the
         # progress notes read `branch`, and a retry finds nothing to build on.
-        run.branch_deleted, run.branch = run.branch, ""
+        run.branch_gone(run.branch)
         journal.save()
     return deleted
 
@@ -177,6 +177,17 @@ def _describe(
     return row
 
 
+def _forget(store: StateStore, run_id: str, branch: str) -> None:
+    """The run's record no longer names a branch that was deleted."""
+    try:
+        run = store.load_run(run_id)
+    except Exception:  # noqa: BLE001 - a branch without a readable record has nothing to fix
+        return
+    if run.branch == branch:
+        run.branch_gone(branch)
+        store.save_run(run)
+
+
 def prune_branches(
     store: StateStore, rows: list[RunBranch], retain_days: int, now: datetime
 ) -> list[RunBranch]:
@@ -196,6 +207,7 @@ def prune_branches(
             user.git.run("worktree", "prune", check=False)
             if user.delete_ref(writer, f"refs/heads/{row.branch}", "pruned by loopd branches"):
                 deleted.append(row)
+                _forget(store, row.run, row.branch)
                 why = "landed" if row.landed else f"older than retain_days ({retain_days})"
                 store.events.append(
                     "branch_deleted", now, loop=row.loop, run=row.run, branch=row.branch, why=why

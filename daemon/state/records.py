@@ -399,6 +399,11 @@ class RunRecord(Record):
     base_tests: list[TestCounts] = []
     verified_tree: str = ""  # the tree of the last commit whose clean checks passed here
 
+    def branch_gone(self, branch: str) -> None:
+        """`branch` was deleted: the record names it as `branch_deleted`, never as `branch`."""
+        if branch and self.branch == branch:
+            self.branch_deleted, self.branch = branch, ""
+
     def without(self, support: str) -> bool:
         """Whether this run is an experiment arm without `support`."""
         return self.experiment is not None and support in self.experiment.without
