@@ -243,3 +243,28 @@ def test_a_check_whose_program_is_missing_heads_the_escalation(tmp_path: Path) -
     assert run["attempts"][0]["checks_missing"] == ["pytestt -q"]
     assert run["cause"] == "checks-failed"
     assert "the check `pytestt -q` exited 127 or 126: a program it runs is missing" in run["reason"]
+
+
+def test_loopd_land_verifies_the_commit_it_lands(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    home = make_home(tmp_path / "home", agent_config(FIXER), {"calc": loop_file(repo)})
+    proc = loopd(home, "once", "calc", "--reason", "test")
+    run_id = proc.stdout.splitlines()[0]
+    branch = f"loopd/calc/{run_id}"
+    main_before = git(repo, "rev-parse", "main")
+    # The branch moves by hand to a commit whose checks fail: nothing lands.
+    git(repo, "checkout", "-q", branch)
+    (repo / "calc.py").write_text("def add(a, b):\n    return a * b\n")
+    git(repo, "commit", "-qam", "broken after the checks")
+    git(repo, "checkout", "-q", "main")
+    refused = loopd(home, "land", run_id)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "not landed" in refused.stderr and "checks fail" in refused.stderr
+    assert git(repo, "rev-parse", "main") == main_before
+    assert f"loopd land {run_id}" in loopd(home, "show", run_id).stdout
+    git(repo, "branch", "-f", branch, f"{branch}~1")
+    landed = loopd(home, "land", run_id)
+    assert landed.returncode == 0, landed.stdout + landed.stderr
+    run = read_run(home, run_id)
+    assert run["landed"] is True and run["cause"] == "passed"
+    assert git(repo, "rev-parse", "main") == run["landed_as"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from daemon.cli.common import CommandError, command, home_of
 from daemon.clock import utc_now
@@ -55,10 +56,27 @@ def land(args: argparse.Namespace) -> int:
     land_run(journal, loop.config)
     line = clean(landing_state(run).line())
     if run.landed:
+        _landed_now(store, run)
         print(line)
         return 0
     print(line, file=sys.stderr)
     return 1
+
+
+def _landed_now(store: Any, run: Any) -> None:
+    """A run that landed at last: its cause says it passed; the escalation its blocked landing
+    opened is resolved."""
+    from daemon.people.escalation import AlreadyResolved, resolve
+    from daemon.state.records import Cause
+
+    if run.cause in (Cause.LANDING_BLOCKED, Cause.LANDING_CHECKS_FAILED):
+        run.cause = Cause.PASSED
+        store.save_run(run)
+    if store.escalation_path(run.id).exists():
+        try:
+            resolve(store, run.id, utc_now(), note=f"landed by `loopd land {run.id}`")
+        except AlreadyResolved:
+            pass
 
 
 def register(sub: argparse._SubParsersAction) -> None:
