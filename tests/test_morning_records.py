@@ -268,3 +268,18 @@ def test_loopd_land_verifies_the_commit_it_lands(tmp_path: Path) -> None:
     run = read_run(home, run_id)
     assert run["landed"] is True and run["cause"] == "passed"
     assert git(repo, "rev-parse", "main") == run["landed_as"]
+
+
+def test_the_landing_state_says_how_a_pushed_run_landed() -> None:
+    from daemon.people.landstate import landing_state
+
+    at = datetime(2026, 12, 2, 1, 0, tzinfo=UTC)
+    run = RunRecord(id="r", loop="l", task="t", trigger=RunTrigger(kind="manual"), started=at,
+                    outcome="succeeded", branch="loopd/l/r", target="main", land="push",
+                    landed=True, landed_as="abcdef1234567", landed_how="push")  # fmt: skip
+    assert landing_state(run).line() == (
+        "landed as branch loopd/l/r pushed for main at abcdef123456 (push)"
+    )
+    run.landed, run.landing = False, "git push to origin failed: denied"
+    state = landing_state(run)
+    assert state.state == "blocked" and state.run == "loopd land r"

@@ -41,6 +41,8 @@ def landing_state(run: RunRecord) -> LandingState:
     """The landing state the run's record holds."""
     if run.landed:
         where = f" on {run.target}" if run.target else ""
+        if (run.landed_how or run.land) == "push":
+            where = f" as branch {run.branch or run.branch_deleted} pushed for {run.target}"
         at = f" at {run.landed_as[:12]}" if run.landed_as else ""
         return LandingState(
             state="landed", how=run.landed_how or run.land, why=f"{where}{at}".strip()
