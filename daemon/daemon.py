@@ -397,6 +397,8 @@ def _announce(home: Home, daemon: Daemon) -> None:
         print(f"loopd: loop disabled: {error}", file=sys.stderr, flush=True)
     for warning in daemon.ctx.config.warnings:
         print(f"loopd: warning: {warning}", file=sys.stderr, flush=True)
+    for note in daemon.ctx.config.notes:
+        print(f"loopd: {note}", file=sys.stderr, flush=True)
 
 
 def run_daemon(home: Home) -> int:

@@ -163,6 +163,9 @@ def prune(
         )
         if deleted:
             result["branches_deleted"].append(branch)
+            if run.branch == branch:
+                run.branch_gone(branch)
+                store.save_run(run)
         result["pruned"].append(run_id)
         store.events.append(
             "run_pruned",

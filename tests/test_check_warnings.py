@@ -51,11 +51,12 @@ def test_check_warns_naming_file_and_key_and_exits_0(tmp_path: Path) -> None:
     one(f"{path}: on_change: 'srcs/**' matches no file", "did you mean 'src/**'?")
     one(f"{path}: on_push: 'mian' matches no branch", "did you mean 'main'?")
     one(f"{home / 'loopd.toml'}: notify.command: 'notify-sendd' is not on the daemon's PATH")
+    one(f"{path}: on_push: {repo} has no loopd hooks for this loop", "`loopd hooks install app`")
     # What is right is not warned about: python3, echo, cd, tests/**, src/**, release/*.
-    assert len(warnings) == 7, warnings
-    assert "0 error(s), 7 warning(s)" in proc.stdout
+    assert len(warnings) == 8, warnings
+    assert "0 error(s), 8 warning(s)" in proc.stdout
     data = json.loads(loopd(home, "check", "--json").stdout)
-    assert data["errors"] == [] and len(data["warnings"]) == 7
+    assert data["errors"] == [] and len(data["warnings"]) == 8
 
 
 def test_a_disabled_loops_problems_are_warnings_and_enabled_loops_errors(tmp_path: Path) -> None:

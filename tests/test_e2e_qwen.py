@@ -461,8 +461,9 @@ def test_agent_repeating_one_tool_call_is_stopped(
     assert {c["tool"] for c in calls} == {"run_shell_command"}
     assert 6 <= len(calls) <= 10, [c["call_id"] for c in calls]
     # It changed nothing: its branch is deleted as the run ends.
-    assert git(outcome.repo, "branch", "--list", outcome.run["branch"]) == ""
-    assert [e["branch"] for e in outcome.events("branch_deleted")] == [outcome.run["branch"]]
+    deleted = outcome.run["branch_deleted"]
+    assert outcome.run["branch"] == "" and git(outcome.repo, "branch", "--list", deleted) == ""
+    assert [e["branch"] for e in outcome.events("branch_deleted")] == [deleted]
     assert_resumed(outcome, model_server, "call_loop_1")
 
 

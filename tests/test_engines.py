@@ -484,3 +484,20 @@ def test_a_failing_setup_ends_the_run_error_setup_failed_with_its_log_in_the_esc
     escalation = (machine.home / "state/escalations" / f"{run_id}.md").read_text()
     assert "## Setup (tail of setup.log)" in escalation and "no such package" in escalation
     assert machine.stop() == 0
+
+
+def test_the_console_has_a_line_for_each_run_start_end_and_escalation(
+    tmp_path: Path, engine: str, machines: list
+) -> None:
+    machine = make_machine(tmp_path, engine, script_agent(IDLE))
+    machines.append(machine)
+    machine.start("run")
+    proc = machine.loopd("trigger", "calc", "--reason", "from a test", "--wait")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0]
+    lines = [
+        f"loopd: run {run_id} started (loop calc, manual: from a test)",
+        f"loopd: run {run_id} ended escalated: attempts used up; checks still fail after 1 attempt",
+        f"loopd: run {run_id} escalated (checks-failed): state/escalations/{run_id}.md",
+    ]
+    wait_for(lambda: all(line in machine.log.read_text() for line in lines), what="the lines")

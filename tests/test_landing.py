@@ -362,7 +362,7 @@ def test_branches_of_runs_that_changed_nothing_are_deleted(tmp_path: Path) -> No
     assert run.outcome == "escalated"
     assert git(case.repo, "branch", "--list", "loopd/*") == ""
     deleted = case.events(run.id, "branch_deleted")
-    assert deleted and deleted[0]["branch"] == run.branch
+    assert deleted and deleted[0]["branch"] == run.branch_deleted and run.branch == ""
     ledger = (case.store.root / "ref-ledger.jsonl").read_text().splitlines()
     assert json.loads(ledger[-1])["new"] == "" and json.loads(ledger[-1])["why"] == (
         "empty run branch"
@@ -395,6 +395,10 @@ def test_loopd_branches_lists_and_prunes_landed_ones(tmp_path: Path) -> None:
     assert [row["run"] for row in result["branches"]] == [kept.id]
     assert git(case.repo, "branch", "--list", landed.branch) == ""
     assert git(case.repo, "branch", "--list", kept.branch) != ""
+    # The pruned run's record names its branch as deleted; `loopd show` offers it no more.
+    pruned_run = case.store.load_run(landed.id)
+    assert pruned_run.branch == "" and pruned_run.branch_deleted == landed.branch
+    assert landed.branch not in loopd(case.home.root, "show", landed.id).stdout
 
 
 # -- `loopd check` ----------------------------------------------------------------------------

@@ -64,6 +64,8 @@ def test_prune_keeps_escalated_and_cited_runs(tmp_path: Path) -> None:
         folder = store.run_dir(run.id)
         assert sorted(p.name for p in folder.iterdir()) == [PRUNED_MARKER, "run.toml"]
         assert store.load_run(run.id).outcome == run.outcome  # the record stays
+        # ... naming its branch as deleted, not as one to take
+        assert store.load_run(run.id).branch == "" and store.load_run(run.id).branch_deleted
     assert not store.escalation_path(resolved.id).exists()
     for run in (escalated, cited, by_rule, unfinished, young):
         assert (store.run_dir(run.id) / "attempt-1" / "transcript.jsonl").is_file()

@@ -102,9 +102,12 @@ class StallWatcher:
         """The fields of the transcript's `stall` record."""
         fields: dict[str, Any] = {"kind": kind}
         if kind == "silence":
-            fields["silent_seconds"] = round(time.monotonic() - self.last_activity, 3)
+            silent = round(time.monotonic() - self.last_activity, 3)
+            fields["silent_seconds"] = silent
+            fields["detail"] = f"no output and no file change for {silent:.0f}s"
         elif self.repeat_key is not None:
             fields["tool"] = self.repeat_key[0]
             fields["arguments"] = self.repeat_key[1][:ARGUMENTS_KEPT]
             fields["times"] = self.repeat_count
+            fields["detail"] = f"{self.repeat_key[0]} repeated {self.repeat_count} times"
         return fields

@@ -19,7 +19,7 @@ def branches(args: argparse.Namespace) -> int:
     if args.loop and args.loop not in repos:
         raise CommandError(f"unknown loop {args.loop!r}; known loops: {', '.join(repos) or 'none'}")
     store = home.state(loaded.daemon.limits.events_rotate)
-    rows = list_branches(store, repos, args.loop or "")
+    rows = list_branches(store, repos, utc_now(), args.loop or "")
     deleted = []
     if args.prune:
         retain = loaded.daemon.limits.retain_days
@@ -44,10 +44,10 @@ def branches(args: argparse.Namespace) -> int:
         out.print("No run branches." if not deleted else "No other run branches.")
         return 0
     for row in rows:
-        state = "landed" if row.landed else ("running" if row.live else "not landed")
+        state = "running" if row.live else (row.landing or "no record")
         out.print(
             f"{escape(row.branch)}  {escape(row.outcome or '(no record)')}  "
-            f"+{row.added} -{row.removed}  {state}  {escape(row.repo)}",
+            f"+{row.added} -{row.removed}  {escape(state)}  {escape(row.repo)}",
             soft_wrap=True,
         )
     return 0

@@ -34,7 +34,7 @@ def check(args: argparse.Namespace) -> int:
     from daemon.cli.runs import daemon_pid
     from daemon.runs.budget import budget_warnings
     from daemon.sandbox.registry import choose
-    from daemon.service.preflight import daemon_path, preflight_warnings
+    from daemon.service.preflight import Preflight, daemon_path
 
     home = home_of(args)
     loaded = home.load()
@@ -46,7 +46,9 @@ def check(args: argparse.Namespace) -> int:
         loaded.errors.extend(errors)
         loaded.warnings.extend(warnings)
     pid = daemon_pid(home)
-    loaded.warnings.extend(preflight_warnings(loaded, home.config_path, pid))
+    preflight = Preflight(loaded, home.config_path, pid)
+    loaded.warnings.extend(preflight.run())
+    probe = preflight.probe  # the verifier tried: what answered, or the warning says
     sandbox = choose(loaded.daemon.sandbox)
     shows: dict[str, list[str]] = {}
     limits = ""
@@ -68,6 +70,7 @@ def check(args: argparse.Namespace) -> int:
                     for e in loaded.errors
                 ],
                 "warnings": warnings,
+                "verifier": probe.model_dump() if probe is not None else None,
                 "sandbox": {
                     "mode": sandbox.mode,
                     "in_force": "none" if sandbox.refusal else sandbox.name,
@@ -83,6 +86,8 @@ def check(args: argparse.Namespace) -> int:
             print(f"error: {error}")
         for warning in notes:
             print(f"warning: {warning}")
+        if probe is not None and probe.ok:
+            print(probe.text)
         loud = sandbox.warning or sandbox.refusal
         print(f"warning: {sandbox.summary()}" if loud else sandbox.summary())
         if limits:

@@ -23,6 +23,9 @@ def report_cmd(args: argparse.Namespace) -> int:
     home = home_of(args)
     store = home.state()
     now = utc_now()
+    from daemon.runs.runbranches import notice_hand_merges
+
+    notice_hand_merges(store, now - window, now)  # a branch merged by hand is not waiting
     if args.html:
         return _html(home, store, now - window, now, Path(args.html))
     report = build_report(store, now - window, now, home.rules_dir, branch_exists)

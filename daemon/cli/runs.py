@@ -256,10 +256,10 @@ def _print_outcome(run: Any) -> None:
         )
     if run.branch and run.isolation != "in-place" and run.outcome != "skipped":
         print(f"  branch {run.branch}")
-    if run.landed:
-        print(f"  landed on {run.target} at {run.landed_as[:12]} ({run.land})")
-    elif run.landing:
-        print(f"  not landed ({run.land} to {run.target}): {clean(run.landing)}")
+    if run.outcome == "succeeded":
+        from daemon.people.landstate import landing_state
+
+        print(f"  {clean(landing_state(run).line())}")
     if run.cost_usd:
         print(f"  cost ${run.cost_usd:.4f} ({run.input_tokens} in, {run.output_tokens} out)")
     if run.waited:

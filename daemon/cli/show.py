@@ -38,6 +38,7 @@ def runs(args: argparse.Namespace) -> int:
             records.append(run)
         if len(records) >= args.limit:
             break
+    _notice_hand_merges(store, records)
     if args.json:
         print_json(
             [_queued_summary(p) for p in queued]
@@ -45,6 +46,7 @@ def runs(args: argparse.Namespace) -> int:
             + [_run_summary(r) for r in records]
         )
         return 0
+    from daemon.people.landstate import landing_state
     from daemon.people.terminal import markup as m
 
     ids = [*(p.id for p in queued), *shown, *(r.id for r in records)]
@@ -66,6 +68,8 @@ def runs(args: argparse.Namespace) -> int:
         if r.phase == "waiting":
             parked_until = f"parked until {resume_at:%Y-%m-%d %H:%M}Z" if resume_at else "parked"
             reason = "; ".join(part for part in (parked_until, reason) if part)
+        if r.outcome == "succeeded":
+            reason = "; ".join(part for part in (reason, landing_state(r).line()) if part)
         table.add_row(
             r.id,
             r.trigger.kind,
@@ -76,6 +80,17 @@ def runs(args: argparse.Namespace) -> int:
         )
     console().print(table)
     return 0
+
+
+def _notice_hand_merges(store: Any, records: list[Any]) -> None:
+    """Runs whose branch a person merged by hand are recorded landed before they are shown."""
+    from daemon.clock import utc_now
+    from daemon.runs.runbranches import notice_landed
+
+    now = utc_now()
+    for run in records:
+        if run.outcome == "succeeded" and not run.landed:
+            notice_landed(store, run, now)
 
 
 def runs_table(title: str, ids: list[str]) -> Any:
@@ -126,6 +141,7 @@ def _queued_summary(pending: Any) -> dict[str, Any]:
         "attempts": 0,
         "branch": "",
         "tokens": 0,
+        "landing": {"state": "none", "how": "", "why": "the run has not started", "run": ""},
     }
 
 
@@ -142,7 +158,14 @@ def _run_summary(run: Any) -> dict[str, Any]:
         "attempts": len(run.attempts),
         "branch": run.branch,
         "tokens": run.tokens,
+        "landing": _landing(run),
     }
+
+
+def _landing(run: Any) -> dict[str, str]:
+    from daemon.people.landstate import landing_state
+
+    return landing_state(run).model_dump()
 
 
 def show(args: argparse.Namespace) -> int:
@@ -163,6 +186,7 @@ def show(args: argparse.Namespace) -> int:
             run = store.load_run(args.run_id)
         except UnreadableFile as exc:
             raise CommandError(f"{exc}; the file is left as it is", code=1) from None
+        _notice_hand_merges(store, [run])
     if args.diff:
         return _show_diff(store, run, args.attempt)
     if args.json:
@@ -172,6 +196,7 @@ def show(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from daemon.people.digest import checks_word
+    from daemon.people.landstate import landing_state
     from daemon.people.terminal import markup as m
 
     out = console()
@@ -183,8 +208,9 @@ def show(args: argparse.Namespace) -> int:
         + (f" ({merged} merged)" if merged else ""),
         f"started: {run.started}   finished: {run.finished or '-'}",
         f"outcome: {run.outcome or run.phase}   {run.reason}",
-        f"branch: {run.branch}   tokens: {run.tokens}"
+        f"branch: {run.branch or '-'}   tokens: {run.tokens}"
         + (f"   cost: ${run.cost_usd:.4f}" if run.cost_usd else ""),
+        f"landing: {landing_state(run).line()}",
     ]
     if run.phase == "waiting" and run.resume_at and run.park:
         head.append(

@@ -37,6 +37,7 @@ class LoadedConfig:
     loops: dict[str, Loop] = field(default_factory=dict)
     errors: list[ConfigError] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the start found right (the verifier)
     daemon_ok: bool = True
     # Problems of loop files that say `enabled = false` but do not load: warnings, not errors.
     disabled_errors: list[ConfigError] = field(default_factory=list)

@@ -12,6 +12,7 @@ from daemon.people.digest import (
     last_diff,
     one_line,
 )
+from daemon.people.landstate import landing_state
 from daemon.state.events import iso
 from daemon.state.records import AttemptRecord, Cause, RunRecord, violation_cause
 from daemon.state.store import StateStore
@@ -77,6 +78,13 @@ def suggest(run: RunRecord, cause: Cause | None) -> str:
             "that the program is on the daemon's PATH; under systemd that is the unit's "
             f"Environment=PATH), run `loopd once {loop}` in a terminal to see the error, then "
             f"{plain_retry}."
+        )
+    if cause == Cause.STALLED:
+        return (
+            "loopd stopped the agent for a stall (silence past `stall_after`, or one tool call "
+            f"repeated). Read `loopd logs {rid}` for what it was doing; raise `stall_after` in "
+            f"loops/{loop}.toml if its work is slow and quiet, or make the task smaller, then "
+            f"{retry}.{branch}"
         )
     if cause == Cause.TOKEN_CAP:
         return (
@@ -329,6 +337,8 @@ def render(store: StateStore, run: RunRecord, cause: str, suggestion: str) -> st
     out += [""]
 
     out += ["## Changes", ""]
+    if run.outcome == "succeeded":
+        out += [f"Landing: {landing_state(run).line()}.", ""]
     if run.branch:
         where = f" in {run.repo}" if run.repo else ""
         out += [f"Branch `{run.branch}`{where}."]

@@ -105,6 +105,22 @@ def _run_line(run: RunRecord) -> str:
     return line
 
 
+def _failing_checks(store: StateStore, last: RunRecord) -> list[str]:
+    """What the latest run found of the checks: a pass or a skip clears an older failure."""
+    if last.outcome == "skipped":
+        return [f"None: run {last.id} found the checks passing already and was skipped."]
+    attempt = next(a for a in reversed(last.attempts) if a.checks_passed is not None)
+    failure = last_checks_failure(store, last)
+    if attempt.checks_passed is not False or failure is None:
+        return [f"None: the checks of run {last.id} attempt {attempt.n} "
+                f"{checks_word(attempt.checks_passed)}."]  # fmt: skip
+    tail = failure.tail.replace("```", "'''")
+    if last.worktree:  # the run's tree is removed as it ends: paths into it name nothing
+        tail = tail.replace(last.worktree.rstrip("/") + "/", "")
+    out = [f"Run {last.id}, attempt {failure.attempt}, tail of checks.log:", ""]
+    return out + ["```text", tail, "```"]
+
+
 def build_progress(
     store: StateStore, loop: str, now: datetime, runs: list[RunRecord] | None = None
 ) -> str:
@@ -137,20 +153,11 @@ def build_progress(
     out += [""]
 
     out += ["## Checks that still fail", ""]
-    finished = [r for r in runs if r.attempts]
-    if not finished:
-        out += ["No checks have run yet."]
-    else:
-        last = finished[0]
-        failure = last_checks_failure(store, last)
-        if last.attempts[-1].checks_passed is not False or failure is None:
-            out += [
-                f"None: the checks of run {last.id} attempt {last.attempts[-1].n} "
-                f"{checks_word(last.attempts[-1].checks_passed)}."
-            ]
-        else:
-            out += [f"Run {last.id}, attempt {failure.attempt}, tail of checks.log:", ""]
-            out += ["```text", failure.tail.replace("```", "'''"), "```"]
+    # The newest run that learned anything of the checks (a skip or an attempt checked)
+    # says what fails now; a run cancelled in the queue, say, learned nothing.
+    told = [r for r in runs if r.outcome == "skipped" or any(a.checks_passed is not None
+            for a in r.attempts)]  # fmt: skip
+    out += _failing_checks(store, told[0]) if told else ["No checks have run yet."]
     out += [""]
 
     out += ["## Open escalations", ""]

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from daemon.people.digest import best_score, one_line
 from daemon.people.escalation import Escalation, open_escalations
+from daemon.people.landstate import landing_state
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
@@ -99,6 +100,7 @@ class ReadyRow(BaseModel):
     land: str = ""
     target: str = ""
     why: str = ""  # why landing did not happen ("" for land = "branch": review it)
+    next: str = ""  # the command that lands it (`loopd land RUN`)
 
 
 class Report(BaseModel):
@@ -156,7 +158,7 @@ def events_since(store: StateStore, since: datetime) -> list[dict[str, Any]]:
     return out
 
 
-def _run_ids_since(store: StateStore, since: datetime) -> list[str]:
+def run_ids_since(store: StateStore, since: datetime) -> list[str]:
     floor = (since - _RUN_LOOKBACK).astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
     return [i for i in store.run_ids() if i[:16] >= floor]
 
@@ -184,7 +186,7 @@ def build_report(
     for the kind of a rule whose event does not name it); `branch_exists(repo, branch)` leaves
     out of "Ready to land" the branches that are gone."""
     report = Report(generated=now, since=since)
-    for run_id in _run_ids_since(store, since):
+    for run_id in run_ids_since(store, since):
         try:
             run = store.load_run(run_id)
         except Exception:  # noqa: BLE001 - one broken record must not stop the report
@@ -211,8 +213,8 @@ def build_report(
                 best_score=best_score(run.attempts),
             )
         )
-        waiting = run.outcome == "succeeded" and not run.landed and run.branch
-        if waiting and run.isolation != "in-place" and run.trigger.kind != "experiment":
+        landing = landing_state(run)
+        if landing.state in ("blocked", "review"):
             if branch_exists is None or branch_exists(run.repo, run.branch):
                 report.ready.append(
                     ReadyRow(
@@ -223,6 +225,7 @@ def build_report(
                         land=run.land,
                         target=run.target,
                         why=run.landing,
+                        next=landing.run,
                     )
                 )
     summaries: dict[str, LoopSummary] = {}
@@ -387,7 +390,7 @@ def _ready_line(row: ReadyRow) -> str:
     if row.why:
         head = f"not landed on {row.target or 'its target'}: {one_line(row.why, 200)}"
     else:
-        head = "review it, then `git merge " + row.branch + "`"
+        head = f"review it, then `{row.next}`" if row.next else "review it"
     return f"- {row.run} ({row.loop}): branch `{row.branch}`{where}; {head}"
 
 
@@ -454,6 +457,8 @@ def render_rich(report: Report, console: Any, max_rows: int = 6, max_loops: int 
         for row in report.ready[:max_rows]:
             why = f": {esc(one_line(row.why, 60))}" if row.why else ""
             console.print(f"  {row.run} {esc(row.branch)}{why}", soft_wrap=True)
+        if any(row.next for row in report.ready):
+            console.print("  land one with `loopd land RUN_ID`, or merge its branch yourself")
     for line in report.holds[-max_rows:]:
         console.print(f"[yellow]{esc(line)}[/]")
     if report.notify_failed:

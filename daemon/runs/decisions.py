@@ -51,7 +51,14 @@ def failure_kind(exc: BaseException) -> str:
 
 
 def failure_message(exc: BaseException) -> str:
-    """What the exception says; an unexpected one says its class too."""
+    """What the exception says; an unexpected one says its class too, never a repr."""
+    if isinstance(exc, OSError) and exc.filename is not None and failure_kind(exc) == OTHER_FAILURE:
+        what = exc.strerror or type(exc).__name__
+        return (
+            f"{what}: {exc.filename}: a file or folder loopd needs is gone or unreadable; if it "
+            "is the loop's repository or the worktrees folder, put it back or fix the path in "
+            "the loop file or loopd.toml (`loopd check` says what is wrong), then retry the run"
+        )
     if failure_kind(exc) == OTHER_FAILURE:
         return f"{type(exc).__name__}: {exc}"
     return str(exc)
@@ -153,22 +160,7 @@ def given_up(attempts: Sequence[AttemptRecord], critic_threshold: int) -> Ending
     if last is None:
         return Ending("escalated", "attempts used up", Cause.LOOPD_ERROR)
     if not last.checks_passed:
-        checks = [v for v in last.violations if v.kind in FAILING_KINDS]
-        if checks:
-            why = f"attempts used up; {checks[0].text()}"
-            return Ending("escalated", why, violation_cause(checks[0].kind))
-        limited = [a for a in attempts if a.limit_hit]
-        if limited:
-            key = "max_processes" if limited[-1].limit_hit == "processes" else "max_memory"
-            why = (
-                f"attempts used up; checks still fail, and attempt {limited[-1].n} ran into "
-                f"the {limited[-1].limit_hit} limit ([limits] {key})"
-            )
-            return Ending("escalated", why, Cause.RESOURCE_LIMIT)
-        why = f"attempts used up; checks still fail after {len(attempts)} attempts"
-        if all(a.timed_out for a in attempts):
-            return Ending("escalated", why + ", each cut at attempt_timeout", Cause.TIMEOUTS)
-        return Ending("escalated", why, Cause.CHECKS_FAILED)
+        return _failing_given_up(attempts, last)
     if last.violations:
         first = last.violations[0]
         return Ending("escalated", f"attempts used up; {first.text()}", violation_cause(first.kind))
@@ -177,6 +169,62 @@ def given_up(attempts: Sequence[AttemptRecord], critic_threshold: int) -> Ending
         f"attempts used up; last score {last.score} below {critic_threshold}",
         Cause.CRITIC_REJECTED,
     )
+
+
+def missing_programs(results: Sequence[tuple[str, int | None]]) -> list[str]:
+    """The check commands (command, exit code) whose shell could not run a program."""
+    return [command for command, code in results if code in (126, 127)]
+
+
+# Stalls that are the agent's own (not a stop from outside).
+AGENT_STALLS = ("silence", "repeated_tool_call")
+
+
+def _failing_given_up(attempts: Sequence[AttemptRecord], last: AttemptRecord) -> Ending:
+    """Attempts used up with the checks failing: the headline names the first cause a person
+    must act on: a protected path, a stalled agent, timeouts, a missing program, the checks."""
+    n = len(attempts)
+    fails = f"checks still fail after {n} attempt{'s' if n != 1 else ''}"
+    protected = [v for v in last.violations if v.kind == "protected"]
+    if protected:
+        return Ending(
+            "escalated",
+            f"attempts used up; {protected[0].text()}; {fails}",
+            Cause.PROTECT_VIOLATION,
+        )
+    failing = [v for v in last.violations if v.kind in FAILING_KINDS]
+    if failing:
+        return Ending(
+            "escalated", f"attempts used up; {failing[0].text()}", violation_cause(failing[0].kind)
+        )
+    stalls = [s for a in attempts for s in a.stalls if s.kind in AGENT_STALLS]
+    if stalls:
+        kind = stalls[-1].kind.replace("_", " ")
+        detail = f" ({stalls[-1].detail})" if stalls[-1].detail else ""
+        times = f"{len(stalls)} time{'s' if len(stalls) != 1 else ''}"
+        why = f"attempts used up; the agent was stopped {times} for {kind}{detail}; {fails}"
+        return Ending("escalated", why, Cause.STALLED)
+    limited = [a for a in attempts if a.limit_hit]
+    if limited:
+        key = "max_processes" if limited[-1].limit_hit == "processes" else "max_memory"
+        why = (
+            f"attempts used up; attempt {limited[-1].n} ran into the {limited[-1].limit_hit} "
+            f"limit ([limits] {key}); {fails}"
+        )
+        return Ending("escalated", why, Cause.RESOURCE_LIMIT)
+    if all(a.timed_out for a in attempts):
+        return Ending("escalated", f"attempts used up; {fails}, each cut at attempt_timeout",
+                      Cause.TIMEOUTS)  # fmt: skip
+    if last.checks_missing:
+        why = f"attempts used up; the check `{last.checks_missing[0][:120]}` exited 127 or " \
+              "126: a program it runs is missing or not executable (see checks.log; " \
+              f"`loopd check` names programs not on the PATH); {fails}"  # fmt: skip
+        return Ending("escalated", why, Cause.CHECKS_FAILED)
+    if last.exit_code in (126, 127):
+        why = f"attempts used up; the agent exited {last.exit_code}: a program it runs is " \
+              f"missing or not executable; {fails}"  # fmt: skip
+        return Ending("escalated", why, Cause.AGENT_FAILED)
+    return Ending("escalated", f"attempts used up; {fails}", Cause.CHECKS_FAILED)
 
 
 # Why an interrupted run ended: whichever loopd process ran its attempt stopped meanwhile.

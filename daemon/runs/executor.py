@@ -33,7 +33,7 @@ from daemon.runs.services import RunServices
 from daemon.runs.slots import take_slot
 from daemon.runs.startpoint import StartPoint
 from daemon.runs.stop import RunStopped, StopToken
-from daemon.runs.tree import RunTree, prepare_tree, record_tree, reopen_tree
+from daemon.runs.tree import RunTree, TreeError, prepare_tree, record_tree, reopen_tree
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir
 from daemon.state.records import (
@@ -214,6 +214,13 @@ class RunExecutor:
     def _prepare(self) -> None:
         run = self.run
         self.journal.event("run_started", trigger=run.trigger.kind, reason=run.trigger.reason)
+        repo = self.cfg.repo_path
+        if not repo.is_dir():  # moved or deleted since the loop was loaded
+            raise TreeError(
+                f"the repository {repo} that `repo` in {self.loop.path} names is gone (moved or "
+                "deleted since loopd loaded the loop). Fix: put it back, or set `repo` to where "
+                "it is now (`loopd check` says what is wrong), then retry the run"
+            )
         self._sandbox()
         start = self._start_point()
         from daemon.runs.integrity import ledger_writer

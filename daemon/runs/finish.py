@@ -1,15 +1,16 @@
 """Finishing a run: one function, safe to run again after a crash anywhere inside it.
 
 The outcome is saved first; then, each recorded in `finish_done` once done: a succeeded run
-lands (runs/landing.py), the rules' counters are updated, the escalation is written (and its
-event), the progress notes rebuilt, a person notified, the tree removed, an empty run branch
-deleted, `run_finished` recorded. Only then is the `live`
+lands (runs/landing.py), the tree is removed and an empty run branch deleted, the rules'
+counters are updated, the escalation is written (and its event), the progress notes rebuilt,
+a person notified, `run_finished` recorded. Only then is the `live`
 marker removed, so a restart finds a half-finished run and `complete_finish` does the rest.
 """
 
 from __future__ import annotations
 
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 from daemon.config import Loop, LoopConfig
@@ -27,7 +28,14 @@ from daemon.runs.tree import (
     scratch_dir,
     tree_of_record,
 )
-from daemon.state.records import Cause, RunRecord, StallRecord, escalates, is_experiment
+from daemon.state.records import (
+    AttemptRecord,
+    Cause,
+    RunRecord,
+    StallRecord,
+    escalates,
+    is_experiment,
+)
 
 # An outcome without a cause (a record from an older loopd, or a caller that gives none).
 DEFAULT_CAUSE = {
@@ -70,7 +78,11 @@ def tree_of(services: RunServices, run: RunRecord) -> RunTree | None:
 
 
 def _close_open_attempt(
-    journal: RunJournal, tree: RunTree | None, outcome: str, reason: str
+    journal: RunJournal,
+    tree: RunTree | None,
+    outcome: str,
+    reason: str,
+    died_at: datetime | None = None,
 ) -> None:
     """The last attempt, cut short: commit what the agent left and record it as finished
     (an interrupted one with the stall that says why, however the run was stopped)."""
@@ -90,7 +102,7 @@ def _close_open_attempt(
         # run's branch holds, as the local engine would have committed it.
         attempt.head_commit = _branch_tip(run)
     if attempt.finished is None:
-        attempt.finished = journal.now()
+        attempt.finished = died_at or journal.now()
         attempt.interrupted = True
         if outcome == "interrupted" and not any(s.kind == "interrupted" for s in attempt.stalls):
             attempt.stalls.append(
@@ -129,12 +141,15 @@ def finish_run(
     tree: RunTree | None = None,
     notify_on: list[str] | None = None,
     config: LoopConfig | None = None,
+    died_at: datetime | None = None,
 ) -> RunRecord:
-    """Give the run its outcome (unless it has one) and finish it; see `complete_finish`."""
+    """Give the run its outcome (unless it has one) and finish it; see `complete_finish`.
+
+    `died_at`: when a dead loopd's open attempt last did anything, its `finished`."""
     journal = RunJournal(services, run)
     if run.outcome is None:
         if outcome in ("cancelled", "interrupted", "error"):
-            _close_open_attempt(journal, tree, outcome, reason)
+            _close_open_attempt(journal, tree, outcome, reason, died_at)
         run.outcome = outcome  # type: ignore[assignment]
         run.reason = reason
         run.cause = cause or DEFAULT_CAUSE.get(outcome)
@@ -177,6 +192,16 @@ def complete_finish(
 
         land_run(journal, config)
         done("land")
+    # The tree goes and an empty branch is deleted before anything is written for a person,
+    # so nothing written offers a branch that is gone.
+    if step("tree"):
+        _remove_tree(services, journal, tree or tree_of(services, run))
+        done("tree")
+    if step("branch"):
+        from daemon.runs.runbranches import delete_if_empty
+
+        delete_if_empty(journal)
+        done("branch")
     if step("counters"):
         _count_rules(services, run)
         done("counters")
@@ -209,14 +234,6 @@ def complete_finish(
         if not experiment:
             _notify(services, run, escalate, notify_on)
         done("notified")
-    if step("tree"):
-        _remove_tree(services, journal, tree or tree_of(services, run))
-        done("tree")
-    if step("branch"):
-        from daemon.runs.runbranches import delete_if_empty
-
-        delete_if_empty(journal)
-        done("branch")
     if step("event"):
         journal.event(
             "run_finished",
@@ -359,11 +376,11 @@ def finish_interrupted(
 
     With `cause` interrupted-retry (a retry that was itself interrupted) it is escalated.
     """
+    died_at = None
     for attempt in run.attempts:
         if attempt.finished is None:
-            attempt.stalls.append(
-                StallRecord(kind="interrupted", at=services.clock(), detail=reason)
-            )
+            died_at = last_seen(services, run, attempt)
+            attempt.stalls.append(StallRecord(kind="interrupted", at=died_at, detail=reason))
     return finish_run(
         services,
         run,
@@ -372,4 +389,20 @@ def finish_interrupted(
         cause,
         tree=tree_of(services, run),
         notify_on=loop.config.notify_on,
+        died_at=died_at,
     )
+
+
+def last_seen(services: RunServices, run: RunRecord, attempt: AttemptRecord) -> datetime:
+    """When a dead loopd's attempt last wrote anything (its folder's newest file), not the
+    restart that finds it: no earlier than its start, no later than now."""
+    now = services.clock()
+    folder = services.store.attempt_dir(run.id, attempt.n)
+    newest = attempt.started
+    try:
+        for path in folder.iterdir():
+            stamp = datetime.fromtimestamp(path.lstat().st_mtime, UTC)
+            newest = max(newest, stamp)
+    except OSError:
+        return now
+    return min(newest, now)

@@ -15,6 +15,7 @@ from daemon.config import LoopConfig
 from daemon.runs.attempt import CheckedCommit
 from daemon.runs.checks import ChecksResult
 from daemon.runs.checktree import CheckTree
+from daemon.runs.decisions import missing_programs
 from daemon.runs.guards import protect_violations
 from daemon.runs.integrity import add_violations, guard_of
 from daemon.runs.journal import RunJournal
@@ -86,6 +87,7 @@ def judge_attempt(
         journal.run.verified_tree = tree.own.tree_of(head)
     write_atomic(folder / "checks-failed.txt", checks.failure_tail())
     attempt.checks_passed = checks.passed  # recorded now: the critic may keep the run waiting
+    attempt.checks_missing = missing_programs([(r.command, r.exit_code) for r in checks.results])
     journal.save()
     journal.event(
         "checks",

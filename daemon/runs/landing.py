@@ -82,6 +82,7 @@ def land_run(journal: RunJournal, cfg: LoopConfig | None) -> None:
         journal.event("landing_blocked", land=run.land, target=run.target, reason=run.landing)
     else:
         run.landed, run.landed_as, run.landing = True, commit, ""
+        run.landed_how = run.land
         journal.event("landed", land=run.land, target=run.target, commit=commit)
         _mark_built_on(journal, commit)
     finally:
@@ -241,6 +242,7 @@ def _mark_built_on(journal: RunJournal, commit: str) -> None:
             continue
         if not other.landed:
             other.landed, other.landed_as, other.landing = True, commit, ""
+            other.landed_how = f"with run {journal.run.id}"
             store.save_run(other)
             journal.event("landed_with", landed_run=other_id, commit=commit)
 

@@ -46,7 +46,53 @@ def delete_if_empty(journal: RunJournal) -> bool:
         return False
     if deleted:
         journal.event("branch_deleted", branch=run.branch, why="the run changed nothing")
+        # The record names only what exists: the escalation, `trigger --wait` and the
+        # progress notes read `branch`, and a retry finds nothing to build on.
+        run.branch_gone(run.branch)
+        journal.save()
     return deleted
+
+
+def notice_landed(store: StateStore, run: RunRecord, now: datetime) -> bool:
+    """Record a run whose branch a person merged by hand (its tip is on the target) as
+    landed "by hand"; True when this call recorded it."""
+    if run.landed or run.outcome is None or not run.target or not run.branch:
+        return False
+    if run.isolation == "in-place" or run.id in store.live_runs():
+        return False
+    try:
+        user = UserRepo.locate(Path(run.repo))
+        tip = user.ref(f"refs/heads/{run.branch}")
+        target = user.ref(f"refs/heads/{run.target}")
+        if not tip or not target or tip == run.base_commit:
+            return False  # a branch that holds nothing of the run's is not its work landed
+        contained = user.git.run("merge-base", "--is-ancestor", tip, target, check=False)
+    except (GitError, OSError):
+        return False
+    if contained.returncode != 0:
+        return False
+    run.landed, run.landed_as, run.landed_how, run.landing = True, target, "by hand", ""
+    store.save_run(run)
+    store.events.append(
+        "landed", now, loop=run.loop, run=run.id, land="by hand", target=run.target, commit=target
+    )
+    return True
+
+
+def notice_hand_merges(store: StateStore, since: datetime, now: datetime) -> list[str]:
+    """Record as landed "by hand" the runs since `since` whose branch a person merged; their
+    ids."""
+    from daemon.people.report import run_ids_since
+
+    found = []
+    for run_id in run_ids_since(store, since):
+        try:
+            run = store.load_run(run_id)
+        except Exception:  # noqa: BLE001 - one broken record must not stop the others
+            continue
+        if run.outcome == "succeeded" and notice_landed(store, run, now):
+            found.append(run_id)
+    return found
 
 
 @dataclass
@@ -62,12 +108,16 @@ class RunBranch:
     added: int = 0
     removed: int = 0
     landed: bool = False
+    landing: str = ""  # the run's landing state (people/landstate.py)
     finished: datetime | None = None
     live: bool = False
 
 
-def list_branches(store: StateStore, repos: dict[str, Path], loop: str = "") -> list[RunBranch]:
-    """The run branches of the home's loops (or of `loop`) in their repositories."""
+def list_branches(
+    store: StateStore, repos: dict[str, Path], now: datetime, loop: str = ""
+) -> list[RunBranch]:
+    """The run branches of the home's loops (or of `loop`) in their repositories; a branch a
+    person merged by hand is recorded landed as of `now`."""
     live = set(store.live_runs())
     out: list[RunBranch] = []
     seen: set[Path] = set()
@@ -89,12 +139,18 @@ def list_branches(store: StateStore, repos: dict[str, Path], loop: str = "") -> 
                 continue
             if repos.get(parts[1], repo) != repo:
                 continue  # another loop's repository is where its branches are
-            out.append(_describe(store, user, repo, parts, tip, live))
+            out.append(_describe(store, user, repo, parts, tip, live, now))
     return out
 
 
 def _describe(
-    store: StateStore, user: UserRepo, repo: Path, parts: list[str], tip: str, live: set[str]
+    store: StateStore,
+    user: UserRepo,
+    repo: Path,
+    parts: list[str],
+    tip: str,
+    live: set[str],
+    now: datetime,
 ) -> RunBranch:
     _, loop, run_id = parts
     row = RunBranch(str(repo), "/".join(parts), tip, loop, run_id, live=run_id in live)
@@ -105,13 +161,13 @@ def _describe(
         record = None
     base = record.base_commit if record is not None else ""
     if record is not None:
+        from daemon.people.landstate import landing_state
+
+        notice_landed(store, record, now)  # a live run's branch is never landed
         row.outcome = record.outcome or f"({record.phase})"
         row.finished = record.finished
         row.landed = record.landed
-        target = record.target and user.ref(f"refs/heads/{record.target}")
-        if target and not row.landed:
-            done = user.git.run("merge-base", "--is-ancestor", tip, target, check=False)
-            row.landed = done.returncode == 0
+        row.landing = landing_state(record).line()
     if base:
         numstat = user.git.out("diff", "--numstat", "--no-renames", base, tip, check=False)
         for stat in numstat.splitlines():
@@ -119,6 +175,17 @@ def _describe(
             row.added += int(added) if added.isdigit() else 0
             row.removed += int(removed) if removed.isdigit() else 0
     return row
+
+
+def _forget(store: StateStore, run_id: str, branch: str) -> None:
+    """The run's record no longer names a branch that was deleted."""
+    try:
+        run = store.load_run(run_id)
+    except Exception:  # noqa: BLE001 - a branch without a readable record has nothing to fix
+        return
+    if run.branch == branch:
+        run.branch_gone(branch)
+        store.save_run(run)
 
 
 def prune_branches(
@@ -140,6 +207,7 @@ def prune_branches(
             user.git.run("worktree", "prune", check=False)
             if user.delete_ref(writer, f"refs/heads/{row.branch}", "pruned by loopd branches"):
                 deleted.append(row)
+                _forget(store, row.run, row.branch)
                 why = "landed" if row.landed else f"older than retain_days ({retain_days})"
                 store.events.append(
                     "branch_deleted", now, loop=row.loop, run=row.run, branch=row.branch, why=why

@@ -163,6 +163,19 @@ def _config_text(config: dict) -> str:
     return json.dumps(config, indent=2, sort_keys=True) + "\n"
 
 
+def hooks_watch(home: Path, repo: Path, loop: str) -> bool:
+    """Whether loopd's hooks are in `repo`, watching for `loop` of `home`."""
+    try:
+        folder = hooks_dir(Path(repo).resolve())
+        config = _read_config(folder)
+    except (HookError, OSError):
+        return False
+    if not any(is_wrapper(folder / hook) for hook in HOOK_NAMES):
+        return False
+    entry = config["homes"].get(str(Path(home).resolve()), {})
+    return loop in entry.get("loops", {})
+
+
 def install_hooks(
     home: Path, repo: Path, loops: Mapping[str, Sequence[str]], replace: bool = False
 ) -> list[Path]:

@@ -44,13 +44,16 @@ def load_config(home: Home) -> LoadedConfig:
     _require_extras(loaded)
     from daemon.example.prepare import prepare_examples
     from daemon.runs.budget import budget_warnings
-    from daemon.service.preflight import preflight_warnings
+    from daemon.service.preflight import Preflight
 
     try:
         prepare_examples(loaded.loops)
     except Exception as exc:  # noqa: BLE001 - the example's run then fails and says why
         loaded.warnings.append(f"could not prepare the example's repository: {exc}")
-    loaded.warnings.extend(preflight_warnings(loaded, home.config_path))
+    preflight = Preflight(loaded, home.config_path)
+    loaded.warnings.extend(preflight.run())
+    if preflight.probe is not None and preflight.probe.ok:
+        loaded.notes.append(preflight.probe.text)
     loaded.warnings.extend(budget_warnings(loaded))
     return loaded
 

@@ -5,7 +5,9 @@ untriggered or unheard. `loopd check` prints them (exit 0 when they are all ther
 Each names the file and the key: a `done_when` or `setup` program not on the daemon's PATH,
 a `protect` or `on_change` glob that matches no file at the loop's base, an `on_push` glob
 that matches no branch, a glob with an unclosed `[`, a `[notify] command` not on the PATH,
-a followed `[remotes.NAME]` that no webhook can reach or whose secret is not set.
+a followed `[remotes.NAME]` that no webhook can reach or whose secret is not set,
+a `[verifier]` that does not answer `/models` or does not list its `model`, an `on_push` loop
+whose repository lacks loopd's hooks.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from daemon.config import LoadedConfig, Loop
 from daemon.config.errors import did_you_mean
 from daemon.globs import glob_problem, path_matches, wildmatch
+from daemon.model.probe import Probe
 from daemon.runs.git import Git, GitError
 from daemon.sandbox.commandline import programs
 
@@ -65,6 +68,7 @@ class Preflight:
         self.path, self.path_source = daemon_path(pid)
         self._names: list[str] | None = None
         self.warnings: list[str] = []
+        self.probe: Probe | None = None  # what trying the verifier found
 
     def _guess(self, program: str) -> str:
         if "/" in program:
@@ -75,6 +79,7 @@ class Preflight:
         return f" (did you mean {guess!r}?)" if guess else ""
 
     def run(self) -> list[str]:
+        self.verifier()
         notify = self.loaded.daemon.notify.command
         if self.loaded.daemon_ok and notify and not _on_path(notify[0], self.path):
             self.warnings.append(
@@ -130,6 +135,17 @@ class Preflight:
                     "variable set to the webhook's secret"
                 )
 
+    def verifier(self) -> None:
+        """Try the verifier once, when loopd.toml names one."""
+        from daemon.model.probe import probe_verifier
+
+        verifier = self.loaded.daemon.verifier
+        if not self.loaded.daemon_ok or not verifier.configured:
+            return
+        self.probe = probe_verifier(verifier, str(self.config_path))
+        if not self.probe.ok:
+            self.warnings.append(self.probe.text + "; `loopd verifier --test` tries it again")
+
     def loop(self, loop: Loop) -> None:
         cfg = loop.config
         tail = "" if cfg.enabled else " (the loop is disabled)"
@@ -165,6 +181,15 @@ class Preflight:
                             f"{pattern!r} matches no file at the base ({cfg.base}), {why}"
                             f"{_folder_hint(pattern, files)}",
                         )
+        if cfg.on_push and cfg.repo_path.is_dir():
+            from daemon.scheduling.hooks import hooks_watch
+
+            if not hooks_watch(self.config_path.parent, cfg.repo_path, loop.name):
+                warn(
+                    "on_push",
+                    f"{cfg.repo_path} has no loopd hooks for this loop, so no push or commit "
+                    f"triggers it. Fix: `loopd hooks install {loop.name}`",
+                )
         if branches is not None:
             for pattern in cfg.on_push:
                 if not any(wildmatch(pattern, b) for b in branches):

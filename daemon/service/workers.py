@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from daemon.config import Loop
 from daemon.runs.slots import RunSlots
 from daemon.scheduling.queue import RunQueue
+from daemon.service.console import ended_lines, say, started_line
 from daemon.service.context import Context
 from daemon.state.lock import HomeLock, LockHeld
 from daemon.state.records import RunRecord
@@ -82,6 +83,7 @@ class WorkerPool:
             loop=loop.name, run_id=run.id, thread=thread, executor=executor
         )
         self.queue.started(loop.name, run.id)
+        say([started_line(run)])
         thread.start()
 
     def resume(self, loop: Loop, run: RunRecord) -> None:
@@ -137,6 +139,7 @@ class WorkerPool:
             if not worker.thread.is_alive():
                 worker.thread.join()
                 done.append(worker.run)
+                say(ended_lines(worker.run))
                 self.slots.forget(worker.run_id)
                 del self.workers[name]
                 self.queue.finished(name)

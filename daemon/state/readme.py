@@ -41,7 +41,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 ## Runs
 
 - `runs/RUN_ID/run.toml`: the run's record: loop, task, `[trigger]` (kind, reason, ref,
-  merged triggers), started, finished, `outcome` and `reason`, `cause`, branch, tokens,
+  merged triggers), started, finished, `outcome` and `reason`, `cause`, branch (empty once
+  loopd deleted it as a run that changed nothing ended: `branch_deleted` names it), tokens,
   cost, rules fired, `land`, `target`, `landed` and `landed_as` (where its work went),
   `[exposure]` (the paths its sandbox showed), and `[[attempts]]` (exit code, nudges,
   stalls, checks passed, score, verdict, feedback, violations)

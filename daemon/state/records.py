@@ -93,6 +93,7 @@ class Cause(StrEnum):
     REPO_VIOLATION = "repo-violation"  # the user's repository config, hooks or info changed
     GIT_VIOLATION = "git-violation"  # HEAD's commits off the base, or the tree's .git replaced
     TIMEOUTS = "timeouts"  # every attempt hit attempt_timeout
+    STALLED = "stalled"  # the agent was stopped for silence or a repeated tool call
     TOKEN_CAP = "token-cap"
     VERIFIER_UNAVAILABLE = "verifier-unavailable"
     AGENT_FAILED = "agent-failed"  # the agent could not be started
@@ -276,6 +277,7 @@ class AttemptRecord(Record):
     nudges: int = 0
     stalls: list[StallRecord] = []
     checks_passed: bool | None = None
+    checks_missing: list[str] = []  # checks that exited 126 or 127: a program missing
     score: int | None = None
     verdict: str = ""
     feedback: str = ""
@@ -363,7 +365,8 @@ class RunRecord(Record):
     outcome: Outcome | None = None
     reason: str = ""
     cause: Cause | None = None
-    branch: str = ""
+    branch: str = ""  # "" once loopd deleted it: nothing offers a branch that is gone
+    branch_deleted: str = ""  # the branch loopd deleted as the run ended (it changed nothing)
     tokens: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -400,12 +403,18 @@ class RunRecord(Record):
     built_on: list[str] = []
     landed: bool = False  # its work is on `target` (or pushed, for land = "push")
     landed_as: str = ""  # the commit `target` was moved to (pushed, for land = "push")
+    landed_how: str = ""  # merge, push, or "by hand" (a person merged the branch themselves)
     landing: str = ""  # why it did not land, when it could not
     # What each `done_when` check's test runner counted on the base, in a clean check tree
     # (empty: not counted yet); an attempt that tests less fails (cause checks-weakened).
     base_tests: list[TestCounts] = []
     verified_tree: str = ""  # the tree of the last commit whose clean checks passed here
     push_pid: int = 0  # the process group of a landing push while it runs (reaped on restart)
+
+    def branch_gone(self, branch: str) -> None:
+        """`branch` was deleted: the record names it as `branch_deleted`, never as `branch`."""
+        if branch and self.branch == branch:
+            self.branch_deleted, self.branch = branch, ""
 
     def without(self, support: str) -> bool:
         """Whether this run is an experiment arm without `support`."""

@@ -41,6 +41,7 @@ from daemon.runs import decisions
 from daemon.runs.git import Git, GitError
 from daemon.runs.journal import RunJournal
 from daemon.runs.setup import SETUP_LOG
+from daemon.service.console import ended_lines, say, started_line
 from daemon.state.atomic import write_atomic
 from daemon.state.queuefile import PendingRun
 from daemon.state.records import AttemptRecord, Cause, RunRecord
@@ -146,6 +147,7 @@ class RunActivities:
                 run,
             )
         journal.event("run_started", trigger=run.trigger.kind, reason=run.trigger.reason)
+        say([started_line(run)])  # the home's console, as the local engine's
         repo = cfg.repo_path
         base = self._start(journal, cfg)
         try:
@@ -308,6 +310,9 @@ class RunActivities:
         if checks.diffstat and not (folder / "diffstat.json").exists():
             write_atomic(folder / "diffstat.json", checks.diffstat)
         attempt.checks_passed = checks.passed
+        attempt.checks_missing = decisions.missing_programs(
+            [(str(r.get("command", "")), r.get("exit_code")) for r in checks.results]
+        )
         attempt.violations = list(checks.violations)
         if checks.verified_tree:
             run.verified_tree = checks.verified_tree
@@ -465,4 +470,5 @@ class RunActivities:
             notify_on=loop.config.notify_on if loop is not None else None,
             config=loop.config if loop is not None else None,
         )
+        say(ended_lines(run))
         return trimmed(run)

@@ -1,0 +1,84 @@
+"""`loopd land RUN`: land a succeeded run now, with the same checks as automatic landing."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from daemon.cli.common import CommandError, command, home_of
+from daemon.clock import utc_now
+
+
+def land(args: argparse.Namespace) -> int:
+    """Land a succeeded run: its setup and checks run again on what lands, then merge or push."""
+    from daemon.people.landstate import landing_state
+    from daemon.people.terminal import clean
+    from daemon.runs.journal import RunJournal
+    from daemon.runs.landing import land_run
+    from daemon.runs.runbranches import notice_landed
+    from daemon.runs.services import RunServices
+
+    home = home_of(args)
+    loaded = home.load()
+    store = home.state(loaded.daemon.limits.events_rotate)
+    if not (store.run_dir(args.run_id) / "run.toml").exists():
+        raise CommandError(f"unknown run {args.run_id!r}; `loopd runs` lists them")
+    run = store.load_run(args.run_id)
+    notice_landed(store, run, utc_now())
+    if run.landed:
+        print(clean(landing_state(run).line()))
+        return 0
+    if run.outcome != "succeeded":
+        raise CommandError(
+            f"run {run.id} ended {run.outcome or run.phase}, and only a succeeded run lands; "
+            f"read `loopd show {run.id}`, then merge its branch yourself or "
+            f"`loopd escalations resolve {run.id} --retry`",
+            code=1,
+        )
+    if not run.branch or run.isolation == "in-place":
+        raise CommandError(f"run {run.id} left no branch of its own to land", code=1)
+    loop = loaded.loops.get(run.loop)
+    if loop is None:
+        raise CommandError(
+            f"loops/{run.loop}.toml does not load, and landing needs its setup, checks and "
+            f"landing keys; fix it (`loopd check`), then `loopd land {run.id}` again",
+            code=1,
+        )
+    if run.land in ("", "branch"):
+        # The loop leaves landing to a person; asking for it is a merge unless it pushes.
+        run.land = loop.config.land if loop.config.land == "push" else "merge"
+    if not run.target:
+        raise CommandError(f"run {run.id} has no target branch recorded; merge it yourself")
+    run.landing = ""
+    services = RunServices(home=home, config=loaded.daemon, store=store)
+    journal = RunJournal(services, run)
+    land_run(journal, loop.config)
+    line = clean(landing_state(run).line())
+    if run.landed:
+        _landed_now(store, run)
+        print(line)
+        return 0
+    print(line, file=sys.stderr)
+    return 1
+
+
+def _landed_now(store: Any, run: Any) -> None:
+    """A run that landed at last: its cause says it passed; the escalation its blocked landing
+    opened is resolved."""
+    from daemon.people.escalation import AlreadyResolved, resolve
+    from daemon.state.records import Cause
+
+    if run.cause in (Cause.LANDING_BLOCKED, Cause.LANDING_CHECKS_FAILED):
+        run.cause = Cause.PASSED
+        store.save_run(run)
+    if store.escalation_path(run.id).exists():
+        try:
+            resolve(store, run.id, utc_now(), note=f"landed by `loopd land {run.id}`")
+        except AlreadyResolved:
+            pass
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = command(sub, "land", land, json_flag=False)
+    p.add_argument("run_id", metavar="RUN_ID", help="the succeeded run to land")

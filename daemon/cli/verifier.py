@@ -1,0 +1,38 @@
+"""`loopd verifier --test`: ask the verifier for its models now and say what to fix."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from daemon.cli.common import CommandError, command, home_of, print_json
+
+
+def verifier_cmd(args: argparse.Namespace) -> int:
+    """Try [verifier] now (--test): does base_url list its models and the configured model?"""
+    from daemon.model.probe import probe_verifier
+
+    if not args.test:
+        raise CommandError("`loopd verifier --test` asks [verifier] base_url for its models")
+    home = home_of(args)
+    loaded = home.load()
+    if not loaded.daemon_ok:
+        raise CommandError("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
+    config = loaded.daemon.verifier
+    if not config.configured:
+        raise CommandError(
+            f"{home.config_path}: [verifier] has no base_url, so attempts are judged by their "
+            'checks alone. Fix: add base_url = "http://127.0.0.1:8000/v1" (your model server) '
+            "under [verifier]"
+        )
+    probe = probe_verifier(config, str(home.config_path))
+    if args.json:
+        print_json(probe.model_dump())
+    else:
+        print(probe.text if probe.ok else f"FAILED: {probe.text}")
+    return 0 if probe.ok else 1
+
+
+def register(sub: Any) -> None:
+    p = command(sub, "verifier", verifier_cmd, json_flag=True)
+    p.add_argument("--test", action="store_true", help="ask the verifier for its models now")
