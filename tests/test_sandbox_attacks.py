@@ -437,8 +437,9 @@ def test_env_and_checks_env_reach_whom_they_should(tmp_path: Path) -> None:
     log = (home / "state" / "runs" / run["id"] / "attempt-1" / "checks.log").read_text()
     checks = json.loads(next(x for x in log.splitlines() if x.startswith("CHECKENV"))[9:])
     tree = run["worktree"]
+    # `{tree}` is where each works: the agent's tree, the checks' clean check tree beside it.
+    assert agent["LOOP_VAR"] == f"{tree}/src" and checks["LOOP_VAR"] == f"{tree}.check/src"
     for env in (agent, checks):
-        assert env["LOOP_VAR"] == f"{tree}/src"
         assert env["LOOP_PATH"] == "/opt/x:/usr/bin:/bin"
         assert "NOT_NAMED" not in env and "NOT_SET_ANYWHERE" not in env
         assert env["TMPDIR"].endswith(f"{run['id']}.agent/tmp")

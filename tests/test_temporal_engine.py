@@ -773,9 +773,11 @@ def test_setup_runs_on_the_worker_in_each_tree_it_makes_and_a_failure_there_is_e
         run = next(r for r in cluster.home.runs() if r["id"] == run_id)
         assert (run["outcome"], run["cause"]) == ("succeeded", "passed"), run["reason"]
         # Setup ran on the worker: for the done check's tree, then for the attempt's (whose
-        # checks needed its file); its log is the worker's, its tail the home's.
+        # checks needed its file); its log is the worker's, its tail the home's. (It also ran
+        # in each clean check tree, logged apart in check-setup.log.)
         ran = [e for e in worker.events("setup_finished") if e["run"] == run_id]
-        assert [e["passed"] for e in ran] == [True, True]
+        assert [e["passed"] for e in ran if e["log"] == "setup.log"] == [True, True]
+        assert {e["log"] for e in ran} == {"setup.log", "check-setup.log"}
         (noted,) = [e for e in cluster.home.events("setup_finished") if e["run"] == run_id]
         assert noted["worker"].startswith("worker:")
         for machine in (worker, cluster.home):

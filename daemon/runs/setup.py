@@ -108,7 +108,7 @@ def run_setup(
     limit = cfg.setup_timeout.total_seconds()
     deadline = time.monotonic() + limit
     result = SetupResult(ChecksResult())
-    journal.event("setup_started", commands=len(cfg.setup))
+    journal.event("setup_started", commands=len(cfg.setup), log=log_name)
     for command in cfg.setup:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -128,6 +128,7 @@ def run_setup(
     result.made = sorted(untracked(own) - before)
     journal.event(
         "setup_finished",
+        log=log_name,
         passed=result.passed,
         made=result.made[:50],
         results=[{"command": r.command, "exit_code": r.exit_code} for r in result.checks.results],

@@ -14,7 +14,15 @@ from pydantic import BaseModel, ConfigDict
 
 from daemon.state.holds import QuotaHold
 from daemon.state.queuefile import PendingRun
-from daemon.state.records import AttemptRecord, Cause, Park, RunRecord, Trigger, Violation
+from daemon.state.records import (
+    AttemptRecord,
+    Cause,
+    Park,
+    RunRecord,
+    TestCounts,
+    Trigger,
+    Violation,
+)
 
 ROUTED_KEPT = 500  # trigger ids a controller remembers (for `loopd trigger --wait`)
 
@@ -191,6 +199,7 @@ class SetupOutput(Payload):
     results: list[dict[str, Any]] = []  # the done check's command, exit_code
     done_log: str = ""
     worker: str = ""
+    base_tests: list[TestCounts] = []  # what the done check's test runners counted
 
 
 class SetupEnded(Payload):
@@ -280,6 +289,7 @@ class ChecksOutput(Payload):
     restored: list[str] = []
     worker: str = ""
     verified_tree: str = ""  # the commit's tree when its clean checks passed (landing's)
+    base_tests: list[TestCounts] = []  # the base's counts, when the worker counted them now
 
 
 class VerdictInput(Payload):

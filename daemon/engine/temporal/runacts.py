@@ -316,6 +316,8 @@ class RunActivities:
         attempt.violations = list(checks.violations)
         if checks.verified_tree:
             run.verified_tree = checks.verified_tree
+        if checks.base_tests and not run.base_tests:
+            run.base_tests = list(checks.base_tests)
         journal.save()
         journal.event("checks", attempt=inp.n, passed=checks.passed, results=checks.results)
         if checks.violations:

@@ -35,6 +35,8 @@ class SetupActivities:
             journal.event("setup_finished", passed=True, worker=out.worker)
         if not out.done_checked:
             return Prepared()
+        run.base_tests = list(out.base_tests)
+        journal.save()
         write_atomic(folder / DONE_LOG, out.done_log)
         journal.event(
             "done_check",

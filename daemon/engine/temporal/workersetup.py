@@ -65,6 +65,7 @@ class SetupStep:
                         {"command": r.command, "exit_code": r.exit_code} for r in checks.results
                     ]
                     out.done_log = setup_tail(folder, name=DONE_LOG)
+                    out.base_tests = list(journal.run.base_tests)
                     journal.event("done_check", passed=checks.passed, commit=inp.head)
         except RunStopped as stopped:
             raise _stopped(stopped) from None

@@ -362,6 +362,7 @@ class WorkerSide(Configured):
             restored=protected,
             worker=self.identity,
             verified_tree=run.verified_tree if judged.checks.passed and not protected else "",
+            base_tests=list(run.base_tests),
         )
 
     def _checks_record(
