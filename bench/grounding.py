@@ -29,6 +29,8 @@ from tempfile import TemporaryDirectory
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from verdict import verdict  # noqa: E402
+
 from daemon.config import VerifierConfig  # noqa: E402
 from daemon.rules.library import RuleLibrary  # noqa: E402
 from daemon.rules.rulefile import Evidence, Rule  # noqa: E402
@@ -136,7 +138,7 @@ def rates(outcomes: list[Outcome]) -> dict[str, float]:
     return out
 
 
-def report(name: str, outcomes: list[Outcome], verbose: bool) -> None:
+def report(name: str, outcomes: list[Outcome], verbose: bool) -> tuple[float, float]:
     """Print one set's figures against the targets, and what it got wrong."""
     figures = rates(outcomes)
     grounded = [o for o in outcomes if o.label == "grounded"]
@@ -161,6 +163,7 @@ def report(name: str, outcomes: list[Outcome], verbose: bool) -> None:
             print(f"  {mark}{outcome.id} ({outcome.label}, {outcome.kind}): {verdict}")
             for reason in outcome.reasons:
                 print(f"      {reason[:300]}")
+    return figures["grounded_rejected"], figures["hallucinated_accepted"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,12 +172,19 @@ def main(argv: list[str] | None = None) -> int:
         "--set", choices=sorted(SETS), action="append", help="one set (default: all)"
     )
     parser.add_argument("--verbose", action="store_true", help="every candidate's reasons")
+    parser.add_argument("--smoke", action="store_true", help="the same run: it takes a second")
     args = parser.parse_args(argv)
+    worst_reject = worst_accept = 0.0
     for name in args.set or list(SETS):
         if name == "world" and digest(name=name) != recorded_digest(name=name):
             print("world: the frozen set was changed (its sha256 differs from the recorded one)")
-        report(name, evaluate(name=name), args.verbose)
-    return 0
+        fr, fa = report(name, evaluate(name=name), args.verbose)
+        worst_reject, worst_accept = max(worst_reject, fr), max(worst_accept, fa)
+    figure = (
+        f"grounding, worst set: false reject {worst_reject:.1%}, false accept {worst_accept:.1%}"
+    )
+    met = worst_reject <= TARGET and worst_accept <= TARGET
+    return verdict(figure, f"each <= {TARGET:.0%}", met, args.smoke)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from verdict import verdict  # noqa: E402
+
 from daemon.state.records import (  # noqa: E402
     OUTCOMES,
     AttemptRecord,
@@ -253,7 +255,10 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--profile", action="store_true", help="profile even when on target")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument("--smoke", action="store_true", help="100 runs, once: that it runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.runs, args.repeat = 100, 1
 
     tmp = Path(tempfile.mkdtemp(prefix="loopd-bench-status-"))
     daemon = None
@@ -300,7 +305,8 @@ def main() -> int:
         )
         if args.profile or not ok:
             report_profile(home, ["status"])
-        return 0 if ok else 1
+        figure = f"loopd status with {written} runs: {worst:.0f} ms (worst median)"
+        return verdict(figure, f"<= {TARGET_MS:g} ms", ok, args.smoke)
     finally:
         if daemon is not None:
             stop_daemon(daemon)
