@@ -11,7 +11,7 @@ with its folder as the evidence. A candidate counts as rejected when the verifie
 for grounding. Prints, per set and per claim kind, the share of grounded candidates rejected
 (false reject) and of hallucinated ones accepted (false accept), against their targets (at
 most 3% each), and each candidate it got wrong.
-Usage: python bench/grounding.py [--set qwen|world] [--verbose]
+Usage: python bench/grounding.py [--set qwen|world] [--verbose] [--smoke]
 """
 
 from __future__ import annotations
@@ -158,9 +158,9 @@ def report(name: str, outcomes: list[Outcome], verbose: bool) -> tuple[float, fl
         print(f"  {kind:<12} {fr:>16} {fa:>16}")
     for outcome in outcomes:
         if verbose or not outcome.right:
-            verdict = "rejected" if outcome.rejected else "accepted"
+            said = "rejected" if outcome.rejected else "accepted"
             mark = "" if outcome.right else "WRONG "
-            print(f"  {mark}{outcome.id} ({outcome.label}, {outcome.kind}): {verdict}")
+            print(f"  {mark}{outcome.id} ({outcome.label}, {outcome.kind}): {said}")
             for reason in outcome.reasons:
                 print(f"      {reason[:300]}")
     return figures["grounded_rejected"], figures["hallucinated_accepted"]

@@ -22,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from verdict import verdict  # noqa: E402
+
 from daemon.redact import Redactor  # noqa: E402
 from daemon.redaction.ruleset import ruleset  # noqa: E402
 
@@ -127,8 +129,8 @@ def main() -> int:
         args.mb = 1
     rate = measure("streams", stream_lines(), args.mb)
     measure("plain", sample_lines(), args.mb)
-    verdict = "ok" if rate >= TARGET else "BELOW TARGET"
-    print(f"redaction of agent streams: {rate:.1f} MB/s (target >= {TARGET:.0f} MB/s) {verdict}")
+    word = "ok" if rate >= TARGET else "BELOW TARGET"
+    print(f"redaction of agent streams: {rate:.1f} MB/s (target >= {TARGET:.0f} MB/s) {word}")
     figure = f"redaction of agent streams: {rate:.1f} MB/s"
     return verdict(figure, f">= {TARGET:.0f} MB/s", rate >= TARGET, args.smoke)
 
