@@ -8,7 +8,7 @@ change watchers run), loops 2, 5, 8, ... both. `loopd run` starts as a real proc
 then is sampled: RSS from /proc/PID/status VmRSS (plus any live descendants), CPU as
 utime+stime from /proc/PID/stat (plus descendants, live and reaped) over the window, as a
 percentage of one core.
-Usage: python bench/daemon_idle.py [--loops 20] [--settle 5] [--window 30] [--keep]
+Usage: python bench/daemon_idle.py [--loops 20] [--settle 5] [--window 30] [--keep] [--smoke]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Bench: an agent leaves a large file in its tree; loopd commits it, writes the attempt's diff,
 and builds what people and the critic read. Print loopd's peak RSS.
 
-    python bench/large_artefact.py [--mb 300] [--kind text|binary]
+    python bench/large_artefact.py [--mb 300] [--kind text|binary] [--smoke]
 
 Target: the daemon's RSS stays <= 150 MB whatever the agent committed. The RSS figure is
 this process's own (resource.getrusage RUSAGE_SELF): git's own memory is not loopd's.

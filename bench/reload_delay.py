@@ -5,7 +5,7 @@ repository); then, `--rounds` times, a new loop file is written (atomically, as 
 saves) and the clock runs until `state/status.toml` lists the loop, which the daemon
 writes once its reload has loaded the file. Also measured: an edit of an existing loop
 (until status.toml carries the edited file's digest).
-Usage: python bench/reload_delay.py [--rounds 10] [--keep]
+Usage: python bench/reload_delay.py [--rounds 10] [--keep] [--smoke]
 """
 
 from __future__ import annotations

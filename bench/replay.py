@@ -4,7 +4,7 @@ The home is generated: runs of five loops over 30 days, each with its task, a re
 an outcome, and cached semantic answers for a few tasks; the rules include one learned in
 loop `app` whose pattern reaches into two other loops. The figure is the wall time of the
 real `loopd replay --json` subprocess (interpreter start included) and the replay's own
-time as it reports it. Usage: python bench/replay.py [--runs N] [--rules N]
+time as it reports it. Usage: python bench/replay.py [--runs N] [--rules N] [--smoke]
 """
 
 from __future__ import annotations

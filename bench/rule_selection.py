@@ -3,7 +3,8 @@
 Targets: the lexical stage <= 20 ms at 10,000 rules, and at most one
 model call per task at every size. The model is the scripted OpenAI-compatible server of
 tests/model_server.py, reached through the real ModelClient; the judge's cache is fresh for
-each task so that every task really asks. Usage: python bench/rule_selection.py [--tasks N]
+each task so that every task really asks.
+Usage: python bench/rule_selection.py [--tasks N] [--sizes N ...] [--smoke]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ as a real process, a loop whose `done_when` (`python3 check.py`) already passes;
 commits (default 10) triggers a run that prepares its clone, runs the check in the sandbox,
 ends `skipped` and deletes its empty branch. Measured from `git commit` returning to the
 `run_finished` event; the events give the breakdown.
-Usage: python bench/skip.py [--commits N] [--keep]
+Usage: python bench/skip.py [--commits N] [--keep] [--smoke]
 """
 
 from __future__ import annotations

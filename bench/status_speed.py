@@ -9,7 +9,7 @@ They are timed with no daemon running (status then finds each loop's last run in
 and with `loopd run` up (status then reads `status.toml`). `python -c pass` is the floor.
 When status misses the target (or with --profile) the cost is broken down with
 `python -X importtime` and cProfile.
-Usage: python bench/status_speed.py [--runs 10000] [--repeat 7] [--profile] [--keep]
+Usage: python bench/status_speed.py [--runs 10000] [--repeat 7] [--profile] [--keep] [--smoke]
 """
 
 from __future__ import annotations

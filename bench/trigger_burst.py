@@ -6,7 +6,7 @@ Targets on a 2-core machine: 10,000 triggers absorbed within 10 s, no heartbeat 
 again after the restart). `loopd run` is a real process; the triggers are real inbox files,
 as the git hooks write them, landing within a second. The loop is paused, so the burst
 coalesces into one pending run and no agent competes for the cores.
-Usage: python bench/trigger_burst.py [--triggers N] [--keep]
+Usage: python bench/trigger_burst.py [--triggers N] [--keep] [--smoke]
 """
 
 from __future__ import annotations
