@@ -194,6 +194,16 @@ def test_known_exceptions_still_exist() -> None:
     assert [pair for pair in ALLOWED_UPWARD if pair[1] not in edges.get(pair[0], set())] == []
 
 
+def test_no_module_is_over_500_lines() -> None:
+    """One concept per module: a module that grows past 500 lines is split by concept."""
+    long = {
+        name: n
+        for name, path in modules().items()
+        if (n := len(path.read_text().splitlines())) > 500
+    }
+    assert long == {}
+
+
 def test_the_check_sees_a_circle_and_an_upward_import() -> None:
     """The checks find what they are for, on a made-up graph."""
     edges = {
