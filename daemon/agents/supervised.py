@@ -27,11 +27,9 @@ if TYPE_CHECKING:
     from daemon.agents.transcript import Transcript
 
 
+# A Protocol, so this module does not import supervisor.py, which imports it.
 class Owner(Protocol):
-    """What a supervised process reads of the supervisor that started it (supervisor.py).
-
-    A Protocol, so this module does not import the supervisor that imports it.
-    """
+    """What a supervised process reads of the supervisor that started it (supervisor.py)."""
 
     adapter: AgentAdapter
     transcript: Transcript
