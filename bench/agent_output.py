@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from verdict import verdict
+
 from daemon.agents.base import Invocation
 from daemon.agents.command import CommandAdapter
 from daemon.agents.supervisor import Supervisor
@@ -56,7 +58,10 @@ def main() -> int:
     parser.add_argument("--cap", default="50MB", help="the transcript cap")
     parser.add_argument("--line-bytes", type=int, default=1024, help="length of each line")
     parser.add_argument("--long-line-mb", type=int, default=0, help="then one line this long")
+    parser.add_argument("--smoke", action="store_true", help="4 MB, a 1 MB cap: that it runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.mb, args.cap = 4, "1MB"
 
     cap = parse_size(args.cap)
     with tempfile.TemporaryDirectory(prefix="loopd-bench-") as tmp:
@@ -97,7 +102,8 @@ def main() -> int:
     )
     ok = peak_rss_mb() <= 150 and size <= cap and last.get("type") == "truncated"
     print("OK" if ok else "OVER TARGET")
-    return 0 if ok else 1
+    figure = f"peak RSS {peak_rss_mb():.0f} MB while an agent prints {args.mb} MB"
+    return verdict(figure, "<= 150 MB, transcript capped", ok, args.smoke)
 
 
 if __name__ == "__main__":

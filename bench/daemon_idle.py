@@ -8,7 +8,7 @@ change watchers run), loops 2, 5, 8, ... both. `loopd run` starts as a real proc
 then is sampled: RSS from /proc/PID/status VmRSS (plus any live descendants), CPU as
 utime+stime from /proc/PID/stat (plus descendants, live and reaped) over the window, as a
 percentage of one core.
-Usage: python bench/daemon_idle.py [--loops 20] [--settle 5] [--window 30] [--keep]
+Usage: python bench/daemon_idle.py [--loops 20] [--settle 5] [--window 30] [--keep] [--smoke]
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from verdict import verdict  # noqa: E402
 
 from tests.helpers import make_home, make_repo, start_daemon, stop_daemon  # noqa: E402
 
@@ -154,7 +156,10 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=5.0, help="seconds before sampling")
     parser.add_argument("--window", type=float, default=30.0, help="CPU window in seconds")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument("--smoke", action="store_true", help="two loops, seconds: that it runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.loops, args.settle, args.window = 2, 1.0, 2.0
 
     tmp = Path(tempfile.mkdtemp(prefix="loopd-bench-idle-"))
     daemon = None
@@ -236,7 +241,9 @@ def main() -> int:
             f"target RSS <= {TARGET_RSS_MB:g} MB: {'met' if rss_ok else 'MISSED'}; "
             f"CPU <= {TARGET_CPU_PERCENT:g}%: {'met' if cpu_ok else 'MISSED'}"
         )
-        return 0 if rss_ok and cpu_ok else 1
+        figure = f"idle daemon, {args.loops} loops: RSS {rss_mb:.0f} MB, CPU {cpu:.2f}%"
+        target = f"RSS <= {TARGET_RSS_MB:g} MB, CPU <= {TARGET_CPU_PERCENT:g}%"
+        return verdict(figure, target, rss_ok and cpu_ok, args.smoke)
     finally:
         if daemon is not None:
             stop_daemon(daemon)

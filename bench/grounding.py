@@ -11,7 +11,7 @@ with its folder as the evidence. A candidate counts as rejected when the verifie
 for grounding. Prints, per set and per claim kind, the share of grounded candidates rejected
 (false reject) and of hallucinated ones accepted (false accept), against their targets (at
 most 3% each), and each candidate it got wrong.
-Usage: python bench/grounding.py [--set qwen|world] [--verbose]
+Usage: python bench/grounding.py [--set qwen|world] [--verbose] [--smoke]
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from tempfile import TemporaryDirectory
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from verdict import verdict  # noqa: E402
 
 from daemon.config import VerifierConfig  # noqa: E402
 from daemon.rules.library import RuleLibrary  # noqa: E402
@@ -136,7 +138,7 @@ def rates(outcomes: list[Outcome]) -> dict[str, float]:
     return out
 
 
-def report(name: str, outcomes: list[Outcome], verbose: bool) -> None:
+def report(name: str, outcomes: list[Outcome], verbose: bool) -> tuple[float, float]:
     """Print one set's figures against the targets, and what it got wrong."""
     figures = rates(outcomes)
     grounded = [o for o in outcomes if o.label == "grounded"]
@@ -156,11 +158,12 @@ def report(name: str, outcomes: list[Outcome], verbose: bool) -> None:
         print(f"  {kind:<12} {fr:>16} {fa:>16}")
     for outcome in outcomes:
         if verbose or not outcome.right:
-            verdict = "rejected" if outcome.rejected else "accepted"
+            said = "rejected" if outcome.rejected else "accepted"
             mark = "" if outcome.right else "WRONG "
-            print(f"  {mark}{outcome.id} ({outcome.label}, {outcome.kind}): {verdict}")
+            print(f"  {mark}{outcome.id} ({outcome.label}, {outcome.kind}): {said}")
             for reason in outcome.reasons:
                 print(f"      {reason[:300]}")
+    return figures["grounded_rejected"], figures["hallucinated_accepted"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,12 +172,19 @@ def main(argv: list[str] | None = None) -> int:
         "--set", choices=sorted(SETS), action="append", help="one set (default: all)"
     )
     parser.add_argument("--verbose", action="store_true", help="every candidate's reasons")
+    parser.add_argument("--smoke", action="store_true", help="the same run: it takes a second")
     args = parser.parse_args(argv)
+    worst_reject = worst_accept = 0.0
     for name in args.set or list(SETS):
         if name == "world" and digest(name=name) != recorded_digest(name=name):
             print("world: the frozen set was changed (its sha256 differs from the recorded one)")
-        report(name, evaluate(name=name), args.verbose)
-    return 0
+        fr, fa = report(name, evaluate(name=name), args.verbose)
+        worst_reject, worst_accept = max(worst_reject, fr), max(worst_accept, fa)
+    figure = (
+        f"grounding, worst set: false reject {worst_reject:.1%}, false accept {worst_accept:.1%}"
+    )
+    met = worst_reject <= TARGET and worst_accept <= TARGET
+    return verdict(figure, f"each <= {TARGET:.0%}", met, args.smoke)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Bench: an agent leaves a large file in its tree; loopd commits it, writes the attempt's diff,
 and builds what people and the critic read. Print loopd's peak RSS.
 
-    python bench/large_artefact.py [--mb 300] [--kind text|binary]
+    python bench/large_artefact.py [--mb 300] [--kind text|binary] [--smoke]
 
 Target: the daemon's RSS stays <= 150 MB whatever the agent committed. The RSS figure is
 this process's own (resource.getrusage RUSAGE_SELF): git's own memory is not loopd's.
@@ -16,6 +16,8 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+
+from verdict import verdict  # noqa: E402
 
 from daemon.model.evidence import build_evidence
 from daemon.people.digest import attempt_diffstat, format_stat
@@ -46,7 +48,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=300, help="size of the artefact")
     parser.add_argument("--kind", choices=("text", "binary"), default="text")
+    parser.add_argument("--smoke", action="store_true", help="a 4 MB artefact: that it runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.mb = 4
 
     with tempfile.TemporaryDirectory(prefix="loopd-bench-") as tmp:
         root = Path(tmp)
@@ -96,7 +101,8 @@ def main() -> int:
         )
         print(f"peak RSS before: {rss_before:.0f} MB")
         print(f"peak RSS: {peak_rss_mb():.0f} MB (target <= 150 MB)")
-    return 0
+    figure = f"peak RSS {peak_rss_mb():.0f} MB committing a {args.mb} MB artefact"
+    return verdict(figure, "<= 150 MB", peak_rss_mb() <= 150, args.smoke)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ git directory and the agent's git included) against the worktree preparation loo
 before clones (`git worktree add -b BRANCH PATH BASE`). The order alternates each round;
 CPU is this process's and its children's (git's) user + system time.
 
-Usage: python bench/prepare.py [--rounds 5] [--cache DIR] [--out DIR]
+Usage: python bench/prepare.py [--rounds 5] [--cache DIR] [--out DIR] [--smoke]
 """
 
 from __future__ import annotations
@@ -28,17 +28,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from verdict import verdict  # noqa: E402
+
 from daemon.runs.git import git_environment  # noqa: E402
 from daemon.runs.tree import prepare_tree, remove_tree  # noqa: E402
 from daemon.runs.userrepo import LedgerWriter  # noqa: E402
 from daemon.state.ledger import RefLedger  # noqa: E402
 
 FILES, COMMITS, PER_COMMIT, BIG = 20_000, 250, 160, 6000
+SMOKE_SIZES = (200, 5, 10, 600)  # files, commits, files a commit rewrites, bytes of each
 TARGET = 1.5
 
 
-def build_repo(path: Path) -> None:
+def build_repo(
+    path: Path, sizes: tuple[int, int, int, int] = (FILES, COMMITS, PER_COMMIT, BIG)
+) -> None:
     """20,000 files; 250 commits each rewriting 160 files of ~6 KB of base64: ~200 MB packed."""
+    files, commits, per_commit, big = sizes
     env = git_environment()
     subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True, env=env)
     proc = subprocess.Popen(
@@ -47,7 +53,7 @@ def build_repo(path: Path) -> None:
     assert proc.stdin is not None
     write = proc.stdin.write
     rng = random.Random(1)
-    paths = [f"src/pkg{i // 500:02d}/mod{(i // 50) % 10}/file{i:05d}.py" for i in range(FILES)]
+    paths = [f"src/pkg{i // 500:02d}/mod{(i // 50) % 10}/file{i:05d}.py" for i in range(files)]
     stamp = 1_700_000_000
 
     def commit(n: int, files: list[tuple[str, bytes]]) -> None:
@@ -65,8 +71,8 @@ def build_repo(path: Path) -> None:
         return base64.b64encode(rng.randbytes(size * 3 // 4))
 
     commit(0, [(p, blob(600)) for p in paths])
-    for n in range(1, COMMITS + 1):
-        commit(n, [(p, blob(BIG)) for p in rng.sample(paths, PER_COMMIT)])
+    for n in range(1, commits + 1):
+        commit(n, [(p, blob(big)) for p in rng.sample(paths, per_commit)])
     proc.stdin.close()
     assert proc.wait() == 0
     subprocess.run(["git", "-C", str(path), "checkout", "-q", "main"], check=True, env=env)
@@ -93,14 +99,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "loopd-bench"))
     parser.add_argument("--out", default="", help="where trees are made (default: a temp dir)")
+    parser.add_argument("--smoke", action="store_true", help="a tiny repository, one round")
     args = parser.parse_args(argv)
 
+    if args.smoke:
+        # A repository of its own, not the cached full-size one, gone when the bench ends.
+        args.rounds, args.cache = 1, tempfile.mkdtemp(prefix="loopd-prepare-smoke-")
     repo = Path(args.cache) / "prepare-repo"
     if not (repo / ".git").is_dir():
         print(f"building the repository in {repo} (once) ...", flush=True)
         shutil.rmtree(repo, ignore_errors=True)
         repo.parent.mkdir(parents=True, exist_ok=True)
-        build_repo(repo)
+        build_repo(repo, SMOKE_SIZES if args.smoke else (FILES, COMMITS, PER_COMMIT, BIG))
     listed = subprocess.run(
         ["git", "-C", str(repo), "ls-files"], capture_output=True, text=True, check=True
     ).stdout.count("\n")
@@ -149,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if not args.out:
         shutil.rmtree(out, ignore_errors=True)
+    if args.smoke:
+        shutil.rmtree(args.cache, ignore_errors=True)
 
     def med(kind: str, i: int) -> float:
         return statistics.median(r[i] for r in results[kind])
@@ -163,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         f"clone / worktree: wall {wall_ratio:.2f}x, cpu {cpu_ratio:.2f}x "
         f"(target <= {TARGET}x): {'OK' if ok else 'OVER'}"
     )
-    return 0 if ok else 1
+    figure = f"clone / worktree preparation: wall {wall_ratio:.2f}x, cpu {cpu_ratio:.2f}x"
+    return verdict(figure, f"<= {TARGET}x", ok, args.smoke)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from verdict import verdict  # noqa: E402
+
 from daemon.redact import Redactor  # noqa: E402
 from daemon.redaction.ruleset import ruleset  # noqa: E402
 
@@ -121,12 +123,16 @@ def measure(name: str, lines: list[str], mb: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=200, help="megabytes of each output")
+    parser.add_argument("--smoke", action="store_true", help="1 MB of each: that it runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.mb = 1
     rate = measure("streams", stream_lines(), args.mb)
     measure("plain", sample_lines(), args.mb)
-    verdict = "ok" if rate >= TARGET else "BELOW TARGET"
-    print(f"redaction of agent streams: {rate:.1f} MB/s (target >= {TARGET:.0f} MB/s) {verdict}")
-    return 0 if rate >= TARGET else 1
+    word = "ok" if rate >= TARGET else "BELOW TARGET"
+    print(f"redaction of agent streams: {rate:.1f} MB/s (target >= {TARGET:.0f} MB/s) {word}")
+    figure = f"redaction of agent streams: {rate:.1f} MB/s"
+    return verdict(figure, f">= {TARGET:.0f} MB/s", rate >= TARGET, args.smoke)
 
 
 if __name__ == "__main__":

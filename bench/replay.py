@@ -4,7 +4,7 @@ The home is generated: runs of five loops over 30 days, each with its task, a re
 an outcome, and cached semantic answers for a few tasks; the rules include one learned in
 loop `app` whose pattern reaches into two other loops. The figure is the wall time of the
 real `loopd replay --json` subprocess (interpreter start included) and the replay's own
-time as it reports it. Usage: python bench/replay.py [--runs N] [--rules N]
+time as it reports it. Usage: python bench/replay.py [--runs N] [--rules N] [--smoke]
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from verdict import verdict  # noqa: E402
 
 from daemon.rules.judge_cache import JudgeCache, task_key  # noqa: E402
 from daemon.rules.library import RuleLibrary  # noqa: E402
@@ -115,7 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--rules", type=int, default=50)
+    parser.add_argument("--smoke", action="store_true", help="20 runs, 5 rules: that it runs")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.runs, args.rules = 20, 5
     now = datetime.now(UTC)
     with tempfile.TemporaryDirectory() as tmp:
         expected = build_home(Path(tmp), now, args.runs, args.rules)
@@ -142,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         f"(expected {expected['unrelated_fired']}/{expected['unrelated']}), "
         f"too broad: {learned['too_broad']}"
     )
-    return 0
+    figure = f"loopd replay of {data['runs']} runs: {wall:.2f} s"
+    return verdict(figure, "<= 5 s", wall <= 5, args.smoke)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Targets: the lexical stage <= 20 ms at 10,000 rules, and at most one
 model call per task at every size. The model is the scripted OpenAI-compatible server of
 tests/model_server.py, reached through the real ModelClient; the judge's cache is fresh for
-each task so that every task really asks. Usage: python bench/rule_selection.py [--tasks N]
+each task so that every task really asks.
+Usage: python bench/rule_selection.py [--tasks N] [--sizes N ...] [--smoke]
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from verdict import verdict  # noqa: E402
 
 from daemon.config import VerifierConfig  # noqa: E402
 from daemon.model.client import ModelClient  # noqa: E402
@@ -112,14 +115,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tasks", type=int, default=40, help="tasks timed per size")
     parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
+    parser.add_argument("--smoke", action="store_true", help="3 tasks, 10 and 100 rules")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.tasks, args.sizes = 3, [10, 100]
+    results: dict[int, dict[str, float]] = {}
     print(
         f"{'rules':>6} {'lexical median':>15} {'lexical max':>12} {'calls/task':>11} "
         f"{'index build':>12} {'load cold':>10} {'load warm':>10}"
     )
     with ScriptedModelServer(default={"json": {"matches": []}}) as server:
         for size in args.sizes:
-            r = measure(size, server, args.tasks)
+            r = results[size] = measure(size, server, args.tasks)
             print(
                 f"{size:>6} {r['lexical_median_ms']:>12.2f} ms {r['lexical_max_ms']:>9.2f} ms "
                 f"{r['calls_per_task']:>6.2f} (max {int(r['max_calls'])}) "
@@ -127,7 +134,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['warm_load_ms']:>7.0f} ms",
                 flush=True,
             )
-    return 0
+    largest = max(results)
+    lexical = results[largest]["lexical_median_ms"]
+    calls = max(r["max_calls"] for r in results.values())
+    figure = f"lexical stage at {largest:,} rules: {lexical:.2f} ms; model calls a task: {calls:g}"
+    met = lexical <= 20 and calls <= 1
+    return verdict(figure, "<= 20 ms at 10,000 rules; <= 1 call", met, args.smoke)
 
 
 if __name__ == "__main__":

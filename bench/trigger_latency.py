@@ -5,7 +5,7 @@ A real repository with `loopd hooks install`, `loopd run` as a real process, a `
 agent that writes `time.time()` first thing; each of N commits (default 50) is its own run:
 the next commit waits until the daemon is idle again. Latency is measured from `git commit`
 returning to the agent's first statement; the daemon's events give the breakdown.
-Usage: python bench/trigger_latency.py [--commits N] [--keep]
+Usage: python bench/trigger_latency.py [--commits N] [--keep] [--smoke]
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from verdict import verdict  # noqa: E402
 
 from tests.helpers import git, make_home, make_repo, start_daemon, stop_daemon  # noqa: E402
 
@@ -126,7 +128,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--commits", type=int, default=50)
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument("--smoke", action="store_true", help="two commits: that it runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.commits = 2
 
     tmp = Path(tempfile.mkdtemp(prefix="loopd-bench-"))
     # The agent runs in the sandbox (the default): its log's folder is made writable for it.
@@ -202,7 +207,10 @@ def main() -> int:
         print(f"kept {tmp}")
     else:
         shutil.rmtree(tmp, ignore_errors=True)
-    return 0 if percentile(latencies, 99) <= 250 else 1
+    p99 = percentile(latencies, 99)
+    return verdict(
+        f"commit to agent start: p99 {p99:.0f} ms", "p99 <= 250 ms", p99 <= 250, args.smoke
+    )
 
 
 if __name__ == "__main__":

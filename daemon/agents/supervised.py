@@ -11,7 +11,9 @@ import subprocess
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
 
 from daemon.agents.base import AgentEvent, Invocation
 from daemon.agents.lines import READ_CHUNK, LineSplitter
@@ -21,7 +23,24 @@ from daemon.agents.stalls import ARGUMENTS_KEPT, StallKind, StallWatcher
 from daemon.redact import redact, redact_value
 
 if TYPE_CHECKING:
-    from daemon.agents.supervisor import Supervisor
+    from daemon.agents.base import AgentAdapter
+    from daemon.agents.transcript import Transcript
+
+
+# A Protocol, so this module does not import supervisor.py, which imports it.
+class Owner(Protocol):
+    """What a supervised process reads of the supervisor that started it (supervisor.py)."""
+
+    adapter: AgentAdapter
+    transcript: Transcript
+    kill_grace: float
+    on_event: Callable[[AgentEvent], None] | None
+    clock: Callable[[], datetime]
+    _lock: threading.Lock
+    _stop_at: float | None
+    _stop_reason: str
+    _wake_w: int | None
+
 
 TAIL_KEPT = 20  # the last lines of output kept for a plain agent's quota message
 TAIL_LINE_CHARS = 2000
@@ -36,7 +55,7 @@ class SupervisedRun:
 
     def __init__(
         self,
-        sup: Supervisor,
+        sup: Owner,
         proc: subprocess.Popen[bytes],
         tree: ProcessTree,
         invocation: Invocation,

@@ -102,7 +102,7 @@ def _loops_table(title: str, rows: list[tuple[str, ...]], width: int) -> Any:
 
 def show_runs(control: Any, args: argparse.Namespace) -> int:
     """Every machine's runs from the engine, newest first."""
-    from daemon.cli.show import runs_table
+    from daemon.cli.runview import runs_table
     from daemon.people.terminal import markup as m
 
     rows = control.runs(args.loop, args.limit)
@@ -154,7 +154,7 @@ def report_routed(control: Any, loop: str, run_id: str) -> int:
 
 def trigger_on_engine(control: Any, args: argparse.Namespace) -> int:
     """`loopd trigger` through the loop's controller; --wait follows the run to its end."""
-    from daemon.cli.runs import _print_outcome, exit_code
+    from daemon.cli.runview import exit_code, print_outcome
 
     def emit(run_id: str) -> None:
         print(run_id, flush=True)
@@ -166,5 +166,5 @@ def trigger_on_engine(control: Any, args: argparse.Namespace) -> int:
     if isinstance(result, str):
         print(f"trigger was {result}")
         return 1
-    _print_outcome(result)
+    print_outcome(result)
     return exit_code(result)

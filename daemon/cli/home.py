@@ -32,6 +32,8 @@ def init(args: argparse.Namespace) -> int:
 def check(args: argparse.Namespace) -> int:
     """Validate loopd.toml and loops/*.toml."""
     from daemon.cli.runs import daemon_pid
+    from daemon.config.errors import ConfigError
+    from daemon.engine import missing_extra
     from daemon.runs.budget import budget_warnings
     from daemon.sandbox.registry import choose
     from daemon.service.preflight import Preflight, daemon_path
@@ -39,7 +41,12 @@ def check(args: argparse.Namespace) -> int:
     home = home_of(args)
     loaded = home.load()
     loaded.warnings.extend(budget_warnings(loaded))
-    if loaded.daemon_ok and loaded.daemon.engine.temporal:
+    kind = loaded.daemon.engine.kind if loaded.daemon_ok else "local"
+    needs = missing_extra(kind)
+    if needs:
+        problem, install = f'"{kind}" needs {needs[0]}', f'{needs[1]}, or kind = "local"'
+        loaded.errors.append(ConfigError(home.config_path, "engine.kind", problem, install))
+    elif loaded.daemon_ok and loaded.daemon.engine.temporal:
         from daemon.engine.temporal.check import check_schedules
 
         errors, warnings = check_schedules(home, loaded)

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from daemon.cli.common import CommandError, command, engine_control, home_of
+from daemon.cli.runview import exit_code, print_outcome
 from daemon.clock import utc_now
 from daemon.config import LoadedConfig, Loop
 from daemon.home import Home
@@ -183,13 +184,8 @@ def once(args: argparse.Namespace) -> int:
             f"or the next `loopd once {loop.name}` resumes it"
         )
         return 1
-    _print_outcome(run)
+    print_outcome(run)
     return exit_code(run)
-
-
-def exit_code(run: Any) -> int:
-    """0 for a run that did its job: succeeded (landed or not) or skipped (already done)."""
-    return 0 if run.outcome in ("succeeded", "skipped") else 1
 
 
 def _hold(services: Any, loop: Loop, now: Any) -> Any:
@@ -241,29 +237,6 @@ def _notifications(loaded: LoadedConfig, store: Any) -> Any:
     except ImportError:
         return None
     return Notifications(loaded.daemon.notify, store.events)
-
-
-def _print_outcome(run: Any) -> None:
-    from daemon.people.digest import checks_word
-    from daemon.people.terminal import clean
-
-    print(f"{run.outcome}: {clean(run.reason)}")
-    for a in run.attempts:
-        score = "-" if a.score is None else a.score
-        print(
-            f"  attempt {a.n}: checks {checks_word(a.checks_passed)}, score {score}, "
-            f"nudges {a.nudges}, exit {a.exit_code}"
-        )
-    if run.branch and run.isolation != "in-place" and run.outcome != "skipped":
-        print(f"  branch {run.branch}")
-    if run.outcome == "succeeded":
-        from daemon.people.landstate import landing_state
-
-        print(f"  {clean(landing_state(run).line())}")
-    if run.cost_usd:
-        print(f"  cost ${run.cost_usd:.4f} ({run.input_tokens} in, {run.output_tokens} out)")
-    if run.waited:
-        print(f"  parked {run.waited}s on usage limits")
 
 
 def trigger(args: argparse.Namespace) -> int:
@@ -411,7 +384,7 @@ def _wait_for(home: Home, store: Any, tail: Any, inbox_id: str) -> int:
                 raise CommandError(str(exc), code=1) from None
             # Ended once finished: its escalation and notifications are done, it is not live.
             if run is not None and run.outcome is not None and run_id not in store.live_runs():
-                _print_outcome(run)
+                print_outcome(run)
                 return exit_code(run)
         if daemon_pid(home) is None:
             raise CommandError("the daemon stopped before the run ended")

@@ -14,6 +14,7 @@ from daemon.cli.common import (
     home_of,
     print_json,
 )
+from daemon.cli.runview import runs_table
 
 
 def runs(args: argparse.Namespace) -> int:
@@ -91,24 +92,6 @@ def _notice_hand_merges(store: Any, records: list[Any]) -> None:
     for run in records:
         if run.outcome == "succeeded" and not run.landed:
             notice_landed(store, run, now)
-
-
-def runs_table(title: str, ids: list[str]) -> Any:
-    """The empty table of `loopd runs` (either engine): fits 80 columns, RUN_IDs whole."""
-    from rich import box
-    from rich.table import Table
-
-    from daemon.people.terminal import markup as m
-
-    table = Table(title=m(title), box=box.SIMPLE_HEAD, pad_edge=False)
-    # The RUN_ID is what a person copies: never wrapped or cut; the reason wraps.
-    table.add_column("run", no_wrap=True, min_width=max(map(len, ids), default=3))
-    table.add_column("trigger", no_wrap=True)
-    table.add_column("outcome", no_wrap=True)
-    table.add_column("att", justify="right")
-    table.add_column("score", justify="right")
-    table.add_column("reason", min_width=10)
-    return table
 
 
 def _parked_runs(store: Any, loop: str | None) -> list[Any]:

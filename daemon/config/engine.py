@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator
 
 from daemon.config.base import StrictModel, _queue_name
 from daemon.units import duration
-
-if TYPE_CHECKING:
-    from daemon.config.loading import LoadedConfig
-
 
 ENGINES = ("local", "temporal")
 
@@ -51,9 +47,8 @@ class EngineConfig(StrictModel):
         return bool(self.tls_cert or self.api_key_file)
 
 
-def engine_warnings(home: Path, loaded: LoadedConfig) -> list[str]:
+def engine_warnings(home: Path, engine: EngineConfig) -> list[str]:
     """What a person should know about `[engine]`: an engine any agent could reach."""
-    engine = loaded.daemon.engine
     if not engine.temporal or engine.secured:
         return []
     return [

@@ -9,15 +9,29 @@ The user's reference is `docs/configuration.md`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from daemon.config.errors import ConfigError
 from daemon.units import duration
 
-if TYPE_CHECKING:
-    from daemon.config import LoopConfig
+
+# A Protocol, not LoopConfig: loop_file.py builds LoopConfig on RunEnds from here.
+class LandingLoop(Protocol):
+    """What the landing checks read of a loop: a LoopConfig."""
+
+    @property
+    def land(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def base(self) -> str: ...
+    @property
+    def isolation(self) -> str: ...
+    @property
+    def repo_path(self) -> Path: ...
+
 
 # What a run may not land without the loop's `land_allow` naming the glob: files that run
 # programs on a person's machine or in CI as soon as they are merged or pushed.
@@ -115,12 +129,12 @@ def branch_of_base(repo: Path, base: str) -> str:
         return ""
 
 
-def land_target(repo: Path, config: LoopConfig) -> str:
+def land_target(repo: Path, config: LandingLoop) -> str:
     """The branch a run lands on: `target`, else the branch `base` names ("" when none)."""
     return config.target or branch_of_base(repo, config.base)
 
 
-def check_run_ends(path: Path, config: LoopConfig) -> list[ConfigError]:
+def check_run_ends(path: Path, config: LandingLoop) -> list[ConfigError]:
     """What a loop's landing keys need of its repository (`setup` runs on either engine)."""
     errors = []
     if config.land != "branch" and config.isolation == "in-place":

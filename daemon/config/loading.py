@@ -325,7 +325,7 @@ def load_home(home: Path) -> LoadedConfig:
                     "base_url, so attempts are judged by their checks alone; configure "
                     '[verifier] or set critic = "off" in the loop file'
                 )
-    loaded.warnings.extend(engine_warnings(home, loaded))
+    loaded.warnings.extend(engine_warnings(home, loaded.daemon.engine))
     if loaded.daemon.verifier.configured:
         for loop in loaded.loops.values():
             profile = loaded.daemon.profile(loop.config.agent)

@@ -3,15 +3,31 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
-    from daemon.engine.temporal.control import EngineControl
     from daemon.home import Home
+    from daemon.state.records import RunRecord
 
 
 class EngineError(Exception):
     """The engine cannot do what was asked; the message says why and what to do."""
+
+
+# A Protocol, so the interface names no engine: each kind's view (temporal/control.py) has it.
+class EngineControl(Protocol):
+    """Where the commands read and act when it is not the home's own state/."""
+
+    def status(self) -> dict[str, Any]: ...
+    def runs(self, loop: str | None, limit: int) -> list[dict[str, Any]]: ...
+    def record(self, run_id: str) -> RunRecord | str | None: ...
+    def cancel(self, run_id: str) -> tuple[int, str]: ...
+    def pause(self, loop: str, paused: bool) -> None: ...
+    def trigger(
+        self, loop: str, reason: str, wait: bool, emit: Any, force: bool = False
+    ) -> RunRecord | str: ...
+    def routed(self, loop: str, trigger_id: str) -> str: ...
+    def escalations(self, request: dict[str, Any]) -> dict[str, Any]: ...
 
 
 class Engine(ABC):

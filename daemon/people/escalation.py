@@ -9,19 +9,25 @@ closes it as superseded, with a `## Superseded by RUN_ID` section.
 
 from __future__ import annotations
 
-import os
-import tomllib
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from daemon.people.digest import best_score
+from daemon.people.escalation_file import (
+    Escalation,
+    _split,
+    open_escalations,
+)
+from daemon.people.escalation_file import (
+    list_escalations as list_escalations,
+)
+from daemon.people.escalation_file import (
+    read_escalation as read_escalation,
+)
 from daemon.people.escalation_text import cause_of, quote, render, suggest
 from daemon.redact import redact
-from daemon.regularfile import STATE_MAX, read_regular
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
 from daemon.state.records import RunRecord, Trigger
@@ -39,33 +45,6 @@ class AlreadyResolved(Exception):
     """The escalation was resolved before."""
 
 
-class Escalation(BaseModel):
-    """The front matter of an escalation file."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    run: str
-    loop: str
-    task: str
-    status: Literal["open", "resolved", "superseded"] = "open"
-    escalated: datetime
-    cause: str = "unknown"
-    outcome: str = ""
-    reason: str = ""
-    branch: str = ""
-    attempts: int = 0
-    best_score: int | None = None
-    resolved: datetime | None = None
-    note: str = ""
-    retry: bool = False
-    retry_trigger: str = ""  # the inbox file of the retry, when one was queued
-    superseded_by: str = ""  # the later run of the same task that succeeded (or was skipped)
-
-    @property
-    def is_open(self) -> bool:
-        return self.status == "open"
-
-
 def _same_task(a: str, b: str) -> bool:
     return " ".join(a.split()) == " ".join(b.split())
 
@@ -77,30 +56,6 @@ def _front_matter(meta: Escalation) -> str:
         for k, v in meta.model_dump(mode="python", exclude_none=True).items()
     }
     return "+++\n" + tomli_w.dumps(data) + "+++\n"
-
-
-def _split(text: str) -> tuple[str, str] | None:
-    if not text.startswith("+++\n"):
-        return None
-    end = text.find("\n+++\n", 3)
-    if end < 0:
-        return None
-    return text[4 : end + 1], text[end + 5 :]
-
-
-def read_escalation(path: Path) -> Escalation | None:
-    """The front matter of one escalation file; None when it is not one loopd wrote."""
-    try:
-        text = read_regular(path, cap=STATE_MAX).decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    parts = _split(text)
-    if parts is None:
-        return None
-    try:
-        return Escalation.model_validate(tomllib.loads(parts[0]))
-    except (tomllib.TOMLDecodeError, ValidationError):
-        return None
 
 
 def write_escalation(
@@ -124,27 +79,6 @@ def write_escalation(
     path = store.escalation_path(run.id)
     write_atomic(path, _front_matter(meta) + "\n" + redact(body))
     return path
-
-
-def list_escalations(store: StateStore) -> list[Escalation]:
-    """Every escalation, oldest first."""
-    folder = store.root / "escalations"
-    try:
-        names = sorted(os.listdir(folder))
-    except FileNotFoundError:
-        return []
-    out = []
-    for name in names:
-        if name.endswith(".md") and not name.startswith("."):
-            meta = read_escalation(folder / name)
-            if meta is not None:
-                out.append(meta)
-    return out
-
-
-def open_escalations(store: StateStore, loop: str | None = None) -> list[Escalation]:
-    """Escalations waiting for a person, oldest first."""
-    return [e for e in list_escalations(store) if e.is_open and (loop is None or e.loop == loop)]
 
 
 def blocking_escalation(

@@ -19,7 +19,7 @@ from daemon.people.digest import (
     last_diff,
     one_line,
 )
-from daemon.people.escalation import open_escalations
+from daemon.people.escalation_file import open_escalations
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso

@@ -23,6 +23,7 @@ from daemon.runs.guards import check_refs
 from daemon.runs.journal import RunJournal
 from daemon.runs.owngit import AgentHeads, OwnGit
 from daemon.runs.repofiles import load_snapshot, restore_files, save_snapshot, take_snapshot
+from daemon.runs.setupmade import setup_paths
 from daemon.runs.tree import RunTree
 from daemon.runs.userrepo import LedgerWriter
 from daemon.state.ledger import ledger_of
@@ -158,8 +159,6 @@ def commit_work(
     cleared = own.clear_hiding_flags()
     if cleared:
         journal.event("index_flags_cleared", paths=cleared[:50], count=len(cleared))
-    from daemon.runs.setup import setup_paths
-
     staged = own.stage_all(setup_paths(run, tree.path))
     tip = own.tip()
     parents, taken, kept = choose_parents(own, tip, run.base_commit, [heads.branch, heads.head])

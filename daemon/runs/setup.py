@@ -13,7 +13,6 @@ check passes there is nothing to do, and the run ends `skipped` without an agent
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from daemon.runs.checks import CheckResult, ChecksResult, run_check
 from daemon.runs.confinement import Confinement
 from daemon.runs.journal import RunJournal
 from daemon.runs.owngit import OwnGit
+from daemon.runs.setupmade import setup_excludes
 from daemon.runs.stop import StopToken
 from daemon.state.atomic import write_atomic
 from daemon.state.records import RunRecord, is_experiment
@@ -155,26 +155,3 @@ def keep_setup_paths(
     confinement.keep_read_only([tree / path for path in made])
     journal.save()
     own.exclude(setup_excludes(journal.run, tree))
-
-
-def setup_paths(run: RunRecord, tree: Path) -> list[str]:
-    """The paths setup made in `tree`, relative to it, as the run's record keeps them."""
-    out = []
-    for path in run.exposure.read_only if run.exposure else []:
-        rel = os.path.relpath(path, tree)
-        if not rel.startswith(".."):
-            out.append(rel)
-    return out
-
-
-def _anchored(rel: str) -> str:
-    """`rel` as a gitignore pattern matching that one path from the top of the tree."""
-    escaped = "".join("\\" + ch if ch in "\\*?[!#" else ch for ch in rel)
-    if escaped.endswith(" "):
-        escaped = escaped[:-1] + "\\ "
-    return "/" + escaped
-
-
-def setup_excludes(run: RunRecord, tree: Path) -> list[str]:
-    """loopd's own exclude list for the run: what setup made."""
-    return [_anchored(rel) for rel in setup_paths(run, tree)]

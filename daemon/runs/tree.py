@@ -19,6 +19,7 @@ from pathlib import Path
 from daemon.runs.agentgit import is_real_dir, read_small, replace_file, write_clone
 from daemon.runs.git import GitError
 from daemon.runs.owngit import OwnGit, remove_path
+from daemon.runs.setupmade import setup_excludes
 from daemon.runs.userrepo import LedgerWriter, UserRepo
 from daemon.state.atomic import ensure_dir
 from daemon.state.records import RunRecord
@@ -270,8 +271,6 @@ def reopen_tree(run: RunRecord, worktrees_root: Path) -> RunTree:
             own.path, tree.path, user.common, tree.branch, tip, found.object_format,
             user.lfs_storage(),
         )  # fmt: skip
-        from daemon.runs.setup import setup_excludes
-
         own.exclude(setup_excludes(run, tree.path))  # what setup made stays out
         if not remade:
             own.read_index()  # the tree's files are hashed at the next commit

@@ -1,0 +1,52 @@
+"""A run as the commands print it on either engine: the runs table, a run's outcome, its exit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def runs_table(title: str, ids: list[str]) -> Any:
+    """The empty table of `loopd runs` (either engine): fits 80 columns, RUN_IDs whole."""
+    from rich import box
+    from rich.table import Table
+
+    from daemon.people.terminal import markup as m
+
+    table = Table(title=m(title), box=box.SIMPLE_HEAD, pad_edge=False)
+    # The RUN_ID is what a person copies: never wrapped or cut; the reason wraps.
+    table.add_column("run", no_wrap=True, min_width=max(map(len, ids), default=3))
+    table.add_column("trigger", no_wrap=True)
+    table.add_column("outcome", no_wrap=True)
+    table.add_column("att", justify="right")
+    table.add_column("score", justify="right")
+    table.add_column("reason", min_width=10)
+    return table
+
+
+def exit_code(run: Any) -> int:
+    """0 for a run that did its job: succeeded (landed or not) or skipped (already done)."""
+    return 0 if run.outcome in ("succeeded", "skipped") else 1
+
+
+def print_outcome(run: Any) -> None:
+    """A finished run's outcome, attempts and landing, as `once` and `trigger --wait` print."""
+    from daemon.people.digest import checks_word
+    from daemon.people.terminal import clean
+
+    print(f"{run.outcome}: {clean(run.reason)}")
+    for a in run.attempts:
+        score = "-" if a.score is None else a.score
+        print(
+            f"  attempt {a.n}: checks {checks_word(a.checks_passed)}, score {score}, "
+            f"nudges {a.nudges}, exit {a.exit_code}"
+        )
+    if run.branch and run.isolation != "in-place" and run.outcome != "skipped":
+        print(f"  branch {run.branch}")
+    if run.outcome == "succeeded":
+        from daemon.people.landstate import landing_state
+
+        print(f"  {clean(landing_state(run).line())}")
+    if run.cost_usd:
+        print(f"  cost ${run.cost_usd:.4f} ({run.input_tokens} in, {run.output_tokens} out)")
+    if run.waited:
+        print(f"  parked {run.waited}s on usage limits")

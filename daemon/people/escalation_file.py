@@ -1,0 +1,90 @@
+"""Reading `state/escalations/`: an escalation file's front matter, the open ones.
+
+Below people/escalation.py (which writes, resolves and supersedes them) so that
+people/progress.py can list open escalations without importing what updates progress.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from daemon.regularfile import STATE_MAX, read_regular
+from daemon.state.store import StateStore
+
+
+class Escalation(BaseModel):
+    """The front matter of an escalation file."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    run: str
+    loop: str
+    task: str
+    status: Literal["open", "resolved", "superseded"] = "open"
+    escalated: datetime
+    cause: str = "unknown"
+    outcome: str = ""
+    reason: str = ""
+    branch: str = ""
+    attempts: int = 0
+    best_score: int | None = None
+    resolved: datetime | None = None
+    note: str = ""
+    retry: bool = False
+    retry_trigger: str = ""  # the inbox file of the retry, when one was queued
+    superseded_by: str = ""  # the later run of the same task that succeeded (or was skipped)
+
+    @property
+    def is_open(self) -> bool:
+        return self.status == "open"
+
+
+def _split(text: str) -> tuple[str, str] | None:
+    if not text.startswith("+++\n"):
+        return None
+    end = text.find("\n+++\n", 3)
+    if end < 0:
+        return None
+    return text[4 : end + 1], text[end + 5 :]
+
+
+def read_escalation(path: Path) -> Escalation | None:
+    """The front matter of one escalation file; None when it is not one loopd wrote."""
+    try:
+        text = read_regular(path, cap=STATE_MAX).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    parts = _split(text)
+    if parts is None:
+        return None
+    try:
+        return Escalation.model_validate(tomllib.loads(parts[0]))
+    except (tomllib.TOMLDecodeError, ValidationError):
+        return None
+
+
+def list_escalations(store: StateStore) -> list[Escalation]:
+    """Every escalation, oldest first."""
+    folder = store.root / "escalations"
+    try:
+        names = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        if name.endswith(".md") and not name.startswith("."):
+            meta = read_escalation(folder / name)
+            if meta is not None:
+                out.append(meta)
+    return out
+
+
+def open_escalations(store: StateStore, loop: str | None = None) -> list[Escalation]:
+    """Escalations waiting for a person, oldest first."""
+    return [e for e in list_escalations(store) if e.is_open and (loop is None or e.loop == loop)]
