@@ -22,6 +22,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from verdict import verdict  # noqa: E402
 
 from daemon.runs.checktree import CheckTree  # noqa: E402
 from daemon.runs.git import git_environment  # noqa: E402
@@ -84,13 +87,11 @@ def main() -> int:
             times.append((time.perf_counter() - started) * 1000)
         assert not (check.path / "__pycache__").exists(), "an agent's ignored file came along"
     median, worst = statistics.median(times), max(times)
-    met = "met" if median <= TARGET_MS else "NOT met"
-    print(
-        f"check tree on {args.files} files: first made in {first:.0f} ms; per attempt median "
-        f"{median:.0f} ms, max {worst:.0f} ms over {args.rounds} rounds (target <= "
-        f"{TARGET_MS:.0f} ms: {met})"
+    figure = (
+        f"{median:.0f} ms a attempt (median; max {worst:.0f} ms over {args.rounds}) on "
+        f"{args.files} files; first made in {first:.0f} ms"
     )
-    return 0
+    return verdict(figure, f"<= {TARGET_MS:.0f} ms", median <= TARGET_MS, args.smoke)
 
 
 if __name__ == "__main__":

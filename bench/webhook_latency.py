@@ -24,6 +24,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from verdict import verdict  # noqa: E402
 
 from bench.trigger_latency import idle, percentile, read_events, stamp, wait  # noqa: E402
 from tests.helpers import make_home, start_daemon, stop_daemon  # noqa: E402
@@ -134,7 +137,10 @@ def main() -> int:
     parser.add_argument("--deliveries", type=int, default=30)
     parser.add_argument("--burst", type=int, default=1000)
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument("--smoke", action="store_true", help="seconds: 3 deliveries, a burst of 20")
     args = parser.parse_args()
+    if args.smoke:
+        args.deliveries, args.burst = 3, 20
 
     tmp = Path(tempfile.mkdtemp(prefix="loopd-bench-"))
     log = tmp / "talk" / "agent-starts.log"
@@ -171,7 +177,10 @@ def main() -> int:
         print(f"kept {tmp}")
     else:
         shutil.rmtree(tmp, ignore_errors=True)
-    return 0
+    p99 = percentile(values, 99)
+    lost = args.burst - flood["triggers"]
+    figure = f"p99 {p99:.0f} ms delivery to agent start; burst: {lost} of {args.burst} lost"
+    return verdict(figure, "p99 <= 200 ms, none lost", p99 <= 200 and lost == 0, args.smoke)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {
     ),
     ("daemon.scheduling.hooks", "daemon.runs.git"): "safe git for the hooks it installs",
     ("daemon.scheduling.changes", "daemon.runs.git"): "safe git to list a repository's files",
+    ("daemon.scheduling.remotes", "daemon.runs.git"): "safe git to fetch and poll a remote",
     ("daemon.housekeeping", "daemon.runs.git"): "safe git to prune loopd's own refs",
     ("daemon.example.prepare", "daemon.runs.git"): "safe git to make the example's repository",
     ("daemon.config.land", "daemon.runs.git"): "safe git to read which branch `base` names",
