@@ -96,6 +96,17 @@ def test_an_agent_that_eats_memory_is_held_at_max_memory(tmp_path: Path) -> None
     assert _left(repo, run, "memory.txt") == "refused"
 
 
+def test_an_agent_that_fills_its_tree_is_held_at_max_tree(tmp_path: Path) -> None:
+    require_bwrap()
+    script = (
+        "import os\nfor i in range(4):\n    open(f'blob{i}', 'wb').write(os.urandom(1 << 20))\n"
+    )
+    home, _ = _home(tmp_path, script, 'max_tree = "2MB"\n')
+    run = _run(home)
+    assert run["attempts"][0]["limit_hit"] == "tree"
+    assert run["cause"] == "resource-limit" and "max_tree" in run["reason"], run
+
+
 def test_check_and_status_say_which_limits_are_in_force(tmp_path: Path) -> None:
     home, _ = _home(tmp_path, "print(1)\n", "max_processes = 64\n")
     checked = json.loads(loopd(home, "check", "--json").stdout)

@@ -102,6 +102,7 @@ class LimitsConfig(StrictModel):
     max_memory: size("64MB", "64TB") = "8GB"  # type: ignore[valid-type]
     max_tmp: size("1MB", "1TB") = "1GB"  # type: ignore[valid-type]
     max_file_size: size("1MB", "1TB") = "100MB"  # type: ignore[valid-type]
+    max_tree: size("1MB", "100TB") = "10GB"  # type: ignore[valid-type]
 
     @field_validator("timezone")
     @classmethod

@@ -156,8 +156,8 @@ def suggest(run: RunRecord, cause: Cause | None) -> str:
         hit = next((a for a in reversed(run.attempts) if a.limit_hit), None)
         what = hit.limit_hit if hit else "a"
         return (
-            f"The agent's processes ran into the {what} limit of the run (`[limits]` "
-            "max_processes, max_memory in loopd.toml) and the checks still fail. A runaway "
+            f"The agent ran into the {what} limit of the run (`[limits]` max_processes, "
+            "max_memory, max_tree in loopd.toml) and the checks still fail. A runaway "
             "agent (a fork loop, a leak) is stopped so; if the task really needs more, raise "
             f"the limit, then {retry}.{branch}"
         )

@@ -9,6 +9,7 @@ attempt is recorded as finished.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,23 @@ class CheckedCommit:
 
     commit: str
     checks: ChecksResult
+
+
+def tree_size(path: Path, stop_past: int) -> int:
+    """The bytes of the regular files under `path` (links not followed), counting stopped
+    once past `stop_past`."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                info = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                total += info.st_size
+                if total > stop_past:
+                    return total
+    return total
 
 
 @dataclass
@@ -306,9 +324,12 @@ class Attempt:
             run.agent_pids = []
             attempt.exit_code = session.exit_code
             attempt.timed_out = attempt.timed_out or session.timed_out
-            if session.limit_hit:
-                attempt.limit_hit = session.limit_hit
-                journal.event("resource_limit", attempt=attempt.n, limit=session.limit_hit)
+            limit_hit = session.limit_hit or self._tree_over_limit()
+            if limit_hit:
+                attempt.limit_hit = limit_hit
+                journal.event("resource_limit", attempt=attempt.n, limit=limit_hit)
+                if limit_hit == "tree":
+                    return  # no nudge: the tree itself is over the run's bound
             if session.session_id:
                 session_id = attempt.session_id = session.session_id
             if session.final_text:
@@ -414,6 +435,11 @@ class Attempt:
         # Codex prints its local time without a zone: the zone the agent process runs in.
         agent_zone = local_zone({**os.environ, **adapter.profile.env})
         return quota_of(adapter, session, self.journal.now(), zone, agent_zone)
+
+    def _tree_over_limit(self) -> str:
+        """ "tree" when the run's tree holds more than `[limits] max_tree` bytes, else ""."""
+        limit = self.services.config.limits.max_tree
+        return "tree" if tree_size(self.tree.path, limit) > limit else ""
 
     def _checks_now(self) -> CheckedCommit:
         """Commit the work so far and run the checks on it."""

@@ -20,6 +20,8 @@ from daemon.state.records import (
 )
 
 StopWhy = Literal["cancelled", "interrupted"]
+# The `[limits]` key of each run limit an attempt can run into (AttemptRecord.limit_hit).
+LIMIT_KEYS = {"processes": "max_processes", "memory": "max_memory", "tree": "max_tree"}
 
 
 class Ending(NamedTuple):
@@ -206,7 +208,7 @@ def _failing_given_up(attempts: Sequence[AttemptRecord], last: AttemptRecord) ->
         return Ending("escalated", why, Cause.STALLED)
     limited = [a for a in attempts if a.limit_hit]
     if limited:
-        key = "max_processes" if limited[-1].limit_hit == "processes" else "max_memory"
+        key = LIMIT_KEYS.get(limited[-1].limit_hit, "max_memory")
         why = (
             f"attempts used up; attempt {limited[-1].n} ran into the {limited[-1].limit_hit} "
             f"limit ([limits] {key}); {fails}"

@@ -293,7 +293,7 @@ class AttemptRecord(Record):
     base_commit: str = ""  # the tree's commit when the attempt started
     head_commit: str = ""  # loopd's commit of what the agent left
     interrupted: bool = False  # the attempt ended with the run (cancel, stop, crash)
-    limit_hit: str = ""  # a run limit the agent's processes ran into: processes, memory
+    limit_hit: str = ""  # a run limit the agent ran into: processes, memory, tree (its size)
     # The ids of the rules in the attempt's prompt, and the critic's attribution of them
     # (`attributed` false: no critic said anything of them).
     rules: list[str] = []
