@@ -127,6 +127,8 @@ def test_the_first_command_runs_the_example_to_success(
     assert run["outcome"] == "succeeded", output[-3000:]
     assert "execvp" not in output and "externally-managed" not in output
     assert (clone / ".venv" / "bin" / "loopd").exists()
+    # loopd is not on this PATH: the summary names the command as it can be typed here.
+    assert f"`.venv/bin/loopd show {run['id']}`" in output, output[-3000:]
     assert _site_listing(python) == before  # nothing installed system-wide
 
 

@@ -8,6 +8,8 @@ to read it in `state/`, and how to point a loop at your own repository and agent
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -76,7 +78,8 @@ class FirstRun:
         nudges = sum(a.nudges for a in run.attempts)
         stalls = sorted({s.kind for a in run.attempts for s in a.stalls})
         checks = "pass" if run.attempts and run.attempts[-1].checks_passed else "fail"
-        loopd = "loopd" if Path.cwd() == home else f"loopd --home {home}"
+        command = typed_command()
+        loopd = command if Path.cwd() == home else f"{command} --home {home}"
         return [
             f"loopd: the example ran ({run.id}): {run.outcome}, {run.reason}.",
             f"  What happened: the example agent worked on branch {run.branch} of {run.repo}; "
@@ -90,6 +93,20 @@ class FirstRun:
             "each file is.",
             f"  Your own loop: copy loops/{run.loop}.toml to loops/NAME.toml; set repo, task, "
             'agent ("qwen", "claude", ... or a profile in loopd.toml) and done_when; set '
-            f"enabled = false in loops/{run.loop}.toml; `loopd check`; the running loopd "
-            "loads the files within seconds (`loopd reload`: at once), then `loopd trigger NAME`.",
+            f"enabled = false in loops/{run.loop}.toml; `{loopd} check`; the running loopd "
+            f"loads the files within seconds (`{loopd} reload`: at once), then `{loopd} trigger "
+            "NAME`.",
         ]
+
+
+def typed_command() -> str:
+    """`loopd` as the person can type it: the name when it is on the PATH, else the path it
+    was started by (`.venv/bin/loopd` after the README's first command)."""
+    started = sys.argv[0] if sys.argv else ""
+    if os.path.basename(started) != "loopd" or "/" not in started:
+        return "loopd"
+    found = shutil.which("loopd")
+    if found and os.path.realpath(found) == os.path.realpath(started):
+        return "loopd"
+    relative = os.path.relpath(started)
+    return relative if not relative.startswith("../") else started
