@@ -485,7 +485,7 @@ def test_same_model_for_critic_and_agent_warns_in_status_and_events(
     assert any("agent-model" in e["message"] for e in warnings)
     assert running["daemon"]["running"] is True
     # Said once, not once from the daemon's status file and again from the loop files.
-    shown = [w for w in running["daemon"]["warnings"] if "agent-model" in w]
+    shown = [w for w in running["daemon"]["warnings"] if "is the agent's model" in w]
     assert len(shown) == 1, running["daemon"]["warnings"]
     assert "agent-model" in loopd(home, "status", env={"COLUMNS": "400"}).stdout
 

@@ -465,9 +465,12 @@ def test_an_agent_moving_main_fails_the_run_and_main_stays_where_it_was_moved(
         "git('update-ref', 'refs/heads/release', 'HEAD~1', git('rev-parse', 'release'))\n"
         f"{FIX}"
     )
+    # Unconfined: sandboxed, a worktree's agent cannot move the person's refs at all
+    # (tests/test_worktree_git.py); here the guard reports what it did.
+    unconfined = 'mode = "off"\nunconfined_as_root = true\n'
     home = make_home(
         tmp_path / "home",
-        agent_profile(log, body),
+        agent_profile(log, body) + unconfined,
         {
             "calc": loop_text(
                 repo,
