@@ -130,6 +130,11 @@ max_concurrent_runs = 1
 # max_wait = "12h"           # a run parked on its agent's usage limit escalates past this
 # daily_tokens = 0           # tokens all loops may spend a day; then new runs wait (0: none)
 # timezone = ""              # whose midnight starts that day (default: this machine's zone)
+# max_processes = 1024       # each run's processes at once (the agent's, setup's, checks')
+# max_memory = "8GB"         # each run's memory (unset: the smaller of 8GB and half the RAM)
+# max_tmp = "1GB"            # each tmpfs of the sandbox (its /tmp): they live in memory
+# max_file_size = "100MB"    # the largest file the agent may write
+# max_tree = "10GB"          # a run's tree; `loopd check` says how this host enforces these
 
 # [rules]
 # max_breadth = 0.3          # a learned rule firing on more of other loops' runs stays in trial
