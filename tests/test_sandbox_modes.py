@@ -119,12 +119,17 @@ def test_a_run_keeps_what_it_exposed_in_its_record(tmp_path: Path, isolation: st
     run = tomllib.loads((home / "state" / "runs" / run_id / "run.toml").read_text())
     exposure = run["exposure"]
     # A clone's agent reads the user's objects (its alternates) and writes none of them; a
-    # worktree's agent commits into the user's repository.
-    user_git = [str((repo / ".git").resolve())]
+    # worktree's agent reads the user's git folder and writes only what its commits need.
+    common = (repo / ".git").resolve()
+    user_git = [str(common)]
     if isolation == "clone":
         assert (exposure["git_writable"], exposure["git_readable"]) == ([], user_git)
     else:
-        assert (exposure["git_writable"], exposure["git_readable"]) == (user_git, [])
+        assert exposure["git_readable"] == user_git
+        assert str(common / "objects") in exposure["git_writable"]
+        assert str(common) not in exposure["git_writable"]
+        assert any(p.startswith(str(common / "worktrees")) for p in exposure["git_writable"])
+        assert exposure["read_only"] == [str(common / "objects" / "info")]
     assert exposure["agent_home"].endswith(f"{run_id}.agent/home")
     wait_for(lambda: not Path(exposure["agent_home"]).exists(), timeout=5)
 

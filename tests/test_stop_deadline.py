@@ -85,7 +85,7 @@ def test_sigterm_ends_loopd_once_while_a_phase_hangs(
     try:
         hung = 2 if phase == "judging" else 1  # the rule selection, then the critic
         wait_for(
-            lambda: len(model_server.requests) >= hung and _phase(case.home.root) == phase,
+            lambda: len(model_server.chat_requests()) >= hung and _phase(case.home.root) == phase,
             timeout=120,
             what=f"the run to hang in {phase}",
         )
@@ -116,7 +116,7 @@ def test_sigterm_ends_the_daemon_while_a_run_hangs_in_preparing(
     try:
         loopd(case.home.root, "trigger", "calc")
         wait_for(
-            lambda: model_server.requests and _phase(case.home.root) == "preparing",
+            lambda: model_server.chat_requests() and _phase(case.home.root) == "preparing",
             timeout=120,
             what="the run to hang in preparing",
         )
