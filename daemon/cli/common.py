@@ -75,3 +75,15 @@ def console():  # noqa: ANN201 - rich Console, imported lazily
     from rich.console import Console
 
     return Console()
+
+
+def tested_home(args: Any, command_line: str, what: str) -> tuple[Any, Any]:
+    """The home and its loaded configuration for a `--test` command (`loopd notify --test`):
+    a usage error without --test, loopd.toml's own errors when it does not load."""
+    if not args.test:
+        raise CommandError(f"`{command_line}` {what}")
+    home = home_of(args)
+    loaded = home.load()
+    if not loaded.daemon_ok:
+        raise CommandError("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
+    return home, loaded

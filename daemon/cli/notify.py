@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from daemon.cli.common import CommandError, command, home_of, print_json
+from daemon.cli.common import CommandError, command, print_json, tested_home
 from daemon.clock import utc_now
 
 
@@ -17,12 +17,9 @@ def notify_cmd(args: argparse.Namespace) -> int:
     from daemon.retry import RetryPolicy
     from daemon.state.events import iso
 
-    if not args.test:
-        raise CommandError("`loopd notify --test` sends a test notification through [notify]")
-    home = home_of(args)
-    loaded = home.load()
-    if not loaded.daemon_ok:
-        raise CommandError("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
+    home, loaded = tested_home(
+        args, "loopd notify --test", "sends a test notification through [notify]"
+    )
     config = loaded.daemon.notify
     notifiers: list[Any] = []
     if config.command:

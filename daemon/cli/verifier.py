@@ -5,19 +5,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from daemon.cli.common import CommandError, command, home_of, print_json
+from daemon.cli.common import CommandError, command, print_json, tested_home
 
 
 def verifier_cmd(args: argparse.Namespace) -> int:
     """Try [verifier] now (--test): does base_url list its models and the configured model?"""
     from daemon.model.probe import probe_verifier
 
-    if not args.test:
-        raise CommandError("`loopd verifier --test` asks [verifier] base_url for its models")
-    home = home_of(args)
-    loaded = home.load()
-    if not loaded.daemon_ok:
-        raise CommandError("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
+    home, loaded = tested_home(
+        args, "loopd verifier --test", "asks [verifier] base_url for its models"
+    )
     config = loaded.daemon.verifier
     if not config.configured:
         raise CommandError(

@@ -26,6 +26,7 @@ from daemon.runs.confinement import Confinement
 from daemon.runs.journal import RunJournal
 from daemon.runs.owngit import OwnGit, remove_path
 from daemon.runs.setup import DONE_LOG, SetupResult, run_setup
+from daemon.runs.setupmade import anchored
 from daemon.runs.stop import StopToken
 from daemon.runs.testcounts import count
 from daemon.runs.tree import RunTree, check_folders
@@ -95,7 +96,7 @@ class CheckTree:
     def _clean(self, own: OwnGit) -> None:
         keep = []
         for rel in self.made():
-            keep += ["-e", "/" + "".join("\\" + c if c in "\\*?[!#" else c for c in rel)]
+            keep += ["-e", anchored(rel)]
         own.git.run("clean", "-ffdxq", *keep)
 
     def changed(self, own: OwnGit) -> list[str]:

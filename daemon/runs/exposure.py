@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from daemon.agents.registry import adapter_class
@@ -32,6 +33,7 @@ class ProgramHidden(OSError):
     """A command's program lies where the sandbox never shows anything (the deny list)."""
 
 
+@cache
 def login_files() -> tuple[str, ...]:
     """Every adapter's login and credential files under HOME: denied like `~/.ssh`."""
     names: list[str] = []

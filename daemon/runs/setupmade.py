@@ -18,7 +18,7 @@ def setup_paths(run: RunRecord, tree: Path) -> list[str]:
     return out
 
 
-def _anchored(rel: str) -> str:
+def anchored(rel: str) -> str:
     """`rel` as a gitignore pattern matching that one path from the top of the tree."""
     escaped = "".join("\\" + ch if ch in "\\*?[!#" else ch for ch in rel)
     if escaped.endswith(" "):
@@ -28,4 +28,4 @@ def _anchored(rel: str) -> str:
 
 def setup_excludes(run: RunRecord, tree: Path) -> list[str]:
     """loopd's own exclude list for the run: what setup made."""
-    return [_anchored(rel) for rel in setup_paths(run, tree)]
+    return [anchored(rel) for rel in setup_paths(run, tree)]
