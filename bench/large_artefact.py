@@ -19,11 +19,11 @@ from pathlib import Path
 
 from verdict import verdict  # noqa: E402
 
+from daemon.git.diffs import record_diff
+from daemon.git.safe import Git
 from daemon.model.evidence import build_evidence
 from daemon.people.digest import attempt_diffstat, format_stat
 from daemon.people.escalation import write_escalation
-from daemon.runs.diffs import record_diff
-from daemon.runs.git import Git
 from daemon.state.records import AttemptRecord, Cause, RunRecord, RunTrigger
 from daemon.state.store import StateStore
 from tests.helpers import commit_all, make_repo

@@ -2,7 +2,7 @@
 
 Target: the clone's preparation costs at most 1.5x the worktree's, wall and CPU, on a
 repository of 20,000 files and about 200 MB of history (built once with git fast-import and
-kept in --cache). Measured through loopd's own code (`daemon.runs.tree.prepare_tree`, loopd's
+kept in --cache). Measured through loopd's own code (`daemon.git.tree.prepare_tree`, loopd's
 git directory and the agent's git included) against the worktree preparation loopd did
 before clones (`git worktree add -b BRANCH PATH BASE`). The order alternates each round;
 CPU is this process's and its children's (git's) user + system time.
@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from verdict import verdict  # noqa: E402
 
-from daemon.runs.git import git_environment  # noqa: E402
-from daemon.runs.tree import prepare_tree, remove_tree  # noqa: E402
-from daemon.runs.userrepo import LedgerWriter  # noqa: E402
+from daemon.git.safe import git_environment  # noqa: E402
+from daemon.git.tree import prepare_tree, remove_tree  # noqa: E402
+from daemon.git.userrepo import LedgerWriter  # noqa: E402
 from daemon.state.ledger import RefLedger  # noqa: E402
 
 FILES, COMMITS, PER_COMMIT, BIG = 20_000, 250, 160, 6000

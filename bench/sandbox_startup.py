@@ -27,12 +27,12 @@ sys.path.insert(0, str(ROOT))
 
 from verdict import verdict  # noqa: E402
 
+from daemon.git.tree import prepare_tree  # noqa: E402
+from daemon.git.userrepo import LedgerWriter  # noqa: E402
 from daemon.home import Home  # noqa: E402
 from daemon.runs.confinement import Confinement  # noqa: E402
 from daemon.runs.executor import new_run  # noqa: E402
 from daemon.runs.services import RunServices  # noqa: E402
-from daemon.runs.tree import prepare_tree  # noqa: E402
-from daemon.runs.userrepo import LedgerWriter  # noqa: E402
 from daemon.sandbox.off import OffSandbox  # noqa: E402
 from daemon.scheduling.queue import PendingRun  # noqa: E402
 from daemon.state.ledger import ledger_of  # noqa: E402

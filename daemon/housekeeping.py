@@ -72,8 +72,8 @@ def _delete_branch(
     Each deletion is written to the ref ledger first: a run whose agent works in this
     repository meanwhile must not take it for its agent's doing.
     """
-    from daemon.runs.git import GitError
-    from daemon.runs.userrepo import LedgerWriter, UserRepo
+    from daemon.git.safe import GitError
+    from daemon.git.userrepo import LedgerWriter, UserRepo
     from daemon.state.ledger import ledger_of
 
     writer = LedgerWriter(ledger_of(store.root), lambda: now, run_id)

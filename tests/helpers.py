@@ -206,7 +206,7 @@ def take_triggers(store: Any) -> list[Any]:
 
 
 def commit_all(repo_git: Any, message: str) -> str | None:
-    """Commit everything in a tree through safe git (a daemon.runs.git.Git); the new commit,
+    """Commit everything in a tree through safe git (a daemon.git.safe.Git); the new commit,
     or None when nothing changed. Runs commit through integrity.py; tests set trees up."""
     repo_git.run("add", "--all", "--", ".")
     if repo_git.run("diff", "--cached", "--quiet", check=False).returncode == 0:

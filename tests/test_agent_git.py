@@ -8,9 +8,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from daemon.runs.agentgit import untrusted_git_dir
-from daemon.runs.integrity import too_large
-from daemon.runs.owngit import OwnGit
+from daemon.git.agent import untrusted_git_dir
+from daemon.git.integrity import too_large
+from daemon.git.own import OwnGit
 from tests.helpers import git, make_repo
 from tests.sandboxing import once_record, require_bwrap, script_home, state_text
 

@@ -15,6 +15,27 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("daemon", ("daemon.daemon", "daemon.service", "daemon.systemd", "daemon.housekeeping")),
     ("experiments", ("daemon.experiments",)),
     ("runs", ("daemon.runs",)),
+    ("landing", ("daemon.landing",)),
+    # What landing re-verifies with and records through: the run's parts below its lifecycle.
+    (
+        "run parts",
+        tuple(
+            f"daemon.runs.{name}"
+            for name in (
+                "journal",
+                "services",
+                "stop",
+                "checks",
+                "checktree",
+                "testcounts",
+                "setup",
+                "confinement",
+                "exposure",
+                "startpoint",
+                "decisions",
+            )
+        ),
+    ),
     ("triggers", ("daemon.scheduling",)),
     ("agents", ("daemon.agents",)),
     ("people", ("daemon.people",)),
@@ -23,8 +44,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("sandboxes", ("daemon.sandbox",)),
     (
         "foundations",
-        ("daemon.config", "daemon.units", "daemon.globs", "daemon.home", "daemon.example"),
+        ("daemon.config", "daemon.units", "daemon.home", "daemon.example"),
     ),
+    ("git", ("daemon.git",)),
     ("state", ("daemon.state",)),
     (
         "basics",
@@ -34,6 +56,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "daemon.redaction",
             "daemon.retry",
             "daemon.regularfile",
+            "daemon.globs",
             "daemon",
         ),
     ),
@@ -48,12 +71,6 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {
     ("daemon.config.home_file", "daemon.scheduling.cron"): (
         "loopd.toml's time zone is validated where it is read; cron.py imports nothing of loopd"
     ),
-    ("daemon.scheduling.hooks", "daemon.runs.git"): "safe git for the hooks it installs",
-    ("daemon.scheduling.changes", "daemon.runs.git"): "safe git to list a repository's files",
-    ("daemon.scheduling.remotes", "daemon.runs.git"): "safe git to fetch and poll a remote",
-    ("daemon.housekeeping", "daemon.runs.git"): "safe git to prune loopd's own refs",
-    ("daemon.example.prepare", "daemon.runs.git"): "safe git to make the example's repository",
-    ("daemon.config.land", "daemon.runs.git"): "safe git to read which branch `base` names",
 }
 
 

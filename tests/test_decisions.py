@@ -66,9 +66,9 @@ def test_a_failing_step_ends_the_run_with_the_same_cause_on_both_engines() -> No
 
     from daemon.engine.temporal.runflow import _failed
     from daemon.engine.temporal.workerside import failure
+    from daemon.git.safe import GitError, GitTimeout
+    from daemon.git.tree import TreeError
     from daemon.runs.confinement import SandboxUnavailable
-    from daemon.runs.git import GitError, GitTimeout
-    from daemon.runs.tree import TreeError
 
     cases = [
         (TreeError("no repository at /x"), Cause.SETUP_FAILED),

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from daemon.git.diffs import numstat, record_diff
+from daemon.git.safe import Git, GitError, GitTimeout
 from daemon.people.digest import attempt_diffstat, format_stat
-from daemon.runs.diffs import numstat, record_diff
-from daemon.runs.git import Git, GitError, GitTimeout
 from tests.helpers import commit_all, git, make_repo
 
 AWS_KEY = "AKIA" + "Z7Q3XK2M4N5P6R7T"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from daemon.runs.git import Git
-from daemon.runs.guards import (
+from daemon.git.guards import (
     RESTORE_MESSAGE,
     check_refs,
     protect_violations,
     restore_paths,
     snapshot_refs,
 )
+from daemon.git.safe import Git
 from tests.helpers import commit_all, git, make_repo
 
 FILES = {
@@ -162,7 +162,7 @@ def test_the_ledger_explains_only_loopds_moves_since_a_snapshot(tmp_path: Path) 
 def test_repository_files_are_put_back_links_and_folders_included(tmp_path: Path) -> None:
     import os
 
-    from daemon.runs.repofiles import restore_files, take_snapshot
+    from daemon.git.repofiles import restore_files, take_snapshot
 
     repo = make_repo(tmp_path / "repo", FILES)
     common = repo / ".git"
@@ -210,7 +210,7 @@ def test_a_hooks_folder_replaced_by_a_link_is_put_back_without_touching_its_targ
     import os
     import shutil
 
-    from daemon.runs.repofiles import restore_files, take_snapshot
+    from daemon.git.repofiles import restore_files, take_snapshot
 
     repo = make_repo(tmp_path / "repo", FILES)
     common = repo / ".git"

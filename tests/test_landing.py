@@ -507,8 +507,8 @@ def test_landing_checks_the_very_commit_it_lands_unless_a_clean_check_passed_its
 ) -> None:
     """A succeeded run's branch moved after its checks (here: by hand) to a commit whose
     checks fail: `land = "merge"` runs them on that commit first, and nothing lands."""
+    from daemon.landing.land import land_run
     from daemon.runs.journal import RunJournal
-    from daemon.runs.landing import land_run
 
     case = land_case(tmp_path, land="branch")
     run = run_once(case)

@@ -21,17 +21,17 @@ import pytest
 
 from daemon.agents.processes import snapshot
 from daemon.config import Loop
+from daemon.git import safe as git_module
+from daemon.git.tree import prepare_tree, record_tree
+from daemon.git.userrepo import LedgerWriter
 from daemon.home import Home
 from daemon.retry import RetryPolicy
 from daemon.rules.library import RuleLibrary
 from daemon.rules.rulefile import Rule
-from daemon.runs import git as git_module
 from daemon.runs.executor import RunExecutor, end_without_agent, new_run
 from daemon.runs.finish import complete_finish, finish_run
 from daemon.runs.recovery import recover_run
 from daemon.runs.services import RunServices
-from daemon.runs.tree import prepare_tree, record_tree
-from daemon.runs.userrepo import LedgerWriter
 from daemon.scheduling.queue import PendingRun
 from daemon.state.ledger import ledger_of
 from daemon.state.records import AttemptRecord, Cause, RunRecord, Trigger

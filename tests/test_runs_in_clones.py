@@ -14,10 +14,10 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from daemon.git.safe import Git
+from daemon.git.tree import prepare_tree, record_tree, reopen_tree
 from daemon.runs.executor import RunExecutor
-from daemon.runs.git import Git
 from daemon.runs.recovery import recover_run
-from daemon.runs.tree import prepare_tree, record_tree, reopen_tree
 from daemon.state.ledger import ledger_of
 from daemon.state.records import AttemptRecord
 from tests.helpers import git, loopd, make_home, make_repo, wait_for

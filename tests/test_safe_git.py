@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from daemon.runs.diffs import record_diff
-from daemon.runs.git import Git
-from daemon.runs.guards import (
+from daemon.git.diffs import record_diff
+from daemon.git.guards import (
     changed_paths,
     check_refs,
     protect_violations,
     restore_paths,
     snapshot_refs,
 )
+from daemon.git.safe import Git
 from tests.helpers import commit_all, git, make_repo
 
 

@@ -138,12 +138,12 @@ def test_paths_kept_read_only_stay_so_inside_the_writable_tree(tmp_path: Path) -
     import subprocess
     from datetime import UTC, datetime
 
+    from daemon.git.tree import prepare_tree
+    from daemon.git.userrepo import LedgerWriter
     from daemon.home import Home
     from daemon.runs.confinement import Confinement
     from daemon.runs.executor import new_run
     from daemon.runs.services import RunServices
-    from daemon.runs.tree import prepare_tree
-    from daemon.runs.userrepo import LedgerWriter
     from daemon.scheduling.queue import PendingRun
     from daemon.state.ledger import ledger_of
     from daemon.state.records import Trigger

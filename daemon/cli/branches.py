@@ -11,7 +11,7 @@ from daemon.clock import utc_now
 
 def branches(args: argparse.Namespace) -> int:
     """List run branches (outcome, +/- lines, landed); --prune deletes landed and expired ones."""
-    from daemon.runs.runbranches import list_branches, prune_branches
+    from daemon.landing.branches import list_branches, prune_branches
 
     home = home_of(args)
     loaded = home.load()

@@ -106,7 +106,7 @@ def _print_replay(result: Any, rules: list[Any]) -> None:
 
 
 def _commit_of(loop: Any, at: str | None) -> str:
-    from daemon.runs.git import Git, GitError
+    from daemon.git.safe import Git, GitError
 
     name = at or loop.config.base
     try:

@@ -12,11 +12,11 @@ from daemon.clock import utc_now
 
 def land(args: argparse.Namespace) -> int:
     """Land a succeeded run: its setup and checks run again on what lands, then merge or push."""
+    from daemon.landing.branches import notice_landed
+    from daemon.landing.land import land_run
     from daemon.people.landstate import landing_state
     from daemon.people.terminal import clean
     from daemon.runs.journal import RunJournal
-    from daemon.runs.landing import land_run
-    from daemon.runs.runbranches import notice_landed
     from daemon.runs.services import RunServices
 
     home = home_of(args)

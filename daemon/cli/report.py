@@ -23,7 +23,7 @@ def report_cmd(args: argparse.Namespace) -> int:
     home = home_of(args)
     store = home.state()
     now = utc_now()
-    from daemon.runs.runbranches import notice_hand_merges
+    from daemon.landing.branches import notice_hand_merges
 
     notice_hand_merges(store, now - window, now)  # a branch merged by hand is not waiting
     if args.html:
@@ -39,7 +39,7 @@ def report_cmd(args: argparse.Namespace) -> int:
 
 def branch_exists(repo: str, branch: str) -> bool:
     """Whether `branch` is still in the repository at `repo`."""
-    from daemon.runs.git import Git, GitError
+    from daemon.git.safe import Git, GitError
 
     try:
         probe = Git(Path(repo)).run(

@@ -96,7 +96,7 @@ def once(args: argparse.Namespace) -> int:
 
     if is_example_repo(loop.config.repo_path):
         from daemon.example.prepare import prepare_example
-        from daemon.runs.git import GitError
+        from daemon.git.safe import GitError
 
         try:
             prepare_example(loop.config.repo_path)

@@ -86,7 +86,7 @@ def runs(args: argparse.Namespace) -> int:
 def _notice_hand_merges(store: Any, records: list[Any]) -> None:
     """Runs whose branch a person merged by hand are recorded landed before they are shown."""
     from daemon.clock import utc_now
-    from daemon.runs.runbranches import notice_landed
+    from daemon.landing.branches import notice_landed
 
     now = utc_now()
     for run in records:

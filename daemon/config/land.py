@@ -111,7 +111,7 @@ class RunEnds(BaseModel):
 def branch_of_base(repo: Path, base: str) -> str:
     """The branch `base` names in `repo` ("HEAD": the checked-out branch); "" when it names a
     tag, a commit, a detached HEAD or nothing."""
-    from daemon.runs.git import Git, GitError
+    from daemon.git.safe import Git, GitError
 
     git = Git(repo, plain=True)
     try:

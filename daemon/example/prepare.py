@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 from daemon.example import AGENT_SOURCE, REPO_FILES, agent_path, repo_path
-from daemon.runs.git import Git, GitError
+from daemon.git.safe import Git, GitError
 
 # Shipped without the dot, so the file never acts on loopd's own source tree.
 RENAMED = {"gitignore": ".gitignore"}

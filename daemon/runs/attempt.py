@@ -16,17 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from daemon.config import Loop
+from daemon.git.diffs import record_diff
+from daemon.git.integrity import commit_work, guard_of
+from daemon.git.tree import RunTree
 from daemon.redact import redact
 from daemon.runs.checks import ChecksResult
 from daemon.runs.checktree import CheckTree
 from daemon.runs.confinement import Confinement
-from daemon.runs.diffs import record_diff
-from daemon.runs.integrity import commit_work, guard_of
 from daemon.runs.journal import RunJournal
 from daemon.runs.prompt import PromptParts, build_prompt, fenced
 from daemon.runs.services import RunServices
 from daemon.runs.stop import RunStopped, StopToken
-from daemon.runs.tree import RunTree
 from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.records import AttemptRecord, StallRecord
 
@@ -71,7 +71,7 @@ class AttemptResult:
 
 def commit_attempt(journal: RunJournal, tree: RunTree, attempt: AttemptRecord) -> str:
     """Commit what the agent left and write the attempt's diff; returns the attempt's head."""
-    from daemon.runs.messages import commit_message
+    from daemon.git.messages import commit_message
 
     head = commit_work(journal, tree, commit_message(journal.run, attempt.n), attempt)
     attempt.head_commit = head
@@ -443,7 +443,7 @@ class Attempt:
 
     def _checks_now(self) -> CheckedCommit:
         """Commit the work so far and run the checks on it."""
-        from daemon.runs.messages import commit_message
+        from daemon.git.messages import commit_message
 
         run = self.journal.run
         head = commit_work(

@@ -21,15 +21,15 @@ import json
 from pathlib import Path
 
 from daemon.config import LoopConfig
+from daemon.git.own import OwnGit, remove_path
+from daemon.git.setupmade import anchored
+from daemon.git.tree import RunTree, check_folders
 from daemon.runs.checks import CheckResult, ChecksResult, run_check
 from daemon.runs.confinement import Confinement
 from daemon.runs.journal import RunJournal
-from daemon.runs.owngit import OwnGit, remove_path
 from daemon.runs.setup import DONE_LOG, SetupResult, run_setup
-from daemon.runs.setupmade import anchored
 from daemon.runs.stop import StopToken
 from daemon.runs.testcounts import count
-from daemon.runs.tree import RunTree, check_folders
 from daemon.state.atomic import write_atomic
 from daemon.state.records import TestCounts
 

@@ -33,9 +33,9 @@ from daemon.agents.environment import (
     is_forbidden,
 )
 from daemon.config import LoopConfig
+from daemon.git.tree import scratch_dir
 from daemon.runs.exposure import ProgramHidden, denied_for, refusal
 from daemon.runs.services import RunServices
-from daemon.runs.tree import scratch_dir
 from daemon.sandbox.base import Exposure, Launch, Sandbox
 from daemon.sandbox.commandline import programs
 from daemon.sandbox.limits import run_limits

@@ -12,6 +12,7 @@ import os
 from typing import NoReturn
 
 from daemon.config import Loop
+from daemon.git.tree import RunTree, TreeError, prepare_tree, record_tree, reopen_tree
 from daemon.redact import redact, redact_value
 from daemon.runs import decisions
 from daemon.runs.attempt import Attempt, CheckedCommit, commit_attempt
@@ -33,7 +34,6 @@ from daemon.runs.services import RunServices
 from daemon.runs.slots import take_slot
 from daemon.runs.startpoint import StartPoint
 from daemon.runs.stop import RunStopped, StopToken
-from daemon.runs.tree import RunTree, TreeError, prepare_tree, record_tree, reopen_tree
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir
 from daemon.state.records import (
@@ -223,7 +223,7 @@ class RunExecutor:
             )
         self._sandbox()
         start = self._start_point()
-        from daemon.runs.integrity import ledger_writer
+        from daemon.git.integrity import ledger_writer
 
         self.tree = prepare_tree(
             self.cfg.repo_path,
@@ -254,8 +254,8 @@ class RunExecutor:
 
     def _start_point(self) -> StartPoint:
         """The base the run starts from (a retry's, `build_on`'s); its landing target."""
+        from daemon.git.tree import locate_user
         from daemon.runs.startpoint import start_point
-        from daemon.runs.tree import locate_user
 
         return start_point(self.journal, locate_user(self.cfg.repo_path), self.cfg)
 
@@ -288,8 +288,8 @@ class RunExecutor:
 
     def _relabel(self, attempt: AttemptRecord) -> None:
         """The attempt's commit says what it holds now that it is judged."""
-        from daemon.runs.integrity import relabel
-        from daemon.runs.messages import attempt_state, commit_message
+        from daemon.git.integrity import relabel
+        from daemon.git.messages import attempt_state, commit_message
 
         if self.tree is None or not attempt.head_commit:
             return
@@ -366,8 +366,8 @@ class RunExecutor:
             self.journal.event("rule_fired", rule=rule.id, why="learned")
 
     def _restore_protected(self, attempt: AttemptRecord) -> None:
-        from daemon.runs.guards import restore_paths
-        from daemon.runs.integrity import publish
+        from daemon.git.guards import restore_paths
+        from daemon.git.integrity import publish
 
         protected = [v.target for v in attempt.violations if v.kind == "protected"]
         if protected and self.tree is not None:

@@ -1,7 +1,7 @@
 """Finishing a run: one function, safe to run again after a crash anywhere inside it.
 
 The outcome is saved first; then, each recorded in `finish_done` once done: a succeeded run
-lands (runs/landing.py), the tree is removed and an empty run branch deleted, the rules'
+lands (landing/land.py), the tree is removed and an empty run branch deleted, the rules'
 counters are updated, the escalation is written (and its event), the progress notes rebuilt,
 a person notified, `run_finished` recorded. Only then is the `live`
 marker removed, so a restart finds a half-finished run and `complete_finish` does the rest.
@@ -14,11 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from daemon.config import Loop, LoopConfig
-from daemon.runs.agentgit import UnsafeTree
-from daemon.runs.git import GitError
-from daemon.runs.journal import RunJournal
-from daemon.runs.services import RunServices
-from daemon.runs.tree import (
+from daemon.git.agent import UnsafeTree
+from daemon.git.safe import GitError
+from daemon.git.tree import (
     RunTree,
     branch_name,
     check_folders,
@@ -28,6 +26,8 @@ from daemon.runs.tree import (
     scratch_dir,
     tree_of_record,
 )
+from daemon.runs.journal import RunJournal
+from daemon.runs.services import RunServices
 from daemon.state.records import (
     AttemptRecord,
     Cause,
@@ -121,7 +121,7 @@ def _close_open_attempt(
 
 def _branch_tip(run: RunRecord) -> str:
     """What the run's branch holds in the person's repository; "" when it cannot be read."""
-    from daemon.runs.userrepo import UserRepo
+    from daemon.git.userrepo import UserRepo
 
     if not run.branch or not run.repo:
         return ""
@@ -188,7 +188,7 @@ def complete_finish(
         journal.save()
 
     if step("land"):
-        from daemon.runs.landing import land_run
+        from daemon.landing.land import land_run
 
         land_run(journal, config)
         done("land")
@@ -198,7 +198,7 @@ def complete_finish(
         _remove_tree(services, journal, tree or tree_of(services, run))
         done("tree")
     if step("branch"):
-        from daemon.runs.runbranches import delete_if_empty
+        from daemon.landing.branches import delete_if_empty
 
         delete_if_empty(journal)
         done("branch")

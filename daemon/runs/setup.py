@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.config import LoopConfig
+from daemon.git.own import OwnGit
+from daemon.git.setupmade import setup_excludes
 from daemon.runs.checks import CheckResult, ChecksResult, run_check
 from daemon.runs.confinement import Confinement
 from daemon.runs.journal import RunJournal
-from daemon.runs.owngit import OwnGit
-from daemon.runs.setupmade import setup_excludes
 from daemon.runs.stop import StopToken
 from daemon.state.atomic import write_atomic
 from daemon.state.records import RunRecord, is_experiment

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 from daemon.config import LoopConfig
 from daemon.config.land import land_target
+from daemon.git.safe import GitError
+from daemon.git.userrepo import UserRepo
 from daemon.runs import decisions
-from daemon.runs.git import GitError
 from daemon.runs.journal import RunJournal
-from daemon.runs.userrepo import UserRepo
 from daemon.state.records import RunRecord, is_experiment
 from daemon.state.store import StateStore
 

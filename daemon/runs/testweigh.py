@@ -13,12 +13,12 @@ it would have failed an event says so.
 from __future__ import annotations
 
 from daemon.config import LoopConfig
+from daemon.git.tree import RunTree
 from daemon.runs.checks import ChecksResult
 from daemon.runs.checktree import CheckTree
 from daemon.runs.journal import RunJournal
 from daemon.runs.stop import StopToken
 from daemon.runs.testcounts import runner_of, weakened
-from daemon.runs.tree import RunTree
 from daemon.state.records import TestCounts, Violation
 
 

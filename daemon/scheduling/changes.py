@@ -31,8 +31,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from daemon.git.safe import Git
 from daemon.globs import any_path_matches
-from daemon.runs.git import Git
 from daemon.scheduling.inbox_watch import inotify_limit_message, is_inotify_limit
 from daemon.state.events import EventLog
 from daemon.state.records import Trigger

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from daemon.runs.git import git_environment
+from daemon.git.safe import git_environment
 from daemon.scheduling import hook_script
 
 HOOK_NAMES = ("post-commit", "post-merge", "post-rewrite", "post-receive", "reference-transaction")

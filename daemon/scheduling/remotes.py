@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from daemon.config import Loop, RemoteConfig
+from daemon.git.safe import Git, GitError
 from daemon.globs import wildmatch
-from daemon.runs.git import Git, GitError
 from daemon.state.ledger import LedgerEntry, ledger_of
 from daemon.state.records import Trigger
 from daemon.state.store import StateStore

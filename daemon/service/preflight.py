@@ -19,9 +19,9 @@ from pathlib import Path
 
 from daemon.config import LoadedConfig, Loop
 from daemon.config.errors import did_you_mean
+from daemon.git.safe import Git, GitError
 from daemon.globs import glob_problem, path_matches, wildmatch
 from daemon.model.probe import Probe
-from daemon.runs.git import Git, GitError
 from daemon.sandbox.commandline import programs
 
 

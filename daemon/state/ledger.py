@@ -1,6 +1,6 @@
 """`state/ref-ledger.jsonl`: every ref loopd itself moves in a user's repository.
 
-The ref guard (runs/guards.py) fails an attempt for any ref of the user's repository that
+The ref guard (git/guards.py) fails an attempt for any ref of the user's repository that
 moved while the agent worked, unless loopd moved it: fetching a run's branch in, keeping an
 agent's commits, pruning old branches, landing. Those updates are written here first, one
 JSON line each (several processes append: the daemon, `loopd once`, housekeeping), and the

@@ -5,7 +5,7 @@ copy of the repository, makes its tree there, and pushes each attempt's commit b
 next attempt (or a retry) can continue on another machine. When the run ends the home fetches
 the branch into the person's repository, where it stays for review.
 
-Git goes through loopd's safe git (daemon/runs/git.py); only ssh is given back for the remote,
+Git goes through loopd's safe git (daemon/git/safe.py); only ssh is given back for the remote,
 so a remote reached over ssh works with the user's own ssh configuration.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from daemon.runs.git import Git, GitError
-from daemon.runs.tree import (
+from daemon.git.safe import Git, GitError
+from daemon.git.tree import (
     RunTree,
     TreeError,
     branch_name,
@@ -24,7 +24,7 @@ from daemon.runs.tree import (
     remove_tree,
     tree_of_record,
 )
-from daemon.runs.userrepo import LedgerWriter
+from daemon.git.userrepo import LedgerWriter
 from daemon.state.records import RunRecord
 
 REMOTE = ("-c", "core.sshCommand=ssh")  # the safe git turns ssh off; the remote needs it

@@ -36,9 +36,9 @@ from daemon.engine.temporal.models import (
     VerdictInput,
 )
 from daemon.engine.temporal.names import worker_queue
+from daemon.git.safe import Git, GitError
 from daemon.redact import redact
 from daemon.runs import decisions
-from daemon.runs.git import Git, GitError
 from daemon.runs.journal import RunJournal
 from daemon.runs.setup import SETUP_LOG
 from daemon.service.console import ended_lines, say, started_line
@@ -132,8 +132,8 @@ class RunActivities:
     @activity.defn(name="prepare")
     def prepare(self, inp: RunInput) -> Prepared:
         """The run's base published as its branch on the remote; its rules; refuse/escalate."""
+        from daemon.git.tree import branch_name
         from daemon.runs.learning import rules_of_run, select_rules_for_run
-        from daemon.runs.tree import branch_name
 
         services, journal = self.side.open_run(inp.ref)
         run = journal.run
@@ -180,8 +180,8 @@ class RunActivities:
     @staticmethod
     def _start(journal: RunJournal, cfg: LoopConfig) -> str:
         """Where the run starts, its landing target and what it builds on, as locally."""
+        from daemon.git.userrepo import UserRepo
         from daemon.runs.startpoint import start_point
-        from daemon.runs.userrepo import UserRepo
 
         try:
             return start_point(journal, UserRepo.locate(cfg.repo_path), cfg).base

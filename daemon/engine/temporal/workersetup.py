@@ -21,12 +21,12 @@ from daemon.engine.temporal.workerside import (
     _stopped,
     failure,
 )
+from daemon.git.safe import GitError
+from daemon.git.tree import TreeError
 from daemon.runs.checktree import done_already
-from daemon.runs.git import GitError
 from daemon.runs.journal import RunJournal
 from daemon.runs.setup import DONE_LOG, setup_tail
 from daemon.runs.stop import RunStopped, StopToken
-from daemon.runs.tree import TreeError
 
 
 class SetupStep:

@@ -36,14 +36,14 @@ from daemon.engine.temporal.models import (
     SparseFile,
 )
 from daemon.engine.temporal.workerstore import WorkerStore
+from daemon.git.safe import GitError
+from daemon.git.tree import RunTree, TreeError, record_tree, scratch_dir, tree_of_record
 from daemon.home import Home
 from daemon.runs import decisions
-from daemon.runs.git import GitError
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
 from daemon.runs.setup import setup_failed_reason, setup_tail
 from daemon.runs.stop import RunStopped, StopToken
-from daemon.runs.tree import RunTree, TreeError, record_tree, scratch_dir, tree_of_record
 from daemon.state.records import RunRecord
 
 LOG_WHOLE = 256_000  # checks.log travels whole up to this size, else its head and tail
@@ -256,8 +256,8 @@ class WorkerSide(Configured):
         """The run's tree here at `head`, made as the local engine makes it, in the sandbox
         this machine gives its runs (a run refused here ends with its cause); in a new tree
         the loop's `setup` runs first (a failure ends the run with its log's tail)."""
+        from daemon.git.integrity import ledger_writer
         from daemon.runs.confinement import SandboxUnavailable, choose_sandbox
-        from daemon.runs.integrity import ledger_writer
         from daemon.runs.setup import setup_tree
 
         run = journal.run
@@ -306,10 +306,10 @@ class WorkerSide(Configured):
     @activity.defn(name="checks", no_thread_cancel_exception=True)
     def checks(self, inp: ChecksInput) -> ChecksOutput:
         """Checks, protected paths and refs of an attempt's commit; the evidence bundle."""
+        from daemon.git.guards import restore_paths
+        from daemon.git.integrity import publish
         from daemon.model.evidence import build_evidence
         from daemon.runs.confinement import SandboxUnavailable
-        from daemon.runs.guards import restore_paths
-        from daemon.runs.integrity import publish
         from daemon.runs.judging import judge_attempt
 
         config, services, repo = self._loop_here(inp.ref, inp.config)
@@ -369,8 +369,8 @@ class WorkerSide(Configured):
         self, inp: ChecksInput, kept: RunRecord | None, cfg: LoopConfig, repo: Path
     ) -> RunRecord:
         """The record the attempt left here; on another worker, the home's (no ref snapshot)."""
-        from daemon.runs.git import Git
-        from daemon.runs.guards import snapshot_refs
+        from daemon.git.guards import snapshot_refs
+        from daemon.git.safe import Git
 
         if kept is not None and kept.attempts and kept.attempts[-1].n == inp.n:
             return kept

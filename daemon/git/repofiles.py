@@ -17,8 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from daemon.runs.agentgit import real_dir, replace_file
-from daemon.runs.owngit import remove_path
+from daemon.git.agent import real_dir, replace_file
+from daemon.git.own import remove_path
 from daemon.state.atomic import write_atomic
 from daemon.state.records import Violation
 

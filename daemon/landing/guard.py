@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from daemon.config import LoopConfig
 from daemon.config.land import LAND_GUARDED
+from daemon.git.safe import Git
+from daemon.git.userrepo import UserRepo
 from daemon.globs import any_path_matches, matching_paths
-from daemon.runs.git import Git
-from daemon.runs.userrepo import UserRepo
 
 LINK_MODE = "120000"
 MAX_HOPS = 40  # as the kernel's limit on links followed in one lookup

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from daemon.git.safe import Git
 from daemon.globs import matching_paths
-from daemon.runs.git import Git
 
 RESTORE_MESSAGE = "loopd: restore protected paths"
 

@@ -18,14 +18,14 @@ in an error, a cancel or a crash):
 
 from __future__ import annotations
 
-from daemon.runs.agentgit import read_heads, rebuild_view
-from daemon.runs.guards import check_refs
-from daemon.runs.journal import RunJournal
-from daemon.runs.owngit import AgentHeads, OwnGit
-from daemon.runs.repofiles import load_snapshot, restore_files, save_snapshot, take_snapshot
-from daemon.runs.setupmade import setup_paths
-from daemon.runs.tree import RunTree
-from daemon.runs.userrepo import LedgerWriter
+from daemon.git.agent import read_heads, rebuild_view
+from daemon.git.guards import check_refs
+from daemon.git.own import AgentHeads, OwnGit
+from daemon.git.repofiles import load_snapshot, restore_files, save_snapshot, take_snapshot
+from daemon.git.runlog import RunLog
+from daemon.git.setupmade import setup_paths
+from daemon.git.tree import RunTree
+from daemon.git.userrepo import LedgerWriter
 from daemon.state.ledger import ledger_of
 from daemon.state.records import AttemptRecord, Violation
 
@@ -33,7 +33,7 @@ KEPT_PREFIX = "refs/loopd/kept"
 GUARD_FILE = "repo-guard.json"
 
 
-def ledger_writer(journal: RunJournal) -> LedgerWriter:
+def ledger_writer(journal: RunLog) -> LedgerWriter:
     services = journal.services
     return LedgerWriter(ledger_of(services.store.root), services.clock, journal.run.id)
 
@@ -41,7 +41,7 @@ def ledger_writer(journal: RunJournal) -> LedgerWriter:
 class RepoGuard:
     """The ref, config, hooks and info guards of the user's repository for one run."""
 
-    def __init__(self, journal: RunJournal, tree: RunTree) -> None:
+    def __init__(self, journal: RunLog, tree: RunTree) -> None:
         self.journal = journal
         self.tree = tree
         self.path = journal.services.store.run_dir(journal.run.id) / GUARD_FILE
@@ -97,7 +97,7 @@ class RepoGuard:
         return self.check_files() + self.check_refs()
 
 
-def guard_of(journal: RunJournal, tree: RunTree) -> RepoGuard | None:
+def guard_of(journal: RunLog, tree: RunTree) -> RepoGuard | None:
     """The run's repository guard, None when the agent cannot write the user's repository."""
     return RepoGuard(journal, tree) if tree.guarded else None
 
@@ -132,7 +132,7 @@ def choose_parents(
 
 
 def commit_work(
-    journal: RunJournal,
+    journal: RunLog,
     tree: RunTree,
     message: str,
     attempt: AttemptRecord | None = None,
@@ -217,16 +217,16 @@ def too_large(own: OwnGit, new: str, base: str, limit: int) -> list[Violation]:
     return found[:20]
 
 
-def _report_heads(journal: RunJournal, tree: RunTree, heads: AgentHeads, taken: list[str]) -> None:
+def _report_heads(journal: RunLog, tree: RunTree, heads: AgentHeads, taken: list[str]) -> None:
     own_ref = f"refs/heads/{tree.branch}"
     if heads.head and heads.head in taken and heads.head_ref != own_ref:
         journal.event("detached_head_taken", commit=heads.head, head=heads.head_ref or "detached")
 
 
-def relabel(journal: RunJournal, tree: RunTree, head: str, message: str) -> str:
+def relabel(journal: RunLog, tree: RunTree, head: str, message: str) -> str:
     """Give loopd's commit `head`, the run's tip, a new message (same files and parents);
     the commit the branch then names. An agent's own commit keeps its words."""
-    from daemon.runs.git import GIT_IDENTITY
+    from daemon.git.safe import GIT_IDENTITY
 
     own = tree.own
     if not head or own.tip() != head:
@@ -243,7 +243,7 @@ def relabel(journal: RunJournal, tree: RunTree, head: str, message: str) -> str:
 
 
 def publish(
-    journal: RunJournal,
+    journal: RunLog,
     tree: RunTree,
     head: str,
     kept: list[tuple[str, str]] | None = None,

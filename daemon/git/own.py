@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon.runs.git import CANONICAL_LFS, FSCK_CONFIG, Git, GitError
+from daemon.git.safe import CANONICAL_LFS, FSCK_CONFIG, Git, GitError
 
 AGENT_HEAD_REF = "refs/loopd/agent/head"
 PROBED = "probed.config"  # what `git init` found out about this filesystem

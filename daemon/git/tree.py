@@ -1,6 +1,6 @@
 """The run's tree: a private clone (the default), a git worktree, or the repository in place.
 
-Each run also gets loopd's own git directory beside its tree (`RUN_ID.git`, runs/owngit.py),
+Each run also gets loopd's own git directory beside its tree (`RUN_ID.git`, git/own.py),
 through which loopd commits. The run's branch `loopd/LOOP/RUN_ID` is made in the user's
 repository when the tree is made and is moved there only by loopd (recorded in the ledger).
 - `clone`: `git clone --shared --no-checkout --single-branch --no-tags` of the user's
@@ -16,11 +16,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon.runs.agentgit import is_real_dir, read_small, replace_file, write_clone
-from daemon.runs.git import GitError
-from daemon.runs.owngit import OwnGit, remove_path
-from daemon.runs.setupmade import setup_excludes
-from daemon.runs.userrepo import LedgerWriter, UserRepo
+from daemon.git.agent import is_real_dir, read_small, replace_file, write_clone
+from daemon.git.own import OwnGit, remove_path
+from daemon.git.safe import GitError
+from daemon.git.setupmade import setup_excludes
+from daemon.git.userrepo import LedgerWriter, UserRepo
 from daemon.state.atomic import ensure_dir
 from daemon.state.records import RunRecord
 
@@ -49,7 +49,7 @@ class RunTree:
         return OwnGit(self.own_dir, self.path)
 
     @property
-    def git(self):  # noqa: ANN201 - daemon.runs.git.Git
+    def git(self):  # noqa: ANN201 - daemon.git.safe.Git
         """loopd's git on the tree."""
         return self.own.git
 

@@ -15,14 +15,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from daemon.config import LoopConfig
+from daemon.git.messages import merge_message
+from daemon.git.own import OwnGit, remove_path
+from daemon.git.userrepo import LedgerWriter, UserRepo
 from daemon.runs.checks import run_checks
 from daemon.runs.confinement import Confinement
 from daemon.runs.journal import RunJournal
-from daemon.runs.messages import merge_message
-from daemon.runs.owngit import OwnGit, remove_path
 from daemon.runs.setup import run_setup
 from daemon.runs.stop import StopToken
-from daemon.runs.userrepo import LedgerWriter, UserRepo
 
 LAND_CHECKS_LOG = "land-checks.log"
 LAND_SETUP_LOG = "land-setup.log"

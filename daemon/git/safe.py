@@ -3,7 +3,7 @@
 A repository's config can name programs that git runs on ordinary commands (hooks,
 core.fsmonitor, diff.external, textconv, filter drivers, gpg). An agent can write that
 config, so every command here overrides them on the command line. Work on a run's tree goes
-through loopd's own git directory (runs/owngit.py), whose config loopd writes; the user's
+through loopd's own git directory (git/own.py), whose config loopd writes; the user's
 repository is named by its git directory, never discovered from a tree an agent touched.
 """
 

@@ -9,10 +9,10 @@ run under "Ready to land".
   touch `protect`, CI or editor files that run programs (`.github/workflows/**`,
   `.gitlab-ci.yml`, `.envrc`, `.vscode/**`, `.pre-commit-config.yaml`, `.gitmodules`, git
   hooks) unless `land_allow` names the glob, or add a symlink into them or out of the
-  repository (runs/landguard.py).
+  repository (landing/guard.py).
 - merge: a fast-forward when the target has not moved past the run's branch; otherwise the
   target is merged into the branch in a fresh tree of loopd's own and the checks run again
-  there (runs/landmerge.py). The target moves by compare-and-swap, recorded in the ledger;
+  there (landing/merge.py). The target moves by compare-and-swap, recorded in the ledger;
   a target checked out in a working tree with changes is left alone; a clean checkout of it
   is fast-forwarded there (`merge --ff-only`) only when the repository has no filter but
   the canonical git-lfs. Other loops whose `on_push` names the target are triggered.
@@ -32,15 +32,15 @@ from pathlib import Path
 from daemon.agents.processes import run_in_own_group
 from daemon.config import LoopConfig
 from daemon.config.land import PR_FIELDS
+from daemon.git.messages import pr_title
+from daemon.git.safe import Git, GitError, is_canonical_lfs
+from daemon.git.userrepo import UserRepo
 from daemon.globs import any_branch_matches
+from daemon.landing.guard import blocked_paths
+from daemon.landing.merge import MergeRefused, merge_target, verify_tip
 from daemon.redact import redact
-from daemon.runs.git import Git, GitError, is_canonical_lfs
 from daemon.runs.journal import RunJournal
-from daemon.runs.landguard import blocked_paths
-from daemon.runs.landmerge import MergeRefused, merge_target, verify_tip
-from daemon.runs.messages import pr_title
 from daemon.runs.startpoint import is_ancestor
-from daemon.runs.userrepo import UserRepo
 from daemon.state.atomic import write_atomic
 from daemon.state.records import Cause, Trigger, is_experiment
 
@@ -112,7 +112,7 @@ def _check_changes(user: UserRepo, since: str, tip: str, cfg: LoopConfig) -> Non
 
 
 def _merge(journal: RunJournal, cfg: LoopConfig) -> str:
-    from daemon.runs.integrity import ledger_writer
+    from daemon.git.integrity import ledger_writer
 
     run = journal.run
     user = _user(journal)
@@ -169,7 +169,7 @@ def _filters_other_than_lfs(tree: Path) -> list[str]:
 
 def _move_target(journal: RunJournal, user: UserRepo, old: str, new: str) -> bool:
     """Move the target from `old` to `new`; False when it moved meanwhile."""
-    from daemon.runs.integrity import ledger_writer
+    from daemon.git.integrity import ledger_writer
 
     run = journal.run
     ref = f"refs/heads/{run.target}"

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from daemon.runs.git import GitError
+from daemon.git.safe import GitError
+from daemon.git.userrepo import LedgerWriter, UserRepo
 from daemon.runs.journal import RunJournal
-from daemon.runs.userrepo import LedgerWriter, UserRepo
 from daemon.state.ledger import ledger_of
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from daemon.git.safe import Git
 from daemon.redact import Redactor
-from daemon.runs.git import Git
 from daemon.state.atomic import atomic_writer, write_atomic
 from daemon.state.records import DiffStat, FileChange
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from daemon.runs.git import FSCK_CONFIG, Git, is_canonical_lfs
+from daemon.git.safe import FSCK_CONFIG, Git, is_canonical_lfs
 from daemon.state.ledger import LedgerEntry, RefLedger
 
 

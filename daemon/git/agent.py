@@ -16,8 +16,8 @@ import shutil
 import stat
 from pathlib import Path
 
-from daemon.runs.owngit import AgentHeads, OwnGit, remove_path
-from daemon.runs.userrepo import UserRepo
+from daemon.git.own import AgentHeads, OwnGit, remove_path
+from daemon.git.userrepo import UserRepo
 
 # The agent's commits in a clone carry this identity (its HOME may have none).
 AGENT_IDENTITY = "[user]\n\tname = loopd agent\n\temail = agent@loopd.localhost\n"

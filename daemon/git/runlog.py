@@ -1,0 +1,25 @@
+"""What the git layer needs of a run's journal: its record, the clock, events, the state store.
+
+`daemon.runs.journal.RunJournal` is the one implementation; the git layer sits below the run
+and names only what it uses.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Protocol
+
+from daemon.state.records import RunRecord
+
+
+class RunLog(Protocol):
+    """A run's record and the services that write it (RunJournal)."""
+
+    run: RunRecord
+    services: Any  # daemon.runs.services.RunServices: its store, clock and config
+
+    def now(self) -> datetime: ...
+
+    def save(self) -> None: ...
+
+    def event(self, type: str, **fields: Any) -> None: ...
