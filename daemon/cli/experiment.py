@@ -125,6 +125,7 @@ def experiment_cmd(args: argparse.Namespace) -> int:
     from daemon.experiments.runner import Experiment, ExperimentRunner
     from daemon.runs.budget import loop_hold
     from daemon.runs.services import RunServices
+    from daemon.service.stopdeadline import agent_grace
 
     home, loaded, loop = foreground_loop(args)
     try:
@@ -171,7 +172,7 @@ def experiment_cmd(args: argparse.Namespace) -> int:
 
     def on_signal(signum: int, _frame: Any) -> None:
         presses.append(signum)
-        runner.stop(grace if len(presses) == 1 else 0)
+        runner.stop(agent_grace(grace) if len(presses) == 1 else 0)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
