@@ -151,3 +151,14 @@ def test_loopd_docs_without_mkdocs_names_the_folder_and_how_to_build(tmp_path: P
     assert proc.stdout.strip() == str(ROOT / "docs")
     assert "pip install 'loopd[docs]'" in proc.stderr
     assert not (tmp_path / "cache").exists()
+
+
+def test_troubleshooting_explains_every_cause_a_run_ends_with() -> None:
+    """A new `Cause` (run.toml's `cause`) gets its row under "Why a run was escalated"."""
+    from daemon.state.records import Cause
+
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
+    table = page[page.index("## Why a run was escalated") :]
+    fine = {Cause.PASSED, Cause.ALREADY_DONE, Cause.CANCELLED}
+    missing = [c.value for c in Cause if c not in fine and f"`{c.value}`" not in table]
+    assert missing == []
