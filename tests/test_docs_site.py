@@ -4,6 +4,7 @@ and `loopd docs` prints the built site or, without mkdocs, the docs/ folder."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -161,4 +162,36 @@ def test_troubleshooting_explains_every_cause_a_run_ends_with() -> None:
     table = page[page.index("## Why a run was escalated") :]
     fine = {Cause.PASSED, Cause.ALREADY_DONE, Cause.CANCELLED}
     missing = [c.value for c in Cause if c not in fine and f"`{c.value}`" not in table]
+    assert missing == []
+
+
+def _fix_texts(tree: ast.AST) -> list[str]:
+    """The longest literal piece after `Fix: ` in each string of a module (f-strings too)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(v.value if isinstance(v, ast.Constant) else "\0" for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        else:
+            continue
+        if "Fix: " in text:
+            pieces = [p.strip() for p in text.split("Fix: ", 1)[1].split("\0")]
+            found.append(max(pieces, key=len)[:30])
+    return [text for text in found if len(text) >= 10]
+
+
+def test_troubleshooting_has_every_fix_loopd_prints() -> None:
+    """Each `Fix: ...` of daemon/ is on the troubleshooting page (its first words, at least)."""
+
+    def plain(text: str) -> str:
+        return re.sub(r"\s+", " ", text.replace("`", "")).lower()
+
+    page = plain((ROOT / "docs" / "troubleshooting.md").read_text())
+    missing = [
+        f"{path.relative_to(ROOT)}: {fix}"
+        for path in sorted((ROOT / "daemon").rglob("*.py"))
+        for fix in _fix_texts(ast.parse(path.read_text()))
+        if plain(fix) not in page
+    ]
     assert missing == []
