@@ -32,6 +32,7 @@ class VerifierConfig(StrictModel):
     judge_timeout: duration("0s", "10m") = "800ms"  # type: ignore[valid-type]
     judge_candidates: int = Field(40, ge=0, le=1000)
     embeddings_model: str = Field("", examples=["nomic-embed-text"])
+    max_false_pass: float = Field(0.1, ge=0.0, le=1.0)
 
     _base_url = field_validator("base_url")(_http_url)
 
