@@ -141,3 +141,72 @@ def test_the_shipped_set_loads_from_the_package() -> None:
     assert len(cases) >= 60
     assert {c.label for c in cases} == {"good", "bad"}
     assert SHIPPED.is_relative_to(Path(__file__).resolve().parent.parent / "daemon")
+
+
+def _record(home: Path) -> list[str]:
+    """Three runs of loop `app`: a failed then a landed attempt, a success, an escalation."""
+    import shutil
+    from datetime import UTC, datetime, timedelta
+
+    from daemon.people.escalation import write_escalation
+    from daemon.state.records import AttemptRecord, RunRecord, RunTrigger, make_run_id
+    from daemon.state.store import StateStore
+
+    store = StateStore(home / "state")
+    start = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
+    shapes = [  # (outcome, landed, checks of each attempt)
+        ("succeeded", True, [False, True]),
+        ("succeeded", False, [True]),
+        ("escalated", False, [True]),
+    ]
+    ids = []
+    for i, (outcome, landed, checks) in enumerate(shapes):
+        started = start + timedelta(hours=i)
+        attempts = [
+            AttemptRecord(n=n, started=started, checks_passed=ok, summary="Fixed it.")
+            for n, ok in enumerate(checks, 1)
+        ]
+        run = RunRecord(
+            id=make_run_id("app", started, i),
+            loop="app",
+            task="Fix the bug.",
+            trigger=RunTrigger(kind="schedule"),
+            started=started,
+            finished=started + timedelta(minutes=10),
+            outcome=outcome,
+            attempts=attempts,
+            phase="idle",
+            landed=landed,
+        )
+        store.save_run(run)
+        for attempt in attempts:
+            case = "windowed-empty--good" if attempt.checks_passed else "windowed-empty--partial"
+            shutil.copytree(
+                SHIPPED / case, store.attempt_dir(run.id, attempt.n), dirs_exist_ok=True
+            )
+        if outcome == "escalated":
+            write_escalation(store, run, started + timedelta(minutes=11))
+        ids.append(run.id)
+    return ids
+
+
+def test_the_home_record_labels_attempts_by_what_happened_to_them(
+    tmp_path: Path, model_server: ScriptedModelServer
+) -> None:
+    """Failed checks: bad; landed and the next run green: good; a person's verdict: as said."""
+    model_server.default = verdict(9)
+    home = home_for(tmp_path, model_server)
+    _, _, escalated = _record(home)
+    done = loopd(home, "escalations", "resolve", escalated, "--verdict", "bad")
+    assert done.returncode == 0, done.stderr
+    [figures] = calibrate_json(home, "--home-record")["models"]
+    # Bad: the landed run's failed first attempt and the escalated attempt; good: the landed.
+    assert figures["cases"] == 3
+    assert figures["false_pass_rate"] == 1.0 and figures["false_pass_ci"] == pytest.approx(
+        list(wilson(2, 2))
+    )
+    assert figures["false_fail_rate"] == 0.0 and figures["false_fail_ci"] == pytest.approx(
+        list(wilson(0, 1))
+    )
+    kept = tomllib.loads((home / "state" / "calibration" / "critic-model.toml").read_text())
+    assert kept["source"] == "home record" and kept["bad_cases"] == 2
