@@ -86,3 +86,19 @@ def figures(model: str, judged: list[Judged], threshold: int) -> Figures:
         latency_ms_mean=round(sum(latencies) / len(latencies), 1) if latencies else 0.0,
         tokens=sum(j.tokens for j in judged),
     )
+
+
+def paired(first: list[Judged], second: list[Judged]) -> list[Judged]:
+    """Two judges' answers on the same cases as one judge that passes only what both pass:
+    the lower score in each order, their time and tokens added."""
+    return [
+        Judged(
+            case_id=a.case_id,
+            label=a.label,
+            checks_passed=a.checks_passed,
+            scores=(min(a.scores[0], b.scores[0]), min(a.scores[1], b.scores[1])),
+            latency_ms=(a.latency_ms[0] + b.latency_ms[0], a.latency_ms[1] + b.latency_ms[1]),
+            tokens=a.tokens + b.tokens,
+        )
+        for a, b in zip(first, second, strict=True)
+    ]

@@ -8,13 +8,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from daemon.calibration.cases import Case, load_cases
-from daemon.calibration.figures import Figures, figures
+from daemon.calibration.figures import Figures, Judged, figures, paired
 from daemon.calibration.trial import judge_cases
 from daemon.config.home_file import DaemonConfig, VerifierConfig
 from daemon.model.client import ModelClient
 from daemon.state.calibration import Calibration, save_calibration
 
 VERIFIER = "verifier"  # --model's name for `[verifier]` itself
+
+
+def pair_name(first: str, second: str) -> str:
+    """How a pair of judges is named in figures and in state/calibration/."""
+    return f"{first} + {second}"
 
 
 class JudgeError(ValueError):
@@ -30,8 +35,11 @@ class Judge:
 
 
 def resolve_judges(config: DaemonConfig, config_path: Path, profiles: list[str]) -> list[Judge]:
-    """`[verifier]` without `profiles`; else each named profile (`verifier` or an agent's)."""
+    """`[verifier]` (and `[verifier] second`) without `profiles`; else each named profile
+    (`verifier` or an agent's)."""
     judges = []
+    if not profiles and config.verifier.second:
+        profiles = [VERIFIER, config.verifier.second]
     for name in profiles or [VERIFIER]:
         if name == VERIFIER:
             verifier = config.verifier
@@ -80,17 +88,27 @@ def calibrate(
     threshold: int,
     state_dir: Path,
     progress: Callable[[str, int, int], None] | None = None,
+    pair: bool = False,
 ) -> list[Outcome]:
-    """Judge `cases` with each judge; each one's figures are kept in state/calibration/."""
-    outcomes = []
+    """Judge `cases` with each judge; each one's figures are kept in state/calibration/.
+
+    `pair`: two judges are also measured as the pair `[verifier] second` makes, which
+    passes only what both pass.
+    """
+    measured: list[tuple[str, list[Judged]]] = []
     for judge in judges:
         client = ModelClient(judge.config)
         tick = (lambda done, total, j=judge: progress(j.profile, done, total)) if progress else None
         judged = judge_cases(client, cases, threshold, judge.config.evidence_tokens, tick)
-        found = figures(client.model, judged, threshold)
+        measured.append((client.model, judged))
+    if pair and len(measured) == 2:
+        (first, judged_first), (second, judged_second) = measured
+        measured.append((pair_name(first, second), paired(judged_first, judged_second)))
+    outcomes = []
+    for model, judged in measured:
+        found = figures(model, judged, threshold)
         record = Calibration(
             model=found.model,
-            base_url=judge.config.base_url,
             measured=datetime.now(UTC).replace(microsecond=0),
             source=source,
             threshold=threshold,

@@ -45,7 +45,8 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
             print(f"\r{profile}: {done}/{total} cases judged", end="", file=sys.stderr)
 
     try:
-        outcomes = calibrate(judges, cases, source, args.threshold, home.state_dir, progress)
+        pair = not args.model and bool(loaded.daemon.verifier.second)
+        outcomes = calibrate(judges, cases, source, args.threshold, home.state_dir, progress, pair)
     except ModelUnavailable as exc:
         raise CommandError(f"the judge did not answer, so nothing was measured: {exc}") from None
     if args.json:

@@ -58,8 +58,8 @@ def check(args: argparse.Namespace) -> int:
     if loaded.daemon_ok:
         from daemon.calibration.warnings import calibration_warnings
 
-        verifier = loaded.daemon.verifier
-        loaded.warnings.extend(calibration_warnings(home.state_dir, verifier, home.config_path))
+        config = loaded.daemon
+        loaded.warnings.extend(calibration_warnings(home.state_dir, config, home.config_path))
     probe = preflight.probe  # the verifier tried: what answered, or the warning says
     sandbox = choose(loaded.daemon.sandbox)
     shows: dict[str, list[str]] = {}

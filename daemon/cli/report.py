@@ -41,7 +41,10 @@ def report_cmd(args: argparse.Namespace) -> int:
 def _judge(home: Any) -> str:
     """The verifier's model, whose calibration the report puts beside verified attempts."""
     loaded = home.load()
-    return loaded.daemon.verifier.model if loaded.daemon_ok else ""
+    if not loaded.daemon_ok:
+        return ""
+    model, second = loaded.daemon.verifier.model, loaded.daemon.second_judge()
+    return f"{model} + {second.model}" if second else model
 
 
 def branch_exists(repo: str, branch: str) -> bool:

@@ -20,7 +20,6 @@ class Calibration(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str
-    base_url: str = ""
     measured: datetime
     source: str  # "shipped", a --cases folder, or "home record"
     threshold: int
