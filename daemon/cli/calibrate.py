@@ -22,6 +22,8 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
     loaded = home.load()
     if not loaded.daemon_ok:
         raise CommandError("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
+    if args.home_record and args.cases:
+        raise CommandError("--cases and --home-record name two sets of cases: give one")
     if args.limit is not None and args.limit < 1:
         raise CommandError(f"--limit {args.limit}: give a whole number of cases, 1 or more")
     try:
