@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from daemon import example
 from daemon.config.base import StrictModel, _argv, _http_url
@@ -83,6 +83,25 @@ class VerifierConfig(StrictModel):
         description=(
             "optional: a model behind `/v1/embeddings` that pre-filters the "
             "candidates (without it: word overlap)"
+        ),
+    )
+    second: str = Field(
+        "",
+        examples=["second-judge"],
+        description=(
+            "an `[agents.NAME]` profile with a `base_url`: its endpoint and model judge every "
+            "attempt too, and an attempt passes only when both judges pass it; `loopd "
+            "calibrate` then reports the pair; empty: one judge"
+        ),
+    )
+    max_false_pass: float = Field(
+        0.1,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "`loopd status` and `loopd check` warn when the last `loopd calibrate` of "
+            "`model` found it passing more than this share of bad attempts, or when "
+            "`model` was never calibrated ([calibration.md](calibration.md))"
         ),
     )
 
@@ -391,6 +410,32 @@ class DaemonConfig(StrictModel):
     sandbox: SandboxConfig = SandboxConfig()
     listen: ListenConfig | None = None  # off unless loopd.toml has a [listen] table
     remotes: dict[str, RemoteConfig] = {}
+
+    @model_validator(mode="after")
+    def _second_judge(self) -> DaemonConfig:
+        name = self.verifier.second
+        if name and not (name in self.agents and self.agents[name].base_url):
+            raise ValueError(
+                f"[verifier] second = {name!r} names no [agents.{name}] with a base_url; "
+                f"add [agents.{name}] with base_url and model, or remove second"
+            )
+        return self
+
+    def second_judge(self) -> VerifierConfig | None:
+        """`[verifier] second` as endpoint settings: the profile's endpoint, model and key
+        with `[verifier]`'s timeouts and evidence budget; None without a second judge."""
+        name = self.verifier.second
+        if not name or not self.verifier.configured or name not in self.agents:
+            return None
+        profile = self.agents[name]
+        return self.verifier.model_copy(
+            update={
+                "base_url": profile.base_url,
+                "model": profile.model,
+                "api_key_env": profile.api_key_env,
+                "second": "",
+            }
+        )
 
     def profile(self, name: str) -> AgentProfile | None:
         """The named profile; an adapter's own name works without a profile, and `example`

@@ -39,6 +39,9 @@ class Escalation(BaseModel):
     retry: bool = False
     retry_trigger: str = ""  # the inbox file of the retry, when one was queued
     superseded_by: str = ""  # the later run of the same task that succeeded (or was skipped)
+    # A person's label of the run's last attempt (`resolve --verdict`): `loopd calibrate`'s
+    # --home-record reads it.
+    verdict: Literal["", "good", "bad"] = ""
 
     @property
     def is_open(self) -> bool:

@@ -85,6 +85,10 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   success rate with its 95% interval, tokens, wall time, nudges and escalations; rewritten
   after each of its runs. The runs themselves are in `runs/`, trigger kind `experiment`,
   with an `[experiment]` table naming their arm
+- `calibration/MODEL.toml`: the last `loopd calibrate` of that judge model: its false-pass
+  and false-fail rates with 95% intervals, order disagreement, latency and tokens, over
+  which cases. `loopd status` and `loopd check` warn when the judge in use has none, or
+  passes more bad attempts than `[verifier] max_false_pass`
 
 ## The daemon's working files (leave them to loopd)
 
