@@ -83,9 +83,13 @@ def test_a_broken_loop_file_shows_not_loaded_and_why_not_disabled(
     )
     info = json.loads(loopd(home, "status", "--json").stdout)["loops"]["fresh"]
     assert info["note"].startswith("not loaded: ") and "overlap" in info["note"]
+    assert info["phase"] == "not-loaded"
     text = loopd(home, "status", env={"COLUMNS": "300"}).stdout
     (row,) = [line for line in text.splitlines() if line.startswith("│ fresh ")]
     phase = row.strip("│").split("│")[1].strip()
-    assert phase.startswith("not loaded: ") and "overlap" in phase, text + daemon_log(home)
+    assert phase == "not loaded", text + daemon_log(home)
+    # Why, on a line of its own under the table (so the table fits 80 columns).
+    (why,) = [line for line in text.splitlines() if line.startswith("error:")]
+    assert "fresh.toml" in why and "overlap" in why
     assert "disabled" not in text
     assert stop_daemon(daemon) == 0

@@ -123,7 +123,11 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
                     info["last_outcome"] = last.outcome
         info["paused"] = name in paused
         _loaded_note(info, name, loaded, entry if pid else None)
+        if info.get("loaded") is False:
+            info["phase"] = "not-loaded"
         data["loops"][name] = info
+    _unloaded_files(loaded, data["loops"])
+    data["open_escalations"] = _open_escalations(store)
     if pid is not None:
         if status.verifier is not None:
             data["verifier"] = status.verifier.model_dump(mode="json")
@@ -131,6 +135,34 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
             data["budget"] = status.budget.model_dump(mode="json")
     _schedules(store, loaded, data["loops"])
     return data
+
+
+def _open_escalations(store: Any) -> int:
+    """How many escalations wait for a person (none read when the folder is empty)."""
+    if not any(store.escalation_path("x").parent.glob("*.md")):
+        return 0
+    from daemon.people.escalation_file import open_escalations
+
+    return len(open_escalations(store))
+
+
+def _unloaded_files(loaded: Any, loops: dict[str, dict[str, Any]]) -> None:
+    """Loop files that do not load: a row of their own (phase `not-loaded`), with why."""
+    for error in loaded.errors:
+        name = error.file.stem
+        if error.file.parent.name != "loops" or name in loops:
+            continue
+        why = " ".join(str(error).split())
+        loops[name] = {
+            "enabled": False,
+            "phase": "not-loaded",
+            "loaded": False,
+            "error": str(error),
+            "note": f"not loaded: {why}",
+            "paused": False,
+        }
+    for name in sorted(loops):  # keep the rows in name order with the new ones in place
+        loops[name] = loops.pop(name)
 
 
 def _schedules(store: Any, loaded: Any, loops: dict[str, dict[str, Any]]) -> None:
@@ -211,7 +243,7 @@ def _status_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
         if info.get("pending") and info.get("enabled", True) and not info.get("paused"):
             phase += f", {info['pending']} queued"
         if info.get("loaded") is False:
-            phase = info.get("note") or "not loaded"  # a broken file: not loaded, and why
+            phase = "not loaded"  # why: on its own line under the table (`errors`)
         elif info.get("note"):
             phase += f" ({info['note']})"
         run = info.get("run") or info.get("last_run") or ""
@@ -297,6 +329,11 @@ def _render_status(data: dict[str, Any], width: int = 80) -> Any:
         if budget.get("exhausted"):
             line += f"; spent: new runs wait until {str(budget.get('until'))[:16]}"
         parts.append(Text(line, style="yellow" if budget.get("exhausted") else ""))
+    opened = data.get("open_escalations", 0)
+    if opened:
+        parts.append(
+            Text(f"open escalations: {opened} (`loopd escalations` lists them)", style="yellow")
+        )
     for warning in d["warnings"]:
         parts.append(Text(f"warning: {clean(warning)}", style="yellow"))
     for error in data["errors"]:

@@ -103,23 +103,24 @@ def _loops_table(title: str, rows: list[tuple[str, ...]], width: int) -> Any:
 def show_runs(control: Any, args: argparse.Namespace) -> int:
     """Every machine's runs from the engine, newest first."""
     from daemon.cli.runview import runs_table
-    from daemon.people.terminal import markup as m
 
     rows = control.runs(args.loop, args.limit)
     if args.json:
         print_json(rows)
         return 0
-    table = runs_table(f"runs on the engine ({control.engine.address})", [r["id"] for r in rows])
-    for r in rows:
-        table.add_row(
-            r["id"],
+    shown = [
+        (
+            r["run"],
             r["trigger"],
             r["outcome"] or r["phase"],
             str(r["attempts"]),
             "-" if r["score"] is None else str(r["score"]),
-            m(r["reason"] or ""),  # agent text may be in it: shown as written, never styled
+            r["reason"] or "",
         )
-    console().print(table)
+        for r in rows
+    ]
+    out = console()
+    out.print(runs_table(f"runs on the engine ({control.engine.address})", shown, out.width))
     return 0
 
 

@@ -48,20 +48,12 @@ def runs(args: argparse.Namespace) -> int:
         )
         return 0
     from daemon.people.landstate import landing_state
-    from daemon.people.terminal import markup as m
 
-    ids = [*(p.id for p in queued), *shown, *(r.id for r in records)]
-    table = runs_table(f"runs in {home.root}", ids)
+    rows: list[tuple[str, str, str, str, str, str]] = []
     for p in queued:
         merged = f", {p.merged_count} merged" if p.merged_count else ""
-        table.add_row(
-            p.id,
-            p.trigger.kind,
-            "queued",
-            "0",
-            "-",
-            m(f"queued {p.queued_at:%Y-%m-%d %H:%M}Z{merged}"),
-        )
+        queued_at = f"queued {p.queued_at:%Y-%m-%d %H:%M}Z{merged}"
+        rows.append((p.id, p.trigger.kind, "queued", "0", "-", queued_at))
     for r in [*parked, *records]:
         last = r.attempts[-1] if r.attempts else None
         reason = r.reason
@@ -71,15 +63,12 @@ def runs(args: argparse.Namespace) -> int:
             reason = "; ".join(part for part in (parked_until, reason) if part)
         if r.outcome == "succeeded":
             reason = "; ".join(part for part in (reason, landing_state(r).line()) if part)
-        table.add_row(
-            r.id,
-            r.trigger.kind,
-            r.outcome or r.phase,
-            str(len(r.attempts)),
-            "-" if last is None or last.score is None else str(last.score),
-            m(reason),
+        score = "-" if last is None or last.score is None else str(last.score)
+        rows.append(
+            (r.id, r.trigger.kind, r.outcome or r.phase, str(len(r.attempts)), score, reason)
         )
-    console().print(table)
+    out = console()
+    out.print(runs_table(f"runs in {home.root}", rows, out.width))
     return 0
 
 
@@ -111,7 +100,8 @@ def _parked_runs(store: Any, loop: str | None) -> list[Any]:
 
 def _queued_summary(pending: Any) -> dict[str, Any]:
     return {
-        "id": pending.id,
+        "run": pending.id,
+        "id": pending.id,  # the same as `run`, kept for scripts written before it
         "loop": pending.loop,
         "trigger": pending.trigger.kind,
         "started": None,
@@ -130,7 +120,8 @@ def _queued_summary(pending: Any) -> dict[str, Any]:
 
 def _run_summary(run: Any) -> dict[str, Any]:
     return {
-        "id": run.id,
+        "run": run.id,
+        "id": run.id,  # the same as `run`, kept for scripts written before it
         "loop": run.loop,
         "trigger": run.trigger.kind,
         "started": run.started,
@@ -173,7 +164,7 @@ def show(args: argparse.Namespace) -> int:
     if args.diff:
         return _show_diff(store, run, args.attempt)
     if args.json:
-        print_json(run.model_dump(mode="json"))
+        print_json({"run": run.id, **run.model_dump(mode="json")})
         return 0
     from rich.panel import Panel
     from rich.table import Table

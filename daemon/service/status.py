@@ -26,7 +26,7 @@ def add_unloaded_loops(status: StatusFile, errors: list[ConfigError]) -> None:
     for error in errors:
         if error.file.parent.name == "loops" and error.file.stem not in status.loops:
             status.loops[error.file.stem] = LoopStatus(
-                enabled=False, loaded=False, error=str(error)
+                phase="not-loaded", enabled=False, loaded=False, error=str(error)
             )
 
 

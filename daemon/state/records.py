@@ -14,7 +14,16 @@ Outcome = Literal[
     "succeeded", "escalated", "refused", "interrupted", "cancelled", "error", "skipped"
 ]
 Phase = Literal[
-    "idle", "queued", "preparing", "running", "judging", "learning", "paused", "waiting", "landing"
+    "idle",
+    "queued",
+    "preparing",
+    "running",
+    "judging",
+    "learning",
+    "paused",
+    "waiting",
+    "landing",
+    "not-loaded",  # a loop's: its file does not load (status only; never a run's)
 ]
 OUTCOMES: tuple[str, ...] = Outcome.__args__  # type: ignore[attr-defined]
 

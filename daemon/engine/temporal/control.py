@@ -209,6 +209,7 @@ class EngineControl:
             running = execution.status == WorkflowExecutionStatus.RUNNING
             found.append(
                 {
+                    "run": run_id,
                     "id": run_id,
                     "loop": memo.get("loop", loop_of_run(run_id)),
                     "trigger": memo.get("trigger", ""),
@@ -229,9 +230,9 @@ class EngineControl:
             view = await self._controller(client, name)
             for run_id in view.pending if view else []:
                 found.append(
-                    {"id": run_id, "loop": name, "trigger": "", "started": None, "finished": None,
-                     "outcome": None, "phase": "queued", "reason": "", "attempts": 0,
-                     "branch": "", "tokens": 0, "score": None, "queue": ""}
+                    {"run": run_id, "id": run_id, "loop": name, "trigger": "", "started": None,
+                     "finished": None, "outcome": None, "phase": "queued", "reason": "",
+                     "attempts": 0, "branch": "", "tokens": 0, "score": None, "queue": ""}
                 )  # fmt: skip
         found.sort(key=lambda r: r["id"], reverse=True)
         return found[:limit]
