@@ -118,6 +118,20 @@ def test_status_and_check_warn_without_a_calibration(
     assert any("has no calibration" in w for w in status["daemon"]["warnings"])
 
 
+def test_a_judge_that_answers_but_never_validly_is_measured_as_failing(
+    tmp_path: Path, model_server: ScriptedModelServer
+) -> None:
+    """A small model that writes prose instead of the verdict: each order it never repairs
+    is scored 0 (a run would not pass by it either) and said, not a crash of the command."""
+    model_server.default = {"text": "I think this attempt looks fine to me."}
+    home = home_for(tmp_path, model_server)
+    done = loopd(home, "calibrate", "--limit", "2", timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "4 replies still invalid after a repair, scored 0 (fail)" in done.stdout
+    [figures] = calibrate_json(home, "--limit", "2")["models"]
+    assert figures["false_pass_rate"] == 0.0 and figures["cases"] == 2
+
+
 def test_a_judge_that_does_not_answer_is_named_and_nothing_is_kept(
     tmp_path: Path, model_server: ScriptedModelServer
 ) -> None:

@@ -393,3 +393,15 @@ def test_replies_state_bounds_that_a_grammar_enforces_and_the_client_does_not(
     model_server.add({"json": long})
     reply = make_client(model_server).structured("critic_verdict", CriticVerdict, "s", "u")
     assert len(reply.verdict) == 900 and len(reply.unsupported_claims) == 30
+
+
+def test_a_reply_with_raw_newlines_inside_its_strings_is_read() -> None:
+    """Small local models write a literal newline in a string; what they mean is plain."""
+    from daemon.model.client import _parse
+
+    content = '{"score": 7, "verdict": "fine\nreally", "unsupported_claims": [], "feedback": ""}'
+    assert "\n" in content and json.loads(content.replace("\n", "\\n"))
+    parsed = _parse(CriticVerdict, content)
+    assert parsed.score == 7 and parsed.verdict == "fine\nreally"
+    with pytest.raises(ValueError):
+        _parse(CriticVerdict, '{"score": "seven"}')

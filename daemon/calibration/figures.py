@@ -17,6 +17,7 @@ class Judged:
     scores: tuple[int, int]  # production order first, then the other order
     latency_ms: tuple[float, float]
     tokens: int
+    invalid: int = 0  # orders whose reply was still invalid after a repair (scored 0)
 
     def passed(self, threshold: int, order: int = 0) -> bool:
         """The judge passed the case in that order: its score is at or above the threshold."""
@@ -39,6 +40,7 @@ class Figures:
     order_disagreement: float
     latency_ms_mean: float
     tokens: int
+    invalid_replies: int = 0  # replies still invalid after a repair, scored 0
 
     def as_json(self) -> dict[str, object]:
         """The object of `--json`: exactly the keys the issue names."""
@@ -85,6 +87,7 @@ def figures(model: str, judged: list[Judged], threshold: int) -> Figures:
         order_disagreement=_rate(differ, len(judged)),
         latency_ms_mean=round(sum(latencies) / len(latencies), 1) if latencies else 0.0,
         tokens=sum(j.tokens for j in judged),
+        invalid_replies=sum(j.invalid for j in judged),
     )
 
 
@@ -99,6 +102,7 @@ def paired(first: list[Judged], second: list[Judged]) -> list[Judged]:
             scores=(min(a.scores[0], b.scores[0]), min(a.scores[1], b.scores[1])),
             latency_ms=(a.latency_ms[0] + b.latency_ms[0], a.latency_ms[1] + b.latency_ms[1]),
             tokens=a.tokens + b.tokens,
+            invalid=a.invalid + b.invalid,
         )
         for a, b in zip(first, second, strict=True)
     ]

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from daemon.calibration.cases import Case
 from daemon.calibration.figures import Judged
-from daemon.model.client import ModelClient
+from daemon.model.client import InvalidReply, ModelClient
 from daemon.model.critic import judge
 from daemon.model.evidence import SECTIONS, build_evidence
 
@@ -20,17 +20,25 @@ def judge_case(client: ModelClient, case: Case, threshold: int, evidence_tokens:
     """The judge's scores of `case` in both orders, with their latencies and tokens.
 
     Raises ModelUnavailable when the judge does not answer: a calibration with holes in it
-    would report rates of a set other than the one named.
+    would report rates of a set other than the one named. A judge that answers but never
+    validly (InvalidReply) has that order scored 0, as a run would not pass by it either.
     """
     evidence = build_evidence(case.folder, case.task, case.summary, evidence_tokens)
     scores: list[int] = []
     latencies: list[float] = []
     tokens_before = client.tokens
+    invalid = 0
     for order in ORDERS:
         started = time.monotonic()
-        verdict = judge(client, replace(evidence, sections=order), threshold, case.checks_passed)
+        try:
+            verdict = judge(
+                client, replace(evidence, sections=order), threshold, case.checks_passed
+            )
+            score = verdict.score if verdict.score is not None else 0
+        except InvalidReply:
+            invalid, score = invalid + 1, 0
         latencies.append((time.monotonic() - started) * 1000)
-        scores.append(verdict.score if verdict.score is not None else 0)
+        scores.append(score)
     return Judged(
         case_id=case.id,
         label=case.label,
@@ -38,6 +46,7 @@ def judge_case(client: ModelClient, case: Case, threshold: int, evidence_tokens:
         scores=(scores[0], scores[1]),
         latency_ms=(latencies[0], latencies[1]),
         tokens=client.tokens - tokens_before,
+        invalid=invalid,
     )
 
 

@@ -76,6 +76,11 @@ def _render(outcome: Any, source: str) -> str:
             f"  order disagreement {f.order_disagreement:5.1%}: cases whose verdict changed "
             "when the evidence came in the other order",
             f"  latency {f.latency_ms_mean:.0f} ms a call on average; {f.tokens} tokens",
+            *(
+                [f"  {f.invalid_replies} replies still invalid after a repair, scored 0 (fail)"]
+                if f.invalid_replies
+                else []
+            ),
             f"  kept in {kept}",
         ]
     )

@@ -50,6 +50,10 @@ class ModelUnavailable(Exception):
         self.retry_after = retry_after
 
 
+class InvalidReply(ModelUnavailable):
+    """The endpoint answered, but not with a valid reply, even after one repair."""
+
+
 class _Malformed(Exception):
     """A 200 answer that is not the JSON asked for (a proxy's error page, say)."""
 
@@ -125,7 +129,7 @@ class ModelClient:
         try:
             return _parse(reply, content)
         except (ValidationError, ValueError) as second:
-            raise ModelUnavailable(
+            raise InvalidReply(
                 f"{self.config.base_url}: the `{name}` reply is still invalid after one repair: "
                 f"{_problem(second)}"
             ) from None
@@ -399,7 +403,14 @@ def _parse(reply: type[T], content: str) -> T:
         if start < 0 or end < start:
             raise ValueError(f"no JSON object in the reply: {content[:200]!r}")
         text = text[start : end + 1]
-    return reply.model_validate_json(text)
+    try:
+        return reply.model_validate_json(text)
+    except ValidationError as error:
+        if not any(e["type"] == "json_invalid" for e in error.errors()):
+            raise
+    # Small local models write raw newlines and tabs inside strings; JSON forbids them, but
+    # what they mean is plain, so they are read rather than sent back for a repair.
+    return reply.model_validate(json.loads(text, strict=False))
 
 
 def _problem(error: Exception) -> str:
