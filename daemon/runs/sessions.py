@@ -352,7 +352,7 @@ class Sessions:
             self.journal,
             self.attempt.tree,
             commit_message(run, self.attempt.n, "work so far"),
-            next((a for a in run.attempts if a.n == self.n), None),
+            next((a for a in run.attempts if a.n == self.attempt.n), None),
             guard_refs=False,
         )
         checks = CheckTree(self.journal, self.attempt.tree, self.cfg).run(
