@@ -20,6 +20,7 @@ import tomli_w
 
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
+from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
 
 PRUNED_MARKER = "pruned.toml"
@@ -103,6 +104,89 @@ def _remove_run_files(run_dir: Path) -> list[str]:
     return removed
 
 
+def _protected(store: StateStore, keep: set[str], rules_dir: Path | None) -> set[str]:
+    """The runs kept whatever their age: asked for, or cited by an escalation, a deferred
+    lesson or a rule."""
+    protected = set(keep) | cited_by_open_escalations(store) | cited_by_deferred_lessons(store)
+    if rules_dir is not None:
+        protected |= cited_by_rules(rules_dir)
+    return protected
+
+
+def _old_finished_run(
+    store: StateStore, run_id: str, cutoff: datetime, live: set[str]
+) -> RunRecord | None:
+    """The run's record when it finished before `cutoff`, is not running and not pruned yet."""
+    run_dir = store.run_dir(run_id)
+    if (run_dir / PRUNED_MARKER).exists() or run_id in live:
+        return None
+    try:
+        run = store.load_run(run_id)
+    except Exception:  # noqa: BLE001 - an unreadable record is left for a person
+        return None
+    if run.outcome is None or (run.finished is not None and run.finished >= cutoff):
+        return None
+    return run
+
+
+def _prune_run(
+    store: StateStore,
+    run_id: str,
+    run: RunRecord,
+    repos: dict[str, Path],
+    retain_days: int,
+    now: datetime,
+    result: dict[str, Any],
+) -> None:
+    """Remove the run's files, its loopd branch and resolved escalation; leave the marker."""
+    run_dir = store.run_dir(run_id)
+    removed = _remove_run_files(run_dir)
+    branch = run.branch or f"loopd/{run.loop}/{run_id}"
+    deleted = False
+    if branch.startswith("loopd/"):
+        repo = repos.get(run.loop) or (Path(run.repo) if run.repo else None)
+        if repo is not None and repo.is_dir():
+            deleted, error = _delete_branch(store, repo, branch, run_id, now)
+            if error:
+                result["errors"].append(f"{run_id}: branch {branch}: {error}")
+    escalation = store.escalation_path(run_id)
+    if escalation.exists():  # resolved (an open one would have kept the run)
+        escalation.unlink()
+        removed.append(f"escalations/{escalation.name}")
+    write_atomic(
+        run_dir / PRUNED_MARKER,
+        tomli_w.dumps({"pruned": now, "removed": removed, "branch_deleted": deleted}),
+    )
+    if deleted:
+        result["branches_deleted"].append(branch)
+        if run.branch == branch:
+            run.branch_gone(branch)
+            store.save_run(run)
+    result["pruned"].append(run_id)
+    store.events.append(
+        "run_pruned",
+        now,
+        loop=run.loop,
+        run=run_id,
+        removed=removed,
+        branch=branch if deleted else "",
+        retain_days=retain_days,
+    )
+
+
+def _remove_old_reports(store: StateStore, cutoff: datetime) -> int:
+    """Remove the reports written before `cutoff`; how many."""
+    reports = store.root / "reports"
+    removed = 0
+    if reports.is_dir():
+        stamp = "report-" + cutoff.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+        for path in reports.glob("report-*.md"):
+            if path.name < stamp:
+                path.unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
 def prune(
     store: StateStore,
     repos: dict[str, Path],
@@ -122,9 +206,7 @@ def prune(
     if retain_days <= 0:
         return result
     cutoff = now - timedelta(days=retain_days)
-    protected = set(keep) | cited_by_open_escalations(store) | cited_by_deferred_lessons(store)
-    if rules_dir is not None:
-        protected |= cited_by_rules(rules_dir)
+    protected = _protected(store, keep, rules_dir)
     live = set(store.live_runs())
     for run_id in store.run_ids():
         started = _run_started(run_id)
@@ -132,59 +214,16 @@ def prune(
             continue
         if started >= cutoff:
             break  # ids sort by start time: every later run is younger
-        run_dir = store.run_dir(run_id)
-        if (run_dir / PRUNED_MARKER).exists() or run_id in live:
-            continue
-        try:
-            run = store.load_run(run_id)
-        except Exception:  # noqa: BLE001 - an unreadable record is left for a person
-            continue
-        if run.outcome is None or (run.finished is not None and run.finished >= cutoff):
+        run = _old_finished_run(store, run_id, cutoff, live)
+        if run is None:
             continue
         if run_id in protected:
             result["kept"].append(run_id)
             continue
-        removed = _remove_run_files(run_dir)
-        branch = run.branch or f"loopd/{run.loop}/{run_id}"
-        deleted = False
-        if branch.startswith("loopd/"):
-            repo = repos.get(run.loop) or (Path(run.repo) if run.repo else None)
-            if repo is not None and repo.is_dir():
-                deleted, error = _delete_branch(store, repo, branch, run_id, now)
-                if error:
-                    result["errors"].append(f"{run_id}: branch {branch}: {error}")
-        escalation = store.escalation_path(run_id)
-        if escalation.exists():  # resolved (an open one would have kept the run)
-            escalation.unlink()
-            removed.append(f"escalations/{escalation.name}")
-        write_atomic(
-            run_dir / PRUNED_MARKER,
-            tomli_w.dumps({"pruned": now, "removed": removed, "branch_deleted": deleted}),
-        )
-        if deleted:
-            result["branches_deleted"].append(branch)
-            if run.branch == branch:
-                run.branch_gone(branch)
-                store.save_run(run)
-        result["pruned"].append(run_id)
-        store.events.append(
-            "run_pruned",
-            now,
-            loop=run.loop,
-            run=run_id,
-            removed=removed,
-            branch=branch if deleted else "",
-            retain_days=retain_days,
-        )
+        _prune_run(store, run_id, run, repos, retain_days, now, result)
     from daemon.state.ledger import ledger_of
 
     ledger_of(store.root).trim(now)
-    reports = store.root / "reports"
-    if reports.is_dir():
-        stamp = "report-" + cutoff.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
-        for path in reports.glob("report-*.md"):
-            if path.name < stamp:
-                path.unlink(missing_ok=True)
-                result["reports_removed"] += 1
+    result["reports_removed"] += _remove_old_reports(store, cutoff)
     result["cutoff"] = iso(cutoff)
     return result

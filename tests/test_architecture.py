@@ -224,6 +224,28 @@ def test_no_module_is_over_500_lines() -> None:
     assert long == {}
 
 
+MAX_FUNCTION_LINES = 80
+
+
+def long_functions(name: str, source: str) -> dict[str, int]:
+    """The functions and methods (nested ones too) of a module longer than
+    MAX_FUNCTION_LINES, by `module:line name`, with their lengths."""
+    return {
+        f"{name}:{node.lineno} {node.name}": n
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (n := (node.end_lineno or node.lineno) - node.lineno + 1) > MAX_FUNCTION_LINES
+    }
+
+
+def test_no_function_is_over_80_lines() -> None:
+    """Small functions: one that grows past 80 lines is split into well-named helpers."""
+    long = {}
+    for name, path in modules().items():
+        long.update(long_functions(name, path.read_text()))
+    assert long == {}
+
+
 def test_the_check_sees_a_circle_and_an_upward_import() -> None:
     """The checks find what they are for, on a made-up graph."""
     edges = {
@@ -233,3 +255,20 @@ def test_the_check_sees_a_circle_and_an_upward_import() -> None:
     }
     assert circles(edges) == [["daemon.runs.b", "daemon.state.a"]]
     assert upward(edges) == [("daemon.state.a", "daemon.runs.b")]
+
+
+def made_up_function(name: str, lines: int, indent: str = "") -> str:
+    """The source of a function `lines` long, its `def` line included."""
+    body = "".join(f"{indent}    x = {i}\n" for i in range(lines - 1))
+    return f"{indent}def {name}():\n{body}"
+
+
+def test_the_check_sees_a_long_function_and_method() -> None:
+    """The length check finds what it is for, on made-up source."""
+    source = (
+        made_up_function("short", 80)
+        + made_up_function("long", 81)
+        + "class C:\n"
+        + made_up_function("method", 81, "    ")
+    )
+    assert long_functions("m", source) == {"m:81 long": 81, "m:163 method": 81}

@@ -99,16 +99,42 @@ class Supervisor:
         """Run one process to its end; see the module docstring for what ends it."""
         set_child_subreaper()
         result = ProcessResult(started=time.monotonic())
-        with self._lock:
-            if self._stop_at is not None:
-                result.stopped, result.stop_reason = True, self._stop_reason
+        self._note_stop(result)
         if result.stopped:
             self.transcript.write_loopd(
                 self.clock(), "process", event="not_started", reason=result.stop_reason
             )
             result.finished = time.monotonic()
             return result
+        spawned = self._spawn(invocation, result)
+        if spawned is None:
+            return result
+        proc, tree, launch = spawned
+        result.pid = proc.pid
+        run = self._watch(proc, tree, launch, invocation, result, timeout, stall_after)
+        self._note_stop(result)
+        self.transcript.write_loopd(
+            self.clock(),
+            "process",
+            event="exited",
+            pid=proc.pid,
+            exit_code=result.exit_code,
+            reason=run.end_reason,
+            seconds=round(result.duration, 3),
+        )
+        return result
 
+    def _note_stop(self, result: ProcessResult) -> None:
+        """Mark the result stopped when `stop()` was called."""
+        with self._lock:
+            if self._stop_at is not None:
+                result.stopped, result.stop_reason = True, self._stop_reason
+
+    def _spawn(
+        self, invocation: Invocation, result: ProcessResult
+    ) -> tuple[subprocess.Popen[bytes], ProcessTree, Launch] | None:
+        """Start the process in its own session, registered as a tree; None (the error in
+        `result`) when it cannot start."""
         env = {k: v for k, v in {**self.env, **invocation.env}.items() if not is_forbidden(k)}
         if invocation.home is not None:
             ensure_dir(Path(invocation.home))
@@ -136,9 +162,20 @@ class Supervisor:
             result.error = redact(f"could not start {invocation.argv[:1]}: {exc}")
             self.transcript.write_loopd(self.clock(), "process", event="failed", error=result.error)
             result.finished = time.monotonic()
-            return result
+            return None
+        return proc, tree, launch
 
-        result.pid = proc.pid
+    def _watch(
+        self,
+        proc: subprocess.Popen[bytes],
+        tree: ProcessTree,
+        launch: Launch,
+        invocation: Invocation,
+        result: ProcessResult,
+        timeout: float,
+        stall_after: float,
+    ) -> SupervisedRun:
+        """Watch the started process to its end, then clean up after it and its tree."""
         try:
             run = SupervisedRun(
                 self, proc, tree, invocation, result, timeout, stall_after, launch.wrapped
@@ -171,16 +208,4 @@ class Supervisor:
                 result.error = redact(f"could not start {invocation.argv[:1]}: {why}")
             launch.close()
             result.limit_hit = launch.limit_hit
-        with self._lock:
-            if self._stop_at is not None:
-                result.stopped, result.stop_reason = True, self._stop_reason
-        self.transcript.write_loopd(
-            self.clock(),
-            "process",
-            event="exited",
-            pid=proc.pid,
-            exit_code=result.exit_code,
-            reason=run.end_reason,
-            seconds=round(result.duration, 3),
-        )
-        return result
+        return run

@@ -7,6 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from daemon.cli.common import CommandError, command, home_of, print_json
+from daemon.config import LoadedConfig
+from daemon.home import Home
+from daemon.model.probe import Probe
+from daemon.sandbox.registry import Choice
 
 
 def init(args: argparse.Namespace) -> int:
@@ -29,18 +33,12 @@ def init(args: argparse.Namespace) -> int:
     return 0
 
 
-def check(args: argparse.Namespace) -> int:
-    """Validate loopd.toml and loops/*.toml."""
-    from daemon.cli.runs import daemon_pid
+def _check_engine(home: Home, loaded: LoadedConfig) -> None:
+    """The engine's extra installed, and a Temporal engine's schedules: errors and warnings
+    added to `loaded`."""
     from daemon.config.errors import ConfigError
     from daemon.engine import missing_extra
-    from daemon.runs.budget import budget_warnings
-    from daemon.sandbox.registry import choose
-    from daemon.service.preflight import Preflight, daemon_path
 
-    home = home_of(args)
-    loaded = home.load()
-    loaded.warnings.extend(budget_warnings(loaded))
     kind = loaded.daemon.engine.kind if loaded.daemon_ok else "local"
     needs = missing_extra(kind)
     if needs:
@@ -52,6 +50,80 @@ def check(args: argparse.Namespace) -> int:
         errors, warnings = check_schedules(home, loaded)
         loaded.errors.extend(errors)
         loaded.warnings.extend(warnings)
+
+
+def _print_check_json(
+    home: Home,
+    loaded: LoadedConfig,
+    warnings: list[str],
+    probe: Probe | None,
+    sandbox: Choice,
+    shows: dict[str, list[str]],
+    limits: str,
+) -> None:
+    print_json(
+        {
+            "home": str(home.root),
+            "loops": sorted(loaded.loops),
+            "errors": [
+                {"file": str(e.file), "key": e.key, "message": e.message, "fix": e.fix}
+                for e in loaded.errors
+            ],
+            "warnings": warnings,
+            "verifier": probe.model_dump() if probe is not None else None,
+            "sandbox": {
+                "mode": sandbox.mode,
+                "in_force": "none" if sandbox.refusal else sandbox.name,
+                "detail": sandbox.detail,
+                "summary": sandbox.summary(),
+                "shows": shows,
+            },
+            "limits": limits,
+        }
+    )
+
+
+def _print_check_text(
+    loaded: LoadedConfig,
+    notes: list[str],
+    probe: Probe | None,
+    sandbox: Choice,
+    shows: dict[str, list[str]],
+    limits: str,
+) -> None:
+    for error in loaded.errors:
+        print(f"error: {error}")
+    for warning in notes:
+        print(f"warning: {warning}")
+    if probe is not None and probe.ok:
+        print(probe.text)
+    loud = sandbox.warning or sandbox.refusal
+    print(f"warning: {sandbox.summary()}" if loud else sandbox.summary())
+    if limits:
+        print(limits)
+    for name, lines in sorted(shows.items()):
+        if lines:
+            print(f"  {name}: the sandbox also shows, read-only, of what it hides:")
+            for line in lines:
+                print(f"    {line}")
+    names = ", ".join(sorted(loaded.loops)) or "none"
+    print(
+        f"{len(loaded.loops)} valid loop(s): {names}; {len(loaded.errors)} error(s), "
+        f"{len(loaded.warnings)} warning(s)"
+    )
+
+
+def check(args: argparse.Namespace) -> int:
+    """Validate loopd.toml and loops/*.toml."""
+    from daemon.cli.runs import daemon_pid
+    from daemon.runs.budget import budget_warnings
+    from daemon.sandbox.registry import choose
+    from daemon.service.preflight import Preflight, daemon_path
+
+    home = home_of(args)
+    loaded = home.load()
+    loaded.warnings.extend(budget_warnings(loaded))
+    _check_engine(home, loaded)
     pid = daemon_pid(home)
     preflight = Preflight(loaded, home.config_path, pid)
     loaded.warnings.extend(preflight.run())
@@ -73,47 +145,9 @@ def check(args: argparse.Namespace) -> int:
     notes = loaded.warnings + _inside_home(home.root, loaded.daemon)
     warnings = [w for w in (sandbox.warning, sandbox.refusal) if w] + notes
     if args.json:
-        print_json(
-            {
-                "home": str(home.root),
-                "loops": sorted(loaded.loops),
-                "errors": [
-                    {"file": str(e.file), "key": e.key, "message": e.message, "fix": e.fix}
-                    for e in loaded.errors
-                ],
-                "warnings": warnings,
-                "verifier": probe.model_dump() if probe is not None else None,
-                "sandbox": {
-                    "mode": sandbox.mode,
-                    "in_force": "none" if sandbox.refusal else sandbox.name,
-                    "detail": sandbox.detail,
-                    "summary": sandbox.summary(),
-                    "shows": shows,
-                },
-                "limits": limits,
-            }
-        )
+        _print_check_json(home, loaded, warnings, probe, sandbox, shows, limits)
     else:
-        for error in loaded.errors:
-            print(f"error: {error}")
-        for warning in notes:
-            print(f"warning: {warning}")
-        if probe is not None and probe.ok:
-            print(probe.text)
-        loud = sandbox.warning or sandbox.refusal
-        print(f"warning: {sandbox.summary()}" if loud else sandbox.summary())
-        if limits:
-            print(limits)
-        for name, lines in sorted(shows.items()):
-            if lines:
-                print(f"  {name}: the sandbox also shows, read-only, of what it hides:")
-                for line in lines:
-                    print(f"    {line}")
-        names = ", ".join(sorted(loaded.loops)) or "none"
-        print(
-            f"{len(loaded.loops)} valid loop(s): {names}; {len(loaded.errors)} error(s), "
-            f"{len(loaded.warnings)} warning(s)"
-        )
+        _print_check_text(loaded, notes, probe, sandbox, shows, limits)
     return 2 if loaded.errors else 0
 
 

@@ -65,57 +65,59 @@ def daemon_pid(home: Home) -> int | None:
     return (lock.holder() or -1) if lock.is_held() else None
 
 
-def once(args: argparse.Namespace) -> int:
-    """One full run now in the foreground; prints RUN_ID on its first line."""
-    from daemon.agents.processes import set_child_subreaper
-    from daemon.runs.executor import RunExecutor, new_run
-    from daemon.runs.services import RunServices, utc_now
-    from daemon.sandbox.registry import choose
-    from daemon.scheduling.queue import PendingRun
-    from daemon.service.stopdeadline import StopDeadline, agent_grace
-    from daemon.state.records import Trigger
-
-    home, loaded, loop = foreground_loop(args)
+def _refuse_unrunnable(home: Home, loaded: LoadedConfig, loop: Loop, force: bool) -> None:
+    """A usage error when the engine runs the loop, or it is disabled and not forced, or
+    it cannot run."""
     if engine_control(home, loaded) is not None:
         raise CommandError(
             f"with [engine] kind = {loaded.daemon.engine.kind!r} the engine runs loop "
             f"{loop.name!r}; use `loopd trigger {loop.name} --wait` to run it there"
         )
-    if not loop.config.enabled:
-        if not args.force:
-            raise CommandError(
-                f"loop {loop.name!r} is disabled (enabled = false in {loop.path}); set "
-                f"enabled = true there, or run it this once anyway: `loopd once {loop.name} "
-                "--force`"
-            )
-        if loop.problems:
-            raise CommandError(
-                f"loop {loop.name!r} cannot run:\n  " + "\n  ".join(str(e) for e in loop.problems)
-            )
+    if loop.config.enabled:
+        return
+    if not force:
+        raise CommandError(
+            f"loop {loop.name!r} is disabled (enabled = false in {loop.path}); set "
+            f"enabled = true there, or run it this once anyway: `loopd once {loop.name} "
+            "--force`"
+        )
+    if loop.problems:
+        raise CommandError(
+            f"loop {loop.name!r} cannot run:\n  " + "\n  ".join(str(e) for e in loop.problems)
+        )
+
+
+def _prepare_example(loop: Loop) -> None:
+    """The example's repository made ready, when the loop runs on it."""
     from daemon.example import is_example_repo
 
-    if is_example_repo(loop.config.repo_path):
-        from daemon.example.prepare import prepare_example
-        from daemon.git.safe import GitError
+    if not is_example_repo(loop.config.repo_path):
+        return
+    from daemon.example.prepare import prepare_example
+    from daemon.git.safe import GitError
 
-        try:
-            prepare_example(loop.config.repo_path)
-        except (GitError, OSError) as exc:
-            raise CommandError(
-                f"cannot prepare the example's repository {loop.config.repo_path}: {exc}"
-            ) from None
-    store = home.state(loaded.daemon.limits.events_rotate)
+    try:
+        prepare_example(loop.config.repo_path)
+    except (GitError, OSError) as exc:
+        raise CommandError(
+            f"cannot prepare the example's repository {loop.config.repo_path}: {exc}"
+        ) from None
+
+
+def _refuse_daemon_loop(home: Home, store: Any, loop: Loop) -> None:
+    """A usage error when the running daemon runs this loop itself."""
     pid = daemon_pid(home)
     if pid is not None and loop.config.enabled and loop.name not in store.paused_loops():
         raise CommandError(
             f"the daemon (pid {pid}) runs loop {loop.name!r}; use `loopd trigger {loop.name} "
             "--wait` to run it through the daemon, or `loopd pause` it first"
         )
-    lock = lock_loop(store, loop)
-    set_child_subreaper()
-    services = RunServices(home=home, config=loaded.daemon, store=store)
-    parked = _finish_abandoned(services, loop)
-    services.notifications = _notifications(loaded, store)
+
+
+def _warn(loaded: LoadedConfig, loop: Loop, services: Any) -> None:
+    """Print the configuration's warnings, other loops' errors and the sandbox's summary."""
+    from daemon.sandbox.registry import choose
+
     for warning in loaded.warnings:
         print(f"loopd: warning: {warning}", file=sys.stderr)
         services.event("config_warning", message=warning)
@@ -125,31 +127,33 @@ def once(args: argparse.Namespace) -> int:
     sandbox = choose(loaded.daemon.sandbox)
     if sandbox.warning or sandbox.refusal:
         print(f"loopd: warning: {sandbox.summary()}", file=sys.stderr)
-    now = utc_now()
-    if parked is not None:
-        # A run parked on a usage limit (by a stopped daemon or `loopd once`) goes on first.
-        run = parked
-        print(run.id, flush=True)
-        print(f"loopd: resuming run {run.id}, parked on a usage limit", file=sys.stderr)
-    else:
-        hold = _hold(services, loop, now)
-        if hold is not None:
-            lock.release()
-            print(f"not run: {hold.why}; new runs of {loop.name} wait until {hold.until}")
-            return 1
-        trigger = Trigger(
-            loop=loop.name,
-            kind="manual",
-            reason=args.reason or "loopd once",
-            ts=now,
-            force=args.force,
-        )
-        services.event("trigger", loop=loop.name, kind="manual", reason=trigger.reason, via="once")
-        pending = PendingRun(
-            id=store.new_run_id(loop.name, now), loop=loop.name, trigger=trigger, queued_at=now
-        )
-        run = new_run(services, loop, pending)
-        print(run.id, flush=True)
+
+
+def _new_run(services: Any, loop: Loop, args: argparse.Namespace, now: Any) -> Any:
+    """The run record of a new manual run, its trigger recorded."""
+    from daemon.runs.executor import new_run
+    from daemon.scheduling.queue import PendingRun
+    from daemon.state.records import Trigger
+
+    trigger = Trigger(
+        loop=loop.name,
+        kind="manual",
+        reason=args.reason or "loopd once",
+        ts=now,
+        force=args.force,
+    )
+    services.event("trigger", loop=loop.name, kind="manual", reason=trigger.reason, via="once")
+    pending = PendingRun(
+        id=services.store.new_run_id(loop.name, now), loop=loop.name, trigger=trigger, queued_at=now
+    )
+    return new_run(services, loop, pending)
+
+
+def _execute(services: Any, loaded: LoadedConfig, loop: Loop, run: Any, lock: Any) -> Any:
+    """Execute the run in the foreground: a signal stops it, a second one at once."""
+    from daemon.runs.executor import RunExecutor
+    from daemon.service.stopdeadline import StopDeadline, agent_grace
+
     executor = RunExecutor(services, loop, run)
     grace = loaded.daemon.limits.shutdown_grace.total_seconds()
     presses = []
@@ -171,13 +175,46 @@ def once(args: argparse.Namespace) -> int:
     )
     deadline.install()
     try:
-        run = executor.execute()
+        return executor.execute()
     finally:
         lock.release()
         if services.notifications is not None:
             # Deliveries run in threads; the process must not end under them.
             services.notifications.drain(20)
         deadline.done()
+
+
+def once(args: argparse.Namespace) -> int:
+    """One full run now in the foreground; prints RUN_ID on its first line."""
+    from daemon.agents.processes import set_child_subreaper
+    from daemon.runs.services import RunServices
+
+    home, loaded, loop = foreground_loop(args)
+    _refuse_unrunnable(home, loaded, loop, args.force)
+    _prepare_example(loop)
+    store = home.state(loaded.daemon.limits.events_rotate)
+    _refuse_daemon_loop(home, store, loop)
+    lock = lock_loop(store, loop)
+    set_child_subreaper()
+    services = RunServices(home=home, config=loaded.daemon, store=store)
+    parked = _finish_abandoned(services, loop)
+    services.notifications = _notifications(loaded, store)
+    _warn(loaded, loop, services)
+    now = utc_now()
+    if parked is not None:
+        # A run parked on a usage limit (by a stopped daemon or `loopd once`) goes on first.
+        run = parked
+        print(run.id, flush=True)
+        print(f"loopd: resuming run {run.id}, parked on a usage limit", file=sys.stderr)
+    else:
+        hold = _hold(services, loop, now)
+        if hold is not None:
+            lock.release()
+            print(f"not run: {hold.why}; new runs of {loop.name} wait until {hold.until}")
+            return 1
+        run = _new_run(services, loop, args, now)
+        print(run.id, flush=True)
+    run = _execute(services, loaded, loop, run, lock)
     if run.outcome is None and run.phase == "waiting":
         print(
             f"parked: {run.id} waits for a usage limit until {run.resume_at}; the daemon "

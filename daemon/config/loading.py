@@ -130,22 +130,19 @@ def _git_dir_exists(repo: Path) -> bool:
     return (repo / ".git").exists() or (repo / "HEAD").is_file() and (repo / "objects").is_dir()
 
 
-def check_loop(
-    name: str, path: Path, config: LoopConfig, daemon: DaemonConfig
-) -> list[ConfigError]:
-    """Checks that need more than one file or the disk: repository, agent profile."""
-    errors = []
+def _check_name(name: str, path: Path) -> list[ConfigError]:
+    """The loop's name must fit in git branches and run ids."""
     if not LOOP_NAME.match(name):
-        errors.append(
+        return [
             ConfigError(
                 path,
                 "",
                 f"loop name {name!r} has characters git branches and run ids cannot hold",
                 "rename the file using letters, digits, '-', '_' and '.'",
             )
-        )
-    elif len(name) > LOOP_NAME_MAX:
-        errors.append(
+        ]
+    if len(name) > LOOP_NAME_MAX:
+        return [
             ConfigError(
                 path,
                 "",
@@ -154,7 +151,13 @@ def check_loop(
                 f"rename the file to a name of at most {LOOP_NAME_MAX} characters, "
                 f"e.g. {name[:LOOP_NAME_MAX].rstrip('-_.')}.toml",
             )
-        )
+        ]
+    return []
+
+
+def _check_repo(path: Path, config: LoopConfig, daemon: DaemonConfig) -> list[ConfigError]:
+    """The repository exists and is git's; in place only where attempts run here."""
+    errors = []
     repo = config.repo_path
     if example.is_example_repo(repo) and not (repo / ".git").exists():
         pass  # the example's repository: loopd makes it before the first run that needs it
@@ -188,12 +191,16 @@ def check_loop(
                 "to [engine] remote)",
             )
         )
-    errors += _check_remote(path, config, daemon)
+    return errors
+
+
+def _check_agent(path: Path, config: LoopConfig, daemon: DaemonConfig) -> list[ConfigError]:
+    """The loop's agent names a profile that can start."""
     profile = daemon.profile(config.agent)
     if profile is None:
         known = sorted(set(daemon.agents) | set(ADAPTERS) - {"command"} | {example.PROFILE})
         guess = did_you_mean(config.agent, known)
-        errors.append(
+        return [
             ConfigError(
                 path,
                 "agent",
@@ -202,16 +209,27 @@ def check_loop(
                 + f"add [agents.{config.agent}] to loopd.toml or use one of: "
                 + ", ".join(known),
             )
-        )
-    elif profile.adapter == "command" and not profile.command:
-        errors.append(
+        ]
+    if profile.adapter == "command" and not profile.command:
+        return [
             ConfigError(
                 path,
                 "agent",
                 f"profile {config.agent!r} uses adapter 'command' without a command",
                 f'set command = ["my-agent", "{{prompt}}"] under [agents.{config.agent}]',
             )
-        )
+        ]
+    return []
+
+
+def check_loop(
+    name: str, path: Path, config: LoopConfig, daemon: DaemonConfig
+) -> list[ConfigError]:
+    """Checks that need more than one file or the disk: repository, agent profile."""
+    errors = _check_name(name, path)
+    errors += _check_repo(path, config, daemon)
+    errors += _check_remote(path, config, daemon)
+    errors += _check_agent(path, config, daemon)
     return errors + check_run_ends(path, config)
 
 

@@ -82,7 +82,7 @@ def notice_landed(store: StateStore, run: RunRecord, now: datetime) -> bool:
 def notice_hand_merges(store: StateStore, since: datetime, now: datetime) -> list[str]:
     """Record as landed "by hand" the runs since `since` whose branch a person merged; their
     ids."""
-    from daemon.people.report import run_ids_since
+    from daemon.people.since import run_ids_since
 
     found = []
     for run_id in run_ids_since(store, since):

@@ -27,7 +27,8 @@ from daemon.people.escalation_file import (
 from daemon.people.escalation_file import (
     read_escalation as read_escalation,
 )
-from daemon.people.escalation_text import cause_of, quote, render, suggest
+from daemon.people.escalation_text import cause_of, quote, render
+from daemon.people.next_steps import suggest
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +12,12 @@ from pydantic import BaseModel
 from daemon.people.digest import best_score, one_line
 from daemon.people.escalation import Escalation, open_escalations
 from daemon.people.landstate import landing_state
+from daemon.people.since import events_since, run_ids_since
 from daemon.people.verified import Verified
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
-from daemon.state.records import OUTCOMES
+from daemon.state.records import OUTCOMES, RunRecord
 from daemon.state.store import StateStore
 
 RULE_CHANGE_TYPES = {
@@ -47,8 +47,6 @@ def _quota_line(event: dict[str, Any]) -> str:
 
 
 HOLD_EVENTS = {"budget_exhausted": _budget_line, "quota_wait": _quota_line}
-# A run that started this long before `since` may still have finished inside the window.
-_RUN_LOOKBACK = timedelta(days=1)
 
 
 class RunRow(BaseModel):
@@ -121,50 +119,6 @@ class Report(BaseModel):
     file: str = ""
 
 
-def events_since(store: StateStore, since: datetime) -> list[dict[str, Any]]:
-    """Events at or after `since`, reading each file once and parsing only lines in range."""
-    since_text = iso(since)
-    current = store.events.path
-    files = [current]
-    rotated = sorted(
-        current.parent.glob("events-*.jsonl"),
-        key=lambda p: int(p.stem.split("-")[1]) if p.stem.split("-")[1].isdigit() else 0,
-    )
-    try:
-        with current.open("rb") as fh:
-            first = fh.readline()
-        first_ts = first[8:35].decode("ascii", "replace") if first.startswith(b'{"ts": "') else ""
-    except OSError:
-        first_ts = ""
-    if rotated and (not first_ts or first_ts > since_text):
-        files.insert(0, rotated[-1])  # the window reaches back into the last rotated file
-    out = []
-    for path in files:
-        try:
-            fh = path.open("rb")
-        except OSError:
-            continue
-        with fh:
-            for raw in fh:
-                if (
-                    raw.startswith(b'{"ts": "')
-                    and raw[8:35].decode("ascii", "replace") < since_text
-                ):
-                    continue
-                try:
-                    event = json.loads(raw)
-                except ValueError:
-                    continue
-                if str(event.get("ts", "")) >= since_text:
-                    out.append(event)
-    return out
-
-
-def run_ids_since(store: StateStore, since: datetime) -> list[str]:
-    floor = (since - _RUN_LOOKBACK).astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return [i for i in store.run_ids() if i[:16] >= floor]
-
-
 def _fill_kinds(changes: list[RuleChange], rules_dir: Path | None) -> None:
     """The kind of each changed rule its event did not carry, from its file when it is there."""
     missing = [c for c in changes if not c.kind and c.rule]
@@ -175,6 +129,131 @@ def _fill_kinds(changes: list[RuleChange], rules_dir: Path | None) -> None:
     kinds = {s.rule.id: s.rule.kind for s in RuleLibrary(rules_dir).scan()}
     for change in missing:
         change.kind = kinds.get(change.rule, "")
+
+
+def _run_row(run: RunRecord, now: datetime) -> RunRow:
+    """The report's row of one run."""
+    end = run.finished or now
+    return RunRow(
+        id=run.id,
+        loop=run.loop,
+        trigger=run.trigger.kind,
+        outcome=run.outcome or f"({run.phase})",
+        reason=run.reason,
+        started=run.started,
+        finished=run.finished,
+        seconds=max(0, int((end - run.started).total_seconds())),
+        tokens=run.tokens,
+        cost_usd=run.cost_usd,
+        waited=run.waited,
+        attempts=len(run.attempts),
+        scores=[a.score for a in run.attempts],
+        best_score=best_score(run.attempts),
+    )
+
+
+def _ready_row(run: RunRecord, branch_exists: Callable[[str, str], bool] | None) -> ReadyRow | None:
+    """The run's row of "Ready to land" when its work waits on a person and its branch is
+    there, else None."""
+    landing = landing_state(run)
+    if landing.state not in ("blocked", "review"):
+        return None
+    if branch_exists is not None and not branch_exists(run.repo, run.branch):
+        return None
+    return ReadyRow(
+        run=run.id,
+        loop=run.loop,
+        branch=run.branch,
+        repo=run.repo,
+        land=run.land,
+        target=run.target,
+        why=run.landing,
+        next=landing.run,
+    )
+
+
+def _add_runs(
+    report: Report,
+    store: StateStore,
+    since: datetime,
+    now: datetime,
+    branch_exists: Callable[[str, str], bool] | None,
+    verified: Verified,
+) -> None:
+    """The rows of the runs in the report's window, those ready to land, and what the clean
+    checks and the judge verified among them."""
+    for run_id in run_ids_since(store, since):
+        try:
+            run = store.load_run(run_id)
+        except Exception:  # noqa: BLE001 - one broken record must not stop the report
+            continue
+        in_window = run.started >= since or (run.finished or now) >= since
+        if not in_window:
+            continue
+        verified.add(run)
+        report.runs.append(_run_row(run, now))
+        ready = _ready_row(run, branch_exists)
+        if ready is not None:
+            report.ready.append(ready)
+
+
+def _loop_summaries(runs: list[RunRow]) -> list[LoopSummary]:
+    """Each loop's totals over its rows, by loop name."""
+    summaries: dict[str, LoopSummary] = {}
+    scores: dict[str, list[int]] = {}
+    for row in runs:
+        s = summaries.setdefault(row.loop, LoopSummary(loop=row.loop))
+        s.runs += 1
+        s.outcomes[row.outcome] = s.outcomes.get(row.outcome, 0) + 1
+        s.attempts += row.attempts
+        s.seconds += row.seconds
+        s.tokens += row.tokens
+        s.cost_usd = round(s.cost_usd + row.cost_usd, 6)
+        s.waited += row.waited
+        scores.setdefault(row.loop, []).extend(x for x in row.scores if x is not None)
+    for loop, s in summaries.items():
+        if scores.get(loop):
+            s.best_score = max(scores[loop])
+            s.mean_score = round(sum(scores[loop]) / len(scores[loop]), 1)
+    return [summaries[k] for k in sorted(summaries)]
+
+
+def _rule_change(kind: str, event: dict[str, Any]) -> RuleChange:
+    """The report's line of a rule event."""
+    rule = next(
+        (event[k] for k in ("rule", "rule_id", "id") if isinstance(event.get(k), str)),
+        "",
+    )
+    text = next(
+        (
+            event[k]
+            for k in ("intent", "trigger_intent", "reason", "title")
+            if isinstance(event.get(k), str) and event[k]
+        ),
+        "",
+    )
+    return RuleChange(
+        ts=str(event.get("ts", "")),
+        change=RULE_CHANGE_TYPES[kind],
+        rule=rule,
+        kind=str(event.get("kind") or ""),
+        loop=event.get("loop"),
+        run=event.get("run"),
+        text=one_line(text, 140),
+    )
+
+
+def _add_events(report: Report, store: StateStore, since: datetime) -> None:
+    """Event counts, rule changes, failed notifications and holds since the window began."""
+    for event in events_since(store, since):
+        kind = str(event.get("type", ""))
+        report.events[kind] = report.events.get(kind, 0) + 1
+        if kind in RULE_CHANGE_TYPES:
+            report.rules.append(_rule_change(kind, event))
+        elif kind == "notify_failed":
+            report.notify_failed.append(one_line(str(event.get("error", "")), 160))
+        elif kind in HOLD_EVENTS:
+            report.holds.append(HOLD_EVENTS[kind](event))
 
 
 def build_report(
@@ -190,101 +269,12 @@ def build_report(
     out of "Ready to land" the branches that are gone; `judge`: the verifier's model."""
     report = Report(generated=now, since=since)
     verified = Verified()
-    for run_id in run_ids_since(store, since):
-        try:
-            run = store.load_run(run_id)
-        except Exception:  # noqa: BLE001 - one broken record must not stop the report
-            continue
-        in_window = run.started >= since or (run.finished or now) >= since
-        if not in_window:
-            continue
-        end = run.finished or now
-        verified.add(run)
-        report.runs.append(
-            RunRow(
-                id=run.id,
-                loop=run.loop,
-                trigger=run.trigger.kind,
-                outcome=run.outcome or f"({run.phase})",
-                reason=run.reason,
-                started=run.started,
-                finished=run.finished,
-                seconds=max(0, int((end - run.started).total_seconds())),
-                tokens=run.tokens,
-                cost_usd=run.cost_usd,
-                waited=run.waited,
-                attempts=len(run.attempts),
-                scores=[a.score for a in run.attempts],
-                best_score=best_score(run.attempts),
-            )
-        )
-        landing = landing_state(run)
-        if landing.state in ("blocked", "review"):
-            if branch_exists is None or branch_exists(run.repo, run.branch):
-                report.ready.append(
-                    ReadyRow(
-                        run=run.id,
-                        loop=run.loop,
-                        branch=run.branch,
-                        repo=run.repo,
-                        land=run.land,
-                        target=run.target,
-                        why=run.landing,
-                        next=landing.run,
-                    )
-                )
-    summaries: dict[str, LoopSummary] = {}
-    scores: dict[str, list[int]] = {}
-    for row in report.runs:
-        s = summaries.setdefault(row.loop, LoopSummary(loop=row.loop))
-        s.runs += 1
-        s.outcomes[row.outcome] = s.outcomes.get(row.outcome, 0) + 1
-        s.attempts += row.attempts
-        s.seconds += row.seconds
-        s.tokens += row.tokens
-        s.cost_usd = round(s.cost_usd + row.cost_usd, 6)
-        s.waited += row.waited
-        scores.setdefault(row.loop, []).extend(x for x in row.scores if x is not None)
-    for loop, s in summaries.items():
-        if scores.get(loop):
-            s.best_score = max(scores[loop])
-            s.mean_score = round(sum(scores[loop]) / len(scores[loop]), 1)
-    report.loops = [summaries[k] for k in sorted(summaries)]
+    _add_runs(report, store, since, now, branch_exists, verified)
+    report.loops = _loop_summaries(report.runs)
     if verified.verified or verified.caught:
         verified.calibrate(store.root, judge)
         report.verified = verified
-
-    for event in events_since(store, since):
-        kind = str(event.get("type", ""))
-        report.events[kind] = report.events.get(kind, 0) + 1
-        if kind in RULE_CHANGE_TYPES:
-            rule = next(
-                (event[k] for k in ("rule", "rule_id", "id") if isinstance(event.get(k), str)),
-                "",
-            )
-            text = next(
-                (
-                    event[k]
-                    for k in ("intent", "trigger_intent", "reason", "title")
-                    if isinstance(event.get(k), str) and event[k]
-                ),
-                "",
-            )
-            report.rules.append(
-                RuleChange(
-                    ts=str(event.get("ts", "")),
-                    change=RULE_CHANGE_TYPES[kind],
-                    rule=rule,
-                    kind=str(event.get("kind") or ""),
-                    loop=event.get("loop"),
-                    run=event.get("run"),
-                    text=one_line(text, 140),
-                )
-            )
-        elif kind == "notify_failed":
-            report.notify_failed.append(one_line(str(event.get("error", "")), 160))
-        elif kind in HOLD_EVENTS:
-            report.holds.append(HOLD_EVENTS[kind](event))
+    _add_events(report, store, since)
     _fill_kinds(report.rules, rules_dir)
     report.escalations = open_escalations(store)
     return report

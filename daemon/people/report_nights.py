@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from daemon.people.escalation import open_escalations
-from daemon.people.report import events_since
+from daemon.people.since import events_since
 from daemon.people.verified import Verified
 from daemon.regularfile import STATE_MAX, read_regular
 from daemon.state.events import iso

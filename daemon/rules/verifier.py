@@ -231,6 +231,158 @@ def _normalized(candidate: Rule, now: datetime) -> Rule:
     return Rule.model_validate(data)
 
 
+@dataclass
+class _Filing:
+    """Where the verifier's decision goes: the rule library and the events, unless a dry run."""
+
+    library: RuleLibrary
+    events: EventLog | None
+    now: datetime
+    write: bool
+    loop: str | None
+    run: str | None
+
+    def reject(
+        self, rule: Rule, reasons: list[str], missing: list[str] | None = None
+    ) -> Verification:
+        """File `rule` in rules/rejected/ with its reasons."""
+        result = Verification("rejected", rule, reasons, missing=missing or [])
+        if not self.write:
+            return result
+        stored = self.library.add(
+            Rule.model_validate({**rule.model_dump(), "reason": reasons[0]}), "rejected"
+        )
+        result.rule, result.status, result.path = stored.rule, stored.status, stored.path
+        if self.events is not None:
+            self.events.append(
+                "rule_rejected",
+                self.now,
+                loop=self.loop,
+                run=self.run,
+                rule=stored.rule.id,
+                kind=stored.rule.kind,
+                reason="; ".join(reasons),
+            )
+        return result
+
+    def merge(self, existing: StoredRule, candidate: Rule) -> Verification:
+        """Add the candidate's evidence and confidence to the live rule it duplicates."""
+        old = existing.rule
+        known = {(e.path, e.line, e.quote) for e in old.evidence}
+        added = [e for e in candidate.evidence if (e.path, e.line, e.quote) not in known]
+        confidence = min(CONFIDENCE_CAP, old.confidence + CONFIDENCE_STEP)
+        scope = old.scope
+        if scope.repos and candidate.scope.repos:
+            # The same lesson learned in another repository: the rule holds there too.
+            repos = list(dict.fromkeys([*scope.repos, *candidate.scope.repos]))
+            scope = scope.model_copy(update={"repos": repos})
+        merged = Rule.model_validate(
+            {
+                **old.model_dump(),
+                "confidence": confidence,
+                "evidence": [*old.evidence, *added],
+                "scope": scope.model_dump(),
+            }
+        )
+        result = Verification(
+            "duplicate",
+            merged,
+            [f"near-duplicate of {old.id}: its confidence rises to {confidence:.2f}"],
+            duplicate_of=old.id,
+        )
+        if self.write:
+            stored = self.library.save(existing, merged)
+            result.status, result.path = stored.status, stored.path
+            if self.events is not None:
+                self.events.append(
+                    "rule_merged",
+                    self.now,
+                    loop=self.loop,
+                    run=self.run,
+                    rule=old.id,
+                    confidence=confidence,
+                    evidence_added=len(added),
+                )
+        return result
+
+    def accept(self, verification: Verification) -> Verification:
+        """File the verified rule in rules/trial/."""
+        if self.write:
+            stored = self.library.add(verification.rule, "trial")
+            verification.rule, verification.status, verification.path = (
+                stored.rule,
+                stored.status,
+                stored.path,
+            )
+            if self.events is not None:
+                self.events.append(
+                    "rule_accepted",
+                    self.now,
+                    loop=self.loop,
+                    run=self.run,
+                    rule=stored.rule.id,
+                    kind=stored.rule.kind,
+                    to="trial",
+                    verified_by=stored.rule.verified_by,
+                )
+        verification.reasons.append(
+            "grounded, specific, new" + (", model agrees" if verification.model_called else "")
+        )
+        return verification
+
+
+def _grounding_gaps(rule: Rule, evidence: EvidenceSet) -> tuple[list[str], list[Evidence]]:
+    """What of the rule the evidence does not hold, and the evidence entries that checked out."""
+    missing, checked = ungrounded(rule.rule, rule.why, evidence, rule.evidence)
+    if not missing and not checked:
+        why_claims = [c for c in claims_of(rule.why, "Why") if evidence.holds(c)]
+        if not why_claims:
+            missing.append(
+                "the rule rests on nothing in the evidence: cite a verbatim quote of the "
+                "attempt's files in `evidence` or in **Why**"
+            )
+    return missing, checked
+
+
+def _ask_model(
+    filing: _Filing,
+    verification: Verification,
+    evidence: EvidenceSet,
+    live: list[StoredRule],
+    client: StructuredModel,
+    cfg: VerifierConfig,
+) -> Verification | None:
+    """Step 4: the model, with the related rules only; the rejection, or None when it agrees."""
+    rule = verification.rule
+    related = _related(rule, live)
+    excerpts = _excerpts(evidence, rule.evidence, cfg.evidence_tokens * 4)
+    reply = client.structured(
+        "rule_verification",
+        RuleVerification,
+        VERIFY_SYSTEM,
+        _user_prompt(rule, excerpts, related),
+    )
+    verification.model_called = True
+    known = {s.rule.id for s in related}
+    contradicts = [rid for rid in reply.contradicts if rid in known]
+    if contradicts:
+        rejected = filing.reject(rule, [f"contradicts {', '.join(contradicts)}: {reply.reason}"])
+        rejected.contradicts = contradicts
+        rejected.model_called = True
+        return rejected
+    if not reply.grounded:
+        unsupported = "; ".join(reply.unsupported) or reply.reason
+        rejected = filing.reject(
+            rule, [f"model: not grounded: {unsupported}"], list(reply.unsupported)
+        )
+        rejected.model_called = True
+        return rejected
+    verification.rule = Rule.model_validate(
+        {**rule.model_dump(), "verified_by": [*rule.verified_by, f"model:{client.model}"]}
+    )
+    return None
+
+
 def verify_candidate(
     library: RuleLibrary,
     candidate: Rule,
@@ -259,50 +411,23 @@ def verify_candidate(
             "(loopd rules promote ID --severity)"
         )
     events = events if write else None
+    filing = _Filing(library, events, now, write, loop, run)
     if events is not None:
         events.append("rule_proposed", now, loop=loop, run=run, text=rule.rule, kind=rule.kind)
 
     # 0. Patterns: each must run on RE2, or the rule would fire on nothing it was meant for.
     bad = [(p, why) for p in rule.trigger_patterns if (why := pattern_problem(p))]
     if bad:
-        reasons = [f"trigger pattern {p!r}: {why}" for p, why in bad]
-        return _reject(library, rule, reasons, [], events, now, write, loop, run)
+        return filing.reject(rule, [f"trigger pattern {p!r}: {why}" for p, why in bad])
 
     # 1. Grounding, without a model.
     evidence = EvidenceSet.from_dir(evidence_dir)
     if not evidence.files:
-        return _reject(
-            library,
-            rule,
-            [f"no evidence files in {evidence_dir}"],
-            [],
-            events,
-            now,
-            write,
-            loop,
-            run,
-        )
-    missing, checked = ungrounded(rule.rule, rule.why, evidence, rule.evidence)
-    if not missing and not checked:
-        why_claims = [c for c in claims_of(rule.why, "Why") if evidence.holds(c)]
-        if not why_claims:
-            missing.append(
-                "the rule rests on nothing in the evidence: cite a verbatim quote of the "
-                "attempt's files in `evidence` or in **Why**"
-            )
+        return filing.reject(rule, [f"no evidence files in {evidence_dir}"])
+    missing, checked = _grounding_gaps(rule, evidence)
     if missing:
         found = "; ".join(missing)
-        return _reject(
-            library,
-            rule,
-            [f"grounding: not found in the evidence: {found}"],
-            missing,
-            events,
-            now,
-            write,
-            loop,
-            run,
-        )
+        return filing.reject(rule, [f"grounding: not found in the evidence: {found}"], missing)
     rule = Rule.model_validate(
         {
             **rule.model_dump(),
@@ -314,167 +439,22 @@ def verify_candidate(
     # 2. Generic advice.
     generic = generic_advice(rule)
     if generic:
-        return _reject(library, rule, [generic], [], events, now, write, loop, run)
+        return filing.reject(rule, [generic])
 
     # 3. Duplicates: support the existing rule instead of filing a new one.
     live = library.rules(LIVE)
     duplicates = [s for s in live if is_duplicate(rule, s.rule)]
     if duplicates:
-        best = max(duplicates, key=lambda s: similarity(rule, s.rule))
-        return _merge(library, best, rule, events, now, write, loop, run)
+        return filing.merge(max(duplicates, key=lambda s: similarity(rule, s.rule)), rule)
     rule = Rule.model_validate({**rule.model_dump(), "verified_by": ["grounding", "duplicates"]})
 
     # 4. The model, with the related rules only.
     verification = Verification("accepted", rule, reasons)
     if use_model and client is not None:
-        related = _related(rule, live)
-        excerpts = _excerpts(evidence, rule.evidence, cfg.evidence_tokens * 4)
-        reply = client.structured(
-            "rule_verification",
-            RuleVerification,
-            VERIFY_SYSTEM,
-            _user_prompt(rule, excerpts, related),
-        )
-        verification.model_called = True
-        known = {s.rule.id for s in related}
-        contradicts = [rid for rid in reply.contradicts if rid in known]
-        if contradicts:
-            rejected = _reject(
-                library,
-                rule,
-                [f"contradicts {', '.join(contradicts)}: {reply.reason}"],
-                [],
-                events,
-                now,
-                write,
-                loop,
-                run,
-            )
-            rejected.contradicts = contradicts
-            rejected.model_called = True
+        rejected = _ask_model(filing, verification, evidence, live, client, cfg)
+        if rejected is not None:
             return rejected
-        if not reply.grounded:
-            unsupported = "; ".join(reply.unsupported) or reply.reason
-            rejected = _reject(
-                library,
-                rule,
-                [f"model: not grounded: {unsupported}"],
-                list(reply.unsupported),
-                events,
-                now,
-                write,
-                loop,
-                run,
-            )
-            rejected.model_called = True
-            return rejected
-        rule = Rule.model_validate(
-            {**rule.model_dump(), "verified_by": [*rule.verified_by, f"model:{client.model}"]}
-        )
-        verification.rule = rule
-
-    if write:
-        stored = library.add(rule, "trial")
-        verification.rule, verification.status, verification.path = (
-            stored.rule,
-            stored.status,
-            stored.path,
-        )
-        if events is not None:
-            events.append(
-                "rule_accepted",
-                now,
-                loop=loop,
-                run=run,
-                rule=stored.rule.id,
-                kind=stored.rule.kind,
-                to="trial",
-                verified_by=stored.rule.verified_by,
-            )
-    verification.reasons.append(
-        "grounded, specific, new" + (", model agrees" if verification.model_called else "")
-    )
-    return verification
-
-
-def _reject(
-    library: RuleLibrary,
-    rule: Rule,
-    reasons: list[str],
-    missing: list[str],
-    events: EventLog | None,
-    now: datetime,
-    write: bool,
-    loop: str | None,
-    run: str | None,
-) -> Verification:
-    result = Verification("rejected", rule, reasons, missing=missing)
-    if not write:
-        return result
-    stored = library.add(
-        Rule.model_validate({**rule.model_dump(), "reason": reasons[0]}), "rejected"
-    )
-    result.rule, result.status, result.path = stored.rule, stored.status, stored.path
-    if events is not None:
-        events.append(
-            "rule_rejected",
-            now,
-            loop=loop,
-            run=run,
-            rule=stored.rule.id,
-            kind=stored.rule.kind,
-            reason="; ".join(reasons),
-        )
-    return result
-
-
-def _merge(
-    library: RuleLibrary,
-    existing: StoredRule,
-    candidate: Rule,
-    events: EventLog | None,
-    now: datetime,
-    write: bool,
-    loop: str | None,
-    run: str | None,
-) -> Verification:
-    old = existing.rule
-    known = {(e.path, e.line, e.quote) for e in old.evidence}
-    added = [e for e in candidate.evidence if (e.path, e.line, e.quote) not in known]
-    confidence = min(CONFIDENCE_CAP, old.confidence + CONFIDENCE_STEP)
-    scope = old.scope
-    if scope.repos and candidate.scope.repos:
-        # The same lesson learned in another repository: the rule holds there too.
-        repos = list(dict.fromkeys([*scope.repos, *candidate.scope.repos]))
-        scope = scope.model_copy(update={"repos": repos})
-    merged = Rule.model_validate(
-        {
-            **old.model_dump(),
-            "confidence": confidence,
-            "evidence": [*old.evidence, *added],
-            "scope": scope.model_dump(),
-        }
-    )
-    result = Verification(
-        "duplicate",
-        merged,
-        [f"near-duplicate of {old.id}: its confidence rises to {confidence:.2f}"],
-        duplicate_of=old.id,
-    )
-    if write:
-        stored = library.save(existing, merged)
-        result.status, result.path = stored.status, stored.path
-        if events is not None:
-            events.append(
-                "rule_merged",
-                now,
-                loop=loop,
-                run=run,
-                rule=old.id,
-                confidence=confidence,
-                evidence_added=len(added),
-            )
-    return result
+    return filing.accept(verification)
 
 
 def candidate_from_file(path: Path) -> Rule:

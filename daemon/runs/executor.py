@@ -15,7 +15,7 @@ from daemon.config import Loop
 from daemon.git.tree import RunTree, TreeError, prepare_tree, record_tree, reopen_tree
 from daemon.redact import redact, redact_value
 from daemon.runs import decisions
-from daemon.runs.attempt import Attempt, CheckedCommit, commit_attempt
+from daemon.runs.attempt import Attempt, commit_attempt
 from daemon.runs.finish import (
     end_without_agent,
     finish_interrupted,
@@ -31,6 +31,7 @@ from daemon.runs.learning import (
     select_rules_for_run,
 )
 from daemon.runs.services import RunServices
+from daemon.runs.sessions import CheckedCommit
 from daemon.runs.slots import take_slot
 from daemon.runs.startpoint import StartPoint
 from daemon.runs.stop import RunStopped, StopToken

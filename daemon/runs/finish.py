@@ -161,6 +161,88 @@ def finish_run(
     return complete_finish(services, run, tree=tree, notify_on=notify_on, config=config)
 
 
+class _Steps:
+    """The steps of finishing a run, each done once: after a restart, those not done yet."""
+
+    def __init__(self, journal: RunJournal) -> None:
+        self.journal = journal
+
+    def todo(self, name: str) -> bool:
+        return name not in self.journal.run.finish_done
+
+    def done(self, name: str) -> None:
+        self.journal.run.finish_done.append(name)
+        self.journal.save()
+
+
+def _finish_work(
+    services: RunServices, steps: _Steps, tree: RunTree | None, config: LoopConfig | None
+) -> None:
+    """Land the work, remove the tree, delete an empty branch, count the rules' effects."""
+    journal, run = steps.journal, steps.journal.run
+    if steps.todo("land"):
+        from daemon.landing.land import land_run
+
+        land_run(journal, config)
+        steps.done("land")
+    # The tree goes and an empty branch is deleted before anything is written for a person,
+    # so nothing written offers a branch that is gone.
+    if steps.todo("tree"):
+        _remove_tree(services, journal, tree or tree_of(services, run))
+        steps.done("tree")
+    if steps.todo("branch"):
+        from daemon.landing.branches import delete_if_empty
+
+        delete_if_empty(journal)
+        steps.done("branch")
+    if steps.todo("counters"):
+        _count_rules(services, run)
+        steps.done("counters")
+
+
+def _finish_for_people(services: RunServices, steps: _Steps, notify_on: list[str] | None) -> None:
+    """The escalation, superseded ones, progress notes, notifications and `run_finished`."""
+    journal, run = steps.journal, steps.journal.run
+    # An experiment's run is read in its report: no escalation, no notification, and the
+    # loop's progress notes stay as they were for the experiment's other runs.
+    experiment = is_experiment(run)
+    escalate = escalates(run.outcome, run.cause) and not experiment
+    if steps.todo("escalation"):
+        if escalate:
+            _write_escalation(services, journal)
+        steps.done("escalation")
+    if steps.todo("escalated"):
+        if escalate:
+            path = services.store.escalation_path(run.id)
+            where = str(path.relative_to(services.store.root))
+            journal.event("escalated", reason=run.reason, cause=str(run.cause), file=where)
+        steps.done("escalated")
+    if steps.todo("supersede"):
+        from daemon.people.escalation import supersede
+
+        supersede(services.store, run, journal.now())
+        steps.done("supersede")
+    if steps.todo("progress"):
+        from daemon.people.progress import update_progress
+
+        if not experiment:
+            update_progress(services.store, run.loop, journal.now())
+        steps.done("progress")
+    if steps.todo("notified"):
+        if not experiment:
+            _notify(services, run, escalate, notify_on)
+        steps.done("notified")
+    if steps.todo("event"):
+        journal.event(
+            "run_finished",
+            outcome=run.outcome,
+            reason=run.reason,
+            cause=str(run.cause or ""),
+            tokens=run.tokens,
+        )
+        steps.done("event")
+
+
 def complete_finish(
     services: RunServices,
     run: RunRecord,
@@ -179,70 +261,9 @@ def complete_finish(
     journal = RunJournal(services, run)
     if run.cause is None:
         run.cause = DEFAULT_CAUSE.get(run.outcome)
-
-    def step(name: str) -> bool:
-        return name not in run.finish_done
-
-    def done(name: str) -> None:
-        run.finish_done.append(name)
-        journal.save()
-
-    if step("land"):
-        from daemon.landing.land import land_run
-
-        land_run(journal, config)
-        done("land")
-    # The tree goes and an empty branch is deleted before anything is written for a person,
-    # so nothing written offers a branch that is gone.
-    if step("tree"):
-        _remove_tree(services, journal, tree or tree_of(services, run))
-        done("tree")
-    if step("branch"):
-        from daemon.landing.branches import delete_if_empty
-
-        delete_if_empty(journal)
-        done("branch")
-    if step("counters"):
-        _count_rules(services, run)
-        done("counters")
-    # An experiment's run is read in its report: no escalation, no notification, and the
-    # loop's progress notes stay as they were for the experiment's other runs.
-    experiment = is_experiment(run)
-    escalate = escalates(run.outcome, run.cause) and not experiment
-    if step("escalation"):
-        if escalate:
-            _write_escalation(services, journal)
-        done("escalation")
-    if step("escalated"):
-        if escalate:
-            path = services.store.escalation_path(run.id)
-            where = str(path.relative_to(services.store.root))
-            journal.event("escalated", reason=run.reason, cause=str(run.cause), file=where)
-        done("escalated")
-    if step("supersede"):
-        from daemon.people.escalation import supersede
-
-        supersede(services.store, run, journal.now())
-        done("supersede")
-    if step("progress"):
-        from daemon.people.progress import update_progress
-
-        if not experiment:
-            update_progress(services.store, run.loop, journal.now())
-        done("progress")
-    if step("notified"):
-        if not experiment:
-            _notify(services, run, escalate, notify_on)
-        done("notified")
-    if step("event"):
-        journal.event(
-            "run_finished",
-            outcome=run.outcome,
-            reason=run.reason,
-            cause=str(run.cause or ""),
-            tokens=run.tokens,
-        )
-        done("event")
+    steps = _Steps(journal)
+    _finish_work(services, steps, tree, config)
+    _finish_for_people(services, steps, notify_on)
     services.store.clear_cancel(run.id)
     services.store.unmark_live(run.id)
     return run

@@ -15,12 +15,12 @@ from daemon.config import LoopConfig
 from daemon.git.guards import protect_violations
 from daemon.git.integrity import add_violations, guard_of
 from daemon.git.tree import RunTree
-from daemon.runs.attempt import CheckedCommit
 from daemon.runs.checks import ChecksResult
 from daemon.runs.checktree import CheckTree
 from daemon.runs.decisions import missing_programs
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
+from daemon.runs.sessions import CheckedCommit
 from daemon.runs.slots import release_slot
 from daemon.runs.stop import StopToken
 from daemon.runs.testweigh import check_violations, weigh_tests

@@ -125,7 +125,7 @@ class Cause(StrEnum):
     RESOURCE_LIMIT = "resource-limit"  # the agent ran into [limits] max_processes or max_memory
     CHECK_CHANGED_TREE = "check-changed-tree"  # a check changed files the commit holds
     CHECKS_WEAKENED = "checks-weakened"  # fewer tests passed, more skipped, or none ran
-    # A new member here, its next step in people/escalation_text.py.
+    # A new member here, its next step in people/next_steps.py.
 
 
 def violation_cause(kind: str) -> Cause:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, CancelledError
@@ -44,7 +44,10 @@ from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
 from daemon.runs.setup import setup_failed_reason, setup_tail
 from daemon.runs.stop import RunStopped, StopToken
-from daemon.state.records import RunRecord
+from daemon.state.records import AttemptRecord, RunRecord
+
+if TYPE_CHECKING:
+    from daemon.runs.sessions import AttemptResult
 
 LOG_WHOLE = 256_000  # checks.log travels whole up to this size, else its head and tail
 LOG_HEAD_LINES, LOG_TAIL_LINES = 200, 2000
@@ -153,18 +156,7 @@ class WorkerSide(Configured):
             inp.ref, plan.config, agent=(plan.profile, (plan.prompt_cap, plan.transcript_cap))
         )
         kept = self._kept(inp.ref.run_id)
-        if inp.resume:  # parked here: this machine's record, tree and agent HOME go on
-            if kept is None or kept.park is None or kept.park.attempt != plan.n:
-                raise ApplicationError(
-                    f"the parked attempt {plan.n} of run {inp.ref.run_id} is not on worker "
-                    f"{self.identity}",
-                    type="Interrupted",
-                    non_retryable=True,
-                )
-            run = kept
-            run.pid = os.getpid()
-        else:
-            run = self._mirror(plan.record, config, repo)
+        run = self._attempt_run(inp, kept, config, repo)
         journal = RunJournal(services, run)
         stop = StopToken()
         loop = Loop(name=inp.ref.loop, path=self.home.loops_dir, config=config)
@@ -197,6 +189,33 @@ class WorkerSide(Configured):
             run.agent_pids = []
             journal.save()
             self.store.unmark_live(run.id)
+        self._raise_stopped(why)
+        assert result is not None
+        if result.checked is not None:
+            self._checked[(run.id, plan.n)] = result.checked
+        return self._attempt_output(run, record, head, result)
+
+    def _attempt_run(
+        self, inp: AttemptInput, kept: RunRecord | None, config: LoopConfig, repo: Path
+    ) -> RunRecord:
+        """The record the attempt goes on with: this machine's, when it resumes a park here;
+        else a mirror of the home's."""
+        plan = inp.plan
+        if not inp.resume:
+            return self._mirror(plan.record, config, repo)
+        # Parked here: this machine's record, tree and agent HOME go on.
+        if kept is None or kept.park is None or kept.park.attempt != plan.n:
+            raise ApplicationError(
+                f"the parked attempt {plan.n} of run {inp.ref.run_id} is not on worker "
+                f"{self.identity}",
+                type="Interrupted",
+                non_retryable=True,
+            )
+        kept.pid = os.getpid()
+        return kept
+
+    def _raise_stopped(self, why: str | None) -> None:
+        """The error of an attempt stopped by a person's cancel or by the worker's stop."""
         if why == "cancelled":
             raise CancelledError("cancelled by a person")
         if why == "interrupted":
@@ -205,9 +224,11 @@ class WorkerSide(Configured):
                 type="Interrupted",
                 non_retryable=True,
             )
-        assert result is not None
-        if result.checked is not None:
-            self._checked[(run.id, plan.n)] = result.checked
+
+    def _attempt_output(
+        self, run: RunRecord, record: AttemptRecord, head: str, result: AttemptResult
+    ) -> AttemptOutput:
+        """The account of the attempt the workflow reads."""
         return AttemptOutput(
             record=record,
             head=head,

@@ -1,0 +1,361 @@
+"""The agent's sessions within one attempt, and how each ends: finished, stalled and nudged,
+timed out or stopped, parked on a usage limit, out of tokens, over a run limit, or not started.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from daemon.agents.base import Resume
+from daemon.agents.endings import Ending, SessionEnd, classify_ending
+from daemon.agents.quota import quota_of
+from daemon.agents.supervisor import Supervisor
+from daemon.clock import local_zone
+from daemon.config import Loop, LoopConfig
+from daemon.git.integrity import commit_work
+from daemon.git.messages import commit_message
+from daemon.git.tree import RunTree
+from daemon.redact import redact
+from daemon.runs.checks import ChecksResult
+from daemon.runs.checktree import CheckTree
+from daemon.runs.confinement import Confinement
+from daemon.runs.journal import RunJournal
+from daemon.runs.parking import Asked, Parking
+from daemon.runs.prompt import PromptParts, build_prompt, fenced
+from daemon.runs.services import RunServices
+from daemon.runs.stop import StopToken
+from daemon.scheduling.cron import parse_timezone
+from daemon.state.atomic import ensure_dir
+from daemon.state.records import AttemptRecord, StallRecord
+
+
+@dataclass
+class CheckedCommit:
+    """Checks that ran on a commit at the end of a session; judging reuses them."""
+
+    commit: str
+    checks: ChecksResult
+
+
+def tree_size(path: Path, stop_past: int) -> int:
+    """The bytes of the regular files under `path` (links not followed), counting stopped
+    once past `stop_past`."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                info = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                total += info.st_size
+                if total > stop_past:
+                    return total
+    return total
+
+
+@dataclass
+class AttemptResult:
+    """How the attempt ended, beyond its record."""
+
+    record: AttemptRecord
+    start_error: str = ""  # the agent could not be started
+    over_budget: bool = False  # the run's tokens passed max_tokens
+    quota_exceeded: str = ""  # why the usage limit outlasts max_wait: the run escalates
+    checked: CheckedCommit | None = None
+    parked: bool = False  # parked on a usage limit, the wait left to the engine (engine_waits)
+    quota_hold: Any = None  # the QuotaHold of the usage limit it ended on, if any
+
+
+class SessionsOf(Protocol):
+    """What the sessions need of their attempt (runs/attempt.py's Attempt)."""
+
+    services: RunServices
+    loop: Loop
+    cfg: LoopConfig
+    journal: RunJournal
+    stop: StopToken
+    tree: RunTree
+    confinement: Confinement
+    n: int
+    parked: bool
+    engine_waits: bool
+
+
+class Sessions:
+    """Sessions of the agent until one ends without a stall or nothing is left to try."""
+
+    def __init__(
+        self,
+        attempt: SessionsOf,
+        adapter: Any,
+        parts: PromptParts,
+        prompt: str,
+        transcript: Any,
+        result: AttemptResult,
+    ) -> None:
+        self.attempt = attempt
+        self.adapter = adapter
+        self.parts = parts
+        self.prompt = prompt
+        self.transcript = transcript
+        self.result = result
+        self.journal, self.run_record, self.cfg = attempt.journal, attempt.journal.run, attempt.cfg
+        self.record = result.record
+        self.parking = Parking(
+            attempt.services, attempt.loop, self.journal, attempt.stop, transcript, attempt.n
+        )
+        self.parking.holds_here = not attempt.engine_waits
+        self.parked = self.parking.parked if attempt.parked else None
+        # attempt_timeout counts the agent's time only: a park does not use it up.
+        used = self.parked.used_seconds if self.parked else 0
+        self.deadline = time.monotonic() + (self.cfg.attempt_timeout.total_seconds() - used)
+        self.session_id = self.parked.session_id if self.parked else ""
+        self.session_tokens = 0
+        self.current: Supervisor | None = None  # the running supervisor, for the token budget
+        self.declared = self._declared()
+        self.asked = Asked(prompt, whole_prompt=True)
+
+    def run(self) -> None:
+        """Run sessions until the attempt's sessions are over."""
+        invocation: Any = self._first_invocation()
+        while invocation is not None:
+            invocation = self._session(invocation)
+
+    def _declared(self) -> list[str]:
+        """The words of a command profile the agent is given, for the confinement to expose."""
+        adapter, profile = self.adapter, self.adapter.profile
+        if adapter.name != "command":
+            return []
+        words = [*profile.command[1:], *profile.args, *profile.env.values()]
+        return [word for word in words if "{prompt}" not in word]
+
+    def _first_invocation(self) -> Any:
+        """The first session's invocation: the prompt, or a resume after a park."""
+        if self.parked is None:
+            return self.adapter.invocation(self.prompt)
+        self.parking.wait()
+        self.asked = self.parking.asked()
+        return self.parking.resume_invocation(self.adapter)
+
+    def _session(self, invocation: Any) -> Any:
+        """One session, and how it ended: the next session's invocation, or None."""
+        session = self._supervise(invocation)
+        if session is None or self._over_tree_limit(session):
+            return None
+        self._record(session)
+        if session.error:
+            return self._not_started(session)
+        if self.cfg.max_tokens and self.run_record.tokens > self.cfg.max_tokens:
+            return self._over_budget()
+        if session.stopped or session.timed_out:
+            return None  # stopped (cancel, max_tokens mid-session) or out of time
+        hit = self._quota(self.adapter, session)
+        if hit is not None:
+            return self._usage_limit(hit)
+        self.parking.passed()
+        return self._ended(session)
+
+    def _on_start(self, pid: int) -> None:
+        self.run_record.agent_pids = [pid]
+        self.journal.save()
+
+    def _on_event(self, event: Any) -> None:
+        self.journal.beat()
+        # Only for the live budget; the run's count comes from each session's result.
+        if event.type == "usage":
+            self.session_tokens += event.input_tokens + event.output_tokens
+            cap = self.cfg.max_tokens
+            over = cap and self.run_record.tokens + self.session_tokens > cap
+            if over and self.current is not None:
+                self.current.stop(0, "max_tokens")
+
+    def _launch(self, argv: list[str], env: dict[str, str]) -> Any:
+        return self.attempt.confinement.launch_agent(argv, env, declared=self.declared)
+
+    def _supervise(self, invocation: Any) -> Any:
+        """Run the agent for one session; None when the run was stopped before it started."""
+        adapter, attempt = self.adapter, self.attempt
+        home = invocation.home or adapter.private_home
+        ensure_dir(home)
+        env = attempt.confinement.agent_env(
+            adapter.profile.env,
+            invocation.env,
+            home,
+            withhold=[attempt.services.config.verifier.api_key_env],
+        )
+        supervisor = Supervisor(
+            adapter,
+            self.transcript,
+            attempt.tree.path,
+            env,
+            on_start=self._on_start,
+            on_event=self._on_event,
+            launcher=self._launch,
+        )
+        self.current = supervisor
+        if attempt.stop.stopped:
+            return None
+        with attempt.stop.on_stop(supervisor.stop):
+            remaining = max(1.0, self.deadline - time.monotonic())
+            session = supervisor.run(
+                invocation, timeout=remaining, stall_after=self.cfg.stall_after.total_seconds()
+            )
+        self.current = None
+        self.run_record.agent_pids = []
+        self.record.exit_code = session.exit_code
+        self.record.timed_out = self.record.timed_out or session.timed_out
+        return session
+
+    def _over_tree_limit(self, session: Any) -> bool:
+        """Record a run limit the agent ran into; True when the tree itself is over its bound."""
+        limit_hit = session.limit_hit or self._tree_over_limit()
+        if not limit_hit:
+            return False
+        self.record.limit_hit = limit_hit
+        self.journal.event("resource_limit", attempt=self.record.n, limit=limit_hit)
+        return limit_hit == "tree"  # no nudge: the tree itself is over the run's bound
+
+    def _record(self, session: Any) -> None:
+        """Keep the session's id, final text and tokens."""
+        if session.session_id:
+            self.session_id = self.record.session_id = session.session_id
+        if session.final_text:
+            self.record.summary = redact(session.final_text)[-20000:]
+        self.session_tokens = 0
+        self._account(self.adapter, session)
+        self.journal.save()
+
+    def _not_started(self, session: Any) -> None:
+        self.result.start_error = session.error
+
+    def _over_budget(self) -> None:
+        self.result.over_budget = True
+
+    def _usage_limit(self, hit: Any) -> Any:
+        """Park on the usage limit: end the attempt, leave the wait to the engine, or wait here
+        and resume."""
+        used = self.cfg.attempt_timeout.total_seconds() - (self.deadline - time.monotonic())
+        result = self.result
+        result.quota_exceeded = self.parking.park(hit, self.session_id, self.asked, used)
+        result.quota_hold = self.parking.hold
+        if result.quota_exceeded:
+            return None
+        if self.attempt.engine_waits:
+            result.parked = True
+            return None
+        parked_at = time.monotonic()
+        self.parking.wait()
+        self.deadline += time.monotonic() - parked_at
+        return self.parking.resume_invocation(self.adapter)
+
+    def _ended(self, session: Any) -> Any:
+        """The agent ended its session: done, or stalled and nudged while nudges and time last."""
+        end, ending = self._ending(session)
+        if not ending.stalled:
+            return None
+        self._record_stall(session, ending)
+        if self.record.nudges >= self.cfg.max_nudges or time.monotonic() >= self.deadline:
+            return None
+        return self._nudge(end, ending)
+
+    def _ending(self, session: Any) -> tuple[SessionEnd, Ending]:
+        """How the session ended; stopping while the done_when checks fail is a stall too."""
+        last_call = session.tool_calls[-1] if session.tool_calls else None
+        end = SessionEnd(
+            stall=session.stall,
+            denied=session.denied,
+            final_text=session.final_text or "",
+            last_tool_call=f"{last_call.tool} {str(last_call.arguments)[:300]}"
+            if last_call
+            else "",
+            stall_after=str(self.cfg.stall_after),
+        )
+        ending = classify_ending(end)
+        cfg = self.cfg
+        if not ending.stalled and cfg.done_when and self.record.nudges < cfg.max_nudges:
+            # Stopping while the checks fail is stopping early.
+            self.result.checked = self._checks_now()
+            if not self.result.checked.checks.passed:
+                tail = self.result.checked.checks.failure_tail()
+                end = SessionEnd(final_text=end.final_text, checks_failed=True, checks_tail=tail)
+                ending = classify_ending(end)
+        return end, ending
+
+    def _record_stall(self, session: Any, ending: Ending) -> None:
+        journal, n = self.journal, self.attempt.n
+        detail = ending.detail[:500]
+        self.record.stalls.append(StallRecord(kind=ending.kind, at=journal.now(), detail=detail))
+        journal.event("stall", attempt=n, kind=ending.kind, detail=detail)
+        if session.stall is None:  # the supervisor writes the stalls it detects
+            self.transcript.write_loopd(journal.now(), "stall", kind=ending.kind, detail=detail)
+        journal.save()
+
+    def _nudge(self, end: SessionEnd, ending: Ending) -> Any:
+        """Nudge the agent: resume its session with the nudge, or start anew with it."""
+        journal, record, adapter = self.journal, self.record, self.adapter
+        record.nudges += 1
+        message = self.cfg.nudge
+        if end.checks_tail:
+            message += "\n\nThe checks still fail:\n\n" + fenced(end.checks_tail)
+        self.transcript.write_loopd(journal.now(), "nudge", text=message, n=record.nudges)
+        journal.event("nudge", attempt=self.attempt.n, n=record.nudges, kind=ending.kind)
+        journal.save()
+        if adapter.session_resume and (self.session_id or not adapter.resume_needs_id):
+            self.asked = Asked(message, whole_prompt=False)
+            return adapter.invocation(message, Resume(self.session_id, message))
+        self.parts.nudge = message
+        cap = self.attempt.services.config.limits.prompt_cap
+        self.asked = Asked(redact(build_prompt(self.parts, cap)), whole_prompt=True)
+        return adapter.invocation(self.asked.text)
+
+    def _account(self, adapter: Any, session: Any) -> None:
+        """Add a session's tokens and cost to the attempt and the run.
+
+        With the profile's `price` the cost is the tokens at that price; without, what the
+        agent itself reports (Claude Code, opencode and aider do).
+        """
+        run, attempt = self.journal.run, self.journal.run.attempts[-1]
+        price = adapter.profile.price
+        cost = (
+            price.cost(session.input_tokens, session.output_tokens)
+            if price.set
+            else session.cost_usd
+        )
+        for record in (run, attempt):
+            record.tokens += session.input_tokens + session.output_tokens
+            record.input_tokens += session.input_tokens
+            record.output_tokens += session.output_tokens
+            record.cost_usd = round(record.cost_usd + cost, 6)
+
+    def _quota(self, adapter: Any, session: Any) -> Any:
+        """The usage limit the session ended on (a QuotaHit), or None."""
+        zone = parse_timezone(self.cfg.timezone)
+        # Codex prints its local time without a zone: the zone the agent process runs in.
+        agent_zone = local_zone({**os.environ, **adapter.profile.env})
+        return quota_of(adapter, session, self.journal.now(), zone, agent_zone)
+
+    def _tree_over_limit(self) -> str:
+        """ "tree" when the run's tree holds more than `[limits] max_tree` bytes, else ""."""
+        limit = self.attempt.services.config.limits.max_tree
+        return "tree" if tree_size(self.attempt.tree.path, limit) > limit else ""
+
+    def _checks_now(self) -> CheckedCommit:
+        """Commit the work so far and run the checks on it."""
+        run = self.journal.run
+        head = commit_work(
+            self.journal,
+            self.attempt.tree,
+            commit_message(run, self.attempt.n, "work so far"),
+            next((a for a in run.attempts if a.n == self.attempt.n), None),
+            guard_refs=False,
+        )
+        checks = CheckTree(self.journal, self.attempt.tree, self.cfg).run(
+            head, self.cfg.done_when, None, self.attempt.stop
+        )
+        return CheckedCommit(head, checks)
