@@ -53,7 +53,7 @@ def _limits_line(loaded: Any) -> str:
 
 def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
     """What `status` shows; `store` is kept across frames of --watch (one warning per file)."""
-    from daemon.state.store import StateStore, UnreadableFile
+    from daemon.state.store import StateStore
 
     store = store or StateStore(home.state_dir)
     status = store.load_status()
@@ -89,18 +89,8 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
     }
     paused = store.paused_loops()
     newest = store.last_run_ids()
-    live: dict[str, Any] = {}
-    if pid is None:
-        # No daemon: a run under way is a `loopd once` (or one a dead daemon left).
-        for run_id in store.live_runs():
-            try:
-                run = store.load_run(run_id)
-            except FileNotFoundError:
-                continue  # being written: shown next time
-            except UnreadableFile as exc:
-                store.report_unreadable(exc)
-                continue
-            live[run.loop] = run
+    # No daemon: a run under way is a `loopd once` (or one a dead daemon left).
+    live = _foreground_runs(store) if pid is None else {}
     names = set(loaded.loops) | (set(status.loops) if pid else set())
     for name in sorted(names):
         entry = status.loops.get(name)
@@ -144,6 +134,23 @@ def _open_escalations(store: Any) -> int:
     from daemon.people.escalation_file import open_escalations
 
     return len(open_escalations(store))
+
+
+def _foreground_runs(store: Any) -> dict[str, Any]:
+    """Each loop's live run by its record, when no daemon runs (unreadable ones named)."""
+    from daemon.state.store import UnreadableFile
+
+    live: dict[str, Any] = {}
+    for run_id in store.live_runs():
+        try:
+            run = store.load_run(run_id)
+        except FileNotFoundError:
+            continue  # being written: shown next time
+        except UnreadableFile as exc:
+            store.report_unreadable(exc)
+            continue
+        live[run.loop] = run
+    return live
 
 
 def _unloaded_files(loaded: Any, loops: dict[str, dict[str, Any]]) -> None:
@@ -306,6 +313,26 @@ def _render_status(data: dict[str, Any], width: int = 80) -> Any:
                     style="yellow",
                 )
             )
+    parts += _service_lines(data)
+    opened = data.get("open_escalations", 0)
+    if opened:
+        parts.append(
+            Text(f"open escalations: {opened} (`loopd escalations` lists them)", style="yellow")
+        )
+    for warning in d["warnings"]:
+        parts.append(Text(f"warning: {clean(warning)}", style="yellow"))
+    for error in data["errors"]:
+        parts.append(Text(f"error: {clean(error)}", style="red"))
+    return Group(*parts)
+
+
+def _service_lines(data: dict[str, Any]) -> list[Any]:
+    """The verifier's reachability and today's token budget, a line each when known."""
+    from rich.text import Text
+
+    from daemon.people.terminal import clean
+
+    parts: list[Any] = []
     verifier = data.get("verifier")
     if verifier is not None:
         since = str(verifier.get("since") or "")[:19].replace("T", " ")
@@ -329,16 +356,7 @@ def _render_status(data: dict[str, Any], width: int = 80) -> Any:
         if budget.get("exhausted"):
             line += f"; spent: new runs wait until {str(budget.get('until'))[:16]}"
         parts.append(Text(line, style="yellow" if budget.get("exhausted") else ""))
-    opened = data.get("open_escalations", 0)
-    if opened:
-        parts.append(
-            Text(f"open escalations: {opened} (`loopd escalations` lists them)", style="yellow")
-        )
-    for warning in d["warnings"]:
-        parts.append(Text(f"warning: {clean(warning)}", style="yellow"))
-    for error in data["errors"]:
-        parts.append(Text(f"error: {clean(error)}", style="red"))
-    return Group(*parts)
+    return parts
 
 
 def status(args: argparse.Namespace) -> int:
