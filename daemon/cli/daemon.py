@@ -126,6 +126,7 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
         if status.budget is not None:
             data["budget"] = status.budget.model_dump(mode="json")
     _schedules(store, loaded, data["loops"])
+    _escalations(store, data["loops"])
     return data
 
 
@@ -155,6 +156,36 @@ def _schedules(store: Any, loaded: Any, loops: dict[str, dict[str, Any]]) -> Non
             info["next_fire_local"] = f"{local:%a %d %b %H:%M} {local.tzname()}"
         if name in held:
             info["held_by"] = held[name].run
+
+
+def _escalations(store: Any, loops: dict[str, dict[str, Any]]) -> None:
+    """Each loop's open escalation: its run and how many runs escalated into it."""
+    if not any(store.escalation_path("x").parent.glob("*.md")):
+        return  # status stays fast without escalations on disk
+    from daemon.people.escalation import open_escalations
+
+    for meta in open_escalations(store):  # oldest first: the newest wins
+        if meta.loop in loops:
+            loops[meta.loop]["escalation"] = {
+                "run": meta.run,
+                "count": meta.count,
+                "latest_run": meta.latest_run,
+            }
+
+
+def _escalation_line(name: str, info: dict[str, Any]) -> str:
+    """What a person reads of a loop's open escalation, held schedule or not."""
+    open_ = info.get("escalation") or {}
+    held = info.get("held_by")
+    run = held or open_.get("run", "")
+    count = open_.get("count", 1) if open_.get("run") == run else 1
+    times = f" (escalated {count} times)" if count > 1 else ""
+    if held:
+        return (
+            f"{name}: its schedule is held back by open escalation {run}{times}; "
+            f"`loopd escalations resolve {run}` releases it"
+        )
+    return f"{name}: open escalation {run}{times}; `loopd escalations show {run}`"
 
 
 def _loaded_note(info: dict[str, Any], name: str, loaded: Any, entry: Any) -> None:
@@ -262,14 +293,8 @@ def _render_status(data: dict[str, Any], width: int = 80) -> Any:
             if run:
                 parts.append(Text(f"  run {run}", no_wrap=True, overflow="ignore"))
     for name, info in data["loops"].items():
-        if info.get("held_by"):
-            parts.append(
-                Text(
-                    f"{name}: its schedule is held back by open escalation {info['held_by']}; "
-                    f"`loopd escalations resolve {info['held_by']}` releases it",
-                    style="yellow",
-                )
-            )
+        if info.get("held_by") or info.get("escalation"):
+            parts.append(Text(_escalation_line(name, info), style="yellow"))
     verifier = data.get("verifier")
     if verifier is not None:
         since = str(verifier.get("since") or "")[:19].replace("T", " ")

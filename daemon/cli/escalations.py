@@ -54,6 +54,8 @@ def list_escalations_cmd(args: argparse.Namespace) -> int:
     for e in items:
         when = e.escalated.astimezone(UTC).strftime("%Y-%m-%d %H:%MZ")
         reason = " ".join(clean(e.reason).split())
+        if e.count > 1:
+            reason += f" (escalated {e.count} times, latest run {e.latest_run})"
         out.print(
             f"{e.run}  {e.status:<10} {when}  {e.cause:<15} {reason}",
             highlight=False,
