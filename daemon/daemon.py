@@ -323,6 +323,7 @@ class Daemon:
                 )
         self.watchers.stop()
         self.outside.stop()
+        self.intake.skips.end_all()
         self.intake.save()
         self.housekeeper.join(timeout=30)
         if ctx.services.notifications is not None:
