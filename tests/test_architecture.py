@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "services",
                 "stop",
                 "checks",
+                "excerpt",
                 "checktree",
                 "testcounts",
                 "setup",
