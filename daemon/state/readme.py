@@ -90,12 +90,15 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 
 - `events.jsonl`: the audit log, one JSON object a line (`ts`, `type`, `loop`, `run`, ...):
   every trigger, run, attempt, check, verdict, rule change, escalation, notification. Past
-  `events_rotate` it is renamed `events-N.jsonl` (N counts up) and a new one starts.
+  `events_rotate` it is renamed `events-N.jsonl` (N counts up) and a new one starts; a
+  rotated file whose last event is older than `retain_days` is deleted.
   `events.jsonl.not-a-file` is what stood in its place and was no regular file (a FIFO, a
   link), set aside
 - `queue.toml`: runs waiting to start, each with its RUN_ID and trigger (kept across
   restarts), and `taken`: inbox files the queue accounts for. `queue.unreadable.toml` is one
   loopd could not read, set aside
+- `maintenance.toml`: per repository loopd fetches into, when it last ran `git gc --auto`
+  there (at most once a day)
 - `schedule.toml`: per loop, `handled_until`: every scheduled fire up to then was run,
   caught up or reported missed, so a restart never fires twice
 - `inbox/`: triggers waiting for the daemon, one JSON file each, written by `loopd trigger`,
