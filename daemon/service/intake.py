@@ -142,6 +142,8 @@ class Intake:
             if self._new_skip(trigger, type, why, escalation):
                 write(type, why=why, **({"escalation": escalation} if escalation else {}))
             # else: a timer's fire skipped again for the same reason; its streak counts it
+            if trigger.retry_of:
+                self._retry_not_run(trigger, why)
 
         loop = ctx.loops.get(trigger.loop)
         if loop is None and self._reload_for(trigger.loop, now):
@@ -176,9 +178,15 @@ class Intake:
     def _new_skip(self, trigger: Trigger, type: str, why: str, escalation: str = "") -> bool:
         """Whether a skipped trigger gets its event: each from the inbox, a timer's only
         when its loop's streak of skips for this reason starts."""
-        if trigger.id:
-            return True
+        if trigger.id or trigger.retry_of:
+            return True  # someone may wait on its own event; a retry is never folded
         return self.skips.first(trigger.loop, type, why, escalation, self.ctx.clock())
+
+    def _retry_not_run(self, trigger: Trigger, why: str) -> None:
+        """A retry that cannot run says so on the run it retries, and to the person."""
+        from daemon.service.retries import retry_not_run
+
+        retry_not_run(self.ctx, trigger, why)
 
     def _reload_for(self, name: str, now: datetime) -> bool:
         """Reload once (at most every RELOAD_EVERY s per name) for a loop file not loaded yet."""

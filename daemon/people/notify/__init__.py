@@ -166,6 +166,14 @@ class Notifications:
         message, payload = repeat_digest_message(meta, path)
         self.notify("escalation-repeated", message, payload, now)
 
+    def retry_not_run(self, loop: str, run_id: str, why: str, now: datetime) -> None:
+        """Notify that an interrupted run's retry could not run (always: its work waits)."""
+        message = (
+            f"loopd: {loop}: the retry of interrupted run {run_id} could not run: {why}. "
+            f"Its work so far is on its branch; `loopd show {run_id}` has it"
+        )
+        self.notify("retry-not-run", message, {"loop": loop, "run": run_id, "why": why}, now)
+
     def run_finished(self, run: RunRecord, notify_on: list[str], now: datetime) -> None:
         """Notify a finished run when `notify_on` asks for its outcome (escalations excluded)."""
         if run.outcome in ("escalated", "refused"):
