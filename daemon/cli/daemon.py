@@ -127,6 +127,7 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
             data["budget"] = status.budget.model_dump(mode="json")
     _schedules(store, loaded, data["loops"])
     _escalations(store, data["loops"])
+    data["state"] = _state_usage(store)
     return data
 
 
@@ -171,6 +172,26 @@ def _escalations(store: Any, loops: dict[str, dict[str, Any]]) -> None:
                 "count": meta.count,
                 "latest_run": meta.latest_run,
             }
+
+
+def _state_usage(store: Any) -> dict[str, Any] | None:
+    """The size of `state/` and its largest loops, as the housekeeper last measured them."""
+    from daemon.service.statecap import read_usage
+
+    usage = read_usage(store)
+    return usage.model_dump(mode="json") if usage is not None else None
+
+
+def _state_line(usage: dict[str, Any]) -> str:
+    from daemon.service.statecap import human_size
+
+    line = f"state: {human_size(usage['total'])} of {human_size(usage['limit'])} (state_max)"
+    loops = usage.get("loops") or {}
+    if loops:
+        line += "; largest loops: " + ", ".join(
+            f"{name} {human_size(size)}" for name, size in loops.items()
+        )
+    return line
 
 
 def _escalation_line(name: str, info: dict[str, Any]) -> str:
@@ -295,6 +316,8 @@ def _render_status(data: dict[str, Any], width: int = 80) -> Any:
     for name, info in data["loops"].items():
         if info.get("held_by") or info.get("escalation"):
             parts.append(Text(_escalation_line(name, info), style="yellow"))
+    if data.get("state"):
+        parts.append(Text(clean(_state_line(data["state"]))))
     verifier = data.get("verifier")
     if verifier is not None:
         since = str(verifier.get("since") or "")[:19].replace("T", " ")

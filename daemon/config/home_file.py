@@ -94,6 +94,7 @@ class LimitsConfig(StrictModel):
     shutdown_grace: duration("0s", "1d") = "30s"  # type: ignore[valid-type]
     worktrees: str = "~/.cache/loopd/worktrees"
     events_rotate: size("64KB", "10GB") = "64MB"  # type: ignore[valid-type]
+    state_max: size("100MB", "100TB") = "20GB"  # type: ignore[valid-type]
     max_wait: duration("0s", "30d") = "12h"  # type: ignore[valid-type]
     daily_tokens: int = Field(0, ge=0, le=10**15)
     timezone: str = Field("", examples=["Europe/Berlin"])
@@ -127,6 +128,17 @@ class LimitsConfig(StrictModel):
         except (ValueError, OSError):
             half = self.max_memory
         return min(self.max_memory, half)
+
+    def state_limit(self, state_dir: Path) -> int:
+        """`state_max` as written, else the smaller of 20 GB and a quarter of the disk that
+        holds `state_dir`."""
+        if "state_max" in self.model_fields_set:
+            return self.state_max
+        try:
+            disk = os.statvfs(state_dir)
+        except OSError:
+            return self.state_max
+        return min(self.state_max, disk.f_frsize * disk.f_blocks // 4)
 
 
 class RulesConfig(StrictModel):

@@ -48,7 +48,7 @@ class Housekeeper:
             if tidy:
                 from daemon.service.tidy import tidy as tidy_up
 
-                tidy_up(self.ctx, now)
+                tidy_up(self.ctx, now, keep)
             if lessons:
                 self.retry_deferred_lessons()
 

@@ -15,8 +15,8 @@ from daemon.state.store import StateStore
 MAINTAIN_EVERY = timedelta(days=1)
 
 
-def tidy(ctx: Context, now: datetime) -> None:
-    """Branches, repositories, rotated event files."""
+def tidy(ctx: Context, now: datetime, keep: set[str]) -> None:
+    """Branches, repositories, rotated event files, `state_max`."""
     try:
         delete_branches(ctx, now)
     except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
@@ -30,6 +30,35 @@ def tidy(ctx: Context, now: datetime) -> None:
     else:
         if removed:
             ctx.event("events_pruned", files=removed, retain_days=retain_days)
+    try:
+        cap_state(ctx, now, keep)
+    except OSError as exc:
+        ctx.event("state_cap_failed", error=str(exc)[:500])
+
+
+def cap_state(ctx: Context, now: datetime, keep: set[str]) -> list[str]:
+    """Keep `state/` under `state_max`; the runs something was evicted from."""
+    from daemon.housekeeping import (
+        cited_by_deferred_lessons,
+        cited_by_open_escalations,
+        cited_by_rules,
+    )
+    from daemon.service.statecap import enforce
+
+    store = ctx.store
+    protected = set(keep) | cited_by_open_escalations(store) | cited_by_deferred_lessons(store)
+    protected |= cited_by_rules(ctx.home.rules_dir)
+    limit = ctx.config.daemon.limits.state_limit(store.root)
+    usage, evicted = enforce(store, limit, now, protected)
+    if evicted:
+        ctx.event(
+            "state_evicted",
+            runs=evicted[:50],
+            count=len(evicted),
+            total=usage.total,
+            limit=limit,
+        )
+    return evicted
 
 
 def delete_branches(ctx: Context, now: datetime) -> list[str]:

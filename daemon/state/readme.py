@@ -64,6 +64,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   feedback (or "not judged by a model")
 - `attempt-N/asked.md`: what the agent was last asked when its usage limit stopped it (the
   run is parked); sent to it again when the limit resets
+- `runs/RUN_ID/evicted.toml`: what `[limits] state_max` took from the run (its
+  transcripts first, then its attempt folders) and when
 - `runs/RUN_ID/setup.log`: the output of the loop's `setup` commands, run in the tree before
   the first attempt
 - `runs/RUN_ID/done-check.log`: `done_when` as it ran on the commit the run starts from
@@ -97,6 +99,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `queue.toml`: runs waiting to start, each with its RUN_ID and trigger (kept across
   restarts), and `taken`: inbox files the queue accounts for. `queue.unreadable.toml` is one
   loopd could not read, set aside
+- `usage.toml`: the size of `state/` and of its largest loops, as the housekeeper last
+  measured it (hourly) against `state_max`; `loopd status` shows it
 - `maintenance.toml`: per repository loopd fetches into, when it last ran `git gc --auto`
   there (at most once a day)
 - `schedule.toml`: per loop, `handled_until`: every scheduled fire up to then was run,
