@@ -152,6 +152,10 @@ def test_repeats_count_in_the_open_escalation_and_notify_once_then_daily(tmp_pat
     report = loopd(home, "report", "--since", "30d", env={"COLUMNS": "200"}).stdout
     assert f"{first.id} " in report and "(5 times)" in report, report
 
+    # A repeat's own id points at the escalation it counts in.
+    shown = loopd(home, "escalations", "show", third.id)
+    assert shown.returncode != 0 and f"`loopd escalations show {first.id}`" in shown.stderr
+
     # Resolved, the next failure files an escalation of its own again.
     resolve(store, first.id, clock.now)
     sixth = fail_once(services, loop, clock)
