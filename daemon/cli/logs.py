@@ -115,7 +115,19 @@ def _header(printer: _Printer, run: Any, n: int) -> None:
     printer.note(f"━━ attempt {n}{when} ━━")
 
 
+def _missing(path: Path) -> str:
+    """Why an attempt has no transcript: evicted under `state_max`, or never written."""
+    from daemon.service.statecap import EVICTED_MARKER
+
+    if (path.parent.parent / EVICTED_MARKER).exists():
+        return "(its transcript was deleted to keep state/ under [limits] state_max)"
+    return "(no transcript: the agent never started)"
+
+
 def _print_file(printer: _Printer, path: Path, full: bool, attempt: int) -> None:
+    if not path.exists():
+        printer.note(_missing(path))
+        return
     with path.open("r", encoding="utf-8", errors="replace") as fh:
         printer.transcript(fh, full, attempt)
 
@@ -209,7 +221,7 @@ def logs(args: argparse.Namespace) -> int:
             if path.exists():
                 _print_file(printer, path, args.full, n)
             else:
-                printer.note("(no transcript: the agent never started)")
+                printer.note(_missing(path))
         return 0
     # Follow: earlier attempts as they are, then the current one as it grows.
     if args.attempt is None:
