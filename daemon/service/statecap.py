@@ -18,6 +18,7 @@ import tomli_w
 from daemon.state.atomic import write_atomic
 from daemon.state.records import Record
 from daemon.state.store import StateStore, UnreadableFile, dump_toml, read_model
+from daemon.state.stored import compress, stored
 
 EVICTED_MARKER = "evicted.toml"
 USAGE_FILE = "usage.toml"
@@ -83,6 +84,30 @@ def measure(store: StateStore) -> tuple[int, dict[str, int]]:
     return others + sum(runs.values()), runs
 
 
+def compress_finished(store: StateStore) -> tuple[int, int]:
+    """Compress the transcripts of finished runs (their readers take either form): how
+    many files, and the bytes saved. A live run's are being written, and left alone."""
+    live = set(store.live_runs())
+    files = saved = 0
+    for run_id in store.run_ids():
+        if run_id in live:
+            continue
+        plain = sorted(store.run_dir(run_id).glob("attempt-*/transcript.jsonl"))
+        if not plain or not _finished(store, run_id):
+            continue
+        for path in plain:
+            saved += compress(path)
+            files += 1
+    return files, saved
+
+
+def _finished(store: StateStore, run_id: str) -> bool:
+    try:
+        return store.load_run(run_id).outcome is not None
+    except (FileNotFoundError, UnreadableFile, ValueError):
+        return False
+
+
 def enforce(
     store: StateStore, limit: int, now: datetime, protected: set[str]
 ) -> tuple[StateUsage, list[str]]:
@@ -119,15 +144,12 @@ def _largest(runs: dict[str, int]) -> dict[str, int]:
 def _evict(store: StateStore, run_id: str, now: datetime, whole: bool) -> int:
     """Delete a finished run's transcripts (`whole`: its attempt folders); bytes freed."""
     folder = store.run_dir(run_id)
-    try:
-        if store.load_run(run_id).outcome is None:
-            return 0  # not finished (a crash left it live-less): recovery still needs it
-    except (FileNotFoundError, UnreadableFile, ValueError):
-        return 0
+    if not _finished(store, run_id):
+        return 0  # not finished (a crash left it live-less): recovery still needs it
     freed = 0
     removed: list[str] = []
     for attempt in sorted(folder.glob("attempt-*")):
-        target = attempt if whole else attempt / "transcript.jsonl"
+        target = attempt if whole else stored(attempt / "transcript.jsonl")
         if target.is_symlink() or not target.exists():
             continue
         size = tree_size(target) if target.is_dir() else target.stat().st_size

@@ -43,9 +43,12 @@ def cap_state(ctx: Context, now: datetime, keep: set[str]) -> list[str]:
         cited_by_open_escalations,
         cited_by_rules,
     )
-    from daemon.service.statecap import enforce
+    from daemon.service.statecap import compress_finished, enforce
 
     store = ctx.store
+    files, saved = compress_finished(store)
+    if files:
+        ctx.event("transcripts_compressed", files=files, saved=saved)
     protected = set(keep) | cited_by_open_escalations(store) | cited_by_deferred_lessons(store)
     protected |= cited_by_rules(ctx.home.rules_dir)
     limit = ctx.config.daemon.limits.state_limit(store.root)
