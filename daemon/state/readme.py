@@ -53,8 +53,9 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   (`ts`, `stream`, `type`: text, tool_call, tool_result, usage, final, error, raw; loopd's
   own lines have `stream = "loopd"`: process started and exited, stall, nudge); capped by
   `transcript_cap` with a `truncated` marker. `loopd logs RUN_ID` prints it as text. Once
-  its run has finished, the housekeeper keeps it compressed as `transcript.jsonl.gz`
-  (within the hour); loopd reads it by its plain name either way
+  its run has finished, the housekeeper keeps it compressed (within the hour); loopd reads
+  it by its plain name either way
+- `attempt-N/transcript.jsonl.gz`: a finished run's transcript, compressed
 - `attempt-N/diff.patch`: what loopd committed of the attempt, as a patch (capped at 20 MB;
   secrets redacted). `loopd show RUN_ID --diff` prints it
 - `attempt-N/diffstat.json`: the files the attempt changed with +/- counts
