@@ -14,6 +14,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("engines", ("daemon.engine",)),
     ("daemon", ("daemon.daemon", "daemon.service", "daemon.systemd", "daemon.housekeeping")),
     ("experiments", ("daemon.experiments",)),
+    ("calibration", ("daemon.calibration",)),
     ("runs", ("daemon.runs",)),
     ("landing", ("daemon.landing",)),
     # What landing re-verifies with and records through: the run's parts below its lifecycle.
@@ -58,6 +59,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "daemon.retry",
             "daemon.regularfile",
             "daemon.globs",
+            "daemon.stats",
             "daemon",
         ),
     ),

@@ -60,6 +60,10 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
     loaded = home.load()
     pid = daemon_pid(home)
     warnings = status.daemon.warnings + loaded.warnings
+    if loaded.daemon_ok:
+        from daemon.calibration.warnings import calibration_warnings
+
+        warnings += calibration_warnings(home.state_dir, loaded.daemon, home.config_path)
     # The daemon says which sandbox its runs get; without one, what a run would get now.
     sandbox = status.daemon.sandbox if pid is not None else ""
     if not sandbox:

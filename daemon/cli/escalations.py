@@ -123,6 +123,11 @@ def resolve_escalation_cmd(args: argparse.Namespace) -> int:
 
     home = home_of(args)
     control = engine_control(home)
+    if control is not None and args.verdict:
+        raise CommandError(
+            "--verdict is recorded in the home's own state/escalations/ only (the local "
+            "engine); resolve without it here"
+        )
     if control is not None:
         request = {"action": "resolve", "run_id": args.run_id, "note": args.note or ""}
         reply = control.escalations({**request, "retry": args.retry})
@@ -141,7 +146,7 @@ def resolve_escalation_cmd(args: argparse.Namespace) -> int:
     now = utc_now()
     tail = EventTail(store.events.path)  # from before the retry exists: its answer is seen
     try:
-        trigger = resolve(store, args.run_id, now, note=args.note or "", retry=args.retry)
+        trigger = resolve(store, args.run_id, now, args.note or "", args.retry, args.verdict or "")
     except EscalationNotFound:
         raise _not_found(args.run_id, store) from None
     except AlreadyResolved as exc:
@@ -170,3 +175,8 @@ def register(sub: Any) -> None:
     p.add_argument("run_id", metavar="RUN_ID")
     p.add_argument("--retry", action="store_true", help="queue a new run of the loop")
     p.add_argument("--note", default="", help="goes into the retry's prompt (# Note from a person)")
+    p.add_argument(
+        "--verdict",
+        choices=("good", "bad"),
+        help="your label of the run's last attempt, for `loopd calibrate --home-record`",
+    )

@@ -55,6 +55,11 @@ def check(args: argparse.Namespace) -> int:
     pid = daemon_pid(home)
     preflight = Preflight(loaded, home.config_path, pid)
     loaded.warnings.extend(preflight.run())
+    if loaded.daemon_ok:
+        from daemon.calibration.warnings import calibration_warnings
+
+        config = loaded.daemon
+        loaded.warnings.extend(calibration_warnings(home.state_dir, config, home.config_path))
     probe = preflight.probe  # the verifier tried: what answered, or the warning says
     sandbox = choose(loaded.daemon.sandbox)
     shows: dict[str, list[str]] = {}

@@ -25,6 +25,7 @@ GROUP_ORDER = {
     "hooks": 3,
     "rules": 4,
     "experiment": 4.5,  # replay and experiment (daemon/cli/experiment.py), after the rules
+    "calibrate": 4.6,  # measures the judge, after the experiments
     "escalations": 5,
     "report": 6,
     "notify": 6,

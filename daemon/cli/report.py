@@ -28,13 +28,23 @@ def report_cmd(args: argparse.Namespace) -> int:
     notice_hand_merges(store, now - window, now)  # a branch merged by hand is not waiting
     if args.html:
         return _html(home, store, now - window, now, Path(args.html))
-    report = build_report(store, now - window, now, home.rules_dir, branch_exists)
+    judge = _judge(home)
+    report = build_report(store, now - window, now, home.rules_dir, branch_exists, judge)
     write_report(store, report)
     if args.json:
         print_json(report.model_dump(mode="json"))
     else:
         render_rich(report, console())
     return 0
+
+
+def _judge(home: Any) -> str:
+    """The verifier's model, whose calibration the report puts beside verified attempts."""
+    loaded = home.load()
+    if not loaded.daemon_ok:
+        return ""
+    model, second = loaded.daemon.verifier.model, loaded.daemon.second_judge()
+    return f"{model} + {second.model}" if second else model
 
 
 def branch_exists(repo: str, branch: str) -> bool:
@@ -65,7 +75,7 @@ def _html(home: Any, store: Any, since: Any, now: Any, target: Path) -> int:
         from zoneinfo import ZoneInfo
 
         tz = ZoneInfo(zone)
-    data = count_nights(store, home.rules_dir, since, now, tz, branch_exists)
+    data = count_nights(store, home.rules_dir, since, now, tz, branch_exists, _judge(home))
     page = render_page(data)
     target = target.expanduser().resolve()
     if not target.parent.is_dir():

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+from daemon.stats import Z_95, wilson
 
 # What a run gives the agent besides the task, and what removing each one means:
 # rules: no rule selection (no `# Rules from earlier runs`, no refusing rule);
 # progress: no `# Progress so far`; feedback: no `# What failed last time` and no
 # `# Reviewer feedback` between attempts; nudges: `max_nudges = 0`.
 SUPPORTS = ("rules", "progress", "feedback", "nudges")
-Z_95 = 1.959963984540054
+__all__ = ["SUPPORTS", "Z_95", "Arm", "arms_for", "parse_supports", "wilson"]
 
 
 @dataclass(frozen=True)
@@ -38,16 +39,3 @@ def parse_supports(text: str) -> list[str]:
 def arms_for(without: list[str]) -> list[Arm]:
     """All supports, then one arm per removed support, in the order given."""
     return [Arm("all")] + [Arm(f"no-{support}", (support,)) for support in without]
-
-
-def wilson(successes: int, runs: int, z: float = Z_95) -> tuple[float, float]:
-    """The Wilson score interval of a success rate (95% by default); (0, 1) without runs."""
-    if runs <= 0:
-        return 0.0, 1.0
-    p = successes / runs
-    denominator = 1 + z * z / runs
-    centre = (p + z * z / (2 * runs)) / denominator
-    half = z * math.sqrt(p * (1 - p) / runs + z * z / (4 * runs * runs)) / denominator
-    low = 0.0 if successes <= 0 else max(0.0, centre - half)  # exact at the ends, no float dust
-    high = 1.0 if successes >= runs else min(1.0, centre + half)
-    return low, high

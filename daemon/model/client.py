@@ -74,6 +74,7 @@ class ModelClient:
         self.format = FORMATS[0]  # what the server accepted last
         self.calls = 0  # structured() and embeddings() calls, whatever their result
         self.requests = 0  # HTTP requests sent, retries and repairs included
+        self.tokens = 0  # total tokens of the chat answers, as the server reported them
         self._model = config.model
         self._openai: OpenAI | None = None
         self._lock = threading.Lock()
@@ -234,7 +235,10 @@ class ModelClient:
                     timeout=request_timeout,
                     **extra,
                 )
-                choices = _listed(_parsed(raw), "choices")
+                parsed = _parsed(raw)
+                usage = getattr(parsed, "usage", None)
+                self.tokens += int(getattr(usage, "total_tokens", 0) or 0)
+                choices = _listed(parsed, "choices")
                 if not choices:
                     return ""
                 message = getattr(choices[0], "message", None)

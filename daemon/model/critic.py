@@ -179,3 +179,23 @@ def unjudged(
         violations=violations,
         judged=False,
     )
+
+
+def both(first: Verdict, second: Verdict) -> Verdict:
+    """Two judges' verdicts as one: it passes only when both pass; the lower score stands.
+
+    The rules' attribution is the first judge's: one judge's counts keep their meaning.
+    """
+    lower = min(first.score or 0, second.score or 0)
+    return first.model_copy(
+        update={
+            "score": lower,
+            "passed": first.passed and second.passed,
+            "verdict": f"{first.verdict} Second judge ({second.model}): {second.verdict}",
+            "unsupported_claims": list(
+                dict.fromkeys(first.unsupported_claims + second.unsupported_claims)
+            ),
+            "feedback": "\n\n".join(f for f in (first.feedback, second.feedback) if f),
+            "model": f"{first.model} + {second.model}",
+        }
+    )

@@ -28,6 +28,7 @@ __all__ = [
     "Citation",
     "Evidence",
     "EvidencePart",
+    "SECTIONS",
     "build_evidence",
     "citations",
     "cut_marker",
@@ -56,6 +57,7 @@ _HEADINGS = {
     "transcript": "# What the agent did: tool calls with their verbatim outputs (transcript.jsonl)",
     "prompt": "# The prompt the agent received (prompt.md)",
 }
+SECTIONS = tuple(_HEADINGS)
 
 
 @dataclass
@@ -69,6 +71,8 @@ class Evidence:
     budget_tokens: int
     citations: list[str]  # what the summary cites, as found in it
     diff_summary: str = ""  # the files changed with +/- counts, from diffstat.json
+    # The order of the sections; calibration renders another order to see if verdicts change.
+    sections: tuple[str, ...] = SECTIONS
 
     def render(self) -> str:
         """The evidence as Markdown for the prompt; never longer than the budget."""
@@ -80,7 +84,8 @@ class Evidence:
             + ("\n".join(f"- {v}" for v in self.violations) or "none")
             + "\n",
         ]
-        for section, heading in _HEADINGS.items():
+        for section in self.sections:
+            heading = _HEADINGS[section]
             parts = [p for p in self.parts if p.section == section]
             summary = self.diff_summary if section == "diff" else ""
             if not parts and not summary:

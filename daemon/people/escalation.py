@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from typing import Literal
 
 import tomli_w
 
@@ -111,9 +112,17 @@ def load_escalation(store: StateStore, run_id: str) -> tuple[Escalation, str]:
 
 
 def resolve(
-    store: StateStore, run_id: str, now: datetime, note: str = "", retry: bool = False
+    store: StateStore,
+    run_id: str,
+    now: datetime,
+    note: str = "",
+    retry: bool = False,
+    verdict: Literal["", "good", "bad"] = "",
 ) -> Trigger | None:
-    """Mark the escalation resolved; with `retry`, queue a retry run carrying `note`."""
+    """Mark the escalation resolved; with `retry`, queue a retry run carrying `note`.
+
+    `verdict`: the person's label of the run's last attempt, for `loopd calibrate`.
+    """
     meta, text = load_escalation(store, run_id)
     if not meta.is_open:
         how = f"superseded by run {meta.superseded_by}" if meta.superseded_by else "resolved"
@@ -137,11 +146,14 @@ def resolve(
     meta.note = note
     meta.retry = retry
     meta.retry_trigger = trigger.id if trigger else ""
+    meta.verdict = verdict
     parts = _split(text)
     body = parts[1] if parts else text
     section = ["", "## Resolved", "", f"Resolved {iso(now)}."]
     if note:
         section += ["", "Note:", quote(note)]
+    if verdict:
+        section += ["", f"The last attempt was {verdict} (the person's verdict)."]
     if trigger:
         section += ["", f"A retry was queued (`state/inbox/{trigger.id}`)."]
     write_atomic(

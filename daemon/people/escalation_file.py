@@ -39,6 +39,9 @@ class Escalation(BaseModel):
     retry: bool = False
     retry_trigger: str = ""  # the inbox file of the retry, when one was queued
     superseded_by: str = ""  # the later run of the same task that succeeded (or was skipped)
+    # A person's label of the run's last attempt (`resolve --verdict`): `loopd calibrate`'s
+    # --home-record reads it.
+    verdict: Literal["", "good", "bad"] = ""
     # Later runs of the same task that escalated while this was open count here instead of
     # filing escalations of their own (people/escalation_repeat.py).
     count: int = 1  # runs this escalation stands for, its own included

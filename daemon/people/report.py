@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from daemon.people.digest import best_score, one_line
 from daemon.people.escalation import Escalation, open_escalations
 from daemon.people.landstate import landing_state
+from daemon.people.verified import Verified
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
@@ -116,6 +117,7 @@ class Report(BaseModel):
     notify_failed: list[str] = []
     holds: list[str] = []  # usage-limit waits and spent budgets, one line each
     ready: list[ReadyRow] = []  # "Ready to land"
+    verified: Verified | None = None  # None: no attempt was judged by a model
     file: str = ""
 
 
@@ -181,11 +183,13 @@ def build_report(
     now: datetime,
     rules_dir: Path | None = None,
     branch_exists: Callable[[str, str], bool] | None = None,
+    judge: str = "",
 ) -> Report:
     """Runs, rule changes and waiting escalations since `since`, from state (and `rules_dir`
     for the kind of a rule whose event does not name it); `branch_exists(repo, branch)` leaves
-    out of "Ready to land" the branches that are gone."""
+    out of "Ready to land" the branches that are gone; `judge`: the verifier's model."""
     report = Report(generated=now, since=since)
+    verified = Verified()
     for run_id in run_ids_since(store, since):
         try:
             run = store.load_run(run_id)
@@ -195,6 +199,7 @@ def build_report(
         if not in_window:
             continue
         end = run.finished or now
+        verified.add(run)
         report.runs.append(
             RunRow(
                 id=run.id,
@@ -245,6 +250,9 @@ def build_report(
             s.best_score = max(scores[loop])
             s.mean_score = round(sum(scores[loop]) / len(scores[loop]), 1)
     report.loops = [summaries[k] for k in sorted(summaries)]
+    if verified.verified or verified.caught:
+        verified.calibrate(store.root, judge)
+        report.verified = verified
 
     for event in events_since(store, since):
         kind = str(event.get("type", ""))
@@ -337,6 +345,8 @@ def render_markdown(report: Report) -> str:
             )
     else:
         out.append("No runs in this window.")
+    if report.verified is not None:
+        out += ["", report.verified.line()]
     out += ["", "## Runs", ""]
     if report.runs:
         out += [
@@ -432,6 +442,8 @@ def render_rich(report: Report, console: Any, max_rows: int = 6, max_loops: int 
             console.print(f"... {len(report.loops) - max_loops} more loops in the file")
     else:
         console.print("No runs in this window.")
+    if report.verified is not None:
+        console.print(esc(report.verified.line()))
     bad = [r for r in report.runs if r.outcome != "succeeded"]
     if bad:
         console.print(f"[bold]Runs not succeeded[/] ({len(bad)})")

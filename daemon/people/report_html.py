@@ -195,10 +195,34 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
+def _verified_table(data: Nights) -> list[str]:
+    """Per night: attempts that passed the checks and the judge, the judge's measured
+    false-pass rate beside them, and how many of them are correct by that rate."""
+    rows = [(night, v) for night, v in sorted(data.verified.items()) if v.verified or v.caught]
+    if not rows:
+        return []
+    out = [
+        "<h2>Verified correct</h2><table><tr><th>night</th><th>verified</th><th>judge failed</th>"
+        "<th>judge's false-pass rate (95% CI)</th><th>correct, estimated</th></tr>"
+    ]
+    for night, v in rows:
+        rate, correct = "no calibration (<code>loopd calibrate</code>)", "-"
+        if v.false_pass_rate is not None:
+            low, high = v.false_pass_ci
+            rate = f"{v.false_pass_rate:.0%} ({low:.0%}-{high:.0%}) for {_e(v.judge)}"
+            correct = f"{v.correct[0]:g} to {v.correct[1]:g}"
+        out.append(
+            f"<tr><td>{_e(night)}</td><td>{v.verified}</td><td>{v.caught}</td>"
+            f"<td>{rate}</td><td>{correct}</td></tr>"
+        )
+    out.append("</table>")
+    return out
+
+
 def _tables(data: Nights) -> str:
     from pathlib import Path
 
-    out = ["<h2>Open escalations</h2>"]
+    out = [*_verified_table(data), "<h2>Open escalations</h2>"]
     if data.escalations:
         out.append(
             "<table><tr><th>run</th><th>loop</th><th>escalated</th><th>runs</th><th>cause</th>"

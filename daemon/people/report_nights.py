@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from daemon.people.escalation import open_escalations
 from daemon.people.report import events_since
+from daemon.people.verified import Verified
 from daemon.regularfile import STATE_MAX, read_regular
 from daemon.state.events import iso
 from daemon.state.store import StateStore, UnreadableFile
@@ -76,6 +77,7 @@ class Nights(BaseModel):
     rules: dict[str, dict[str, int]] = {}  # night -> status -> rules at the night's end
     escalations: list[OpenEscalation] = []
     ready: list[ReadyBranch] = []
+    verified: dict[str, Verified] = {}  # night -> verified attempts and the judge's figures
     total_runs: int = 0
 
 
@@ -145,8 +147,10 @@ def count_nights(
     now: datetime,
     tz: tzinfo | None = None,
     branch_exists: Callable[[str, str], bool] | None = None,
+    judge: str = "",
 ) -> Nights:
-    """Count runs, tokens, cost, attempts, rules, escalations and branches since `since`."""
+    """Count runs, tokens, cost, attempts, rules, escalations and branches since `since`;
+    `judge` (the verifier's model) puts its calibration beside each night's verified count."""
     first, last = night_of(since, tz), night_of(now, tz)
     nights = [first + timedelta(days=i) for i in range((last - first).days + 1)]
     data = Nights(home=str(store.root.parent), generated=now, since=since, nights=nights)
@@ -163,6 +167,7 @@ def count_nights(
         outcome = run.outcome or "running"
         per_loop = data.runs.setdefault(night, {}).setdefault(run.loop, {})
         per_loop[outcome] = per_loop.get(outcome, 0) + 1
+        data.verified.setdefault(night, Verified()).add(run)
         if run.tokens:
             data.tokens[night] = data.tokens.get(night, 0) + run.tokens
         if run.cost_usd:
@@ -183,6 +188,8 @@ def count_nights(
     ends = [min(e, now) for e in ends]
     for night, counts in zip(nights, _rule_counts(store, rules_dir, since, ends), strict=True):
         data.rules[night.isoformat()] = counts
+    for counted in data.verified.values():
+        counted.calibrate(store.root, judge)
     for meta in open_escalations(store):
         data.escalations.append(
             OpenEscalation(

@@ -134,7 +134,7 @@ def _ask_critic(
     `evidence` is the attempt's bundle when another machine built it; else it is built here.
     """
     from daemon.model.client import ModelUnavailable
-    from daemon.model.critic import judge
+    from daemon.model.critic import both, judge
     from daemon.model.evidence import build_evidence
 
     verifier = services.config.verifier
@@ -148,11 +148,15 @@ def _ask_critic(
         )
     client = services.model_client()
     assert client is not None  # judging asks the critic only when a verifier is configured
+    second = services.model_client(second=True)
     limit = verifier.pending_limit.total_seconds()
     tries = 0
     while True:
         try:
             verdict = judge(client, evidence, cfg.critic_threshold, checks.passed, rules)
+            if second is not None:  # [verifier] second: both judges must pass the attempt
+                other = judge(second, evidence, cfg.critic_threshold, checks.passed, rules)
+                verdict = both(verdict, other)
         except ModelUnavailable as exc:
             services.verifier.failed(str(exc), services.clock())
             if tries == 0:

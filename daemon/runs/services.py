@@ -39,10 +39,11 @@ class RunServices:
     def event(self, type: str, loop: str | None = None, run: str | None = None, **fields: Any):
         return self.store.events.append(type, self.clock(), loop=loop, run=run, **fields)
 
-    def model_client(self) -> ModelClient | None:
-        """The verifier's client, None when no `[verifier] base_url` is configured."""
-        verifier = self.config.verifier
-        if not verifier.configured:
+    def model_client(self, second: bool = False) -> ModelClient | None:
+        """The verifier's client, None when no `[verifier] base_url` is configured;
+        `second`: the client of `[verifier] second`, None when there is none."""
+        verifier = self.config.verifier if not second else self.config.second_judge()
+        if verifier is None or not verifier.configured:
             return None
         key = verifier.model_dump_json()
         client = self.clients.get(key)

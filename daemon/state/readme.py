@@ -90,6 +90,10 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   success rate with its 95% interval, tokens, wall time, nudges and escalations; rewritten
   after each of its runs. The runs themselves are in `runs/`, trigger kind `experiment`,
   with an `[experiment]` table naming their arm
+- `calibration/MODEL.toml`: the last `loopd calibrate` of that judge model: its false-pass
+  and false-fail rates with 95% intervals, order disagreement, latency and tokens, over
+  which cases. `loopd status` and `loopd check` warn when the judge in use has none, or
+  passes more bad attempts than `[verifier] max_false_pass`
 
 ## The daemon's working files (leave them to loopd)
 
@@ -120,6 +124,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `locks/LOOP.lock`: held by whoever runs the loop now (the daemon or `loopd once`);
   `locks/quota.lock`: taken while `quota.toml` is written
 - `loopd.lock`: held by the daemon of this home; one daemon per home
+- `home-id`: this home's id, made on first use; rules exported from this home name it as
+  their source (`loopd rules export`)
 - `paused/LOOP`: the loop is paused (`loopd pause` / `loopd resume`); its triggers are
   recorded and wait
 - `control/cancel-RUN_ID`: `loopd cancel` asked to stop that run; removed when it ended.

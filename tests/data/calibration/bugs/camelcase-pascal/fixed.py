@@ -1,0 +1,18 @@
+"""camelCase to snake_case (re-created from djangorestframework-camel-case's util at issue #102)."""
+
+import re
+
+UNDERSCORE_RE = re.compile(
+    r"([a-z0-9]|[A-Z]?(?=[A-Z0-9](?=[a-z0-9]|(?<![A-Z])$)))"
+    r"([A-Z]|(?<=[a-z])[0-9](?=[0-9A-Z]|$)|(?<=[A-Z])[0-9](?=[0-9]|$))"
+)
+
+
+def _underscore(match):
+    if match.start() == 0 and not match.group(1):
+        return match.group(2)
+    return f"{match.group(1)}_{match.group(2)}"
+
+
+def camel_to_underscore(name):
+    return UNDERSCORE_RE.sub(_underscore, name).lower()
