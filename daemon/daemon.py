@@ -143,8 +143,10 @@ class Daemon:
         pool = WorkerPool(ctx, queue)
         intake = Intake(ctx, queue, timer, pool.running)
         intake.restore()
-        intake.start_schedule(now)
+        # Recovery first: a retry of an interrupted run is queued before any catch-up fire,
+        # so the overlap policy never skips it for the catch-up's sake.
         recover_live_runs(ctx, now, pool.resume, intake.offer)
+        intake.start_schedule(now)
         first_run = FirstRun(ctx, now)
         first_run.start(intake, now)
         intake.save()
@@ -323,6 +325,7 @@ class Daemon:
                 )
         self.watchers.stop()
         self.outside.stop()
+        self.intake.skips.end_all()
         self.intake.save()
         self.housekeeper.join(timeout=30)
         if ctx.services.notifications is not None:

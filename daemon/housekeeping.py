@@ -46,7 +46,8 @@ def cited_by_rules(rules_dir: Path) -> set[str]:
 def cited_by_open_escalations(store: StateStore) -> set[str]:
     from daemon.people.escalation import open_escalations
 
-    return {e.run for e in open_escalations(store)}
+    # The newest repeat's run is kept too: its evidence is what the file points a person at.
+    return {run for e in open_escalations(store) for run in (e.run, e.newest_run())}
 
 
 def cited_by_deferred_lessons(store: StateStore) -> set[str]:

@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "services",
                 "stop",
                 "checks",
+                "excerpt",
                 "checktree",
                 "testcounts",
                 "setup",

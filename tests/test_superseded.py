@@ -82,17 +82,18 @@ def test_a_later_failure_or_another_task_does_not_supersede(tmp_path: Path) -> N
     first = loopd(home, "once", "calc").stdout.splitlines()[0]
     second = loopd(home, "once", "calc").stdout.splitlines()[0]  # fails again
     escalations = home / "state" / "escalations"
-    assert _front(escalations / f"{first}.md")["status"] == "open"
-    assert _front(escalations / f"{second}.md")["status"] == "open"
+    # The repeat counts in the open escalation instead of filing its own.
+    front = _front(escalations / f"{first}.md")
+    assert (front["status"], front["count"], front["latest_run"]) == ("open", 2, second)
+    assert not (escalations / f"{second}.md").exists()
     # Another task of the same loop succeeding leaves them open.
     loop = home / "loops" / "calc.toml"
     loop.write_text(loop.read_text().replace("Make check.py pass.", "Something else."))
     mode.write_text("fix")
     assert loopd(home, "once", "calc").returncode == 0
     assert _front(escalations / f"{first}.md")["status"] == "open"
-    # The task again: both earlier escalations close, superseded by the same run.
+    # The task again: the escalation closes, superseded by that run.
     loop.write_text(loop.read_text().replace("Something else.", "Make check.py pass."))
     third = loopd(home, "once", "calc").stdout.splitlines()[0]
-    for run in (first, second):
-        front = _front(escalations / f"{run}.md")
-        assert (front["status"], front["superseded_by"]) == ("superseded", third)
+    front = _front(escalations / f"{first}.md")
+    assert (front["status"], front["superseded_by"]) == ("superseded", third)

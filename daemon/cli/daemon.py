@@ -15,6 +15,7 @@ from daemon.cli.common import (
     print_json,
 )
 from daemon.cli.runs import daemon_pid, valid_loop
+from daemon.cli.statusview import render_status
 from daemon.clock import utc_now
 
 
@@ -124,6 +125,8 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
         if status.budget is not None:
             data["budget"] = status.budget.model_dump(mode="json")
     _schedules(store, loaded, data["loops"])
+    _escalations(store, data["loops"])
+    data["state"] = _state_usage(store)
     return data
 
 
@@ -200,6 +203,29 @@ def _schedules(store: Any, loaded: Any, loops: dict[str, dict[str, Any]]) -> Non
             info["held_by"] = held[name].run
 
 
+def _escalations(store: Any, loops: dict[str, dict[str, Any]]) -> None:
+    """Each loop's open escalation: its run and how many runs escalated into it."""
+    if not any(store.escalation_path("x").parent.glob("*.md")):
+        return  # status stays fast without escalations on disk
+    from daemon.people.escalation import open_escalations
+
+    for meta in open_escalations(store):  # oldest first: the newest wins
+        if meta.loop in loops:
+            loops[meta.loop]["escalation"] = {
+                "run": meta.run,
+                "count": meta.count,
+                "latest_run": meta.latest_run,
+            }
+
+
+def _state_usage(store: Any) -> dict[str, Any] | None:
+    """The size of `state/` and its largest loops, as the housekeeper last measured them."""
+    from daemon.service.statecap import read_usage
+
+    usage = read_usage(store)
+    return usage.model_dump(mode="json") if usage is not None else None
+
+
 def _loaded_note(info: dict[str, Any], name: str, loaded: Any, entry: Any) -> None:
     """Say when the running daemon has not loaded a loop file as it is on disk, and why."""
     from daemon.service.reload import file_digest
@@ -232,133 +258,6 @@ def _newest_finished(store: Any, loop: str, newest: str) -> Any:
     return next((r for r in store.iter_runs(loop) if r.outcome is not None), None)
 
 
-def _status_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
-    """(loop, phase, run, last outcome, next fire) of each loop, as a person reads them."""
-    rows = []
-    for name, info in data["loops"].items():
-        phase = info.get("phase", "idle")
-        if info.get("attempt") and phase not in ("idle", "paused"):
-            phase += f" (attempt {info['attempt']})"
-        if not info.get("enabled", True):
-            phase = "disabled" + (f": {info['error'][:60]}" if info.get("error") else "")
-        if info.get("paused"):
-            phase = "paused"
-        if info.get("waiting_for"):
-            # Why it waits belongs next to "waiting"; the queue count follows.
-            until = str(info.get("resume_at") or "")[:16].replace("T", " ")
-            phase += f" (held until {until}: {info['waiting_for']})"
-        if info.get("pending") and info.get("enabled", True) and not info.get("paused"):
-            phase += f", {info['pending']} queued"
-        if info.get("loaded") is False:
-            phase = "not loaded"  # why: on its own line under the table (`errors`)
-        elif info.get("note"):
-            phase += f" ({info['note']})"
-        run = info.get("run") or info.get("last_run") or ""
-        if info.get("held_by"):
-            fire = "held by an escalation"
-        else:
-            fire = info.get("next_fire_local") or str(info.get("next_fire") or "")
-        rows.append((name, phase, run, info.get("last_outcome", "") or "", fire))
-    return rows
-
-
-def _render_status(data: dict[str, Any], width: int = 80) -> Any:
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    from daemon.people.terminal import clean
-    from daemon.people.terminal import markup as m
-
-    d = data["daemon"]
-    if d["running"]:
-        head = Text(f"loopd {d['version']} running, pid {d['pid']}, since {d['started']}")
-    else:
-        head = Text("loopd is not running for this home", style="yellow")
-    rows = _status_rows(data)
-    columns = ("loop", "phase", "run", "last outcome", "next fire")
-    widths = [max([len(col), *(len(r[i]) for r in rows)]) for i, col in enumerate(columns)]
-    # Other columns may wrap down to these widths; below them the table would cut words.
-    least = [min(w, floor) for w, floor in zip(widths, (12, 8, widths[2], 9, 10), strict=True)]
-    sandbox = d.get("sandbox", "")
-    unsafe = sandbox.startswith(("sandbox: off:", "sandbox: none"))
-    parts: list[Any] = [head, Text(clean(sandbox), style="bold red" if unsafe else "")]
-    if d.get("limits"):
-        parts.append(Text(clean(d["limits"])))
-    if sum(least) + 3 * len(least) + 1 <= width:
-        table = Table(title=m(data["home"]))
-        for col in columns:
-            # The RUN_ID is what a person copies: it is never wrapped or cut; others fold.
-            if col == "run":
-                table.add_column(col, no_wrap=True, min_width=widths[2])
-            else:
-                table.add_column(col, overflow="fold")
-        for row in rows:
-            table.add_row(*(m(cell) for cell in row))
-        parts.append(table)
-    else:
-        # Too narrow for the table with whole RUN_IDs: one block per loop, the id on its line.
-        parts.append(Text(clean(data["home"]), style="bold"))
-        for name, phase, run, outcome, fire in rows:
-            line = f"{name}  {phase}" + (f", last {outcome}" if outcome else "")
-            parts.append(Text(clean(line + (f"; next fire {fire}" if fire else ""))))
-            if run:
-                parts.append(Text(f"  run {run}", no_wrap=True, overflow="ignore"))
-    for name, info in data["loops"].items():
-        if info.get("held_by"):
-            parts.append(
-                Text(
-                    f"{name}: its schedule is held back by open escalation {info['held_by']}; "
-                    f"`loopd escalations resolve {info['held_by']}` releases it",
-                    style="yellow",
-                )
-            )
-    parts += _service_lines(data)
-    opened = data.get("open_escalations", 0)
-    if opened:
-        parts.append(
-            Text(f"open escalations: {opened} (`loopd escalations` lists them)", style="yellow")
-        )
-    for warning in d["warnings"]:
-        parts.append(Text(f"warning: {clean(warning)}", style="yellow"))
-    for error in data["errors"]:
-        parts.append(Text(f"error: {clean(error)}", style="red"))
-    return Group(*parts)
-
-
-def _service_lines(data: dict[str, Any]) -> list[Any]:
-    """The verifier's reachability and today's token budget, a line each when known."""
-    from rich.text import Text
-
-    from daemon.people.terminal import clean
-
-    parts: list[Any] = []
-    verifier = data.get("verifier")
-    if verifier is not None:
-        since = str(verifier.get("since") or "")[:19].replace("T", " ")
-        if verifier.get("reachable", True):
-            parts.append(Text("verifier: reachable" + (f" since {since}" if since else "")))
-        else:
-            error = clean(str(verifier.get("last_error", "")))[:200]
-            parts.append(
-                Text(
-                    f"verifier: UNREACHABLE since {since}: {error} "
-                    "(runs waiting in judging hold no run slot)",
-                    style="red",
-                )
-            )
-    budget = data.get("budget")
-    if budget is not None:
-        line = (
-            f"budget today ({budget.get('day')}): "
-            f"{budget.get('tokens')} of {budget.get('limit')} tokens"
-        )
-        if budget.get("exhausted"):
-            line += f"; spent: new runs wait until {str(budget.get('until'))[:16]}"
-        parts.append(Text(line, style="yellow" if budget.get("exhausted") else ""))
-    return parts
-
-
 def status(args: argparse.Namespace) -> int:
     """Loops, phases, last outcomes, next fires."""
     home = home_of(args)
@@ -372,7 +271,7 @@ def status(args: argparse.Namespace) -> int:
         return 0
     if not args.watch:
         out = console()
-        out.print(_render_status(_status_data(home), out.width))
+        out.print(render_status(_status_data(home), out.width))
         return 0
     from rich.live import Live
 
@@ -400,16 +299,16 @@ def status(args: argparse.Namespace) -> int:
             # Piped into a file or another program: one frame per change, appended.
             while True:
                 if changed():
-                    out.print(_render_status(_status_data(home, store), out.width))
+                    out.print(render_status(_status_data(home, store), out.width))
                     out.file.flush()
                 time.sleep(0.5)
-        frame = _render_status(_status_data(home, store), out.width)
+        frame = render_status(_status_data(home, store), out.width)
         with Live(frame, console=out, screen=False) as live:
             changed()
             while True:
                 time.sleep(0.5)
                 if changed():
-                    live.update(_render_status(_status_data(home, store), out.width))
+                    live.update(render_status(_status_data(home, store), out.width))
     except KeyboardInterrupt:
         return 0
 

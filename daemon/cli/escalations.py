@@ -23,11 +23,28 @@ def _store(args: argparse.Namespace):  # noqa: ANN202 - StateStore
     return home_of(args).state()
 
 
-def _not_found(run_id: str) -> CommandError:
+def _not_found(run_id: str, store: Any = None) -> CommandError:
+    held_by = _counted_in(store, run_id) if store is not None else ""
+    if held_by:
+        return CommandError(
+            f"run {run_id} escalated while escalation {held_by} of the same task was open, "
+            f"so it counts in that one. Fix: `loopd escalations show {held_by}`"
+        )
     return CommandError(
         f"no escalation for run {run_id!r} (no state/escalations/{run_id}.md). "
         "Fix: `loopd escalations list --all` shows the run ids that have one"
     )
+
+
+def _counted_in(store: Any, run_id: str) -> str:
+    """The escalation a repeat run counts in ("" when none, or no such run)."""
+    if "/" in run_id or run_id.startswith("."):
+        return ""
+    try:
+        run = store.load_run(run_id)
+    except Exception:  # noqa: BLE001 - only a better message is at stake
+        return ""
+    return run.escalation if run.escalation != run_id else ""
 
 
 def list_escalations_cmd(args: argparse.Namespace) -> int:
@@ -54,6 +71,8 @@ def list_escalations_cmd(args: argparse.Namespace) -> int:
     for e in items:
         when = e.escalated.astimezone(UTC).strftime("%Y-%m-%d %H:%MZ")
         reason = " ".join(clean(e.reason).split())
+        if e.count > 1:
+            reason += f" (escalated {e.count} times, latest run {e.latest_run})"
         out.print(
             f"{e.run}  {e.status:<10} {when}  {e.cause:<15} {reason}",
             highlight=False,
@@ -74,10 +93,11 @@ def show_escalation_cmd(args: argparse.Namespace) -> int:
             raise _not_found(args.run_id)
         meta, text = Escalation.model_validate(reply["meta"]), reply["text"]
     else:
+        store = _store(args)
         try:
-            meta, text = load_escalation(_store(args), args.run_id)
+            meta, text = load_escalation(store, args.run_id)
         except EscalationNotFound:
-            raise _not_found(args.run_id) from None
+            raise _not_found(args.run_id, store) from None
     if args.json:
         data: dict[str, Any] = meta.model_dump(mode="json")
         data["text"] = text
@@ -128,7 +148,7 @@ def resolve_escalation_cmd(args: argparse.Namespace) -> int:
     try:
         trigger = resolve(store, args.run_id, now, args.note or "", args.retry, args.verdict or "")
     except EscalationNotFound:
-        raise _not_found(args.run_id) from None
+        raise _not_found(args.run_id, store) from None
     except AlreadyResolved as exc:
         raise CommandError(str(exc), 1) from None
     print(f"resolved {args.run_id}", flush=True)

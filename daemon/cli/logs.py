@@ -4,6 +4,7 @@ reads (or, with --json, its transcript's events as JSON lines)."""
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.cli.common import CommandError, command, home_of
+from daemon.state.stored import is_stored, open_stored
 
 POLL = 0.2  # seconds between looks at a followed transcript
 
@@ -115,8 +117,20 @@ def _header(printer: _Printer, run: Any, n: int) -> None:
     printer.note(f"━━ attempt {n}{when} ━━")
 
 
+def _missing(path: Path) -> str:
+    """Why an attempt has no transcript: evicted under `state_max`, or never written."""
+    from daemon.service.statecap import EVICTED_MARKER
+
+    if (path.parent.parent / EVICTED_MARKER).exists():
+        return "(its transcript was deleted to keep state/ under [limits] state_max)"
+    return "(no transcript: the agent never started)"
+
+
 def _print_file(printer: _Printer, path: Path, full: bool, attempt: int) -> None:
-    with path.open("r", encoding="utf-8", errors="replace") as fh:
+    if not is_stored(path):
+        printer.note(_missing(path))
+        return
+    with io.TextIOWrapper(open_stored(path), encoding="utf-8", errors="replace") as fh:
         printer.transcript(fh, full, attempt)
 
 
@@ -127,6 +141,9 @@ def _follow(printer: _Printer, store: Any, run_id: str, n: int, full: bool) -> N
     in place is read again from its start too.
     """
     path = store.run_dir(run_id) / f"attempt-{n}" / "transcript.jsonl"
+    if not path.exists() and is_stored(path):  # compressed: its run ended long ago
+        _print_file(printer, path, full, n)
+        return
     while not path.exists():
         if _attempt_ended(store, run_id, n) and not path.exists():
             printer.note(f"attempt {n} has no transcript (its agent never started)")
@@ -206,10 +223,10 @@ def logs(args: argparse.Namespace) -> int:
         for n in wanted:
             _header(printer, run, n)
             path = store.run_dir(args.run_id) / f"attempt-{n}" / "transcript.jsonl"
-            if path.exists():
+            if is_stored(path):
                 _print_file(printer, path, args.full, n)
             else:
-                printer.note("(no transcript: the agent never started)")
+                printer.note(_missing(path))
         return 0
     # Follow: earlier attempts as they are, then the current one as it grows.
     if args.attempt is None:

@@ -186,6 +186,8 @@ def show(args: argparse.Namespace) -> int:
         + (f"   cost: ${run.cost_usd:.4f}" if run.cost_usd else ""),
         f"landing: {landing_state(run).line()}",
     ]
+    if run.retry_not_run:
+        head.append(f"its retry could not run: {run.retry_not_run}")
     if run.phase == "waiting" and run.resume_at and run.park:
         head.append(
             f"parked on the usage limit of agent profile {run.park.profile!r} until "

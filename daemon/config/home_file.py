@@ -278,7 +278,23 @@ class LimitsConfig(StrictModel):
         json_schema_extra={"allowed": "a folder; `~` is expanded"},
     )
     events_rotate: size("64KB", "10GB") = Field(  # type: ignore[valid-type]
-        "64MB", description="`state/events.jsonl` rotates to `events-N.jsonl` past this size"
+        "64MB",
+        description=(
+            "`state/events.jsonl` rotates to `events-N.jsonl` past this size; a rotated "
+            "file whose last event is older than `retain_days` is deleted"
+        ),
+    )
+    state_max: size("100MB", "100TB") = Field(  # type: ignore[valid-type]
+        "20GB",
+        description=(
+            "how large `state/` may grow as a whole; unset, the smaller of 20GB and a "
+            "quarter of the disk it is on. Measured hourly: over it, the transcripts of "
+            "the oldest finished runs are deleted first (each run's `evicted.toml` says "
+            "so, and the event `state_evicted`), then the rest of their attempt folders; "
+            "never a live run's, nor the evidence an open escalation, a live rule or a "
+            "deferred lesson cites. `loopd status` shows the home's size and its largest "
+            "loops"
+        ),
     )
     max_wait: duration("0s", "30d") = Field(  # type: ignore[valid-type]
         "12h",
@@ -382,6 +398,17 @@ class LimitsConfig(StrictModel):
         except (ValueError, OSError):
             half = self.max_memory
         return min(self.max_memory, half)
+
+    def state_limit(self, state_dir: Path) -> int:
+        """`state_max` as written, else the smaller of 20 GB and a quarter of the disk that
+        holds `state_dir`."""
+        if "state_max" in self.model_fields_set:
+            return self.state_max
+        try:
+            disk = os.statvfs(state_dir)
+        except OSError:
+            return self.state_max
+        return min(self.state_max, disk.f_frsize * disk.f_blocks // 4)
 
 
 class RulesConfig(StrictModel):

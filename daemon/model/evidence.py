@@ -22,6 +22,7 @@ from daemon.model.evidence_parts import (
 )
 from daemon.redact import redact
 from daemon.state.records import DiffStat
+from daemon.state.stored import is_stored
 
 __all__ = [
     "Citation",
@@ -130,7 +131,7 @@ def build_evidence(
         sources += index_whole(checks, "checks", 1, 0.3, cites, len(sources))
     if diff.is_file():
         sources += index_diff(diff, cites, len(sources))
-    if transcript.is_file():
+    if is_stored(transcript):  # compressed once its run finished: still `transcript.jsonl`
         sources += index_transcript(transcript, cites, len(sources))
     if prompt.is_file():
         sources += index_whole(prompt, "prompt", 4, 0.5, cites, len(sources))

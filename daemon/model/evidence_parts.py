@@ -11,6 +11,7 @@ from typing import Any
 
 from daemon.model.citations import Citation, weigh
 from daemon.redact import redact
+from daemon.state.stored import open_stored
 
 GROUP_BYTES = 64_000  # consecutive output lines are grouped into parts of about this size
 ARGUMENTS_PREVIEW = 300  # characters of a tool call's arguments shown in its heading
@@ -64,7 +65,7 @@ class Source:
     def load(self) -> str:
         """The part's full text, read again from its file."""
         chunks = []
-        with self.path.open("rb") as handle:
+        with open_stored(self.path) as handle:
             for offset, length in self.ranges:
                 handle.seek(offset)
                 chunks.append(handle.read(length))
@@ -81,7 +82,7 @@ class Source:
             room = max(0, allot - len(cut_marker(self.size)) - 2)
             head_n = int(room * self.head_share)
             tail_n = room - head_n
-            with self.path.open("rb") as handle:
+            with open_stored(self.path) as handle:
                 handle.seek(offset)
                 head = redact(handle.read(head_n + 256).decode("utf-8", "replace"))[:head_n]
                 handle.seek(offset + length - tail_n - 256)
@@ -140,7 +141,7 @@ def _event_text(event: dict[str, Any]) -> str:
 def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
     """(line number from 1, byte offset, raw line) of a file, streamed."""
     offset = 0
-    with path.open("rb") as handle:
+    with open_stored(path) as handle:
         for number, raw in enumerate(handle, 1):
             yield number, offset, raw
             offset += len(raw)

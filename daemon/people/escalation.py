@@ -76,6 +76,7 @@ def write_escalation(
         branch=run.branch,
         attempts=len(run.attempts),
         best_score=best_score(run.attempts),
+        notified=now,  # an escalation is always notified as it is filed
     )
     body = render(store, run, meta.cause, suggestion or suggest(run, cause))
     path = store.escalation_path(run.id)

@@ -42,6 +42,19 @@ class Escalation(BaseModel):
     # A person's label of the run's last attempt (`resolve --verdict`): `loopd calibrate`'s
     # --home-record reads it.
     verdict: Literal["", "good", "bad"] = ""
+    # Later runs of the same task that escalated while this was open count here instead of
+    # filing escalations of their own (people/escalation_repeat.py).
+    count: int = 1  # runs this escalation stands for, its own included
+    latest_run: str = ""  # the newest of them ("": only its own)
+    latest: datetime | None = None
+    latest_cause: str = ""
+    latest_reason: str = ""
+    notified: datetime | None = None  # when a person was last told of it (or of its repeats)
+    notified_count: int = 1  # the count they were told then
+
+    def newest_run(self) -> str:
+        """The newest run it stands for: the one whose evidence is freshest."""
+        return self.latest_run or self.run
 
     @property
     def is_open(self) -> bool:

@@ -367,7 +367,8 @@ def render_markdown(report: Report) -> str:
     out += ["", "## Escalations waiting", ""]
     out += [
         f"- {e.run} ({e.loop}): {one_line(e.reason or e.cause, 120)}; "
-        f"`loopd escalations show {e.run}`"
+        + (f"escalated {e.count} times, latest run {e.latest_run}; " if e.count > 1 else "")
+        + f"`loopd escalations show {e.run}`"
         for e in report.escalations
     ] or ["None."]
     out += ["", "## Ready to land", ""]
@@ -451,7 +452,8 @@ def render_rich(report: Report, console: Any, max_rows: int = 6, max_loops: int 
                 console.print(f"    {esc(c.rule or '?')} {c.change}")
     console.print(f"[bold]Escalations waiting[/] {len(report.escalations)}")
     for e in report.escalations[:max_rows]:
-        console.print(f"  {e.run} {esc(one_line(e.reason or e.cause, 60))}")
+        times = f" ({e.count} times)" if e.count > 1 else ""
+        console.print(f"  {e.run} {esc(one_line(e.reason or e.cause, 60))}{times}")
     if len(report.escalations) > max_rows:
         console.print(f"  ... {len(report.escalations) - max_rows} more: loopd escalations list")
     if report.ready:

@@ -225,13 +225,15 @@ def _tables(data: Nights) -> str:
     out = [*_verified_table(data), "<h2>Open escalations</h2>"]
     if data.escalations:
         out.append(
-            "<table><tr><th>run</th><th>loop</th><th>escalated</th><th>cause</th><th>why</th></tr>"
+            "<table><tr><th>run</th><th>loop</th><th>escalated</th><th>runs</th><th>cause</th>"
+            "<th>why</th></tr>"
         )
         for e in data.escalations:
             link = _e(Path(e.file).as_uri())
             out.append(
                 f'<tr><td><a href="{link}">{_e(e.run)}</a></td><td>{_e(e.loop)}</td>'
-                f"<td>{_e(e.escalated.strftime('%Y-%m-%d %H:%MZ'))}</td><td>{_e(e.cause)}</td>"
+                f"<td>{_e(e.escalated.strftime('%Y-%m-%d %H:%MZ'))}</td><td>{e.count}</td>"
+                f"<td>{_e(e.cause)}</td>"
                 f"<td>{_e(e.reason)}</td></tr>"
             )
         out.append("</table>")

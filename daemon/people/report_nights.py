@@ -48,6 +48,8 @@ class OpenEscalation(BaseModel):
     reason: str
     escalated: datetime
     file: str  # absolute path of the escalation file
+    count: int = 1  # runs of the task that escalated while it was open
+    latest_run: str = ""
 
 
 class ReadyBranch(BaseModel):
@@ -197,6 +199,8 @@ def count_nights(
                 reason=meta.reason,
                 escalated=meta.escalated,
                 file=str(store.escalation_path(meta.run)),
+                count=meta.count,
+                latest_run=meta.latest_run,
             )
         )
     return data

@@ -42,6 +42,7 @@ from typing import Any
 from daemon.rules import locations as where
 from daemon.rules.claims import QUANTITY, Claim, claims_of
 from daemon.rules.rulefile import Evidence
+from daemon.state.stored import is_stored, open_stored
 
 __all__ = [
     "ATTEMPT_FILES",
@@ -199,13 +200,13 @@ class EvidenceSet:
     def from_dir(cls, root: Path) -> EvidenceSet:
         """The attempt files of `root`; when it holds none of them, every file under it."""
         evidence = cls(root)
-        named = [root / name for name in ATTEMPT_FILES if (root / name).is_file()]
+        named = [root / name for name in ATTEMPT_FILES if is_stored(root / name)]
         paths = named or sorted(
             p for p in root.rglob("*") if p.is_file() and p.name not in NOT_EVIDENCE
         )
         for path in paths:
             try:
-                with path.open("rb") as fh:
+                with open_stored(path) as fh:
                     raw = fh.read(MAX_FILE_BYTES).decode("utf-8", errors="replace")
             except OSError:
                 continue
@@ -298,7 +299,7 @@ def ungrounded(
 def quote_in_file(path: Path, quote: str) -> bool:
     """The file exists and holds `quote` (decoded in a .jsonl file; whitespace aside)."""
     try:
-        with path.open("rb") as fh:
+        with open_stored(path) as fh:
             raw = fh.read(MAX_FILE_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return False

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.redact import redact
+from daemon.runs.excerpt import excerpt
 from daemon.runs.stop import StopToken
 from daemon.runs.testcounts import TestCounts
 from daemon.sandbox.base import Launch
@@ -68,7 +69,7 @@ class ChecksResult:
         return "".join(parts)
 
     def failure_tail(self, limit: int = TAIL_BYTES) -> str:
-        """The output of the failing checks, tail first when long."""
+        """The output of the failing checks; when long, its head, first failure and tail."""
         parts = [
             f"$ {command}   (tests less than on the base: {why})\n"
             for command, why in self.weakened
@@ -79,9 +80,7 @@ class ChecksResult:
             status = "timed out" if r.timed_out else f"exit {r.exit_code}"
             if r.changed:
                 status += f"; changed {', '.join(r.changed[:5])}"
-            out = r.output
-            if len(out) > limit:
-                out = f"[... {len(out) - limit} characters cut ...]\n" + out[-limit:]
+            out = excerpt(r.output, limit)
             parts.append(f"$ {r.command}   ({status})\n{out.rstrip()}\n")
         return "\n".join(parts)
 

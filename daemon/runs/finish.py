@@ -213,9 +213,7 @@ def _finish_for_people(services: RunServices, steps: _Steps, notify_on: list[str
         steps.done("escalation")
     if steps.todo("escalated"):
         if escalate:
-            path = services.store.escalation_path(run.id)
-            where = str(path.relative_to(services.store.root))
-            journal.event("escalated", reason=run.reason, cause=str(run.cause), file=where)
+            _escalated_event(services, journal)
         steps.done("escalated")
     if steps.todo("supersede"):
         from daemon.people.escalation import supersede
@@ -336,11 +334,26 @@ def _count_rules(services: RunServices, run: RunRecord) -> None:
 
 
 def _write_escalation(services: RunServices, journal: RunJournal) -> None:
-    from daemon.people.escalation import write_escalation
+    from daemon.people.escalation_repeat import escalate
 
-    # Written once: after a crash the file may be there already, perhaps resolved since.
-    if not services.store.escalation_path(journal.run.id).exists():
-        write_escalation(services.store, journal.run, journal.now())
+    # Filed once: after a crash the file may be there already, perhaps resolved since; a
+    # repeat of an open escalation's task counts in that one (escalate says which).
+    journal.run.escalation, _ = escalate(services.store, journal.run, journal.now())
+    journal.save()
+
+
+def _escalated_event(services: RunServices, journal: RunJournal) -> None:
+    run = journal.run
+    held_by = run.escalation or run.id
+    path = services.store.escalation_path(held_by)
+    where = str(path.relative_to(services.store.root))
+    repeat: dict[str, object] = {}
+    if held_by != run.id:
+        from daemon.people.escalation_file import read_escalation
+
+        meta = read_escalation(path)
+        repeat = {"repeat_of": held_by, "count": meta.count if meta else 0}
+    journal.event("escalated", reason=run.reason, cause=str(run.cause), file=where, **repeat)
 
 
 def _notify(
@@ -350,7 +363,15 @@ def _notify(
     if notifications is None:
         return
     now = services.clock()
-    if escalate:
+    if escalate and run.escalation and run.escalation != run.id:
+        # A repeat: the person was told when it was filed; now at most a daily digest.
+        from daemon.people.escalation_repeat import digest_due
+
+        meta = digest_due(services.store, run.escalation, now)
+        if meta is not None:
+            path = services.store.escalation_path(run.escalation)
+            notifications.escalation_repeated(meta, path, now)
+    elif escalate:
         notifications.escalated(run, services.store.escalation_path(run.id), now)
     elif notify_on is not None:
         notifications.run_finished(run, notify_on, now)

@@ -62,6 +62,10 @@ class RunQueue:
         with self._lock:
             pending = self._pending.setdefault(loop, [])
             busy = loop in self._active or bool(pending)
+            if trigger.kind == "retry" and trigger.retry_of:
+                # A retry continues one run's work on its branch: merged into another run it
+                # would start from `base`, skipped it would be lost. It always queues.
+                return self._queued(trigger, now)
             if config.overlap == "coalesce" and pending:
                 pending[-1].merge(trigger)
                 self.version += 1
@@ -72,11 +76,15 @@ class RunQueue:
                 return Decision(
                     "dropped_queue_full", why=f"queue full (max_queued = {config.max_queued})"
                 )
-            run = PendingRun(
-                id=self._unique_id(loop, now), loop=loop, trigger=trigger, queued_at=now
-            )
-            self._add(run)
-            return Decision("queued", run.id)
+            return self._queued(trigger, now)
+
+    def _queued(self, trigger: Trigger, now: datetime) -> Decision:
+        """A new pending run for `trigger` (the lock is held)."""
+        run = PendingRun(
+            id=self._unique_id(trigger.loop, now), loop=trigger.loop, trigger=trigger, queued_at=now
+        )
+        self._add(run)
+        return Decision("queued", run.id)
 
     def restore(self, run: PendingRun) -> None:
         """Queue again, as it was, a pending run a stopped daemon had saved."""

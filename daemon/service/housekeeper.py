@@ -10,6 +10,7 @@ from daemon.service.context import Context
 
 PRUNE_EVERY = 86400.0  # seconds of the monotonic clock
 LESSONS_EVERY = 300.0
+TIDY_EVERY = 3600.0  # landed branches, repository maintenance, rotated event files
 
 
 class Housekeeper:
@@ -19,6 +20,7 @@ class Housekeeper:
         self.ctx = ctx
         self._pruned_at = float("-inf")
         self._lessons_at = float("-inf")
+        self._tidied_at = float("-inf")
         self._thread: threading.Thread | None = None
 
     def tick(self, now: datetime, keep: set[str]) -> None:
@@ -28,18 +30,25 @@ class Housekeeper:
         mono = self.ctx.monotonic()
         prune = mono - self._pruned_at >= PRUNE_EVERY
         lessons = mono - self._lessons_at >= LESSONS_EVERY
-        if not (prune or lessons):
+        tidy = mono - self._tidied_at >= TIDY_EVERY
+        if not (prune or lessons or tidy):
             return
         if prune:
             self._pruned_at = mono
         if lessons:
             self._lessons_at = mono
+        if tidy:
+            self._tidied_at = mono
 
         def chores() -> None:
             # In its own thread: a first prune of thousands of runs takes many seconds, and
             # lessons wait on the model; the tick keeps taking triggers and signals meanwhile.
             if prune:
                 self.prune(now, keep)
+            if tidy:
+                from daemon.service.tidy import tidy as tidy_up
+
+                tidy_up(self.ctx, now, keep)
             if lessons:
                 self.retry_deferred_lessons()
 

@@ -15,10 +15,12 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from daemon.config import Loop
 from daemon.globs import wildmatch
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import CronTimer
 from daemon.service.context import Context
+from daemon.service.skips import Skips
 from daemon.state.queuefile import QueueFile
 from daemon.state.records import Trigger
 from daemon.state.store import UnreadableFile, read_model
@@ -49,6 +51,7 @@ class Intake:
         # configuration (the watcher's reload may not have come yet).
         self.reload: Callable[[datetime], object] | None = None
         self._reloaded_for: dict[str, float] = {}  # loop -> monotonic time of that reload
+        self.skips = Skips(ctx)  # timer fires skipped in a row are recorded once a streak
 
     # start -------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -128,10 +131,19 @@ class Intake:
         }
         if trigger.ref:
             fields.update(ref=trigger.ref, old=trigger.old, new=trigger.new)
+        if trigger.kind == "push" and trigger.remote:
+            fields["remote"] = trigger.remote
 
-        def record(type: str, run: str | None = None, **more: Any) -> None:
+        def write(type: str, run: str | None = None, **more: Any) -> None:
             # Stamped as written: a long tick does not give its events one time.
             ctx.store.events.append(type, ctx.clock(), loop=trigger.loop, run=run, **fields, **more)
+
+        def skip(type: str, why: str, escalation: str = "") -> None:
+            if self._new_skip(trigger, type, why, escalation):
+                write(type, why=why, **({"escalation": escalation} if escalation else {}))
+            # else: a timer's fire skipped again for the same reason; its streak counts it
+            if trigger.retry_of:
+                self._retry_not_run(trigger, why)
 
         loop = ctx.loops.get(trigger.loop)
         if loop is None and self._reload_for(trigger.loop, now):
@@ -140,35 +152,41 @@ class Intake:
             from daemon.service.reload import not_loaded_why
 
             why = not_loaded_why(ctx.home, trigger.loop, ctx.config, not ctx.config_error)
-            return record("trigger_skipped", why=why)
-        if not loop.config.enabled:
-            why = f"loop disabled: set enabled = true in {loop.path} to run it"
-            return record("trigger_skipped", why=why)
-        if trigger.kind == "push" and trigger.remote:
-            fields["remote"] = trigger.remote
-            branch = trigger.ref.removeprefix("refs/heads/")
-            if trigger.remote != loop.config.hosted or not any(
-                wildmatch(g, branch) for g in loop.config.on_remote_push
-            ):
-                return record("trigger_skipped", why="branch not in on_remote_push")
-        elif trigger.kind == "push":
-            branch = trigger.ref.removeprefix("refs/heads/")
-            if not any(wildmatch(g, branch) for g in loop.config.on_push):
-                return record("trigger_skipped", why="branch not in on_push")
-            if loop.config.isolation == "in-place" and self.is_running(loop.name):
-                # An in-place run commits on the watched branch itself: not a new push.
-                return record("trigger_skipped", why="the loop's own in-place run")
-        if blocking_escalation(ctx.store, loop.name, loop.config.task, trigger.kind):
+            return skip("trigger_skipped", why)
+        why = _filtered(trigger, loop, self.is_running)
+        if why:
+            return skip("trigger_skipped", why)
+        held = blocking_escalation(ctx.store, loop.name, loop.config.task, trigger.kind)
+        if held is not None:
             why = "an escalation for this task is open; resolve it with `loopd escalations`"
-            return record("trigger_skipped", why=why)
+            # A timer's fire is `held`, once a hold; an inbox file's is skipped, each its own.
+            return skip("trigger_skipped" if trigger.id else "held", why, held.run)
         decision = self.queue.offer(trigger, loop.config, now)
+        skipped = decision.event == "trigger_skipped"
+        if skipped and not self._new_skip(trigger, "trigger_skipped", decision.why):
+            return  # a timer's fire skipped again for the same reason: its streak counts it
+        if not trigger.id and not skipped:
+            self.skips.end(trigger.loop)
         # `joined`: the trigger went into a run queued before it (`loopd trigger` says so).
         joined = {"joined": True} if decision.action == "merged" else {}
-        record("trigger", run=decision.pending_id or None, **joined)
+        write("trigger", run=decision.pending_id or None, **joined)
         if decision.action == "merged":
-            record("trigger_merged", run=decision.pending_id, into=decision.pending_id)
-        elif decision.event == "trigger_skipped":
-            record("trigger_skipped", why=decision.why)
+            write("trigger_merged", run=decision.pending_id, into=decision.pending_id)
+        elif skipped:
+            write("trigger_skipped", why=decision.why)
+
+    def _new_skip(self, trigger: Trigger, type: str, why: str, escalation: str = "") -> bool:
+        """Whether a skipped trigger gets its event: each from the inbox, a timer's only
+        when its loop's streak of skips for this reason starts."""
+        if trigger.id or trigger.retry_of:
+            return True  # someone may wait on its own event; a retry is never folded
+        return self.skips.first(trigger.loop, type, why, escalation, self.ctx.clock())
+
+    def _retry_not_run(self, trigger: Trigger, why: str) -> None:
+        """A retry that cannot run says so on the run it retries, and to the person."""
+        from daemon.service.retries import retry_not_run
+
+        retry_not_run(self.ctx, trigger, why)
 
     def _reload_for(self, name: str, now: datetime) -> bool:
         """Reload once (at most every RELOAD_EVERY s per name) for a loop file not loaded yet."""
@@ -217,3 +235,24 @@ class Intake:
         self.ctx.store.remove_inbox(taken)
         self._taken = []
         self._taken_set = set()
+
+
+def _filtered(trigger: Trigger, loop: Loop, is_running: Callable[[str], bool]) -> str:
+    """Why the loop's settings turn the trigger away ("": they do not)."""
+    if not loop.config.enabled:
+        return f"loop disabled: set enabled = true in {loop.path} to run it"
+    if trigger.kind != "push":
+        return ""
+    branch = trigger.ref.removeprefix("refs/heads/")
+    if trigger.remote:
+        if trigger.remote != loop.config.hosted or not any(
+            wildmatch(g, branch) for g in loop.config.on_remote_push
+        ):
+            return "branch not in on_remote_push"
+        return ""
+    if not any(wildmatch(g, branch) for g in loop.config.on_push):
+        return "branch not in on_push"
+    if loop.config.isolation == "in-place" and is_running(loop.name):
+        # An in-place run commits on the watched branch itself: not a new push.
+        return "the loop's own in-place run"
+    return ""

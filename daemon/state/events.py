@@ -30,6 +30,17 @@ def iso(ts: datetime) -> str:
     return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def rotated_numbers(path: Path) -> list[int]:
+    """The N of each `STEM-N.jsonl` rotated from the log at `path`."""
+    prefix = f"{path.stem}-"
+    out = []
+    for other in path.parent.glob(f"{prefix}*{path.suffix}"):
+        n = other.name[len(prefix) : len(other.name) - len(path.suffix)]
+        if n.isdigit():
+            out.append(int(n))
+    return out
+
+
 class EventLog:
     """Appends events; rotates past `rotate_bytes`; `repair()` cuts a torn last line."""
 
@@ -126,9 +137,9 @@ class EventLog:
     def _next_rotated(self) -> Path:
         # Named after this log (events-N.jsonl, worker-events-N.jsonl): a worker's rotated
         # log must never pass for one of the home's.
-        n = 1
-        while (self.path.parent / f"{self.path.stem}-{n}{self.path.suffix}").exists():
-            n += 1
+        # One past the highest: retention deletes the oldest, and N must keep counting up
+        # (readers take the highest N for the newest).
+        n = max(rotated_numbers(self.path), default=0) + 1
         return self.path.parent / f"{self.path.stem}-{n}{self.path.suffix}"
 
     def append(

@@ -52,7 +52,10 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `attempt-N/transcript.jsonl`: the agent's stream, normalized, one JSON object a line
   (`ts`, `stream`, `type`: text, tool_call, tool_result, usage, final, error, raw; loopd's
   own lines have `stream = "loopd"`: process started and exited, stall, nudge); capped by
-  `transcript_cap` with a `truncated` marker. `loopd logs RUN_ID` prints it as text
+  `transcript_cap` with a `truncated` marker. `loopd logs RUN_ID` prints it as text. Once
+  its run has finished, the housekeeper keeps it compressed (within the hour); loopd reads
+  it by its plain name either way
+- `attempt-N/transcript.jsonl.gz`: a finished run's transcript, compressed
 - `attempt-N/diff.patch`: what loopd committed of the attempt, as a patch (capped at 20 MB;
   secrets redacted). `loopd show RUN_ID --diff` prints it
 - `attempt-N/diffstat.json`: the files the attempt changed with +/- counts
@@ -64,6 +67,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   feedback (or "not judged by a model")
 - `attempt-N/asked.md`: what the agent was last asked when its usage limit stopped it (the
   run is parked); sent to it again when the limit resets
+- `runs/RUN_ID/evicted.toml`: what `[limits] state_max` took from the run (its
+  transcripts first, then its attempt folders) and when
 - `runs/RUN_ID/setup.log`: the output of the loop's `setup` commands, run in the tree before
   the first attempt
 - `runs/RUN_ID/done-check.log`: `done_when` as it ran on the commit the run starts from
@@ -94,12 +99,17 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 
 - `events.jsonl`: the audit log, one JSON object a line (`ts`, `type`, `loop`, `run`, ...):
   every trigger, run, attempt, check, verdict, rule change, escalation, notification. Past
-  `events_rotate` it is renamed `events-N.jsonl` (N counts up) and a new one starts.
+  `events_rotate` it is renamed `events-N.jsonl` (N counts up) and a new one starts; a
+  rotated file whose last event is older than `retain_days` is deleted.
   `events.jsonl.not-a-file` is what stood in its place and was no regular file (a FIFO, a
   link), set aside
 - `queue.toml`: runs waiting to start, each with its RUN_ID and trigger (kept across
   restarts), and `taken`: inbox files the queue accounts for. `queue.unreadable.toml` is one
   loopd could not read, set aside
+- `usage.toml`: the size of `state/` and of its largest loops, as the housekeeper last
+  measured it (hourly) against `state_max`; `loopd status` shows it
+- `maintenance.toml`: per repository loopd fetches into, when it last ran `git gc --auto`
+  there (at most once a day)
 - `schedule.toml`: per loop, `handled_until`: every scheduled fire up to then was run,
   caught up or reported missed, so a restart never fires twice
 - `inbox/`: triggers waiting for the daemon, one JSON file each, written by `loopd trigger`,

@@ -419,6 +419,10 @@ class RunRecord(Record):
     base_tests: list[TestCounts] = []
     verified_tree: str = ""  # the tree of the last commit whose clean checks passed here
     push_pid: int = 0  # the process group of a landing push while it runs (reaped on restart)
+    # The escalation file (its run id) that holds this run: its own, or the open one of its
+    # loop and task it counted in as a repeat ("": not escalated, or not yet filed).
+    escalation: str = ""
+    retry_not_run: str = ""  # why the retry of this interrupted run could not run
 
     def branch_gone(self, branch: str) -> None:
         """`branch` was deleted: the record names it as `branch_deleted`, never as `branch`."""

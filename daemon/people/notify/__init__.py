@@ -12,6 +12,7 @@ from typing import Any
 
 from daemon.clock import utc_now
 from daemon.config import NotifyConfig
+from daemon.people.escalation_file import Escalation
 from daemon.people.notify.base import Notifier, NotifyError
 from daemon.people.notify.command import CommandNotifier
 from daemon.people.notify.messages import (
@@ -20,6 +21,7 @@ from daemon.people.notify.messages import (
     escalation_message,
     outcome_message,
     quota_wait_message,
+    repeat_digest_message,
     verifier_down_message,
     verifier_up_message,
 )
@@ -158,6 +160,19 @@ class Notifications:
         """Notify an escalation (always, whatever `notify_on` says)."""
         message, payload = escalation_message(run, path)
         self.notify("escalated", message, payload, now)
+
+    def escalation_repeated(self, meta: Escalation, path: Path, now: datetime) -> None:
+        """Notify the daily digest of an open escalation's repeats (the caller says when)."""
+        message, payload = repeat_digest_message(meta, path)
+        self.notify("escalation-repeated", message, payload, now)
+
+    def retry_not_run(self, loop: str, run_id: str, why: str, now: datetime) -> None:
+        """Notify that an interrupted run's retry could not run (always: its work waits)."""
+        message = (
+            f"loopd: {loop}: the retry of interrupted run {run_id} could not run: {why}. "
+            f"Its work so far is on its branch; `loopd show {run_id}` has it"
+        )
+        self.notify("retry-not-run", message, {"loop": loop, "run": run_id, "why": why}, now)
 
     def run_finished(self, run: RunRecord, notify_on: list[str], now: datetime) -> None:
         """Notify a finished run when `notify_on` asks for its outcome (escalations excluded)."""

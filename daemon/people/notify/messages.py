@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from daemon.people.digest import best_score, checks_word, one_line
+from daemon.people.escalation_file import Escalation
+from daemon.state.events import iso
 from daemon.state.records import AttemptRecord, RunRecord
 
 
@@ -49,6 +51,28 @@ def escalation_message(run: RunRecord, path: Path) -> tuple[str, dict[str, Any]]
         payload["escalation"] = path.read_text(encoding="utf-8")
     except OSError:
         payload["escalation"] = ""
+    return text, payload
+
+
+def repeat_digest_message(meta: Escalation, path: Path) -> tuple[str, dict[str, Any]]:
+    """The daily digest of an open escalation's repeats: how many since the last notice."""
+    new = meta.count - meta.notified_count
+    text = (
+        f"loopd: {meta.loop} still needs a person: {new} more run"
+        + ("s" if new != 1 else "")
+        + f" of the same task escalated since {iso(meta.notified or meta.escalated)[:16]}Z "
+        f"({meta.count} in all; latest {meta.latest_run}: "
+        f"{one_line(meta.latest_reason or meta.latest_cause, 100)}). Read {path}"
+    )
+    payload = {
+        "kind": "escalation-repeated",
+        "loop": meta.loop,
+        "run": meta.latest_run,
+        "escalation": meta.run,
+        "count": meta.count,
+        "new": new,
+        "file": str(path),
+    }
     return text, payload
 
 

@@ -1,0 +1,182 @@
+"""`[limits] state_max`: `state/` as a whole stays under a size. Measured by the housekeeper
+(hourly); over it, the transcripts of the oldest finished runs go first (they are most of
+the bytes), then the rest of their attempt folders. Never a live run's files, nor a run an
+open escalation, a live rule or a deferred lesson cites. The measure is kept in
+`state/usage.toml` for `loopd status` (walking `state/` on every status would be slow).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tomllib
+from datetime import datetime
+from pathlib import Path
+
+import tomli_w
+
+from daemon.state.atomic import write_atomic
+from daemon.state.records import Record
+from daemon.state.store import StateStore, UnreadableFile, dump_toml, read_model
+from daemon.state.stored import compress, stored
+
+EVICTED_MARKER = "evicted.toml"
+USAGE_FILE = "usage.toml"
+LARGEST = 5  # loops `state/usage.toml` names
+
+
+class StateUsage(Record):
+    """`state/usage.toml`: what `state/` held when last measured."""
+
+    measured: datetime
+    total: int = 0  # bytes of state/ as a whole
+    limit: int = 0  # state_max in force then
+    loops: dict[str, int] = {}  # the largest loops' runs, in bytes
+
+
+def tree_size(path: Path) -> int:
+    """Bytes of the files under `path` (links not followed)."""
+    total = 0
+    try:
+        entries = list(os.scandir(path))
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return 0
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                total += tree_size(Path(entry.path))
+            else:
+                total += entry.stat(follow_symlinks=False).st_size
+        except FileNotFoundError:
+            continue  # gone while measured
+    return total
+
+
+def human_size(n: int) -> str:
+    """`1.2GB`: a measured size, rounded for a person (decimal units, as configuration)."""
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000:
+            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
+        value /= 1000
+    return f"{value:.1f}TB"
+
+
+def loop_of(run_id: str) -> str:
+    """The loop in `YYYYMMDDTHHMMSSZ-LOOP-xxxx`."""
+    return run_id[17:].rsplit("-", 1)[0]
+
+
+def measure(store: StateStore) -> tuple[int, dict[str, int]]:
+    """Bytes of `state/` as a whole, and of each run's folder."""
+    runs = {run_id: tree_size(store.run_dir(run_id)) for run_id in store.run_ids()}
+    others = 0
+    for entry in os.scandir(store.root):
+        if entry.name == "runs":
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            others += tree_size(Path(entry.path))
+        else:
+            try:
+                others += entry.stat(follow_symlinks=False).st_size
+            except FileNotFoundError:
+                continue
+    return others + sum(runs.values()), runs
+
+
+def compress_finished(store: StateStore) -> tuple[int, int]:
+    """Compress the transcripts of finished runs (their readers take either form): how
+    many files, and the bytes saved. A live run's are being written, and left alone."""
+    live = set(store.live_runs())
+    files = saved = 0
+    for run_id in store.run_ids():
+        if run_id in live:
+            continue
+        plain = sorted(store.run_dir(run_id).glob("attempt-*/transcript.jsonl"))
+        if not plain or not _finished(store, run_id):
+            continue
+        for path in plain:
+            saved += compress(path)
+            files += 1
+    return files, saved
+
+
+def _finished(store: StateStore, run_id: str) -> bool:
+    try:
+        return store.load_run(run_id).outcome is not None
+    except (FileNotFoundError, UnreadableFile, ValueError):
+        return False
+
+
+def enforce(
+    store: StateStore, limit: int, now: datetime, protected: set[str]
+) -> tuple[StateUsage, list[str]]:
+    """Evict from the oldest finished runs until `state/` is under `limit`; the usage
+    measured after, and the runs something was evicted from."""
+    total, runs = measure(store)
+    evicted: list[str] = []
+    if total > limit:
+        live = set(store.live_runs())
+        candidates = [r for r in sorted(runs) if r not in live and r not in protected]
+        for whole in (False, True):  # transcripts first, then whole attempt folders
+            for run_id in candidates:
+                if total <= limit:
+                    break
+                freed = _evict(store, run_id, now, whole)
+                if freed:
+                    total -= freed
+                    runs[run_id] -= freed
+                    if run_id not in evicted:
+                        evicted.append(run_id)
+    usage = StateUsage(measured=now, total=total, limit=limit, loops=_largest(runs))
+    write_atomic(store.root / USAGE_FILE, dump_toml(usage))
+    return usage, evicted
+
+
+def _largest(runs: dict[str, int]) -> dict[str, int]:
+    loops: dict[str, int] = {}
+    for run_id, size in runs.items():
+        loops[loop_of(run_id)] = loops.get(loop_of(run_id), 0) + size
+    top = sorted(loops.items(), key=lambda item: -item[1])[:LARGEST]
+    return dict(top)
+
+
+def _evict(store: StateStore, run_id: str, now: datetime, whole: bool) -> int:
+    """Delete a finished run's transcripts (`whole`: its attempt folders); bytes freed."""
+    folder = store.run_dir(run_id)
+    if not _finished(store, run_id):
+        return 0  # not finished (a crash left it live-less): recovery still needs it
+    freed = 0
+    removed: list[str] = []
+    for attempt in sorted(folder.glob("attempt-*")):
+        target = attempt if whole else stored(attempt / "transcript.jsonl")
+        if target.is_symlink() or not target.exists():
+            continue
+        size = tree_size(target) if target.is_dir() else target.stat().st_size
+        if target.is_dir():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
+        freed += size
+        removed.append(str(target.relative_to(folder)))
+    if removed:
+        _mark(folder / EVICTED_MARKER, now, removed)
+    return freed
+
+
+def _mark(path: Path, now: datetime, removed: list[str]) -> None:
+    """`evicted.toml`: what state_max took from the run, and when (kept across evictions)."""
+    before: list[str] = []
+    try:
+        before = list(tomllib.loads(path.read_text(encoding="utf-8")).get("removed", []))
+    except (OSError, ValueError):
+        pass
+    write_atomic(path, tomli_w.dumps({"evicted": now, "removed": before + removed}))
+
+
+def read_usage(store: StateStore) -> StateUsage | None:
+    """What the housekeeper last measured, if it has."""
+    try:
+        return read_model(store.root / USAGE_FILE, StateUsage)
+    except (FileNotFoundError, UnreadableFile):
+        return None
