@@ -4,6 +4,12 @@ Several processes write it (the daemon, `loopd once`, `pause`, the escalation co
 rotation is decided under an flock on the file being rotated: whoever holds it checks that
 the path still names the file it opened, renames it once, and the others follow to the new
 file. A line is written whole with one `write` on an O_APPEND descriptor.
+
+Each event's type must be a member of `Event` (anything else is a bug in loopd: it raises),
+and its fields are checked against the type's model on every write, which costs a few
+microseconds. A mismatch raises where LOOPD_STRICT_EVENTS is set (the tests set it); elsewhere
+it is a warning on stderr, once per type, and the event is written as given: a field named
+wrongly must not end a run at night.
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ from typing import Any
 from daemon.clock import utc_now
 from daemon.redact import redact_value
 from daemon.state.atomic import FILE_MODE, ensure_dir, fsync_dir
+from daemon.state.eventtypes import Event, event_type, fields_problem
+
+STRICT_ENV = "LOOPD_STRICT_EVENTS"
+_warned: set[Event] = set()  # types whose mismatched fields were reported by this process
 
 
 def iso(ts: datetime) -> str:
@@ -133,15 +143,17 @@ class EventLog:
 
     def append(
         self,
-        type: str,
+        type: Event | str,
         now: datetime | None = None,
         loop: str | None = None,
         run: str | None = None,
         **fields: Any,
     ) -> dict[str, Any]:
         """Write one event line and return it; stamped with the time of writing by default."""
+        kind = event_type(type)
+        _check_fields(kind, fields)
         stamp = now if now is not None else utc_now()
-        event: dict[str, Any] = {"ts": iso(stamp), "type": type, "loop": loop, "run": run}
+        event: dict[str, Any] = {"ts": iso(stamp), "type": kind.value, "loop": loop, "run": run}
         event.update(redact_value(fields))
         line = (json.dumps(event, default=str, ensure_ascii=False) + "\n").encode("utf-8")
         with self._lock:
@@ -169,6 +181,21 @@ class EventLog:
                 except ValueError:
                     continue
         return out
+
+
+class EventFieldsMismatch(ValueError):
+    """An event's fields differ from its type's model (raised only in strict mode)."""
+
+
+def _check_fields(kind: Event, fields: dict[str, Any]) -> None:
+    problem = fields_problem(kind, fields)
+    if not problem:
+        return
+    if os.environ.get(STRICT_ENV):
+        raise EventFieldsMismatch(problem)
+    if kind not in _warned:
+        _warned.add(kind)
+        print(f"loopd: warning: {problem} (written as given)", file=sys.stderr, flush=True)
 
 
 class EventTail:
