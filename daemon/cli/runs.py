@@ -13,6 +13,7 @@ from daemon.cli.runview import exit_code, print_outcome
 from daemon.clock import utc_now
 from daemon.config import LoadedConfig, Loop
 from daemon.home import Home
+from daemon.state.eventtypes import Event
 
 
 def valid_loop(home: Home, loaded: LoadedConfig, name: str) -> Loop:
@@ -118,7 +119,7 @@ def once(args: argparse.Namespace) -> int:
     services.notifications = _notifications(loaded, store)
     for warning in loaded.warnings:
         print(f"loopd: warning: {warning}", file=sys.stderr)
-        services.event("config_warning", message=warning)
+        services.event(Event.CONFIG_WARNING, message=warning)
     for error in loaded.errors:
         if error.file != loop.path:  # another loop's file: named, and left out as the daemon does
             print(f"loopd: warning: {error} (that loop is left out)", file=sys.stderr)
@@ -144,7 +145,9 @@ def once(args: argparse.Namespace) -> int:
             ts=now,
             force=args.force,
         )
-        services.event("trigger", loop=loop.name, kind="manual", reason=trigger.reason, via="once")
+        services.event(
+            Event.TRIGGER, loop=loop.name, kind="manual", reason=trigger.reason, via="once"
+        )
         pending = PendingRun(
             id=store.new_run_id(loop.name, now), loop=loop.name, trigger=trigger, queued_at=now
         )

@@ -30,6 +30,7 @@ from daemon.people.escalation_text import cause_of, quote, render, suggest
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
+from daemon.state.eventtypes import Event
 from daemon.state.records import RunRecord, Trigger
 from daemon.state.store import StateStore
 
@@ -148,7 +149,7 @@ def resolve(
         _front_matter(meta) + redact(body.rstrip("\n") + "\n" + "\n".join(section) + "\n"),
     )
     store.events.append(
-        "escalation_resolved",
+        Event.ESCALATION_RESOLVED,
         now,
         loop=meta.loop,
         run=run_id,
@@ -200,7 +201,9 @@ def supersede(store: StateStore, run: RunRecord, now: datetime) -> list[str]:
             store.escalation_path(meta.run),
             _front_matter(meta) + redact(body.rstrip("\n") + "\n" + "\n".join(section) + "\n"),
         )
-        store.events.append("escalation_superseded", now, loop=meta.loop, run=meta.run, by=run.id)
+        store.events.append(
+            Event.ESCALATION_SUPERSEDED, now, loop=meta.loop, run=meta.run, by=run.id
+        )
         closed.append(meta.run)
     return closed
 

@@ -28,6 +28,7 @@ from daemon.rules.modelcalls import StructuredModel
 from daemon.rules.patterns import pattern_problem
 from daemon.rules.rulefile import DEFAULT_LIFETIME, LIVE, Evidence, Rule, Status
 from daemon.state.events import EventLog
+from daemon.state.eventtypes import Event
 
 DUPLICATE_AT = 0.5  # word overlap from which a candidate only supports an existing rule
 SAME_TEXT_AT = 0.85  # character similarity that also counts as a near-duplicate
@@ -260,7 +261,7 @@ def verify_candidate(
         )
     events = events if write else None
     if events is not None:
-        events.append("rule_proposed", now, loop=loop, run=run, text=rule.rule, kind=rule.kind)
+        events.append(Event.RULE_PROPOSED, now, loop=loop, run=run, text=rule.rule, kind=rule.kind)
 
     # 0. Patterns: each must run on RE2, or the rule would fire on nothing it was meant for.
     bad = [(p, why) for p in rule.trigger_patterns if (why := pattern_problem(p))]
@@ -382,7 +383,7 @@ def verify_candidate(
         )
         if events is not None:
             events.append(
-                "rule_accepted",
+                Event.RULE_ACCEPTED,
                 now,
                 loop=loop,
                 run=run,
@@ -417,7 +418,7 @@ def _reject(
     result.rule, result.status, result.path = stored.rule, stored.status, stored.path
     if events is not None:
         events.append(
-            "rule_rejected",
+            Event.RULE_REJECTED,
             now,
             loop=loop,
             run=run,
@@ -466,7 +467,7 @@ def _merge(
         result.status, result.path = stored.status, stored.path
         if events is not None:
             events.append(
-                "rule_merged",
+                Event.RULE_MERGED,
                 now,
                 loop=loop,
                 run=run,

@@ -28,6 +28,7 @@ from daemon.runs.prompt import PromptParts, build_prompt, fenced
 from daemon.runs.services import RunServices
 from daemon.runs.stop import RunStopped, StopToken
 from daemon.state.atomic import ensure_dir, write_atomic
+from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord, StallRecord
 
 
@@ -179,7 +180,7 @@ class Attempt:
                 guard.baseline()  # the user's refs, config, hooks and info as the agent finds them
             run.phase = "running"
             journal.save()
-            journal.event("attempt_started", attempt=n)
+            journal.event(Event.ATTEMPT_STARTED, attempt=n)
 
         profile = self.services.config.profile(cfg.agent)
         assert profile is not None  # the loop's agent is checked when the config loads
@@ -208,7 +209,7 @@ class Attempt:
         journal.save()
         fields: dict[str, Any] = {"interrupted": True} if attempt.interrupted else {}
         journal.event(
-            "attempt_finished",
+            Event.ATTEMPT_FINISHED,
             attempt=n,
             exit_code=attempt.exit_code,
             nudges=attempt.nudges,
@@ -327,7 +328,7 @@ class Attempt:
             limit_hit = session.limit_hit or self._tree_over_limit()
             if limit_hit:
                 attempt.limit_hit = limit_hit
-                journal.event("resource_limit", attempt=attempt.n, limit=limit_hit)
+                journal.event(Event.RESOURCE_LIMIT, attempt=attempt.n, limit=limit_hit)
                 if limit_hit == "tree":
                     return  # no nudge: the tree itself is over the run's bound
             if session.session_id:
@@ -385,7 +386,7 @@ class Attempt:
                 return
             detail = ending.detail[:500]
             attempt.stalls.append(StallRecord(kind=ending.kind, at=journal.now(), detail=detail))
-            journal.event("stall", attempt=self.n, kind=ending.kind, detail=detail)
+            journal.event(Event.STALL, attempt=self.n, kind=ending.kind, detail=detail)
             if session.stall is None:  # the supervisor writes the stalls it detects
                 transcript.write_loopd(journal.now(), "stall", kind=ending.kind, detail=detail)
             journal.save()
@@ -396,7 +397,7 @@ class Attempt:
             if end.checks_tail:
                 message += "\n\nThe checks still fail:\n\n" + fenced(end.checks_tail)
             transcript.write_loopd(journal.now(), "nudge", text=message, n=attempt.nudges)
-            journal.event("nudge", attempt=self.n, n=attempt.nudges, kind=ending.kind)
+            journal.event(Event.NUDGE, attempt=self.n, n=attempt.nudges, kind=ending.kind)
             journal.save()
             if adapter.session_resume and (session_id or not adapter.resume_needs_id):
                 asked = Asked(message, whole_prompt=False)

@@ -36,6 +36,7 @@ from daemon.runs.startpoint import StartPoint
 from daemon.runs.stop import RunStopped, StopToken
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir
+from daemon.state.eventtypes import Event
 from daemon.state.records import (
     AttemptRecord,
     Cause,
@@ -149,7 +150,7 @@ class RunExecutor:
         except Exception as exc:  # noqa: BLE001 - a run must end with an outcome, not a crash
             ending = decisions.failed(exc)
             if ending.cause in (Cause.GIT_FAILED, Cause.LOOPD_ERROR):
-                self.journal.event("run_error", error=f"{type(exc).__name__}: {exc}"[:1000])
+                self.journal.event(Event.RUN_ERROR, error=f"{type(exc).__name__}: {exc}"[:1000])
             self._finish(*ending)
         finally:
             self.stop.close()
@@ -162,14 +163,14 @@ class RunExecutor:
             # Resumed after a restart: the last attempt's agent was done.
             self._reopen()
             last = run.attempts[-1]
-            self.journal.event("run_resumed", phase="judging", attempt=last.n)
+            self.journal.event(Event.RUN_RESUMED, phase="judging", attempt=last.n)
             self._judge(last, None)
             start = last.n + 1
         elif run.phase == "waiting" and run.park is not None and run.attempts:
             # Resumed after a restart while parked on a usage limit: the attempt goes on.
             self._reopen()
             start, parked = run.attempts[-1].n, True
-            self.journal.event("run_resumed", phase="waiting", attempt=start)
+            self.journal.event(Event.RUN_RESUMED, phase="waiting", attempt=start)
         else:
             self._prepare()
             start = 1
@@ -213,7 +214,7 @@ class RunExecutor:
 
     def _prepare(self) -> None:
         run = self.run
-        self.journal.event("run_started", trigger=run.trigger.kind, reason=run.trigger.reason)
+        self.journal.event(Event.RUN_STARTED, trigger=run.trigger.kind, reason=run.trigger.reason)
         repo = self.cfg.repo_path
         if not repo.is_dir():  # moved or deleted since the loop was loaded
             raise TreeError(
@@ -278,7 +279,7 @@ class RunExecutor:
             return
         checks = done_already(self.journal, self.stop, tree, cfg)
         self.journal.event(
-            "done_check",
+            Event.DONE_CHECK,
             passed=checks.passed,
             commit=tree.base_commit,
             results=[{"command": r.command, "exit_code": r.exit_code} for r in checks.results],
@@ -363,7 +364,7 @@ class RunExecutor:
             self.rules.add(rule)
             run.rules_fired.append(rule.id)
             self.journal.save()
-            self.journal.event("rule_fired", rule=rule.id, why="learned")
+            self.journal.event(Event.RULE_FIRED, rule=rule.id, why="learned")
 
     def _restore_protected(self, attempt: AttemptRecord) -> None:
         from daemon.git.guards import restore_paths
@@ -374,7 +375,7 @@ class RunExecutor:
             head = restore_paths(self.tree.git, self.run.base_commit, protected)
             if head is not None:
                 publish(self.journal, self.tree, head)
-            self.journal.event("protected_restored", paths=protected)
+            self.journal.event(Event.PROTECTED_RESTORED, paths=protected)
 
     # the end -----------------------------------------------------------------
     def _why_given_up(self) -> tuple[str, Cause]:
@@ -400,4 +401,4 @@ class RunExecutor:
                 config=self.cfg,
             )
         except Exception as exc:  # noqa: BLE001 - the live marker stays: recovery finishes it
-            self.journal.event("finish_failed", error=f"{type(exc).__name__}: {exc}"[:1000])
+            self.journal.event(Event.FINISH_FAILED, error=f"{type(exc).__name__}: {exc}"[:1000])

@@ -28,6 +28,7 @@ from daemon.git.tree import (
 )
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
+from daemon.state.eventtypes import Event
 from daemon.state.records import (
     AttemptRecord,
     Cause,
@@ -73,7 +74,7 @@ def tree_of(services: RunServices, run: RunRecord) -> RunTree | None:
             return reopen_tree(run, root)  # a record from before loopd's own git directory
         return tree_of_record(run, root)
     except (GitError, OSError) as exc:
-        services.event("tree_unusable", loop=run.loop, run=run.id, error=str(exc)[:300])
+        services.event(Event.TREE_UNUSABLE, loop=run.loop, run=run.id, error=str(exc)[:300])
         return None
 
 
@@ -96,7 +97,7 @@ def _close_open_attempt(
         try:
             commit_attempt(journal, tree, attempt)
         except (GitError, OSError, UnsafeTree) as exc:
-            journal.event("commit_failed", attempt=attempt.n, error=str(exc)[:300])
+            journal.event(Event.COMMIT_FAILED, attempt=attempt.n, error=str(exc)[:300])
     elif not attempt.head_commit:
         # Its tree is elsewhere (a worker that was lost): the attempt got as far as the
         # run's branch holds, as the local engine would have committed it.
@@ -110,7 +111,7 @@ def _close_open_attempt(
             )
         journal.save()
         journal.event(
-            "attempt_finished",
+            Event.ATTEMPT_FINISHED,
             attempt=attempt.n,
             exit_code=attempt.exit_code,
             nudges=attempt.nudges,
@@ -217,7 +218,7 @@ def complete_finish(
         if escalate:
             path = services.store.escalation_path(run.id)
             where = str(path.relative_to(services.store.root))
-            journal.event("escalated", reason=run.reason, cause=str(run.cause), file=where)
+            journal.event(Event.ESCALATED, reason=run.reason, cause=str(run.cause), file=where)
         done("escalated")
     if step("supersede"):
         from daemon.people.escalation import supersede
@@ -236,7 +237,7 @@ def complete_finish(
         done("notified")
     if step("event"):
         journal.event(
-            "run_finished",
+            Event.RUN_FINISHED,
             outcome=run.outcome,
             reason=run.reason,
             cause=str(run.cause or ""),
@@ -260,10 +261,10 @@ def _return_credentials(journal: RunJournal) -> None:
             Path(exposure.agent_home), Path(exposure.real_home), exposure.seeded
         )
     except OSError as exc:
-        journal.event("credentials_not_returned", error=str(exc)[:300])
+        journal.event(Event.CREDENTIALS_NOT_RETURNED, error=str(exc)[:300])
         return
     if returned:
-        journal.event("credentials_returned", paths=returned)
+        journal.event(Event.CREDENTIALS_RETURNED, paths=returned)
 
 
 def _remove_tree(services: RunServices, journal: RunJournal, tree: RunTree | None) -> None:
@@ -282,7 +283,7 @@ def _remove_tree(services: RunServices, journal: RunJournal, tree: RunTree | Non
     try:
         remove_tree(tree)
     except (GitError, OSError) as exc:
-        journal.event("worktree_remove_failed", error=str(exc)[:300])
+        journal.event(Event.WORKTREE_REMOVE_FAILED, error=str(exc)[:300])
 
 
 def _count_rules(services: RunServices, run: RunRecord) -> None:

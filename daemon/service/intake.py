@@ -19,6 +19,7 @@ from daemon.globs import wildmatch
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import CronTimer
 from daemon.service.context import Context
+from daemon.state.eventtypes import Event
 from daemon.state.queuefile import QueueFile
 from daemon.state.records import Trigger
 from daemon.state.store import UnreadableFile, read_model
@@ -63,7 +64,7 @@ class Intake:
             # Kept for a person: the next save would replace it.
             aside = store.queue_path.with_name("queue.unreadable.toml")
             os.replace(store.queue_path, aside)
-            self.ctx.event("queue_unreadable", file=str(aside), error=exc.reason)
+            self.ctx.event(Event.QUEUE_UNREADABLE, file=str(aside), error=exc.reason)
             saved = QueueFile()
         # A crash between the save and the deletions left these: their triggers are held
         # by the saved queue or recorded as events already.
@@ -71,7 +72,7 @@ class Intake:
         for pending in saved.pending:
             if pending.loop not in self.ctx.loops:
                 self.ctx.event(
-                    "queue_entry_dropped",
+                    Event.QUEUE_ENTRY_DROPPED,
                     loop=pending.loop,
                     run=pending.id,
                     error="the loop is no longer valid",
@@ -85,7 +86,7 @@ class Intake:
         """Misses while loopd was down are recorded; the latest is caught up when recent."""
         for trigger, misses in self.timer.start(self.ctx.scheduled_loops(), now):
             for miss in misses:
-                self.ctx.event("schedule_missed", **miss)
+                self.ctx.event(Event.SCHEDULE_MISSED, **miss)
             if trigger is not None:
                 self.offer(trigger, now)
 
@@ -114,7 +115,7 @@ class Intake:
         for trigger in self.timer.due(now):
             self.offer(trigger, now)
         for miss in self.timer.take_missed():
-            self.ctx.event("schedule_missed", **miss)
+            self.ctx.event(Event.SCHEDULE_MISSED, **miss)
 
     def offer(self, trigger: Trigger, now: datetime) -> None:
         """A trigger arrives: filter it, apply the loop's overlap policy, record it."""
@@ -129,7 +130,7 @@ class Intake:
         if trigger.ref:
             fields.update(ref=trigger.ref, old=trigger.old, new=trigger.new)
 
-        def record(type: str, run: str | None = None, **more: Any) -> None:
+        def record(type: Event, run: str | None = None, **more: Any) -> None:
             # Stamped as written: a long tick does not give its events one time.
             ctx.store.events.append(type, ctx.clock(), loop=trigger.loop, run=run, **fields, **more)
 
@@ -140,35 +141,35 @@ class Intake:
             from daemon.service.reload import not_loaded_why
 
             why = not_loaded_why(ctx.home, trigger.loop, ctx.config, not ctx.config_error)
-            return record("trigger_skipped", why=why)
+            return record(Event.TRIGGER_SKIPPED, why=why)
         if not loop.config.enabled:
             why = f"loop disabled: set enabled = true in {loop.path} to run it"
-            return record("trigger_skipped", why=why)
+            return record(Event.TRIGGER_SKIPPED, why=why)
         if trigger.kind == "push" and trigger.remote:
             fields["remote"] = trigger.remote
             branch = trigger.ref.removeprefix("refs/heads/")
             if trigger.remote != loop.config.hosted or not any(
                 wildmatch(g, branch) for g in loop.config.on_remote_push
             ):
-                return record("trigger_skipped", why="branch not in on_remote_push")
+                return record(Event.TRIGGER_SKIPPED, why="branch not in on_remote_push")
         elif trigger.kind == "push":
             branch = trigger.ref.removeprefix("refs/heads/")
             if not any(wildmatch(g, branch) for g in loop.config.on_push):
-                return record("trigger_skipped", why="branch not in on_push")
+                return record(Event.TRIGGER_SKIPPED, why="branch not in on_push")
             if loop.config.isolation == "in-place" and self.is_running(loop.name):
                 # An in-place run commits on the watched branch itself: not a new push.
-                return record("trigger_skipped", why="the loop's own in-place run")
+                return record(Event.TRIGGER_SKIPPED, why="the loop's own in-place run")
         if blocking_escalation(ctx.store, loop.name, loop.config.task, trigger.kind):
             why = "an escalation for this task is open; resolve it with `loopd escalations`"
-            return record("trigger_skipped", why=why)
+            return record(Event.TRIGGER_SKIPPED, why=why)
         decision = self.queue.offer(trigger, loop.config, now)
         # `joined`: the trigger went into a run queued before it (`loopd trigger` says so).
         joined = {"joined": True} if decision.action == "merged" else {}
-        record("trigger", run=decision.pending_id or None, **joined)
+        record(Event.TRIGGER, run=decision.pending_id or None, **joined)
         if decision.action == "merged":
-            record("trigger_merged", run=decision.pending_id, into=decision.pending_id)
-        elif decision.event == "trigger_skipped":
-            record("trigger_skipped", why=decision.why)
+            record(Event.TRIGGER_MERGED, run=decision.pending_id, into=decision.pending_id)
+        elif decision.event == Event.TRIGGER_SKIPPED:
+            record(Event.TRIGGER_SKIPPED, why=decision.why)
 
     def _reload_for(self, name: str, now: datetime) -> bool:
         """Reload once (at most every RELOAD_EVERY s per name) for a loop file not loaded yet."""
@@ -199,7 +200,7 @@ class Intake:
                 end_without_agent(self.ctx.services, run, "cancelled", "cancelled while queued")
             else:
                 self.ctx.event(
-                    "run_finished",
+                    Event.RUN_FINISHED,
                     loop=pending.loop,
                     run=pending.id,
                     outcome="cancelled",

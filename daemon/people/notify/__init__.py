@@ -26,6 +26,7 @@ from daemon.people.notify.messages import (
 from daemon.people.notify.webhook import WebhookNotifier
 from daemon.redact import redact, redact_value
 from daemon.state.events import EventLog, iso
+from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord, RunRecord
 
 __all__ = [
@@ -118,7 +119,7 @@ class Notifications:
         except Exception as exc:  # noqa: BLE001 - any failure of a notifier is reported
             error = str(exc) if isinstance(exc, NotifyError) else f"{type(exc).__name__}: {exc}"
             self.events.append(
-                "notify_failed",
+                Event.NOTIFY_FAILED,
                 self._clock(),
                 loop=loop,
                 run=run,
@@ -129,7 +130,7 @@ class Notifications:
             )
         else:
             self.events.append(
-                "notified", self._clock(), loop=loop, run=run, kind=kind, notifier=notifier.name
+                Event.NOTIFIED, self._clock(), loop=loop, run=run, kind=kind, notifier=notifier.name
             )
         finally:
             with self._lock:
