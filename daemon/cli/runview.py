@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from daemon.state.records import DONE_OUTCOMES
+
 
 def runs_table(title: str, ids: list[str]) -> Any:
     """The empty table of `loopd runs` (either engine): fits 80 columns, RUN_IDs whole."""
@@ -25,7 +27,7 @@ def runs_table(title: str, ids: list[str]) -> Any:
 
 def exit_code(run: Any) -> int:
     """0 for a run that did its job: succeeded (landed or not) or skipped (already done)."""
-    return 0 if run.outcome in ("succeeded", "skipped") else 1
+    return 0 if run.outcome in DONE_OUTCOMES else 1
 
 
 def print_outcome(run: Any) -> None:

@@ -31,7 +31,7 @@ from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
 from daemon.state.eventtypes import Event
-from daemon.state.records import RunRecord, Trigger
+from daemon.state.records import DONE_OUTCOMES, RunRecord, Trigger
 from daemon.state.store import StateStore
 
 # Trigger kinds an open escalation holds back: the ones that would repeat the task unasked.
@@ -164,7 +164,7 @@ def resolve(
 
 
 # Outcomes of a later run of the same task that close its open escalations.
-SUPERSEDING_OUTCOMES = frozenset({"succeeded", "skipped"})
+SUPERSEDING_OUTCOMES = DONE_OUTCOMES
 
 
 def supersede(store: StateStore, run: RunRecord, now: datetime) -> list[str]:

@@ -41,6 +41,7 @@ from daemon.state.records import (
     AttemptRecord,
     Cause,
     ExperimentArm,
+    Outcome,
     RunRecord,
     RunTrigger,
     is_experiment,
@@ -159,7 +160,7 @@ class RunExecutor:
     def _run(self) -> None:
         run = self.run
         parked = False
-        if run.phase in ("judging", "learning") and run.attempts:
+        if run.phase in decisions.AGENT_DONE and run.attempts:
             # Resumed after a restart: the last attempt's agent was done.
             self._reopen()
             last = run.attempts[-1]
@@ -383,12 +384,12 @@ class RunExecutor:
         ending = decisions.given_up(self.run.attempts, self.cfg.critic_threshold)
         return ending.reason, ending.cause
 
-    def _end(self, outcome: str, reason: str, cause: Cause) -> NoReturn:
+    def _end(self, outcome: Outcome, reason: str, cause: Cause) -> NoReturn:
         """Finish the run with this outcome and leave the state machine."""
         self._finish(outcome, reason, cause)
         raise _Ended()
 
-    def _finish(self, outcome: str, reason: str, cause: Cause) -> None:
+    def _finish(self, outcome: Outcome, reason: str, cause: Cause) -> None:
         try:
             finish_run(
                 self.services,

@@ -30,8 +30,11 @@ from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
 from daemon.state.eventtypes import Event
 from daemon.state.records import (
+    JUDGED_OUTCOMES,
+    STOPPED_OUTCOMES,
     AttemptRecord,
     Cause,
+    Outcome,
     RunRecord,
     StallRecord,
     escalates,
@@ -81,7 +84,7 @@ def tree_of(services: RunServices, run: RunRecord) -> RunTree | None:
 def _close_open_attempt(
     journal: RunJournal,
     tree: RunTree | None,
-    outcome: str,
+    outcome: Outcome,
     reason: str,
     died_at: datetime | None = None,
 ) -> None:
@@ -135,7 +138,7 @@ def _branch_tip(run: RunRecord) -> str:
 def finish_run(
     services: RunServices,
     run: RunRecord,
-    outcome: str,
+    outcome: Outcome,
     reason: str,
     cause: Cause | None = None,
     *,
@@ -149,7 +152,7 @@ def finish_run(
     `died_at`: when a dead loopd's open attempt last did anything, its `finished`."""
     journal = RunJournal(services, run)
     if run.outcome is None:
-        if outcome in ("cancelled", "interrupted", "error"):
+        if outcome in STOPPED_OUTCOMES:
             _close_open_attempt(journal, tree, outcome, reason, died_at)
         run.outcome = outcome  # type: ignore[assignment]
         run.reason = reason
@@ -290,7 +293,7 @@ def _count_rules(services: RunServices, run: RunRecord) -> None:
     # Only runs whose agent worked count for or against their rules: a run refused or
     # escalated by a rule before any agent, or stopped by a person or a crash, says nothing.
     # An experiment's runs never count: an arm without a support is not the rules' doing.
-    if not (run.rules_fired and run.attempts and run.outcome in ("succeeded", "escalated")):
+    if not (run.rules_fired and run.attempts and run.outcome in JUDGED_OUTCOMES):
         return
     if is_experiment(run):
         return
@@ -342,7 +345,7 @@ def _notify(
 def end_without_agent(
     services: RunServices,
     run: RunRecord,
-    outcome: str,
+    outcome: Outcome,
     reason: str,
     cause: Cause | None = None,
     notify_on: list[str] | None = None,

@@ -108,7 +108,7 @@ def _recover(
     return Recovery(run.id, "retry", run, retry)
 
 
-def _resumes_in(run: RunRecord) -> str:
+def _resumes_in(run: RunRecord) -> Literal["judging", "waiting"]:
     return "waiting" if run.phase == "waiting" else "judging"
 
 

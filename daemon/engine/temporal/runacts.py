@@ -45,7 +45,7 @@ from daemon.service.console import ended_lines, say, started_line
 from daemon.state.atomic import write_atomic
 from daemon.state.eventtypes import Event
 from daemon.state.queuefile import PendingRun
-from daemon.state.records import AttemptRecord, Cause, RunRecord
+from daemon.state.records import AttemptRecord, Cause, Outcome, RunRecord
 
 
 class _Bundle:
@@ -59,7 +59,7 @@ class _Bundle:
         return self.text
 
 
-def _ended(outcome: str, reason: str, cause: Cause) -> Prepared:
+def _ended(outcome: Outcome, reason: str, cause: Cause) -> Prepared:
     return Prepared(ended=EndOfRun(outcome=outcome, reason=reason, cause=cause))
 
 

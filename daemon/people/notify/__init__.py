@@ -27,7 +27,7 @@ from daemon.people.notify.webhook import WebhookNotifier
 from daemon.redact import redact, redact_value
 from daemon.state.events import EventLog, iso
 from daemon.state.eventtypes import Event
-from daemon.state.records import AttemptRecord, RunRecord
+from daemon.state.records import ESCALATING_OUTCOMES, AttemptRecord, RunRecord
 
 __all__ = [
     "CommandNotifier",
@@ -162,7 +162,7 @@ class Notifications:
 
     def run_finished(self, run: RunRecord, notify_on: list[str], now: datetime) -> None:
         """Notify a finished run when `notify_on` asks for its outcome (escalations excluded)."""
-        if run.outcome in ("escalated", "refused"):
+        if run.outcome in ESCALATING_OUTCOMES:
             return  # `escalated` sends those, once
         if run.outcome and run.outcome in notify_on:
             message, payload = outcome_message(run)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from daemon.state.eventtypes.base import CommandResult, EventFields, described, fields_of
 from daemon.state.eventtypes.names import Event
-from daemon.state.records import Outcome, Phase, TriggerKind
+from daemon.state.records import Outcome, TriggerKind
+
+# Where a run a stopped loopd left resumes: its last attempt judged again, or its park.
+Resumed = Literal["judging", "waiting"]
 
 # A run's life ---------------------------------------------------------------------------
 
@@ -23,7 +26,7 @@ class RunStarted(EventFields):
 class RunResumed(EventFields):
     """A run a stopped loopd left live goes on: its last attempt judged again, or its park."""
 
-    phase: Phase
+    phase: Resumed
     attempt: int
 
 
@@ -31,7 +34,7 @@ class RunResumed(EventFields):
 class RunRecovered(EventFields):
     """A starting daemon found the run live and resumes it."""
 
-    to: Phase = described("where it resumes: judging or waiting")
+    to: Resumed
 
 
 @fields_of(Event.RUN_RECOVERY_FAILED)
