@@ -13,7 +13,7 @@ import pytest
 from daemon.runs import decisions
 from daemon.state import eventdoc
 from daemon.state.events import STRICT_ENV, EventFieldsMismatch, EventLog
-from daemon.state.eventtypes import MODELS, Event, UnknownEvent
+from daemon.state.eventtypes import Event, UnknownEvent, models
 from daemon.state.records import AttemptRecord, Park, Phase, RunRecord, RunTrigger
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,8 +21,8 @@ NOW = datetime(2026, 11, 29, 2, 14, tzinfo=UTC)
 
 
 def test_every_event_type_has_a_model_and_the_docs_list_them_all() -> None:
-    assert set(MODELS) == set(Event)
-    for event, model in MODELS.items():
+    assert set(models()) == set(Event)
+    for event, model in models().items():
         assert model.type is event
         assert (model.__doc__ or "").strip(), f"{event}: its model says what it means"
     written = (ROOT / "docs" / "events.md").read_text(encoding="utf-8")

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic.fields import FieldInfo
 
-from daemon.state.eventtypes import MODELS, Event
+from daemon.state.eventtypes import Event, models
 from daemon.state.records import Outcome, Phase, TriggerKind
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "events.md"
@@ -100,7 +100,7 @@ def render() -> str:
     for heading, members in sections():
         parts.append(f"\n## {heading}\n")
         for event in members:
-            model = MODELS[event]
+            model = models()[event]
             meaning = (model.__doc__ or "").strip().splitlines()[0]
             parts.append(f"\n### `{event.value}`\n\n{meaning}\n")
             rows = [field_row(n, f) for n, f in model.model_fields.items()]

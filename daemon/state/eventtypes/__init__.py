@@ -7,16 +7,27 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from importlib import import_module
 from typing import Any
 
 from pydantic import ValidationError
 
-# Imported for their models: each registers its event types in MODELS.
-from daemon.state.eventtypes import gitland, people, rules, runs, service, triggers  # noqa: F401
 from daemon.state.eventtypes.base import MODELS, EventFields
 from daemon.state.eventtypes.names import Event
 
-__all__ = ["MODELS", "Event", "EventFields", "UnknownEvent", "event_type", "fields_problem"]
+__all__ = ["Event", "EventFields", "UnknownEvent", "event_type", "fields_problem", "models"]
+# The modules of the models, by concept; each registers its types in MODELS as it is imported.
+CONCEPTS = ("runs", "gitland", "rules", "people", "triggers", "service")
+
+
+def models() -> dict[Event, type[EventFields]]:
+    """Every event type's model.
+
+    The concept modules are imported here, at the first event, not with the package: a
+    command that writes no event (`loopd status`) does not pay for building 113 models."""
+    for name in CONCEPTS:
+        import_module(f"{__name__}.{name}")
+    return MODELS
 
 
 class UnknownEvent(ValueError):
@@ -37,7 +48,7 @@ def event_type(value: str) -> Event:
 def fields_problem(event: Event, fields: Mapping[str, Any]) -> str:
     """What is wrong with an event's fields against its model, in one line; "" when nothing."""
     try:
-        MODELS[event].model_validate(dict(fields))
+        models()[event].model_validate(dict(fields))
     except ValidationError as exc:
         wrong = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '(fields)'}: {err['msg']}"

@@ -17,7 +17,8 @@ class EventFields(BaseModel):
     """The fields of one event type, besides `ts`, `type`, `loop` and `run` which all carry."""
 
     # A field no model names is a mistake at the call site, as is a misspelled one.
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # Built at its first event, not at import: a command that writes none pays nothing.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
     type: ClassVar[Event]
 
 
