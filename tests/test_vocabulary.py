@@ -24,6 +24,7 @@ def test_every_event_type_has_a_model_and_the_docs_list_them_all() -> None:
     assert set(models()) == set(Event)
     for event, model in models().items():
         assert model.type is event
+        assert model.model_json_schema()  # it builds (they are built at their first event)
         assert (model.__doc__ or "").strip(), f"{event}: its model says what it means"
     written = (ROOT / "docs" / "events.md").read_text(encoding="utf-8")
     assert written == eventdoc.render(), "run `python -m daemon.state.eventdoc`"

@@ -188,10 +188,16 @@ class EventFieldsMismatch(ValueError):
 
 
 def _check_fields(kind: Event, fields: dict[str, Any]) -> None:
-    problem = fields_problem(kind, fields)
+    strict = os.environ.get(STRICT_ENV, "") not in ("", "0")
+    try:
+        problem = fields_problem(kind, fields)
+    except Exception as exc:  # noqa: BLE001 - a broken check must not cost the event either
+        if strict:
+            raise
+        problem = f"event {kind.value}: its model failed: {type(exc).__name__}: {exc}"
     if not problem:
         return
-    if os.environ.get(STRICT_ENV):
+    if strict:
         raise EventFieldsMismatch(problem)
     if kind not in _warned:
         _warned.add(kind)
