@@ -16,6 +16,7 @@ class TriggerOffered(EventFields):
     ref: str = ""
     old: str = ""
     new: str = ""
+    remote: str = described("the [remotes.NAME] a push came from", "")
 
 
 @fields_of(Event.TRIGGER)
@@ -44,6 +45,7 @@ class TriggerSkipped(EventFields):
     ref: str = ""
     old: str = ""
     new: str = ""
+    remote: str = ""
 
 
 @fields_of(Event.TRIGGER_REJECTED)
