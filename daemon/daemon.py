@@ -53,6 +53,7 @@ from daemon.service.stopdeadline import StopDeadline, agent_grace
 from daemon.service.verifier import VerifierWatch
 from daemon.service.watchers import Watchers
 from daemon.service.workers import WorkerPool
+from daemon.state.eventtypes import Event
 from daemon.state.readme import write_state_readme
 from daemon.state.records import Trigger
 from daemon.state.store import StateStore
@@ -131,7 +132,7 @@ class Daemon:
             files=first_load(home, loaded),
         )
         ctx.event(
-            "daemon_started",
+            Event.DAEMON_STARTED,
             pid=os.getpid(),
             version=package.__version__,
             loops=sorted(loaded.loops),
@@ -223,7 +224,7 @@ class Daemon:
             loaded = load_config(ctx.home)
         except ConfigFatal as exc:
             ctx.config_error = str(exc)[:1000]
-            ctx.event("reload_failed", error=str(exc)[:1000], requests=requests)
+            ctx.event(Event.RELOAD_FAILED, error=str(exc)[:1000], requests=requests)
             self.status.write(now, force=True)
             return f"reload failed, keeping the running configuration: {exc}"
         pending = restart_messages(restart_pending(ctx.config.daemon, loaded.daemon))
@@ -247,12 +248,12 @@ class Daemon:
             ctx.config, ctx.services, ctx.files, ctx.config_error = before
             self._reapply(now)
             error = f"{type(exc).__name__}: {exc}"
-            ctx.event("reload_failed", error=error[:1000], requests=requests)
+            ctx.event(Event.RELOAD_FAILED, error=error[:1000], requests=requests)
             return f"reload failed, keeping the running configuration: {error}"
         ctx.report_config()
         self.holds.recount()  # budgets and their time zone apply at once
         if pending and pending != ctx.restart_pending:
-            ctx.event("restart_needed", changes=pending)
+            ctx.event(Event.RESTART_NEEDED, changes=pending)
         ctx.restart_pending = pending
         changed = changed_loops(before[2], files)
         self._changes_during_attempts(before[2], files, changed)
@@ -261,7 +262,7 @@ class Daemon:
             - set(loaded.loops)
         )
         ctx.event(
-            "reloaded",
+            Event.RELOADED,
             loops=sorted(loaded.loops),
             changed=changed,
             stale=sorted(files.stale),
@@ -290,7 +291,7 @@ class Daemon:
         running = [w.run for w in self.pool.workers.values() if w.run.phase == "running"]
         if files and running:
             ctx.event(
-                "config_changed_during_attempt",
+                Event.CONFIG_CHANGED_DURING_ATTEMPT,
                 files=files,
                 runs=[run.id for run in running],
                 loops=sorted({run.loop for run in running}),
@@ -303,7 +304,7 @@ class Daemon:
             self.timer.update(self.ctx.scheduled_loops(), now)
             self.watchers.restart_changes()
         except Exception as exc:  # noqa: BLE001 - recorded; the daemon goes on
-            self.ctx.event("reload_failed", error=f"restoring: {type(exc).__name__}: {exc}")
+            self.ctx.event(Event.RELOAD_FAILED, error=f"restoring: {type(exc).__name__}: {exc}")
 
     def stop(self, now: datetime, grace: float | None = None) -> None:
         """No new runs; running attempts get `shutdown_grace`, then are killed (interrupted)."""
@@ -331,7 +332,7 @@ class Daemon:
         if ctx.services.notifications is not None:
             ctx.services.notifications.drain(10)
         self.status.write(ctx.clock(), force=True)
-        ctx.event("daemon_stopped", pid=os.getpid())
+        ctx.event(Event.DAEMON_STOPPED, pid=os.getpid())
         ctx.store.lock.release()
 
     def shutdown_now(self) -> None:
@@ -454,7 +455,7 @@ def run_daemon(home: Home) -> int:
                     print(line, flush=True)
         except Exception as exc:  # noqa: BLE001 - a bad tick is recorded; the daemon goes on
             failures += 1
-            daemon.ctx.event("tick_error", error=f"{type(exc).__name__}: {exc}"[:1000])
+            daemon.ctx.event(Event.TICK_ERROR, error=f"{type(exc).__name__}: {exc}"[:1000])
             notifications = daemon.ctx.services.notifications
             if failures == 3 and notifications is not None:
                 notifications.daemon_failed(

@@ -20,6 +20,7 @@ import tomli_w
 
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
+from daemon.state.eventtypes import Event
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
 
@@ -165,7 +166,7 @@ def _prune_run(
             store.save_run(run)
     result["pruned"].append(run_id)
     store.events.append(
-        "run_pruned",
+        Event.RUN_PRUNED,
         now,
         loop=run.loop,
         run=run_id,

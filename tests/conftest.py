@@ -14,6 +14,10 @@ import pytest
 
 from tests.model_server import ScriptedModelServer
 
+# Every event loopd writes in a test (and in the loopd processes the tests start) must fit its
+# type's model: a mismatch raises here, where in production it is only a warning.
+os.environ["LOOPD_STRICT_EVENTS"] = "1"
+
 # Where a test may skip even in CI: it is about another platform than the one CI runs on.
 PLATFORM_SKIPS = ("inotify is Linux's",)
 

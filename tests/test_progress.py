@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from daemon.people.escalation import write_escalation
 from daemon.people.progress import read_progress, update_progress
+from daemon.state.events import iso
 from daemon.state.store import StateStore
 from tests.test_escalations import make_run, real_patch
 
 NOW = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
+
+
+def older_event(store: StateStore, type: str, ts: datetime, **fields: Any) -> None:
+    """An event line as an older loopd wrote it: a type or fields today's models do not have."""
+    line = {"ts": iso(ts), "type": type, "loop": fields.pop("loop", None)}
+    line |= {"run": fields.pop("run", None), **fields}
+    with store.events.path.open("a") as fh:
+        fh.write(json.dumps(line) + "\n")
 
 
 def test_progress_after_three_runs(tmp_path: Path) -> None:
@@ -49,7 +60,8 @@ def test_progress_after_three_runs(tmp_path: Path) -> None:
         [dict(checks_passed=True, score=9)],
         outcome="succeeded",
     )
-    store.events.append(
+    older_event(
+        store,
         "rule_accepted",
         NOW - timedelta(hours=3),
         loop="app",
@@ -57,9 +69,19 @@ def test_progress_after_three_runs(tmp_path: Path) -> None:
         rule="r-0001-sign",
         intent="Arithmetic helpers with swapped operators",
     )
-    store.events.append("rule_promoted", NOW - timedelta(hours=1), loop="app", rule="r-0001-sign")
-    store.events.append("rule_accepted", NOW, loop="other", rule="r-0002-elsewhere")
-    store.events.append("rule_rejected", NOW, loop="app", rule="r-0003-vague")
+    store.events.append(
+        "rule_promoted", NOW - timedelta(hours=1), loop="app", rule="r-0001-sign", reason="helped"
+    )
+    store.events.append(
+        "rule_accepted",
+        NOW,
+        loop="other",
+        rule="r-0002-elsewhere",
+        kind="lesson",
+        to="trial",
+        verified_by=[],
+    )
+    store.events.append("rule_rejected", NOW, loop="app", rule="r-0003-vague", reason="vague")
 
     text = update_progress(store, "app", NOW)
     path = store.progress_path("app")

@@ -11,6 +11,7 @@ from daemon.people.report import build_report, render_markdown, write_report
 from daemon.state.store import StateStore
 from tests.helpers import loopd, make_home
 from tests.test_escalations import make_run
+from tests.test_progress import older_event
 
 NOW = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 
@@ -66,15 +67,26 @@ def night(store: StateStore, now: datetime) -> dict[str, list]:
             seconds=1,
         )
     )
-    store.events.append("rule_accepted", now - timedelta(days=1), loop="app", rule="r-0000-old")
     store.events.append(
+        "rule_accepted",
+        now - timedelta(days=1),
+        loop="app",
+        rule="r-0000-old",
+        kind="lesson",
+        to="trial",
+        verified_by=[],
+    )
+    older_event(
+        store,
         "rule_accepted",
         now - timedelta(hours=7),
         loop="app",
         rule="r-0001-sign",
         intent="Arithmetic helpers with swapped operators",
     )
-    store.events.append("rule_promoted", now - timedelta(hours=2), loop="docs", rule="r-0001-sign")
+    store.events.append(
+        "rule_promoted", now - timedelta(hours=2), loop="docs", rule="r-0001-sign", reason="helped"
+    )
     store.events.append(
         "rule_demoted", now - timedelta(hours=1), rule="r-0002-stale", reason="harmed 3, helped 1"
     )
@@ -127,9 +139,9 @@ def test_report_reads_a_rotated_events_file_when_the_window_reaches_into_it(
     tmp_path: Path,
 ) -> None:
     store = StateStore(tmp_path / "state")
-    store.events.append("rule_retired", NOW - timedelta(hours=3), rule="r-0004-expired")
+    older_event(store, "rule_retired", NOW - timedelta(hours=3), rule="r-0004-expired")
     store.events.path.rename(store.root / "events-1.jsonl")
-    store.events.append("rule_promoted", NOW - timedelta(hours=1), rule="r-0005-new")
+    store.events.append("rule_promoted", NOW - timedelta(hours=1), rule="r-0005-new", reason="x")
     report = build_report(store, NOW - timedelta(hours=12), NOW)
     assert [c.rule for c in report.rules] == ["r-0004-expired", "r-0005-new"]
 

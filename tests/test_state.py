@@ -61,12 +61,12 @@ def test_run_ids_sort_by_time_within_a_second() -> None:
 def test_a_torn_last_event_line_is_repaired(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     log = EventLog(path)
-    log.append("trigger", NOW, loop="a", kind="manual")
+    log.append("trigger", NOW, loop="a", kind="manual", reason="x")
     with path.open("ab") as fh:
         fh.write(b'{"ts": "2026-11-29T02:14:00Z", "type": "run_sta')
     log = EventLog(path)
     log.repair()
-    log.append("run_started", NOW, loop="a")
+    log.append("run_started", NOW, loop="a", trigger="manual", reason="x")
     lines = path.read_text().splitlines()
     assert [json.loads(line)["type"] for line in lines] == ["trigger", "run_started"]
     assert path.stat().st_mode & 0o777 == 0o600
@@ -76,12 +76,12 @@ def test_the_event_log_rotates_past_its_size(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     log = EventLog(path, rotate_bytes=2000)
     for i in range(100):
-        log.append("tick", NOW, n=i)
+        log.append("tick_error", NOW, error=str(i))
     rotated = sorted(tmp_path.glob("events-*.jsonl"))
     assert rotated, "no rotation happened"
     numbers = []
     for file in [*rotated, path]:
-        numbers += [json.loads(line)["n"] for line in file.read_text().splitlines()]
+        numbers += [int(json.loads(line)["error"]) for line in file.read_text().splitlines()]
     assert sorted(numbers) == list(range(100))
     assert all(f.stat().st_size <= 2000 + 200 for f in rotated)
 
@@ -90,7 +90,7 @@ def test_a_workers_event_log_rotates_under_its_own_name(tmp_path: Path) -> None:
     path = tmp_path / "worker-events.jsonl"
     log = EventLog(path, rotate_bytes=2000)
     for i in range(100):
-        log.append("tick", NOW, n=i)
+        log.append("tick_error", NOW, error=str(i))
     assert sorted(tmp_path.glob("worker-events-*.jsonl"))
     assert not list(tmp_path.glob("events-*.jsonl"))  # the home's rotated logs are its own
 
@@ -155,7 +155,7 @@ go = Path({go!r})
 while not go.exists():
     time.sleep(0.001)
 for i in range({count}):
-    log.append("tick", datetime.now(UTC), writer={writer!r}, n=i)
+    log.append("tick_error", datetime.now(UTC), error=f"{writer} {{i}}")
 """
 
 
@@ -186,8 +186,8 @@ def test_two_processes_rotating_the_event_log_lose_and_repeat_nothing(tmp_path: 
     assert len(rotated) > 20
     seen = []
     for file in [*rotated, path]:
-        seen += [(e["writer"], e["n"]) for e in map(json.loads, file.read_text().splitlines())]
-    assert sorted(seen) == sorted((w, n) for w in ("a", "b") for n in range(count))
+        seen += [e["error"].split() for e in map(json.loads, file.read_text().splitlines())]
+    assert sorted(seen) == sorted([w, str(n)] for w in ("a", "b") for n in range(count))
     # One rotation per full file: a second rotation of a file just rotated would leave a
     # small (or empty) events-N.jsonl behind.
     assert all(f.stat().st_size >= rotate for f in rotated)

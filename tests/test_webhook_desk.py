@@ -33,13 +33,16 @@ def test_judge_calls_and_their_latency_follow_the_event_log(tmp_path) -> None:  
     metrics = Metrics(store, tmp_path / "rules", lambda: {})
     store.events.observers.append(metrics.observe)
     t = datetime(2026, 12, 2, 1, 0, tzinfo=UTC)
-    store.events.append("checks", t, loop="app", run="r1", attempt=1, passed=True)
+    store.events.append("checks", t, loop="app", run="r1", attempt=1, passed=True, results=[])
     store.events.append(
         "verdict", t + timedelta(seconds=3), loop="app", run="r1", attempt=1, judged=True,
-        verdict="pass",
+        verdict="pass", passed=True, score=8,
     )  # fmt: skip
-    store.events.append("checks", t, loop="app", run="r2", attempt=1, passed=False)
-    store.events.append("verdict", t, loop="app", run="r2", attempt=1, judged=False, verdict="")
+    store.events.append("checks", t, loop="app", run="r2", attempt=1, passed=False, results=[])
+    store.events.append(
+        "verdict", t, loop="app", run="r2", attempt=1, judged=False, verdict="", passed=False,
+        score=None,
+    )  # fmt: skip
     from prometheus_client import generate_latest
 
     families = {

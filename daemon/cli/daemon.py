@@ -17,6 +17,7 @@ from daemon.cli.common import (
 from daemon.cli.runs import daemon_pid, valid_loop
 from daemon.cli.statusview import render_status
 from daemon.clock import utc_now
+from daemon.state.eventtypes import Event
 
 
 def run(args: argparse.Namespace) -> int:
@@ -328,7 +329,9 @@ def _set_paused(args: argparse.Namespace, paused: bool) -> int:
     was = loop.name in store.paused_loops()
     store.set_paused(loop.name, paused)
     if was != paused:
-        store.events.append("loop_paused" if paused else "loop_resumed", utc_now(), loop=loop.name)
+        store.events.append(
+            Event.LOOP_PAUSED if paused else Event.LOOP_RESUMED, utc_now(), loop=loop.name
+        )
     state = "paused" if paused else "resumed"
     note = " (triggers are recorded and run after `loopd resume`)" if paused else ""
     print(f"{loop.name} {state}{note}")

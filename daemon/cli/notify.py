@@ -7,6 +7,7 @@ from typing import Any
 
 from daemon.cli.common import CommandError, command, print_json, tested_home
 from daemon.clock import utc_now
+from daemon.state.eventtypes import Event
 
 
 def notify_cmd(args: argparse.Namespace) -> int:
@@ -62,11 +63,11 @@ def notify_cmd(args: argparse.Namespace) -> int:
                 {"notifier": notifier.name, "where": where, "ok": False, "error": str(exc)}
             )
             store.events.append(
-                "notify_failed", utc_now(), kind="test", notifier=notifier.name, error=str(exc)
+                Event.NOTIFY_FAILED, utc_now(), kind="test", notifier=notifier.name, error=str(exc)
             )
         else:
             results.append({"notifier": notifier.name, "where": where, "ok": True, "error": ""})
-            store.events.append("notified", utc_now(), kind="test", notifier=notifier.name)
+            store.events.append(Event.NOTIFIED, utc_now(), kind="test", notifier=notifier.name)
     if args.json:
         print_json({"message": message, "results": results})
     else:

@@ -9,6 +9,7 @@ from typing import Any
 
 from daemon.cli.common import CommandError, add_home_and_json, command, home_of, print_json
 from daemon.clock import utc_now
+from daemon.state.eventtypes import Event
 
 STATUS_CHOICES = ("trial", "active", "rejected", "retired")
 
@@ -264,7 +265,7 @@ def promote_cmd(args: argparse.Namespace) -> int:
     library.save(stored, Rule.model_validate({**rule.model_dump(), **update}))
     fields = {k: v for k, v in (("severity", args.severity), ("scope", args.scope)) if k in update}
     events.append(
-        "rule_promoted",
+        Event.RULE_PROMOTED,
         now,
         rule=rule.id,
         **{"from": "active", "to": "active"},

@@ -13,6 +13,7 @@ from daemon.cli.runview import exit_code, print_outcome
 from daemon.clock import utc_now
 from daemon.config import LoadedConfig, Loop
 from daemon.home import Home
+from daemon.state.eventtypes import Event
 
 
 def valid_loop(home: Home, loaded: LoadedConfig, name: str) -> Loop:
@@ -120,7 +121,7 @@ def _warn(loaded: LoadedConfig, loop: Loop, services: Any) -> None:
 
     for warning in loaded.warnings:
         print(f"loopd: warning: {warning}", file=sys.stderr)
-        services.event("config_warning", message=warning)
+        services.event(Event.CONFIG_WARNING, message=warning)
     for error in loaded.errors:
         if error.file != loop.path:  # another loop's file: named, and left out as the daemon does
             print(f"loopd: warning: {error} (that loop is left out)", file=sys.stderr)
@@ -142,7 +143,7 @@ def _new_run(services: Any, loop: Loop, args: argparse.Namespace, now: Any) -> A
         ts=now,
         force=args.force,
     )
-    services.event("trigger", loop=loop.name, kind="manual", reason=trigger.reason, via="once")
+    services.event(Event.TRIGGER, loop=loop.name, kind="manual", reason=trigger.reason, via="once")
     pending = PendingRun(
         id=services.store.new_run_id(loop.name, now), loop=loop.name, trigger=trigger, queued_at=now
     )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from daemon.state.records import DONE_OUTCOMES
+
 RunRow = tuple[str, str, str, str, str, str]  # run, trigger, outcome, att, score, reason
 REASON_COLUMN = 40  # narrower than this, a reason goes on its own line under its run
 
@@ -61,7 +63,7 @@ RUN_HEADINGS = ("run", "trigger", "outcome", "att", "score")
 
 def exit_code(run: Any) -> int:
     """0 for a run that did its job: succeeded (landed or not) or skipped (already done)."""
-    return 0 if run.outcome in ("succeeded", "skipped") else 1
+    return 0 if run.outcome in DONE_OUTCOMES else 1
 
 
 def print_outcome(run: Any) -> None:

@@ -24,6 +24,7 @@ from daemon.runs.executor import RunExecutor, new_run
 from daemon.runs.services import RunServices
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir
+from daemon.state.eventtypes import Event
 from daemon.state.records import ExperimentArm, RunRecord, Trigger, make_run_id
 from daemon.units import format_duration
 
@@ -183,7 +184,7 @@ class ExperimentRunner:
             )
             arm = ExperimentArm(id=exp.id, arm=slot.arm.name, without=list(slot.arm.without))
             run = new_run(services, loop, pending, experiment=arm)
-        services.event("trigger", loop=loop.name, run=run.id, kind="experiment", reason=reason)
+        services.event(Event.TRIGGER, loop=loop.name, run=run.id, kind="experiment", reason=reason)
         return run
 
     def _write(self) -> None:

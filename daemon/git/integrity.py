@@ -26,6 +26,7 @@ from daemon.git.runlog import RunLog
 from daemon.git.setupmade import setup_paths
 from daemon.git.tree import RunTree
 from daemon.git.userrepo import LedgerWriter
+from daemon.state.eventtypes import Event
 from daemon.state.ledger import ledger_of
 from daemon.state.records import AttemptRecord, Violation
 
@@ -65,7 +66,7 @@ class RepoGuard:
         violations = restore_files(self.tree.user.common, snapshot)
         if violations:
             self.journal.event(
-                "repo_restored", files=[v.target for v in violations], repo=str(self.tree.repo)
+                Event.REPO_RESTORED, files=[v.target for v in violations], repo=str(self.tree.repo)
             )
         return violations
 
@@ -84,7 +85,7 @@ class RepoGuard:
         violations = []
         for ref in moved:
             was, is_now = run.refs_before.get(ref, ""), after.get(ref, "")
-            self.journal.event("ref_moved", ref=ref, was=was, to=is_now)
+            self.journal.event(Event.REF_MOVED, ref=ref, was=was, to=is_now)
             detail = f"{(was or 'absent')[:12]} -> {(is_now or 'deleted')[:12]}; left where it is"
             violations.append(Violation(kind="ref_moved", target=ref, detail=detail))
         # What was reported is reported once: the next check starts from here.
@@ -151,14 +152,14 @@ def commit_work(
         violations += guard.check_files()
     own = tree.own
     if own.remove_stale_lock():
-        journal.event("stale_lock_removed", path=str(own.path / "index.lock"))
+        journal.event(Event.STALE_LOCK_REMOVED, path=str(own.path / "index.lock"))
     heads = read_heads(tree.isolation, tree.path, tree.agent_dir, tree.branch, own, tree.user)
     if heads.problem:
-        journal.event("agent_git_ignored", problem=heads.problem)
+        journal.event(Event.AGENT_GIT_IGNORED, problem=heads.problem)
         violations.append(Violation(kind="git_dir", target=".git", detail=heads.problem))
     cleared = own.clear_hiding_flags()
     if cleared:
-        journal.event("index_flags_cleared", paths=cleared[:50], count=len(cleared))
+        journal.event(Event.INDEX_FLAGS_CLEARED, paths=cleared[:50], count=len(cleared))
     staged = own.stage_all(setup_paths(run, tree.path))
     tip = own.tip()
     parents, taken, kept = choose_parents(own, tip, run.base_commit, [heads.branch, heads.head])
@@ -177,21 +178,21 @@ def commit_work(
         violations.append(
             Violation(kind="detached_head", target=commit[:12], detail=f"kept as {ref}")
         )
-        journal.event("agent_commits_kept", commit=commit, ref=ref)
+        journal.event(Event.AGENT_COMMITS_KEPT, commit=commit, ref=ref)
     large = too_large(own, new, run.base_commit, journal.services.config.limits.max_file_size)
     if large:
         # Kept out of the person's repository: the run's branch stays where it was.
         if new != tip:
             own.set_tip(tip, new)
         violations += large
-        journal.event("too_large", files=[v.model_dump() for v in large])
+        journal.event(Event.TOO_LARGE, files=[v.model_dump() for v in large])
         new = tip
     else:
         publish(journal, tree, new, kept_refs)
     if guard is not None and guard_refs:
         violations += guard.check_refs()
     if violations:
-        journal.event("violations_found", violations=[v.model_dump() for v in violations])
+        journal.event(Event.VIOLATIONS_FOUND, violations=[v.model_dump() for v in violations])
     add_violations(attempt, violations)
     return new
 
@@ -220,7 +221,9 @@ def too_large(own: OwnGit, new: str, base: str, limit: int) -> list[Violation]:
 def _report_heads(journal: RunLog, tree: RunTree, heads: AgentHeads, taken: list[str]) -> None:
     own_ref = f"refs/heads/{tree.branch}"
     if heads.head and heads.head in taken and heads.head_ref != own_ref:
-        journal.event("detached_head_taken", commit=heads.head, head=heads.head_ref or "detached")
+        journal.event(
+            Event.DETACHED_HEAD_TAKEN, commit=heads.head, head=heads.head_ref or "detached"
+        )
 
 
 def relabel(journal: RunLog, tree: RunTree, head: str, message: str) -> str:
@@ -260,4 +263,4 @@ def publish(
     for lock in rebuild_view(
         tree.isolation, tree.path, tree.agent_dir, tree.branch, own, user, head
     ):
-        journal.event("stale_lock_removed", path=lock)
+        journal.event(Event.STALE_LOCK_REMOVED, path=lock)

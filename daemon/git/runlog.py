@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Protocol
 
+from daemon.state.eventtypes import Event
 from daemon.state.records import RunRecord
 
 
@@ -22,4 +23,4 @@ class RunLog(Protocol):
 
     def save(self) -> None: ...
 
-    def event(self, type: str, **fields: Any) -> None: ...
+    def event(self, type: Event, **fields: Any) -> None: ...

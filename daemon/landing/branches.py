@@ -15,6 +15,7 @@ from pathlib import Path
 from daemon.git.safe import GitError
 from daemon.git.userrepo import LedgerWriter, UserRepo
 from daemon.runs.journal import RunJournal
+from daemon.state.eventtypes import Event
 from daemon.state.ledger import ledger_of
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
@@ -42,10 +43,10 @@ def delete_if_empty(journal: RunJournal) -> bool:
         writer = LedgerWriter(ledger_of(journal.services.store.root), journal.now, run.id)
         deleted = user.delete_ref(writer, f"refs/heads/{run.branch}", "empty run branch")
     except (GitError, OSError) as exc:
-        journal.event("branch_delete_failed", branch=run.branch, error=str(exc)[:300])
+        journal.event(Event.BRANCH_DELETE_FAILED, branch=run.branch, error=str(exc)[:300])
         return False
     if deleted:
-        journal.event("branch_deleted", branch=run.branch, why="the run changed nothing")
+        journal.event(Event.BRANCH_DELETED, branch=run.branch, why="the run changed nothing")
         # The record names only what exists: the escalation, `trigger --wait` and the
         # progress notes read `branch`, and a retry finds nothing to build on.
         run.branch_gone(run.branch)
@@ -74,7 +75,13 @@ def notice_landed(store: StateStore, run: RunRecord, now: datetime) -> bool:
     run.landed, run.landed_as, run.landed_how, run.landing = True, target, "by hand", ""
     store.save_run(run)
     store.events.append(
-        "landed", now, loop=run.loop, run=run.id, land="by hand", target=run.target, commit=target
+        Event.LANDED,
+        now,
+        loop=run.loop,
+        run=run.id,
+        land="by hand",
+        target=run.target,
+        commit=target,
     )
     return True
 
@@ -210,7 +217,12 @@ def prune_branches(
                 _forget(store, row.run, row.branch)
                 why = "landed" if row.landed else f"older than retain_days ({retain_days})"
                 store.events.append(
-                    "branch_deleted", now, loop=row.loop, run=row.run, branch=row.branch, why=why
+                    Event.BRANCH_DELETED,
+                    now,
+                    loop=row.loop,
+                    run=row.run,
+                    branch=row.branch,
+                    why=why,
                 )
         except GitError:
             continue

@@ -42,6 +42,7 @@ from daemon.redact import redact
 from daemon.runs.journal import RunJournal
 from daemon.runs.startpoint import is_ancestor
 from daemon.state.atomic import write_atomic
+from daemon.state.eventtypes import Event
 from daemon.state.records import Cause, Trigger, is_experiment
 
 LAND_LOG = "land.log"
@@ -79,11 +80,11 @@ def land_run(journal: RunJournal, cfg: LoopConfig | None) -> None:
         run.landing = redact(why)[:1000]
         checks = isinstance(exc, LandingBlocked) and exc.checks
         run.cause = Cause.LANDING_CHECKS_FAILED if checks else Cause.LANDING_BLOCKED
-        journal.event("landing_blocked", land=run.land, target=run.target, reason=run.landing)
+        journal.event(Event.LANDING_BLOCKED, land=run.land, target=run.target, reason=run.landing)
     else:
         run.landed, run.landed_as, run.landing = True, commit, ""
         run.landed_how = run.land
-        journal.event("landed", land=run.land, target=run.target, commit=commit)
+        journal.event(Event.LANDED, land=run.land, target=run.target, commit=commit)
         _mark_built_on(journal, commit)
     finally:
         run.phase = "idle"
@@ -229,7 +230,7 @@ def _trigger_others(journal: RunJournal, old: str, new: str) -> None:
                 ts=journal.now(),
             )
         )
-        journal.event("landing_triggered", triggered=loop.name, target=run.target)
+        journal.event(Event.LANDING_TRIGGERED, triggered=loop.name, target=run.target)
 
 
 def _mark_built_on(journal: RunJournal, commit: str) -> None:
@@ -244,7 +245,7 @@ def _mark_built_on(journal: RunJournal, commit: str) -> None:
             other.landed, other.landed_as, other.landing = True, commit, ""
             other.landed_how = f"with run {journal.run.id}"
             store.save_run(other)
-            journal.event("landed_with", landed_run=other_id, commit=commit)
+            journal.event(Event.LANDED_WITH, landed_run=other_id, commit=commit)
 
 
 # push ------------------------------------------------------------------------------------------
@@ -274,7 +275,7 @@ def _push(journal: RunJournal, cfg: LoopConfig) -> str:
     branch_ref = f"refs/heads/{run.branch}"
     _reap_push(journal)  # a push of this run that a killed loopd left running
     if _remote_tip(cfg.remote, branch_ref, Path(run.repo), env) == tip:
-        journal.event("pushed", remote=cfg.remote, branch=run.branch, commit=tip, found=True)
+        journal.event(Event.PUSHED, remote=cfg.remote, branch=run.branch, commit=tip, found=True)
     else:
         # The person's repository, config and credentials; no hook of theirs runs.
         argv = ["git", "-c", "core.hooksPath=/dev/null", "push", "--no-verify", "--porcelain",
@@ -284,7 +285,7 @@ def _push(journal: RunJournal, cfg: LoopConfig) -> str:
         journal.save()
         if text is not None:
             raise LandingBlocked(f"git push to {cfg.remote} failed: {text}")
-        journal.event("pushed", remote=cfg.remote, branch=run.branch, commit=tip)
+        journal.event(Event.PUSHED, remote=cfg.remote, branch=run.branch, commit=tip)
     if cfg.pr_command:
         body = journal.services.store.run_dir(run.id) / "pr-body.md"
         write_atomic(body, redact(_pr_body(journal)))
@@ -297,7 +298,7 @@ def _push(journal: RunJournal, cfg: LoopConfig) -> str:
             raise LandingBlocked(
                 f"the branch was pushed to {cfg.remote}, but pr_command failed: {text}"
             )
-        journal.event("pr_command_ran", command=cfg.pr_command[0])
+        journal.event(Event.PR_COMMAND_RAN, command=cfg.pr_command[0])
     return tip
 
 
@@ -313,7 +314,7 @@ def _journaled(journal: RunJournal) -> Callable[[int], None]:
     def record(pid: int) -> None:
         journal.run.push_pid = pid
         journal.save()
-        journal.event("push_started", pid=pid)
+        journal.event(Event.PUSH_STARTED, pid=pid)
 
     return record
 
@@ -335,7 +336,7 @@ def _reap_push(journal: RunJournal) -> None:
             time.sleep(0.05)
         if not _group_alive(pgid):
             break
-    journal.event("push_reaped", pid=pgid)
+    journal.event(Event.PUSH_REAPED, pid=pgid)
     run.push_pid = 0
     journal.save()
 

@@ -23,6 +23,7 @@ from daemon.runs.confinement import Confinement
 from daemon.runs.journal import RunJournal
 from daemon.runs.setup import run_setup
 from daemon.runs.stop import StopToken
+from daemon.state.eventtypes import Event
 
 LAND_CHECKS_LOG = "land-checks.log"
 LAND_SETUP_LOG = "land-setup.log"
@@ -95,7 +96,7 @@ def merge_target(
         tree_oid = merged.stdout.split(b"\0", 1)[0].decode().strip()
         tree.mkdir(parents=True)
         own.git.run("read-tree", "-u", "--reset", tree_oid)  # the merge's files, nothing else
-        journal.event("landing_merge", target=target, tree=tree_oid, target_commit=target_tip)
+        journal.event(Event.LANDING_MERGE, target=target, tree=tree_oid, target_commit=target_tip)
         _setup_and_check(journal, cfg, tree, own, f"the merge with {target}")
         message = merge_message(run, target, "checks pass")
         final = own.commit_tree(tree_oid, [tip, target_tip], message)
@@ -116,7 +117,7 @@ def verify_tip(journal: RunJournal, cfg: LoopConfig, user: UserRepo, tip: str) -
     with _landing_tree(journal, user, tip) as (tree, own):
         tree.mkdir(parents=True)
         own.git.run("read-tree", "-u", "--reset", tree_oid)
-        journal.event("landing_verify", commit=tip, tree=tree_oid)
+        journal.event(Event.LANDING_VERIFY, commit=tip, tree=tree_oid)
         _setup_and_check(journal, cfg, tree, own, "the commit to land")
         run.verified_tree = tree_oid
 
@@ -145,7 +146,7 @@ def _setup_and_check(
         launcher=confinement.launch_check,
     )
     journal.event(
-        "landing_checks",
+        Event.LANDING_CHECKS,
         passed=checks.passed,
         results=[{"command": r.command, "exit_code": r.exit_code} for r in checks.results],
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 from daemon.git.safe import GitError
 from daemon.git.userrepo import LedgerWriter, UserRepo
 from daemon.landing.branches import notice_landed
+from daemon.state.eventtypes import Event
 from daemon.state.ledger import ledger_of
 from daemon.state.store import StateStore
 
@@ -83,13 +84,18 @@ def _delete(
             return False
     except GitError as exc:
         store.events.append(
-            "branch_delete_failed", now, loop=loop, run=run_id, branch=branch, error=str(exc)[:300]
+            Event.BRANCH_DELETE_FAILED,
+            now,
+            loop=loop,
+            run=run_id,
+            branch=branch,
+            error=str(exc)[:300],
         )
         return False
     if run.branch == branch:
         run.branch_gone(branch)
         store.save_run(run)
     store.events.append(
-        "branch_deleted", now, loop=loop, run=run_id, branch=branch, why=f"{target} contains it"
+        Event.BRANCH_DELETED, now, loop=loop, run=run_id, branch=branch, why=f"{target} contains it"
     )
     return True

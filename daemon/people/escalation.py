@@ -32,7 +32,8 @@ from daemon.people.next_steps import suggest
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
-from daemon.state.records import RunRecord, Trigger
+from daemon.state.eventtypes import Event
+from daemon.state.records import DONE_OUTCOMES, RunRecord, Trigger
 from daemon.state.store import StateStore
 
 # Trigger kinds an open escalation holds back: the ones that would repeat the task unasked.
@@ -162,7 +163,7 @@ def resolve(
         _front_matter(meta) + redact(body.rstrip("\n") + "\n" + "\n".join(section) + "\n"),
     )
     store.events.append(
-        "escalation_resolved",
+        Event.ESCALATION_RESOLVED,
         now,
         loop=meta.loop,
         run=run_id,
@@ -177,7 +178,7 @@ def resolve(
 
 
 # Outcomes of a later run of the same task that close its open escalations.
-SUPERSEDING_OUTCOMES = frozenset({"succeeded", "skipped"})
+SUPERSEDING_OUTCOMES = DONE_OUTCOMES
 
 
 def supersede(store: StateStore, run: RunRecord, now: datetime) -> list[str]:
@@ -214,7 +215,9 @@ def supersede(store: StateStore, run: RunRecord, now: datetime) -> list[str]:
             store.escalation_path(meta.run),
             _front_matter(meta) + redact(body.rstrip("\n") + "\n" + "\n".join(section) + "\n"),
         )
-        store.events.append("escalation_superseded", now, loop=meta.loop, run=meta.run, by=run.id)
+        store.events.append(
+            Event.ESCALATION_SUPERSEDED, now, loop=meta.loop, run=meta.run, by=run.id
+        )
         closed.append(meta.run)
     return closed
 

@@ -49,6 +49,7 @@ from daemon.rules.modelcalls import StructuredModel
 from daemon.rules.patterns import PatternError, compile_pattern, required_literal
 from daemon.rules.rulefile import Rule, Status
 from daemon.state.events import EventLog
+from daemon.state.eventtypes import Event
 
 MIN_LITERAL = 3
 _WORD = re.compile(r"[a-z0-9_]{3,}")
@@ -355,7 +356,7 @@ def select_rules(
         _report_skipped(live, events, now, loop, run)
         for fired in selection.fired:
             events.append(
-                "rule_fired",
+                Event.RULE_FIRED,
                 now,
                 loop=loop,
                 run=run,
@@ -379,7 +380,7 @@ def _report_skipped(
                     continue
                 _REPORTED.add(key)
             events.append(
-                "rule_pattern_skipped",
+                Event.RULE_PATTERN_SKIPPED,
                 now,
                 loop=loop,
                 run=run,
@@ -431,7 +432,7 @@ def _judge(
         selection.judge = f"failed: {exc}"
         if events is not None:
             events.append(
-                "rule_judge_failed",
+                Event.RULE_JUDGE_FAILED,
                 now,
                 loop=loop,
                 run=run,

@@ -25,6 +25,7 @@ from daemon.rules.rulefile import (
 )
 from daemon.state.atomic import fsync_dir, write_atomic
 from daemon.state.events import EventLog
+from daemon.state.eventtypes import Event
 
 log = logging.getLogger("loopd.rules")
 _RANK = {"rejected": 0, "retired": 0, "trial": 1, "active": 2}
@@ -241,11 +242,11 @@ class RuleLibrary:
             fsync_dir(stored.path.parent)
             if events is not None:
                 if to == "rejected":
-                    kind = "rule_rejected"
+                    kind = Event.RULE_REJECTED
                 elif _RANK[to] > _RANK[stored.status]:
-                    kind = "rule_promoted"
+                    kind = Event.RULE_PROMOTED
                 else:
-                    kind = "rule_demoted"
+                    kind = Event.RULE_DEMOTED
                 fields = {
                     "rule": rule_id,
                     "kind": stored.rule.kind,

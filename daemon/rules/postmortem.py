@@ -20,6 +20,7 @@ from daemon.rules.modelcalls import StructuredModel
 from daemon.rules.rulefile import Evidence, Rule, Scope
 from daemon.rules.verifier import Verification, verify_candidate
 from daemon.state.events import EventLog
+from daemon.state.eventtypes import Event
 
 FALLBACK_EVIDENCE_CHARS = 48_000
 
@@ -206,5 +207,5 @@ def learn_from_attempt(
     except ModelUnavailable as exc:
         if defer:
             raise
-        events.append("rule_deferred", now, loop=loop, run=run_id, reason=str(exc))
+        events.append(Event.RULE_DEFERRED, now, loop=loop, run=run_id, reason=str(exc))
         return None

@@ -27,6 +27,7 @@ from daemon.rules.grounding import quote_in_file
 from daemon.rules.library import RuleLibrary, StoredRule
 from daemon.rules.rulefile import LIVE, Rule
 from daemon.state.events import EventLog
+from daemon.state.eventtypes import Event
 
 HARM_BOUND = 2
 Attribution = Literal["followed", "irrelevant", "unknown"]
@@ -131,7 +132,7 @@ def record_run(
             if counted.reason != hold:
                 library.save(stored, Rule.model_validate({**counted.model_dump(), "reason": hold}))
             if events is not None:
-                events.append("rule_held", now, loop=loop, run=run, rule=rule_id, reason=hold)
+                events.append(Event.RULE_HELD, now, loop=loop, run=run, rule=rule_id, reason=hold)
             continue
         where = f"loop {loop}" if loop != counted.source_loop else "another task"
         reason = f"followed in a passing run of {where}"

@@ -48,6 +48,7 @@ from daemon.rules.rulefile import (
 )
 from daemon.rules.verifier import VERIFY_SYSTEM, RuleVerification, _related, _user_prompt
 from daemon.state.events import EventLog
+from daemon.state.eventtypes import Event
 
 MANIFEST = "loopd-rules.toml"
 BUNDLE_FORMAT = 1
@@ -332,7 +333,7 @@ def import_rules(
         landed.append(stored)
         if events is not None:
             events.append(
-                "rule_imported",
+                Event.RULE_IMPORTED,
                 now,
                 rule=stored.rule.id,
                 origin=provenance.origin_id,

@@ -28,6 +28,7 @@ from daemon.rules.modelcalls import StructuredModel
 from daemon.rules.patterns import pattern_problem
 from daemon.rules.rulefile import DEFAULT_LIFETIME, LIVE, Evidence, Rule, Status
 from daemon.state.events import EventLog
+from daemon.state.eventtypes import Event
 
 DUPLICATE_AT = 0.5  # word overlap from which a candidate only supports an existing rule
 SAME_TEXT_AT = 0.85  # character similarity that also counts as a near-duplicate
@@ -255,7 +256,7 @@ class _Filing:
         result.rule, result.status, result.path = stored.rule, stored.status, stored.path
         if self.events is not None:
             self.events.append(
-                "rule_rejected",
+                Event.RULE_REJECTED,
                 self.now,
                 loop=self.loop,
                 run=self.run,
@@ -295,7 +296,7 @@ class _Filing:
             result.status, result.path = stored.status, stored.path
             if self.events is not None:
                 self.events.append(
-                    "rule_merged",
+                    Event.RULE_MERGED,
                     self.now,
                     loop=self.loop,
                     run=self.run,
@@ -316,7 +317,7 @@ class _Filing:
             )
             if self.events is not None:
                 self.events.append(
-                    "rule_accepted",
+                    Event.RULE_ACCEPTED,
                     self.now,
                     loop=self.loop,
                     run=self.run,
@@ -413,7 +414,7 @@ def verify_candidate(
     events = events if write else None
     filing = _Filing(library, events, now, write, loop, run)
     if events is not None:
-        events.append("rule_proposed", now, loop=loop, run=run, text=rule.rule, kind=rule.kind)
+        events.append(Event.RULE_PROPOSED, now, loop=loop, run=run, text=rule.rule, kind=rule.kind)
 
     # 0. Patterns: each must run on RE2, or the rule would fire on nothing it was meant for.
     bad = [(p, why) for p in rule.trigger_patterns if (why := pattern_problem(p))]

@@ -25,6 +25,7 @@ from daemon.runs.services import RunServices
 from daemon.runs.sessions import AttemptResult, Sessions
 from daemon.runs.stop import RunStopped, StopToken
 from daemon.state.atomic import ensure_dir, write_atomic
+from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord
 
 
@@ -138,7 +139,7 @@ class Attempt:
                 guard.baseline()  # the user's refs, config, hooks and info as the agent finds them
             run.phase = "running"
             journal.save()
-            journal.event("attempt_started", attempt=n)
+            journal.event(Event.ATTEMPT_STARTED, attempt=n)
 
         profile = self.services.config.profile(cfg.agent)
         assert profile is not None  # the loop's agent is checked when the config loads
@@ -167,7 +168,7 @@ class Attempt:
         journal.save()
         fields: dict[str, Any] = {"interrupted": True} if attempt.interrupted else {}
         journal.event(
-            "attempt_finished",
+            Event.ATTEMPT_FINISHED,
             attempt=n,
             exit_code=attempt.exit_code,
             nudges=attempt.nudges,

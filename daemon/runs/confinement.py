@@ -44,6 +44,7 @@ from daemon.sandbox.paths import home_folders, value_paths
 from daemon.sandbox.programs import resolve_program
 from daemon.sandbox.registry import Choice, choose
 from daemon.state.atomic import ensure_dir
+from daemon.state.eventtypes import Event
 from daemon.state.records import RunExposure, RunRecord
 
 
@@ -56,7 +57,7 @@ def choose_sandbox(services: RunServices, journal: Any) -> None:
     `sandbox`); SandboxUnavailable when its runs are refused here."""
     choice = choose(services.config.sandbox)
     fields = {"warning": choice.warning} if choice.warning else {}
-    journal.event("sandbox", mode=choice.mode, in_force=choice.name, **fields)
+    journal.event(Event.SANDBOX, mode=choice.mode, in_force=choice.name, **fields)
     if choice.refusal:
         raise SandboxUnavailable(choice.refusal)
     # In a sandboxed clone the user's repository is read-only to the agent: its guards

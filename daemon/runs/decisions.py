@@ -15,6 +15,8 @@ from daemon.state.records import (
     REPOSITORY_KINDS,
     AttemptRecord,
     Cause,
+    Outcome,
+    Phase,
     RunRecord,
     violation_cause,
 )
@@ -27,7 +29,7 @@ LIMIT_KEYS = {"processes": "max_processes", "memory": "max_memory", "tree": "max
 class Ending(NamedTuple):
     """How a run ends: its outcome, the reason in a few words, and the cause."""
 
-    outcome: str
+    outcome: Outcome
     reason: str
     cause: Cause
 
@@ -232,17 +234,28 @@ def _failing_given_up(attempts: Sequence[AttemptRecord], last: AttemptRecord) ->
 # Why an interrupted run ended: whichever loopd process ran its attempt stopped meanwhile.
 INTERRUPTED_REASON = "loopd stopped during the run (a stop, a crash, a kill or a lost worker)"
 
+# The phases whose agent was done: a resumed run judges its last attempt (again).
+AGENT_DONE: frozenset[Phase] = frozenset({"judging", "learning"})
+# A run stopped (SIGTERM, a lost worker) in one of these phases is left live, not ended, and
+# resumes after the restart: its agent's work is done, or it is parked on a usage limit.
+# `learning` was missing here while a crash there resumed: the same moment gave an interrupted
+# run (and a retry from scratch) after a stop, and a resumed one after a crash.
+RESUMABLE_AFTER_STOP: frozenset[Phase] = AGENT_DONE | {"waiting"}
+# The same phases after a crash: a stop and a crash at one moment leave one record, and the
+# next start decides alike. The record must also hold what resuming needs (`resumable`).
+RESUMABLE_AFTER_CRASH: frozenset[Phase] = RESUMABLE_AFTER_STOP
 
-def stopped(why: StopWhy, phase: str, trigger_kind: str) -> Ending | None:
+
+def stopped(why: StopWhy, phase: Phase, trigger_kind: str) -> Ending | None:
     """A run stopped from outside: cancelled by a person, or interrupted (a stop, a crash, a
-    worker gone). None: the run was judging, or parked on a usage limit, and resumes where
-    it stopped.
+    worker gone). None: the run was judging or learning, or parked on a usage limit, and
+    resumes where it stopped.
 
     An interrupted run is retried once; a retry that is interrupted again goes to a person.
     """
     if why == "cancelled":
         return Ending("cancelled", "cancelled by a person", Cause.CANCELLED)
-    if phase in ("judging", "waiting"):
+    if phase in RESUMABLE_AFTER_STOP:
         return None
     cause = Cause.INTERRUPTED_RETRY if trigger_kind == "retry" else Cause.INTERRUPTED
     return Ending("interrupted", INTERRUPTED_REASON, cause)
@@ -251,11 +264,17 @@ def stopped(why: StopWhy, phase: str, trigger_kind: str) -> Ending | None:
 def left_live(run: RunRecord) -> Ending | None:
     """How a run that a stopped or crashed loopd left without an outcome ends, when the next
     one starts. None: it resumes (its agent was done and it was judging, or it was parked)."""
-    if run.phase in ("judging", "learning") and run.attempts and run.attempts[-1].finished:
-        return None
-    if run.phase == "waiting" and run.park is not None and run.attempts:
+    if run.phase in RESUMABLE_AFTER_CRASH and resumable(run):
         return None
     return stopped("interrupted", "running", run.trigger.kind)
+
+
+def resumable(run: RunRecord) -> bool:
+    """Whether the record holds what resuming needs: the last attempt finished (judging,
+    learning), or the park (waiting)."""
+    if run.phase in AGENT_DONE:
+        return bool(run.attempts) and run.attempts[-1].finished is not None
+    return run.phase == "waiting" and run.park is not None and bool(run.attempts)
 
 
 def retried(ending: Ending) -> bool:

@@ -37,10 +37,12 @@ from daemon.runs.startpoint import StartPoint
 from daemon.runs.stop import RunStopped, StopToken
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir
+from daemon.state.eventtypes import Event
 from daemon.state.records import (
     AttemptRecord,
     Cause,
     ExperimentArm,
+    Outcome,
     RunRecord,
     RunTrigger,
     is_experiment,
@@ -150,7 +152,7 @@ class RunExecutor:
         except Exception as exc:  # noqa: BLE001 - a run must end with an outcome, not a crash
             ending = decisions.failed(exc)
             if ending.cause in (Cause.GIT_FAILED, Cause.LOOPD_ERROR):
-                self.journal.event("run_error", error=f"{type(exc).__name__}: {exc}"[:1000])
+                self.journal.event(Event.RUN_ERROR, error=f"{type(exc).__name__}: {exc}"[:1000])
             self._finish(*ending)
         finally:
             self.stop.close()
@@ -159,18 +161,18 @@ class RunExecutor:
     def _run(self) -> None:
         run = self.run
         parked = False
-        if run.phase in ("judging", "learning") and run.attempts:
+        if run.phase in decisions.AGENT_DONE and run.attempts:
             # Resumed after a restart: the last attempt's agent was done.
             self._reopen()
             last = run.attempts[-1]
-            self.journal.event("run_resumed", phase="judging", attempt=last.n)
+            self.journal.event(Event.RUN_RESUMED, phase="judging", attempt=last.n)
             self._judge(last, None)
             start = last.n + 1
         elif run.phase == "waiting" and run.park is not None and run.attempts:
             # Resumed after a restart while parked on a usage limit: the attempt goes on.
             self._reopen()
             start, parked = run.attempts[-1].n, True
-            self.journal.event("run_resumed", phase="waiting", attempt=start)
+            self.journal.event(Event.RUN_RESUMED, phase="waiting", attempt=start)
         else:
             self._prepare()
             start = 1
@@ -214,7 +216,7 @@ class RunExecutor:
 
     def _prepare(self) -> None:
         run = self.run
-        self.journal.event("run_started", trigger=run.trigger.kind, reason=run.trigger.reason)
+        self.journal.event(Event.RUN_STARTED, trigger=run.trigger.kind, reason=run.trigger.reason)
         repo = self.cfg.repo_path
         if not repo.is_dir():  # moved or deleted since the loop was loaded
             raise TreeError(
@@ -279,7 +281,7 @@ class RunExecutor:
             return
         checks = done_already(self.journal, self.stop, tree, cfg)
         self.journal.event(
-            "done_check",
+            Event.DONE_CHECK,
             passed=checks.passed,
             commit=tree.base_commit,
             results=[{"command": r.command, "exit_code": r.exit_code} for r in checks.results],
@@ -364,7 +366,7 @@ class RunExecutor:
             self.rules.add(rule)
             run.rules_fired.append(rule.id)
             self.journal.save()
-            self.journal.event("rule_fired", rule=rule.id, why="learned")
+            self.journal.event(Event.RULE_FIRED, rule=rule.id, why="learned")
 
     def _restore_protected(self, attempt: AttemptRecord) -> None:
         from daemon.git.guards import restore_paths
@@ -375,7 +377,7 @@ class RunExecutor:
             head = restore_paths(self.tree.git, self.run.base_commit, protected)
             if head is not None:
                 publish(self.journal, self.tree, head)
-            self.journal.event("protected_restored", paths=protected)
+            self.journal.event(Event.PROTECTED_RESTORED, paths=protected)
 
     # the end -----------------------------------------------------------------
     def _why_given_up(self) -> tuple[str, Cause]:
@@ -383,12 +385,12 @@ class RunExecutor:
         ending = decisions.given_up(self.run.attempts, self.cfg.critic_threshold)
         return ending.reason, ending.cause
 
-    def _end(self, outcome: str, reason: str, cause: Cause) -> NoReturn:
+    def _end(self, outcome: Outcome, reason: str, cause: Cause) -> NoReturn:
         """Finish the run with this outcome and leave the state machine."""
         self._finish(outcome, reason, cause)
         raise _Ended()
 
-    def _finish(self, outcome: str, reason: str, cause: Cause) -> None:
+    def _finish(self, outcome: Outcome, reason: str, cause: Cause) -> None:
         try:
             finish_run(
                 self.services,
@@ -401,4 +403,4 @@ class RunExecutor:
                 config=self.cfg,
             )
         except Exception as exc:  # noqa: BLE001 - the live marker stays: recovery finishes it
-            self.journal.event("finish_failed", error=f"{type(exc).__name__}: {exc}"[:1000])
+            self.journal.event(Event.FINISH_FAILED, error=f"{type(exc).__name__}: {exc}"[:1000])

@@ -28,9 +28,13 @@ from daemon.git.tree import (
 )
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
+from daemon.state.eventtypes import Event
 from daemon.state.records import (
+    JUDGED_OUTCOMES,
+    STOPPED_OUTCOMES,
     AttemptRecord,
     Cause,
+    Outcome,
     RunRecord,
     StallRecord,
     escalates,
@@ -73,14 +77,14 @@ def tree_of(services: RunServices, run: RunRecord) -> RunTree | None:
             return reopen_tree(run, root)  # a record from before loopd's own git directory
         return tree_of_record(run, root)
     except (GitError, OSError) as exc:
-        services.event("tree_unusable", loop=run.loop, run=run.id, error=str(exc)[:300])
+        services.event(Event.TREE_UNUSABLE, loop=run.loop, run=run.id, error=str(exc)[:300])
         return None
 
 
 def _close_open_attempt(
     journal: RunJournal,
     tree: RunTree | None,
-    outcome: str,
+    outcome: Outcome,
     reason: str,
     died_at: datetime | None = None,
 ) -> None:
@@ -96,7 +100,7 @@ def _close_open_attempt(
         try:
             commit_attempt(journal, tree, attempt)
         except (GitError, OSError, UnsafeTree) as exc:
-            journal.event("commit_failed", attempt=attempt.n, error=str(exc)[:300])
+            journal.event(Event.COMMIT_FAILED, attempt=attempt.n, error=str(exc)[:300])
     elif not attempt.head_commit:
         # Its tree is elsewhere (a worker that was lost): the attempt got as far as the
         # run's branch holds, as the local engine would have committed it.
@@ -110,7 +114,7 @@ def _close_open_attempt(
             )
         journal.save()
         journal.event(
-            "attempt_finished",
+            Event.ATTEMPT_FINISHED,
             attempt=attempt.n,
             exit_code=attempt.exit_code,
             nudges=attempt.nudges,
@@ -134,7 +138,7 @@ def _branch_tip(run: RunRecord) -> str:
 def finish_run(
     services: RunServices,
     run: RunRecord,
-    outcome: str,
+    outcome: Outcome,
     reason: str,
     cause: Cause | None = None,
     *,
@@ -148,7 +152,7 @@ def finish_run(
     `died_at`: when a dead loopd's open attempt last did anything, its `finished`."""
     journal = RunJournal(services, run)
     if run.outcome is None:
-        if outcome in ("cancelled", "interrupted", "error"):
+        if outcome in STOPPED_OUTCOMES:
             _close_open_attempt(journal, tree, outcome, reason, died_at)
         run.outcome = outcome  # type: ignore[assignment]
         run.reason = reason
@@ -232,7 +236,7 @@ def _finish_for_people(services: RunServices, steps: _Steps, notify_on: list[str
         steps.done("notified")
     if steps.todo("event"):
         journal.event(
-            "run_finished",
+            Event.RUN_FINISHED,
             outcome=run.outcome,
             reason=run.reason,
             cause=str(run.cause or ""),
@@ -279,10 +283,10 @@ def _return_credentials(journal: RunJournal) -> None:
             Path(exposure.agent_home), Path(exposure.real_home), exposure.seeded
         )
     except OSError as exc:
-        journal.event("credentials_not_returned", error=str(exc)[:300])
+        journal.event(Event.CREDENTIALS_NOT_RETURNED, error=str(exc)[:300])
         return
     if returned:
-        journal.event("credentials_returned", paths=returned)
+        journal.event(Event.CREDENTIALS_RETURNED, paths=returned)
 
 
 def _remove_tree(services: RunServices, journal: RunJournal, tree: RunTree | None) -> None:
@@ -301,14 +305,14 @@ def _remove_tree(services: RunServices, journal: RunJournal, tree: RunTree | Non
     try:
         remove_tree(tree)
     except (GitError, OSError) as exc:
-        journal.event("worktree_remove_failed", error=str(exc)[:300])
+        journal.event(Event.WORKTREE_REMOVE_FAILED, error=str(exc)[:300])
 
 
 def _count_rules(services: RunServices, run: RunRecord) -> None:
     # Only runs whose agent worked count for or against their rules: a run refused or
     # escalated by a rule before any agent, or stopped by a person or a crash, says nothing.
     # An experiment's runs never count: an arm without a support is not the rules' doing.
-    if not (run.rules_fired and run.attempts and run.outcome in ("succeeded", "escalated")):
+    if not (run.rules_fired and run.attempts and run.outcome in JUDGED_OUTCOMES):
         return
     if is_experiment(run):
         return
@@ -353,7 +357,7 @@ def _escalated_event(services: RunServices, journal: RunJournal) -> None:
 
         meta = read_escalation(path)
         repeat = {"repeat_of": held_by, "count": meta.count if meta else 0}
-    journal.event("escalated", reason=run.reason, cause=str(run.cause), file=where, **repeat)
+    journal.event(Event.ESCALATED, reason=run.reason, cause=str(run.cause), file=where, **repeat)
 
 
 def _notify(
@@ -383,7 +387,7 @@ def _notify(
 def end_without_agent(
     services: RunServices,
     run: RunRecord,
-    outcome: str,
+    outcome: Outcome,
     reason: str,
     cause: Cause | None = None,
     notify_on: list[str] | None = None,

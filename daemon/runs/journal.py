@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.runs.services import RunServices
+from daemon.state.eventtypes import Event
 from daemon.state.records import RunRecord
 
 
@@ -35,7 +36,7 @@ class RunJournal:
         self.beat()
         self.services.store.save_run(self.run)
 
-    def event(self, type: str, **fields: Any) -> None:
+    def event(self, type: Event, **fields: Any) -> None:
         """Append an event of this run to `state/events.jsonl`."""
         self.services.event(type, loop=self.run.loop, run=self.run.id, **fields)
 

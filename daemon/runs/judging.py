@@ -25,6 +25,7 @@ from daemon.runs.slots import release_slot
 from daemon.runs.stop import StopToken
 from daemon.runs.testweigh import check_violations, weigh_tests
 from daemon.state.atomic import write_atomic
+from daemon.state.eventtypes import Event
 from daemon.state.records import CHECK_KINDS, AttemptRecord, Violation
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ def judge_attempt(
     attempt.checks_missing = missing_programs([(r.command, r.exit_code) for r in checks.results])
     journal.save()
     journal.event(
-        "checks",
+        Event.CHECKS,
         attempt=attempt.n,
         passed=checks.passed,
         results=[{"command": r.command, "exit_code": r.exit_code} for r in checks.results],
@@ -106,7 +107,7 @@ def judge_attempt(
     violations += check_violations(checks)
     if violations:
         journal.event(
-            "violations", attempt=attempt.n, violations=[v.model_dump() for v in violations]
+            Event.VIOLATIONS, attempt=attempt.n, violations=[v.model_dump() for v in violations]
         )
     texts = [v.text() for v in violations]
     verifier = services.config.verifier
@@ -166,7 +167,7 @@ def _ask_critic(
             since = journal.run.judging_since or services.clock()
             waited = (services.clock() - since).total_seconds()
             journal.event(
-                "verifier_unavailable",
+                Event.VERIFIER_UNAVAILABLE,
                 attempt=attempt.n,
                 error=str(exc)[:300],
                 waited_seconds=int(waited),
@@ -207,7 +208,7 @@ def record_verdict(journal: RunJournal, attempt: AttemptRecord, verdict: Verdict
         else {}
     )
     journal.event(
-        "verdict",
+        Event.VERDICT,
         attempt=attempt.n,
         passed=verdict.passed,
         score=verdict.score,

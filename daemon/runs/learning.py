@@ -22,6 +22,7 @@ from daemon.runs import decisions
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
 from daemon.state.atomic import write_atomic
+from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord, Record, RunRecord
 from daemon.state.store import dump_toml
 
@@ -217,7 +218,7 @@ def learn_from_attempt(
     except ModelUnavailable as exc:
         path = defer_lesson(services, run, attempt.n, kind_hint, str(exc))
         journal.event(
-            "rule_deferred",
+            Event.RULE_DEFERRED,
             attempt=attempt.n,
             reason=str(exc)[:300],
             file=str(path.relative_to(services.store.root)),
@@ -309,7 +310,7 @@ def retry_deferred_lessons(services: RunServices, limit: int | None = None) -> i
             path.unlink(missing_ok=True)
             done += 1
             services.event(
-                "rule_deferred_learned",
+                Event.RULE_DEFERRED_LEARNED,
                 loop=run.loop,
                 run=run.id,
                 attempt=attempt.n,
@@ -349,7 +350,7 @@ def _load_lesson(
 def _drop(services: RunServices, path: Path, lesson: DeferredLesson | None, why: str) -> None:
     path.unlink(missing_ok=True)
     services.event(
-        "rule_deferred_dropped",
+        Event.RULE_DEFERRED_DROPPED,
         loop=lesson.loop if lesson else None,
         run=lesson.run if lesson else None,
         file=f"{DEFERRED}/{path.name}",

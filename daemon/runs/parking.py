@@ -26,6 +26,7 @@ from daemon.runs.services import RunServices
 from daemon.runs.slots import release_slot, take_slot
 from daemon.runs.stop import StopToken
 from daemon.state.atomic import write_atomic
+from daemon.state.eventtypes import Event
 from daemon.state.records import Park
 from daemon.units import format_duration
 
@@ -131,7 +132,7 @@ class Parking:
         journal.save()
         fields = {"resume_at": resume_at.isoformat(), "reset_named": named, "count": count}
         journal.event(
-            "quota_wait", attempt=self.n, profile=profile, message=message[-300:], **fields
+            Event.QUOTA_WAIT, attempt=self.n, profile=profile, message=message[-300:], **fields
         )
         self.transcript.write_loopd(now, "quota", message=message[-300:], **fields)
         if self.holds_here:
@@ -169,7 +170,7 @@ class Parking:
         run.phase = "running"
         run.resume_at = None
         journal.save()
-        journal.event("quota_resumed", attempt=self.n, waited_seconds=waited)
+        journal.event(Event.QUOTA_RESUMED, attempt=self.n, waited_seconds=waited)
         self.transcript.write_loopd(now, "quota_resumed", waited_seconds=waited)
 
     def asked(self) -> Asked:

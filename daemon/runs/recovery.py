@@ -14,6 +14,7 @@ from typing import Literal
 from daemon.config import Loop
 from daemon.runs import decisions
 from daemon.runs.services import RunServices
+from daemon.state.eventtypes import Event
 from daemon.state.records import Cause, RunRecord, Trigger, is_experiment
 
 Action = Literal["resume", "retry", "ended", "skip"]
@@ -92,7 +93,7 @@ def _recover(
     if ending is None:
         # Its agent was done (judging resumes), or it is parked on a usage limit: it stays
         # parked (its tree where it was) and resumes the same session once the limit lifts.
-        services.event("run_recovered", loop=run.loop, run=run.id, to=_resumes_in(run))
+        services.event(Event.RUN_RECOVERED, loop=run.loop, run=run.id, to=_resumes_in(run))
         return Recovery(run.id, "resume", run)
     run = finish_interrupted(services, loop, run, ending.reason, ending.cause)
     if not decisions.retried(ending):
@@ -107,14 +108,17 @@ def _recover(
     return Recovery(run.id, "retry", run, retry)
 
 
-def _resumes_in(run: RunRecord) -> str:
+def _resumes_in(run: RunRecord) -> Literal["judging", "waiting"]:
     return "waiting" if run.phase == "waiting" else "judging"
 
 
 def _failed(services: RunServices, run_id: str, run: RunRecord | None, error: str) -> None:
     try:
         services.event(
-            "run_recovery_failed", loop=run.loop if run else None, run=run_id, error=error[:1000]
+            Event.RUN_RECOVERY_FAILED,
+            loop=run.loop if run else None,
+            run=run_id,
+            error=error[:1000],
         )
     except Exception:  # noqa: BLE001 - the event log itself may be what is broken
         pass

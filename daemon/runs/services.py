@@ -12,6 +12,7 @@ from daemon.config import DaemonConfig
 from daemon.home import Home
 from daemon.model.health import VerifierHealth
 from daemon.retry import JUDGING, RetryPolicy
+from daemon.state.eventtypes import Event
 from daemon.state.store import StateStore
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ class RunServices:
     verifier: VerifierHealth = field(default_factory=VerifierHealth)
     slots: Any = None  # daemon.runs.slots.RunSlots in the daemon; None in `loopd once`
 
-    def event(self, type: str, loop: str | None = None, run: str | None = None, **fields: Any):
+    def event(self, type: Event, loop: str | None = None, run: str | None = None, **fields: Any):
         return self.store.events.append(type, self.clock(), loop=loop, run=run, **fields)
 
     def model_client(self, second: bool = False) -> ModelClient | None:

@@ -31,6 +31,7 @@ from daemon.runs.services import RunServices
 from daemon.runs.stop import StopToken
 from daemon.scheduling.cron import parse_timezone
 from daemon.state.atomic import ensure_dir
+from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord, StallRecord
 
 
@@ -218,7 +219,7 @@ class Sessions:
         if not limit_hit:
             return False
         self.record.limit_hit = limit_hit
-        self.journal.event("resource_limit", attempt=self.record.n, limit=limit_hit)
+        self.journal.event(Event.RESOURCE_LIMIT, attempt=self.record.n, limit=limit_hit)
         return limit_hit == "tree"  # no nudge: the tree itself is over the run's bound
 
     def _record(self, session: Any) -> None:
@@ -291,7 +292,7 @@ class Sessions:
         journal, n = self.journal, self.attempt.n
         detail = ending.detail[:500]
         self.record.stalls.append(StallRecord(kind=ending.kind, at=journal.now(), detail=detail))
-        journal.event("stall", attempt=n, kind=ending.kind, detail=detail)
+        journal.event(Event.STALL, attempt=n, kind=ending.kind, detail=detail)
         if session.stall is None:  # the supervisor writes the stalls it detects
             self.transcript.write_loopd(journal.now(), "stall", kind=ending.kind, detail=detail)
         journal.save()
@@ -304,7 +305,7 @@ class Sessions:
         if end.checks_tail:
             message += "\n\nThe checks still fail:\n\n" + fenced(end.checks_tail)
         self.transcript.write_loopd(journal.now(), "nudge", text=message, n=record.nudges)
-        journal.event("nudge", attempt=self.attempt.n, n=record.nudges, kind=ending.kind)
+        journal.event(Event.NUDGE, attempt=self.attempt.n, n=record.nudges, kind=ending.kind)
         journal.save()
         if adapter.session_resume and (self.session_id or not adapter.resume_needs_id):
             self.asked = Asked(message, whole_prompt=False)

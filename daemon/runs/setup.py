@@ -25,6 +25,7 @@ from daemon.runs.confinement import Confinement
 from daemon.runs.journal import RunJournal
 from daemon.runs.stop import StopToken
 from daemon.state.atomic import write_atomic
+from daemon.state.eventtypes import Event
 from daemon.state.records import RunRecord, is_experiment
 
 SETUP_LOG = "setup.log"
@@ -108,7 +109,7 @@ def run_setup(
     limit = cfg.setup_timeout.total_seconds()
     deadline = time.monotonic() + limit
     result = SetupResult(ChecksResult())
-    journal.event("setup_started", commands=len(cfg.setup), log=log_name)
+    journal.event(Event.SETUP_STARTED, commands=len(cfg.setup), log=log_name)
     for command in cfg.setup:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -127,7 +128,7 @@ def run_setup(
     write_atomic(journal.services.store.run_dir(run.id) / log_name, text)
     result.made = sorted(untracked(own) - before)
     journal.event(
-        "setup_finished",
+        Event.SETUP_FINISHED,
         log=log_name,
         passed=result.passed,
         made=result.made[:50],

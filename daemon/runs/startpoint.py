@@ -19,6 +19,7 @@ from daemon.git.safe import GitError
 from daemon.git.userrepo import UserRepo
 from daemon.runs import decisions
 from daemon.runs.journal import RunJournal
+from daemon.state.eventtypes import Event
 from daemon.state.records import RunRecord, is_experiment
 from daemon.state.store import StateStore
 
@@ -72,7 +73,7 @@ def _last_success_start(journal: RunJournal, user: UserRepo, cfg: LoopConfig) ->
         return None  # preparing the tree says what is wrong with the base
     found = last_success(journal.services.store, user, run.loop, run.id, base_commit)
     if found is not None:
-        journal.event("build_on", run_built_on=found.built_on[0], base=found.base)
+        journal.event(Event.BUILD_ON, run_built_on=found.built_on[0], base=found.base)
     return found
 
 

@@ -19,6 +19,7 @@ from daemon.runs.checktree import CheckTree
 from daemon.runs.journal import RunJournal
 from daemon.runs.stop import StopToken
 from daemon.runs.testcounts import runner_of, weakened
+from daemon.state.eventtypes import Event
 from daemon.state.records import TestCounts, Violation
 
 
@@ -32,7 +33,7 @@ def record_base(journal: RunJournal, checks: ChecksResult) -> None:
     journal.run.base_tests = counts_of(checks)
     counted = [t.model_dump() for t in journal.run.base_tests if t.runner]
     if counted:
-        journal.event("base_tests", counts=counted)
+        journal.event(Event.BASE_TESTS, counts=counted)
 
 
 def weigh_tests(
@@ -55,7 +56,7 @@ def weigh_tests(
         if not why:
             continue
         if result.command in cfg.allow_fewer_tests:
-            journal.event("checks_weakened_allowed", command=result.command, why=why)
+            journal.event(Event.CHECKS_WEAKENED_ALLOWED, command=result.command, why=why)
             continue
         checks.weakened.append((result.command, why))
 

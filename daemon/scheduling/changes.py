@@ -35,6 +35,7 @@ from daemon.git.safe import Git
 from daemon.globs import any_path_matches
 from daemon.scheduling.inbox_watch import inotify_limit_message, is_inotify_limit
 from daemon.state.events import EventLog
+from daemon.state.eventtypes import Event
 from daemon.state.records import Trigger
 
 MAX_TRIGGER_PATHS = 200
@@ -116,7 +117,7 @@ class ChangeWatcher:
         self._pending: set[str] = set()
         self._last_activity: datetime | None = None
         self._last_scan: datetime | None = None
-        self._notes: list[tuple[str, dict[str, Any]]] = []
+        self._notes: list[tuple[Event, dict[str, Any]]] = []
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -158,7 +159,7 @@ class ChangeWatcher:
         self._stop_inotify()
         self.mode = "polling"
         self.warning = message
-        self._notes.append(("watch_fallback", {"reason": message}))
+        self._notes.append((Event.WATCH_FALLBACK, {"reason": message}))
 
     def _start_inotify(self) -> None:
         from watchdog.observers.inotify_c import InotifyConstants as C
@@ -424,7 +425,7 @@ class ChangeWatcher:
             self._fall_back(inotify_limit_message(exc, f"{self.repo} for loop {self.loop!r}"))
         if self.events is not None:
             self.events.append(
-                "watch_rescan",
+                Event.WATCH_RESCAN,
                 now,
                 loop=self.loop,
                 reason=reason,

@@ -15,17 +15,18 @@ from datetime import datetime
 from typing import Literal
 
 from daemon.config import LoopConfig
+from daemon.state.eventtypes import Event
 from daemon.state.queuefile import PendingRun
 from daemon.state.records import Trigger, make_run_id
 
 __all__ = ["Decision", "PendingRun", "RunQueue"]
 
 Action = Literal["queued", "merged", "skipped", "dropped_queue_full"]
-_EVENTS: dict[str, str] = {
-    "queued": "trigger",
-    "merged": "trigger_merged",
-    "skipped": "trigger_skipped",
-    "dropped_queue_full": "trigger_skipped",
+_EVENTS: dict[str, Event] = {
+    "queued": Event.TRIGGER,
+    "merged": Event.TRIGGER_MERGED,
+    "skipped": Event.TRIGGER_SKIPPED,
+    "dropped_queue_full": Event.TRIGGER_SKIPPED,
 }
 
 
@@ -38,7 +39,7 @@ class Decision:
     why: str = ""  # for skipped and dropped triggers, in a few words
 
     @property
-    def event(self) -> str:
+    def event(self) -> Event:
         """The event type: `trigger`, `trigger_merged` or `trigger_skipped`."""
         return _EVENTS[self.action]
 

@@ -24,6 +24,7 @@ from typing import Any
 from daemon.config import Loop, RemoteConfig
 from daemon.git.safe import Git, GitError
 from daemon.globs import wildmatch
+from daemon.state.eventtypes import Event
 from daemon.state.ledger import LedgerEntry, ledger_of
 from daemon.state.records import Trigger
 from daemon.state.store import StateStore
@@ -32,7 +33,7 @@ FETCH_TIMEOUT = 300.0
 LS_REMOTE_TIMEOUT = 60.0
 MAX_BACKOFF = 3600.0  # seconds between polls of a remote that keeps failing
 
-Event = Callable[..., None]
+EventSink = Callable[..., None]
 
 
 @dataclass
@@ -70,7 +71,7 @@ class RemoteFeed:
         loops: Callable[[], dict[str, Loop]],
         remotes: Callable[[], dict[str, RemoteConfig]],
         clock: Callable[[], datetime],
-        event: Event,
+        event: EventSink,
     ) -> None:
         self.store = store
         self.loops = loops
@@ -112,7 +113,7 @@ class RemoteFeed:
                 if pushes:
                     self._handle(pushes)
             except Exception as exc:  # noqa: BLE001 - the feed must outlive one bad batch
-                self.event("remote_feed_error", error=f"{type(exc).__name__}: {exc}"[:1000])
+                self.event(Event.REMOTE_FEED_ERROR, error=f"{type(exc).__name__}: {exc}"[:1000])
             finally:
                 for _ in batch:
                     self._queue.task_done()
@@ -140,7 +141,7 @@ class RemoteFeed:
                     error = fetched.get(loop.config.repo_path, "no fetch")
                     if error:
                         self.event(
-                            "remote_fetch_failed",
+                            Event.REMOTE_FETCH_FAILED,
                             loop=loop.name,
                             remote=name,
                             ref=f"refs/heads/{push.branch}",
@@ -242,7 +243,9 @@ class RemotePoller:
             try:
                 self.poll_due()
             except Exception as exc:  # noqa: BLE001 - polling goes on
-                self.feed.event("remote_poll_failed", error=f"{type(exc).__name__}: {exc}"[:500])
+                self.feed.event(
+                    Event.REMOTE_POLL_FAILED, error=f"{type(exc).__name__}: {exc}"[:500]
+                )
             self._stop.wait(0.5)
 
     def poll_due(self) -> None:
@@ -257,7 +260,7 @@ class RemotePoller:
             wait = interval if ok else min(interval * 2**failures, max(MAX_BACKOFF, interval))
             self.next_at[name] = self.monotonic() + wait
             if not ok:
-                self.feed.event("remote_poll_backoff", remote=name, retry_in=round(wait, 1))
+                self.feed.event(Event.REMOTE_POLL_BACKOFF, remote=name, retry_in=round(wait, 1))
 
     def poll(self, name: str) -> bool:
         """One ls-remote of `name`: moved watched branches are submitted; False on failure."""
@@ -267,10 +270,10 @@ class RemotePoller:
                 "ls-remote", "--heads", "--", remote.clone_url, timeout=LS_REMOTE_TIMEOUT
             )
         except GitError as exc:
-            self.feed.event("remote_poll_failed", remote=name, error=str(exc)[:1000])
+            self.feed.event(Event.REMOTE_POLL_FAILED, remote=name, error=str(exc)[:1000])
             return False
         if self.failures.get(name):
-            self.feed.event("remote_poll_recovered", remote=name)
+            self.feed.event(Event.REMOTE_POLL_RECOVERED, remote=name)
         heads: dict[str, str] = {}
         for line in out.stdout.decode("utf-8", "replace").splitlines():
             sha, _, ref = line.partition("\t")

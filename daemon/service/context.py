@@ -14,6 +14,7 @@ from daemon.config import LoadedConfig, Loop, LoopConfig
 from daemon.home import Home
 from daemon.runs.services import RunServices
 from daemon.service.reload import LoopFiles
+from daemon.state.eventtypes import Event
 from daemon.state.store import StateStore, UnreadableFile
 
 
@@ -111,7 +112,7 @@ class Context:
             if loop.config.enabled and loop.config.schedule
         }
 
-    def event(self, type: str, **fields: Any) -> None:
+    def event(self, type: Event, **fields: Any) -> None:
         """Record an event stamped now."""
         self.store.events.append(type, self.clock(), **fields)
 
@@ -119,14 +120,14 @@ class Context:
         """Record the configuration's errors and warnings."""
         for error in self.config.errors:
             self.event(
-                "config_error",
+                Event.CONFIG_ERROR,
                 file=str(error.file),
                 key=error.key,
                 message=error.message,
                 fix=error.fix,
             )
         for warning in self.config.warnings:
-            self.event("config_warning", message=warning)
+            self.event(Event.CONFIG_WARNING, message=warning)
 
 
 def unreadable_reporter(store: StateStore) -> Callable[[UnreadableFile], None]:
@@ -134,6 +135,6 @@ def unreadable_reporter(store: StateStore) -> Callable[[UnreadableFile], None]:
 
     def report(problem: UnreadableFile) -> None:
         print(f"loopd: warning: {problem}; skipped", file=sys.stderr, flush=True)
-        store.events.append("state_unreadable", file=str(problem.path), error=problem.reason)
+        store.events.append(Event.STATE_UNREADABLE, file=str(problem.path), error=problem.reason)
 
     return report

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from daemon.runs.budget import BudgetDay, Hold, budget_days, holds, recent_spends
 from daemon.service.context import Context
+from daemon.state.eventtypes import Event
 from daemon.state.records import BudgetStatus
 
 RECOUNT_EVERY = 15.0  # seconds of the monotonic clock between counts of the tokens spent
@@ -58,7 +59,7 @@ class Holds:
             changed = True
             loop = day.scope.removeprefix("loop:") if day.scope.startswith("loop:") else None
             store.events.append(
-                "budget_exhausted",
+                Event.BUDGET_EXHAUSTED,
                 self.ctx.clock(),
                 loop=loop,
                 scope="home" if loop is None else "loop",

@@ -7,6 +7,7 @@ import threading
 from datetime import datetime
 
 from daemon.service.context import Context
+from daemon.state.eventtypes import Event
 
 PRUNE_EVERY = 86400.0  # seconds of the monotonic clock
 LESSONS_EVERY = 300.0
@@ -65,7 +66,7 @@ class Housekeeper:
         try:
             prune(ctx.store, repos, retain_days, now, keep=keep, rules_dir=ctx.home.rules_dir)
         except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
-            ctx.event("prune_failed", error=str(exc)[:500])
+            ctx.event(Event.PRUNE_FAILED, error=str(exc)[:500])
         try:
             from daemon.rules.promotion import retire_stale
             from daemon.runs.learning import rule_library
@@ -74,7 +75,7 @@ class Housekeeper:
                 rule_library(ctx.services), ctx.store.events, now, state_root=ctx.store.root
             )
         except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
-            ctx.event("retire_failed", error=str(exc)[:500])
+            ctx.event(Event.RETIRE_FAILED, error=str(exc)[:500])
 
     def retry_deferred_lessons(self) -> None:
         """Post-mortems deferred while the verifier was down (`rule_deferred`), tried again."""
@@ -83,7 +84,7 @@ class Housekeeper:
         try:
             retry_deferred_lessons(self.ctx.services)
         except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
-            self.ctx.event("deferred_lessons_failed", error=str(exc)[:500])
+            self.ctx.event(Event.DEFERRED_LESSONS_FAILED, error=str(exc)[:500])
 
     def join(self, timeout: float) -> None:
         if self._thread is not None:

@@ -21,6 +21,7 @@ from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import CronTimer
 from daemon.service.context import Context
 from daemon.service.skips import Skips
+from daemon.state.eventtypes import Event
 from daemon.state.queuefile import QueueFile
 from daemon.state.records import Trigger
 from daemon.state.store import UnreadableFile, read_model
@@ -66,7 +67,7 @@ class Intake:
             # Kept for a person: the next save would replace it.
             aside = store.queue_path.with_name("queue.unreadable.toml")
             os.replace(store.queue_path, aside)
-            self.ctx.event("queue_unreadable", file=str(aside), error=exc.reason)
+            self.ctx.event(Event.QUEUE_UNREADABLE, file=str(aside), error=exc.reason)
             saved = QueueFile()
         # A crash between the save and the deletions left these: their triggers are held
         # by the saved queue or recorded as events already.
@@ -74,7 +75,7 @@ class Intake:
         for pending in saved.pending:
             if pending.loop not in self.ctx.loops:
                 self.ctx.event(
-                    "queue_entry_dropped",
+                    Event.QUEUE_ENTRY_DROPPED,
                     loop=pending.loop,
                     run=pending.id,
                     error="the loop is no longer valid",
@@ -88,7 +89,7 @@ class Intake:
         """Misses while loopd was down are recorded; the latest is caught up when recent."""
         for trigger, misses in self.timer.start(self.ctx.scheduled_loops(), now):
             for miss in misses:
-                self.ctx.event("schedule_missed", **miss)
+                self.ctx.event(Event.SCHEDULE_MISSED, **miss)
             if trigger is not None:
                 self.offer(trigger, now)
 
@@ -117,7 +118,7 @@ class Intake:
         for trigger in self.timer.due(now):
             self.offer(trigger, now)
         for miss in self.timer.take_missed():
-            self.ctx.event("schedule_missed", **miss)
+            self.ctx.event(Event.SCHEDULE_MISSED, **miss)
 
     def offer(self, trigger: Trigger, now: datetime) -> None:
         """A trigger arrives: filter it, apply the loop's overlap policy, record it."""
@@ -152,15 +153,15 @@ class Intake:
             from daemon.service.reload import not_loaded_why
 
             why = not_loaded_why(ctx.home, trigger.loop, ctx.config, not ctx.config_error)
-            return skip("trigger_skipped", why)
+            return skip(Event.TRIGGER_SKIPPED, why)
         why = _filtered(trigger, loop, self.is_running)
         if why:
-            return skip("trigger_skipped", why)
+            return skip(Event.TRIGGER_SKIPPED, why)
         held = blocking_escalation(ctx.store, loop.name, loop.config.task, trigger.kind)
         if held is not None:
             why = "an escalation for this task is open; resolve it with `loopd escalations`"
             # A timer's fire is `held`, once a hold; an inbox file's is skipped, each its own.
-            return skip("trigger_skipped" if trigger.id else "held", why, held.run)
+            return skip(Event.TRIGGER_SKIPPED if trigger.id else "held", why, held.run)
         decision = self.queue.offer(trigger, loop.config, now)
         skipped = decision.event == "trigger_skipped"
         if skipped and not self._new_skip(trigger, "trigger_skipped", decision.why):
@@ -169,11 +170,11 @@ class Intake:
             self.skips.end(trigger.loop)
         # `joined`: the trigger went into a run queued before it (`loopd trigger` says so).
         joined = {"joined": True} if decision.action == "merged" else {}
-        write("trigger", run=decision.pending_id or None, **joined)
+        write(Event.TRIGGER, run=decision.pending_id or None, **joined)
         if decision.action == "merged":
-            write("trigger_merged", run=decision.pending_id, into=decision.pending_id)
+            write(Event.TRIGGER_MERGED, run=decision.pending_id, into=decision.pending_id)
         elif skipped:
-            write("trigger_skipped", why=decision.why)
+            write(Event.TRIGGER_SKIPPED, why=decision.why)
 
     def _new_skip(self, trigger: Trigger, type: str, why: str, escalation: str = "") -> bool:
         """Whether a skipped trigger gets its event: each from the inbox, a timer's only
@@ -217,7 +218,7 @@ class Intake:
                 end_without_agent(self.ctx.services, run, "cancelled", "cancelled while queued")
             else:
                 self.ctx.event(
-                    "run_finished",
+                    Event.RUN_FINISHED,
                     loop=pending.loop,
                     run=pending.id,
                     outcome="cancelled",

@@ -16,6 +16,7 @@ from typing import Any
 
 from daemon.scheduling.remotes import RemoteFeed, RemotePoller
 from daemon.service.context import Context
+from daemon.state.eventtypes import Event
 
 
 class Outside:
@@ -71,7 +72,7 @@ class Outside:
             listener = Listener(listen, desk, metrics, healthy, ctx.monotonic)
             listener.start()
             outside.listener, outside.metrics = listener, metrics
-            ctx.event("listening", bind=listen.bind, port=listener.port)
+            ctx.event(Event.LISTENING, bind=listen.bind, port=listener.port)
         feed.start()
         outside.poller.start()
         return outside

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from daemon.config import Loop
 from daemon.service.context import Context
+from daemon.state.eventtypes import Event
 from daemon.state.records import RunRecord, Trigger
 
 
@@ -30,4 +31,4 @@ def recover_live_runs(
         except Exception as exc:  # noqa: BLE001 - one broken run must not stop the daemon
             loop = run_id[17:].rsplit("-", 1)[0] or None
             error = f"{type(exc).__name__}: {exc}"[:1000]
-            ctx.event("run_recovery_failed", loop=loop, run=run_id, error=error)
+            ctx.event(Event.RUN_RECOVERY_FAILED, loop=loop, run=run_id, error=error)

@@ -5,6 +5,7 @@ since the partial work on that run's branch will not be continued unless someone
 from __future__ import annotations
 
 from daemon.service.context import Context
+from daemon.state.eventtypes import Event
 from daemon.state.records import Trigger
 from daemon.state.store import UnreadableFile
 
@@ -20,7 +21,7 @@ def retry_not_run(ctx: Context, trigger: Trigger, why: str) -> None:
     if run is not None:
         run.retry_not_run = why
         store.save_run(run)
-    ctx.event("retry_not_run", loop=trigger.loop, run=run_id, why=why)
+    ctx.event(Event.RETRY_NOT_RUN, loop=trigger.loop, run=run_id, why=why)
     notifications = ctx.services.notifications
     if notifications is not None:
         notifications.retry_not_run(trigger.loop, run_id, why, ctx.clock())

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from daemon.service.context import Context
 from daemon.state.events import iso
+from daemon.state.eventtypes import Event
 
 
 @dataclass
@@ -58,7 +59,7 @@ class Skips:
             return
         fields = {"escalation": streak.escalation} if streak.escalation else {}
         self.ctx.event(
-            "skips_counted",
+            Event.SKIPS_COUNTED,
             loop=loop,
             of=streak.type,
             why=streak.why,

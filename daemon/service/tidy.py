@@ -10,6 +10,7 @@ from pathlib import Path
 
 from daemon.service.context import Context
 from daemon.state.events import rotated_numbers
+from daemon.state.eventtypes import Event
 from daemon.state.store import StateStore
 
 MAINTAIN_EVERY = timedelta(days=1)
@@ -20,20 +21,20 @@ def tidy(ctx: Context, now: datetime, keep: set[str]) -> None:
     try:
         delete_branches(ctx, now)
     except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
-        ctx.event("branch_tidy_failed", error=str(exc)[:500])
+        ctx.event(Event.BRANCH_TIDY_FAILED, error=str(exc)[:500])
     maintain_repositories(ctx, now)
     retain_days = ctx.config.daemon.limits.retain_days
     try:
         removed = prune_rotated_events(ctx.store, retain_days, now)
     except OSError as exc:
-        ctx.event("events_prune_failed", error=str(exc)[:500])
+        ctx.event(Event.EVENTS_PRUNE_FAILED, error=str(exc)[:500])
     else:
         if removed:
-            ctx.event("events_pruned", files=removed, retain_days=retain_days)
+            ctx.event(Event.EVENTS_PRUNED, files=removed, retain_days=retain_days)
     try:
         cap_state(ctx, now, keep)
     except OSError as exc:
-        ctx.event("state_cap_failed", error=str(exc)[:500])
+        ctx.event(Event.STATE_CAP_FAILED, error=str(exc)[:500])
 
 
 def cap_state(ctx: Context, now: datetime, keep: set[str]) -> list[str]:
@@ -48,14 +49,14 @@ def cap_state(ctx: Context, now: datetime, keep: set[str]) -> list[str]:
     store = ctx.store
     files, saved = compress_finished(store)
     if files:
-        ctx.event("transcripts_compressed", files=files, saved=saved)
+        ctx.event(Event.TRANSCRIPTS_COMPRESSED, files=files, saved=saved)
     protected = set(keep) | cited_by_open_escalations(store) | cited_by_deferred_lessons(store)
     protected |= cited_by_rules(ctx.home.rules_dir)
     limit = ctx.config.daemon.limits.state_limit(store.root)
     usage, evicted = enforce(store, limit, now, protected)
     if evicted:
         ctx.event(
-            "state_evicted",
+            Event.STATE_EVICTED,
             runs=evicted[:50],
             count=len(evicted),
             total=usage.total,
@@ -106,10 +107,12 @@ def maintain_repositories(ctx: Context, now: datetime) -> None:
         try:
             done = maintain(user)
         except GitError as exc:
-            ctx.event("repo_maintenance_failed", loop=name, repo=str(repo), error=str(exc)[:500])
+            ctx.event(
+                Event.REPO_MAINTENANCE_FAILED, loop=name, repo=str(repo), error=str(exc)[:500]
+            )
             continue
         ctx.event(
-            "repo_maintained",
+            Event.REPO_MAINTAINED,
             loop=name,
             repo=str(repo),
             packs_before=done.packs_before,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from daemon.service.context import Context
+from daemon.state.eventtypes import Event
 from daemon.state.records import VerifierStatus
 
 OUTAGE_NOTICE = timedelta(minutes=10)
@@ -30,12 +31,14 @@ class VerifierWatch:
             if self._announced == view.since or now - view.since < OUTAGE_NOTICE:
                 return
             self._announced = view.since
-            ctx.event("verifier_down", since=view.since.isoformat(), error=view.last_error[:500])
+            ctx.event(
+                Event.VERIFIER_DOWN, since=view.since.isoformat(), error=view.last_error[:500]
+            )
             if notifications is not None:
                 notifications.verifier_down(base_url, view.since, view.last_error, now)
         elif view.reachable and self._announced is not None:
             since, self._announced = self._announced, None
-            ctx.event("verifier_up", down_since=since.isoformat())
+            ctx.event(Event.VERIFIER_UP, down_since=since.isoformat())
             if notifications is not None:
                 notifications.verifier_up(base_url, since, now)
 

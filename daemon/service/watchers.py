@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from daemon.service.context import Context
+from daemon.state.eventtypes import Event
 from daemon.state.records import Trigger
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ class Watchers:
         inbox = InboxWatcher(ctx.store.inbox_dir, ctx.flags.wake)
         inbox.start()
         if inbox.warning:
-            ctx.event("watch_fallback", reason=inbox.warning)
+            ctx.event(Event.WATCH_FALLBACK, reason=inbox.warning)
         watchers = cls(ctx, inbox, is_running)
         watchers.restart_changes()
         watchers.start_config()
@@ -53,11 +54,11 @@ class Watchers:
         try:
             self.config.start()
         except Exception as exc:  # noqa: BLE001 - without it, SIGHUP and `loopd reload` remain
-            self.ctx.event("watch_failed", what="configuration", error=str(exc)[:500])
+            self.ctx.event(Event.WATCH_FAILED, what="configuration", error=str(exc)[:500])
             self.config = None
             return
         if self.config.warning:
-            self.ctx.event("watch_fallback", reason=self.config.warning)
+            self.ctx.event(Event.WATCH_FALLBACK, reason=self.config.warning)
 
     def restart_changes(self) -> None:
         """(Re)start a change watcher for each enabled loop with `on_change`."""
@@ -82,7 +83,7 @@ class Watchers:
             try:
                 watcher.start()
             except Exception as exc:  # noqa: BLE001 - one loop's watcher must not stop the daemon
-                self.ctx.event("watch_failed", loop=name, error=str(exc)[:500])
+                self.ctx.event(Event.WATCH_FAILED, loop=name, error=str(exc)[:500])
                 continue
             self.changes[name] = watcher
 

@@ -19,8 +19,9 @@ from daemon.config import Loop, RemoteConfig
 from daemon.scheduling import webhooks
 from daemon.scheduling.remotes import RemoteFeed, RemotePush, watching
 from daemon.state.deliveries import Deliveries
+from daemon.state.eventtypes import Event
 
-Event = Callable[..., None]
+EventSink = Callable[..., None]
 
 
 @dataclass
@@ -63,7 +64,7 @@ class WebhookDesk:
         deliveries: Deliveries,
         feed: RemoteFeed,
         clock: Callable[[], datetime],
-        event: Event,
+        event: EventSink,
         environ: Mapping[str, str] = os.environ,
     ) -> None:
         self.loops = loops
@@ -79,7 +80,7 @@ class WebhookDesk:
     def refuse(self, kind: str, status: int, why: str, source: str, **more: Any) -> Answer:
         """Record a refused delivery and answer it."""
         self._count(kind, "refused")
-        self.event("webhook_refused", kind=kind, status=status, why=why, source=source, **more)
+        self.event(Event.WEBHOOK_REFUSED, kind=kind, status=status, why=why, source=source, **more)
         return Answer(status, why + "\n")
 
     def _count(self, kind: str, result: str) -> None:
@@ -138,7 +139,7 @@ class WebhookDesk:
             return self._ignored(kind, name, delivery, "no loop watches this ref", push.ref)
         self._count(kind, "accepted")
         self.event(
-            "webhook_accepted",
+            Event.WEBHOOK_ACCEPTED,
             kind=kind,
             remote=name,
             delivery=delivery,
@@ -162,7 +163,9 @@ class WebhookDesk:
 
     def _ignored(self, kind: str, remote: str, delivery: str, why: str, ref: str = "") -> Answer:
         self._count(kind, "ignored")
-        self.event("webhook_ignored", kind=kind, remote=remote, delivery=delivery, ref=ref, why=why)
+        self.event(
+            Event.WEBHOOK_IGNORED, kind=kind, remote=remote, delivery=delivery, ref=ref, why=why
+        )
         return Answer(200, f"ignored: {why}\n")
 
     def _secret(self, remote: RemoteConfig) -> str:

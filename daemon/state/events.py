@@ -4,6 +4,12 @@ Several processes write it (the daemon, `loopd once`, `pause`, the escalation co
 rotation is decided under an flock on the file being rotated: whoever holds it checks that
 the path still names the file it opened, renames it once, and the others follow to the new
 file. A line is written whole with one `write` on an O_APPEND descriptor.
+
+Each event's type must be a member of `Event` (anything else is a bug in loopd), and its
+fields are checked against the type's model on every write, which costs a few microseconds.
+An unknown type or a mismatch raises where LOOPD_STRICT_EVENTS is set (the tests set it);
+elsewhere it is a warning on stderr, once per type, and the event is written as given: a
+field or type named wrongly must not end a run at night.
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ from typing import Any
 from daemon.clock import utc_now
 from daemon.redact import redact_value
 from daemon.state.atomic import FILE_MODE, ensure_dir, fsync_dir
+from daemon.state.eventtypes import Event, UnknownEvent, event_type, fields_problem
+
+STRICT_ENV = "LOOPD_STRICT_EVENTS"
+_warned: set[str] = set()  # types whose mismatched fields were reported by this process
 
 
 def iso(ts: datetime) -> str:
@@ -144,15 +154,18 @@ class EventLog:
 
     def append(
         self,
-        type: str,
+        type: Event | str,
         now: datetime | None = None,
         loop: str | None = None,
         run: str | None = None,
         **fields: Any,
     ) -> dict[str, Any]:
         """Write one event line and return it; stamped with the time of writing by default."""
+        kind = _known(type)
+        if isinstance(kind, Event):
+            _check_fields(kind, fields)
         stamp = now if now is not None else utc_now()
-        event: dict[str, Any] = {"ts": iso(stamp), "type": type, "loop": loop, "run": run}
+        event: dict[str, Any] = {"ts": iso(stamp), "type": str(kind), "loop": loop, "run": run}
         event.update(redact_value(fields))
         line = (json.dumps(event, default=str, ensure_ascii=False) + "\n").encode("utf-8")
         with self._lock:
@@ -180,6 +193,47 @@ class EventLog:
                 except ValueError:
                     continue
         return out
+
+
+class EventFieldsMismatch(ValueError):
+    """An event's fields differ from its type's model (raised only in strict mode)."""
+
+
+def _strict() -> bool:
+    return os.environ.get(STRICT_ENV, "") not in ("", "0")
+
+
+def _known(type: Event | str) -> Event | str:
+    """The type's member of Event. An unknown one is a mistake in loopd: it raises where the
+    tests run (strict); at night the line is written as given, with a warning, once."""
+    try:
+        return event_type(type)
+    except UnknownEvent:
+        if _strict():
+            raise
+        if type not in _warned:
+            _warned.add(type)
+            print(
+                f"loopd: warning: unknown event type {type!r} (written as given)", file=sys.stderr
+            )
+        return str(type)
+
+
+def _check_fields(kind: Event, fields: dict[str, Any]) -> None:
+    strict = _strict()
+    try:
+        problem = fields_problem(kind, fields)
+    except Exception as exc:  # noqa: BLE001 - a broken check must not cost the event either
+        if strict:
+            raise
+        problem = f"event {kind.value}: its model failed: {type(exc).__name__}: {exc}"
+    if not problem:
+        return
+    if strict:
+        raise EventFieldsMismatch(problem)
+    if kind not in _warned:
+        _warned.add(kind)
+        print(f"loopd: warning: {problem} (written as given)", file=sys.stderr, flush=True)
 
 
 class EventTail:

@@ -98,9 +98,10 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 ## The daemon's working files (leave them to loopd)
 
 - `events.jsonl`: the audit log, one JSON object a line (`ts`, `type`, `loop`, `run`, ...):
-  every trigger, run, attempt, check, verdict, rule change, escalation, notification. Past
-  `events_rotate` it is renamed `events-N.jsonl` (N counts up) and a new one starts; a
-  rotated file whose last event is older than `retain_days` is deleted.
+  every trigger, run, attempt, check, verdict, rule change, escalation, notification (each
+  type and its fields: docs/events.md in loopd's source). Past `events_rotate` it is
+  renamed `events-N.jsonl` (N counts up) and a new one starts; a rotated file whose last
+  event is older than `retain_days` is deleted.
   `events.jsonl.not-a-file` is what stood in its place and was no regular file (a FIFO, a
   link), set aside
 - `queue.toml`: runs waiting to start, each with its RUN_ID and trigger (kept across

@@ -146,7 +146,13 @@ def violation_cause(kind: str) -> Cause:
 
 
 # Outcomes that hand the run to a person; an interrupted retry does too (it is not retried).
-ESCALATING_OUTCOMES = frozenset({"escalated", "refused", "error"})
+ESCALATING_OUTCOMES: frozenset[Outcome] = frozenset({"escalated", "refused", "error"})
+# The task is done: the run succeeded, or it was skipped because the checks already pass.
+DONE_OUTCOMES: frozenset[Outcome] = frozenset({"succeeded", "skipped"})
+# Ends from outside the attempt (a person, a stop, a failure): an open attempt is closed as is.
+STOPPED_OUTCOMES: frozenset[Outcome] = frozenset({"cancelled", "interrupted", "error"})
+# Ends that judged the agent's work: only these count for or against the rules that fired.
+JUDGED_OUTCOMES: frozenset[Outcome] = frozenset({"succeeded", "escalated"})
 
 
 def is_experiment(run: RunRecord) -> bool:
@@ -155,7 +161,7 @@ def is_experiment(run: RunRecord) -> bool:
     return run.trigger.kind == "experiment"
 
 
-def escalates(outcome: str | None, cause: Cause | None) -> bool:
+def escalates(outcome: Outcome | None, cause: Cause | None) -> bool:
     """Whether a run that ended so gets an escalation file."""
     return outcome in ESCALATING_OUTCOMES or cause in (
         Cause.INTERRUPTED_RETRY,

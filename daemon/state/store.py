@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from daemon.regularfile import STATE_MAX, NotRegular, read_regular
 from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.events import EventLog
+from daemon.state.eventtypes import Event
 from daemon.state.lock import HomeLock
 from daemon.state.queuefile import PendingRun, QueueFile
 from daemon.state.records import RunRecord, StatusFile, Trigger, make_run_id
@@ -313,7 +314,7 @@ class StateStore:
             bad = ensure_dir(self.inbox_dir / "bad")
             os.replace(path, bad / name)
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            self.events.append("trigger_rejected", file=f"inbox/bad/{name}", reason=reason)
+            self.events.append(Event.TRIGGER_REJECTED, file=f"inbox/bad/{name}", reason=reason)
             return None
         trigger.id = name
         return trigger

@@ -18,6 +18,7 @@ from typing import Any
 from daemon.engine.temporal.models import LessonOutput, SparseFile
 from daemon.rules.grounding import EvidenceSet, claims_of
 from daemon.rules.rulefile import Rule
+from daemon.state.eventtypes import Event
 
 CONTEXT = 3  # lines kept on each side of a quoted line (the verifier shows them to the model)
 CHECKS_TAIL = 40  # the verifier shows the checks' last lines
@@ -166,10 +167,10 @@ def file_rejected(
     """A candidate the worker's grounding rejected: kept in rules/rejected/ with its reason."""
     rule = lesson_rule(lesson, repo)
     reason = lesson.reasons[0] if lesson.reasons else "rejected by grounding on the worker"
-    events.append("rule_proposed", now, loop=loop, run=run, text=rule.rule, kind=rule.kind)
+    events.append(Event.RULE_PROPOSED, now, loop=loop, run=run, text=rule.rule, kind=rule.kind)
     stored = library.add(Rule.model_validate({**rule.model_dump(), "reason": reason}), "rejected")
     events.append(
-        "rule_rejected",
+        Event.RULE_REJECTED,
         now,
         loop=loop,
         run=run,

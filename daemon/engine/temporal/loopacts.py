@@ -26,6 +26,7 @@ from daemon.engine.temporal.models import (
     TriggerBatch,
 )
 from daemon.engine.temporal.names import HOME_WORKFLOW_ID, controller_id
+from daemon.state.eventtypes import Event
 from daemon.state.records import Trigger, make_run_id
 
 FIRE = "fire:"  # the id prefix of a schedule's fire
@@ -53,8 +54,8 @@ class _Skips:
         self._events = events
         self.why = ""
 
-    def append(self, type: str, ts: datetime, **fields: Any) -> Any:
-        if type == "trigger_skipped":
+    def append(self, type: Event, ts: datetime, **fields: Any) -> Any:
+        if type == Event.TRIGGER_SKIPPED:
             self.why = str(fields.get("why", ""))
         return self._events.append(type, ts, **fields)
 
@@ -162,7 +163,7 @@ class LoopActivities:
             reason = f"catching up the fire of {local}, missed because {why}"
             return trigger.model_copy(update={"kind": "catch-up", "reason": reason, "ts": now})
         self.side.store.events.append(
-            "schedule_missed", now, loop=loop.name, fire=iso(due), why=why
+            Event.SCHEDULE_MISSED, now, loop=loop.name, fire=iso(due), why=why
         )
         return None
 
@@ -176,7 +177,7 @@ class LoopActivities:
         store.set_paused(inp.loop, inp.paused)
         if was != inp.paused:
             store.events.append(
-                "loop_paused" if inp.paused else "loop_resumed", utc_now(), loop=inp.loop
+                Event.LOOP_PAUSED if inp.paused else Event.LOOP_RESUMED, utc_now(), loop=inp.loop
             )
 
     @activity.defn(name="cancel_queued")
@@ -190,7 +191,7 @@ class LoopActivities:
         for pending in inp.pending:
             if loop is None:
                 side.store.events.append(
-                    "run_finished",
+                    Event.RUN_FINISHED,
                     utc_now(),
                     loop=pending.loop,
                     run=pending.id,

@@ -17,7 +17,9 @@ from daemon.state.queuefile import PendingRun
 from daemon.state.records import (
     AttemptRecord,
     Cause,
+    Outcome,
     Park,
+    Phase,
     RunRecord,
     TestCounts,
     Trigger,
@@ -40,7 +42,7 @@ class RunRef(Payload):
 
 
 class EndOfRun(Payload):
-    outcome: str
+    outcome: Outcome
     reason: str
     cause: Cause
     setup_log: str = ""  # a failed `setup`: the tail of its log on the worker, for the home
@@ -350,7 +352,7 @@ class RunView(Payload):
     """The `view` query of a run workflow."""
 
     run_id: str
-    phase: str
+    phase: Phase
     attempt: int
     worker: str = ""
 

@@ -43,8 +43,9 @@ from daemon.runs.journal import RunJournal
 from daemon.runs.setup import SETUP_LOG
 from daemon.service.console import ended_lines, say, started_line
 from daemon.state.atomic import write_atomic
+from daemon.state.eventtypes import Event
 from daemon.state.queuefile import PendingRun
-from daemon.state.records import AttemptRecord, Cause, RunRecord
+from daemon.state.records import AttemptRecord, Cause, Outcome, RunRecord
 
 
 class _Bundle:
@@ -58,7 +59,7 @@ class _Bundle:
         return self.text
 
 
-def _ended(outcome: str, reason: str, cause: Cause) -> Prepared:
+def _ended(outcome: Outcome, reason: str, cause: Cause) -> Prepared:
     return Prepared(ended=EndOfRun(outcome=outcome, reason=reason, cause=cause))
 
 
@@ -146,7 +147,7 @@ class RunActivities:
                 cfg,
                 run,
             )
-        journal.event("run_started", trigger=run.trigger.kind, reason=run.trigger.reason)
+        journal.event(Event.RUN_STARTED, trigger=run.trigger.kind, reason=run.trigger.reason)
         say([started_line(run)])  # the home's console, as the local engine's
         repo = cfg.repo_path
         base = self._start(journal, cfg)
@@ -162,7 +163,7 @@ class RunActivities:
         try:
             branches.publish(repo, inp.remote, branch, base_commit)
         except GitError as exc:
-            journal.event("run_error", error=str(exc)[:1000])
+            journal.event(Event.RUN_ERROR, error=str(exc)[:1000])
             reason = f"cannot push the run's branch to [engine] remote {inp.remote}: {exc}"
             return _ended("error", reason[:300], Cause.GIT_FAILED)
         run.branch, run.base_commit, run.worktree = branch, base_commit, ""
@@ -209,7 +210,7 @@ class RunActivities:
         run.attempts.append(AttemptRecord(n=inp.n, started=journal.now(), base_commit=inp.head))
         run.phase = "running"
         journal.save()
-        journal.event("attempt_started", attempt=inp.n)
+        journal.event(Event.ATTEMPT_STARTED, attempt=inp.n)
         profile = services.config.profile(loop.config.agent)
         return AttemptPlan(
             n=inp.n,
@@ -244,7 +245,7 @@ class RunActivities:
         run.judging_since = run.judging_since or journal.now()
         journal.save()
         journal.event(
-            "attempt_finished",
+            Event.ATTEMPT_FINISHED,
             attempt=record.n,
             exit_code=record.exit_code,
             nudges=record.nudges,
@@ -261,7 +262,7 @@ class RunActivities:
         journal.save()
         fields = {"resume_at": out.resume_at.isoformat(), "reset_named": park.reset_named}
         journal.event(
-            "quota_wait",
+            Event.QUOTA_WAIT,
             attempt=park.attempt,
             profile=park.profile,
             message=park.message[-300:],
@@ -285,7 +286,7 @@ class RunActivities:
         if run.park is not None:
             waited = max(0, int((journal.now() - run.park.started).total_seconds()))
             run.waited += waited
-            journal.event("quota_resumed", attempt=inp.n, waited_seconds=waited)
+            journal.event(Event.QUOTA_RESUMED, attempt=inp.n, waited_seconds=waited)
         run.phase, run.resume_at, run.park = "running", None, None
         journal.save()
         return trimmed(run)
@@ -319,15 +320,15 @@ class RunActivities:
         if checks.base_tests and not run.base_tests:
             run.base_tests = list(checks.base_tests)
         journal.save()
-        journal.event("checks", attempt=inp.n, passed=checks.passed, results=checks.results)
+        journal.event(Event.CHECKS, attempt=inp.n, passed=checks.passed, results=checks.results)
         if checks.violations:
             journal.event(
-                "violations",
+                Event.VIOLATIONS,
                 attempt=inp.n,
                 violations=[v.model_dump() for v in checks.violations],
             )
         if checks.restored:
-            journal.event("protected_restored", paths=checks.restored)
+            journal.event(Event.PROTECTED_RESTORED, paths=checks.restored)
         texts = [v.text() for v in checks.violations]
         if inp.critic:
             rules = self._rules_in_prompt(services, run, attempt)
@@ -410,7 +411,7 @@ class RunActivities:
         events, now = services.store.events, services.clock()
         if lesson.decision in ("unavailable", "none", ""):
             if lesson.decision == "unavailable":
-                journal.event("rule_deferred", attempt=inp.n, reason=lesson.error[:300])
+                journal.event(Event.RULE_DEFERRED, attempt=inp.n, reason=lesson.error[:300])
             return Learned()
         if lesson.decision == "rejected":
             file_rejected(library, events, lesson, now, run.loop, run.id, run.repo)
@@ -432,7 +433,7 @@ class RunActivities:
                 run=run.id,
             )
         except ModelUnavailable as exc:
-            journal.event("rule_deferred", attempt=inp.n, reason=str(exc)[:300])
+            journal.event(Event.RULE_DEFERRED, attempt=inp.n, reason=str(exc)[:300])
             return Learned()
         if inp.passed or inp.n >= inp.max_attempts or result.decision == "rejected":
             return Learned()
@@ -442,7 +443,7 @@ class RunActivities:
             return Learned()
         run.rules_fired.append(rule_id)
         journal.save()
-        journal.event("rule_fired", rule=rule_id, why="learned")
+        journal.event(Event.RULE_FIRED, rule=rule_id, why="learned")
         return Learned(rule_id=rule_id)
 
     # the end -----------------------------------------------------------------------------------
@@ -458,7 +459,7 @@ class RunActivities:
             try:
                 branches.fetch_branch(Path(run.repo), inp.remote, run.branch)
             except GitError as exc:
-                journal.event("branch_fetch_failed", branch=run.branch, error=str(exc)[:300])
+                journal.event(Event.BRANCH_FETCH_FAILED, branch=run.branch, error=str(exc)[:300])
         end = inp.ending
         if end.setup_log:  # the tail of a failed setup's log on the worker, for the escalation
             write_atomic(services.store.run_dir(run.id) / SETUP_LOG, end.setup_log)

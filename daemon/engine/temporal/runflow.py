@@ -49,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
         VerdictInput,
     )
     from daemon.runs import decisions
-    from daemon.state.records import AttemptRecord, Cause, RunRecord
+    from daemon.state.records import AttemptRecord, Cause, Phase, RunRecord
 
 LOCAL = {
     "start_to_close_timeout": timedelta(minutes=10),
@@ -103,7 +103,7 @@ def _end(ending: decisions.Ending) -> EndOfRun:
 CANCELLED = EndOfRun(outcome="cancelled", reason="cancelled by a person", cause=Cause.CANCELLED)
 
 
-def _step_ended(exc: BaseException, phase: str, trigger_kind: str) -> EndOfRun:
+def _step_ended(exc: BaseException, phase: Phase, trigger_kind: str) -> EndOfRun:
     """How a worker's step that raised ends the run: cancelled, interrupted (its worker was
     lost while in `phase`) or failed."""
     if _cancelled(exc):

@@ -40,6 +40,7 @@ from daemon.engine.temporal.setupacts import SetupActivities
 from daemon.engine.temporal.workersetup import SetupStep
 from daemon.engine.temporal.workerside import WorkerSide
 from daemon.home import Home
+from daemon.state.eventtypes import Event
 from daemon.state.store import StateStore
 
 INBOX_BATCH = 500  # inbox files forwarded per round
@@ -260,7 +261,7 @@ class Process:
     def _dropped(self, name: str, batch: list[Any], why: str) -> None:
         for trigger in batch:
             self.store.events.append(
-                "trigger_skipped", utc_now(), loop=name, inbox=trigger.id, why=why[:300]
+                Event.TRIGGER_SKIPPED, utc_now(), loop=name, inbox=trigger.id, why=why[:300]
             )
 
     async def _housekeeping(self, side: HomeSide) -> None:
@@ -320,7 +321,7 @@ class Process:
             loaded = load_config(self.home)
         except ConfigFatal as exc:
             self.store.events.append(
-                "reload_failed", utc_now(), error=str(exc)[:1000], requests=requests
+                Event.RELOAD_FAILED, utc_now(), error=str(exc)[:1000], requests=requests
             )
             return files
         merged = keep_last_good(self.home, self.loaded, files, loaded)
@@ -330,7 +331,7 @@ class Process:
         except Exception as exc:  # noqa: BLE001 - a reload never stops loopd
             error = f"{type(exc).__name__}: {exc}"
             self.store.events.append(
-                "reload_failed", utc_now(), error=error[:1000], requests=requests
+                Event.RELOAD_FAILED, utc_now(), error=error[:1000], requests=requests
             )
             return files
         self.loaded = loaded
@@ -339,10 +340,10 @@ class Process:
             self.watchers.restart_changes()
         self.store.events.rotate_bytes = loaded.daemon.limits.events_rotate
         if side.restart:
-            self.store.events.append("restart_needed", utc_now(), changes=side.restart)
+            self.store.events.append(Event.RESTART_NEEDED, utc_now(), changes=side.restart)
         broken = {e.file.stem for e in loaded.errors if e.file.parent == self.home.loops_dir}
         self.store.events.append(
-            "reloaded",
+            Event.RELOADED,
             utc_now(),
             loops=sorted(loaded.loops),
             changed=changed_loops(files, merged),
@@ -403,7 +404,7 @@ def serve(home: Home, role: str, queue: str | None = None) -> int:
     set_child_subreaper()
     started = time.monotonic()
     store.events.append(
-        "daemon_started" if role == "home" else "worker_started",
+        Event.DAEMON_STARTED if role == "home" else Event.WORKER_STARTED,
         utc_now(),
         pid=os.getpid(),
         version=package.__version__,
@@ -413,7 +414,7 @@ def serve(home: Home, role: str, queue: str | None = None) -> int:
         return asyncio.run(Process(home, loaded, store, role).run(queue))
     finally:
         store.events.append(
-            "daemon_stopped" if role == "home" else "worker_stopped",
+            Event.DAEMON_STOPPED if role == "home" else Event.WORKER_STOPPED,
             utc_now(),
             pid=os.getpid(),
             seconds=round(time.monotonic() - started, 1),

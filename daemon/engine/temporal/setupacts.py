@@ -12,6 +12,7 @@ from daemon.engine.temporal.homeside import HomeSide
 from daemon.engine.temporal.models import EndOfRun, Prepared, SetupEnded
 from daemon.runs.setup import DONE_LOG, SETUP_LOG, already_done_reason
 from daemon.state.atomic import write_atomic
+from daemon.state.eventtypes import Event
 from daemon.state.records import Cause
 
 
@@ -32,14 +33,14 @@ class SetupActivities:
         folder = services.store.run_dir(run.id)
         if out.setup_log:
             write_atomic(folder / SETUP_LOG, out.setup_log)
-            journal.event("setup_finished", passed=True, worker=out.worker)
+            journal.event(Event.SETUP_FINISHED, passed=True, worker=out.worker)
         if not out.done_checked:
             return Prepared()
         run.base_tests = list(out.base_tests)
         journal.save()
         write_atomic(folder / DONE_LOG, out.done_log)
         journal.event(
-            "done_check",
+            Event.DONE_CHECK,
             passed=out.done_passed,
             commit=run.base_commit,
             results=out.results,

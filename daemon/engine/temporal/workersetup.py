@@ -27,6 +27,7 @@ from daemon.runs.checktree import done_already
 from daemon.runs.journal import RunJournal
 from daemon.runs.setup import DONE_LOG, setup_tail
 from daemon.runs.stop import RunStopped, StopToken
+from daemon.state.eventtypes import Event
 
 
 class SetupStep:
@@ -66,7 +67,7 @@ class SetupStep:
                     ]
                     out.done_log = setup_tail(folder, name=DONE_LOG)
                     out.base_tests = list(journal.run.base_tests)
-                    journal.event("done_check", passed=checks.passed, commit=inp.head)
+                    journal.event(Event.DONE_CHECK, passed=checks.passed, commit=inp.head)
         except RunStopped as stopped:
             raise _stopped(stopped) from None
         except (TreeError, GitError, OSError, SandboxUnavailable) as exc:

@@ -44,6 +44,7 @@ from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
 from daemon.runs.setup import setup_failed_reason, setup_tail
 from daemon.runs.stop import RunStopped, StopToken
+from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord, RunRecord
 
 if TYPE_CHECKING:
@@ -452,7 +453,7 @@ class WorkerSide(Configured):
                 except (GitError, OSError):
                     pass
             self.store.unmark_live(run_id)
-            services.event("attempt_reaped", loop=run.loop, run=run.id, worker=self.identity)
+            services.event(Event.ATTEMPT_REAPED, loop=run.loop, run=run.id, worker=self.identity)
             reaped.append(run_id)
         return reaped
 

@@ -28,7 +28,8 @@ from daemon.people.notify.messages import (
 from daemon.people.notify.webhook import WebhookNotifier
 from daemon.redact import redact, redact_value
 from daemon.state.events import EventLog, iso
-from daemon.state.records import AttemptRecord, RunRecord
+from daemon.state.eventtypes import Event
+from daemon.state.records import ESCALATING_OUTCOMES, AttemptRecord, RunRecord
 
 __all__ = [
     "CommandNotifier",
@@ -120,7 +121,7 @@ class Notifications:
         except Exception as exc:  # noqa: BLE001 - any failure of a notifier is reported
             error = str(exc) if isinstance(exc, NotifyError) else f"{type(exc).__name__}: {exc}"
             self.events.append(
-                "notify_failed",
+                Event.NOTIFY_FAILED,
                 self._clock(),
                 loop=loop,
                 run=run,
@@ -131,7 +132,7 @@ class Notifications:
             )
         else:
             self.events.append(
-                "notified", self._clock(), loop=loop, run=run, kind=kind, notifier=notifier.name
+                Event.NOTIFIED, self._clock(), loop=loop, run=run, kind=kind, notifier=notifier.name
             )
         finally:
             with self._lock:
@@ -176,7 +177,7 @@ class Notifications:
 
     def run_finished(self, run: RunRecord, notify_on: list[str], now: datetime) -> None:
         """Notify a finished run when `notify_on` asks for its outcome (escalations excluded)."""
-        if run.outcome in ("escalated", "refused"):
+        if run.outcome in ESCALATING_OUTCOMES:
             return  # `escalated` sends those, once
         if run.outcome and run.outcome in notify_on:
             message, payload = outcome_message(run)
