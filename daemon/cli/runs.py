@@ -73,6 +73,7 @@ def once(args: argparse.Namespace) -> int:
     from daemon.sandbox.registry import choose
     from daemon.scheduling.queue import PendingRun
     from daemon.service.stopdeadline import StopDeadline, agent_grace
+    from daemon.service.tracing import start_tracing
     from daemon.state.records import Trigger
 
     home, loaded, loop = foreground_loop(args)
@@ -114,6 +115,7 @@ def once(args: argparse.Namespace) -> int:
     lock = lock_loop(store, loop)
     set_child_subreaper()
     services = RunServices(home=home, config=loaded.daemon, store=store)
+    tracing = start_tracing(loaded.daemon.telemetry, store)  # [telemetry]: the run's trace
     parked = _finish_abandoned(services, loop)
     services.notifications = _notifications(loaded, store)
     for warning in loaded.warnings:
@@ -177,6 +179,8 @@ def once(args: argparse.Namespace) -> int:
         if services.notifications is not None:
             # Deliveries run in threads; the process must not end under them.
             services.notifications.drain(20)
+        if tracing is not None:
+            tracing.close()
         deadline.done()
     if run.outcome is None and run.phase == "waiting":
         print(

@@ -405,6 +405,7 @@ def serve(home: Home, role: str, queue: str | None = None, metrics: str = "") ->
     """The process: take the home's lock, run until SIGTERM."""
     from daemon.agents.processes import set_child_subreaper, set_not_dumpable
     from daemon.service.context import load_config
+    from daemon.service.tracing import start_tracing
 
     # Agents and checks run as this user: they must not read loopd's memory or environment
     # (the engine's credentials included).
@@ -422,9 +423,13 @@ def serve(home: Home, role: str, queue: str | None = None, metrics: str = "") ->
         version=package.__version__,
         engine="temporal",
     )
+    # The home records the runs as the local daemon does: their traces follow its store.
+    tracing = start_tracing(loaded.daemon.telemetry, store) if role == "home" else None
     try:
         return asyncio.run(Process(home, loaded, store, role, metrics).run(queue))
     finally:
+        if tracing is not None:
+            tracing.close()
         store.events.append(
             "daemon_stopped" if role == "home" else "worker_stopped",
             utc_now(),
