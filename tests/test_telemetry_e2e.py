@@ -175,3 +175,35 @@ def test_without_the_packages_check_warns_and_the_run_goes_on(tmp_path: Path) ->
     assert proc.returncode == 0, proc.stderr
     assert "loopd[telemetry]" in proc.stderr and "Traceback" not in proc.stderr
     assert runs(home)[0]["outcome"] == "succeeded"
+
+
+def test_the_temporal_home_traces_the_runs_its_workers_attempt(
+    tmp_path: Path, collector: Collector, temporal: Any
+) -> None:
+    from tests.machines import BUGGY, command_agent, make_cluster
+    from tests.test_temporal_engine import FIX as TEMPORAL_FIX
+    from tests.test_temporal_engine import LOOP, finished
+
+    server, namespace = temporal
+    agents = command_agent("a", "import pathlib\n" + TEMPORAL_FIX)
+    config = f'[telemetry]\notlp_endpoint = "{collector.endpoint}"\n'
+    cluster = make_cluster(
+        tmp_path, server.address, namespace, BUGGY, agents, LOOP, workers=1, config=config
+    )
+    home, worker = cluster.home, cluster.workers[0]
+    try:
+        home.start("run")
+        worker.start("worker", "--queue", "gpu")
+        assert home.loopd("trigger", "calc").returncode == 0
+        (run,) = wait_for(lambda: finished(home, 1), timeout=90, what="the run")
+        assert run["outcome"] == "succeeded", run
+        assert home.stop() == 0  # the last spans are sent as it stops
+    finally:
+        cluster.stop()
+    spans = wait_for(lambda: collector.spans, what="the spans")
+    assert all(s["attributes"]["loopd.run.id"] == run["id"] for s in spans)
+    (root,) = [s for s in spans if s["name"] == "run"]
+    phases = ["preparing", "attempt", "checks", "judging", "finishing"]
+    steps = sorted((s for s in spans if s["parent"] == root["id"]), key=lambda s: s["start"])
+    # As on the local engine, though the attempt and its checks ran on the worker.
+    assert [s["name"] for s in steps if s["name"] in phases] == phases
