@@ -288,7 +288,9 @@ class StateStore:
         return self._read_or_empty(self.status_path, StatusFile)
 
     def save_status(self, status: StatusFile) -> None:
-        write_atomic(self.status_path, dump_toml(status))
+        # A view for the commands, written whole at every start and never read back by the
+        # daemon: an fsync each tick would only hold up the runs' own durable writes.
+        write_atomic(self.status_path, dump_toml(status), durable=False)
 
     # inbox ---------------------------------------------------------------
     def put_trigger(self, trigger: Trigger) -> Path:
