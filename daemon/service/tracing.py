@@ -69,7 +69,7 @@ class RunTracer:
                 trace = self._open(run.id, run.loop, run.trigger.kind)
             if state == trace.state:
                 return
-            trace.attempt = len(run.attempts)
+            trace.attempt = run.attempts[-1].n if run.attempts else 0
             left_landing, trace.state = trace.state == "landing", state
             if state == "landing":
                 self._nest(trace, "landing")
