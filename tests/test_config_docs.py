@@ -22,6 +22,7 @@ from daemon.config import (
     RemoteConfig,
     RulesConfig,
     SandboxConfig,
+    TelemetryConfig,
     VerifierConfig,
 )
 from daemon.config.errors import bounds_of, literal_values, toml_value
@@ -40,6 +41,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "### [sandbox]": SandboxConfig,
     "### [listen]": ListenConfig,
     "### [remotes.NAME]": RemoteConfig,
+    "### [telemetry]": TelemetryConfig,
     "## loops/NAME.toml": LoopConfig,
 }
 
@@ -91,6 +93,7 @@ def test_every_section_of_loopd_toml_is_documented() -> None:
         "sandbox",
         "listen",
         "remotes",
+        "telemetry",
     }
     for heading in SECTIONS:
         assert f"\n{heading}\n" in DOC, heading

@@ -189,6 +189,7 @@ def once(args: argparse.Namespace) -> int:
     """One full run now in the foreground; prints RUN_ID on its first line."""
     from daemon.agents.processes import set_child_subreaper
     from daemon.runs.services import RunServices
+    from daemon.service.tracing import start_tracing
 
     home, loaded, loop = foreground_loop(args)
     _refuse_unrunnable(home, loaded, loop, args.force)
@@ -215,7 +216,12 @@ def once(args: argparse.Namespace) -> int:
             return 1
         run = _new_run(services, loop, args, now)
         print(run.id, flush=True)
-    run = _execute(services, loaded, loop, run, lock)
+    tracing = start_tracing(loaded.daemon.telemetry, store)  # [telemetry]: the run's trace
+    try:
+        run = _execute(services, loaded, loop, run, lock)
+    finally:
+        if tracing is not None:
+            tracing.close()
     if run.outcome is None and run.phase == "waiting":
         print(
             f"parked: {run.id} waits for a usage limit until {run.resume_at}; the daemon "

@@ -18,9 +18,20 @@ def worker(args: argparse.Namespace) -> int:
 
     if args.queue and not QUEUE_NAME.match(args.queue):
         raise CommandError(f"--queue {args.queue!r}: use letters, digits, '-', '_' and '.'")
+    if args.metrics:
+        from pydantic import ValidationError
+
+        from daemon.config import ListenConfig
+
+        try:
+            ListenConfig(worker_bind=args.metrics)
+        except ValidationError:
+            raise CommandError(
+                f'--metrics {args.metrics!r} is not HOST:PORT, e.g. "127.0.0.1:9464"'
+            ) from None
     home = home_of(args)
     try:
-        return engine_for(home).work(args.queue)
+        return engine_for(home).work(args.queue, args.metrics)
     except ConfigFatal as exc:
         print(f"loopd: configuration error, not starting:\n{exc}", file=sys.stderr)
         return 2
@@ -35,4 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="",
         metavar="NAME",
         help="the queue as a loop's runs_on names it (default: loops without runs_on)",
+    )
+    p.add_argument(
+        "--metrics",
+        default="",
+        metavar="HOST:PORT",
+        help="serve this worker's /metrics (Prometheus) and /healthz there; "
+        "default: [listen] worker_bind of loopd.toml, else none",
     )

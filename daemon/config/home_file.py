@@ -14,6 +14,7 @@ from daemon.config.base import StrictModel, _argv, _http_url
 from daemon.config.engine import EngineConfig
 from daemon.config.listen import ListenConfig, RemoteConfig
 from daemon.config.sandbox import SandboxConfig
+from daemon.config.telemetry import TelemetryConfig
 from daemon.units import duration, size
 
 # The agent adapters, in one place: the profile's Literal below is built from this tuple and
@@ -437,6 +438,7 @@ class DaemonConfig(StrictModel):
     sandbox: SandboxConfig = SandboxConfig()
     listen: ListenConfig | None = None  # off unless loopd.toml has a [listen] table
     remotes: dict[str, RemoteConfig] = {}
+    telemetry: TelemetryConfig = TelemetryConfig()
 
     @model_validator(mode="after")
     def _second_judge(self) -> DaemonConfig:

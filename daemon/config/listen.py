@@ -49,8 +49,24 @@ class ListenConfig(StrictModel):
             "address"
         ),
     )  # deliveries per source address per minute
+    # Apart from `bind`: the home's daemon and a worker may share one loopd.toml on one machine.
+    worker_bind: str = Field(
+        "",
+        description=(
+            "where `loopd worker` (Temporal) serves its own `/metrics` and `/healthz`, counting "
+            "the attempts it runs; `loopd worker --metrics HOST:PORT` overrides it. A `[listen]` "
+            "with only this key draws no warning on the Temporal engine"
+        ),
+        examples=["127.0.0.1:9464"],
+        json_schema_extra={"allowed": "`HOST:PORT`, or empty (none)"},
+    )
 
     _bind = field_validator("bind")(_bind)
+
+    @field_validator("worker_bind")
+    @classmethod
+    def _worker_bind(cls, value: str) -> str:
+        return _bind(value) if value else value
 
     @property
     def host(self) -> str:

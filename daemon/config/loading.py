@@ -26,6 +26,7 @@ from daemon.config.home_file import (
 from daemon.config.land import check_run_ends
 from daemon.config.loop_file import LOOP_NAME, LOOP_NAME_MAX, Loop, LoopConfig
 from daemon.config.sandbox import SandboxConfig
+from daemon.config.telemetry import telemetry_warnings
 from daemon.regularfile import CONFIG_MAX, NotRegular, read_regular
 
 
@@ -344,6 +345,7 @@ def load_home(home: Path) -> LoadedConfig:
                     '[verifier] or set critic = "off" in the loop file'
                 )
     loaded.warnings.extend(engine_warnings(home, loaded.daemon.engine))
+    loaded.warnings.extend(telemetry_warnings(loaded.daemon.telemetry))
     if loaded.daemon.verifier.configured:
         for loop in loaded.loops.values():
             profile = loaded.daemon.profile(loop.config.agent)

@@ -30,6 +30,7 @@ from daemon.config.home_file import (
 from daemon.config.listen import ListenConfig, RemoteConfig
 from daemon.config.loop_file import LoopConfig
 from daemon.config.sandbox import SandboxConfig
+from daemon.config.telemetry import TelemetryConfig
 from daemon.units import Bounds
 
 # The page's sections, each with its table's name in the markers and its model.
@@ -43,6 +44,7 @@ SECTIONS: tuple[tuple[str, str, type[BaseModel]], ...] = (
     ("### [sandbox]", "sandbox", SandboxConfig),
     ("### [listen]", "listen", ListenConfig),
     ("### [remotes.NAME]", "remotes", RemoteConfig),
+    ("### [telemetry]", "telemetry", TelemetryConfig),
     ("## loops/NAME.toml", "loop", LoopConfig),
 )
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"

@@ -42,8 +42,8 @@ class Engine(ABC):
     def serve(self) -> int:
         """`loopd run`: run the home's loops until SIGTERM; the exit code."""
 
-    def work(self, queue: str | None) -> int:
-        """`loopd worker`: run attempts for the home that owns the engine."""
+    def work(self, queue: str | None, metrics: str = "") -> int:
+        """`loopd worker`: run attempts for the home that owns the engine; /metrics at HOST:PORT."""
         raise EngineError(
             f'loopd worker needs [engine] kind = "temporal" in {self.home.config_path}; '
             "the local engine runs every attempt inside `loopd run`"

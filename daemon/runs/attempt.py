@@ -127,9 +127,11 @@ class Attempt:
             attempt = run.attempts[-1]
             prompt = (folder / "prompt.md").read_text(encoding="utf-8")
         else:
-            # Redacted before the agent sees it: prompt.md is byte for byte what it got.
+            # Redacted before the agent sees it: prompt.md is byte for byte what it got. No
+            # fsync on the way to the agent's start: the attempt's record, saved durably just
+            # after, is what a restart goes by (a machine's crash interrupts the attempt).
             prompt = redact(build_prompt(parts, limits.prompt_cap))
-            write_atomic(folder / "prompt.md", prompt)
+            write_atomic(folder / "prompt.md", prompt, durable=False)
             attempt = AttemptRecord(
                 n=n, started=journal.now(), base_commit=self.tree.own.tip(), rules=self.rule_ids
             )

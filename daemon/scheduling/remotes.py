@@ -155,7 +155,10 @@ class RemoteFeed:
         """Fetch the branches, then move `refs/remotes/NAME/B` to them, each move written to
         the ref ledger first (the ref guard of a run working in `repo` must not blame its
         agent); the error, or "" when it worked."""
-        git = Git(repo, user_config=True)
+        # plain: fetch, rev-parse and update-ref check nothing out and diff nothing, so no
+        # filter or diff program can run; it spares a `git config` read before each command,
+        # on the way from a delivery to its run.
+        git = Git(repo, user_config=True, plain=True)
         try:
             # Objects and FETCH_HEAD only: no ref of the repository moves unrecorded.
             git.run(
@@ -163,9 +166,7 @@ class RemoteFeed:
                 *[f"refs/heads/{b}" for b in branches],
                 timeout=FETCH_TIMEOUT,
             )  # fmt: skip
-            fetched = _fetch_head(git, len(branches))
-            common = Path(git.out("rev-parse", "--git-common-dir"))
-            common = (common if common.is_absolute() else repo / common).resolve()
+            fetched, common = _fetch_head(git, len(branches))
             now = self.clock()
             moves = []
             for branch, sha in zip(branches, fetched, strict=True):
@@ -312,7 +313,7 @@ class RemotePoller:
 def _fetched(repo: Path, remote: str, branch: str) -> str:
     """What an earlier fetch left at `refs/remotes/REMOTE/BRANCH`, or ""."""
     try:
-        proc = Git(repo).run(
+        proc = Git(repo, plain=True).run(
             "rev-parse", "--verify", "--quiet", f"refs/remotes/{remote}/{branch}", check=False
         )
     except GitError:
@@ -320,14 +321,18 @@ def _fetched(repo: Path, remote: str, branch: str) -> str:
     return proc.stdout.decode().strip() if proc.returncode == 0 else ""
 
 
-def _fetch_head(git: Git, count: int) -> list[str]:
-    """The commits the last fetch wrote to FETCH_HEAD, in the order of its refspecs."""
-    text = git.out("rev-parse", "--git-path", "FETCH_HEAD")
+def _fetch_head(git: Git, count: int) -> tuple[list[str], Path]:
+    """The commits the last fetch wrote to FETCH_HEAD, in the order of its refspecs, and the
+    repository's common git directory (one rev-parse for both)."""
+    text, _, common = git.out(
+        "rev-parse", "--git-path", "FETCH_HEAD", "--git-common-dir"
+    ).partition("\n")
     path = Path(text) if Path(text).is_absolute() else git.cwd / text
     shas = [line.split("\t", 1)[0] for line in path.read_text().splitlines() if line.strip()]
     if len(shas) != count:
         raise GitError(["fetch"], 1, f"FETCH_HEAD holds {len(shas)} entries for {count} branches")
-    return shas
+    where = Path(common.strip())
+    return shas, (where if where.is_absolute() else git.cwd / where).resolve()
 
 
 def describe(push: RemotePush) -> dict[str, Any]:

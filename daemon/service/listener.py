@@ -27,18 +27,20 @@ ROUTES = {
 
 
 class Listener:
-    """The server thread; `desk` judges webhooks, `metrics` answers /metrics."""
+    """The server thread; `desk` judges webhooks (none: a worker's), `metrics` answers /metrics."""
 
     def __init__(
         self,
         config: ListenConfig,
-        desk: WebhookDesk,
+        desk: WebhookDesk | None,
         metrics: Any,
         healthy: Callable[[], bool],
         monotonic: Callable[[], float],
+        key: str = "loopd.toml: [listen] bind",
     ) -> None:
         self.config = config
         self.desk = desk
+        self.key = key  # what the person wrote the address as, for a bind's error
         self.metrics = metrics
         self.healthy = healthy
         self.limit = RateLimit(config.rate_limit, monotonic)
@@ -58,7 +60,7 @@ class Listener:
         except OSError as exc:
             sock.close()
             raise ConfigFatal(
-                f"loopd.toml: [listen] bind = {self.config.bind!r}: cannot listen there "
+                f"{self.key} = {self.config.bind!r}: cannot listen there "
                 f"({exc.strerror or exc}); choose a free port or stop what holds it"
             ) from None
         sock.listen(512)
@@ -106,7 +108,7 @@ class Listener:
 
             body = generate_latest(self.metrics.registry)
             return await _reply(send, 200, body, CONTENT_TYPE_LATEST)
-        kind = ROUTES.get(path)
+        kind = ROUTES.get(path) if self.desk is not None else None
         if kind is None:
             return await _reply(send, 404, "not found\n")
         if method != "POST":
@@ -115,6 +117,7 @@ class Listener:
         return await _reply(send, answer.status, answer.text)
 
     async def _webhook(self, kind: str, scope: dict[str, Any], receive: Any) -> Answer:
+        assert self.desk is not None  # no route leads here without one
         source = (scope.get("client") or ("?", 0))[0]
         cap = self.config.max_body
         if not self.limit.allow(source):

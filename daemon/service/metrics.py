@@ -4,6 +4,10 @@ Counters follow the event log as it is written (an observer of `EventLog`): runs
 outcome, attempts, nudges, judge calls, tokens and cost, webhook deliveries; they count from the
 daemon's start, as Prometheus counters do. Gauges are read at each scrape: queue depth,
 parked runs, open escalations, the rule library by status and kind, the heartbeat's age.
+
+A `loopd worker` counts its own log the same way (`per_attempt`): it sees no run start or
+finish, so tokens and cost count as its attempts finish, and the trigger-to-start latency is
+taken at a run's first attempt; it has no webhooks and no rule library.
 """
 
 from __future__ import annotations
@@ -27,13 +31,19 @@ class Metrics:
     """Counts events as they are written; builds the exposition on a scrape."""
 
     def __init__(
-        self, store: StateStore, rules_dir: Path, gauges: Callable[[], dict[str, float]]
+        self,
+        store: StateStore,
+        rules_dir: Path | None,
+        gauges: Callable[[], dict[str, float]],
+        per_attempt: bool = False,
     ) -> None:
         from prometheus_client import CollectorRegistry, Histogram
 
         self.store = store
-        self.library = RuleLibrary(rules_dir)  # its parse cache keeps a scrape cheap
+        # Its parse cache keeps a scrape cheap; a worker has none to count.
+        self.library = RuleLibrary(rules_dir) if rules_dir is not None else None
         self.gauges = gauges
+        self.per_attempt = per_attempt
         self._lock = threading.Lock()
         self.counts: dict[str, Counter[tuple[str, ...]]] = {
             "runs": Counter(),
@@ -43,11 +53,12 @@ class Metrics:
             "tokens": Counter(),
             "cost": Counter(),
         }
-        self.webhooks: Callable[[], Counter[tuple[str, str]]] = Counter
+        self.webhooks: Callable[[], Counter[tuple[str, str]]] | None = None  # the daemon's desk
         self.registry = CollectorRegistry(auto_describe=False)
         self.latency = Histogram(
             "loopd_trigger_to_start_seconds",
-            "Seconds from a trigger's time to its run's start.",
+            "Seconds from a trigger's time to its run's "
+            + ("first attempt here." if per_attempt else "start."),
             ["kind"],
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
@@ -86,10 +97,29 @@ class Metrics:
                     if checked is not None:
                         seconds = (datetime.fromisoformat(event["ts"]) - checked).total_seconds()
                         self.judge_seconds.observe(max(0.0, seconds))
-        if kind == "run_started" and event.get("run"):
+        if not event.get("run"):
+            return
+        if self.per_attempt:
+            if kind == "attempt_started" and event.get("attempt") == 1:
+                self._started(event)
+            elif kind == "attempt_finished":
+                self._attempt_spent(event)
+        elif kind == "run_started":
             self._started(event)
-        elif kind == "run_finished" and event.get("run"):
+        elif kind == "run_finished":
             self._cost(event)
+
+    def _attempt_spent(self, event: dict[str, Any]) -> None:
+        """A worker's finished attempt: its tokens and cost, from the worker's record."""
+        try:
+            run = self.store.load_run(event["run"])
+        except (OSError, ValueError):
+            return
+        for attempt in run.attempts:
+            if attempt.n == event.get("attempt"):
+                with self._lock:
+                    self.counts["tokens"][(run.loop,)] += attempt.tokens
+                    self.counts["cost"][(run.loop,)] += attempt.cost_usd
 
     def _cost(self, event: dict[str, Any]) -> None:
         """What the finished run cost, from its record (the event carries its tokens only)."""
@@ -124,42 +154,54 @@ class Metrics:
             return family
 
         with self._lock:
-            yield counter(
-                "loopd_runs", "Runs finished, by loop and outcome.", ["loop", "outcome"], "runs"
-            )
+            if not self.per_attempt:
+                yield counter(
+                    "loopd_runs", "Runs finished, by loop and outcome.", ["loop", "outcome"],
+                    "runs",
+                )  # fmt: skip
             yield counter("loopd_attempts", "Agent attempts started.", ["loop"], "attempts")
             yield counter("loopd_nudges", "Nudges sent to stalled agents.", ["loop"], "nudges")
             yield counter(
                 "loopd_judge_calls", "Attempts judged by the critic.", ["loop", "verdict"], "judge"
             )
-            yield counter("loopd_tokens", "Agent tokens of finished runs.", ["loop"], "tokens")
-            yield counter("loopd_cost_usd", "What finished runs cost, in USD.", ["loop"], "cost")
-        hooks = CounterMetricFamily(
-            "loopd_webhook_deliveries", "Webhook deliveries by service and result.",
-            labels=["kind", "result"],
-        )  # fmt: skip
-        for (kind, result), n in sorted(self.webhooks().items()):
-            hooks.add_metric([kind, result], n)
-        yield hooks
+            what = "attempts" if self.per_attempt else "runs"
+            yield counter("loopd_tokens", f"Agent tokens of finished {what}.", ["loop"], "tokens")
+            yield counter("loopd_cost_usd", f"What finished {what} cost, in USD.", ["loop"], "cost")
+        if self.webhooks is not None:
+            hooks = CounterMetricFamily(
+                "loopd_webhook_deliveries", "Webhook deliveries by service and result.",
+                labels=["kind", "result"],
+            )  # fmt: skip
+            for (kind, result), n in sorted(self.webhooks().items()):
+                hooks.add_metric([kind, result], n)
+            yield hooks
         for name, value in sorted(self.gauges().items()):
             yield GaugeMetricFamily(f"loopd_{name}", _GAUGE_HELP.get(name, name), value=value)
-        rules = GaugeMetricFamily(
-            "loopd_rules", "Rule files by status and kind.", labels=["status", "kind"]
-        )
-        counted: Counter[tuple[str, str]] = Counter()
-        try:
-            for stored in self.library.rules(RULE_STATUSES):
-                counted[(stored.status, stored.rule.kind)] += 1
-        except OSError:
-            pass  # no rules folder: nothing to count
-        for (status, kind), n in sorted(counted.items()):
-            rules.add_metric([status, kind], n)
-        yield rules
+        if self.library is not None:
+            yield _rules(self.library)
+
+
+def _rules(library: RuleLibrary) -> Any:
+    """The rule library by status and kind, read at the scrape."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    rules = GaugeMetricFamily(
+        "loopd_rules", "Rule files by status and kind.", labels=["status", "kind"]
+    )
+    counted: Counter[tuple[str, str]] = Counter()
+    try:
+        for stored in library.rules(RULE_STATUSES):
+            counted[(stored.status, stored.rule.kind)] += 1
+    except OSError:
+        pass  # no rules folder: nothing to count
+    for (status, kind), n in sorted(counted.items()):
+        rules.add_metric([status, kind], n)
+    return rules
 
 
 _GAUGE_HELP = {
     "queue_depth": "Runs waiting to start.",
-    "running_runs": "Runs working now.",
+    "running_runs": "Runs working now (on a worker: its attempts).",
     "parked_runs": "Runs parked on an agent's usage limit.",
     "open_escalations": "Escalations waiting for a person.",
     "heartbeat_age_seconds": "Seconds since the daemon's last tick.",

@@ -1,7 +1,8 @@
 """The daemon's parts facing hosted repositories: the remote feed and poller, the listener.
 
 The feed and the poller run whenever a loop follows a remote; the listener (webhooks,
-/metrics, /healthz) only when loopd.toml has a `[listen]` table. Each reads the current
+/metrics, /healthz) only when loopd.toml has a `[listen]` table; the runs' traces only with
+`[telemetry] otlp_endpoint` (daemon/service/tracing.py). Each reads the current
 configuration through the Context, so a reload's loops and remotes apply at once; `bind`
 waits for a restart.
 """
@@ -28,6 +29,7 @@ class Outside:
         self.poller = poller
         self.listener: Any = None
         self.metrics: Any = None
+        self.tracing: Any = None
         self.last_tick = time.monotonic()
 
     @classmethod
@@ -47,6 +49,9 @@ class Outside:
             event=ctx.event,
         )
         outside = cls(ctx, feed, RemotePoller(feed, ctx.store.root, ctx.monotonic))
+        from daemon.service.tracing import start_tracing
+
+        outside.tracing = start_tracing(ctx.config.daemon.telemetry, ctx.store)
         listen = ctx.config.daemon.listen
         if listen is not None:
             from daemon.service.listener import Listener
@@ -89,3 +94,5 @@ class Outside:
             self.listener.stop()
         self.poller.stop()
         self.feed.stop()
+        if self.tracing is not None:
+            self.tracing.close()

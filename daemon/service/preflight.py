@@ -99,11 +99,17 @@ class Preflight:
     def remotes(self) -> None:
         """Followed remotes that pushes cannot reach: no [listen] and no poll; no secret."""
         daemon = self.loaded.daemon
-        if daemon.engine.kind != "local" and (daemon.listen is not None or daemon.remotes):
+        listen = daemon.listen
+        # A [listen] naming only worker_bind is for `loopd worker`s, which serve it.
+        for_workers = listen is not None and listen.model_fields_set == {"worker_bind"}
+        if daemon.engine.kind != "local" and (
+            (listen is not None and not for_workers) or daemon.remotes
+        ):
             self.warnings.append(
                 f"{self.config_path}: listen: [listen] and [remotes] are served by the local "
                 f'engine\'s daemon; with [engine] kind = "{daemon.engine.kind}" no webhook is '
-                "taken and no remote polled. Fix: remove them, or run the local engine"
+                "taken and no remote polled (a `loopd worker` serves /metrics at [listen] "
+                "worker_bind). Fix: remove them, or run the local engine"
             )
             return
         for name, remote in sorted(daemon.remotes.items()):

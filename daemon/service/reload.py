@@ -31,7 +31,8 @@ from daemon.home import Home
 
 SETTLE = 0.3  # seconds without a further change before the reload
 # Sections of loopd.toml a running daemon cannot change: the engine serves from its start.
-RESTART_ONLY = ("engine", "listen")  # the listener binds its socket once, at the start
+# The listener binds its socket once, at the start; the tracer's exporter is made then too.
+RESTART_ONLY = ("engine", "listen", "telemetry")
 
 
 def file_digest(path: Path) -> str:

@@ -96,6 +96,9 @@ class StateStore:
         self.lock = HomeLock(root / "loopd.lock")
         self.warn = warn  # told once per unreadable file (and again when it changes)
         self._warned: set[tuple[Path, int]] = set()
+        # Called with each run record saved: its phase changes here on both engines (the
+        # traces of [telemetry] follow them); never raise.
+        self.run_observers: list[Callable[[RunRecord], None]] = []
 
     def home_id(self) -> str:
         """This home's id (`state/home-id`, made on first use): rules it exports name it."""
@@ -168,6 +171,11 @@ class StateStore:
 
     def save_run(self, run: RunRecord) -> None:
         write_atomic(self.run_dir(run.id) / "run.toml", dump_toml(run))
+        for observer in self.run_observers:
+            try:
+                observer(run)
+            except Exception:  # noqa: BLE001, S110 - tracing must never fail a save
+                pass
 
     def load_run(self, run_id: str) -> RunRecord:
         """The run's record; FileNotFoundError when it has none, UnreadableFile when bad."""
@@ -281,7 +289,9 @@ class StateStore:
         return self._read_or_empty(self.status_path, StatusFile)
 
     def save_status(self, status: StatusFile) -> None:
-        write_atomic(self.status_path, dump_toml(status))
+        # A view for the commands, written whole at every start and never read back by the
+        # daemon: an fsync each tick would only hold up the runs' own durable writes.
+        write_atomic(self.status_path, dump_toml(status), durable=False)
 
     # inbox ---------------------------------------------------------------
     def put_trigger(self, trigger: Trigger) -> Path:

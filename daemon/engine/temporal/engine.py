@@ -16,10 +16,10 @@ class TemporalEngine(Engine):
 
         return serve(self.home, "home")
 
-    def work(self, queue: str | None) -> int:
+    def work(self, queue: str | None, metrics: str = "") -> int:
         from daemon.engine.temporal.service import serve
 
-        return serve(self.home, "worker", queue)
+        return serve(self.home, "worker", queue, metrics)
 
     def control(self) -> EngineControl:
         return EngineControl(self.home)

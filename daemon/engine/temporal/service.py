@@ -51,7 +51,9 @@ STATUS_EVERY = 2.0  # seconds between looks at the engine for status.toml
 class Process:
     """One `loopd run` or `loopd worker` process."""
 
-    def __init__(self, home: Home, loaded: LoadedConfig, store: StateStore, role: str) -> None:
+    def __init__(
+        self, home: Home, loaded: LoadedConfig, store: StateStore, role: str, metrics: str = ""
+    ) -> None:
         self.home = home
         self.loaded = loaded
         self.store = store
@@ -64,6 +66,7 @@ class Process:
         self.workers: list[Any] = []
         self.ctx: Any = None  # the home's daemon context (watchers, housekeeping)
         self.watchers: Any = None
+        self.metrics = metrics  # `loopd worker --metrics HOST:PORT`
 
     # the whole life ------------------------------------------------------------------------
     async def run(self, queue: str | None) -> int:
@@ -71,10 +74,12 @@ class Process:
 
         wid = worker_id(self.home.root)
         identity = f"{self.role}:{wid}:{os.getpid()}"
-        client = await connect(self.engine, self.home.root, identity)
         shared = worker_queue(self.engine.task_queue, queue or "")
         mine = own_queue(shared, wid)
         side = WorkerSide(self.home, self.loaded, identity, mine, self.role == "home")
+        # Bound before the engine is reached: a taken port stops the start at once.
+        listener = self._listen(side) if self.role == "worker" else None
+        client = await connect(self.engine, self.home.root, identity)
         for run_id in side.reap():
             print(f"loopd: killed what a stopped worker left of run {run_id}", flush=True)
         limits = self.loaded.daemon.limits
@@ -138,8 +143,16 @@ class Process:
             for task in running:
                 task.cancel()
         pool.shutdown(wait=False, cancel_futures=True)
+        if listener is not None:
+            listener.stop()
         print("loopd: stopped", flush=True)
         return 0
+
+    def _listen(self, side: WorkerSide) -> Any:
+        """This worker's /metrics, when an address is set (engine/temporal/workermetrics.py)."""
+        from daemon.engine.temporal.workermetrics import start_metrics
+
+        return start_metrics(self.loaded, self.metrics, side.store, lambda: not self.stop.is_set())
 
     def _home_worker(self, client: Any, side: HomeSide, identity: str) -> Any:
         from temporalio.worker import Worker
@@ -389,10 +402,11 @@ async def register(client: Any, loaded: LoadedConfig) -> dict[str, str]:
     return failed
 
 
-def serve(home: Home, role: str, queue: str | None = None) -> int:
+def serve(home: Home, role: str, queue: str | None = None, metrics: str = "") -> int:
     """The process: take the home's lock, run until SIGTERM."""
     from daemon.agents.processes import set_child_subreaper, set_not_dumpable
     from daemon.service.context import load_config
+    from daemon.service.tracing import start_tracing
 
     # Agents and checks run as this user: they must not read loopd's memory or environment
     # (the engine's credentials included).
@@ -410,9 +424,13 @@ def serve(home: Home, role: str, queue: str | None = None) -> int:
         version=package.__version__,
         engine="temporal",
     )
+    # The home records the runs as the local daemon does: their traces follow its store.
+    tracing = start_tracing(loaded.daemon.telemetry, store) if role == "home" else None
     try:
-        return asyncio.run(Process(home, loaded, store, role).run(queue))
+        return asyncio.run(Process(home, loaded, store, role, metrics).run(queue))
     finally:
+        if tracing is not None:
+            tracing.close()
         store.events.append(
             Event.DAEMON_STOPPED if role == "home" else Event.WORKER_STOPPED,
             utc_now(),
