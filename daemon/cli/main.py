@@ -10,6 +10,7 @@ import sys
 
 import daemon
 import daemon.cli
+from daemon import example
 from daemon.cli.common import CommandError
 
 # The order `loopd --help` lists the command groups in: a new user's path through them.
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    example.register()  # every command reads homes whose loops may run the embedded example
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

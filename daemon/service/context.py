@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from daemon import example
 from daemon.config import LoadedConfig, Loop, LoopConfig
 from daemon.home import Home
 from daemon.runs.services import RunServices
@@ -33,6 +34,7 @@ class Flags:
 
 def load_config(home: Home) -> LoadedConfig:
     """The home's configuration; ConfigFatal when loopd.toml is broken or loading fails."""
+    example.register()  # the daemon's assembly: the example is known before any loop is read
     try:
         loaded = home.load()
     except Exception as exc:  # noqa: BLE001 - whatever the files hold, the caller decides
