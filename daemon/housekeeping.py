@@ -18,8 +18,12 @@ from typing import Any
 
 import tomli_w
 
+from daemon.git.safe import GitError
+from daemon.git.userrepo import LedgerWriter, UserRepo
+from daemon.people.escalation import open_escalations
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
+from daemon.state.ledger import ledger_of
 from daemon.state.store import StateStore
 
 PRUNED_MARKER = "pruned.toml"
@@ -43,8 +47,6 @@ def cited_by_rules(rules_dir: Path) -> set[str]:
 
 
 def cited_by_open_escalations(store: StateStore) -> set[str]:
-    from daemon.people.escalation import open_escalations
-
     return {e.run for e in open_escalations(store)}
 
 
@@ -72,10 +74,6 @@ def _delete_branch(
     Each deletion is written to the ref ledger first: a run whose agent works in this
     repository meanwhile must not take it for its agent's doing.
     """
-    from daemon.git.safe import GitError
-    from daemon.git.userrepo import LedgerWriter, UserRepo
-    from daemon.state.ledger import ledger_of
-
     writer = LedgerWriter(ledger_of(store.root), lambda: now, run_id)
     try:
         user = UserRepo.locate(repo)
@@ -176,7 +174,6 @@ def prune(
             branch=branch if deleted else "",
             retain_days=retain_days,
         )
-    from daemon.state.ledger import ledger_of
 
     ledger_of(store.root).trim(now)
     reports = store.root / "reports"

@@ -8,7 +8,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from daemon.engine import engine_for
 from daemon.home import Home, HomeNotFound, resolve_home
+from daemon.state.lock import HomeLock
+from daemon.state.store import StateStore
 
 
 class CommandError(Exception):
@@ -29,8 +32,6 @@ def home_of(args: argparse.Namespace) -> Home:
 def engine_control(home: Home, loaded: Any = None) -> Any:
     """Where the commands act: None for the home's own state/ (the local engine), else the
     engine's view (daemon.engine.temporal.control.EngineControl)."""
-    from daemon.engine import engine_for
-
     if _local_daemon_runs(home):
         return None  # an [engine] change waits for its restart; until then, its state/
     return engine_for(home, loaded).control()
@@ -38,9 +39,6 @@ def engine_control(home: Home, loaded: Any = None) -> Any:
 
 def _local_daemon_runs(home: Home) -> bool:
     """Whether the local engine's daemon holds the home now (it wrote status.toml)."""
-    from daemon.state.lock import HomeLock
-    from daemon.state.store import StateStore
-
     lock = HomeLock(home.state_dir / "loopd.lock")
     if not lock.is_held():
         return False

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from daemon.cli.common import (
     CommandError,
@@ -14,22 +17,27 @@ from daemon.cli.common import (
     home_of,
     print_json,
 )
+from daemon.cli.engine_views import show_status
 from daemon.cli.runs import daemon_pid, valid_loop
 from daemon.clock import utc_now
+from daemon.engine import engine_for
+from daemon.people.escalation import held_schedules
+from daemon.people.terminal import clean
+from daemon.people.terminal import markup as m
+from daemon.sandbox.limits import describe, run_limits
+from daemon.sandbox.registry import choose
+from daemon.service.reload import file_digest
+from daemon.state.lock import LockHeld
+from daemon.state.store import StateStore, UnreadableFile
 
 
 def run(args: argparse.Namespace) -> int:
     """The daemon, in the foreground (systemd runs this)."""
-    import sys
-
     from daemon.daemon import ConfigFatal, report_failure, run_daemon
-    from daemon.state.lock import LockHeld
 
     home = home_of(args)
     try:
         if engine_control(home) is not None:  # another engine runs the loops
-            from daemon.engine import engine_for
-
             return engine_for(home).serve()
         return run_daemon(home)
     except ConfigFatal as exc:
@@ -46,15 +54,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _limits_line(loaded: Any) -> str:
     """What bounds each run's processes here (`[limits]`, and how this host enforces them)."""
-    from daemon.sandbox.limits import describe, run_limits
-
     return describe(run_limits(loaded.daemon.limits)) if loaded.daemon_ok else ""
 
 
 def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
     """What `status` shows; `store` is kept across frames of --watch (one warning per file)."""
-    from daemon.state.store import StateStore, UnreadableFile
-
     store = store or StateStore(home.state_dir)
     status = store.load_status()
     loaded = home.load()
@@ -63,8 +67,6 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
     # The daemon says which sandbox its runs get; without one, what a run would get now.
     sandbox = status.daemon.sandbox if pid is not None else ""
     if not sandbox:
-        from daemon.sandbox.registry import choose
-
         choice = choose(loaded.daemon.sandbox)
         sandbox = choice.summary()
         warnings = [w for w in (choice.warning, choice.refusal) if w] + warnings
@@ -138,18 +140,13 @@ def _schedules(store: Any, loaded: Any, loops: dict[str, dict[str, Any]]) -> Non
     }
     held: dict[str, Any] = {}
     if scheduled and any(store.escalation_path("x").parent.glob("*.md")):
-        # Only with escalations on disk: status stays fast without them.
-        from daemon.people.escalation import held_schedules
-
+        # Only with escalations on disk: without them no schedule is held.
         held = held_schedules(store, {n: loop.config.task for n, loop in scheduled.items()})
     for name, loop in scheduled.items():
         info = loops[name]
         info["timezone"] = loop.config.timezone
         fire = info.get("next_fire")
         if fire:
-            from datetime import datetime
-            from zoneinfo import ZoneInfo
-
             when = datetime.fromisoformat(fire) if isinstance(fire, str) else fire
             local = when.astimezone(ZoneInfo(loop.config.timezone))
             info["next_fire_local"] = f"{local:%a %d %b %H:%M} {local.tzname()}"
@@ -159,8 +156,6 @@ def _schedules(store: Any, loaded: Any, loops: dict[str, dict[str, Any]]) -> Non
 
 def _loaded_note(info: dict[str, Any], name: str, loaded: Any, entry: Any) -> None:
     """Say when the running daemon has not loaded a loop file as it is on disk, and why."""
-    from daemon.service.reload import file_digest
-
     if entry is None:
         return  # no daemon: the files are what runs next
     if not entry.loaded:
@@ -175,8 +170,6 @@ def _loaded_note(info: dict[str, Any], name: str, loaded: Any, entry: Any) -> No
 def _newest_finished(store: Any, loop: str, newest: str) -> Any:
     """The loop's newest finished run (a live or parked one has no outcome yet); past an
     unreadable record (named on stderr), the next."""
-    from daemon.state.store import UnreadableFile
-
     try:
         run = store.load_run(newest)
     except FileNotFoundError:
@@ -223,9 +216,6 @@ def _render_status(data: dict[str, Any], width: int = 80) -> Any:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
-
-    from daemon.people.terminal import clean
-    from daemon.people.terminal import markup as m
 
     d = data["daemon"]
     if d["running"]:
@@ -305,8 +295,6 @@ def status(args: argparse.Namespace) -> int:
     home = home_of(args)
     control = engine_control(home)
     if control is not None:
-        from daemon.cli.engine_views import show_status
-
         return show_status(control, args)
     if args.json:
         print_json(_status_data(home))
@@ -316,8 +304,6 @@ def status(args: argparse.Namespace) -> int:
         out.print(_render_status(_status_data(home), out.width))
         return 0
     from rich.live import Live
-
-    from daemon.state.store import StateStore
 
     out = console()
     store = StateStore(home.state_dir)

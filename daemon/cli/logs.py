@@ -4,6 +4,7 @@ reads (or, with --json, its transcript's events as JSON lines)."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -12,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from daemon.cli.common import CommandError, command, home_of
+from daemon.people.transcript_text import Line, parse_line, render_lines
+from daemon.state.records import RunRecord
+from daemon.state.store import UnreadableFile, read_model
 
 POLL = 0.2  # seconds between looks at a followed transcript
 
@@ -38,14 +42,10 @@ class _Printer:
         sys.stdout.flush()
 
     def note(self, text: str) -> None:
-        from daemon.people.transcript_text import Line
-
         self.lines([Line(text, "bold")])
 
     def transcript(self, raw: Iterable[str], full: bool, attempt: int) -> None:
         """Lines of attempt `attempt`'s transcript.jsonl."""
-        from daemon.people.transcript_text import render_lines
-
         self.lines(render_lines(raw, full))
 
 
@@ -60,10 +60,6 @@ class _JsonPrinter(_Printer):
         pass
 
     def transcript(self, raw: Iterable[str], full: bool, attempt: int) -> None:
-        import json
-
-        from daemon.people.transcript_text import parse_line
-
         for line in raw:
             if line.strip():
                 record = {"attempt": attempt, **parse_line(line)}
@@ -76,8 +72,6 @@ def _record(store: Any, run_id: str) -> Any:
     """The run's record; None while it is queued (no record yet) or being replaced. On a
     Temporal worker's machine, its own record of the attempts it ran."""
     from daemon.engine.temporal.workerstore import RECORD
-    from daemon.state.records import RunRecord
-    from daemon.state.store import UnreadableFile, read_model
 
     try:
         return store.load_run(run_id)

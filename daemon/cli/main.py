@@ -12,6 +12,7 @@ import daemon
 import daemon.cli
 from daemon import example
 from daemon.cli.common import CommandError
+from daemon.engine.base import EngineError
 
 # The order `loopd --help` lists the command groups in: a new user's path through them.
 GROUP_ORDER = {
@@ -60,7 +61,6 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from daemon.engine.base import EngineError
 
     try:
         code = int(args.func(args) or 0)

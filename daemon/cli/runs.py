@@ -8,11 +8,26 @@ import sys
 import time
 from typing import Any
 
+from daemon.agents.processes import set_child_subreaper, set_not_dumpable
 from daemon.cli.common import CommandError, command, engine_control, home_of
+from daemon.cli.engine_views import trigger_on_engine
 from daemon.cli.runview import exit_code, print_outcome
 from daemon.clock import utc_now
 from daemon.config import LoadedConfig, Loop
+from daemon.example import is_example_repo
+from daemon.example.prepare import prepare_example
+from daemon.git.safe import GitError
 from daemon.home import Home
+from daemon.people.notify import Notifications
+from daemon.runs.budget import loop_hold
+from daemon.runs.services import RunServices
+from daemon.sandbox.registry import choose
+from daemon.scheduling.queue import PendingRun
+from daemon.service.stopdeadline import StopDeadline
+from daemon.state.events import EventTail
+from daemon.state.lock import HomeLock, LockHeld
+from daemon.state.records import Trigger
+from daemon.state.store import UnreadableFile
 
 
 def valid_loop(home: Home, loaded: LoadedConfig, name: str) -> Loop:
@@ -34,8 +49,6 @@ def valid_loop(home: Home, loaded: LoadedConfig, name: str) -> Loop:
 def foreground_loop(args: argparse.Namespace) -> tuple[Home, LoadedConfig, Loop]:
     """The home, its configuration and the loop a foreground command (`once`, `experiment`)
     runs; this process made undumpable first."""
-    from daemon.agents.processes import set_not_dumpable
-
     # The agent and the checks run as this user: they must not read this process's secrets.
     set_not_dumpable()
     home = home_of(args)
@@ -47,8 +60,6 @@ def foreground_loop(args: argparse.Namespace) -> tuple[Home, LoadedConfig, Loop]
 
 def lock_loop(store: Any, loop: Loop) -> Any:
     """The loop's lock, taken; a usage error while another process runs the loop."""
-    from daemon.state.lock import LockHeld
-
     lock = store.loop_lock(loop.name)
     try:
         lock.acquire()
@@ -59,21 +70,13 @@ def lock_loop(store: Any, loop: Loop) -> Any:
 
 def daemon_pid(home: Home) -> int | None:
     """The pid of the daemon running for this home, or None."""
-    from daemon.state.lock import HomeLock
-
     lock = HomeLock(home.state_dir / "loopd.lock")
     return (lock.holder() or -1) if lock.is_held() else None
 
 
 def once(args: argparse.Namespace) -> int:
     """One full run now in the foreground; prints RUN_ID on its first line."""
-    from daemon.agents.processes import set_child_subreaper
     from daemon.runs.executor import RunExecutor, new_run
-    from daemon.runs.services import RunServices, utc_now
-    from daemon.sandbox.registry import choose
-    from daemon.scheduling.queue import PendingRun
-    from daemon.service.stopdeadline import StopDeadline
-    from daemon.state.records import Trigger
 
     home, loaded, loop = foreground_loop(args)
     if engine_control(home, loaded) is not None:
@@ -92,12 +95,8 @@ def once(args: argparse.Namespace) -> int:
             raise CommandError(
                 f"loop {loop.name!r} cannot run:\n  " + "\n  ".join(str(e) for e in loop.problems)
             )
-    from daemon.example import is_example_repo
 
     if is_example_repo(loop.config.repo_path):
-        from daemon.example.prepare import prepare_example
-        from daemon.git.safe import GitError
-
         try:
             prepare_example(loop.config.repo_path)
         except (GitError, OSError) as exc:
@@ -190,8 +189,6 @@ def once(args: argparse.Namespace) -> int:
 
 def _hold(services: Any, loop: Loop, now: Any) -> Any:
     """Why the loop's new runs wait now (its profile's usage limit, a spent budget), or None."""
-    from daemon.runs.budget import loop_hold
-
     return loop_hold(services.store, services.config, loop, now)
 
 
@@ -232,24 +229,15 @@ def _finish_abandoned(services: Any, loop: Loop) -> Any:
 
 
 def _notifications(loaded: LoadedConfig, store: Any) -> Any:
-    try:
-        from daemon.people.notify import Notifications
-    except ImportError:
-        return None
     return Notifications(loaded.daemon.notify, store.events)
 
 
 def trigger(args: argparse.Namespace) -> int:
     """Queue a run for the daemon and print its RUN_ID; --wait: exit as the run ends."""
-    from daemon.state.events import EventTail
-    from daemon.state.records import Trigger
-
     home = home_of(args)
     loaded = home.load()
     control = engine_control(home, loaded)
     if control is not None:
-        from daemon.cli.engine_views import trigger_on_engine
-
         return trigger_on_engine(control, args)
     if loaded.daemon_ok:
         try:
@@ -356,8 +344,6 @@ def _wait_for(home: Home, store: Any, tail: Any, inbox_id: str) -> int:
     The daemon names the run in the trigger's event, whether the trigger made a new pending
     run or was merged into one queued earlier (whose id is older than the trigger).
     """
-    from daemon.state.store import UnreadableFile
-
     run_id = None
     ended: dict[str, Any] = {}  # the run's `run_finished` event
     while True:
@@ -409,7 +395,6 @@ def cancel(args: argparse.Namespace) -> int:
         store.request_cancel(args.run_id)
         print(f"cancel requested for queued run {args.run_id}")
         return 0
-    from daemon.state.store import UnreadableFile
 
     try:
         run = store.load_run(args.run_id)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from daemon.people.digest import checks_word
+from daemon.people.landstate import landing_state
+from daemon.people.terminal import clean
+from daemon.people.terminal import markup as m
+
 
 def runs_table(title: str, ids: list[str]) -> Any:
     """The empty table of `loopd runs` (either engine): fits 80 columns, RUN_IDs whole."""
     from rich import box
     from rich.table import Table
-
-    from daemon.people.terminal import markup as m
 
     table = Table(title=m(title), box=box.SIMPLE_HEAD, pad_edge=False)
     # The RUN_ID is what a person copies: never wrapped or cut; the reason wraps.
@@ -30,9 +33,6 @@ def exit_code(run: Any) -> int:
 
 def print_outcome(run: Any) -> None:
     """A finished run's outcome, attempts and landing, as `once` and `trigger --wait` print."""
-    from daemon.people.digest import checks_word
-    from daemon.people.terminal import clean
-
     print(f"{run.outcome}: {clean(run.reason)}")
     for a in run.attempts:
         score = "-" if a.score is None else a.score
@@ -43,8 +43,6 @@ def print_outcome(run: Any) -> None:
     if run.branch and run.isolation != "in-place" and run.outcome != "skipped":
         print(f"  branch {run.branch}")
     if run.outcome == "succeeded":
-        from daemon.people.landstate import landing_state
-
         print(f"  {clean(landing_state(run).line())}")
     if run.cost_usd:
         print(f"  cost ${run.cost_usd:.4f} ({run.input_tokens} in, {run.output_tokens} out)")

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from daemon.cli.common import CommandError, command, home_of
+from daemon.config import QUEUE_NAME
+from daemon.engine import engine_for
+from daemon.service.context import ConfigFatal
+from daemon.state.lock import LockHeld
 
 
 def worker(args: argparse.Namespace) -> int:
     """Run attempts of the loops whose runs_on names --queue (default: the default queue)."""
-    import sys
-
-    from daemon.config import QUEUE_NAME
-    from daemon.engine import engine_for
-    from daemon.service.context import ConfigFatal
-    from daemon.state.lock import LockHeld
-
     if args.queue and not QUEUE_NAME.match(args.queue):
         raise CommandError(f"--queue {args.queue!r}: use letters, digits, '-', '_' and '.'")
     home = home_of(args)

@@ -13,6 +13,7 @@ from daemon.config.base import StrictModel, _argv, _http_url
 from daemon.config.engine import EngineConfig
 from daemon.config.listen import ListenConfig, RemoteConfig
 from daemon.config.sandbox import SandboxConfig
+from daemon.scheduling.cron import parse_timezone
 from daemon.units import duration, size
 
 # The agent adapters, in one place: the profile's Literal below is built from this tuple and
@@ -111,8 +112,6 @@ class LimitsConfig(StrictModel):
     @classmethod
     def _valid_timezone(cls, value: str) -> str:
         if value:
-            from daemon.scheduling.cron import parse_timezone
-
             parse_timezone(value)
         return value
 

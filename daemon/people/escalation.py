@@ -27,6 +27,7 @@ from daemon.people.escalation_file import (
     read_escalation as read_escalation,
 )
 from daemon.people.escalation_text import cause_of, quote, render, suggest
+from daemon.people.progress import update_progress
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
@@ -156,7 +157,6 @@ def resolve(
         retry=retry,
         trigger=trigger.id if trigger else "",
     )
-    from daemon.people.progress import update_progress  # progress reads escalations
 
     update_progress(store, meta.loop, now)
     return trigger

@@ -14,6 +14,7 @@ from daemon.people.digest import best_score, one_line
 from daemon.people.escalation import Escalation, open_escalations
 from daemon.people.landstate import landing_state
 from daemon.redact import redact
+from daemon.rules.library import RuleLibrary
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
 from daemon.state.records import OUTCOMES
@@ -168,7 +169,6 @@ def _fill_kinds(changes: list[RuleChange], rules_dir: Path | None) -> None:
     missing = [c for c in changes if not c.kind and c.rule]
     if not missing or rules_dir is None:
         return
-    from daemon.rules.library import RuleLibrary
 
     kinds = {s.rule.id: s.rule.kind for s in RuleLibrary(rules_dir).scan()}
     for change in missing:

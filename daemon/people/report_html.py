@@ -16,6 +16,7 @@ import base64
 import hashlib
 import html
 import re
+from pathlib import Path
 from typing import Any
 
 from daemon.people.report_nights import RULE_STATUSES, Nights
@@ -196,8 +197,6 @@ def _e(text: object) -> str:
 
 
 def _tables(data: Nights) -> str:
-    from pathlib import Path
-
     out = ["<h2>Open escalations</h2>"]
     if data.escalations:
         out.append(

@@ -15,18 +15,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from daemon.agents.base import Resume
+from daemon.agents.endings import SessionEnd, classify_ending
+from daemon.agents.homes import seed_home
+from daemon.agents.quota import quota_of
+from daemon.agents.registry import adapter_class
+from daemon.agents.supervisor import Supervisor
+from daemon.agents.transcript import Transcript
+from daemon.clock import local_zone
 from daemon.config import Loop
 from daemon.git.diffs import record_diff
 from daemon.git.integrity import commit_work, guard_of
+from daemon.git.messages import commit_message
 from daemon.git.tree import RunTree
+from daemon.people.progress import read_progress
 from daemon.redact import redact
 from daemon.runs.checks import ChecksResult
 from daemon.runs.checktree import CheckTree
 from daemon.runs.confinement import Confinement
 from daemon.runs.journal import RunJournal
+from daemon.runs.parking import Asked, Parking
 from daemon.runs.prompt import PromptParts, build_prompt, fenced
 from daemon.runs.services import RunServices
 from daemon.runs.stop import RunStopped, StopToken
+from daemon.sandbox.paths import account_home
+from daemon.scheduling.cron import parse_timezone
 from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.records import AttemptRecord, StallRecord
 
@@ -71,8 +84,6 @@ class AttemptResult:
 
 def commit_attempt(journal: RunJournal, tree: RunTree, attempt: AttemptRecord) -> str:
     """Commit what the agent left and write the attempt's diff; returns the attempt's head."""
-    from daemon.git.messages import commit_message
-
     head = commit_work(journal, tree, commit_message(journal.run, attempt.n), attempt)
     attempt.head_commit = head
     base = attempt.base_commit or journal.run.base_commit
@@ -84,8 +95,6 @@ def attempt_prompt(
     services: RunServices, loop: Loop, journal: RunJournal, n: int, rules_text: str
 ) -> PromptParts:
     """The sections of attempt `n`'s prompt."""
-    from daemon.people.progress import read_progress
-
     run = journal.run
     task = loop.config.task.strip() + "\n"
     trigger = run.trigger
@@ -155,9 +164,6 @@ class Attempt:
 
     def run(self) -> AttemptResult:
         """Start the agent, nudge its stalls, and record the attempt as finished."""
-        from daemon.agents.registry import adapter_class
-        from daemon.agents.transcript import Transcript
-
         journal, run, cfg, n = self.journal, self.journal.run, self.cfg, self.n
         limits = self.services.config.limits
         folder = journal.attempt_dir(n)
@@ -220,9 +226,6 @@ class Attempt:
 
     def _agent_home(self, cls: Any) -> Path:
         """The run's HOME for the agent: seeded with its login files once, kept for the run."""
-        from daemon.agents.homes import seed_home
-        from daemon.sandbox.paths import account_home
-
         exposure = self.journal.run.exposure
         assert exposure is not None  # the confinement fixed it
         if exposure.agent_home:
@@ -245,11 +248,6 @@ class Attempt:
         result: AttemptResult,
     ) -> None:
         """Sessions of the agent until one ends without a stall or nothing is left to try."""
-        from daemon.agents.base import Resume
-        from daemon.agents.endings import SessionEnd, classify_ending
-        from daemon.agents.supervisor import Supervisor
-        from daemon.runs.parking import Asked, Parking
-
         journal, run, cfg = self.journal, self.journal.run, self.cfg
         attempt = result.record
         limits = self.services.config.limits
@@ -427,10 +425,6 @@ class Attempt:
 
     def _quota(self, adapter: Any, session: Any) -> Any:
         """The usage limit the session ended on (a QuotaHit), or None."""
-        from daemon.agents.quota import quota_of
-        from daemon.clock import local_zone
-        from daemon.scheduling.cron import parse_timezone
-
         zone = parse_timezone(self.cfg.timezone)
         # Codex prints its local time without a zone: the zone the agent process runs in.
         agent_zone = local_zone({**os.environ, **adapter.profile.env})
@@ -443,8 +437,6 @@ class Attempt:
 
     def _checks_now(self) -> CheckedCommit:
         """Commit the work so far and run the checks on it."""
-        from daemon.git.messages import commit_message
-
         run = self.journal.run
         head = commit_work(
             self.journal,

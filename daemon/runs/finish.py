@@ -13,6 +13,8 @@ import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
+from daemon.agents.homes import return_credentials
+from daemon.agents.processes import kill_leftovers
 from daemon.config import Loop, LoopConfig
 from daemon.git.agent import UnsafeTree
 from daemon.git.safe import GitError
@@ -26,7 +28,16 @@ from daemon.git.tree import (
     scratch_dir,
     tree_of_record,
 )
+from daemon.git.userrepo import UserRepo
+from daemon.landing.branches import delete_if_empty
+from daemon.landing.land import land_run
+from daemon.people.escalation import supersede, write_escalation
+from daemon.people.progress import update_progress
+from daemon.rules.promotion import record_run
+from daemon.rules.replay import breadth_reason
+from daemon.runs.attempt import commit_attempt
 from daemon.runs.journal import RunJournal
+from daemon.runs.learning import rule_attribution, rule_library
 from daemon.runs.services import RunServices
 from daemon.state.records import (
     AttemptRecord,
@@ -86,8 +97,6 @@ def _close_open_attempt(
 ) -> None:
     """The last attempt, cut short: commit what the agent left and record it as finished
     (an interrupted one with the stall that says why, however the run was stopped)."""
-    from daemon.runs.attempt import commit_attempt
-
     run = journal.run
     if not run.attempts:
         return
@@ -121,8 +130,6 @@ def _close_open_attempt(
 
 def _branch_tip(run: RunRecord) -> str:
     """What the run's branch holds in the person's repository; "" when it cannot be read."""
-    from daemon.git.userrepo import UserRepo
-
     if not run.branch or not run.repo:
         return ""
     try:
@@ -188,8 +195,6 @@ def complete_finish(
         journal.save()
 
     if step("land"):
-        from daemon.landing.land import land_run
-
         land_run(journal, config)
         done("land")
     # The tree goes and an empty branch is deleted before anything is written for a person,
@@ -198,8 +203,6 @@ def complete_finish(
         _remove_tree(services, journal, tree or tree_of(services, run))
         done("tree")
     if step("branch"):
-        from daemon.landing.branches import delete_if_empty
-
         delete_if_empty(journal)
         done("branch")
     if step("counters"):
@@ -220,13 +223,9 @@ def complete_finish(
             journal.event("escalated", reason=run.reason, cause=str(run.cause), file=where)
         done("escalated")
     if step("supersede"):
-        from daemon.people.escalation import supersede
-
         supersede(services.store, run, journal.now())
         done("supersede")
     if step("progress"):
-        from daemon.people.progress import update_progress
-
         if not experiment:
             update_progress(services.store, run.loop, journal.now())
         done("progress")
@@ -250,8 +249,6 @@ def complete_finish(
 
 def _return_credentials(journal: RunJournal) -> None:
     """Refreshed login tokens go back to the real HOME; nothing else of the agent's HOME does."""
-    from daemon.agents.homes import return_credentials
-
     exposure = journal.run.exposure
     if exposure is None or not exposure.agent_home or not exposure.seeded:
         return
@@ -293,9 +290,6 @@ def _count_rules(services: RunServices, run: RunRecord) -> None:
         return
     if is_experiment(run):
         return
-    from daemon.rules.promotion import record_run
-    from daemon.rules.replay import breadth_reason
-    from daemon.runs.learning import rule_attribution, rule_library
 
     now = services.clock()
     max_breadth = services.config.rules.max_breadth
@@ -315,8 +309,6 @@ def _count_rules(services: RunServices, run: RunRecord) -> None:
 
 
 def _write_escalation(services: RunServices, journal: RunJournal) -> None:
-    from daemon.people.escalation import write_escalation
-
     # Written once: after a crash the file may be there already, perhaps resolved since.
     if not services.store.escalation_path(journal.run.id).exists():
         write_escalation(services.store, journal.run, journal.now())
@@ -355,8 +347,6 @@ def end_without_agent(
 def kill_run_leftovers(services: RunServices, run: RunRecord, grace: float = 5.0) -> None:
     """Kill what a dead loopd's attempt left running: its process group, and processes
     started since the attempt began that work inside its worktree."""
-    from daemon.agents.processes import kill_leftovers
-
     locate_worktree(services, run)
     started = run.attempts[-1].started.timestamp() if run.attempts else None
     # Only processes started since the attempt began: an in-place tree is the user's

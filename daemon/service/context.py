@@ -12,8 +12,12 @@ from typing import Any
 
 from daemon import example
 from daemon.config import LoadedConfig, Loop, LoopConfig
+from daemon.example.prepare import prepare_examples
 from daemon.home import Home
+from daemon.people.notify import Notifications
+from daemon.runs.budget import budget_warnings
 from daemon.runs.services import RunServices
+from daemon.service.preflight import Preflight
 from daemon.service.reload import LoopFiles
 from daemon.state.store import StateStore, UnreadableFile
 
@@ -44,9 +48,6 @@ def load_config(home: Home) -> LoadedConfig:
     if not loaded.daemon_ok:
         raise ConfigFatal("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
     _require_extras(loaded)
-    from daemon.example.prepare import prepare_examples
-    from daemon.runs.budget import budget_warnings
-    from daemon.service.preflight import Preflight
 
     try:
         prepare_examples(loaded.loops)
@@ -80,8 +81,6 @@ def _require_extras(loaded: LoadedConfig) -> None:
 
 def notifications_for(loaded: LoadedConfig, store: StateStore) -> Any:
     """The notifier of `[notify]`."""
-    from daemon.people.notify import Notifications
-
     return Notifications(loaded.daemon.notify, store.events)
 
 

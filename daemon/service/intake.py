@@ -16,9 +16,11 @@ from datetime import datetime
 from typing import Any
 
 from daemon.globs import wildmatch
+from daemon.people.escalation import blocking_escalation
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import CronTimer
 from daemon.service.context import Context
+from daemon.service.reload import not_loaded_why
 from daemon.state.queuefile import QueueFile
 from daemon.state.records import Trigger
 from daemon.state.store import UnreadableFile, read_model
@@ -118,8 +120,6 @@ class Intake:
 
     def offer(self, trigger: Trigger, now: datetime) -> None:
         """A trigger arrives: filter it, apply the loop's overlap policy, record it."""
-        from daemon.people.escalation import blocking_escalation
-
         ctx = self.ctx
         fields: dict[str, Any] = {
             "kind": trigger.kind,
@@ -137,8 +137,6 @@ class Intake:
         if loop is None and self._reload_for(trigger.loop, now):
             loop = ctx.loops.get(trigger.loop)
         if loop is None:
-            from daemon.service.reload import not_loaded_why
-
             why = not_loaded_why(ctx.home, trigger.loop, ctx.config, not ctx.config_error)
             return record("trigger_skipped", why=why)
         if not loop.config.enabled:

@@ -16,6 +16,10 @@ from typing import Any
 
 from daemon.scheduling.remotes import RemoteFeed, RemotePoller
 from daemon.service.context import Context
+from daemon.service.listener import Listener
+from daemon.service.metrics import Metrics
+from daemon.service.webhook_desk import WebhookDesk
+from daemon.state.deliveries import DELIVERIES_NAME, Deliveries
 
 
 class Outside:
@@ -48,11 +52,6 @@ class Outside:
         outside = cls(ctx, feed, RemotePoller(feed, ctx.store.root, ctx.monotonic))
         listen = ctx.config.daemon.listen
         if listen is not None:
-            from daemon.service.listener import Listener
-            from daemon.service.metrics import Metrics
-            from daemon.service.webhook_desk import WebhookDesk
-            from daemon.state.deliveries import DELIVERIES_NAME, Deliveries
-
             desk = WebhookDesk(
                 loops=lambda: ctx.loops,
                 remotes=lambda: ctx.config.daemon.remotes,
