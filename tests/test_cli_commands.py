@@ -71,5 +71,5 @@ def test_status_loads_no_other_command_module() -> None:
     ).stdout.splitlines()
     loaded = set(out[-1].split())
     cli = {m.removeprefix("daemon.cli.") for m in loaded if m.startswith("daemon.cli.")}
-    assert cli - {"main", "common", "daemon", "runs", "runview", "engine_views"} == set()
+    assert cli - {"main", "common", "daemon", "runview", "engine_views"} == set()
     assert not {"daemon.daemon", "daemon.runs.executor", "daemon.runs.finish"} & loaded

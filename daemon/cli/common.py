@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from daemon.config import LoadedConfig, Loop
 from daemon.engine import engine_for
 from daemon.home import Home, HomeNotFound, resolve_home
 from daemon.state.lock import HomeLock
@@ -27,6 +28,28 @@ def home_of(args: argparse.Namespace) -> Home:
         return resolve_home(getattr(args, "home", None))
     except HomeNotFound as exc:
         raise CommandError(str(exc)) from None
+
+
+def valid_loop(home: Home, loaded: LoadedConfig, name: str) -> Loop:
+    """The named loop, or a usage error that says what is wrong with it."""
+    if name in loaded.loops:
+        return loaded.loops[name]
+    path = home.loops_dir / f"{name}.toml"
+    problems = [str(e) for e in [*loaded.errors, *loaded.disabled_errors] if e.file == path]
+    if problems:
+        raise CommandError(
+            f"loop {name!r} is broken:\n  "
+            + "\n  ".join(problems)
+            + "\nFix the file as each error says; a running daemon loads it once it is valid."
+        )
+    known = ", ".join(sorted(loaded.loops)) or "none"
+    raise CommandError(f"unknown loop {name!r} (no {path}); known loops: {known}")
+
+
+def daemon_pid(home: Home) -> int | None:
+    """The pid of the daemon running for this home, or None."""
+    lock = HomeLock(home.state_dir / "loopd.lock")
+    return (lock.holder() or -1) if lock.is_held() else None
 
 
 def engine_control(home: Home, loaded: Any = None) -> Any:

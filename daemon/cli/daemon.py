@@ -13,12 +13,13 @@ from daemon.cli.common import (
     CommandError,
     command,
     console,
+    daemon_pid,
     engine_control,
     home_of,
     print_json,
+    valid_loop,
 )
 from daemon.cli.engine_views import show_status
-from daemon.cli.runs import daemon_pid, valid_loop
 from daemon.clock import utc_now
 from daemon.engine import engine_for
 from daemon.people.escalation import held_schedules

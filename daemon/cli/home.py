@@ -7,8 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from daemon.cli.common import CommandError, command, home_of, print_json
-from daemon.cli.runs import daemon_pid
+from daemon.cli.common import CommandError, command, daemon_pid, home_of, print_json
 from daemon.config.errors import ConfigError
 from daemon.engine import missing_extra
 from daemon.home import init_home, is_home

@@ -7,8 +7,7 @@ import os
 import signal
 import time
 
-from daemon.cli.common import CommandError, command, home_of, print_json
-from daemon.cli.runs import daemon_pid
+from daemon.cli.common import CommandError, command, daemon_pid, home_of, print_json
 from daemon.state.events import EventTail
 
 WAIT = 30.0  # seconds for the daemon's answer

@@ -9,7 +9,14 @@ import time
 from typing import Any
 
 from daemon.agents.processes import set_child_subreaper, set_not_dumpable
-from daemon.cli.common import CommandError, command, engine_control, home_of
+from daemon.cli.common import (
+    CommandError,
+    command,
+    daemon_pid,
+    engine_control,
+    home_of,
+    valid_loop,
+)
 from daemon.cli.engine_views import trigger_on_engine
 from daemon.cli.runview import exit_code, print_outcome
 from daemon.clock import utc_now
@@ -25,25 +32,9 @@ from daemon.sandbox.registry import choose
 from daemon.scheduling.queue import PendingRun
 from daemon.service.stopdeadline import StopDeadline
 from daemon.state.events import EventTail
-from daemon.state.lock import HomeLock, LockHeld
+from daemon.state.lock import LockHeld
 from daemon.state.records import Trigger
 from daemon.state.store import UnreadableFile
-
-
-def valid_loop(home: Home, loaded: LoadedConfig, name: str) -> Loop:
-    """The named loop, or a usage error that says what is wrong with it."""
-    if name in loaded.loops:
-        return loaded.loops[name]
-    path = home.loops_dir / f"{name}.toml"
-    problems = [str(e) for e in [*loaded.errors, *loaded.disabled_errors] if e.file == path]
-    if problems:
-        raise CommandError(
-            f"loop {name!r} is broken:\n  "
-            + "\n  ".join(problems)
-            + "\nFix the file as each error says; a running daemon loads it once it is valid."
-        )
-    known = ", ".join(sorted(loaded.loops)) or "none"
-    raise CommandError(f"unknown loop {name!r} (no {path}); known loops: {known}")
 
 
 def foreground_loop(args: argparse.Namespace) -> tuple[Home, LoadedConfig, Loop]:
@@ -66,12 +57,6 @@ def lock_loop(store: Any, loop: Loop) -> Any:
     except LockHeld as exc:
         raise CommandError(f"loop {loop.name!r} is running now ({exc})") from None
     return lock
-
-
-def daemon_pid(home: Home) -> int | None:
-    """The pid of the daemon running for this home, or None."""
-    lock = HomeLock(home.state_dir / "loopd.lock")
-    return (lock.holder() or -1) if lock.is_held() else None
 
 
 def once(args: argparse.Namespace) -> int:
