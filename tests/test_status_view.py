@@ -130,7 +130,8 @@ def test_state_readme_names_what_loopd_wrote(tmp_path: Path, daemons: list) -> N
 
 def test_state_readme_names_every_file_loopd_writes() -> None:
     from daemon.engine.temporal import homeside, inboxtaker, workerstore
-    from daemon.runs import integrity, parking
+    from daemon.git import integrity
+    from daemon.runs import parking
     from daemon.state import deliveries, ledger
 
     names = [
