@@ -41,8 +41,7 @@ class Home:
     def load(self) -> LoadedConfig:
         return load_home(self.root)
 
-    def state(self, events_rotate: int | None = None):  # noqa: ANN201 - StateStore
-
+    def state(self, events_rotate: int | None = None) -> StateStore:
         if events_rotate is None:
             events_rotate = self.load().daemon.limits.events_rotate
         return StateStore(self.state_dir, events_rotate=events_rotate)

@@ -56,7 +56,7 @@ class RuleChoice:
         self.rule_ids.append(rule.id)
 
 
-def rule_library(services: RunServices):  # noqa: ANN201 - RuleLibrary
+def rule_library(services: RunServices) -> RuleLibrary:
     """One rule library per process; it re-reads changed files on every call."""
     library = services.rule_cache.get("library")
     if library is None:
