@@ -1,8 +1,8 @@
 """Every bench in bench/, one after the other: their figures against their targets in one table.
 
 `python bench/all.py` runs each at full size (this can take an hour; the benches time things,
-so they never run side by side) and writes the table to bench/results.md, for the README's
-performance section. `python bench/all.py --smoke` runs each bench's --smoke mode (tiny
+so they never run side by side) and writes the table to bench/results.md, for the performance
+page (docs/performance.md). `python bench/all.py --smoke` runs each bench's --smoke mode (tiny
 sizes, seconds each): it only checks that every bench completes and prints its figure, and
 exits 1 when one does not (CI runs it). `--only NAME` runs the named benches only.
 Usage: python bench/all.py [--smoke] [--only NAME ...] [--table PATH]

@@ -53,7 +53,7 @@ from daemon.service.reload import (
     restart_pending,
 )
 from daemon.service.status import StatusBoard
-from daemon.service.stopdeadline import StopDeadline
+from daemon.service.stopdeadline import StopDeadline, agent_grace
 from daemon.service.verifier import VerifierWatch
 from daemon.service.watchers import Watchers
 from daemon.service.workers import WorkerPool
@@ -312,7 +312,7 @@ class Daemon:
         ctx.flags.stop.set()
         if grace is None:
             grace = ctx.config.daemon.limits.shutdown_grace.total_seconds()
-        for run in self.pool.stop(grace):
+        for run in self.pool.stop(agent_grace(grace)):
             if run.trigger.kind != "retry":
                 # Picked up from the inbox by the next start, like a restart after a crash.
                 ctx.store.put_trigger(

@@ -106,7 +106,7 @@ EXAMPLE_CONFIG = """\
 # urls = []                            # apprise URLs, e.g. ["ntfy://ntfy.sh/TOPIC"]
 
 # [listen]                   # webhooks of GitHub, Gitea/Forgejo, GitLab; /metrics; /healthz
-# bind = "127.0.0.1:8787"    # plain HTTP: a reverse proxy does TLS (see the README)
+# bind = "127.0.0.1:8787"    # plain HTTP: a reverse proxy does TLS (docs/hosted.md)
 #
 # [remotes.app]              # a hosted repository; a loop follows it: hosted = "app"
 # kind = "github"            # github | gitea (Forgejo too) | gitlab

@@ -184,6 +184,8 @@ RestartSec=5
 RestartPreventExitStatus=2
 # SIGTERM to loopd alone: it stops its agents within shutdown_grace; SIGKILL to all after.
 KillMode=mixed
+# loopd gives each agent and check a control group of its own (max_processes, max_memory).
+Delegate=pids memory
 TimeoutStopSec={stop_timeout}
 UMask=0077
 

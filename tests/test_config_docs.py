@@ -1,8 +1,10 @@
-"""docs/configuration.md documents every key the models have, with its default and range."""
+"""docs/configuration.md documents every key the models have, with its default and range; its
+key tables are what `python -m daemon.config.reference` makes from the models."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
@@ -23,6 +25,8 @@ from daemon.config import (
     VerifierConfig,
 )
 from daemon.config.errors import bounds_of, literal_values, toml_value
+from daemon.config.reference import SECTIONS as GENERATED
+from daemon.config.reference import render
 from tests.helpers import ROOT
 
 DOC = (ROOT / "docs" / "configuration.md").read_text()
@@ -38,6 +42,28 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "### [remotes.NAME]": RemoteConfig,
     "## loops/NAME.toml": LoopConfig,
 }
+
+
+def test_the_key_tables_are_what_the_models_make() -> None:
+    """A key added, changed or described anew in daemon/config/ without regenerating fails."""
+    assert {heading: model for heading, _, model in GENERATED} == SECTIONS
+    assert render(DOC) == DOC, (
+        "docs/configuration.md is stale: run python -m daemon.config.reference"
+    )
+
+
+def test_the_generator_checks_and_writes_the_page(tmp_path: Path) -> None:
+    """`--check` exits 1 on a stale page; without it the page is written again."""
+    import subprocess
+    import sys
+
+    stale = tmp_path / "configuration.md"
+    stale.write_text(DOC.replace("| `max_attempts` |", "| `max_attempts` | old |", 1))
+    command = [sys.executable, "-m", "daemon.config.reference", "--page", str(stale)]
+    check = subprocess.run([*command, "--check"], capture_output=True, text=True, cwd=ROOT)
+    assert check.returncode == 1 and "python -m daemon.config.reference" in check.stderr
+    assert subprocess.run(command, capture_output=True, cwd=ROOT).returncode == 0
+    assert stale.read_text() == DOC
 
 
 def section(heading: str) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from daemon.rules.rulefile import dump_rule
+from daemon.service.stopdeadline import MIN_STOP, agent_grace, stop_within
 from tests.helpers import ROOT, loopd, processes_with, start_daemon, wait_for
 from tests.model_server import ScriptedModelServer, call_name
 from tests.test_critic_e2e import verdict
@@ -27,7 +28,7 @@ from tests.test_landing import land_case
 from tests.test_rules_files import make_rule
 
 HANG = 3600  # seconds the model server keeps a hanging call open: far past any wait here
-WAIT = 60  # seconds a test waits for a stopped process (grace 1s + the 10s margin, and slack)
+WAIT = 60  # seconds a test waits for a stopped process (grace 1s, so 5s, and slack)
 
 
 def _home(tmp_path: Path, server: ScriptedModelServer) -> Any:
@@ -128,3 +129,15 @@ def test_sigterm_ends_the_daemon_while_a_run_hangs_in_preparing(
             proc.wait()
     log = (case.home.root / "daemon.log").read_text()
     assert "shutdown_grace" in log, log
+
+
+def test_the_grace_is_split_so_the_whole_stop_ends_within_it() -> None:
+    """The agent's share and loopd's own ending add up to the grace (at least MIN_STOP)."""
+    assert stop_within(30) == 30 and agent_grace(30) == 20  # the default: 10 s are loopd's
+    assert stop_within(600) == 600 and agent_grace(600) == 590
+    assert stop_within(1) == MIN_STOP and agent_grace(1) == 1  # a short grace stays the agent's
+    assert agent_grace(0) == 0
+    for grace in (0, 0.5, 1, 4, 5, 7.5, 12, 30, 31, 3600):
+        share = agent_grace(grace)
+        assert 0 <= share <= grace
+        assert stop_within(grace) - share >= min(stop_within(grace) / 3, 10) - 1e-9

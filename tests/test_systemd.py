@@ -145,6 +145,7 @@ def test_the_shipped_unit_is_the_generated_example() -> None:
         "Restart=on-failure",
         "RestartPreventExitStatus=2",
         "KillMode=mixed",
+        "Delegate=pids memory",
         "TimeoutStopSec=90",
         "ExecStart=%h/.local/bin/loopd --home %h/loopd run",
         "ExecReload=/bin/kill -HUP $MAINPID",

@@ -22,6 +22,7 @@ from daemon.rules.rulefile import LIVE, RuleFileError
 from daemon.rules.verifier import candidate_from_file
 from daemon.runs.budget import loop_hold
 from daemon.runs.services import RunServices
+from daemon.service.stopdeadline import agent_grace
 from daemon.units import parse_duration
 
 FIRINGS_SHOWN = 10
@@ -167,7 +168,7 @@ def experiment_cmd(args: argparse.Namespace) -> int:
 
     def on_signal(signum: int, _frame: Any) -> None:
         presses.append(signum)
-        runner.stop(grace if len(presses) == 1 else 0)
+        runner.stop(agent_grace(grace) if len(presses) == 1 else 0)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

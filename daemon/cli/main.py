@@ -65,6 +65,7 @@ COMMANDS = {
     "verifier": "verifier",
     "redact": "redact",
     "systemd": "systemd",
+    "docs": "docs",
 }
 
 

@@ -1,10 +1,11 @@
-"""`loopd rules list|show|match|verify|promote|retire`: the rule library."""
+"""`loopd rules list|show|match|verify|promote|retire|export|import`: the rule library."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,14 @@ from daemon.model.client import ModelClient, ModelUnavailable
 from daemon.rules.evaluator import JudgeCache, select_rules
 from daemon.rules.library import RuleLibrary
 from daemon.rules.rulefile import KIND_WORDS, LIVE, STATUSES, Rule, RuleFileError
+from daemon.rules.sharing import (
+    BundleError,
+    clone_bundle,
+    export_rules,
+    import_rules,
+    is_remote,
+    only_plain_names,
+)
 from daemon.rules.verifier import candidate_from_file, verify_candidate
 
 STATUS_CHOICES = ("trial", "active", "rejected", "retired")
@@ -55,6 +64,13 @@ def _client(cfg: Any) -> Any:
     return ModelClient(cfg)
 
 
+def _where(rule: Any) -> str:
+    """A rule's scope in words."""
+    if rule.scope.nowhere:
+        return "nowhere until widened (imported)"
+    return "every repository" if not rule.scope.repos else ", ".join(rule.scope.repos)
+
+
 def _row(stored: Any) -> dict[str, Any]:
     rule = stored.rule
     return {
@@ -68,6 +84,10 @@ def _row(stored: Any) -> dict[str, Any]:
         "harmed": rule.harmed,
         "idle": rule.idle,
         "repos": rule.scope.repos,
+        "nowhere": rule.scope.nowhere,
+        "expires": rule.expires.isoformat() if rule.expires else None,
+        "expired": rule.expired(utc_now()),
+        "imported_from": rule.provenance.imported_from if rule.provenance else "",
         "rule": rule.rule,
         "path": str(stored.path),
     }
@@ -76,6 +96,7 @@ def _row(stored: Any) -> dict[str, Any]:
 def list_cmd(args: argparse.Namespace) -> int:
     """List the rules by kind (live ones: trial and active; --status or --all for others)."""
     _, library = rule_library(args)
+    now = utc_now()
     if args.status:
         wanted = (args.status,)
     else:
@@ -97,13 +118,18 @@ def list_cmd(args: argparse.Namespace) -> int:
         print(f"{kind} ({len(of_kind)}): {KIND_WORDS[kind].split(': ', 1)[1]}")
         for s in of_kind:
             r = s.rule
-            where = "every repository" if not r.scope.repos else ", ".join(r.scope.repos)
             print(
                 f"  {r.id}  {s.status}  {r.severity}  fired {r.fired}  helped {r.helped}  "
                 f"harmed {r.harmed}  idle {r.idle}  confidence {r.confidence:.2f}"
             )
             print(f"      {r.rule}")
-            print(f"      scope: {where}")
+            print(f"      scope: {_where(r)}")
+            if r.expired(now):
+                print(f"      expired on {r.expires:%Y-%m-%d}: it no longer fires")
+            if r.provenance is not None and r.provenance.imported_from:
+                print(
+                    f"      imported from {r.provenance.imported_from} ({r.provenance.origin_id})"
+                )
     return 0
 
 
@@ -221,9 +247,10 @@ def promote_cmd(args: argparse.Namespace) -> int:
     if args.severity and args.severity != rule.severity:
         update["severity"] = args.severity
         said.append(f"severity {rule.severity} -> {args.severity}")
-    if args.scope == "all" and rule.scope.repos:
-        update["scope"] = {**rule.scope.model_dump(), "repos": []}
-        said.append(f"scope {', '.join(rule.scope.repos)} -> every repository")
+    if args.scope == "all" and (rule.scope.repos or rule.scope.nowhere):
+        # An imported rule fires nowhere: widening it lets it fire in every repository.
+        update["scope"] = {**rule.scope.model_dump(), "repos": [], "nowhere": False}
+        said.append(f"scope {_where(rule)} -> every repository")
     if stored.status != "active":
         moved = library.move(
             rule.id, "active", events, now, reason="promoted by a person", update=update or None
@@ -262,11 +289,72 @@ def retire_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def export_cmd(args: argparse.Namespace) -> int:
+    """Write rules, with their provenance, as a bundle another home can import."""
+    home, library = rule_library(args)
+    try:
+        entries = export_rules(
+            library,
+            Path(args.dest),
+            home.state().home_id(),
+            utc_now(),
+            kinds=tuple(only_plain_names(args.kind or [])),
+            statuses=tuple(args.status or ["active"]),
+        )
+    except BundleError as exc:
+        raise CommandError(str(exc)) from None
+    _warn(library)
+    if args.json:
+        print_json({"dest": str(args.dest), "rules": [e.model_dump() for e in entries]})
+        return 0
+    print(f"{len(entries)} rule(s) -> {args.dest}")
+    for entry in entries:
+        print(f"  {entry.id} ({entry.kind})")
+    return 0
+
+
+def import_cmd(args: argparse.Namespace) -> int:
+    """Check a bundle whole, then file its rules in rules/trial/, firing nowhere until widened."""
+    home, library = rule_library(args)
+    client = None if args.no_model else _client(_verifier(home))
+    if client is None and not args.no_model:
+        raise CommandError(
+            "importing rules checks them against this home's rules with the verifier model, "
+            "and loopd.toml has no [verifier] base_url. Fix: configure [verifier], or pass "
+            "--no-model to import without the contradiction check"
+        )
+    with tempfile.TemporaryDirectory(prefix="loopd-bundle-") as scratch:
+        src = Path(args.src)
+        if is_remote(args.src):
+            src = clone_bundle(args.src, Path(scratch) / "bundle")
+        try:
+            landed = import_rules(library, src, utc_now(), client, home.state().events)
+        except BundleError as exc:
+            raise CommandError(str(exc)) from None
+        except ModelUnavailable as exc:
+            raise CommandError(
+                f"the contradiction check could not run: {exc}. Fix: start the endpoint, or "
+                "pass --no-model"
+            ) from None
+    if args.json:
+        print_json([_row(s) for s in landed])
+        return 0
+    print(
+        f"{len(landed)} rule(s) -> rules/trial/, held back (they fire nowhere) until you widen them"
+    )
+    for stored in landed:
+        origin = stored.rule.provenance.origin_id if stored.rule.provenance else ""
+        print(f"  {stored.rule.id}  (was {origin})  {stored.rule.rule}")
+    if landed:
+        print("Fix scope: `loopd rules promote ID --scope all`, or edit `scope` in the file")
+    return 0
+
+
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "rules",
-        help="The rule library: list, show, match, verify, promote, retire.",
-        description="The rule library: list, show, match, verify, promote, retire.",
+        help="The rule library: list, show, match, verify, promote, retire, export, import.",
+        description="The rule library: list, show, match, verify, promote, retire, export, import.",
     )
     add_home_and_json(parser)
     parser.set_defaults(func=list_cmd, status=None, all=False)
@@ -300,3 +388,14 @@ def register(sub: Any) -> None:
     p = command(actions, "retire", retire_cmd)
     p.add_argument("id", metavar="ID")
     p.add_argument("--reason", default="retired by a person")
+    p = command(actions, "export", export_cmd, json_flag=True)
+    p.add_argument("dest", metavar="DEST", help="a new or empty folder, or an earlier bundle")
+    p.add_argument("--kind", action="append", help="only this kind (repeatable)")
+    p.add_argument(
+        "--status", action="append", choices=STATUS_CHOICES, help="this folder (default: active)"
+    )
+    p = command(actions, "import", import_cmd, json_flag=True)
+    p.add_argument("src", metavar="SRC", help="a bundle's folder, or a git repository holding one")
+    p.add_argument(
+        "--no-model", action="store_true", help="skip the contradiction check with the verifier"
+    )

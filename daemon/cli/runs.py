@@ -30,7 +30,7 @@ from daemon.runs.budget import loop_hold
 from daemon.runs.services import RunServices
 from daemon.sandbox.registry import choose
 from daemon.scheduling.queue import PendingRun
-from daemon.service.stopdeadline import StopDeadline
+from daemon.service.stopdeadline import StopDeadline, agent_grace
 from daemon.state.events import EventTail
 from daemon.state.lock import LockHeld
 from daemon.state.records import Trigger
@@ -140,7 +140,7 @@ def once(args: argparse.Namespace) -> int:
 
     def on_signal(signum: int, _frame: Any) -> None:
         presses.append(signum)
-        executor.interrupt(grace if len(presses) == 1 else 0)
+        executor.interrupt(agent_grace(grace) if len(presses) == 1 else 0)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

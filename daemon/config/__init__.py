@@ -1,7 +1,8 @@
 """Pydantic models of `loopd.toml` and `loops/*.toml`: load, validate, explain.
 
-The user's reference for every key here is `docs/configuration.md`; change both together
-(tests/test_config_docs.py checks that every key is documented with its range). By concept:
+The user's reference for every key here is `docs/configuration.md`: its key tables are made
+from the models' fields and descriptions by `python -m daemon.config.reference` (reference.py;
+tests/test_config_docs.py fails when they are stale). By concept:
 `base.py` (what every model shares), `home_file.py` (loopd.toml), `engine.py` (`[engine]`),
 `sandbox.py` (`[sandbox]`), `listen.py` (`[listen]`, `[remotes.NAME]`), `loop_file.py` (a
 loop file), `loading.py` (reading a home).

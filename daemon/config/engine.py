@@ -16,16 +16,83 @@ ENGINES = ("local", "temporal")
 class EngineConfig(StrictModel):
     """`[engine]`: where scheduling and runs happen; `local` is everything in this process."""
 
-    kind: Literal[ENGINES] = "local"  # type: ignore[valid-type]
-    address: str = "127.0.0.1:7233"
-    namespace: str = "default"
-    task_queue: str = "loopd"
-    remote: str = Field("", examples=["ssh://git.example.com/srv/loopd/{loop}.git"])
-    heartbeat_timeout: duration("1s", "1h") = "60s"  # type: ignore[valid-type]
-    tls_cert: str = Field("", examples=["engine/client.pem"])
-    tls_key: str = Field("", examples=["engine/client.key"])
-    tls_ca: str = Field("", examples=["engine/ca.pem"])
-    api_key_file: str = Field("", examples=["engine/api-key"])
+    kind: Literal[ENGINES] = Field(  # type: ignore[valid-type]
+        "local", description="the engine"
+    )
+    address: str = Field(
+        "127.0.0.1:7233",
+        description="the Temporal frontend",
+        json_schema_extra={"allowed": "`HOST:PORT`"},
+    )
+    namespace: str = Field(
+        "default",
+        description=(
+            "one home per namespace: workflow ids are `loopd/LOOP` and `loopd/LOOP/RUN_ID`"
+        ),
+        json_schema_extra={"allowed": "a namespace of the cluster"},
+    )
+    task_queue: str = Field(
+        "loopd",
+        description=(
+            "the home's own queue (its controllers, runs, rules, prompts, progress "
+            "notes, escalations); the workers' queues are named after it: "
+            '`loopd-NAME` for `runs_on = "NAME"`, `loopd-default` for loops without '
+            "`runs_on`"
+        ),
+        json_schema_extra={"allowed": "letters, digits, `-`, `_`, `.`"},
+    )
+    remote: str = Field(
+        "",
+        examples=["ssh://git.example.com/srv/loopd/{loop}.git"],
+        description=(
+            "each attempt's commit is pushed here as branch `loopd/LOOP/RUN_ID`, so "
+            "another worker can continue the run; the home fetches the branch into "
+            "your repository when the run ends. Empty: the loop's own `repo`, which "
+            "only workers on this machine can reach"
+        ),
+        json_schema_extra={
+            "allowed": (
+                "a git URL or path every worker can reach; `{loop}` is replaced by the loop's name"
+            )
+        },
+    )
+    heartbeat_timeout: duration("1s", "1h") = Field(  # type: ignore[valid-type]
+        "60s",
+        description=(
+            "an attempt whose worker is silent this long (killed, machine gone) is "
+            "`interrupted` and retried once on another worker. A server outage longer"
+            " than this also interrupts running attempts"
+        ),
+    )
+    tls_cert: str = Field(
+        "",
+        examples=["engine/client.pem"],
+        description=("the client certificate (PEM) loopd presents to the engine; with `tls_key`"),
+        json_schema_extra={"allowed": "a file; relative to the home"},
+    )
+    tls_key: str = Field(
+        "",
+        examples=["engine/client.key"],
+        description="the client certificate's private key (PEM)",
+        json_schema_extra={"allowed": "a file; relative to the home"},
+    )
+    tls_ca: str = Field(
+        "",
+        examples=["engine/ca.pem"],
+        description=(
+            "the CA that signed the server's certificate; empty: the system's CAs "
+            "(TLS is on when any `tls_*` key or `api_key_file` is set)"
+        ),
+        json_schema_extra={"allowed": "a file; relative to the home"},
+    )
+    api_key_file: str = Field(
+        "",
+        examples=["engine/api-key"],
+        description=(
+            "a file holding an API key for the engine (Temporal Cloud), instead of a certificate"
+        ),
+        json_schema_extra={"allowed": "a file; relative to the home"},
+    )
 
     _task_queue = field_validator("task_queue")(_queue_name)
 

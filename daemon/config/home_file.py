@@ -27,15 +27,68 @@ BUILTIN_PROFILES: dict[str, Callable[[], AgentProfile]] = {}
 
 
 class VerifierConfig(StrictModel):
-    base_url: str = Field("", examples=["http://127.0.0.1:8000/v1"])
-    model: str = Field("", examples=["qwen3-30b-a3b-instruct"])
-    api_key_env: str = Field("", examples=["LOCAL_LLM_KEY"])
-    timeout: duration("100ms", "1h") = "60s"  # type: ignore[valid-type]
-    pending_limit: duration("0s", "365d") = "6h"  # type: ignore[valid-type]
-    evidence_tokens: int = Field(12000, ge=1000, le=1_000_000)
-    judge_timeout: duration("0s", "10m") = "800ms"  # type: ignore[valid-type]
-    judge_candidates: int = Field(40, ge=0, le=1000)
-    embeddings_model: str = Field("", examples=["nomic-embed-text"])
+    base_url: str = Field(
+        "",
+        examples=["http://127.0.0.1:8000/v1"],
+        description="the endpoint; empty: no verifier",
+        json_schema_extra={
+            "allowed": "an `http://` or `https://` URL with a host, usually ending in `/v1`"
+        },
+    )
+    model: str = Field(
+        "",
+        examples=["qwen3-30b-a3b-instruct"],
+        description=(
+            "the model to ask; should differ from the agents' model (`check` warns "
+            "when it is the same)"
+        ),
+    )
+    api_key_env: str = Field(
+        "",
+        examples=["LOCAL_LLM_KEY"],
+        description=(
+            "the variable holding the endpoint's key; empty: a placeholder key "
+            "(keyless local servers accept any)"
+        ),
+        json_schema_extra={"allowed": "an environment variable's name"},
+    )
+    timeout: duration("100ms", "1h") = Field(  # type: ignore[valid-type]
+        "60s", description="how long one model call may take"
+    )
+    pending_limit: duration("0s", "365d") = Field(  # type: ignore[valid-type]
+        "6h",
+        description=(
+            "a run whose judging cannot reach the endpoint waits in `judging`; past "
+            "this it is escalated, never passed unjudged"
+        ),
+    )
+    evidence_tokens: int = Field(
+        12000,
+        ge=1000,
+        le=1_000_000,
+        description="the critic's evidence budget; 4 characters count as a token",
+    )
+    judge_timeout: duration("0s", "10m") = Field(  # type: ignore[valid-type]
+        "800ms",
+        description=(
+            "the one semantic call that picks rules for a new task; on timeout the "
+            "lexical matches alone are used"
+        ),
+    )
+    judge_candidates: int = Field(
+        40,
+        ge=0,
+        le=1000,
+        description=("at most this many rule intents go into that call; 0: lexical matches only"),
+    )
+    embeddings_model: str = Field(
+        "",
+        examples=["nomic-embed-text"],
+        description=(
+            "optional: a model behind `/v1/embeddings` that pre-filters the "
+            "candidates (without it: word overlap)"
+        ),
+    )
 
     _base_url = field_validator("base_url")(_http_url)
 
@@ -60,23 +113,93 @@ class Price(StrictModel):
 
 
 class AgentProfile(StrictModel):
-    adapter: Adapter = "qwen"  # type: ignore[valid-type]
-    model: str = Field("", examples=["qwen3-coder-30b-a3b-instruct"])
-    base_url: str = Field("", examples=["http://127.0.0.1:8000/v1"])
-    api_key_env: str = Field("", examples=["LOCAL_LLM_KEY"])
-    args: list[str] = Field([], examples=[["--verbose"]])
-    env: dict[str, str] = Field({}, examples=[{"HTTPS_PROXY": "http://127.0.0.1:3128"}])
-    command: list[str] = Field([], examples=[["my-agent", "--task", "{prompt}"]])
-    price: Price = Price()
+    adapter: Adapter = Field(  # type: ignore[valid-type]
+        "qwen", description="which agent CLI to drive"
+    )
+    model: str = Field(
+        "",
+        examples=["qwen3-coder-30b-a3b-instruct"],
+        description="the model the agent uses; empty: the agent's own default",
+    )
+    base_url: str = Field(
+        "",
+        examples=["http://127.0.0.1:8000/v1"],
+        description="the agent's own endpoint, for adapters that take one",
+        json_schema_extra={"allowed": "an `http://` or `https://` URL with a host"},
+    )
+    api_key_env: str = Field(
+        "",
+        examples=["LOCAL_LLM_KEY"],
+        description="the key is passed to the agent the way it expects",
+        json_schema_extra={"allowed": "an environment variable's name"},
+    )
+    args: list[str] = Field(
+        [], examples=[["--verbose"]], description="extra arguments for the agent's command line"
+    )
+    env: dict[str, str] = Field(
+        {},
+        examples=[{"HTTPS_PROXY": "http://127.0.0.1:3128"}],
+        description=(
+            "extra environment for the agent (not for the checks), e.g. `env = { "
+            'HTTPS_PROXY = "http://127.0.0.1:3128" }`. For a `command` agent, a value'
+            " that is an existing absolute path is visible read-only in the sandbox"
+        ),
+    )
+    command: list[str] = Field(
+        [],
+        examples=[["my-agent", "--task", "{prompt}"]],
+        description=(
+            "the program and its arguments (argv, never a shell). `{prompt}` in an "
+            "argument is replaced by the prompt; without `{prompt}` the prompt "
+            "arrives on stdin"
+        ),
+        json_schema_extra={"allowed": 'non-empty strings; required with `adapter = "command"`'},
+    )
+    price: Price = Field(
+        Price(),
+        description=(
+            "USD per million input and output tokens: each attempt's and run's "
+            "`cost_usd` in run.toml, `loopd show` and the report. Unset (both 0): the"
+            " cost the agent reports itself (Claude Code, opencode, aider), else 0"
+        ),
+        json_schema_extra={"allowed": "`input` and `output` each 0 to 10000"},
+    )
 
     _command_argv = field_validator("command")(_argv)
     _base_url = field_validator("base_url")(_http_url)
 
 
 class NotifyConfig(StrictModel):
-    command: list[str] = Field([], examples=[["notify-send", "loopd"]])
-    webhook: str = Field("", examples=["https://hooks.example.com/loopd"])
-    urls: list[str] = Field([], examples=[["ntfy://ntfy.sh/my-loopd-topic"]])
+    command: list[str] = Field(
+        [],
+        examples=[["notify-send", "loopd"]],
+        description=(
+            "a program run with the message appended as its last argument, e.g. "
+            '`["notify-send", "loopd"]`; argv, never a shell'
+        ),
+        json_schema_extra={"allowed": "non-empty strings"},
+    )
+    webhook: str = Field(
+        "",
+        examples=["https://hooks.example.com/loopd"],
+        description=(
+            'a POST of the notification as JSON (`{"text": ..., ...}`), retried with backoff'
+        ),
+        json_schema_extra={"allowed": "an `http://` or `https://` URL with a host"},
+    )
+    urls: list[str] = Field(
+        [],
+        examples=[["ntfy://ntfy.sh/my-loopd-topic"]],
+        description=(
+            "each notification also through "
+            "[apprise](https://github.com/caronc/apprise/wiki), one URL per service, "
+            'e.g. `["ntfy://ntfy.sh/my-topic", "mailtos://user:pass@example.com"]`: '
+            "the same message text, titled `loopd: KIND`, an escalation's file linked"
+            " below it (`file://...`). Needs the `notify` extra (`pip install "
+            "'loopd[notify]'`); without it `loopd run` stops with exit 2 saying so"
+        ),
+        json_schema_extra={"allowed": "apprise URLs (`SCHEME://...`)"},
+    )
 
     @field_validator("urls")
     @classmethod
@@ -91,22 +214,135 @@ class NotifyConfig(StrictModel):
 
 
 class LimitsConfig(StrictModel):
-    max_concurrent_runs: int = Field(1, ge=1, le=64)
-    retain_days: int = Field(30, ge=0, le=3650)
-    transcript_cap: size("64KB", "10GB") = "50MB"  # type: ignore[valid-type]
-    prompt_cap: size("4KB", "10MB") = "100KB"  # type: ignore[valid-type]
-    shutdown_grace: duration("0s", "1d") = "30s"  # type: ignore[valid-type]
-    worktrees: str = "~/.cache/loopd/worktrees"
-    events_rotate: size("64KB", "10GB") = "64MB"  # type: ignore[valid-type]
-    max_wait: duration("0s", "30d") = "12h"  # type: ignore[valid-type]
-    daily_tokens: int = Field(0, ge=0, le=10**15)
-    timezone: str = Field("", examples=["Europe/Berlin"])
+    max_concurrent_runs: int = Field(
+        1, ge=1, le=64, description="runs at the same time, over all loops"
+    )
+    retain_days: int = Field(
+        30,
+        ge=0,
+        le=3650,
+        description=(
+            "transcripts, attempt folders and `loopd/*` branches of runs finished "
+            "longer ago are pruned, except what an open escalation or a live rule's "
+            "evidence cites; 0 keeps everything"
+        ),
+    )
+    transcript_cap: size("64KB", "10GB") = Field(  # type: ignore[valid-type]
+        "50MB", description="one attempt's transcript stops growing here (with a marker)"
+    )
+    prompt_cap: size("4KB", "10MB") = Field(  # type: ignore[valid-type]
+        "100KB",
+        description=(
+            "one prompt's size; the checks' output is cut first. Agents that take the"
+            " prompt as one argument are bound by Linux's 128 KiB limit on a single "
+            "argument"
+        ),
+    )
+    shutdown_grace: duration("0s", "1d") = Field(  # type: ignore[valid-type]
+        "30s",
+        description=(
+            "on SIGTERM, how long `loopd once` and `loopd run` take at most to stop "
+            "(at least 5 s; the unit `loopd systemd install` writes allows 90 s for "
+            "the whole stop). A running attempt's agent gets the grace less what "
+            "loopd keeps to take its work and write the run's record (a third of the "
+            "grace, at most 10 s: 20 s of the default 30 s), then it is stopped as "
+            "`interrupted`. Whatever the run is doing (preparing, a model call, git, "
+            "landing), past the grace what they started is killed and they exit 1, "
+            "and the run they leave is ended as `interrupted` by the next `loopd once`"
+            " of its loop or `loopd run`; a second SIGTERM or Ctrl-C shortens the wait"
+            " to 5 s"
+        ),
+    )
+    worktrees: str = Field(
+        "~/.cache/loopd/worktrees",
+        description=(
+            "where run trees are made (a clone or worktree per run, and loopd's own "
+            "git directory for it, `RUN_ID.git`): outside the home and outside your "
+            "repositories"
+        ),
+        json_schema_extra={"allowed": "a folder; `~` is expanded"},
+    )
+    events_rotate: size("64KB", "10GB") = Field(  # type: ignore[valid-type]
+        "64MB", description="`state/events.jsonl` rotates to `events-N.jsonl` past this size"
+    )
+    max_wait: duration("0s", "30d") = Field(  # type: ignore[valid-type]
+        "12h",
+        description=(
+            "a run parked on its agent's usage limit is escalated (cause "
+            "`quota-wait-exceeded`) when the limit lifts later than this after the "
+            "wait began"
+        ),
+    )
+    daily_tokens: int = Field(
+        0,
+        ge=0,
+        le=10**15,
+        description=(
+            "tokens all loops together may spend a day; once spent, new runs wait "
+            "until the next day (event `budget_exhausted` once a day; `status` and "
+            "the report show it); a run in progress finishes. 0: no budget"
+        ),
+    )
+    timezone: str = Field(
+        "",
+        examples=["Europe/Berlin"],
+        description="the zone whose midnight starts the day of `daily_tokens`",
+        json_schema_extra={
+            "allowed": (
+                'an IANA time zone name, e.g. `"Europe/Berlin"`; empty: this machine\'s zone'
+            )
+        },
+    )
     # Each run's processes (the agent's, setup's, the checks'): see daemon/sandbox/limits.py.
-    max_processes: int = Field(1024, ge=16, le=1_000_000)
-    max_memory: size("64MB", "64TB") = "8GB"  # type: ignore[valid-type]
-    max_tmp: size("1MB", "1TB") = "1GB"  # type: ignore[valid-type]
-    max_file_size: size("1MB", "1TB") = "100MB"  # type: ignore[valid-type]
-    max_tree: size("1MB", "100TB") = "10GB"  # type: ignore[valid-type]
+    max_processes: int = Field(
+        1024,
+        ge=16,
+        le=1_000_000,
+        description=(
+            "processes one run's sandboxed tree may have at once (the agent's, "
+            "setup's or a check's). A fork that would pass it fails in the agent; a "
+            "run whose agent ran into it and whose checks still fail ends with cause "
+            "`resource-limit`. Enforced by a control group of the launch's own "
+            "(cgroup v2 with a delegated `pids` controller: the unit `loopd systemd "
+            "install` writes has `Delegate=pids memory`, and loopd then moves itself "
+            "into a leaf group `loopd`; else cgroup v1 `pids`; else, under systemd, a"
+            " transient scope per launch, `systemd-run --scope -p TasksMax=`, where an"
+            " out-of-memory kill is seen but a fork refused is not); where none can be"
+            " used, by RLIMIT_NPROC, which the kernel does not apply to root: `loopd "
+            "check` and `loopd status` print the `limits:` line that says which"
+        ),
+    )
+    max_memory: size("64MB", "64TB") = Field(  # type: ignore[valid-type]
+        "8GB",
+        description=(
+            "memory of one run's sandboxed tree together (the control group's memory "
+            "limit); unset, the smaller of 8GB and half this machine's memory; "
+            "without a control group, each process's data (RLIMIT_DATA)"
+        ),
+    )
+    max_tmp: size("1MB", "1TB") = Field(  # type: ignore[valid-type]
+        "1GB",
+        description=(
+            "size of each tmpfs the sandbox mounts (its `/tmp`, the empty folders "
+            "over homes and `/run`): they live in memory"
+        ),
+    )
+    max_file_size: size("1MB", "1TB") = Field(  # type: ignore[valid-type]
+        "100MB",
+        description=(
+            "the largest file the agent's processes may write (RLIMIT_FSIZE; setup "
+            "and checks are not bound by it)"
+        ),
+    )
+    max_tree: size("1MB", "100TB") = Field(  # type: ignore[valid-type]
+        "10GB",
+        description=(
+            "the size of a run's tree (the agent's files, its `.git` included), "
+            "measured as each agent session ends: over it, the attempt ends at once "
+            "(no nudge) and a run whose checks still fail ends with cause "
+            "`resource-limit`"
+        ),
+    )
 
     @field_validator("timezone")
     @classmethod
@@ -132,7 +368,17 @@ class LimitsConfig(StrictModel):
 
 
 class RulesConfig(StrictModel):
-    max_breadth: float = Field(0.3, ge=0.0, le=1.0)
+    max_breadth: float = Field(
+        0.3,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "a trial rule due for promotion is replayed over the last 30 days of "
+            "recorded runs (`loopd replay`); when it fires on more than this share of"
+            " the runs of loops other than the one it was learned in, it stays in "
+            "trial with that reason. Judged once at least 10 such runs are on record"
+        ),
+    )
 
 
 class DaemonConfig(StrictModel):

@@ -55,19 +55,105 @@ class RunEnds(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
-    setup: list[str] = Field([], examples=[["python3 -m venv .venv", ".venv/bin/pip install -e ."]])
-    setup_timeout: duration("1s", "7d") = "20m"  # type: ignore[valid-type]
-    skip_if_done: bool = True
-    build_on: Literal["base", "last-success"] = "base"
-    land: Literal["branch", "merge", "push"] = "branch"
-    target: str = Field("", examples=["main"])
-    remote: str = "origin"
+    setup: list[str] = Field(
+        [],
+        examples=[["python3 -m venv .venv", ".venv/bin/pip install -e ."]],
+        description=(
+            "run with `/bin/sh -c` in the run's tree before the first attempt, one "
+            "after the other, in the run's sandbox with the checks' environment (the "
+            'loop\'s `env` included), e.g. `["python3 -m venv .venv", ".venv/bin/pip '
+            'install -e ."]`; output in `state/runs/RUN_ID/setup.log`. What they '
+            "create in the tree is read-only for the agent and kept out of loopd's "
+            "commits. A failure ends the run as `error` (cause `setup-failed`), "
+            'escalated with the log\'s tail. With `[engine] kind = "temporal"` it runs'
+            " on the worker, in every tree a worker makes for the run (before the "
+            "skip check, and again before each attempt, since the next attempt may "
+            "run on another machine); setup.log is in that worker's "
+            "`state/runs/RUN_ID/`, and its tail in the home's"
+        ),
+        json_schema_extra={"allowed": "shell commands"},
+    )
+    setup_timeout: duration("1s", "7d") = Field(  # type: ignore[valid-type]
+        "20m",
+        description=(
+            "the time all of `setup` may take; a command still running then is stopped and fails"
+        ),
+    )
+    skip_if_done: bool = Field(
+        True,
+        description=(
+            "with `done_when` set: after `setup`, run the checks on the commit the "
+            "run starts from (after `build_on`); when all pass the run ends `skipped`"
+            ' ("already done") with no agent and no tokens. `loopd once --force` and '
+            "`loopd trigger --force` run anyway; retries and experiments are never "
+            "skipped. Loops written before it existed used to start the agent anyway."
+            ' With `[engine] kind = "temporal"` the check runs once, before the first'
+            " attempt, on a worker of the loop's queue (`runs_on`)"
+        ),
+    )
+    build_on: Literal["base", "last-success"] = Field(
+        "base",
+        description=(
+            "`last-success`: start from the branch of this loop's newest run that "
+            "succeeded and has not landed, when it still contains `base`; landing the"
+            " new run marks that one landed too"
+        ),
+    )
+    land: Literal["branch", "merge", "push"] = Field(
+        "branch",
+        description=(
+            "what happens to a succeeded run's work. `branch`: it stays on "
+            "`loopd/NAME/RUN_ID` for you to review. `merge`: `target` is "
+            "fast-forwarded to it (after merging a moved target into it in a fresh "
+            "tree and running `setup` and the checks there again). `push`: the branch"
+            " is pushed to `remote` and `pr_command` runs. See [Landing](#landing). "
+            'An error with `isolation = "in-place"`'
+        ),
+    )
+    target: str = Field(
+        "",
+        examples=["main"],
+        description=(
+            "the branch `land` moves or a pull request names; empty: the branch "
+            '`base` names (`"HEAD"`: the branch checked out when the run starts). A '
+            "`base` that is a tag or a commit needs it (`check` says so). Fixed when "
+            "each run starts"
+        ),
+        json_schema_extra={"allowed": "a branch name"},
+    )
+    remote: str = Field(
+        "origin",
+        description=(
+            '`land = "push"`: where the run\'s branch is pushed, by your own git with '
+            "your config and credentials (hooks off)"
+        ),
+        json_schema_extra={"allowed": "a remote's name or URL"},
+    )
     pr_command: list[str] = Field(
         [],
         examples=[["gh", "pr", "create", "--head", "{branch}", "--base", "{target}",
-                   "--title", "{title}", "--body-file", "{body_file}"]],
-    )  # fmt: skip
-    land_allow: list[str] = Field([], examples=[[".github/workflows/**"]])
+                   "--title", "{title}", "--body-file", "{body_file}"]], description=(
+            "`land = \"push\"`: run in the repository after the push, with `{branch}`, "
+            "`{target}`, `{title}` and `{body_file}` replaced, e.g. `[\"gh\", \"pr\", "
+            "\"create\", \"--head\", \"{branch}\", \"--base\", \"{target}\", \"--title\", "
+            "\"{title}\", \"--body-file\", \"{body_file}\"]`; its output in "
+            "`state/runs/RUN_ID/land.log`"
+        ), json_schema_extra={"allowed": "a program and its arguments"})  # fmt: skip
+    land_allow: list[str] = Field(
+        [],
+        examples=[[".github/workflows/**"]],
+        description=(
+            "files a run may land although they run programs on your machine or in "
+            "CI: by default a run that changed `.github/workflows/**`, "
+            "`.gitlab-ci.yml`, `.envrc`, `.vscode/**`, `.pre-commit-config.yaml`, "
+            "`.gitmodules`, `.githooks/**`, `.husky/**` or the repository's "
+            "`core.hooksPath` folder (when inside the tree) does not land, nor a "
+            "symlink in their place, into them or out of the repository (see "
+            "[Landing](#landing)); list the glob here (e.g. "
+            '`[".github/workflows/**"]`) to let it'
+        ),
+        json_schema_extra={"allowed": "path globs"},
+    )
 
     @field_validator("setup")
     @classmethod

@@ -27,9 +27,28 @@ def _bind(value: str) -> str:
 class ListenConfig(StrictModel):
     """`[listen]`: present turns the listener on."""
 
-    bind: str = "127.0.0.1:8787"
-    max_body: size("1KB", "100MB") = "1MB"  # type: ignore[valid-type]
-    rate_limit: int = Field(120, ge=1, le=1_000_000)  # deliveries per source address per minute
+    bind: str = Field(
+        "127.0.0.1:8787",
+        description="where the listener listens; keep it on loopback behind a proxy",
+        json_schema_extra={
+            "allowed": (
+                "`HOST:PORT`, port 0 to 65535 (0: any free port, named by the event `listening`)"
+            )
+        },
+    )
+    max_body: size("1KB", "100MB") = Field(  # type: ignore[valid-type]
+        "1MB", description="a delivery's body over this is refused with 413 before it is read whole"
+    )
+    rate_limit: int = Field(
+        120,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "deliveries per source address per minute (a token bucket); more are "
+            "refused with 429. Behind a proxy every delivery comes from the proxy's "
+            "address"
+        ),
+    )  # deliveries per source address per minute
 
     _bind = field_validator("bind")(_bind)
 
@@ -45,10 +64,34 @@ class ListenConfig(StrictModel):
 class RemoteConfig(StrictModel):
     """`[remotes.NAME]`: a repository on a hosting service that loops follow."""
 
-    kind: RemoteKind  # type: ignore[valid-type]
-    repository: str = Field(examples=["owner/name"])
-    clone_url: str = Field(examples=["https://github.com/owner/name.git"])
-    secret_env: str = Field("", examples=["LOOPD_GITHUB_SECRET"])
+    kind: RemoteKind = Field(description='the service; Forgejo is `"gitea"`')  # type: ignore[valid-type]
+    repository: str = Field(
+        examples=["owner/name"],
+        description=(
+            "the repository as the service's push names it (`repository.full_name`, "
+            "GitLab's `project.path_with_namespace`), compared without case"
+        ),
+        json_schema_extra={"allowed": "`OWNER/NAME` (GitLab: `GROUP/SUBGROUP/NAME`)"},
+    )
+    clone_url: str = Field(
+        examples=["https://github.com/owner/name.git"],
+        description=(
+            "what loopd fetches pushed commits from and polls with `git ls-remote`; "
+            "your own git credentials apply"
+        ),
+        json_schema_extra={
+            "allowed": "a URL git can fetch (`https://`, `ssh://`, `git@host:path`, `file://`)"
+        },
+    )
+    secret_env: str = Field(
+        "",
+        examples=["LOOPD_GITHUB_SECRET"],
+        description=(
+            "the variable holding the webhook secret; unset or empty, every delivery "
+            "for this remote is refused (403). Polling needs none"
+        ),
+        json_schema_extra={"allowed": "an environment variable name"},
+    )
 
     @field_validator("repository")
     @classmethod

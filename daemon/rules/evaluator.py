@@ -164,6 +164,8 @@ def in_scope(rule: Rule, loop: str, paths: list[str], repo: str | None = None) -
 
     `repo` None: the repositories are not looked at (replay's breadth, `rules match`).
     """
+    if rule.scope.nowhere:
+        return False
     if repo is not None and rule.scope.repos:
         here = repo_key(repo)
         if not any(repo_key(r) == here for r in rule.scope.repos):

@@ -47,6 +47,7 @@ FRONT_KEYS = (
     "verified_by",
     "evidence",
     "reason",
+    "provenance",
 )
 DEFAULT_LIFETIME = timedelta(days=90)
 # What each kind means, written after `kind` in every rule file so a reader need not guess.
@@ -86,6 +87,32 @@ class Scope(BaseModel):
     repos: list[str] = []
     loops: list[str] = ["*"]
     paths: list[str] = []
+    # An imported rule fires nowhere until a person widens it (`loopd rules promote ID
+    # --scope all`) or sets this to false: another home's lesson is not this home's yet.
+    nowhere: bool = False
+
+
+class Provenance(BaseModel):
+    """Where a shared rule came from: its home, repository, runs and verification."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    home: str = ""  # the exporting home's id (state/home-id there)
+    repos: list[str] = []  # the repositories it was learned in
+    runs: list[str] = []  # the runs it was learned from and verified on
+    verified_by: list[str] = []  # the verifier's steps that accepted it
+    verified: datetime | None = None  # when it was last verified
+    grounding: str = ""  # what the grounding check found: "grounded (N quotes)", "none"
+    origin_id: str = ""  # its id in the exporting home
+    imported_from: str = ""  # the bundle it was imported from, in this home
+    imported: datetime | None = None
+
+    @field_validator("verified", "imported")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
 
 
 class Rule(BaseModel):
@@ -111,6 +138,7 @@ class Rule(BaseModel):
     verified_by: list[str] = []
     evidence: list[Evidence] = []
     reason: str = ""  # why it was last moved: rejected, retired, promoted
+    provenance: Provenance | None = None  # a rule exported from, or imported into, a home
     rule: str
     why: str
     how_to_apply: str
@@ -237,8 +265,9 @@ def dump_rule(rule: Rule, exclude: tuple[str, ...] = ()) -> str:
             lines.extend(f"  {_toml_value(item)}," for item in value)
             lines.append("]")
             continue
-        if key == "scope" and not value["repos"]:
-            value = {k: v for k, v in value.items() if k != "repos"}  # every repository
+        if key == "scope":
+            # Left out when empty or false: every repository; the rule is not held back.
+            value = {k: v for k, v in value.items() if k not in ("repos", "nowhere") or v}
         line = f"{key} = {_toml_value(value)}"
         if key == "kind" and value in KIND_WORDS:
             line += f"  # {KIND_WORDS[value]}"

@@ -2,9 +2,13 @@
 
 Each launch gets a control group of its own where the host offers one loopd may write: a
 cgroup v2 subtree delegated to loopd's own group (`pids` and `memory` in its
-`cgroup.subtree_control`), else the cgroup v1 `pids` and `memory` hierarchies (as on hosts
-that keep v1). There `pids.max` bounds the processes of the whole tree and the memory limit
-its resident memory together. Where neither can be written, rlimits stand in: RLIMIT_NPROC
+`cgroup.subtree_control`; or a group systemd delegated, `Delegate=` as `loopd systemd
+install` writes, where loopd first moves itself into a leaf `loopd` and enables the two
+controllers, as cgroup v2 wants no process beside child groups), else the cgroup v1 `pids`
+and `memory` hierarchies (as on hosts that keep v1), else, under systemd, a transient scope
+per launch (`systemd-run --scope -p TasksMax= -p MemoryMax=`). There `pids.max` bounds the
+processes of the whole tree and the memory limit its resident memory together. Where none
+of these can be used, rlimits stand in: RLIMIT_NPROC
 (which the kernel does not apply to processes of the real root, so it bounds nothing when
 loopd runs as root: `describe` says so) and RLIMIT_DATA per process. Every tmpfs the sandbox
 mounts (its `/tmp`, the masks over homes) gets `--size`, and the agent's files RLIMIT_FSIZE.
@@ -19,6 +23,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +31,7 @@ from daemon.config import LimitsConfig
 from daemon.units import format_size
 
 CGROUP = Path("/sys/fs/cgroup")
+SYSTEMD_RUNTIME = "/run/systemd/system"  # present when systemd is the init system
 _serial = itertools.count()
 
 
@@ -70,25 +76,56 @@ def _own_group(hierarchy: str) -> str:
 class Backend:
     """Where loopd makes a launch's groups: the parent folders, one per controller."""
 
-    kind: str  # "cgroup2", "cgroup1" or "rlimit"
+    kind: str  # "cgroup2", "cgroup1", "systemd" or "rlimit"
     pids: Path | None = None
     memory: Path | None = None
     why: str = ""  # for rlimit: why no control group could be used
 
 
+def _words(path: Path) -> set[str]:
+    try:
+        return set(path.read_text().split())
+    except OSError:
+        return set()
+
+
+def _delegated(group: Path) -> bool:
+    """Whether systemd delegated this group (its `trusted.delegate` or `user.delegate` mark)."""
+    for name in ("trusted.delegate", "user.delegate"):
+        try:
+            if os.getxattr(group, name) == b"1":
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _take_delegated(group: Path) -> bool:
+    """Move this process into `group/loopd` and enable pids and memory for `group`'s children."""
+    try:
+        leaf = group / "loopd"
+        leaf.mkdir(exist_ok=True)
+        (leaf / "cgroup.procs").write_text(f"{os.getpid()}\n")
+        (group / "cgroup.subtree_control").write_text("+pids +memory\n")
+    except OSError:  # the kernel refuses a controller it cannot enable with an error
+        return False
+    return True
+
+
 def _probe() -> Backend:
     v2 = CGROUP / _own_group("").lstrip("/") if (CGROUP / "cgroup.controllers").is_file() else None
-    if v2 is not None:
-        try:
-            enabled = (v2 / "cgroup.subtree_control").read_text().split()
-        except OSError:
-            enabled = []
-        if {"pids", "memory"} <= set(enabled) and _writable(v2):
+    if v2 is not None and _writable(v2):
+        if {"pids", "memory"} <= _words(v2 / "cgroup.subtree_control"):
+            return Backend("cgroup2", v2, v2)
+        offered = {"pids", "memory"} <= _words(v2 / "cgroup.controllers")
+        if offered and _delegated(v2) and _take_delegated(v2):
             return Backend("cgroup2", v2, v2)
     pids = CGROUP / "pids" / _own_group("pids").lstrip("/")
     memory = CGROUP / "memory" / _own_group("memory").lstrip("/")
     if _writable(pids) and _writable(memory) and (memory / "memory.limit_in_bytes").exists():
         return Backend("cgroup1", pids, memory)
+    if Path(SYSTEMD_RUNTIME).is_dir() and shutil.which("systemd-run"):
+        return Backend("systemd")
     why = "no cgroup loopd may write here (v2 without a delegated pids and memory subtree, no v1)"
     return Backend("rlimit", why=why)
 
@@ -131,11 +168,15 @@ class Bounds:
     limits: RunLimits
     agent: bool = False
     groups: list[Path] = field(default_factory=list)
+    scope: str = ""  # the transient systemd scope's unit, where systemd holds the launch
 
     @classmethod
     def make(cls, limits: RunLimits, agent: bool) -> Bounds:
         found = backend()
         bounds = cls(limits, agent)
+        if found.kind == "systemd":
+            bounds.scope = f"loopd-{os.getpid()}-{next(_serial)}.scope"
+            return bounds
         if found.kind == "rlimit" or found.pids is None or found.memory is None:
             return bounds
         name = f"loopd-{os.getpid()}-{next(_serial)}"
@@ -169,10 +210,18 @@ class Bounds:
             if self.agent and self.limits.file_size:
                 rlimits.append(f"--fsize={self.limits.file_size}")
             rlimits.append("--")
-        return ["/bin/sh", "-c", joins + 'exec "$@"', "loopd-limits", *rlimits]
+        scope = []
+        if self.scope:
+            scope = ["systemd-run", *_user_manager(), "--scope", "--quiet", f"--unit={self.scope}"]
+            scope += ["-p", f"TasksMax={self.limits.processes}"]
+            scope += ["-p", f"MemoryMax={self.limits.memory}", "--"]
+        return ["/bin/sh", "-c", joins + 'exec "$@"', "loopd-limits", *scope, *rlimits]
 
     def hit(self) -> str:
         """The limit the tree ran into ("processes", "memory"), or ""."""
+        if self.scope:
+            # systemd records a scope's OOM kill as its result; TasksMax leaves no mark.
+            return "memory" if self._systemctl("show", "--property=Result", "--value") else ""
         for group in self.groups:
             for name, key, what in (
                 ("pids.events", "max", "processes"),
@@ -190,10 +239,31 @@ class Bounds:
                         return what
         return ""
 
+    def _systemctl(self, *args: str) -> bool:
+        """Run systemctl on the scope; whether it said `oom-kill`."""
+        try:
+            done = subprocess.run(
+                ["systemctl", *_user_manager(), *args, self.scope],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                stdin=subprocess.DEVNULL,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return False
+        return done.stdout.strip() == "oom-kill"
+
     def release(self) -> None:
         """Remove the groups (empty once the tree is gone); safe to call again."""
+        if self.scope:
+            self._systemctl("reset-failed")  # a failed scope stays loaded until this
         for group in reversed(self.groups):
             try:
                 group.rmdir()
             except OSError:
                 pass
+
+
+def _user_manager() -> list[str]:
+    """`--user` where loopd is not root: the person's own systemd manager holds the scope."""
+    return [] if os.geteuid() == 0 else ["--user"]

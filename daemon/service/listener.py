@@ -1,7 +1,7 @@
 """`[listen]`: one small HTTP listener in the daemon: webhooks, /metrics, /healthz.
 
 uvicorn (h11) serves a plain ASGI app on its own thread; the socket is bound by `start()`,
-so a taken port is a clear error at start. TLS is the reverse proxy's job (README). The
+so a taken port is a clear error at start. TLS is the reverse proxy's job (docs/hosted.md). The
 routes: POST /hooks/github, /hooks/gitea (also /hooks/forgejo), /hooks/gitlab; GET /metrics
 and /healthz. Webhook bodies are capped at `max_body` and deliveries rate-limited per source
 address before anything else is read.

@@ -5,10 +5,13 @@ verifier); a call that hangs elsewhere (a model call that never answers, a git c
 a stuck file, a read of a FIFO) would otherwise keep `loopd once` or `loopd run` alive
 until its own timeout, or forever. The deadline does not depend on the main thread: the
 signal is seen through the interpreter's wakeup fd, which the C-level handler writes even
-while the main thread is blocked, and a thread of its own waits `grace` + STOP_MARGIN (a
-second signal: STOP_MARGIN from then). Past it, every process this one started is killed
-and the process exits with EXIT_DEADLINE; its run stays as it was, and the next
-`loopd once` or `loopd run` ends it as interrupted (as after a crash).
+while the main thread is blocked, and a thread of its own waits `stop_within(grace)`: the
+grace itself, or MIN_STOP when the grace is shorter (a second signal: MIN_STOP from then).
+Past it, every process this one started is killed and the process exits with
+EXIT_DEADLINE; its run stays as it was, and the next `loopd once` or `loopd run` ends it as
+interrupted (as after a crash). A running attempt's agent gets `agent_grace(grace)`: the
+grace less what loopd keeps to take the work and write the run's record, so the orderly
+stop ends within the grace too.
 """
 
 from __future__ import annotations
@@ -22,8 +25,24 @@ from collections.abc import Callable
 
 from daemon.agents.processes import descendants, snapshot
 
-STOP_MARGIN = 10.0  # seconds past the grace to write the run's record after its attempt ends
+# The shortest stop: what killing the agents, taking their work and writing the records needs
+# on a busy machine. A shorter shutdown_grace still gives the agent only its grace.
+MIN_STOP = 5.0
+RECORD_SHARE = 10.0  # at most this much of the grace is kept for loopd's own ending
 EXIT_DEADLINE = 1
+
+
+def stop_within(grace: float) -> float:
+    """Seconds from a stop signal to the process's end, at the latest."""
+    return max(grace, MIN_STOP)
+
+
+def agent_grace(grace: float) -> float:
+    """Seconds a running attempt's agent gets after a stop signal (the rest is loopd's)."""
+    within = stop_within(grace)
+    return max(0.0, min(grace, within - min(RECORD_SHARE, within / 3)))
+
+
 STOPS = frozenset({signal.SIGTERM, signal.SIGINT})
 
 
@@ -55,8 +74,8 @@ class StopDeadline:
             self._changed.notify_all()
 
     def arm(self, first: bool) -> None:
-        """A stop signal arrived: the deadline is the grace (first) or the margin from now."""
-        deadline = time.monotonic() + (max(0.0, self.grace()) if first else 0.0) + STOP_MARGIN
+        """A stop signal arrived: the deadline is the grace (first) or MIN_STOP from now."""
+        deadline = time.monotonic() + (stop_within(max(0.0, self.grace())) if first else MIN_STOP)
         with self._changed:
             if self._deadline is None or deadline < self._deadline:
                 self._deadline = deadline
@@ -98,8 +117,8 @@ class StopDeadline:
             except Exception:  # noqa: BLE001 - the exit must happen whatever this says
                 line = ""
         message = (
-            f"loopd: {self.what} did not stop within shutdown_grace ({self.grace():g}s) and "
-            f"{STOP_MARGIN:g}s more; what it started is killed and it exits now"
+            f"loopd: {self.what} did not stop within shutdown_grace ({self.grace():g}s, at "
+            f"least {MIN_STOP:g}s); what it started is killed and it exits now"
         )
         try:
             print(message + (f"; {line}" if line else ""), file=sys.stderr, flush=True)

@@ -110,6 +110,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `locks/LOOP.lock`: held by whoever runs the loop now (the daemon or `loopd once`);
   `locks/quota.lock`: taken while `quota.toml` is written
 - `loopd.lock`: held by the daemon of this home; one daemon per home
+- `home-id`: this home's id, made on first use; rules exported from this home name it as
+  their source (`loopd rules export`)
 - `paused/LOOP`: the loop is paused (`loopd pause` / `loopd resume`); its triggers are
   recorded and wait
 - `control/cancel-RUN_ID`: `loopd cancel` asked to stop that run; removed when it ended.

@@ -75,6 +75,9 @@ def dump_toml(model: BaseModel) -> str:
     return tomli_w.dumps(_strip_none(model.model_dump(mode="python")))
 
 
+HOME_ID_FILE = "home-id"
+
+
 class StateStore:
     """Owns `state/` of one home."""
 
@@ -92,6 +95,19 @@ class StateStore:
         self.lock = HomeLock(root / "loopd.lock")
         self.warn = warn  # told once per unreadable file (and again when it changes)
         self._warned: set[tuple[Path, int]] = set()
+
+    def home_id(self) -> str:
+        """This home's id (`state/home-id`, made on first use): rules it exports name it."""
+        path = self.root / HOME_ID_FILE
+        try:
+            text = read_regular(path, cap=1000).decode("ascii", "replace").strip()
+        except OSError:
+            text = ""
+        if len(text) == 32 and all(c in "0123456789abcdef" for c in text):
+            return text
+        text = secrets.token_hex(16)
+        write_atomic(path, text + "\n")
+        return text
 
     def report_unreadable(self, problem: UnreadableFile) -> None:
         """Name an unreadable file once (per version of it), through `warn`."""
