@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 
 def utc_now() -> datetime:
@@ -12,9 +14,6 @@ def utc_now() -> datetime:
 
 def local_zone(environ: dict[str, str] | None = None) -> tzinfo:
     """This machine's time zone (or `TZ`'s), with its daylight saving rules where known."""
-    import os
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
     env = os.environ if environ is None else environ
     names = [env.get("TZ", "").lstrip(":")]
     try:

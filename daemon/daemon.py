@@ -18,10 +18,14 @@ from datetime import datetime
 from typing import Any
 
 import daemon as package
+from daemon.agents.processes import set_child_subreaper, set_not_dumpable
 from daemon.clock import utc_now
 from daemon.config import DaemonConfig, Loop
 from daemon.home import Home
+from daemon.people.escalation import open_escalations
+from daemon.people.notify import Notifications
 from daemon.runs.services import RunServices
+from daemon.sandbox.registry import choose
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import CronTimer
 from daemon.service.context import (
@@ -57,6 +61,7 @@ from daemon.state.eventtypes import Event
 from daemon.state.readme import write_state_readme
 from daemon.state.records import Trigger
 from daemon.state.store import StateStore
+from daemon.systemd import Heartbeat, SystemdNotifier
 
 __all__ = ["ConfigFatal", "Daemon", "Flags", "report_failure", "run_daemon"]
 
@@ -110,8 +115,6 @@ class Daemon:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> Daemon:
         """Take the home's lock, restore the queue, recover what a dead daemon left, watch."""
-        from daemon.agents.processes import set_child_subreaper
-
         loaded = load_config(home)  # ConfigFatal: exit 2 with the reason
         store = StateStore(home.state_dir, loaded.daemon.limits.events_rotate)
         store.warn = unreadable_reporter(store)
@@ -342,8 +345,6 @@ class Daemon:
 
 def _gauges(ctx: Context, queue: RunQueue, pool: WorkerPool) -> dict[str, float]:
     """What /metrics reads of the daemon at a scrape."""
-    from daemon.people.escalation import open_escalations
-
     runs = [w.run for w in list(pool.workers.values())]
     return {
         "queue_depth": len(queue.pending()),
@@ -356,8 +357,6 @@ def _gauges(ctx: Context, queue: RunQueue, pool: WorkerPool) -> dict[str, float]
 def report_failure(home: Home, exc: BaseException) -> None:
     """loopd cannot start: tell the person through [notify], if it can be read."""
     try:
-        from daemon.people.notify import Notifications
-
         loaded = home.load()
         store = StateStore(home.state_dir)
         Notifications(loaded.daemon.notify, store.events).daemon_failed(
@@ -392,7 +391,6 @@ def _announce(home: Home, daemon: Daemon) -> None:
         "Ctrl-C or SIGTERM stops it",
         flush=True,
     )
-    from daemon.sandbox.registry import choose
 
     sandbox = choose(daemon.ctx.config.daemon.sandbox)
     loud = sandbox.warning or sandbox.refusal
@@ -407,9 +405,6 @@ def _announce(home: Home, daemon: Daemon) -> None:
 
 def run_daemon(home: Home) -> int:
     """The driver: signals set flags; the loop ticks; systemd hears READY, WATCHDOG, STOPPING."""
-    from daemon.agents.processes import set_not_dumpable
-    from daemon.systemd import Heartbeat, SystemdNotifier
-
     # Agents and checks run as this user: they must not read loopd's memory or environment.
     set_not_dumpable()
     flags = Flags()

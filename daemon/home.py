@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.config import LoadedConfig, load_home
+from daemon.state.atomic import ensure_dir
+from daemon.state.readme import write_state_readme
+from daemon.state.store import StateStore
 
 
 class HomeNotFound(Exception):
@@ -38,9 +41,7 @@ class Home:
     def load(self) -> LoadedConfig:
         return load_home(self.root)
 
-    def state(self, events_rotate: int | None = None):  # noqa: ANN201 - StateStore
-        from daemon.state.store import StateStore
-
+    def state(self, events_rotate: int | None = None) -> StateStore:
         if events_rotate is None:
             events_rotate = self.load().daemon.limits.events_rotate
         return StateStore(self.state_dir, events_rotate=events_rotate)
@@ -188,9 +189,6 @@ notify_on = ["escalated"]
 def init_home(path: Path) -> list[Path]:
     """Make a home at `path` with commented examples; in an existing home only what is
     missing of its folders and `state/README.md`, never an example the person deleted."""
-    from daemon.state.atomic import ensure_dir
-    from daemon.state.readme import write_state_readme
-
     existing = is_home(path)
     path.mkdir(parents=True, exist_ok=True)
     written = []

@@ -18,9 +18,13 @@ from typing import Any
 
 import tomli_w
 
+from daemon.git.safe import GitError
+from daemon.git.userrepo import LedgerWriter, UserRepo
+from daemon.people.escalation import open_escalations
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
 from daemon.state.eventtypes import Event
+from daemon.state.ledger import ledger_of
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
 
@@ -45,7 +49,6 @@ def cited_by_rules(rules_dir: Path) -> set[str]:
 
 
 def cited_by_open_escalations(store: StateStore) -> set[str]:
-    from daemon.people.escalation import open_escalations
 
     # The newest repeat's run is kept too: its evidence is what the file points a person at.
     return {run for e in open_escalations(store) for run in (e.run, e.newest_run())}
@@ -75,10 +78,6 @@ def _delete_branch(
     Each deletion is written to the ref ledger first: a run whose agent works in this
     repository meanwhile must not take it for its agent's doing.
     """
-    from daemon.git.safe import GitError
-    from daemon.git.userrepo import LedgerWriter, UserRepo
-    from daemon.state.ledger import ledger_of
-
     writer = LedgerWriter(ledger_of(store.root), lambda: now, run_id)
     try:
         user = UserRepo.locate(repo)
@@ -223,7 +222,6 @@ def prune(
             result["kept"].append(run_id)
             continue
         _prune_run(store, run_id, run, repos, retain_days, now, result)
-    from daemon.state.ledger import ledger_of
 
     ledger_of(store.root).trim(now)
     result["reports_removed"] += _remove_old_reports(store, cutoff)

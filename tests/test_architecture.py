@@ -44,10 +44,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("rules", ("daemon.rules",)),
     ("model", ("daemon.model",)),
     ("sandboxes", ("daemon.sandbox",)),
-    (
-        "foundations",
-        ("daemon.config", "daemon.units", "daemon.home", "daemon.example"),
-    ),
+    # Registers its profile and its repository with the configuration, and makes that repository.
+    ("example", ("daemon.example",)),
+    ("foundations", ("daemon.config", "daemon.units", "daemon.home")),
     ("git", ("daemon.git",)),
     ("state", ("daemon.state",)),
     (

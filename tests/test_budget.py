@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-import daemon.agents.processes as processes
+import daemon.daemon as assembly
 from daemon.daemon import Daemon
 from daemon.home import Home
 from daemon.runs.budget import budget_days, day_window, holds, recent_spends
@@ -74,7 +74,8 @@ def home_with(tmp_path: Path, limits: str = "", **loop: object) -> Home:
 
 @pytest.fixture
 def no_subreaper(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(processes, "set_child_subreaper", lambda: False)
+    # Patched where Daemon.start calls it: daemon.daemon imports it at its top.
+    monkeypatch.setattr(assembly, "set_child_subreaper", lambda: False)
 
 
 @pytest.fixture

@@ -295,7 +295,7 @@ def escalated_run(case: Case) -> RunRecord:
 def test_a_crash_between_the_outcome_and_the_escalation_is_completed_by_recovery(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import daemon.people.escalation as escalation
+    import daemon.runs.finish as finish_module
 
     case = make_case(tmp_path)
     run = escalated_run(case)
@@ -304,7 +304,7 @@ def test_a_crash_between_the_outcome_and_the_escalation_is_completed_by_recovery
         raise RuntimeError("killed here")
 
     with monkeypatch.context() as patch:
-        patch.setattr(escalation, "write_escalation", crash)
+        patch.setattr(finish_module, "write_escalation", crash)  # where finish_run calls it
         with pytest.raises(RuntimeError):
             finish_run(case.services, run, "escalated", "attempts used up", Cause.CHECKS_FAILED)
     on_disk = case.store.load_run(run.id)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import daemon.agents.processes as processes
+import daemon.daemon as assembly
 import daemon.runs.recovery as recovery
+import daemon.service.recover as recover_module
 from daemon.daemon import ConfigFatal, Daemon
 from daemon.home import Home
 from daemon.runs.services import RunServices
@@ -100,7 +101,8 @@ def recorded(ctx: Context) -> list[str]:
 @pytest.fixture
 def no_subreaper(monkeypatch: pytest.MonkeyPatch) -> None:
     """Daemon.start in the test process must not make pytest the subreaper of everything."""
-    monkeypatch.setattr(processes, "set_child_subreaper", lambda: False)
+    # Patched where Daemon.start calls it: daemon.daemon imports it at its top.
+    monkeypatch.setattr(assembly, "set_child_subreaper", lambda: False)
 
 
 @pytest.fixture
@@ -285,7 +287,7 @@ def test_one_broken_run_does_not_stop_the_recovery_of_the_others(
             raise RuntimeError("the record points somewhere odd")
         return real(services, loops, run_id, now)
 
-    monkeypatch.setattr(recovery, "recover_run", recover)
+    monkeypatch.setattr(recover_module, "recover_run", recover)  # where the daemon calls it
     daemon = Daemon.start(home, NOW)
     try:
         events = store.events.read()

@@ -7,12 +7,11 @@ from dataclasses import asdict
 
 from daemon.cli.common import CommandError, command, console, home_of, print_json
 from daemon.clock import utc_now
+from daemon.landing.branches import list_branches, prune_branches
 
 
 def branches(args: argparse.Namespace) -> int:
     """List run branches (outcome, +/- lines, landed); --prune deletes landed and expired ones."""
-    from daemon.landing.branches import list_branches, prune_branches
-
     home = home_of(args)
     loaded = home.load()
     repos = {name: loop.config.repo_path for name, loop in loaded.loops.items()}

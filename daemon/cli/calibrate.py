@@ -7,16 +7,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from daemon.calibration.cases import CaseError
+from daemon.calibration.record import home_record_cases
+from daemon.calibration.run import JudgeError, calibrate, resolve_judges, shipped_or
 from daemon.cli.common import CommandError, command, home_of, print_json
+from daemon.model.client import ModelUnavailable
 
 DEFAULT_THRESHOLD = 7  # loops' critic_threshold default (docs/configuration.md)
 
 
 def calibrate_cmd(args: argparse.Namespace) -> int:
     """Judge labelled attempts with the verifier; print false-pass and false-fail rates."""
-    from daemon.calibration.cases import CaseError
-    from daemon.calibration.run import JudgeError, calibrate, resolve_judges, shipped_or
-    from daemon.model.client import ModelUnavailable
 
     home = home_of(args)
     loaded = home.load()
@@ -29,8 +30,6 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
     try:
         judges = resolve_judges(loaded.daemon, home.config_path, args.model or [])
         if args.home_record:
-            from daemon.calibration.record import home_record_cases
-
             cases, source = home_record_cases(home.state(), args.limit), "home record"
         else:
             cases, source = shipped_or(Path(args.cases) if args.cases else None, args.limit)

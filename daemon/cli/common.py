@@ -9,7 +9,11 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime
 from typing import Any
 
+from daemon.config import LoadedConfig, Loop
+from daemon.engine import engine_for
 from daemon.home import Home, HomeNotFound, resolve_home
+from daemon.state.lock import HomeLock
+from daemon.state.store import StateStore
 
 
 class CommandError(Exception):
@@ -27,11 +31,31 @@ def home_of(args: argparse.Namespace) -> Home:
         raise CommandError(str(exc)) from None
 
 
+def valid_loop(home: Home, loaded: LoadedConfig, name: str) -> Loop:
+    """The named loop, or a usage error that says what is wrong with it."""
+    if name in loaded.loops:
+        return loaded.loops[name]
+    path = home.loops_dir / f"{name}.toml"
+    problems = [str(e) for e in [*loaded.errors, *loaded.disabled_errors] if e.file == path]
+    if problems:
+        raise CommandError(
+            f"loop {name!r} is broken:\n  "
+            + "\n  ".join(problems)
+            + "\nFix the file as each error says; a running daemon loads it once it is valid."
+        )
+    known = ", ".join(sorted(loaded.loops)) or "none"
+    raise CommandError(f"unknown loop {name!r} (no {path}); known loops: {known}")
+
+
+def daemon_pid(home: Home) -> int | None:
+    """The pid of the daemon running for this home, or None."""
+    lock = HomeLock(home.state_dir / "loopd.lock")
+    return (lock.holder() or -1) if lock.is_held() else None
+
+
 def engine_control(home: Home, loaded: Any = None) -> Any:
     """Where the commands act: None for the home's own state/ (the local engine), else the
     engine's view (daemon.engine.temporal.control.EngineControl)."""
-    from daemon.engine import engine_for
-
     if _local_daemon_runs(home):
         return None  # an [engine] change waits for its restart; until then, its state/
     return engine_for(home, loaded).control()
@@ -39,9 +63,6 @@ def engine_control(home: Home, loaded: Any = None) -> Any:
 
 def _local_daemon_runs(home: Home) -> bool:
     """Whether the local engine's daemon holds the home now (it wrote status.toml)."""
-    from daemon.state.lock import HomeLock
-    from daemon.state.store import StateStore
-
     lock = HomeLock(home.state_dir / "loopd.lock")
     if not lock.is_held():
         return False

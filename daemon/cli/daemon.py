@@ -3,35 +3,44 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
+from daemon.calibration.warnings import calibration_warnings
 from daemon.cli.common import (
     CommandError,
     command,
     console,
+    daemon_pid,
     engine_control,
     home_of,
     print_json,
+    valid_loop,
 )
-from daemon.cli.runs import daemon_pid, valid_loop
+from daemon.cli.engine_views import show_status
 from daemon.cli.statusview import render_status
 from daemon.clock import utc_now
+from daemon.engine import engine_for
+from daemon.people.escalation import held_schedules, open_escalations
+from daemon.sandbox.limits import describe, run_limits
+from daemon.sandbox.registry import choose
+from daemon.service.reload import file_digest
+from daemon.service.statecap import read_usage
 from daemon.state.eventtypes import Event
+from daemon.state.lock import LockHeld
+from daemon.state.store import StateStore, UnreadableFile
 
 
 def run(args: argparse.Namespace) -> int:
     """The daemon, in the foreground (systemd runs this)."""
-    import sys
-
     from daemon.daemon import ConfigFatal, report_failure, run_daemon
-    from daemon.state.lock import LockHeld
 
     home = home_of(args)
     try:
         if engine_control(home) is not None:  # another engine runs the loops
-            from daemon.engine import engine_for
-
             return engine_for(home).serve()
         return run_daemon(home)
     except ConfigFatal as exc:
@@ -48,14 +57,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _limits_line(loaded: Any) -> str:
     """What bounds each run's processes here (`[limits]`, and how this host enforces them)."""
-    from daemon.sandbox.limits import describe, run_limits
-
     return describe(run_limits(loaded.daemon.limits)) if loaded.daemon_ok else ""
 
 
 def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
     """What `status` shows; `store` is kept across frames of --watch (one warning per file)."""
-    from daemon.state.store import StateStore
 
     store = store or StateStore(home.state_dir)
     status = store.load_status()
@@ -63,14 +69,10 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
     pid = daemon_pid(home)
     warnings = status.daemon.warnings + loaded.warnings
     if loaded.daemon_ok:
-        from daemon.calibration.warnings import calibration_warnings
-
         warnings += calibration_warnings(home.state_dir, loaded.daemon, home.config_path)
     # The daemon says which sandbox its runs get; without one, what a run would get now.
     sandbox = status.daemon.sandbox if pid is not None else ""
     if not sandbox:
-        from daemon.sandbox.registry import choose
-
         choice = choose(loaded.daemon.sandbox)
         sandbox = choice.summary()
         warnings = [w for w in (choice.warning, choice.refusal) if w] + warnings
@@ -135,14 +137,12 @@ def _open_escalations(store: Any) -> int:
     """How many escalations wait for a person (none read when the folder is empty)."""
     if not any(store.escalation_path("x").parent.glob("*.md")):
         return 0
-    from daemon.people.escalation_file import open_escalations
 
     return len(open_escalations(store))
 
 
 def _foreground_runs(store: Any) -> dict[str, Any]:
     """Each loop's live run by its record, when no daemon runs (unreadable ones named)."""
-    from daemon.state.store import UnreadableFile
 
     live: dict[str, Any] = {}
     for run_id in store.live_runs():
@@ -185,18 +185,13 @@ def _schedules(store: Any, loaded: Any, loops: dict[str, dict[str, Any]]) -> Non
     }
     held: dict[str, Any] = {}
     if scheduled and any(store.escalation_path("x").parent.glob("*.md")):
-        # Only with escalations on disk: status stays fast without them.
-        from daemon.people.escalation import held_schedules
-
+        # Only with escalations on disk: without them no schedule is held.
         held = held_schedules(store, {n: loop.config.task for n, loop in scheduled.items()})
     for name, loop in scheduled.items():
         info = loops[name]
         info["timezone"] = loop.config.timezone
         fire = info.get("next_fire")
         if fire:
-            from datetime import datetime
-            from zoneinfo import ZoneInfo
-
             when = datetime.fromisoformat(fire) if isinstance(fire, str) else fire
             local = when.astimezone(ZoneInfo(loop.config.timezone))
             info["next_fire_local"] = f"{local:%a %d %b %H:%M} {local.tzname()}"
@@ -208,7 +203,6 @@ def _escalations(store: Any, loops: dict[str, dict[str, Any]]) -> None:
     """Each loop's open escalation: its run and how many runs escalated into it."""
     if not any(store.escalation_path("x").parent.glob("*.md")):
         return  # status stays fast without escalations on disk
-    from daemon.people.escalation import open_escalations
 
     for meta in open_escalations(store):  # oldest first: the newest wins
         if meta.loop in loops:
@@ -221,7 +215,6 @@ def _escalations(store: Any, loops: dict[str, dict[str, Any]]) -> None:
 
 def _state_usage(store: Any) -> dict[str, Any] | None:
     """The size of `state/` and its largest loops, as the housekeeper last measured them."""
-    from daemon.service.statecap import read_usage
 
     usage = read_usage(store)
     return usage.model_dump(mode="json") if usage is not None else None
@@ -229,8 +222,6 @@ def _state_usage(store: Any) -> dict[str, Any] | None:
 
 def _loaded_note(info: dict[str, Any], name: str, loaded: Any, entry: Any) -> None:
     """Say when the running daemon has not loaded a loop file as it is on disk, and why."""
-    from daemon.service.reload import file_digest
-
     if entry is None:
         return  # no daemon: the files are what runs next
     if not entry.loaded:
@@ -245,8 +236,6 @@ def _loaded_note(info: dict[str, Any], name: str, loaded: Any, entry: Any) -> No
 def _newest_finished(store: Any, loop: str, newest: str) -> Any:
     """The loop's newest finished run (a live or parked one has no outcome yet); past an
     unreadable record (named on stderr), the next."""
-    from daemon.state.store import UnreadableFile
-
     try:
         run = store.load_run(newest)
     except FileNotFoundError:
@@ -264,8 +253,6 @@ def status(args: argparse.Namespace) -> int:
     home = home_of(args)
     control = engine_control(home)
     if control is not None:
-        from daemon.cli.engine_views import show_status
-
         return show_status(control, args)
     if args.json:
         print_json(_status_data(home))
@@ -275,8 +262,6 @@ def status(args: argparse.Namespace) -> int:
         out.print(render_status(_status_data(home), out.width))
         return 0
     from rich.live import Live
-
-    from daemon.state.store import StateStore
 
     out = console()
     store = StateStore(home.state_dir)

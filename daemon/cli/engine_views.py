@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 from daemon.cli.common import CommandError, console, print_json
+from daemon.cli.runview import exit_code, print_outcome, runs_table
 
 
 def show_status(control: Any, args: argparse.Namespace) -> int:
     """Loops on the engine, each machine polling it, next fires from the server."""
-    import time
-
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -102,7 +102,6 @@ def _loops_table(title: str, rows: list[tuple[str, ...]], width: int) -> Any:
 
 def show_runs(control: Any, args: argparse.Namespace) -> int:
     """Every machine's runs from the engine, newest first."""
-    from daemon.cli.runview import runs_table
 
     rows = control.runs(args.loop, args.limit)
     if args.json:
@@ -155,7 +154,6 @@ def report_routed(control: Any, loop: str, run_id: str) -> int:
 
 def trigger_on_engine(control: Any, args: argparse.Namespace) -> int:
     """`loopd trigger` through the loop's controller; --wait follows the run to its end."""
-    from daemon.cli.runview import exit_code, print_outcome
 
     def emit(run_id: str) -> None:
         print(run_id, flush=True)

@@ -16,7 +16,19 @@ from daemon.cli.common import (
     home_of,
     print_json,
 )
+from daemon.cli.engine_views import report_routed
+from daemon.cli.runs import report_run_id
 from daemon.clock import utc_now
+from daemon.people.escalation import (
+    AlreadyResolved,
+    Escalation,
+    EscalationNotFound,
+    list_escalations,
+    load_escalation,
+    resolve,
+)
+from daemon.people.terminal import clean
+from daemon.state.events import EventTail
 
 
 def _store(args: argparse.Namespace):  # noqa: ANN202 - StateStore
@@ -49,9 +61,6 @@ def _counted_in(store: Any, run_id: str) -> str:
 
 def list_escalations_cmd(args: argparse.Namespace) -> int:
     """List the escalations waiting for a person (--all: resolved ones too)."""
-    from daemon.people.escalation import Escalation, list_escalations
-    from daemon.people.terminal import clean
-
     control = engine_control(home_of(args))
     if control is not None:  # the home answers through the engine, from any machine
         reply = control.escalations({"action": "list", "all": getattr(args, "all", False)})
@@ -84,8 +93,6 @@ def list_escalations_cmd(args: argparse.Namespace) -> int:
 
 def show_escalation_cmd(args: argparse.Namespace) -> int:
     """Show one escalation file: what happened and what to do next."""
-    from daemon.people.escalation import Escalation, EscalationNotFound, load_escalation
-
     control = engine_control(home_of(args))
     if control is not None:
         reply = control.escalations({"action": "show", "run_id": args.run_id})
@@ -103,7 +110,6 @@ def show_escalation_cmd(args: argparse.Namespace) -> int:
         data["text"] = text
         print_json(data)
         return 0
-    from daemon.people.terminal import clean
 
     body = clean(text.split("\n+++\n", 1)[1] if text.startswith("+++\n") else text)
     if sys.stdout.isatty():
@@ -117,10 +123,6 @@ def show_escalation_cmd(args: argparse.Namespace) -> int:
 
 def resolve_escalation_cmd(args: argparse.Namespace) -> int:
     """Resolve an escalation; --retry queues a new run whose prompt carries --note."""
-    from daemon.cli.runs import report_run_id
-    from daemon.people.escalation import AlreadyResolved, EscalationNotFound, resolve
-    from daemon.state.events import EventTail
-
     home = home_of(args)
     control = engine_control(home)
     if control is not None and args.verdict:
@@ -137,8 +139,6 @@ def resolve_escalation_cmd(args: argparse.Namespace) -> int:
             raise CommandError(reply.get("message") or reply["error"], 1)
         print(f"resolved {args.run_id}", flush=True)
         if reply.get("trigger"):
-            from daemon.cli.engine_views import report_routed
-
             loop = reply.get("loop") or ""
             return report_routed(control, loop, control.routed(loop, reply["trigger"]))
         return 0

@@ -9,18 +9,27 @@ import time
 from pathlib import Path
 from typing import Any
 
+from daemon.agents.processes import set_child_subreaper
 from daemon.cli.common import CommandError, command, home_of, print_json
+from daemon.cli.runs import foreground_loop, lock_loop
 from daemon.clock import utc_now
+from daemon.experiments.arms import arms_for, parse_supports
+from daemon.experiments.runner import Experiment, ExperimentRunner
+from daemon.git.safe import Git, GitError
+from daemon.rules.library import RuleLibrary, StoredRule
+from daemon.rules.replay import judge_cache, recorded_tasks, replay
+from daemon.rules.rulefile import LIVE, RuleFileError
+from daemon.rules.verifier import candidate_from_file
+from daemon.runs.budget import loop_hold
+from daemon.runs.services import RunServices
+from daemon.service.stopdeadline import agent_grace
+from daemon.units import parse_duration
 
 FIRINGS_SHOWN = 10
 
 
 def _rules_to_replay(home: Any, rule: str | None) -> list[Any]:
     """The rule named by --rule (a candidate file or an id), else every live rule."""
-    from daemon.rules.library import RuleLibrary, StoredRule
-    from daemon.rules.rulefile import LIVE, RuleFileError
-    from daemon.rules.verifier import candidate_from_file
-
     library = RuleLibrary(home.rules_dir)
     if rule is None:
         return library.rules(LIVE)
@@ -41,9 +50,6 @@ def _rules_to_replay(home: Any, rule: str | None) -> list[Any]:
 
 def replay_cmd(args: argparse.Namespace) -> int:
     """Where rules would have fired on recorded runs' tasks, and how broadly (no model call)."""
-    from daemon.rules.replay import judge_cache, recorded_tasks, replay
-    from daemon.units import parse_duration
-
     home = home_of(args)
     loaded = home.load()
     if not loaded.daemon_ok:
@@ -106,8 +112,6 @@ def _print_replay(result: Any, rules: list[Any]) -> None:
 
 
 def _commit_of(loop: Any, at: str | None) -> str:
-    from daemon.git.safe import Git, GitError
-
     name = at or loop.config.base
     try:
         return Git(loop.config.repo_path).out("rev-parse", "--verify", f"{name}^{{commit}}")
@@ -119,14 +123,6 @@ def _commit_of(loop: Any, at: str | None) -> str:
 
 def experiment_cmd(args: argparse.Namespace) -> int:
     """Paired runs of a loop with every support and without each one; a report with intervals."""
-    from daemon.agents.processes import set_child_subreaper
-    from daemon.cli.runs import foreground_loop, lock_loop
-    from daemon.experiments.arms import arms_for, parse_supports
-    from daemon.experiments.runner import Experiment, ExperimentRunner
-    from daemon.runs.budget import loop_hold
-    from daemon.runs.services import RunServices
-    from daemon.service.stopdeadline import agent_grace
-
     home, loaded, loop = foreground_loop(args)
     try:
         without = parse_supports(args.without)

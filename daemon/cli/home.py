@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
-from daemon.cli.common import CommandError, command, home_of, print_json
+from daemon.calibration.warnings import calibration_warnings
+from daemon.cli.common import CommandError, command, daemon_pid, home_of, print_json
 from daemon.config import LoadedConfig
-from daemon.home import Home
+from daemon.config.errors import ConfigError
+from daemon.engine import missing_extra
+from daemon.home import Home, init_home, is_home
 from daemon.model.probe import Probe
-from daemon.sandbox.registry import Choice
+from daemon.runs.budget import budget_warnings
+from daemon.runs.exposure import FIX, describe, loop_programs
+from daemon.sandbox.limits import describe as describe_limits
+from daemon.sandbox.limits import run_limits
+from daemon.sandbox.registry import Choice, choose
+from daemon.service.preflight import Preflight, daemon_path
 
 
 def init(args: argparse.Namespace) -> int:
     """Make a home with commented examples."""
-    from daemon.home import init_home, is_home
-
     target = Path(args.dir or ".").expanduser().resolve()
     existing = is_home(target)
     written = init_home(target)
@@ -36,8 +43,6 @@ def init(args: argparse.Namespace) -> int:
 def _check_engine(home: Home, loaded: LoadedConfig) -> None:
     """The engine's extra installed, and a Temporal engine's schedules: errors and warnings
     added to `loaded`."""
-    from daemon.config.errors import ConfigError
-    from daemon.engine import missing_extra
 
     kind = loaded.daemon.engine.kind if loaded.daemon_ok else "local"
     needs = missing_extra(kind)
@@ -115,10 +120,6 @@ def _print_check_text(
 
 def check(args: argparse.Namespace) -> int:
     """Validate loopd.toml and loops/*.toml."""
-    from daemon.cli.runs import daemon_pid
-    from daemon.runs.budget import budget_warnings
-    from daemon.sandbox.registry import choose
-    from daemon.service.preflight import Preflight, daemon_path
 
     home = home_of(args)
     loaded = home.load()
@@ -128,8 +129,6 @@ def check(args: argparse.Namespace) -> int:
     preflight = Preflight(loaded, home.config_path, pid)
     loaded.warnings.extend(preflight.run())
     if loaded.daemon_ok:
-        from daemon.calibration.warnings import calibration_warnings
-
         config = loaded.daemon
         loaded.warnings.extend(calibration_warnings(home.state_dir, config, home.config_path))
     probe = preflight.probe  # the verifier tried: what answered, or the warning says
@@ -137,9 +136,7 @@ def check(args: argparse.Namespace) -> int:
     shows: dict[str, list[str]] = {}
     limits = ""
     if loaded.daemon_ok:
-        from daemon.sandbox.limits import describe, run_limits
-
-        limits = describe(run_limits(loaded.daemon.limits))
+        limits = describe_limits(run_limits(loaded.daemon.limits))
     if loaded.daemon_ok and not sandbox.refusal and sandbox.name != "off":
         shows = _sandbox_shows(loaded, daemon_path(pid)[0])
     notes = loaded.warnings + _inside_home(home.root, loaded.daemon)
@@ -154,11 +151,6 @@ def check(args: argparse.Namespace) -> int:
 def _sandbox_shows(loaded: Any, search_path: str) -> dict[str, list[str]]:
     """Per enabled loop, the folders of hidden places its programs need, and why; a program
     that lies in a place of the deny list becomes an error of its loop's file."""
-    import os
-
-    from daemon.config.errors import ConfigError
-    from daemon.runs.exposure import FIX, describe, loop_programs
-
     out: dict[str, list[str]] = {}
     for name, loop in sorted(loaded.loops.items()):
         if not loop.config.enabled:
@@ -175,8 +167,6 @@ def _sandbox_shows(loaded: Any, search_path: str) -> dict[str, list[str]]:
 
 def _inside_home(root: Path, config: object) -> list[str]:
     """`[sandbox]` paths and the worktrees folder in the home, which agents never see."""
-    import os
-
     out = []
     home = os.path.realpath(root)
     for key in ("writable", "readable"):

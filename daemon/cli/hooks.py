@@ -14,18 +14,17 @@ from daemon.cli.common import (
     home_of,
     print_json,
 )
+from daemon.scheduling.hooks import (
+    HookError,
+    hooks_dir,
+    inside_work_tree,
+    install_hooks,
+    uninstall_hooks,
+)
 
 
 def install_cmd(args: argparse.Namespace) -> int:
     """Install git hooks for loops with on_push (or remove them with --uninstall)."""
-    from daemon.scheduling.hooks import (
-        HookError,
-        hooks_dir,
-        inside_work_tree,
-        install_hooks,
-        uninstall_hooks,
-    )
-
     home = home_of(args)
     loaded = home.load()
     if args.loop and args.loop not in loaded.loops:

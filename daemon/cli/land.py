@@ -8,17 +8,18 @@ from typing import Any
 
 from daemon.cli.common import CommandError, command, home_of
 from daemon.clock import utc_now
+from daemon.landing.branches import notice_landed
+from daemon.landing.land import land_run
+from daemon.people.escalation import AlreadyResolved, resolve
+from daemon.people.landstate import landing_state
+from daemon.people.terminal import clean
+from daemon.runs.journal import RunJournal
+from daemon.runs.services import RunServices
+from daemon.state.records import Cause
 
 
 def land(args: argparse.Namespace) -> int:
     """Land a succeeded run: its setup and checks run again on what lands, then merge or push."""
-    from daemon.landing.branches import notice_landed
-    from daemon.landing.land import land_run
-    from daemon.people.landstate import landing_state
-    from daemon.people.terminal import clean
-    from daemon.runs.journal import RunJournal
-    from daemon.runs.services import RunServices
-
     home = home_of(args)
     loaded = home.load()
     store = home.state(loaded.daemon.limits.events_rotate)
@@ -66,9 +67,6 @@ def land(args: argparse.Namespace) -> int:
 def _landed_now(store: Any, run: Any) -> None:
     """A run that landed at last: its cause says it passed; the escalation its blocked landing
     opened is resolved."""
-    from daemon.people.escalation import AlreadyResolved, resolve
-    from daemon.state.records import Cause
-
     if run.cause in (Cause.LANDING_BLOCKED, Cause.LANDING_CHECKS_FAILED):
         run.cause = Cause.PASSED
         store.save_run(run)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import sys
 import time
@@ -13,6 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from daemon.cli.common import CommandError, command, home_of
+from daemon.people.transcript_text import Line, parse_line, render_lines
+from daemon.service.statecap import EVICTED_MARKER
+from daemon.state.records import RunRecord
+from daemon.state.store import UnreadableFile, read_model
 from daemon.state.stored import is_stored, open_stored
 
 POLL = 0.2  # seconds between looks at a followed transcript
@@ -40,14 +45,10 @@ class _Printer:
         sys.stdout.flush()
 
     def note(self, text: str) -> None:
-        from daemon.people.transcript_text import Line
-
         self.lines([Line(text, "bold")])
 
     def transcript(self, raw: Iterable[str], full: bool, attempt: int) -> None:
         """Lines of attempt `attempt`'s transcript.jsonl."""
-        from daemon.people.transcript_text import render_lines
-
         self.lines(render_lines(raw, full))
 
 
@@ -62,10 +63,6 @@ class _JsonPrinter(_Printer):
         pass
 
     def transcript(self, raw: Iterable[str], full: bool, attempt: int) -> None:
-        import json
-
-        from daemon.people.transcript_text import parse_line
-
         for line in raw:
             if line.strip():
                 record = {"attempt": attempt, **parse_line(line)}
@@ -78,8 +75,6 @@ def _record(store: Any, run_id: str) -> Any:
     """The run's record; None while it is queued (no record yet) or being replaced. On a
     Temporal worker's machine, its own record of the attempts it ran."""
     from daemon.engine.temporal.workerstore import RECORD
-    from daemon.state.records import RunRecord
-    from daemon.state.store import UnreadableFile, read_model
 
     try:
         return store.load_run(run_id)
@@ -119,7 +114,6 @@ def _header(printer: _Printer, run: Any, n: int) -> None:
 
 def _missing(path: Path) -> str:
     """Why an attempt has no transcript: evicted under `state_max`, or never written."""
-    from daemon.service.statecap import EVICTED_MARKER
 
     if (path.parent.parent / EVICTED_MARKER).exists():
         return "(its transcript was deleted to keep state/ under [limits] state_max)"

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from typing import Any
 
 from daemon.cli.common import CommandError, command, print_json, tested_home
 from daemon.clock import utc_now
+from daemon.people.notify import CommandNotifier, NotifyError, WebhookNotifier
+from daemon.people.notify.apprise_urls import AppriseNotifier
+from daemon.retry import RetryPolicy
+from daemon.state.events import iso
 from daemon.state.eventtypes import Event
 
 
 def notify_cmd(args: argparse.Namespace) -> int:
     """Send a test notification through [notify] (--test) and say what happened."""
-    import socket
-
-    from daemon.people.notify import CommandNotifier, NotifyError, WebhookNotifier
-    from daemon.retry import RetryPolicy
-    from daemon.state.events import iso
-
     home, loaded = tested_home(
         args, "loopd notify --test", "sends a test notification through [notify]"
     )
@@ -30,8 +29,6 @@ def notify_cmd(args: argparse.Namespace) -> int:
         notifiers.append(WebhookNotifier(config.webhook, retry=RetryPolicy(tries=1)))
     if config.urls:
         try:
-            from daemon.people.notify.apprise_urls import AppriseNotifier
-
             notifiers.extend(AppriseNotifier(url) for url in config.urls)
         except NotifyError as exc:
             raise CommandError(f"{home.config_path}: {exc}", code=2) from None

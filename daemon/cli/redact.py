@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from daemon.cli.common import CommandError, command
+from daemon.redact import Redactor
 
 _MARKER = re.compile(r"\[REDACTED:([a-z0-9-]+)\]")
 
@@ -24,8 +25,6 @@ def _lines(stream: BinaryIO) -> Iterator[tuple[str, str]]:
 
 def redact_file(args: argparse.Namespace) -> int:
     """Print FILE (or standard input, `-`) as loopd keeps it: line by line, secrets redacted."""
-    from daemon.redact import Redactor
-
     try:
         stream = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
     except OSError as exc:

@@ -7,16 +7,14 @@ import os
 import signal
 import time
 
-from daemon.cli.common import CommandError, command, home_of, print_json
-from daemon.cli.runs import daemon_pid
+from daemon.cli.common import CommandError, command, daemon_pid, home_of, print_json
+from daemon.state.events import EventTail
 
 WAIT = 30.0  # seconds for the daemon's answer
 
 
 def reload(args: argparse.Namespace) -> int:
     """Make the running daemon read loopd.toml and loops/ again and say what it loaded."""
-    from daemon.state.events import EventTail
-
     home = home_of(args)
     store = home.state()
     pid = daemon_pid(home)

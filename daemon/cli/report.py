@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from daemon.cli.common import CommandError, command, console, home_of, print_json
 from daemon.clock import utc_now
+from daemon.git.safe import Git, GitError
+from daemon.landing.branches import notice_hand_merges
+from daemon.people.report import build_report, render_rich, write_report
+from daemon.people.report_nights import count_nights
+from daemon.units import parse_duration
 
 
 def report_cmd(args: argparse.Namespace) -> int:
     """What happened since --since (default 12h; 7d with --html): runs, outcomes, rules."""
-    from daemon.people.report import build_report, render_rich, write_report
-    from daemon.units import parse_duration
-
     since = args.since or ("7d" if args.html else "12h")
     try:
         window = parse_duration(since)
@@ -23,7 +28,6 @@ def report_cmd(args: argparse.Namespace) -> int:
     home = home_of(args)
     store = home.state()
     now = utc_now()
-    from daemon.landing.branches import notice_hand_merges
 
     notice_hand_merges(store, now - window, now)  # a branch merged by hand is not waiting
     if args.html:
@@ -49,8 +53,6 @@ def _judge(home: Any) -> str:
 
 def branch_exists(repo: str, branch: str) -> bool:
     """Whether `branch` is still in the repository at `repo`."""
-    from daemon.git.safe import Git, GitError
-
     try:
         probe = Git(Path(repo)).run(
             "rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False, timeout=30
@@ -62,18 +64,12 @@ def branch_exists(repo: str, branch: str) -> bool:
 
 def _html(home: Any, store: Any, since: Any, now: Any, target: Path) -> int:
     """Write the HTML page; plotly is imported only here, never by other commands."""
-    import os
-    import tempfile
-
     from daemon.people.report_html import render_page
-    from daemon.people.report_nights import count_nights
 
     tz = None
     loaded = home.load()
     zone = getattr(loaded.daemon.limits, "timezone", "")
     if zone:
-        from zoneinfo import ZoneInfo
-
         tz = ZoneInfo(zone)
     data = count_nights(store, home.rules_dir, since, now, tz, branch_exists, _judge(home))
     page = render_page(data)

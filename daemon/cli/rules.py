@@ -3,21 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from daemon.cli.common import CommandError, add_home_and_json, command, home_of, print_json
 from daemon.clock import utc_now
+from daemon.model.client import ModelClient, ModelUnavailable
+from daemon.rules.evaluator import JudgeCache, select_rules
+from daemon.rules.library import RuleLibrary
+from daemon.rules.rulefile import KIND_WORDS, LIVE, STATUSES, Rule, RuleFileError
+from daemon.rules.sharing import (
+    BundleError,
+    clone_bundle,
+    export_rules,
+    import_rules,
+    is_remote,
+    only_plain_names,
+)
+from daemon.rules.verifier import candidate_from_file, verify_candidate
 from daemon.state.eventtypes import Event
 
 STATUS_CHOICES = ("trial", "active", "rejected", "retired")
 
 
 def rule_library(args: argparse.Namespace):  # noqa: ANN202 - RuleLibrary
-    import logging
-
-    from daemon.rules.library import RuleLibrary
 
     # The command prints the library's warnings itself (see _warn), once each.
     logging.getLogger("loopd.rules").addHandler(logging.NullHandler())
@@ -49,7 +61,6 @@ def _verifier(home: Any) -> Any:
 def _client(cfg: Any) -> Any:
     if not cfg.configured:
         return None
-    from daemon.model.client import ModelClient
 
     return ModelClient(cfg)
 
@@ -85,8 +96,6 @@ def _row(stored: Any) -> dict[str, Any]:
 
 def list_cmd(args: argparse.Namespace) -> int:
     """List the rules by kind (live ones: trial and active; --status or --all for others)."""
-    from daemon.rules.rulefile import KIND_WORDS, LIVE, STATUSES
-
     _, library = rule_library(args)
     now = utc_now()
     if args.status:
@@ -141,8 +150,6 @@ def show_cmd(args: argparse.Namespace) -> int:
 
 def match_cmd(args: argparse.Namespace) -> int:
     """Print the rules that would fire for a task, and why (pattern or model)."""
-    from daemon.rules.evaluator import JudgeCache, select_rules
-
     if args.task and args.task_option and args.task != args.task_option:
         raise CommandError("give the task once: as the argument or as --task, not both")
     task = args.task or args.task_option
@@ -182,10 +189,6 @@ def match_cmd(args: argparse.Namespace) -> int:
 
 def verify_cmd(args: argparse.Namespace) -> int:
     """Run the rule verifier on a candidate rule file; exit 0 accepted, 1 rejected."""
-    from daemon.model.client import ModelUnavailable
-    from daemon.rules.rulefile import RuleFileError
-    from daemon.rules.verifier import candidate_from_file, verify_candidate
-
     home, library = rule_library(args)
     candidate_path = Path(args.candidate)
     evidence_dir = Path(args.evidence)
@@ -235,8 +238,6 @@ def verify_cmd(args: argparse.Namespace) -> int:
 
 def promote_cmd(args: argparse.Namespace) -> int:
     """Make a rule active; --severity refuse|escalate and --scope all are a person's decisions."""
-    from daemon.rules.rulefile import Rule
-
     home, library = rule_library(args)
     stored = _get(library, args.id)
     rule = stored.rule
@@ -291,8 +292,6 @@ def retire_cmd(args: argparse.Namespace) -> int:
 
 def export_cmd(args: argparse.Namespace) -> int:
     """Write rules, with their provenance, as a bundle another home can import."""
-    from daemon.rules.sharing import BundleError, export_rules, only_plain_names
-
     home, library = rule_library(args)
     try:
         entries = export_rules(
@@ -317,11 +316,6 @@ def export_cmd(args: argparse.Namespace) -> int:
 
 def import_cmd(args: argparse.Namespace) -> int:
     """Check a bundle whole, then file its rules in rules/trial/, firing nowhere until widened."""
-    import tempfile
-
-    from daemon.model.client import ModelUnavailable
-    from daemon.rules.sharing import BundleError, clone_bundle, import_rules, is_remote
-
     home, library = rule_library(args)
     client = None if args.no_model else _client(_verifier(home))
     if client is None and not args.no_model:

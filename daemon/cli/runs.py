@@ -8,35 +8,40 @@ import sys
 import time
 from typing import Any
 
-from daemon.cli.common import CommandError, command, engine_control, home_of
+from daemon.agents.processes import set_child_subreaper, set_not_dumpable
+from daemon.cli.common import (
+    CommandError,
+    command,
+    daemon_pid,
+    engine_control,
+    home_of,
+    valid_loop,
+)
+from daemon.cli.engine_views import trigger_on_engine
 from daemon.cli.runview import exit_code, print_outcome
 from daemon.clock import utc_now
 from daemon.config import LoadedConfig, Loop
+from daemon.example import is_example_repo
+from daemon.example.prepare import prepare_example
+from daemon.git.safe import GitError
 from daemon.home import Home
+from daemon.people.notify import Notifications
+from daemon.runs.budget import loop_hold
+from daemon.runs.services import RunServices
+from daemon.sandbox.registry import choose
+from daemon.scheduling.queue import PendingRun
+from daemon.service.stopdeadline import StopDeadline, agent_grace
+from daemon.service.tracing import start_tracing
+from daemon.state.events import EventTail
 from daemon.state.eventtypes import Event
-
-
-def valid_loop(home: Home, loaded: LoadedConfig, name: str) -> Loop:
-    """The named loop, or a usage error that says what is wrong with it."""
-    if name in loaded.loops:
-        return loaded.loops[name]
-    path = home.loops_dir / f"{name}.toml"
-    problems = [str(e) for e in [*loaded.errors, *loaded.disabled_errors] if e.file == path]
-    if problems:
-        raise CommandError(
-            f"loop {name!r} is broken:\n  "
-            + "\n  ".join(problems)
-            + "\nFix the file as each error says; a running daemon loads it once it is valid."
-        )
-    known = ", ".join(sorted(loaded.loops)) or "none"
-    raise CommandError(f"unknown loop {name!r} (no {path}); known loops: {known}")
+from daemon.state.lock import LockHeld
+from daemon.state.records import Trigger
+from daemon.state.store import UnreadableFile
 
 
 def foreground_loop(args: argparse.Namespace) -> tuple[Home, LoadedConfig, Loop]:
     """The home, its configuration and the loop a foreground command (`once`, `experiment`)
     runs; this process made undumpable first."""
-    from daemon.agents.processes import set_not_dumpable
-
     # The agent and the checks run as this user: they must not read this process's secrets.
     set_not_dumpable()
     home = home_of(args)
@@ -48,22 +53,12 @@ def foreground_loop(args: argparse.Namespace) -> tuple[Home, LoadedConfig, Loop]
 
 def lock_loop(store: Any, loop: Loop) -> Any:
     """The loop's lock, taken; a usage error while another process runs the loop."""
-    from daemon.state.lock import LockHeld
-
     lock = store.loop_lock(loop.name)
     try:
         lock.acquire()
     except LockHeld as exc:
         raise CommandError(f"loop {loop.name!r} is running now ({exc})") from None
     return lock
-
-
-def daemon_pid(home: Home) -> int | None:
-    """The pid of the daemon running for this home, or None."""
-    from daemon.state.lock import HomeLock
-
-    lock = HomeLock(home.state_dir / "loopd.lock")
-    return (lock.holder() or -1) if lock.is_held() else None
 
 
 def _refuse_unrunnable(home: Home, loaded: LoadedConfig, loop: Loop, force: bool) -> None:
@@ -90,12 +85,9 @@ def _refuse_unrunnable(home: Home, loaded: LoadedConfig, loop: Loop, force: bool
 
 def _prepare_example(loop: Loop) -> None:
     """The example's repository made ready, when the loop runs on it."""
-    from daemon.example import is_example_repo
 
     if not is_example_repo(loop.config.repo_path):
         return
-    from daemon.example.prepare import prepare_example
-    from daemon.git.safe import GitError
 
     try:
         prepare_example(loop.config.repo_path)
@@ -117,7 +109,6 @@ def _refuse_daemon_loop(home: Home, store: Any, loop: Loop) -> None:
 
 def _warn(loaded: LoadedConfig, loop: Loop, services: Any) -> None:
     """Print the configuration's warnings, other loops' errors and the sandbox's summary."""
-    from daemon.sandbox.registry import choose
 
     for warning in loaded.warnings:
         print(f"loopd: warning: {warning}", file=sys.stderr)
@@ -133,8 +124,6 @@ def _warn(loaded: LoadedConfig, loop: Loop, services: Any) -> None:
 def _new_run(services: Any, loop: Loop, args: argparse.Namespace, now: Any) -> Any:
     """The run record of a new manual run, its trigger recorded."""
     from daemon.runs.executor import new_run
-    from daemon.scheduling.queue import PendingRun
-    from daemon.state.records import Trigger
 
     trigger = Trigger(
         loop=loop.name,
@@ -153,7 +142,6 @@ def _new_run(services: Any, loop: Loop, args: argparse.Namespace, now: Any) -> A
 def _execute(services: Any, loaded: LoadedConfig, loop: Loop, run: Any, lock: Any) -> Any:
     """Execute the run in the foreground: a signal stops it, a second one at once."""
     from daemon.runs.executor import RunExecutor
-    from daemon.service.stopdeadline import StopDeadline, agent_grace
 
     executor = RunExecutor(services, loop, run)
     grace = loaded.daemon.limits.shutdown_grace.total_seconds()
@@ -187,9 +175,6 @@ def _execute(services: Any, loaded: LoadedConfig, loop: Loop, run: Any, lock: An
 
 def once(args: argparse.Namespace) -> int:
     """One full run now in the foreground; prints RUN_ID on its first line."""
-    from daemon.agents.processes import set_child_subreaper
-    from daemon.runs.services import RunServices
-    from daemon.service.tracing import start_tracing
 
     home, loaded, loop = foreground_loop(args)
     _refuse_unrunnable(home, loaded, loop, args.force)
@@ -234,8 +219,6 @@ def once(args: argparse.Namespace) -> int:
 
 def _hold(services: Any, loop: Loop, now: Any) -> Any:
     """Why the loop's new runs wait now (its profile's usage limit, a spent budget), or None."""
-    from daemon.runs.budget import loop_hold
-
     return loop_hold(services.store, services.config, loop, now)
 
 
@@ -276,24 +259,15 @@ def _finish_abandoned(services: Any, loop: Loop) -> Any:
 
 
 def _notifications(loaded: LoadedConfig, store: Any) -> Any:
-    try:
-        from daemon.people.notify import Notifications
-    except ImportError:
-        return None
     return Notifications(loaded.daemon.notify, store.events)
 
 
 def trigger(args: argparse.Namespace) -> int:
     """Queue a run for the daemon and print its RUN_ID; --wait: exit as the run ends."""
-    from daemon.state.events import EventTail
-    from daemon.state.records import Trigger
-
     home = home_of(args)
     loaded = home.load()
     control = engine_control(home, loaded)
     if control is not None:
-        from daemon.cli.engine_views import trigger_on_engine
-
         return trigger_on_engine(control, args)
     if loaded.daemon_ok:
         try:
@@ -400,8 +374,6 @@ def _wait_for(home: Home, store: Any, tail: Any, inbox_id: str) -> int:
     The daemon names the run in the trigger's event, whether the trigger made a new pending
     run or was merged into one queued earlier (whose id is older than the trigger).
     """
-    from daemon.state.store import UnreadableFile
-
     run_id = None
     ended: dict[str, Any] = {}  # the run's `run_finished` event
     while True:
@@ -453,7 +425,6 @@ def cancel(args: argparse.Namespace) -> int:
         store.request_cancel(args.run_id)
         print(f"cancel requested for queued run {args.run_id}")
         return 0
-    from daemon.state.store import UnreadableFile
 
     try:
         run = store.load_run(args.run_id)

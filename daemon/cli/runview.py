@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from daemon.people.digest import checks_word
+from daemon.people.landstate import landing_state
+from daemon.people.terminal import clean
+from daemon.people.terminal import markup as m
 from daemon.state.records import DONE_OUTCOMES
 
 RunRow = tuple[str, str, str, str, str, str]  # run, trigger, outcome, att, score, reason
@@ -21,8 +25,6 @@ def runs_table(title: str, rows: list[RunRow], width: int) -> Any:
     from rich.padding import Padding
     from rich.table import Table
     from rich.text import Text
-
-    from daemon.people.terminal import markup as m
 
     fixed = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(RUN_HEADINGS)]
     if width - (sum(fixed) + 3 * len(fixed)) >= REASON_COLUMN:
@@ -68,9 +70,6 @@ def exit_code(run: Any) -> int:
 
 def print_outcome(run: Any) -> None:
     """A finished run's outcome, attempts and landing, as `once` and `trigger --wait` print."""
-    from daemon.people.digest import checks_word
-    from daemon.people.terminal import clean
-
     print(f"{run.outcome}: {clean(run.reason)}")
     for a in run.attempts:
         score = "-" if a.score is None else a.score
@@ -81,8 +80,6 @@ def print_outcome(run: Any) -> None:
     if run.branch and run.isolation != "in-place" and run.outcome != "skipped":
         print(f"  branch {run.branch}")
     if run.outcome == "succeeded":
-        from daemon.people.landstate import landing_state
-
         print(f"  {clean(landing_state(run).line())}")
     if run.cost_usd:
         print(f"  cost ${run.cost_usd:.4f} ({run.input_tokens} in, {run.output_tokens} out)")

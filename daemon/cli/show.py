@@ -14,7 +14,15 @@ from daemon.cli.common import (
     home_of,
     print_json,
 )
+from daemon.cli.engine_views import engine_record, show_runs
 from daemon.cli.runview import runs_table
+from daemon.clock import utc_now
+from daemon.landing.branches import notice_landed
+from daemon.people.digest import checks_word
+from daemon.people.landstate import landing_state
+from daemon.people.terminal import clean
+from daemon.people.terminal import markup as m
+from daemon.state.store import UnreadableFile
 
 
 def runs(args: argparse.Namespace) -> int:
@@ -22,8 +30,6 @@ def runs(args: argparse.Namespace) -> int:
     home = home_of(args)
     control = engine_control(home)
     if control is not None:  # the engine holds every machine's runs
-        from daemon.cli.engine_views import show_runs
-
         return show_runs(control, args)
     store = home.state()
     if args.loop and not (home.loops_dir / f"{args.loop}.toml").exists():
@@ -47,7 +53,6 @@ def runs(args: argparse.Namespace) -> int:
             + [_run_summary(r) for r in records]
         )
         return 0
-    from daemon.people.landstate import landing_state
 
     rows: list[tuple[str, str, str, str, str, str]] = []
     for p in queued:
@@ -74,9 +79,6 @@ def runs(args: argparse.Namespace) -> int:
 
 def _notice_hand_merges(store: Any, records: list[Any]) -> None:
     """Runs whose branch a person merged by hand are recorded landed before they are shown."""
-    from daemon.clock import utc_now
-    from daemon.landing.branches import notice_landed
-
     now = utc_now()
     for run in records:
         if run.outcome == "succeeded" and not run.landed:
@@ -85,8 +87,6 @@ def _notice_hand_merges(store: Any, records: list[Any]) -> None:
 
 def _parked_runs(store: Any, loop: str | None) -> list[Any]:
     """Runs parked in phase `waiting` (a quota, a budget): live runs whose record says so."""
-    from daemon.state.store import UnreadableFile
-
     out = []
     for run_id in store.live_runs():
         try:
@@ -137,8 +137,6 @@ def _run_summary(run: Any) -> dict[str, Any]:
 
 
 def _landing(run: Any) -> dict[str, str]:
-    from daemon.people.landstate import landing_state
-
     return landing_state(run).model_dump()
 
 
@@ -146,12 +144,9 @@ def show(args: argparse.Namespace) -> int:
     """Show one run: trigger, attempts with checks, score, verdict, feedback; --diff: changes."""
     home = home_of(args)
     store = home.state()
-    from daemon.state.store import UnreadableFile
 
     control = engine_control(home)
     if control is not None:  # the engine holds every machine's runs
-        from daemon.cli.engine_views import engine_record
-
         run = engine_record(control, args.run_id)
     elif not (store.run_dir(args.run_id) / "run.toml").exists():
         raise CommandError(f"unknown run {args.run_id!r}; `loopd runs` lists them")
@@ -168,10 +163,6 @@ def show(args: argparse.Namespace) -> int:
         return 0
     from rich.panel import Panel
     from rich.table import Table
-
-    from daemon.people.digest import checks_word
-    from daemon.people.landstate import landing_state
-    from daemon.people.terminal import markup as m
 
     out = console()
     merged = max(run.trigger.merged_count, len(run.trigger.merged))
@@ -225,8 +216,6 @@ def show(args: argparse.Namespace) -> int:
 
 def _show_diff(store: Any, run: Any, only: int | None) -> int:
     """Each attempt's diff.patch (what loopd committed of it), control sequences removed."""
-    from daemon.people.terminal import clean
-
     attempts = [a.n for a in run.attempts if only is None or a.n == only]
     if only is not None and not attempts:
         raise CommandError(f"run {run.id} has no attempt {only}")

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from daemon.people.terminal import clean
+from daemon.people.terminal import markup as m
+from daemon.service.statecap import human_size
+
 
 def _state_line(usage: dict[str, Any]) -> str:
-    from daemon.service.statecap import human_size
 
     line = f"state: {human_size(usage['total'])} of {human_size(usage['limit'])} (state_max)"
     loops = usage.get("loops") or {}
@@ -68,9 +71,6 @@ def render_status(data: dict[str, Any], width: int = 80) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    from daemon.people.terminal import clean
-    from daemon.people.terminal import markup as m
-
     d = data["daemon"]
     if d["running"]:
         head = Text(f"loopd {d['version']} running, pid {d['pid']}, since {d['started']}")
@@ -126,8 +126,6 @@ def render_status(data: dict[str, Any], width: int = 80) -> Any:
 def _service_lines(data: dict[str, Any]) -> list[Any]:
     """The verifier's reachability and today's token budget, a line each when known."""
     from rich.text import Text
-
-    from daemon.people.terminal import clean
 
     parts: list[Any] = []
     verifier = data.get("verifier")

@@ -11,6 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from daemon.cli.common import CommandError, command, home_of
+from daemon.systemd import (
+    STOP_TIMEOUT_SEC,
+    render_unit,
+    unit_home,
+    unit_name,
+    user_bus_exists,
+    user_unit_dir,
+)
 
 
 def loopd_executable() -> str:
@@ -38,15 +46,6 @@ def _write_unit(path: Path, text: str) -> None:
 
 def install_cmd(args: argparse.Namespace) -> int:
     """Write the user unit for this home; enable it where a user bus exists; hint at linger."""
-    from daemon.systemd import (
-        STOP_TIMEOUT_SEC,
-        render_unit,
-        unit_home,
-        unit_name,
-        user_bus_exists,
-        user_unit_dir,
-    )
-
     home = home_of(args).root
     name = args.name or unit_name(home)
     if not name.endswith(".service"):

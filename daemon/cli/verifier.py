@@ -6,12 +6,11 @@ import argparse
 from typing import Any
 
 from daemon.cli.common import CommandError, command, print_json, tested_home
+from daemon.model.probe import probe_verifier
 
 
 def verifier_cmd(args: argparse.Namespace) -> int:
     """Try [verifier] now (--test): does base_url list its models and the configured model?"""
-    from daemon.model.probe import probe_verifier
-
     home, loaded = tested_home(
         args, "loopd verifier --test", "asks [verifier] base_url for its models"
     )

@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import sys
+
+from pydantic import ValidationError
 
 from daemon.cli.common import CommandError, command, home_of
+from daemon.config import QUEUE_NAME, ListenConfig
+from daemon.engine import engine_for
+from daemon.service.context import ConfigFatal
+from daemon.state.lock import LockHeld
 
 
 def worker(args: argparse.Namespace) -> int:
     """Run attempts of the loops whose runs_on names --queue (default: the default queue)."""
-    import sys
-
-    from daemon.config import QUEUE_NAME
-    from daemon.engine import engine_for
-    from daemon.service.context import ConfigFatal
-    from daemon.state.lock import LockHeld
-
     if args.queue and not QUEUE_NAME.match(args.queue):
         raise CommandError(f"--queue {args.queue!r}: use letters, digits, '-', '_' and '.'")
     if args.metrics:
-        from pydantic import ValidationError
-
-        from daemon.config import ListenConfig
-
         try:
             ListenConfig(worker_bind=args.metrics)
         except ValidationError:

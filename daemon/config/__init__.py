@@ -20,6 +20,7 @@ from daemon.config.home_file import (
     Price,
     RulesConfig,
     VerifierConfig,
+    register_profile,
 )
 from daemon.config.listen import ListenConfig, RemoteConfig
 from daemon.config.loading import (
@@ -28,6 +29,7 @@ from daemon.config.loading import (
     load_daemon_config,
     load_home,
     load_loop,
+    register_prepared_repo,
 )
 from daemon.config.loop_file import ENV_NAME, LOOP_NAME, LOOP_NAME_MAX, Loop, LoopConfig
 from daemon.config.sandbox import SandboxConfig
@@ -62,4 +64,6 @@ __all__ = [
     "load_daemon_config",
     "load_home",
     "load_loop",
+    "register_prepared_repo",
+    "register_profile",
 ]

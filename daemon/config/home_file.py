@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 import os
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from daemon import example
 from daemon.config.base import StrictModel, _argv, _http_url
 from daemon.config.engine import EngineConfig
 from daemon.config.listen import ListenConfig, RemoteConfig
 from daemon.config.sandbox import SandboxConfig
 from daemon.config.telemetry import TelemetryConfig
+from daemon.scheduling.cron import parse_timezone
 from daemon.units import duration, size
 
 # The agent adapters, in one place: the profile's Literal below is built from this tuple and
 # daemon/agents/registry.py must register exactly these (tests/test_adapters.py checks).
 ADAPTERS = ("qwen", "claude", "codex", "aider", "opencode", "gemini", "command")
 Adapter = Literal[ADAPTERS]  # type: ignore[valid-type]
+
+# Agent profiles every home has without writing them, by name. A layer above registers them
+# (daemon/example registers `example`), so the configuration knows none of their code.
+BUILTIN_PROFILES: dict[str, Callable[[], AgentProfile]] = {}
 
 
 class VerifierConfig(StrictModel):
@@ -380,8 +384,6 @@ class LimitsConfig(StrictModel):
     @classmethod
     def _valid_timezone(cls, value: str) -> str:
         if value:
-            from daemon.scheduling.cron import parse_timezone
-
             parse_timezone(value)
         return value
 
@@ -467,16 +469,17 @@ class DaemonConfig(StrictModel):
         )
 
     def profile(self, name: str) -> AgentProfile | None:
-        """The named profile; an adapter's own name works without a profile, and `example`
-        is the embedded example's agent."""
+        """The named profile; an adapter's own name works without a profile, and so does a
+        registered built-in one (`example`)."""
         if name in self.agents:
             return self.agents[name]
         if name in ADAPTERS and name != "command":
             return AgentProfile(adapter=name)
-        if name == example.PROFILE:
-            # This Python runs a copy of the script outside any home (a sandbox hides the
-            # home, and a checkout is one), named by its full path: shown read-only.
-            return AgentProfile(
-                adapter="command", command=[sys.executable, str(example.agent_path())]
-            )
+        if name in BUILTIN_PROFILES:
+            return BUILTIN_PROFILES[name]()
         return None
+
+
+def register_profile(name: str, make: Callable[[], AgentProfile]) -> None:
+    """Make `name` a built-in agent profile of every home; `make` builds it when asked."""
+    BUILTIN_PROFILES[name] = make

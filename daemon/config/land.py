@@ -14,6 +14,8 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from daemon.config.errors import ConfigError
+from daemon.git.safe import Git, GitError
+from daemon.globs import glob_problem
 from daemon.units import duration
 
 
@@ -170,8 +172,6 @@ class RunEnds(BaseModel):
     @field_validator("land_allow")
     @classmethod
     def _globs(cls, value: list[str]) -> list[str]:
-        from daemon.globs import glob_problem
-
         for pattern in value:
             problem = glob_problem(pattern)
             if problem:
@@ -197,8 +197,6 @@ class RunEnds(BaseModel):
 def branch_of_base(repo: Path, base: str) -> str:
     """The branch `base` names in `repo` ("HEAD": the checked-out branch); "" when it names a
     tag, a commit, a detached HEAD or nothing."""
-    from daemon.git.safe import Git, GitError
-
     git = Git(repo, plain=True)
     try:
         if base in ("HEAD", "@"):

@@ -5,17 +5,18 @@ from __future__ import annotations
 import os
 import shutil
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from daemon import example
 from daemon.config.engine import EngineConfig, engine_warnings
 from daemon.config.errors import ConfigError, did_you_mean, explain
 from daemon.config.home_file import (
     ADAPTERS,
+    BUILTIN_PROFILES,
     AgentProfile,
     DaemonConfig,
     LimitsConfig,
@@ -28,6 +29,20 @@ from daemon.config.loop_file import LOOP_NAME, LOOP_NAME_MAX, Loop, LoopConfig
 from daemon.config.sandbox import SandboxConfig
 from daemon.config.telemetry import telemetry_warnings
 from daemon.regularfile import CONFIG_MAX, NotRegular, read_regular
+
+# Repositories loopd makes itself before the first run that needs them, by name: whether a
+# loop's (resolved) repository is one. A layer above registers them (daemon/example), so a
+# loop may name one that does not exist yet.
+PREPARED_REPOS: dict[str, Callable[[Path], bool]] = {}
+
+
+def register_prepared_repo(name: str, is_it: Callable[[Path], bool]) -> None:
+    """Accept a loop's repository that `is_it` names before it exists: loopd prepares it."""
+    PREPARED_REPOS[name] = is_it
+
+
+def _prepared_on_start(repo: Path) -> bool:
+    return any(is_it(repo) for is_it in PREPARED_REPOS.values())
 
 
 @dataclass
@@ -160,8 +175,8 @@ def _check_repo(path: Path, config: LoopConfig, daemon: DaemonConfig) -> list[Co
     """The repository exists and is git's; in place only where attempts run here."""
     errors = []
     repo = config.repo_path
-    if example.is_example_repo(repo) and not (repo / ".git").exists():
-        pass  # the example's repository: loopd makes it before the first run that needs it
+    if _prepared_on_start(repo) and not (repo / ".git").exists():
+        pass  # loopd makes it before the first run that needs it (the example's)
     elif not repo.exists():
         errors.append(
             ConfigError(
@@ -199,7 +214,7 @@ def _check_agent(path: Path, config: LoopConfig, daemon: DaemonConfig) -> list[C
     """The loop's agent names a profile that can start."""
     profile = daemon.profile(config.agent)
     if profile is None:
-        known = sorted(set(daemon.agents) | set(ADAPTERS) - {"command"} | {example.PROFILE})
+        known = sorted(set(daemon.agents) | set(ADAPTERS) - {"command"} | set(BUILTIN_PROFILES))
         guess = did_you_mean(config.agent, known)
         return [
             ConfigError(

@@ -13,6 +13,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from daemon.config.base import StrictModel, _queue_name
 from daemon.config.errors import ConfigError
 from daemon.config.land import RunEnds
+from daemon.scheduling.cron import CronExpression, parse_timezone
 from daemon.units import duration
 
 LOOP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -310,8 +311,6 @@ class LoopConfig(StrictModel, RunEnds):
     @field_validator("schedule")
     @classmethod
     def _valid_cron(cls, value: list[str]) -> list[str]:
-        from daemon.scheduling.cron import CronExpression
-
         for expression in value:
             CronExpression.parse(expression)
         return value
@@ -319,8 +318,6 @@ class LoopConfig(StrictModel, RunEnds):
     @field_validator("timezone")
     @classmethod
     def _valid_timezone(cls, value: str) -> str:
-        from daemon.scheduling.cron import parse_timezone
-
         parse_timezone(value)
         return value
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 from pydantic import Field, field_validator
 
 from daemon.config.base import StrictModel, _http_url
@@ -47,7 +49,6 @@ class TelemetryConfig(StrictModel):
 
 def missing_telemetry() -> str:
     """The first package traces need that is not installed, or ""."""
-    import importlib.util
 
     for module, package in TELEMETRY_MODULES:
         try:

@@ -5,13 +5,17 @@ to `~/.cache/loopd/example` and commits, outside any home; and `agent.py`, a det
 stand-in for a coding agent (the built-in agent profile `example`, a `command` agent), so a
 whole run happens with no model: trigger, agent, a nudge, checks, progress note, report.
 
-This module imports nothing of loopd: the configuration reads its paths.
+The configuration knows nothing of it: `register` (called by the commands and the daemon's
+assembly) adds the `example` profile and the repository loopd prepares on first start.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+
+from daemon.config import AgentProfile, register_prepared_repo, register_profile
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 AGENT_SOURCE = PACKAGE_DIR / "agent.py"
@@ -36,3 +40,16 @@ def agent_path() -> Path:
 def is_example_repo(path: Path) -> bool:
     """Whether a loop's (resolved) repository is the example's."""
     return Path(path) == repo_path()
+
+
+def profile() -> AgentProfile:
+    """The built-in `example` profile: this Python runs the agent's copy, outside any home."""
+    # Named by its full path, as a sandbox hides the home (and a checkout is one): read-only.
+    return AgentProfile(adapter="command", command=[sys.executable, str(agent_path())])
+
+
+def register() -> None:
+    """Make the example known to the configuration: its profile, and its repository as one
+    loopd prepares before the first run that needs it."""
+    register_profile(PROFILE, profile)
+    register_prepared_repo(PROFILE, is_example_repo)

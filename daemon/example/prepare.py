@@ -6,7 +6,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from daemon.example import AGENT_SOURCE, REPO_FILES, agent_path, repo_path
+from daemon.example import AGENT_SOURCE, REPO_FILES, agent_path, is_example_repo, repo_path
 from daemon.git.safe import Git, GitError
 
 # Shipped without the dot, so the file never acts on loopd's own source tree.
@@ -67,8 +67,6 @@ def copy_agent() -> Path:
 
 def prepare_examples(loops: dict[str, object]) -> list[Path]:
     """Prepare the example repository when an enabled loop uses it; the paths made now."""
-    from daemon.example import is_example_repo
-
     made = []
     for loop in loops.values():
         config = getattr(loop, "config", None)

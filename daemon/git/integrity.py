@@ -23,6 +23,7 @@ from daemon.git.guards import check_refs
 from daemon.git.own import AgentHeads, OwnGit
 from daemon.git.repofiles import load_snapshot, restore_files, save_snapshot, take_snapshot
 from daemon.git.runlog import RunLog
+from daemon.git.safe import GIT_IDENTITY
 from daemon.git.setupmade import setup_paths
 from daemon.git.tree import RunTree
 from daemon.git.userrepo import LedgerWriter
@@ -229,8 +230,6 @@ def _report_heads(journal: RunLog, tree: RunTree, heads: AgentHeads, taken: list
 def relabel(journal: RunLog, tree: RunTree, head: str, message: str) -> str:
     """Give loopd's commit `head`, the run's tip, a new message (same files and parents);
     the commit the branch then names. An agent's own commit keeps its words."""
-    from daemon.git.safe import GIT_IDENTITY
-
     own = tree.own
     if not head or own.tip() != head:
         return head

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from daemon.git.safe import GitError
 from daemon.git.userrepo import LedgerWriter, UserRepo
+from daemon.people.landstate import landing_state
+from daemon.people.since import run_ids_since
 from daemon.runs.journal import RunJournal
 from daemon.state.eventtypes import Event
 from daemon.state.ledger import ledger_of
@@ -89,7 +91,6 @@ def notice_landed(store: StateStore, run: RunRecord, now: datetime) -> bool:
 def notice_hand_merges(store: StateStore, since: datetime, now: datetime) -> list[str]:
     """Record as landed "by hand" the runs since `since` whose branch a person merged; their
     ids."""
-    from daemon.people.since import run_ids_since
 
     found = []
     for run_id in run_ids_since(store, since):
@@ -168,8 +169,6 @@ def _describe(
         record = None
     base = record.base_commit if record is not None else ""
     if record is not None:
-        from daemon.people.landstate import landing_state
-
         notice_landed(store, record, now)  # a live run's branch is never landed
         row.outcome = record.outcome or f"({record.phase})"
         row.finished = record.finished

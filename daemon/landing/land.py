@@ -32,6 +32,7 @@ from pathlib import Path
 from daemon.agents.processes import run_in_own_group
 from daemon.config import LoopConfig
 from daemon.config.land import PR_FIELDS
+from daemon.git.integrity import ledger_writer
 from daemon.git.messages import pr_title
 from daemon.git.safe import Git, GitError, is_canonical_lfs
 from daemon.git.userrepo import UserRepo
@@ -113,8 +114,6 @@ def _check_changes(user: UserRepo, since: str, tip: str, cfg: LoopConfig) -> Non
 
 
 def _merge(journal: RunJournal, cfg: LoopConfig) -> str:
-    from daemon.git.integrity import ledger_writer
-
     run = journal.run
     user = _user(journal)
     tip = _tip(user, run.branch)
@@ -170,8 +169,6 @@ def _filters_other_than_lfs(tree: Path) -> list[str]:
 
 def _move_target(journal: RunJournal, user: UserRepo, old: str, new: str) -> bool:
     """Move the target from `old` to `new`; False when it moved meanwhile."""
-    from daemon.git.integrity import ledger_writer
-
     run = journal.run
     ref = f"refs/heads/{run.target}"
     writer = ledger_writer(journal)

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from daemon.clock import utc_now
 from daemon.config import VerifierConfig
+from daemon.model.schemas import strict_schema
 from daemon.redact import redact
 from daemon.retry import MODEL_REQUEST, RetryPolicy, retry_after_of
 
@@ -374,7 +375,6 @@ def _schema_of(reply: type[BaseModel]) -> dict[str, Any]:
     strict = getattr(reply, "strict_schema", None)
     if callable(strict):
         return strict()
-    from daemon.model.schemas import strict_schema
 
     return strict_schema(reply.model_json_schema())
 

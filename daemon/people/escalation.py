@@ -29,6 +29,7 @@ from daemon.people.escalation_file import (
 )
 from daemon.people.escalation_text import cause_of, quote, render
 from daemon.people.next_steps import suggest
+from daemon.people.progress import update_progress
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
@@ -171,7 +172,6 @@ def resolve(
         retry=retry,
         trigger=trigger.id if trigger else "",
     )
-    from daemon.people.progress import update_progress  # progress reads escalations
 
     update_progress(store, meta.loop, now)
     return trigger

@@ -15,6 +15,7 @@ from daemon.people.landstate import landing_state
 from daemon.people.since import events_since, run_ids_since
 from daemon.people.verified import Verified
 from daemon.redact import redact
+from daemon.rules.library import RuleLibrary
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
 from daemon.state.records import OUTCOMES, RunRecord
@@ -124,7 +125,6 @@ def _fill_kinds(changes: list[RuleChange], rules_dir: Path | None) -> None:
     missing = [c for c in changes if not c.kind and c.rule]
     if not missing or rules_dir is None:
         return
-    from daemon.rules.library import RuleLibrary
 
     kinds = {s.rule.id: s.rule.kind for s in RuleLibrary(rules_dir).scan()}
     for change in missing:

@@ -16,6 +16,7 @@ import base64
 import hashlib
 import html
 import re
+from pathlib import Path
 from typing import Any
 
 from daemon.people.report_nights import RULE_STATUSES, Nights
@@ -220,7 +221,6 @@ def _verified_table(data: Nights) -> list[str]:
 
 
 def _tables(data: Nights) -> str:
-    from pathlib import Path
 
     out = [*_verified_table(data), "<h2>Open escalations</h2>"]
     if data.escalations:

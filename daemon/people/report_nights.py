@@ -16,10 +16,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from daemon.people.digest import attempt_diffstat
 from daemon.people.escalation import open_escalations
 from daemon.people.since import events_since
 from daemon.people.verified import Verified
 from daemon.regularfile import STATE_MAX, read_regular
+from daemon.rules.library import RuleLibrary
 from daemon.state.events import iso
 from daemon.state.store import StateStore, UnreadableFile
 
@@ -114,8 +116,6 @@ def _rule_counts(
     store: StateStore, rules_dir: Path, since: datetime, ends: list[datetime]
 ) -> list[dict[str, int]]:
     """Rules by status at each moment of `ends`, from the files and the events since."""
-    from daemon.rules.library import RuleLibrary
-
     current: dict[str, tuple[str, datetime | None]] = {}
     for stored in RuleLibrary(rules_dir).scan():
         current[stored.rule.id] = (stored.status, stored.rule.created)
@@ -207,8 +207,6 @@ def count_nights(
 
 
 def _ready(store: StateStore, run: Any) -> ReadyBranch:
-    from daemon.people.digest import attempt_diffstat
-
     row = ReadyBranch(
         run=run.id, loop=run.loop, branch=run.branch, repo=run.repo, finished=run.finished
     )

@@ -26,7 +26,7 @@ from daemon.rules.grounding import EvidenceSet, claims_of, ungrounded
 from daemon.rules.library import RuleLibrary, StoredRule
 from daemon.rules.modelcalls import StructuredModel
 from daemon.rules.patterns import pattern_problem
-from daemon.rules.rulefile import DEFAULT_LIFETIME, LIVE, Evidence, Rule, Status
+from daemon.rules.rulefile import DEFAULT_LIFETIME, LIVE, Evidence, Rule, Status, parse_rule
 from daemon.state.events import EventLog
 from daemon.state.eventtypes import Event
 
@@ -460,6 +460,4 @@ def verify_candidate(
 
 def candidate_from_file(path: Path) -> Rule:
     """A candidate written as a rule file: status and counters may be absent, id too."""
-    from daemon.rules.rulefile import parse_rule
-
     return parse_rule(path.read_text(encoding="utf-8"), require_id=False)

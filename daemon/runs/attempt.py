@@ -13,10 +13,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from daemon.agents.homes import seed_home
+from daemon.agents.registry import adapter_class
+from daemon.agents.transcript import Transcript
 from daemon.config import Loop
 from daemon.git.diffs import record_diff
 from daemon.git.integrity import commit_work, guard_of
+from daemon.git.messages import commit_message
 from daemon.git.tree import RunTree
+from daemon.people.progress import read_progress
 from daemon.redact import redact
 from daemon.runs.confinement import Confinement
 from daemon.runs.journal import RunJournal
@@ -24,6 +29,7 @@ from daemon.runs.prompt import PromptParts, build_prompt, fenced
 from daemon.runs.services import RunServices
 from daemon.runs.sessions import AttemptResult, Sessions
 from daemon.runs.stop import RunStopped, StopToken
+from daemon.sandbox.paths import account_home
 from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord
@@ -31,8 +37,6 @@ from daemon.state.records import AttemptRecord
 
 def commit_attempt(journal: RunJournal, tree: RunTree, attempt: AttemptRecord) -> str:
     """Commit what the agent left and write the attempt's diff; returns the attempt's head."""
-    from daemon.git.messages import commit_message
-
     head = commit_work(journal, tree, commit_message(journal.run, attempt.n), attempt)
     attempt.head_commit = head
     base = attempt.base_commit or journal.run.base_commit
@@ -44,8 +48,6 @@ def attempt_prompt(
     services: RunServices, loop: Loop, journal: RunJournal, n: int, rules_text: str
 ) -> PromptParts:
     """The sections of attempt `n`'s prompt."""
-    from daemon.people.progress import read_progress
-
     run = journal.run
     task = loop.config.task.strip() + "\n"
     trigger = run.trigger
@@ -115,9 +117,6 @@ class Attempt:
 
     def run(self) -> AttemptResult:
         """Start the agent, nudge its stalls, and record the attempt as finished."""
-        from daemon.agents.registry import adapter_class
-        from daemon.agents.transcript import Transcript
-
         journal, run, cfg, n = self.journal, self.journal.run, self.cfg, self.n
         limits = self.services.config.limits
         folder = journal.attempt_dir(n)
@@ -182,9 +181,6 @@ class Attempt:
 
     def _agent_home(self, cls: Any) -> Path:
         """The run's HOME for the agent: seeded with its login files once, kept for the run."""
-        from daemon.agents.homes import seed_home
-        from daemon.sandbox.paths import account_home
-
         exposure = self.journal.run.exposure
         assert exposure is not None  # the confinement fixed it
         if exposure.agent_home:

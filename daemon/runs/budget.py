@@ -13,7 +13,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 
+from daemon.agents.registry import adapter_class
+from daemon.clock import local_zone
 from daemon.config import DaemonConfig, LoadedConfig, Loop
+from daemon.scheduling.cron import parse_timezone
+from daemon.state.holds import load_quota
 from daemon.state.store import StateStore
 
 LOOKBACK = timedelta(days=3)  # runs started this long ago may still spend today
@@ -82,9 +86,6 @@ def _spent(spends: Iterable[Spend], start: datetime, end: datetime, loop: str | 
 
 
 def home_zone(config: DaemonConfig) -> tzinfo:
-    from daemon.clock import local_zone
-    from daemon.scheduling.cron import parse_timezone
-
     tz = config.limits.timezone
     return parse_timezone(tz) if tz else local_zone()
 
@@ -93,8 +94,6 @@ def budget_days(
     config: DaemonConfig, loops: Mapping[str, Loop], spends: list[Spend], now: datetime
 ) -> list[BudgetDay]:
     """Today's count of every budget that is set: the home's first, then each loop's."""
-    from daemon.scheduling.cron import parse_timezone
-
     out = []
     if config.limits.daily_tokens:
         start, end, day = day_window(now, home_zone(config))
@@ -119,8 +118,6 @@ def holds(
     now: datetime,
 ) -> dict[str, Hold]:
     """Each loop whose new runs wait now, and why (a usage limit first, then budgets)."""
-    from daemon.state.holds import load_quota
-
     quota = load_quota(store).profiles
     home = next((d for d in days if d.scope == "home" and d.exhausted), None)
     out: dict[str, Hold] = {}
@@ -149,8 +146,6 @@ def loop_hold(store: StateStore, config: DaemonConfig, loop: Loop, now: datetime
 
 def budget_warnings(loaded: LoadedConfig) -> list[str]:
     """Budgets that cannot hold anything: their loop's agent reports no token usage."""
-    from daemon.agents.registry import adapter_class
-
     out = []
     home_budget = loaded.daemon.limits.daily_tokens
     for _, loop in sorted(loaded.loops.items()):

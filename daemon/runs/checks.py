@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from daemon.agents.processes import claim, kill_tree, release, spawning
 from daemon.redact import redact
 from daemon.runs.excerpt import excerpt
 from daemon.runs.stop import StopToken
@@ -95,8 +96,6 @@ def _unconfined(command: str, env: Mapping[str, str]) -> Launch:
 
 def _kill_group(proc: subprocess.Popen[bytes], wrapped: bool) -> None:
     """SIGTERM the check's group and descendants, SIGKILL after a grace; reap what it left."""
-    from daemon.agents.processes import kill_tree
-
     kill_tree(proc.pid, proc.pid, KILL_GRACE, wrapper=wrapped)
     try:
         proc.wait(timeout=KILL_GRACE)
@@ -116,8 +115,6 @@ def run_check(
 
     Stopping the run kills the check's group; the caller learns it from the token.
     """
-    from daemon.agents.processes import claim, release, spawning
-
     started = time.monotonic()
     launch = (launcher or _unconfined)(command, env)
     try:

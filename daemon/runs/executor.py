@@ -12,10 +12,15 @@ import os
 from typing import NoReturn
 
 from daemon.config import Loop
-from daemon.git.tree import RunTree, TreeError, prepare_tree, record_tree, reopen_tree
+from daemon.git.guards import restore_paths
+from daemon.git.integrity import ledger_writer, publish, relabel
+from daemon.git.messages import attempt_state, commit_message
+from daemon.git.tree import RunTree, TreeError, locate_user, prepare_tree, record_tree, reopen_tree
 from daemon.redact import redact, redact_value
 from daemon.runs import decisions
 from daemon.runs.attempt import Attempt, commit_attempt
+from daemon.runs.checktree import done_already
+from daemon.runs.confinement import choose_sandbox
 from daemon.runs.finish import (
     end_without_agent,
     finish_interrupted,
@@ -24,6 +29,7 @@ from daemon.runs.finish import (
     locate_worktree,
 )
 from daemon.runs.journal import RunJournal
+from daemon.runs.judging import VerifierGaveUp, judge_attempt, record_verdict
 from daemon.runs.learning import (
     RuleChoice,
     learn_from_attempt,
@@ -32,8 +38,14 @@ from daemon.runs.learning import (
 )
 from daemon.runs.services import RunServices
 from daemon.runs.sessions import CheckedCommit
+from daemon.runs.setup import (
+    already_done_reason,
+    checks_done_first,
+    setup_failed_reason,
+    setup_tree,
+)
 from daemon.runs.slots import take_slot
-from daemon.runs.startpoint import StartPoint
+from daemon.runs.startpoint import StartPoint, start_point
 from daemon.runs.stop import RunStopped, StopToken
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir
@@ -226,7 +238,6 @@ class RunExecutor:
             )
         self._sandbox()
         start = self._start_point()
-        from daemon.git.integrity import ledger_writer
 
         self.tree = prepare_tree(
             self.cfg.repo_path,
@@ -252,27 +263,14 @@ class RunExecutor:
 
     def _sandbox(self) -> None:
         """Say which sandbox the run's processes get; a refused run ends here."""
-        from daemon.runs.confinement import choose_sandbox
-
         choose_sandbox(self.services, self.journal)
 
     def _start_point(self) -> StartPoint:
         """The base the run starts from (a retry's, `build_on`'s); its landing target."""
-        from daemon.git.tree import locate_user
-        from daemon.runs.startpoint import start_point
-
         return start_point(self.journal, locate_user(self.cfg.repo_path), self.cfg)
 
     def _setup_and_skip(self) -> None:
         """`setup` in the run's tree, then `done_when` where it starts: done already, skipped."""
-        from daemon.runs.checktree import done_already
-        from daemon.runs.setup import (
-            already_done_reason,
-            checks_done_first,
-            setup_failed_reason,
-            setup_tree,
-        )
-
         run, cfg, tree = self.run, self.cfg, self.tree
         assert tree is not None
         result = setup_tree(self.journal, self.stop, tree.path, tree.own, cfg)
@@ -292,9 +290,6 @@ class RunExecutor:
 
     def _relabel(self, attempt: AttemptRecord) -> None:
         """The attempt's commit says what it holds now that it is judged."""
-        from daemon.git.integrity import relabel
-        from daemon.git.messages import attempt_state, commit_message
-
         if self.tree is None or not attempt.head_commit:
             return
         if attempt.head_commit == (attempt.base_commit or self.run.base_commit):
@@ -310,8 +305,6 @@ class RunExecutor:
     # judging and learning ---------------------------------------------------
     def _judge(self, attempt: AttemptRecord, checked: CheckedCommit | None) -> None:
         """Judge the attempt and learn from it; ends the run when it passed or cannot go on."""
-        from daemon.runs.judging import VerifierGaveUp, judge_attempt, record_verdict
-
         run, journal = self.run, self.journal
         assert self.tree is not None
         run.phase = "judging"
@@ -370,9 +363,6 @@ class RunExecutor:
             self.journal.event(Event.RULE_FIRED, rule=rule.id, why="learned")
 
     def _restore_protected(self, attempt: AttemptRecord) -> None:
-        from daemon.git.guards import restore_paths
-        from daemon.git.integrity import publish
-
         protected = [v.target for v in attempt.violations if v.kind == "protected"]
         if protected and self.tree is not None:
             head = restore_paths(self.tree.git, self.run.base_commit, protected)

@@ -13,6 +13,8 @@ import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
+from daemon.agents.homes import return_credentials
+from daemon.agents.processes import kill_leftovers
 from daemon.config import Loop, LoopConfig
 from daemon.git.agent import UnsafeTree
 from daemon.git.safe import GitError
@@ -26,7 +28,18 @@ from daemon.git.tree import (
     scratch_dir,
     tree_of_record,
 )
+from daemon.git.userrepo import UserRepo
+from daemon.landing.branches import delete_if_empty
+from daemon.landing.land import land_run
+from daemon.people.escalation import supersede
+from daemon.people.escalation_file import read_escalation
+from daemon.people.escalation_repeat import digest_due, escalate
+from daemon.people.progress import update_progress
+from daemon.rules.promotion import record_run
+from daemon.rules.replay import breadth_reason
+from daemon.runs.attempt import commit_attempt
 from daemon.runs.journal import RunJournal
+from daemon.runs.learning import rule_attribution, rule_library
 from daemon.runs.services import RunServices
 from daemon.state.eventtypes import Event
 from daemon.state.records import (
@@ -90,8 +103,6 @@ def _close_open_attempt(
 ) -> None:
     """The last attempt, cut short: commit what the agent left and record it as finished
     (an interrupted one with the stall that says why, however the run was stopped)."""
-    from daemon.runs.attempt import commit_attempt
-
     run = journal.run
     if not run.attempts:
         return
@@ -125,8 +136,6 @@ def _close_open_attempt(
 
 def _branch_tip(run: RunRecord) -> str:
     """What the run's branch holds in the person's repository; "" when it cannot be read."""
-    from daemon.git.userrepo import UserRepo
-
     if not run.branch or not run.repo:
         return ""
     try:
@@ -185,8 +194,6 @@ def _finish_work(
     """Land the work, remove the tree, delete an empty branch, count the rules' effects."""
     journal, run = steps.journal, steps.journal.run
     if steps.todo("land"):
-        from daemon.landing.land import land_run
-
         land_run(journal, config)
         steps.done("land")
     # The tree goes and an empty branch is deleted before anything is written for a person,
@@ -195,8 +202,6 @@ def _finish_work(
         _remove_tree(services, journal, tree or tree_of(services, run))
         steps.done("tree")
     if steps.todo("branch"):
-        from daemon.landing.branches import delete_if_empty
-
         delete_if_empty(journal)
         steps.done("branch")
     if steps.todo("counters"):
@@ -220,13 +225,9 @@ def _finish_for_people(services: RunServices, steps: _Steps, notify_on: list[str
             _escalated_event(services, journal)
         steps.done("escalated")
     if steps.todo("supersede"):
-        from daemon.people.escalation import supersede
-
         supersede(services.store, run, journal.now())
         steps.done("supersede")
     if steps.todo("progress"):
-        from daemon.people.progress import update_progress
-
         if not experiment:
             update_progress(services.store, run.loop, journal.now())
         steps.done("progress")
@@ -273,8 +274,6 @@ def complete_finish(
 
 def _return_credentials(journal: RunJournal) -> None:
     """Refreshed login tokens go back to the real HOME; nothing else of the agent's HOME does."""
-    from daemon.agents.homes import return_credentials
-
     exposure = journal.run.exposure
     if exposure is None or not exposure.agent_home or not exposure.seeded:
         return
@@ -316,9 +315,6 @@ def _count_rules(services: RunServices, run: RunRecord) -> None:
         return
     if is_experiment(run):
         return
-    from daemon.rules.promotion import record_run
-    from daemon.rules.replay import breadth_reason
-    from daemon.runs.learning import rule_attribution, rule_library
 
     now = services.clock()
     max_breadth = services.config.rules.max_breadth
@@ -338,7 +334,6 @@ def _count_rules(services: RunServices, run: RunRecord) -> None:
 
 
 def _write_escalation(services: RunServices, journal: RunJournal) -> None:
-    from daemon.people.escalation_repeat import escalate
 
     # Filed once: after a crash the file may be there already, perhaps resolved since; a
     # repeat of an open escalation's task counts in that one (escalate says which).
@@ -353,8 +348,6 @@ def _escalated_event(services: RunServices, journal: RunJournal) -> None:
     where = str(path.relative_to(services.store.root))
     repeat: dict[str, object] = {}
     if held_by != run.id:
-        from daemon.people.escalation_file import read_escalation
-
         meta = read_escalation(path)
         repeat = {"repeat_of": held_by, "count": meta.count if meta else 0}
     journal.event(Event.ESCALATED, reason=run.reason, cause=str(run.cause), file=where, **repeat)
@@ -369,7 +362,6 @@ def _notify(
     now = services.clock()
     if escalate and run.escalation and run.escalation != run.id:
         # A repeat: the person was told when it was filed; now at most a daily digest.
-        from daemon.people.escalation_repeat import digest_due
 
         meta = digest_due(services.store, run.escalation, now)
         if meta is not None:
@@ -401,8 +393,6 @@ def end_without_agent(
 def kill_run_leftovers(services: RunServices, run: RunRecord, grace: float = 5.0) -> None:
     """Kill what a dead loopd's attempt left running: its process group, and processes
     started since the attempt began that work inside its worktree."""
-    from daemon.agents.processes import kill_leftovers
-
     locate_worktree(services, run)
     started = run.attempts[-1].started.timestamp() if run.attempts else None
     # Only processes started since the attempt began: an in-place tree is the user's

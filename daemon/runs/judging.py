@@ -15,6 +15,9 @@ from daemon.config import LoopConfig
 from daemon.git.guards import protect_violations
 from daemon.git.integrity import add_violations, guard_of
 from daemon.git.tree import RunTree
+from daemon.model.client import ModelUnavailable
+from daemon.model.critic import both, judge, unjudged
+from daemon.model.evidence import build_evidence
 from daemon.runs.checks import ChecksResult
 from daemon.runs.checktree import CheckTree
 from daemon.runs.decisions import missing_programs
@@ -27,6 +30,7 @@ from daemon.runs.testweigh import check_violations, weigh_tests
 from daemon.state.atomic import write_atomic
 from daemon.state.eventtypes import Event
 from daemon.state.records import CHECK_KINDS, AttemptRecord, Violation
+from daemon.state.store import dump_toml
 
 if TYPE_CHECKING:
     from daemon.model.critic import Verdict
@@ -72,8 +76,6 @@ def judge_attempt(
 
     `rules`: (id, text) of the rules in the attempt's prompt, for the critic to attribute.
     """
-    from daemon.model.critic import unjudged
-
     folder = journal.attempt_dir(attempt.n)
     if checked is not None and checked.commit == head:
         # The agent stopped, the checks ran on this very commit, nothing changed since.
@@ -134,9 +136,6 @@ def _ask_critic(
 
     `evidence` is the attempt's bundle when another machine built it; else it is built here.
     """
-    from daemon.model.client import ModelUnavailable
-    from daemon.model.critic import both, judge
-    from daemon.model.evidence import build_evidence
 
     verifier = services.config.verifier
     if evidence is None:
@@ -189,8 +188,6 @@ ask_critic = _ask_critic  # for an engine that judges evidence another machine g
 
 def record_verdict(journal: RunJournal, attempt: AttemptRecord, verdict: Verdict) -> None:
     """The verdict into the attempt's record (attribution included), verdict.toml, an event."""
-    from daemon.state.store import dump_toml
-
     attempt.score = verdict.score
     attempt.verdict = verdict.verdict
     attempt.feedback = verdict.feedback

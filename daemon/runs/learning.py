@@ -16,8 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from daemon.config import Loop
+from daemon.model.client import ModelUnavailable
+from daemon.model.evidence import build_evidence
 from daemon.redact import redact
 from daemon.regularfile import STATE_MAX, read_regular
+from daemon.rules.evaluator import render_rules, select_rules
+from daemon.rules.library import RuleLibrary
+from daemon.rules.postmortem import learn_from_attempt as post_mortem
+from daemon.rules.replay import judge_cache as state_cache
 from daemon.runs import decisions
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
@@ -43,8 +49,6 @@ class RuleChoice:
     @property
     def text(self) -> str:
         """The body of the prompt's `# Rules from earlier runs`."""
-        from daemon.rules.evaluator import render_rules
-
         return render_rules(self.reminders)
 
     def add(self, rule: Any) -> None:
@@ -53,10 +57,8 @@ class RuleChoice:
         self.rule_ids.append(rule.id)
 
 
-def rule_library(services: RunServices):  # noqa: ANN201 - RuleLibrary
+def rule_library(services: RunServices) -> RuleLibrary:
     """One rule library per process; it re-reads changed files on every call."""
-    from daemon.rules.library import RuleLibrary
-
     library = services.rule_cache.get("library")
     if library is None:
         library = RuleLibrary(services.home.rules_dir)
@@ -78,8 +80,6 @@ def run_task_text(loop: Loop, run: RunRecord) -> str:
 
 def judge_cache(services: RunServices):  # noqa: ANN201 - JudgeCache
     """The trigger evaluator's cache, kept under state/ where `loopd replay` reads it."""
-    from daemon.rules.replay import judge_cache as state_cache
-
     cache = services.rule_cache.get("judge")
     if cache is None:
         cache = services.rule_cache["judge"] = state_cache(services.store)
@@ -88,8 +88,6 @@ def judge_cache(services: RunServices):  # noqa: ANN201 - JudgeCache
 
 def select_rules_for_run(services: RunServices, loop: Loop, run: RunRecord) -> RuleChoice:
     """Pick the rules that apply to this run's task (lexical, then one model call)."""
-    from daemon.rules.evaluator import select_rules
-
     selection = select_rules(
         rule_library(services),
         run_task_text(loop, run),
@@ -161,9 +159,6 @@ def _post_mortem(
     kind_hint: str | None,
 ) -> Any:
     """One post-mortem and its verification; raises ModelUnavailable when the model is down."""
-    from daemon.model.evidence import build_evidence
-    from daemon.rules.postmortem import learn_from_attempt as post_mortem
-
     folder = services.store.attempt_dir(run.id, attempt.n)
     evidence = build_evidence(
         folder,
@@ -203,8 +198,6 @@ def learn_from_attempt(
 
     Returns the verified rule (a Rule) for the next attempt's prompt, or None.
     """
-    from daemon.model.client import ModelUnavailable
-
     client = services.model_client()
     run = journal.run
     if client is None:
@@ -288,8 +281,6 @@ def retry_deferred_lessons(services: RunServices, limit: int | None = None) -> i
     Stops at the first call the model fails again. The daemon's tick may call this; so does
     each run before its own learning.
     """
-    from daemon.model.client import ModelUnavailable
-
     paths = deferred_lessons(services)
     client = services.model_client() if paths else None
     if client is None or not _retrying.acquire(blocking=False):

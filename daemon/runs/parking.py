@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from daemon.agents.base import Resume
 from daemon.config import Loop
 from daemon.redact import redact
 from daemon.runs.journal import RunJournal
@@ -27,6 +28,7 @@ from daemon.runs.slots import release_slot, take_slot
 from daemon.runs.stop import StopToken
 from daemon.state.atomic import write_atomic
 from daemon.state.eventtypes import Event
+from daemon.state.holds import QuotaHold, hold_profile
 from daemon.state.records import Park
 from daemon.units import format_duration
 
@@ -91,8 +93,6 @@ class Parking:
 
     def park(self, hit: Any, session_id: str, asked: Asked, used_seconds: float) -> str:
         """Park the run on `hit` (a QuotaHit); "" when parked, else why it escalates instead."""
-        from daemon.state.holds import QuotaHold, hold_profile
-
         run, journal = self.journal.run, self.journal
         now = journal.now()
         before = self.parked
@@ -182,8 +182,6 @@ class Parking:
 
     def resume_invocation(self, adapter: Any) -> Any:
         """The process that resumes the parked session: not a nudge, the same request again."""
-        from daemon.agents.base import Resume
-
         park = self.parked
         assert park is not None
         asked = self.asked()

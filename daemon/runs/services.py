@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from daemon.clock import utc_now
 from daemon.config import DaemonConfig
 from daemon.home import Home
+from daemon.model.client import ModelClient
 from daemon.model.health import VerifierHealth
 from daemon.retry import JUDGING, RetryPolicy
 from daemon.state.eventtypes import Event
@@ -49,7 +50,5 @@ class RunServices:
         key = verifier.model_dump_json()
         client = self.clients.get(key)
         if client is None:
-            from daemon.model.client import ModelClient
-
             client = self.clients[key] = ModelClient(verifier)
         return client

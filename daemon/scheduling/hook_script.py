@@ -17,8 +17,10 @@ Text that comes with the update (branch names) is data: it is only ever put into
 from __future__ import annotations
 
 import binascii
+import importlib.util
 import json
 import os
+import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -40,8 +42,6 @@ def branch_matches(globs: list[str], branch: str) -> bool:
     if not any(ch in glob for glob in globs for ch in "*?[\\"):
         return branch in [glob.lstrip("/") for glob in globs]  # literal names: no regex needed
     if _globs is None:
-        import importlib.util
-
         path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "globs.py")
         spec = importlib.util.spec_from_file_location("loopd_hook_globs", path)
         module = importlib.util.module_from_spec(spec)
@@ -114,8 +114,6 @@ def _head_update() -> list[tuple[str, str, str]]:
     # The wrapper reads HEAD when the hook starts and passes it on (this may run later).
     head = os.environ.get("LOOPD_HOOK_HEAD")
     if head is None:
-        import subprocess
-
         proc = subprocess.run(
             ["git", "rev-parse", "HEAD", "--symbolic-full-name", "HEAD"],
             capture_output=True,

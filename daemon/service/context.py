@@ -10,9 +10,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from daemon import example
 from daemon.config import LoadedConfig, Loop, LoopConfig
+from daemon.example.prepare import prepare_examples
 from daemon.home import Home
+from daemon.people.notify import Notifications
+from daemon.runs.budget import budget_warnings
 from daemon.runs.services import RunServices
+from daemon.service.preflight import Preflight
 from daemon.service.reload import LoopFiles
 from daemon.state.eventtypes import Event
 from daemon.state.store import StateStore, UnreadableFile
@@ -34,6 +39,7 @@ class Flags:
 
 def load_config(home: Home) -> LoadedConfig:
     """The home's configuration; ConfigFatal when loopd.toml is broken or loading fails."""
+    example.register()  # the daemon's assembly: the example is known before any loop is read
     try:
         loaded = home.load()
     except Exception as exc:  # noqa: BLE001 - whatever the files hold, the caller decides
@@ -43,9 +49,6 @@ def load_config(home: Home) -> LoadedConfig:
     if not loaded.daemon_ok:
         raise ConfigFatal("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
     _require_extras(loaded)
-    from daemon.example.prepare import prepare_examples
-    from daemon.runs.budget import budget_warnings
-    from daemon.service.preflight import Preflight
 
     try:
         prepare_examples(loaded.loops)
@@ -79,8 +82,6 @@ def _require_extras(loaded: LoadedConfig) -> None:
 
 def notifications_for(loaded: LoadedConfig, store: StateStore) -> Any:
     """The notifier of `[notify]`."""
-    from daemon.people.notify import Notifications
-
     return Notifications(loaded.daemon.notify, store.events)
 
 

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from daemon.example import is_example_repo
+from daemon.people.report import build_report, write_report
 from daemon.service.context import Context
 from daemon.service.intake import Intake
 from daemon.state.records import RunRecord, Trigger
@@ -66,8 +67,6 @@ class FirstRun:
         return lines
 
     def _summary(self, run: RunRecord, now: datetime) -> list[str]:
-        from daemon.people.report import build_report, write_report
-
         store = self.ctx.store
         home = self.ctx.home.root
         report = write_report(store, build_report(store, self.started, now))

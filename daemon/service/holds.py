@@ -8,6 +8,7 @@ from datetime import datetime
 from daemon.runs.budget import BudgetDay, Hold, budget_days, holds, recent_spends
 from daemon.service.context import Context
 from daemon.state.eventtypes import Event
+from daemon.state.holds import load_budget_marks, save_budget_marks
 from daemon.state.records import BudgetStatus
 
 RECOUNT_EVERY = 15.0  # seconds of the monotonic clock between counts of the tokens spent
@@ -44,8 +45,6 @@ class Holds:
 
     def _announce(self, now: datetime) -> None:
         """`budget_exhausted`, once a day per budget (kept across restarts)."""
-        from daemon.state.holds import load_budget_marks, save_budget_marks
-
         spent = [d for d in self._days if d.exhausted]
         if not spent:
             return

@@ -6,7 +6,11 @@ from __future__ import annotations
 import threading
 from datetime import datetime
 
+from daemon.housekeeping import prune
+from daemon.rules.promotion import retire_stale
+from daemon.runs.learning import retry_deferred_lessons, rule_library
 from daemon.service.context import Context
+from daemon.service.tidy import tidy as tidy_up
 from daemon.state.eventtypes import Event
 
 PRUNE_EVERY = 86400.0  # seconds of the monotonic clock
@@ -47,8 +51,6 @@ class Housekeeper:
             if prune:
                 self.prune(now, keep)
             if tidy:
-                from daemon.service.tidy import tidy as tidy_up
-
                 tidy_up(self.ctx, now, keep)
             if lessons:
                 self.retry_deferred_lessons()
@@ -58,8 +60,6 @@ class Housekeeper:
 
     def prune(self, now: datetime, keep: set[str]) -> None:
         """`retain_days`: prune old runs, then retire rules that stopped earning their place."""
-        from daemon.housekeeping import prune
-
         ctx = self.ctx
         repos = {name: loop.config.repo_path for name, loop in ctx.loops.items()}
         retain_days = ctx.config.daemon.limits.retain_days
@@ -68,9 +68,6 @@ class Housekeeper:
         except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
             ctx.event(Event.PRUNE_FAILED, error=str(exc)[:500])
         try:
-            from daemon.rules.promotion import retire_stale
-            from daemon.runs.learning import rule_library
-
             retire_stale(
                 rule_library(ctx.services), ctx.store.events, now, state_root=ctx.store.root
             )
@@ -79,8 +76,6 @@ class Housekeeper:
 
     def retry_deferred_lessons(self) -> None:
         """Post-mortems deferred while the verifier was down (`rule_deferred`), tried again."""
-        from daemon.runs.learning import retry_deferred_lessons
-
         try:
             retry_deferred_lessons(self.ctx.services)
         except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon

@@ -17,9 +17,12 @@ from typing import Any
 
 from daemon.config import Loop
 from daemon.globs import wildmatch
+from daemon.people.escalation import blocking_escalation
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import CronTimer
 from daemon.service.context import Context
+from daemon.service.reload import not_loaded_why
+from daemon.service.retries import retry_not_run
 from daemon.service.skips import Skips
 from daemon.state.eventtypes import Event
 from daemon.state.queuefile import QueueFile
@@ -122,8 +125,6 @@ class Intake:
 
     def offer(self, trigger: Trigger, now: datetime) -> None:
         """A trigger arrives: filter it, apply the loop's overlap policy, record it."""
-        from daemon.people.escalation import blocking_escalation
-
         ctx = self.ctx
         fields: dict[str, Any] = {
             "kind": trigger.kind,
@@ -150,8 +151,6 @@ class Intake:
         if loop is None and self._reload_for(trigger.loop, now):
             loop = ctx.loops.get(trigger.loop)
         if loop is None:
-            from daemon.service.reload import not_loaded_why
-
             why = not_loaded_why(ctx.home, trigger.loop, ctx.config, not ctx.config_error)
             return skip(Event.TRIGGER_SKIPPED, why)
         why = _filtered(trigger, loop, self.is_running)
@@ -185,7 +184,6 @@ class Intake:
 
     def _retry_not_run(self, trigger: Trigger, why: str) -> None:
         """A retry that cannot run says so on the run it retries, and to the person."""
-        from daemon.service.retries import retry_not_run
 
         retry_not_run(self.ctx, trigger, why)
 

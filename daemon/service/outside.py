@@ -17,6 +17,11 @@ from typing import Any
 
 from daemon.scheduling.remotes import RemoteFeed, RemotePoller
 from daemon.service.context import Context
+from daemon.service.listener import Listener
+from daemon.service.metrics import Metrics
+from daemon.service.tracing import start_tracing
+from daemon.service.webhook_desk import WebhookDesk
+from daemon.state.deliveries import DELIVERIES_NAME, Deliveries
 from daemon.state.eventtypes import Event
 
 
@@ -49,16 +54,10 @@ class Outside:
             event=ctx.event,
         )
         outside = cls(ctx, feed, RemotePoller(feed, ctx.store.root, ctx.monotonic))
-        from daemon.service.tracing import start_tracing
 
         outside.tracing = start_tracing(ctx.config.daemon.telemetry, ctx.store)
         listen = ctx.config.daemon.listen
         if listen is not None:
-            from daemon.service.listener import Listener
-            from daemon.service.metrics import Metrics
-            from daemon.service.webhook_desk import WebhookDesk
-            from daemon.state.deliveries import DELIVERIES_NAME, Deliveries
-
             desk = WebhookDesk(
                 loops=lambda: ctx.loops,
                 remotes=lambda: ctx.config.daemon.remotes,

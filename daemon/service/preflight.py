@@ -21,8 +21,9 @@ from daemon.config import LoadedConfig, Loop
 from daemon.config.errors import did_you_mean
 from daemon.git.safe import Git, GitError
 from daemon.globs import glob_problem, path_matches, wildmatch
-from daemon.model.probe import Probe
+from daemon.model.probe import Probe, probe_verifier
 from daemon.sandbox.commandline import programs
+from daemon.scheduling.hooks import hooks_watch
 
 
 def daemon_path(pid: int | None) -> tuple[str, str]:
@@ -143,8 +144,6 @@ class Preflight:
 
     def verifier(self) -> None:
         """Try the verifier once, when loopd.toml names one."""
-        from daemon.model.probe import probe_verifier
-
         verifier = self.loaded.daemon.verifier
         if not self.loaded.daemon_ok or not verifier.configured:
             return
@@ -188,8 +187,6 @@ class Preflight:
                             f"{_folder_hint(pattern, files)}",
                         )
         if cfg.on_push and cfg.repo_path.is_dir():
-            from daemon.scheduling.hooks import hooks_watch
-
             if not hooks_watch(self.config_path.parent, cfg.repo_path, loop.name):
                 warn(
                     "on_push",

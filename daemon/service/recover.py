@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from daemon.config import Loop
+from daemon.runs.recovery import recover_run
 from daemon.service.context import Context
 from daemon.state.eventtypes import Event
 from daemon.state.records import RunRecord, Trigger
@@ -19,8 +20,6 @@ def recover_live_runs(
     offer: Callable[[Trigger, datetime], None],
 ) -> None:
     """Decide each live run with `recover_run`; launch (`resume`) or retry (`offer`) it."""
-    from daemon.runs.recovery import recover_run
-
     for run_id in ctx.store.live_runs():
         try:
             recovery = recover_run(ctx.services, ctx.loops, run_id, now)

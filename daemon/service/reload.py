@@ -28,6 +28,8 @@ from typing import Any
 from daemon.config import DaemonConfig, LoadedConfig, Loop
 from daemon.config.errors import ConfigError
 from daemon.home import Home
+from daemon.sandbox.registry import choose
+from daemon.scheduling.inbox_watch import inotify_limit_message, is_inotify_limit
 
 SETTLE = 0.3  # seconds without a further change before the reload
 # Sections of loopd.toml a running daemon cannot change: the engine serves from its start.
@@ -138,8 +140,6 @@ def changed_loops(before: LoopFiles, after: LoopFiles) -> list[str]:
 
 def agent_could_write_home(config: DaemonConfig) -> bool:
     """Whether a running agent could have written the home's files: no sandbox hides them."""
-    from daemon.sandbox.registry import choose
-
     # The sandbox in force, not the mode written: "auto" may have gone unconfined here.
     return choose(config.sandbox).name != "bwrap"
 
@@ -215,8 +215,6 @@ class ConfigWatcher:
         """Watch the home and loops/ (inotify; polling past the inotify limit)."""
         from watchdog.observers import Observer
         from watchdog.observers.polling import PollingObserver
-
-        from daemon.scheduling.inbox_watch import inotify_limit_message, is_inotify_limit
 
         self.home.loops_dir.mkdir(parents=True, exist_ok=True)
         folders = [self.home.root, self.home.loops_dir]

@@ -8,10 +8,18 @@ import os
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from daemon.config.land import land_target
+from daemon.git.maintenance import maintain
+from daemon.git.safe import GitError
+from daemon.git.userrepo import UserRepo
+from daemon.housekeeping import cited_by_deferred_lessons, cited_by_open_escalations, cited_by_rules
+from daemon.landing.tidy import delete_landed_branches
 from daemon.service.context import Context
+from daemon.service.statecap import compress_finished, enforce
 from daemon.state.events import rotated_numbers
 from daemon.state.eventtypes import Event
 from daemon.state.store import StateStore
+from daemon.state.tidymarks import load_maintenance, save_maintenance
 
 MAINTAIN_EVERY = timedelta(days=1)
 
@@ -39,12 +47,6 @@ def tidy(ctx: Context, now: datetime, keep: set[str]) -> None:
 
 def cap_state(ctx: Context, now: datetime, keep: set[str]) -> list[str]:
     """Keep `state/` under `state_max`; the runs something was evicted from."""
-    from daemon.housekeeping import (
-        cited_by_deferred_lessons,
-        cited_by_open_escalations,
-        cited_by_rules,
-    )
-    from daemon.service.statecap import compress_finished, enforce
 
     store = ctx.store
     files, saved = compress_finished(store)
@@ -67,8 +69,6 @@ def cap_state(ctx: Context, now: datetime, keep: set[str]) -> list[str]:
 
 def delete_branches(ctx: Context, now: datetime) -> list[str]:
     """Delete the run branches each loop's landing target contains."""
-    from daemon.config.land import land_target
-    from daemon.landing.tidy import delete_landed_branches
 
     loops = {}
     for name, loop in ctx.loops.items():
@@ -81,10 +81,6 @@ def delete_branches(ctx: Context, now: datetime) -> list[str]:
 
 def maintain_repositories(ctx: Context, now: datetime) -> None:
     """`git gc --auto` in each loop's repository not maintained in the last day."""
-    from daemon.git.maintenance import maintain
-    from daemon.git.safe import GitError
-    from daemon.git.userrepo import UserRepo
-    from daemon.state.tidymarks import load_maintenance, save_maintenance
 
     store = ctx.store
     marks = load_maintenance(store)

@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+import daemon as package
 from daemon.config.telemetry import TelemetryConfig, missing_telemetry
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
@@ -178,8 +179,6 @@ def start_tracing(config: TelemetryConfig, store: StateStore) -> RunTracer | Non
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    import daemon as package
 
     resource = Resource.create(
         {"service.name": config.service_name, "service.version": package.__version__}

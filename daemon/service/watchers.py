@@ -7,7 +7,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from daemon.scheduling.changes import ChangeWatcher
+from daemon.scheduling.inbox_watch import InboxWatcher
 from daemon.service.context import Context
+from daemon.service.reload import ConfigWatcher
 from daemon.state.eventtypes import Event
 from daemon.state.records import Trigger
 
@@ -29,8 +32,6 @@ class Watchers:
 
     @classmethod
     def start(cls, ctx: Context, is_running: Callable[[str], bool]) -> Watchers:
-        from daemon.scheduling.inbox_watch import InboxWatcher
-
         inbox = InboxWatcher(ctx.store.inbox_dir, ctx.flags.wake)
         inbox.start()
         if inbox.warning:
@@ -42,8 +43,6 @@ class Watchers:
 
     def start_config(self) -> None:
         """Watch loopd.toml and loops/: a change asks the driver for a reload (as SIGHUP)."""
-        from daemon.service.reload import ConfigWatcher
-
         flags = self.ctx.flags
 
         def changed() -> None:
@@ -62,8 +61,6 @@ class Watchers:
 
     def restart_changes(self) -> None:
         """(Re)start a change watcher for each enabled loop with `on_change`."""
-        from daemon.scheduling.changes import ChangeWatcher
-
         for watcher in self.changes.values():
             watcher.stop()
         self.changes = {}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from daemon.agents.processes import reap_orphans
 from daemon.config import Loop
 from daemon.runs.slots import RunSlots
 from daemon.scheduling.queue import RunQueue
@@ -128,8 +129,6 @@ class WorkerPool:
     # ending ----------------------------------------------------------------------------
     def reap(self) -> list[RunRecord]:
         """Forget the workers whose thread ended; their runs."""
-        from daemon.agents.processes import reap_orphans
-
         if self.workers or self._reap_orphans:
             # Orphans of what runs started (re-parented to loopd, the subreaper) are reaped.
             reap_orphans()

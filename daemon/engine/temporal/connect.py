@@ -6,6 +6,7 @@ native threads can crash the interpreter's normal shutdown of a short-lived proc
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from datetime import timedelta
@@ -61,8 +62,6 @@ def connect_options(engine: EngineConfig, home: Path) -> dict:
 
 async def connect(engine: EngineConfig, home: Path, identity: str = "") -> Client:
     """A client of the engine; EngineError naming the address when it cannot be reached."""
-    import asyncio
-
     from temporalio.client import Client
     from temporalio.contrib.pydantic import pydantic_data_converter
 

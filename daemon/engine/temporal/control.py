@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 from daemon.clock import utc_now
+from daemon.config import LOOP_NAME
 from daemon.engine.base import EngineError
 from daemon.engine.temporal.connect import RPC_TIMEOUT, connect
 from daemon.engine.temporal.models import ControllerView, RunView, TriggerBatch
@@ -313,7 +314,6 @@ class EngineControl:
     async def _trigger(
         self, client: Any, loop: str, reason: str, wait: bool, emit: Any, force: bool
     ) -> RunRecord | str:
-        from daemon.config import LOOP_NAME
         from daemon.engine.temporal.loopacts import start_controller
 
         if not LOOP_NAME.match(loop):

@@ -17,10 +17,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from daemon.clock import utc_now
 from daemon.config import LoadedConfig, Loop, LoopConfig
 from daemon.engine.temporal.models import RunRef
 from daemon.engine.temporal.names import controller_id, run_workflow_id
 from daemon.home import Home
+from daemon.people.notify import Notifications
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
 from daemon.service.reload import keep_running, restart_messages, restart_pending
@@ -135,7 +137,6 @@ class HomeSide(Configured):
         """What holds `loop`'s new runs now (a usage limit, a spent budget), or None."""
         if self.holds is None:
             return None
-        from daemon.clock import utc_now
 
         with self._holds_lock:
             return self.holds.held(utc_now()).get(loop)
@@ -195,6 +196,4 @@ def remote_for(remote: str, loop: str, repo: Path) -> str:
 
 
 def _notifications(loaded: LoadedConfig, store: StateStore) -> Any:
-    from daemon.people.notify import Notifications
-
     return Notifications(loaded.daemon.notify, store.events)

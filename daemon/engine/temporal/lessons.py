@@ -16,8 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from daemon.engine.temporal.models import LessonOutput, SparseFile
+from daemon.model.client import ModelUnavailable
 from daemon.rules.grounding import EvidenceSet, claims_of
+from daemon.rules.library import RuleLibrary
+from daemon.rules.postmortem import propose_rule
 from daemon.rules.rulefile import Rule
+from daemon.rules.verifier import verify_candidate
+from daemon.state.atomic import write_atomic
 from daemon.state.eventtypes import Event
 
 CONTEXT = 3  # lines kept on each side of a quoted line (the verifier shows them to the model)
@@ -99,11 +104,6 @@ def worker_lesson(
     now: datetime,
 ) -> LessonOutput:
     """Post-mortem and grounding of one attempt, on the machine that ran it."""
-    from daemon.model.client import ModelUnavailable
-    from daemon.rules.library import RuleLibrary
-    from daemon.rules.postmortem import propose_rule
-    from daemon.rules.verifier import verify_candidate
-
     try:
         candidate = propose_rule(
             client, folder, evidence_text, verdict, task, loop, run_id, kind_hint or None
@@ -137,8 +137,6 @@ def worker_lesson(
 
 def write_excerpts(folder: Path, files: list[SparseFile]) -> None:
     """The worker's evidence lines in the home's attempt folder; whole files are kept."""
-    from daemon.state.atomic import write_atomic
-
     for item in files:
         path = folder / Path(item.name).name
         if path.exists() and path.stat().st_size > 0:

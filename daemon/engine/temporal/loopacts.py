@@ -26,6 +26,19 @@ from daemon.engine.temporal.models import (
     TriggerBatch,
 )
 from daemon.engine.temporal.names import HOME_WORKFLOW_ID, controller_id
+from daemon.people.escalation import (
+    AlreadyResolved,
+    EscalationNotFound,
+    list_escalations,
+    load_escalation,
+    resolve,
+)
+from daemon.scheduling.cron import Schedule
+from daemon.scheduling.queue import RunQueue
+from daemon.scheduling.timer import LATE_GRACE
+from daemon.service.context import Context, Flags
+from daemon.service.intake import Intake
+from daemon.state.events import iso
 from daemon.state.eventtypes import Event
 from daemon.state.records import Trigger, make_run_id
 
@@ -33,8 +46,6 @@ FIRE = "fire:"  # the id prefix of a schedule's fire
 
 
 def _queue_class() -> type:
-    from daemon.scheduling.queue import RunQueue
-
     class Recording(RunQueue):
         """The run queue, remembering its last decision (which run holds the trigger)."""
 
@@ -93,9 +104,6 @@ class LoopActivities:
     @activity.defn(name="intake")
     def intake(self, inp: IntakeInput) -> IntakeResult:
         """Triggers through the filters and the loop's overlap policy into its pending runs."""
-        from daemon.service.context import Context, Flags
-        from daemon.service.intake import Intake
-
         side = self.side
         side.check_controller(inp.loop)
         store = side.store
@@ -144,10 +152,6 @@ class LoopActivities:
 
     def _fire(self, loop: Loop, trigger: Trigger, now: datetime) -> Trigger | None:
         """A schedule's fire as the local timer would have it: on time, caught up, or missed."""
-        from daemon.scheduling.cron import Schedule
-        from daemon.scheduling.timer import LATE_GRACE
-        from daemon.state.events import iso
-
         cfg = loop.config
         due = trigger.ts
         schedule = Schedule(cfg.schedule or ["* * * * *"], cfg.timezone)
@@ -217,14 +221,6 @@ class LoopActivities:
     @activity.defn(name="escalations")
     def escalations(self, request: dict[str, Any]) -> dict[str, Any]:
         """`loopd escalations list|show|resolve` from any machine, done in the home's state."""
-        from daemon.people.escalation import (
-            AlreadyResolved,
-            EscalationNotFound,
-            list_escalations,
-            load_escalation,
-            resolve,
-        )
-
         if activity.info().workflow_id != HOME_WORKFLOW_ID:
             raise PermissionError("escalations are answered for the home workflow only")
         store = self.side.store

@@ -37,13 +37,31 @@ from daemon.engine.temporal.models import (
 )
 from daemon.engine.temporal.names import worker_queue
 from daemon.git.safe import Git, GitError
+from daemon.git.tree import branch_name
+from daemon.git.userrepo import UserRepo
+from daemon.model.client import ModelUnavailable
+from daemon.model.critic import unjudged
 from daemon.redact import redact
+from daemon.rules.verifier import verify_candidate
 from daemon.runs import decisions
+from daemon.runs.attempt import attempt_prompt
 from daemon.runs.journal import RunJournal
-from daemon.runs.setup import SETUP_LOG
+from daemon.runs.judging import VerifierGaveUp, ask_critic, record_verdict
+from daemon.runs.learning import (
+    DEFERRED_PER_RUN,
+    retry_deferred_lessons,
+    rule_library,
+    rules_of_run,
+    select_rules_for_run,
+)
+from daemon.runs.prompt import build_prompt
+from daemon.runs.setup import SETUP_LOG, checks_done_first
+from daemon.runs.startpoint import start_point
+from daemon.runs.stop import RunStopped, StopToken
 from daemon.service.console import ended_lines, say, started_line
 from daemon.state.atomic import write_atomic
 from daemon.state.eventtypes import Event
+from daemon.state.holds import hold_profile
 from daemon.state.queuefile import PendingRun
 from daemon.state.records import AttemptRecord, Cause, Outcome, RunRecord
 
@@ -65,8 +83,6 @@ def _ended(outcome: Outcome, reason: str, cause: Cause) -> Prepared:
 
 def _setup_first(prepared: Prepared, cfg: LoopConfig, run: RunRecord) -> Prepared:
     """Whether a worker runs `setup`, and the done check, before the first attempt."""
-    from daemon.runs.setup import checks_done_first
-
     prepared.check_done = checks_done_first(cfg, run)
     prepared.setup_first = prepared.check_done or bool(cfg.setup)
     prepared.record = trimmed(run) if prepared.setup_first else None
@@ -133,9 +149,6 @@ class RunActivities:
     @activity.defn(name="prepare")
     def prepare(self, inp: RunInput) -> Prepared:
         """The run's base published as its branch on the remote; its rules; refuse/escalate."""
-        from daemon.git.tree import branch_name
-        from daemon.runs.learning import rules_of_run, select_rules_for_run
-
         services, journal = self.side.open_run(inp.ref)
         run = journal.run
         loop = loop_of(inp.ref.loop, self.side.home, inp.config)
@@ -181,9 +194,6 @@ class RunActivities:
     @staticmethod
     def _start(journal: RunJournal, cfg: LoopConfig) -> str:
         """Where the run starts, its landing target and what it builds on, as locally."""
-        from daemon.git.userrepo import UserRepo
-        from daemon.runs.startpoint import start_point
-
         try:
             return start_point(journal, UserRepo.locate(cfg.repo_path), cfg).base
         except GitError:
@@ -193,10 +203,6 @@ class RunActivities:
     @activity.defn(name="begin_attempt")
     def begin_attempt(self, inp: BeginAttempt) -> AttemptPlan:
         """Assemble attempt N's prompt here (progress notes, rules, what failed) for a worker."""
-        from daemon.runs.attempt import attempt_prompt
-        from daemon.runs.learning import rules_of_run
-        from daemon.runs.prompt import build_prompt
-
         services, journal = self.side.open_run(inp.ref)
         run = journal.run
         loop = loop_of(inp.ref.loop, self.side.home, inp.config)
@@ -234,8 +240,6 @@ class RunActivities:
         run.cost_usd = out.cost_usd
         run.sandbox = out.sandbox or run.sandbox  # as a local run records the one it ran in
         if out.quota_hold is not None:  # the home holds the profile, for every machine
-            from daemon.state.holds import hold_profile
-
             profile = out.park.profile if out.park else inp.profile
             hold_profile(services.store, profile, out.quota_hold)
         if out.park is not None and out.resume_at is not None:
@@ -295,9 +299,6 @@ class RunActivities:
     @activity.defn(name="judge")
     def judge(self, inp: VerdictInput) -> Judged:
         """The checks' result recorded here, and the critic's verdict on the worker's evidence."""
-        from daemon.model.critic import unjudged
-        from daemon.runs.judging import VerifierGaveUp, record_verdict
-
         services, journal = self.side.open_run(inp.ref)
         run, checks = journal.run, inp.checks
         cfg = LoopConfig.model_validate(inp.config)
@@ -352,8 +353,6 @@ class RunActivities:
     @staticmethod
     def _rules_in_prompt(services: Any, run: Any, attempt: Any) -> list[tuple[str, str]]:
         """The rules the attempt's prompt held (the run's rules), for the critic to attribute."""
-        from daemon.runs.learning import rules_of_run
-
         reminders = rules_of_run(services, run).reminders
         if not attempt.rules:
             attempt.rules = [rule.id for rule in reminders]
@@ -370,8 +369,6 @@ class RunActivities:
     ) -> Any:
         """The critic's verdict on the worker's evidence bundle, waiting (heartbeating, a
         cancel ends the wait) while the verifier is unavailable, as local judging does."""
-        from daemon.runs.judging import ask_critic
-        from daemon.runs.stop import RunStopped, StopToken
 
         def cancelled() -> bool:
             if not activity.info().is_local:
@@ -399,10 +396,6 @@ class RunActivities:
     @activity.defn(name="file_lesson")
     def file_lesson(self, inp: FileLesson) -> Learned:
         """The worker's candidate through the home's rule verifier (one writer of rules/)."""
-        from daemon.model.client import ModelUnavailable
-        from daemon.rules.verifier import verify_candidate
-        from daemon.runs.learning import DEFERRED_PER_RUN, retry_deferred_lessons, rule_library
-
         services, journal = self.side.open_run(inp.ref)
         run, lesson = journal.run, inp.lesson
         # As a local run's learning does, before its own lesson.

@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 import daemon as package
+from daemon.agents.processes import set_child_subreaper, set_not_dumpable
 from daemon.clock import utc_now
 from daemon.config import LOOP_NAME, LoadedConfig
 from daemon.engine.temporal.connect import connect
@@ -40,8 +41,16 @@ from daemon.engine.temporal.setupacts import SetupActivities
 from daemon.engine.temporal.workersetup import SetupStep
 from daemon.engine.temporal.workerside import WorkerSide
 from daemon.home import Home
+from daemon.scheduling.inbox_watch import InboxWatcher
+from daemon.service.context import ConfigFatal, Context, Flags, load_config
+from daemon.service.holds import Holds
+from daemon.service.housekeeper import Housekeeper
+from daemon.service.reload import changed_loops, first_load, keep_last_good
+from daemon.service.watchers import Watchers
 from daemon.state.eventtypes import Event
+from daemon.state.lock import HomeLock
 from daemon.state.store import StateStore
+from daemon.systemd import SystemdNotifier
 
 INBOX_BATCH = 500  # inbox files forwarded per round
 RESYNC_EVERY = 2.0  # seconds between looks at the configuration files
@@ -115,7 +124,6 @@ class Process:
             for name, why in (await register(client, self.loaded)).items():
                 print(f"loopd: loop {name} not registered: {why}", file=sys.stderr, flush=True)
             self.ctx = _context(self.home, self.store, home_side, self.wake)
-            from daemon.service.holds import Holds
 
             home_side.holds = Holds(self.ctx)  # usage limits and budgets hold new runs
             tasks.append(self._status_file(client, home_side.holds))
@@ -226,9 +234,6 @@ class Process:
     # triggers in -----------------------------------------------------------------------------
     async def _forward(self, client: Any) -> None:
         """Inbox files (and, at the home, file changes) to the loops' controllers."""
-        from daemon.scheduling.inbox_watch import InboxWatcher
-        from daemon.service.watchers import Watchers
-
         if self.ctx is not None:  # the home: the local daemon's watchers, as they are
             self.watchers = watcher = Watchers.start(self.ctx, lambda _name: False)
         else:
@@ -279,8 +284,6 @@ class Process:
 
     async def _housekeeping(self, side: HomeSide) -> None:
         """Pruning old runs and retiring stale rules, as the local daemon does."""
-        from daemon.service.housekeeper import Housekeeper
-
         keeper = Housekeeper(self.ctx)
         while True:
             keeper.tick(utc_now(), keep=set(self.store.live_runs()))
@@ -306,8 +309,6 @@ class Process:
     async def _resync(self, client: Any, side: HomeSide) -> None:
         """A changed loopd.toml or loop file, SIGHUP, `loopd reload`: controllers and
         schedules follow, loop by loop, as the local daemon reloads."""
-        from daemon.service.reload import first_load
-
         mark = config_mark(self.home)
         files = first_load(self.home, self.loaded)
         while True:
@@ -326,9 +327,6 @@ class Process:
         """Read the configuration again; a broken loop file keeps its loop's last good
         configuration (and schedule), a broken loopd.toml keeps everything. The event names
         the `loopd reload` requests it answers."""
-        from daemon.service.context import ConfigFatal, load_config
-        from daemon.service.reload import changed_loops, keep_last_good
-
         requests = self.store.take_reload_requests()
         try:
             loaded = load_config(self.home)
@@ -404,7 +402,6 @@ async def register(client: Any, loaded: LoadedConfig) -> dict[str, str]:
 
 def serve(home: Home, role: str, queue: str | None = None, metrics: str = "") -> int:
     """The process: take the home's lock, run until SIGTERM."""
-    from daemon.agents.processes import set_child_subreaper, set_not_dumpable
     from daemon.service.context import load_config
     from daemon.service.tracing import start_tracing
 
@@ -441,22 +438,16 @@ def serve(home: Home, role: str, queue: str | None = None, metrics: str = "") ->
 
 
 def _worker_lock(store: StateStore) -> Any:
-    from daemon.state.lock import HomeLock
-
     return HomeLock(store.root / "worker.lock")
 
 
 def _notifier() -> Any:
     """systemd's notify socket, taken out of the environment (agents must not inherit it)."""
-    from daemon.systemd import SystemdNotifier
-
     return SystemdNotifier.from_env(unset_environment=True)
 
 
 def _context(home: Home, store: StateStore, side: HomeSide, wake: threading.Event) -> Any:
     """The local daemon's context, for its watchers and housekeeper at the home."""
-    from daemon.service.context import Context, Flags
-
     return Context(
         home=home,
         store=store,

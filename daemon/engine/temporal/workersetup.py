@@ -24,6 +24,7 @@ from daemon.engine.temporal.workerside import (
 from daemon.git.safe import GitError
 from daemon.git.tree import TreeError
 from daemon.runs.checktree import done_already
+from daemon.runs.confinement import SandboxUnavailable
 from daemon.runs.journal import RunJournal
 from daemon.runs.setup import DONE_LOG, setup_tail
 from daemon.runs.stop import RunStopped, StopToken
@@ -42,8 +43,6 @@ class SetupStep:
     @activity.defn(name="setup", no_thread_cancel_exception=True)
     def setup(self, inp: SetupInput) -> SetupOutput:
         """`setup` in a new tree at the run's start, then (`skip_if_done`) `done_when` there."""
-        from daemon.runs.confinement import SandboxUnavailable
-
         side = self.side
         config, services, repo = side._loop_here(inp.ref, inp.config)
         run = side._mirror(inp.record, config, repo)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, CancelledError
 
+from daemon.clock import utc_now
 from daemon.config import AgentProfile, LoadedConfig, Loop, LoopConfig, VerifierConfig
 from daemon.engine.temporal import branches
 from daemon.engine.temporal.homeside import Configured
@@ -36,13 +37,21 @@ from daemon.engine.temporal.models import (
     SparseFile,
 )
 from daemon.engine.temporal.workerstore import WorkerStore
-from daemon.git.safe import GitError
+from daemon.git.guards import restore_paths, snapshot_refs
+from daemon.git.integrity import ledger_writer, publish
+from daemon.git.safe import Git, GitError
 from daemon.git.tree import RunTree, TreeError, record_tree, scratch_dir, tree_of_record
 from daemon.home import Home
+from daemon.model.client import ModelClient
+from daemon.model.evidence import build_evidence
 from daemon.runs import decisions
+from daemon.runs.attempt import Attempt, commit_attempt
+from daemon.runs.confinement import SandboxUnavailable, choose_sandbox
 from daemon.runs.journal import RunJournal
+from daemon.runs.judging import judge_attempt
+from daemon.runs.prompt import PromptParts
 from daemon.runs.services import RunServices
-from daemon.runs.setup import setup_failed_reason, setup_tail
+from daemon.runs.setup import setup_failed_reason, setup_tail, setup_tree
 from daemon.runs.stop import RunStopped, StopToken
 from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord, RunRecord
@@ -148,10 +157,6 @@ class WorkerSide(Configured):
     @activity.defn(name="attempt", no_thread_cancel_exception=True)
     def attempt(self, inp: AttemptInput) -> AttemptOutput:
         """Run one attempt here: tree from the remote, the agent, the commit pushed back."""
-        from daemon.runs.attempt import Attempt, commit_attempt
-        from daemon.runs.confinement import SandboxUnavailable
-        from daemon.runs.prompt import PromptParts
-
         plan = inp.plan
         config, services, repo = self._loop_here(
             inp.ref, plan.config, agent=(plan.profile, (plan.prompt_cap, plan.transcript_cap))
@@ -278,10 +283,6 @@ class WorkerSide(Configured):
         """The run's tree here at `head`, made as the local engine makes it, in the sandbox
         this machine gives its runs (a run refused here ends with its cause); in a new tree
         the loop's `setup` runs first (a failure ends the run with its log's tail)."""
-        from daemon.git.integrity import ledger_writer
-        from daemon.runs.confinement import SandboxUnavailable, choose_sandbox
-        from daemon.runs.setup import setup_tree
-
         run = journal.run
         base = run.base_commit  # the run's base, as the home published it
         try:
@@ -328,12 +329,6 @@ class WorkerSide(Configured):
     @activity.defn(name="checks", no_thread_cancel_exception=True)
     def checks(self, inp: ChecksInput) -> ChecksOutput:
         """Checks, protected paths and refs of an attempt's commit; the evidence bundle."""
-        from daemon.git.guards import restore_paths
-        from daemon.git.integrity import publish
-        from daemon.model.evidence import build_evidence
-        from daemon.runs.confinement import SandboxUnavailable
-        from daemon.runs.judging import judge_attempt
-
         config, services, repo = self._loop_here(inp.ref, inp.config)
         config = config.model_copy(update={"critic": "off"})  # the home asks the critic
         kept = self._kept(inp.ref.run_id)
@@ -391,9 +386,6 @@ class WorkerSide(Configured):
         self, inp: ChecksInput, kept: RunRecord | None, cfg: LoopConfig, repo: Path
     ) -> RunRecord:
         """The record the attempt left here; on another worker, the home's (no ref snapshot)."""
-        from daemon.git.guards import snapshot_refs
-        from daemon.git.safe import Git
-
         if kept is not None and kept.attempts and kept.attempts[-1].n == inp.n:
             return kept
         run = self._mirror(inp.record, cfg, repo)
@@ -404,10 +396,6 @@ class WorkerSide(Configured):
     @activity.defn(name="post_mortem")
     def post_mortem(self, inp: LessonInput) -> LessonOutput:
         """One candidate rule from this machine's evidence of the attempt, grounded here."""
-        from daemon.clock import utc_now
-        from daemon.model.client import ModelClient
-        from daemon.model.evidence import build_evidence
-
         folder = self.store.run_dir(inp.ref.run_id) / f"attempt-{inp.n}"
         if not (folder / "transcript.jsonl").exists():
             return LessonOutput(decision="none", error=f"no evidence of attempt {inp.n} here")

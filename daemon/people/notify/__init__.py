@@ -13,6 +13,7 @@ from typing import Any
 from daemon.clock import utc_now
 from daemon.config import NotifyConfig
 from daemon.people.escalation_file import Escalation
+from daemon.people.notify.apprise_urls import AppriseNotifier
 from daemon.people.notify.base import Notifier, NotifyError
 from daemon.people.notify.command import CommandNotifier
 from daemon.people.notify.messages import (
@@ -51,8 +52,6 @@ def notifiers_from_config(
     if config.webhook:
         out.append(WebhookNotifier(config.webhook, sleep=sleep))
     if config.urls:
-        from daemon.people.notify.apprise_urls import AppriseNotifier
-
         out.extend(AppriseNotifier(url) for url in config.urls)
     return out
 
