@@ -1,0 +1,199 @@
+"""Bench: the share of mutants the tests kill in the decision modules (mutmut, pinned in `dev`).
+
+    python bench/mutation.py [--only MODULE ...] [--children N] [--keep DIR] [--smoke]
+
+Each module is mutated on its own, in a temporary copy of daemon/ and tests/ (mutmut 3
+rewrites the code it mutates under `mutants/`; the checkout is never touched), and each
+mutant runs only the unit tests listed for its module that reach the mutated function: the
+selection must stay fast, since it runs once per mutant. A mutant counts as killed when a
+test fails on it or it runs past its time limit (an endless loop is caught too); a mutant no
+listed test reaches counts as surviving. Mutants known to be equivalent (no behaviour can
+tell them apart) are left out of the share, by name in EQUIVALENT with the reason.
+Prints each module's killed, surviving and excluded counts and the surviving mutants'
+names (`mutmut show NAME` in a --keep folder prints the change). Target: 85% killed overall.
+--smoke mutates one function of a small module: that the bench runs, in well under a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from verdict import verdict  # noqa: E402
+
+TARGET = 0.85
+
+# Each mutated module with its unit tests: seconds in all, no daemon, no agent, no model.
+MODULES: dict[str, list[str]] = {
+    "daemon/runs/decisions.py": ["tests/test_decisions.py", "tests/test_mutant_decisions.py"],
+    "daemon/runs/budget.py": ["tests/test_budget.py", "tests/test_mutant_budget.py"],
+    "daemon/scheduling/cron.py": ["tests/test_cron.py", "tests/test_mutant_scheduling.py"],
+    "daemon/scheduling/queue.py": ["tests/test_queue.py", "tests/test_mutant_scheduling.py"],
+    "daemon/rules/evaluator.py": [
+        "tests/test_rules_evaluator.py",
+        "tests/test_mutant_rules.py",
+    ],
+    "daemon/rules/verifier.py": ["tests/test_rules_verifier.py", "tests/test_mutant_rules.py"],
+    "daemon/redact.py": ["tests/test_redact.py", "tests/test_mutant_redact.py"],
+}
+
+# The smoke run: one function of the smallest module, with its own tests only.
+SMOKE_MODULE = "daemon/scheduling/cron.py"
+SMOKE_MUTANTS = "daemon.scheduling.cron.x__number*"
+
+# Mutants no test can kill because no behaviour differs; each with why. Keep it short.
+EQUIVALENT: dict[str, str] = {}
+
+# mutmut's exit codes (mutmut/stats.py): a failing test, pytest's internal error, a time limit.
+KILLED_CODES = {1, 3}
+TIMEOUT_CODES = {36, -24, 24, 152, 255}
+NO_TESTS_CODES = {5, 33}
+
+
+@dataclass
+class Tally:
+    """One module's mutants by fate."""
+
+    module: str
+    killed: list[str] = field(default_factory=list)
+    survived: list[str] = field(default_factory=list)
+    untested: list[str] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def counted(self) -> int:
+        return len(self.killed) + len(self.survived) + len(self.untested) + len(self.unchecked)
+
+    @property
+    def share(self) -> float:
+        return len(self.killed) / self.counted if self.counted else 0.0
+
+
+def mutmut_config(module: str, tests: list[str]) -> str:
+    """The [tool.mutmut] table for one module: only it mutated, only its tests run."""
+    table = {
+        "source_paths": ["daemon"],
+        "only_mutate": [module],
+        "pytest_add_cli_args_test_selection": tests,
+        "pytest_add_cli_args": ["-p", "no:cacheprovider"],
+        "use_git_change_detection": False,
+    }
+    lines = ["", "[tool.mutmut]"] + [f"{key} = {json.dumps(value)}" for key, value in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def prepare(work: Path, module: str, tests: list[str]) -> None:
+    """A copy of the code and the tests, with the repository's pyproject and mutmut's table."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "daemon", work / "daemon", ignore=ignore)
+    shutil.copytree(ROOT / "tests", work / "tests", ignore=ignore)
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    (work / "pyproject.toml").write_text(pyproject + mutmut_config(module, tests))
+
+
+def tally(work: Path, module: str, seconds: float, names: list[str]) -> Tally:
+    """What mutmut recorded for the module's mutants (its .meta file), or for those named."""
+    meta = json.loads((work / "mutants" / (module + ".meta")).read_text())
+    out = Tally(module, seconds=seconds)
+    for name, code in sorted(meta["exit_code_by_key"].items()):
+        if names and not any(fnmatch.fnmatchcase(name, pattern) for pattern in names):
+            continue
+        if name in EQUIVALENT:
+            out.excluded.append(name)
+        elif code in KILLED_CODES or code in TIMEOUT_CODES:
+            out.killed.append(name)
+        elif code in NO_TESTS_CODES:
+            out.untested.append(name)
+        elif code is None:
+            out.unchecked.append(name)
+        else:
+            out.survived.append(name)
+    return out
+
+
+def run_module(
+    module: str, tests: list[str], children: int, keep: Path | None, names: list[str]
+) -> Tally:
+    """Mutate one module in a fresh copy and run its tests against each mutant."""
+    base = Path(tempfile.mkdtemp(prefix="loopd-mutation-"))
+    work = base / module.replace("/", "_").removesuffix(".py")
+    work.mkdir()
+    try:
+        prepare(work, module, tests)
+        env = dict(os.environ)
+        # The copy's daemon/ and tests/, never the checkout's (mutmut puts mutants/ first).
+        env.pop("PYTHONPATH", None)
+        env.pop("CI", None)
+        started = time.monotonic()
+        argv = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *names]
+        proc = subprocess.run(
+            argv, cwd=work, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL
+        )
+        seconds = time.monotonic() - started
+        meta = work / "mutants" / (module + ".meta")
+        if proc.returncode != 0 or not meta.exists():
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-30:])
+            raise SystemExit(f"mutmut failed on {module} (exit {proc.returncode}):\n{tail}")
+        return tally(work, module, seconds, names)
+    finally:
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(work, keep / work.name, dirs_exist_ok=True, symlinks=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", default=[], help="these modules only (paths)")
+    parser.add_argument("--children", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--keep", type=Path, help="copy each module's work folder here")
+    parser.add_argument("--smoke", action="store_true", help="one function of one module")
+    args = parser.parse_args()
+    if args.smoke:
+        plan = {SMOKE_MODULE: [t for t in MODULES[SMOKE_MODULE] if "mutant" not in t]}
+        names = [SMOKE_MUTANTS]
+    else:
+        unknown = sorted(set(args.only) - set(MODULES))
+        if unknown:
+            parser.error(f"not a bench module: {', '.join(unknown)} (see MODULES)")
+        plan = {m: t for m, t in MODULES.items() if not args.only or m in args.only}
+        names = []
+    tallies = []
+    for module, tests in plan.items():
+        t = run_module(module, tests, args.children, args.keep, names)
+        tallies.append(t)
+        print(
+            f"{module}: {len(t.killed)}/{t.counted} killed ({t.share:.0%}), "
+            f"{len(t.survived)} survived, {len(t.untested)} reached by no test, "
+            f"{len(t.excluded)} equivalent, {t.seconds:.0f} s",
+            flush=True,
+        )
+        for name in t.survived + t.untested + t.unchecked:
+            print(f"    surviving: {name}")
+    stale = sorted(set(EQUIVALENT) - {n for t in tallies for n in t.excluded})
+    if stale and not args.smoke and not args.only:
+        print(f"EQUIVALENT names no mutant has (the code moved?): {', '.join(stale)}")
+    killed = sum(len(t.killed) for t in tallies)
+    counted = sum(t.counted for t in tallies)
+    share = killed / counted if counted else 0.0
+    print(f"overall: {killed}/{counted} killed ({share:.1%})")
+    figure = f"{share:.1%} of {counted} mutants killed"
+    return verdict(figure, f">= {TARGET:.0%}", share >= TARGET, args.smoke)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
