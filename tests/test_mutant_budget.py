@@ -74,7 +74,8 @@ def spent(store: StateStore, loop: str, tokens: int, at: datetime | None, n: int
 
 
 def test_a_loops_budget_counts_its_own_tokens_and_the_homes_counts_all(tmp_path: Path) -> None:
-    home = home_of(tmp_path, "daily_tokens = 1000\n", app={"daily_tokens": 100}, web={})
+    limits = 'daily_tokens = 1000\ntimezone = "Pacific/Auckland"\n'
+    home = home_of(tmp_path, limits, app={"daily_tokens": 100}, web={})
     loaded = home.load()
     spends = [Spend("app", NOW, 70), Spend("web", NOW, 50), Spend("app", NOW, 5)]
     days = budget_days(loaded.daemon, loaded.loops, spends, NOW)
@@ -82,6 +83,17 @@ def test_a_loops_budget_counts_its_own_tokens_and_the_homes_counts_all(tmp_path:
         ("home", 125, 1000),
         ("loop:app", 75, 100),
     ]
+    # Each in its own zone's day: already tomorrow in Auckland, still today in Berlin.
+    _, auckland_end, auckland_day = day_window(NOW, ZoneInfo("Pacific/Auckland"))
+    assert (
+        (days[0].day, days[0].until)
+        == (auckland_day, auckland_end)
+        == (
+            "2026-12-01",
+            datetime(2026, 12, 1, 11, tzinfo=UTC),
+        )
+    )
+    assert (days[1].day, days[1].until) == ("2026-11-30", day_window(NOW, BERLIN)[1])
 
 
 def test_a_day_holds_its_first_instant_and_not_the_next_days(tmp_path: Path) -> None:

@@ -131,12 +131,13 @@ def test_a_failing_violation_is_named_before_stalls_limits_and_timeouts() -> Non
 def test_stalls_of_the_agent_are_counted_over_every_attempt_and_the_last_one_named() -> None:
     attempts = [
         failing(1, stalls=[stall("silence", "no output for 300s"), stall("cancelled")]),
-        failing(2, stalls=[stall("repeated_tool_call", "ls ran 5 times")], limit_hit="memory"),
+        failing(2, stalls=[stall("silence", "no output for 600s")]),
+        failing(3, stalls=[stall("repeated_tool_call", "ls ran 5 times")], limit_hit="memory"),
     ]
     assert decisions.given_up(attempts, 7) == (
         "escalated",
-        "attempts used up; the agent was stopped 2 times for repeated tool call "
-        "(ls ran 5 times); checks still fail after 2 attempts",
+        "attempts used up; the agent was stopped 3 times for repeated tool call "
+        "(ls ran 5 times); checks still fail after 3 attempts",
         Cause.STALLED,
     )
     once = [failing(1, stalls=[stall("silence")], timed_out=True)]
@@ -267,8 +268,12 @@ def test_a_change_to_the_persons_repository_names_its_first_such_violation() -> 
 def test_a_missing_file_says_which_and_what_to_do() -> None:
     gone = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), "/srv/repo")
     message = decisions.failure_message(gone)
-    assert message.startswith(f"{os.strerror(errno.ENOENT)}: /srv/repo: a file or folder loopd")
-    assert "`loopd check` says what is wrong" in message and message.endswith("retry the run")
+    assert message == (
+        f"{os.strerror(errno.ENOENT)}: /srv/repo: a file or folder loopd needs is gone or "
+        "unreadable; if it is the loop's repository or the worktrees folder, put it back or fix "
+        "the path in the loop file or loopd.toml (`loopd check` says what is wrong), then retry "
+        "the run"
+    )
     # No strerror: the class names what happened.
     bare = OSError()
     bare.filename = "/srv/x"

@@ -11,10 +11,16 @@ import pytest
 from daemon.config import VerifierConfig
 from daemon.rules.evaluator import in_scope
 from daemon.rules.library import RuleLibrary
-from daemon.rules.rulefile import Rule, Scope
-from daemon.rules.verifier import verify_candidate
+from daemon.rules.rulefile import Evidence, Rule, Scope
+from daemon.rules.verifier import (
+    generic_advice,
+    is_duplicate,
+    relatedness,
+    similarity,
+    verify_candidate,
+)
 from daemon.state.events import EventLog
-from tests.test_rules_verifier import NOW, candidate, make_attempt
+from tests.test_rules_verifier import NOW, RUN, candidate, make_attempt
 
 
 def scoped(**scope: Any) -> Rule:
@@ -133,3 +139,313 @@ def test_a_cited_quote_is_enough_ground_without_claims(setting: dict[str, Any]) 
     result = verify(setting, rule)
     assert result.decision == "accepted", result.reasons
     assert [e.quote for e in result.rule.evidence] == ["grep -c TODO app.py"]
+
+
+# -- the verifier's steps, word for word ---------------------------------------------------------
+
+
+class Model:
+    """Answers rule_verification with `reply`, recording each prompt."""
+
+    model = "fake-verifier"
+
+    def __init__(self, reply: dict[str, Any]) -> None:
+        self.reply = reply
+        self.prompts: list[str] = []
+
+    def structured(self, name, reply, system, user, *, timeout=None):  # noqa: ANN001, ANN201
+        assert name == "rule_verification" and "grounded: true only when" in system
+        self.prompts.append(user)
+        return reply.model_validate(self.reply)
+
+
+AGREES = {"grounded": True, "unsupported": [], "contradicts": [], "reason": "supported"}
+
+
+def verify_with(setting: dict[str, Any], rule: Rule, model: Any, **kw: Any):  # noqa: ANN201
+    return verify_candidate(
+        setting["library"],
+        rule,
+        setting["attempt"],
+        model,
+        setting["cfg"],
+        setting["events"],
+        NOW,
+        state_root=setting["state"],
+        loop="review",
+        run="r1",
+        **kw,
+    )
+
+
+def test_an_accepted_rule_is_filed_with_its_events_and_reasons(setting: dict[str, Any]) -> None:
+    model = Model(AGREES)
+    result = verify_with(setting, candidate(severity="escalate"), model)
+    assert result.accepted and result.decision == "accepted" and result.model_called
+    assert result.status == "trial" and result.path is not None and result.path.exists()
+    assert result.reasons == [
+        "severity 'escalate' lowered to 'remind': only a person raises it "
+        "(loopd rules promote ID --severity)",
+        "grounded, specific, new, model agrees",
+    ]
+    proposed, accepted = setting["events"].read()
+    assert proposed["type"] == "rule_proposed" and proposed["loop"] == "review"
+    assert proposed["run"] == "r1" and proposed["kind"] == "failure"
+    assert proposed["text"] == candidate().rule
+    assert accepted["type"] == "rule_accepted" and accepted["rule"] == result.rule.id
+    assert (accepted["loop"], accepted["run"], accepted["to"]) == ("review", "r1", "trial")
+    assert accepted["kind"] == "failure"
+    assert accepted["verified_by"] == ["grounding", "duplicates", "model:fake-verifier"]
+    as_dict = result.to_dict()
+    assert as_dict == {
+        "decision": "accepted",
+        "id": result.rule.id,
+        "status": "trial",
+        "path": str(result.path),
+        "reasons": result.reasons,
+        "duplicate_of": None,
+        "contradicts": [],
+        "missing": [],
+        "model_called": True,
+        "verified_by": ["grounding", "duplicates", "model:fake-verifier"],
+    }
+
+
+def test_without_the_model_the_reason_does_not_claim_its_agreement(
+    setting: dict[str, Any],
+) -> None:
+    result = verify(setting, candidate())
+    assert result.reasons == ["grounded, specific, new"] and not result.model_called
+    assert result.rule.verified_by == ["grounding", "duplicates"]
+    # A client given but not to be used is not called either.
+    model = Model(AGREES)
+    assert verify_with(setting, candidate(rule="Use `grep -n` for lines."), model, use_model=False)
+    assert model.prompts == []
+
+
+def test_a_learned_rule_starts_fresh_whatever_the_candidate_says(setting: dict[str, Any]) -> None:
+    created = NOW.replace(year=2025)
+    bold = candidate(
+        severity="refuse",
+        fired=9,
+        helped=5,
+        harmed=2,
+        confidence=0.9,
+        created=created,
+        reason="old",
+        verified_by=["model:x"],
+    )
+    rule = verify(setting, bold).rule
+    assert (rule.severity, rule.fired, rule.helped, rule.harmed) == ("remind", 0, 0, 0)
+    assert rule.confidence == 0.5 and rule.reason == "" and rule.created == created
+    assert rule.expires is not None and rule.expires > created
+    dated = verify(setting, candidate(rule="Use `grep -n` for lines.", expires=NOW)).rule
+    assert dated.expires == NOW and dated.created == NOW
+
+
+def test_a_dry_run_rejects_without_filing_or_events(setting: dict[str, Any]) -> None:
+    result = verify(setting, candidate(why="Line 42 of app.py.", evidence=[]), write=False)
+    assert result.decision == "rejected" and not result.accepted
+    assert result.status is None and result.path is None
+    assert result.missing and "'42'" in result.missing[0]
+    assert setting["library"].scan() == [] and setting["events"].read() == []
+
+
+def test_a_rejection_files_the_first_reason_and_the_event_all_of_them(
+    setting: dict[str, Any],
+) -> None:
+    rule = candidate(trigger_patterns=["(?<!x)a", "(?<!y)b"])
+    result = verify_with(setting, rule, None)
+    assert len(result.reasons) == 2
+    stored = setting["library"].get(result.rule.id)
+    assert stored.status == "rejected" and stored.rule.reason == result.reasons[0]
+    assert result.path == stored.path and result.status == "rejected"
+    (event,) = [e for e in setting["events"].read() if e["type"] == "rule_rejected"]
+    assert event["reason"] == "; ".join(result.reasons)
+    assert (event["loop"], event["run"], event["rule"]) == ("review", "r1", result.rule.id)
+    assert event["kind"] == "failure"
+
+
+def test_an_empty_evidence_folder_rejects_the_candidate(
+    setting: dict[str, Any], tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = verify_candidate(
+        setting["library"], candidate(), empty, None, setting["cfg"], None, NOW, use_model=False
+    )
+    assert result.decision == "rejected"
+    assert result.reasons == [f"no evidence files in {empty}"]
+
+
+def test_the_model_may_only_name_related_rules_as_contradicted(setting: dict[str, Any]) -> None:
+    library: RuleLibrary = setting["library"]
+    related = library.add(
+        candidate(
+            rule="Cite line numbers as printed by `grep -c` so counts agree.",
+            why="Earlier reviews used `grep -c`.",
+            evidence=[],
+        ),
+        "active",
+    ).rule.id
+    model = Model({**AGREES, "contradicts": ["r-9999-unknown", related], "reason": "opposite"})
+    result = verify_with(setting, candidate(), model)
+    assert result.decision == "rejected" and result.model_called
+    assert result.contradicts == [related]
+    assert result.reasons == [f"contradicts {related}: opposite"]
+    prompt = model.prompts[0]
+    assert f"- {related} (active): Cite line numbers" in prompt
+    assert "How to apply: " in prompt and "# Related rules" in prompt
+    unknown_only = Model({**AGREES, "contradicts": ["r-9999-unknown"]})
+    assert verify_with(setting, candidate(rule="Use `grep -n` for lines."), unknown_only).accepted
+
+
+def test_a_model_that_finds_no_ground_rejects_saying_what(setting: dict[str, Any]) -> None:
+    model = Model({**AGREES, "grounded": False, "unsupported": ["17", "app.py"], "reason": "r"})
+    result = verify_with(setting, candidate(), model)
+    assert result.decision == "rejected" and result.model_called
+    assert result.reasons == ["model: not grounded: 17; app.py"]
+    assert result.missing == ["17", "app.py"]
+    bare = Model({**AGREES, "grounded": False, "reason": "nothing supports it"})
+    again = verify_with(setting, candidate(rule="Use `grep -n` for lines."), bare)
+    assert again.reasons == ["model: not grounded: nothing supports it"]
+
+
+def test_the_prompt_holds_the_candidate_and_its_evidence(setting: dict[str, Any]) -> None:
+    model = Model(AGREES)
+    verify_with(setting, candidate(), model)
+    prompt = model.prompts[0]
+    rule = candidate()
+    assert prompt.startswith("# Candidate\n")
+    assert f"**Rule:** {rule.rule}\n\n**Why:** {rule.why}\n\n" in prompt
+    assert f"**How to apply:** {rule.how_to_apply}\n\n# Evidence\n" in prompt
+    evidence = f"- runs/{RUN}/attempt-1/transcript.jsonl line 2: 'grep -c TODO app.py'"
+    assert evidence in prompt
+    assert "# Related rules\n(none)" in prompt
+    # The transcript around the cited line, numbered; the checks' log, numbered.
+    transcript = (setting["attempt"] / "transcript.jsonl").read_text().split("\n")
+    numbered = "\n".join(f"{n}: {line}" for n, line in enumerate(transcript[:5], 1))
+    assert f"--- transcript.jsonl around line 2\n{numbered}\n\n--- checks.log" in prompt
+    checks = (setting["attempt"] / "checks.log").read_text().split("\n")
+    numbered = "\n".join(f"{n}: {line}" for n, line in enumerate(checks, 1))
+    assert f"--- checks.log (last {len(checks)} lines)\n{numbered}\n" in prompt
+
+
+def test_a_merge_adds_only_new_evidence_and_caps_the_confidence(setting: dict[str, Any]) -> None:
+    library: RuleLibrary = setting["library"]
+    cited = Evidence(
+        path=f"runs/{RUN}/attempt-1/transcript.jsonl", line=2, quote="grep -c TODO app.py"
+    )
+    old = Evidence(path="runs/old/attempt-1/checks.log", line=3, quote="old")
+    existing = library.add(
+        candidate(confidence=0.9, evidence=[old, cited], scope=Scope(repos=["/a", "/b"])),
+        "active",
+    )
+    newer = candidate(
+        evidence=[Evidence(path="transcript.jsonl", line=1, quote="grep -c TODO app.py")],
+        scope=Scope(repos=["/b", "/c"]),
+    )
+    result = verify_with(setting, newer, None)
+    assert result.decision == "duplicate" and result.accepted
+    assert result.duplicate_of == existing.rule.id and result.status == "active"
+    assert result.reasons == [f"near-duplicate of {existing.rule.id}: its confidence rises to 0.95"]
+    after = library.get(existing.rule.id).rule
+    assert after.confidence == 0.95 and after.evidence == [old, cited]
+    assert after.scope.repos == ["/a", "/b", "/c"]
+    (merged,) = [e for e in setting["events"].read() if e["type"] == "rule_merged"]
+    assert (merged["rule"], merged["loop"], merged["run"]) == (existing.rule.id, "review", "r1")
+    assert merged["confidence"] == 0.95 and merged["evidence_added"] == 0
+
+
+def test_a_merge_keeps_an_unscoped_rule_unscoped_and_counts_new_evidence(
+    setting: dict[str, Any],
+) -> None:
+    library: RuleLibrary = setting["library"]
+    existing = library.add(candidate(confidence=0.5, evidence=[]), "active")
+    result = verify_with(setting, candidate(scope=Scope(repos=["/c"])), None)
+    after = library.get(existing.rule.id).rule
+    assert after.scope.repos == [] and after.confidence == 0.6
+    assert result.reasons == [f"near-duplicate of {existing.rule.id}: its confidence rises to 0.60"]
+    (merged,) = [e for e in setting["events"].read() if e["type"] == "rule_merged"]
+    assert merged["evidence_added"] == 1
+    dry = verify_with(setting, candidate(), None, write=False)
+    assert dry.decision == "duplicate" and dry.status is None and dry.path is None
+    assert library.get(existing.rule.id).rule.confidence == 0.6
+
+
+def rule_of(text: str, intent: str = "") -> Rule:
+    return Rule(rule=text, why="w", how_to_apply="h", trigger_intent=intent)
+
+
+def test_half_the_words_shared_makes_a_duplicate() -> None:
+    # Words of 3+ characters, stop words out, a plural's s dropped: {migration, test}.
+    two = rule_of("Always the migrations, then tests")
+    assert similarity(two, rule_of("migration test")) == 1.0
+    four = rule_of("migrations tests fixtures loaded")
+    assert similarity(four, two) == 0.5 and is_duplicate(four, two)
+    five = rule_of("migrations tests fixtures loaded seeds")
+    assert similarity(five, two) == 0.4 and not is_duplicate(five, two)
+    # A code span counts as one word, whole; words under 3 characters do not count.
+    assert similarity(rule_of("Always `make check`"), rule_of("`make check` first")) == 0.5
+    assert similarity(rule_of("go db ui"), rule_of("go db ui")) == 0.0
+    # "runs" keeps its s (4 characters), "tests" loses it.
+    assert similarity(rule_of("runs"), rule_of("run")) == 0.0
+
+
+def test_nearly_the_same_characters_make_a_duplicate() -> None:
+    a = rule_of("Run `pytest -x` in api/ before pushing.")
+    b = rule_of("run `pytest -x`  in api/ before pushing!")
+    assert is_duplicate(a, b)
+    assert not is_duplicate(a, rule_of("Run `npm test` in web/ after merging."))
+
+
+def test_relatedness_is_the_rule_or_half_the_intents_overlap() -> None:
+    a = rule_of("Use `grep -n` for lines", "reviews citing line numbers")
+    b = rule_of("Quote the file", "reviews citing line numbers")
+    assert relatedness(a, b) == 0.5
+    c = rule_of("Use `grep -n` for lines", "database migrations")
+    assert relatedness(a, c) == 1.0
+
+
+def test_generic_advice_says_the_phrase_or_nothing() -> None:
+    rule = Rule(rule="Be careful.", why="w", how_to_apply="Read the task carefully.")
+    assert generic_advice(rule) == (
+        "generic advice ('Be careful'): the rule names no file, command, identifier, number or "
+        "quoted text to act on; a rule must name the specific thing to do"
+    )
+    how = Rule(rule="Think.", why="w", how_to_apply="Double-check it.")
+    assert generic_advice(how).startswith("generic advice ('Double-check'): ")
+    vague = Rule(rule="Do better.", why="w", how_to_apply="Somehow.")
+    assert generic_advice(vague).startswith("generic advice: the rule names no file")
+    named = Rule(rule="Be careful with `make deploy`.", why="w", how_to_apply="h")
+    assert generic_advice(named) is None
+    in_how = Rule(rule="Be careful.", why="w", how_to_apply="Run `make lint` first.")
+    assert generic_advice(in_how) is None
+
+
+def test_evidence_outside_the_state_folder_keeps_an_absolute_path(
+    setting: dict[str, Any], tmp_path: Path
+) -> None:
+    result = verify_candidate(
+        setting["library"],
+        candidate(),
+        setting["attempt"],
+        None,
+        setting["cfg"],
+        None,
+        NOW,
+        state_root=tmp_path / "elsewhere",
+        use_model=False,
+        write=False,
+    )
+    base = setting["attempt"].resolve()
+    assert [e.path for e in result.rule.evidence] == [f"{base}/transcript.jsonl"]
+    no_root = verify_candidate(
+        setting["library"], candidate(), setting["attempt"], None, setting["cfg"], None, NOW,
+        use_model=False, write=False,
+    )  # fmt: skip
+    assert [e.path for e in no_root.rule.evidence] == [f"{base}/transcript.jsonl"]
+    # Already under the folder: kept as cited.
+    cited = f"runs/{RUN}/attempt-1/transcript.jsonl"
+    again = verify(setting, candidate(evidence=[Evidence(path=cited, line=1, quote="grep -c")]))
+    assert [e.path for e in again.rule.evidence] == [cited]
