@@ -71,7 +71,37 @@ _STOPPED_READS = (
     "stopped() tells only 'cancelled' from other whys and only 'judging' or 'waiting' from "
     "other phases: any other literal behaves as 'interrupted' and 'running'"
 )
+_CRON = "daemon.scheduling.cron.x\u01c1"
+_QUEUE = "daemon.scheduling.queue.x\u01c1RunQueue\u01c1"
+_COUNTER = (
+    "another start or step of a counter that is only compared (the queue's version for "
+    "equality with the last one saved, arrivals for order): it still grows"
+)
+_CRON_FILLS = "CronTrigger fills an absent day or day_of_week with '*' when a finer field is given"
+_WALK = (
+    "the walk of Schedule._next_of: a wall time past the best fire's never maps to an "
+    "earlier instant, so one more step, or an equal best taken, changes no result"
+)
 EQUIVALENT: dict[str, str] = {
+    **{f"{_QUEUE}__init____mutmut_{n}": _COUNTER for n in (6, 9)},
+    **{f"{_QUEUE}_add__mutmut_{n}": _COUNTER for n in (8, 12)},
+    f"{_QUEUE}cancel_pending__mutmut_15": _COUNTER,
+    f"{_QUEUE}next_ready__mutmut_23": _COUNTER,
+    f"{_QUEUE}offer__mutmut_20": _COUNTER,
+    **{
+        f"{_CRON}CronExpression\u01c1parse__mutmut_{n}": (
+            "zip's strict: the count of fields is checked to be five just before"
+        )
+        for n in (16, 19, 20)
+    },
+    **{f"{_CRON}CronExpression\u01c1trigger__mutmut_{n}": _CRON_FILLS for n in (27, 29, 32, 34)},
+    **{f"{_CRON}Schedule\u01c1_next_of__mutmut_{n}": _WALK for n in (26, 35)},
+    f"{_CRON}Schedule\u01c1_next_of__mutmut_10": (
+        "the first wall time's zone: it is replaced by UTC before the trigger reads it"
+    ),
+    f"{_CRON}Schedule\u01c1next_fire__mutmut_2": (
+        "`after` is only compared and converted as an aware time: its zone does not matter"
+    ),
     "daemon.runs.budget.x_recent_spends__mutmut_10": (
         "i[:17] for i[:16]: a run id's 17th character is '-', so it orders as the stamp does"
     ),
