@@ -3,13 +3,22 @@ tests let live (bench/mutation.py): a rule's scope, the "rests on nothing" guard
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from daemon.config import VerifierConfig
-from daemon.rules.evaluator import in_scope
+from daemon.rules.evaluator import (
+    JUDGE_SYSTEM,
+    JudgeCache,
+    Selection,
+    _cosine,
+    in_scope,
+    render_rules,
+    select_rules,
+)
 from daemon.rules.library import RuleLibrary
 from daemon.rules.rulefile import Evidence, Rule, Scope
 from daemon.rules.verifier import (
@@ -449,3 +458,228 @@ def test_evidence_outside_the_state_folder_keeps_an_absolute_path(
     cited = f"runs/{RUN}/attempt-1/transcript.jsonl"
     again = verify(setting, candidate(evidence=[Evidence(path=cited, line=1, quote="grep -c")]))
     assert [e.path for e in again.rule.evidence] == [cited]
+
+
+# -- the trigger evaluator -----------------------------------------------------------------------
+
+
+class Judge:
+    """trigger_matches answered by `pick`; embeddings from `vectors` (by text), recorded."""
+
+    model = "fake"
+
+    def __init__(self, pick: Any = lambda ids: [], vectors: dict[str, list[float]] | None = None):  # noqa: ANN401
+        self.pick = pick
+        self.vectors = vectors or {}
+        self.prompts: list[str] = []
+        self.embedded: list[list[str]] = []
+
+    def structured(self, name, reply, system, user, *, timeout=None):  # noqa: ANN001, ANN201
+        assert name == "trigger_matches" and system == JUDGE_SYSTEM
+        self.prompts.append(user)
+        ids = re.findall(r"^- (r-\d{4}-[a-z0-9-]+):", user, re.MULTILINE)
+        return reply.model_validate({"matches": self.pick(ids)})
+
+    def embeddings(self, texts, *, timeout=None):  # noqa: ANN001, ANN201
+        self.embedded.append(list(texts))
+        return [self.vectors.get(t, [0.0, 0.0]) for t in texts]
+
+
+def live_rule(library: RuleLibrary, slug: str, intent: str, patterns: list[str], **kw: Any) -> str:
+    status = kw.pop("status", "active")
+    rule = Rule(
+        trigger_intent=intent,
+        trigger_patterns=patterns,
+        rule=f"Rule about {slug}.",
+        why="Because.",
+        how_to_apply=f"Run `make {slug}`.",
+        **kw,
+    )
+    return library.add(rule, status).rule.id
+
+
+EVAL_CFG = VerifierConfig(base_url="http://127.0.0.1:9/v1", model="m", judge_candidates=40)
+
+
+def choose(library: RuleLibrary, task: str, client: Any = None, **kw: Any) -> Selection:
+    return select_rules(
+        library,
+        task,
+        kw.pop("loop", "app"),
+        kw.pop("paths", []),
+        client,
+        kw.pop("cfg", EVAL_CFG),
+        kw.pop("events", None),
+        NOW,
+        run=kw.pop("run", None),
+        cache=kw.pop("cache", JudgeCache()),
+    )
+
+
+def test_cosine_is_the_angle_and_a_zero_vector_scores_zero() -> None:
+    assert _cosine([1.0, 0.0], [1.0, 0.0]) == 1.0
+    assert _cosine([1.0, 0.0], [0.0, 1.0]) == 0.0
+    assert _cosine([1.0, 2.0], [2.0, 1.0]) == pytest.approx(0.8)
+    assert _cosine([3.0, 4.0], [6.0, 8.0]) == pytest.approx(1.0)
+    assert _cosine([0.0, 0.0], [1.0, 1.0]) == 0.0
+    assert _cosine([1.0, 1.0], [0.0, 0.0]) == 0.0
+    assert _cosine([2.0, 0.0], [-3.0, 0.0]) == pytest.approx(-1.0)
+
+
+def test_embeddings_choose_the_candidates_nearest_the_task(tmp_path: Path) -> None:
+    library = RuleLibrary(tmp_path)
+    far = live_rule(library, "far", "Far intent", [])
+    near = live_rule(library, "near", "Near intent", [])
+    nearer = live_rule(library, "nearer", "Nearer intent", [])
+    vectors = {
+        "Fix the refund": [1.0, 0.0],
+        "Far intent": [0.0, 1.0],
+        "Near intent": [1.0, 1.0],
+        "Nearer intent": [4.0, 1.0],
+    }
+    judge = Judge(pick=lambda ids: ids, vectors=vectors)
+    cfg = EVAL_CFG.model_copy(update={"judge_candidates": 2, "embeddings_model": "e"})
+    cache = JudgeCache()
+    sel = choose(library, "Fix the refund", judge, cfg=cfg, cache=cache)
+    assert sel.candidates == [nearer, near] and far not in sel.ids
+    assert judge.embedded == [["Fix the refund", "Far intent", "Near intent", "Nearer intent"]]
+    # The rules' vectors are kept: the next task embeds only itself.
+    choose(library, "Fix the refund", judge, cfg=cfg, cache=cache)
+    assert judge.embedded[1] == ["Fix the refund"]
+
+
+def test_word_overlap_ties_go_to_the_more_confident_rule_then_the_first(tmp_path: Path) -> None:
+    library = RuleLibrary(tmp_path)
+    low = live_rule(library, "low", "Refund invoices", [], confidence=0.3)
+    high = live_rule(library, "high", "Refund payments", [], confidence=0.9)
+    both = live_rule(library, "both", "Refund invoices payments", [], confidence=0.1)
+    none = live_rule(library, "none", "Deploy servers", [], confidence=0.95)
+    judge = Judge()
+    cfg = EVAL_CFG.model_copy(update={"judge_candidates": 3})
+    sel = choose(library, "Refund the invoices and payments", judge, cfg=cfg)
+    assert sel.candidates == [both, high, low] and none not in sel.candidates
+    two = EVAL_CFG.model_copy(update={"judge_candidates": 2})
+    assert choose(library, "Refund the invoices and payments", judge, cfg=two).candidates == [
+        both,
+        high,
+    ]
+
+
+def test_what_the_judge_is_asked(tmp_path: Path) -> None:
+    library = RuleLibrary(tmp_path)
+    rid = live_rule(library, "docs", "Documentation updates", [])
+    judge = Judge()
+    paths = [f"docs/{n}.md" for n in range(60)]
+    choose(library, "Update the docs", judge, loop="site", paths=paths)
+    changed = "\n".join(paths[:50])
+    assert judge.prompts == [
+        "# Task\n<task>\nUpdate the docs\n</task>\n\n# Loop\nsite\n\n"
+        f"# Changed paths\n{changed}\n\n# Rules (id: intent)\n"
+        f"- {rid}: Documentation updates (rule: Rule about docs.)"
+    ]
+    choose(library, "Update the docs again", judge, loop="site")
+    assert "# Changed paths\n(none known)\n\n" in judge.prompts[1]
+
+
+def test_a_failing_judge_says_why_in_its_event(tmp_path: Path) -> None:
+    library = RuleLibrary(tmp_path / "rules")
+    live_rule(library, "a", "Anything", [])
+    live_rule(library, "b", "Anything else", [])
+
+    class Broken(Judge):
+        def structured(self, name, reply, system, user, *, timeout=None):  # noqa: ANN001, ANN201
+            raise RuntimeError("x" * 600)
+
+    events = EventLog(tmp_path / "events.jsonl")
+    sel = choose(library, "Do it", Broken(), events=events, run="r1", loop="site")
+    assert sel.judge == "failed: " + "x" * 600 and sel.ids == []
+    (failed,) = [e for e in events.read() if e["type"] == "rule_judge_failed"]
+    assert failed["reason"] == "x" * 500 and failed["candidates"] == 2
+    assert (failed["loop"], failed["run"]) == ("site", "r1")
+
+
+def test_each_fired_rule_is_an_event_and_a_dict(tmp_path: Path) -> None:
+    library = RuleLibrary(tmp_path / "rules")
+    lint = live_rule(library, "lint", "Linting", [r"(?i)\blint"], severity="escalate")
+    docs = live_rule(library, "docs", "Documentation", [], status="trial")
+    events = EventLog(tmp_path / "events.jsonl")
+    judge = Judge(pick=lambda ids: [docs])
+    sel = choose(library, "Run the lint on the docs", judge, events=events, run="r1", loop="web")
+    fired = [e for e in events.read() if e["type"] == "rule_fired"]
+    assert [(e["rule"], e["why"], e["detail"], e["severity"]) for e in fired] == [
+        (lint, "pattern", r"(?i)\blint", "escalate"),
+        (docs, "model", "model", "remind"),
+    ]
+    assert all((e["loop"], e["run"]) == ("web", "r1") for e in fired)
+    assert sel.to_dict() == {
+        "fired": [
+            {
+                "id": lint,
+                "status": "active",
+                "severity": "escalate",
+                "why": "pattern",
+                "detail": r"(?i)\blint",
+                "rule": "Rule about lint.",
+                "how_to_apply": "Run `make lint`.",
+            },
+            {
+                "id": docs,
+                "status": "trial",
+                "severity": "remind",
+                "why": "model",
+                "detail": "model",
+                "rule": "Rule about docs.",
+                "how_to_apply": "Run `make docs`.",
+            },
+        ],
+        "judge": "called",
+        "model_calls": 1,
+        "candidates": [docs],
+        "refuse": [],
+        "escalate": [lint],
+    }
+    assert [r.id for r in sel.reminders] == [docs]
+
+
+def test_no_model_or_no_candidates_allowed_means_no_call(tmp_path: Path) -> None:
+    library = RuleLibrary(tmp_path)
+    live_rule(library, "docs", "Documentation", [])
+    live_rule(library, "blank", "   ", [])
+    assert choose(library, "Update the docs").judge == "no model"
+    judge = Judge()
+    none = EVAL_CFG.model_copy(update={"judge_candidates": 0})
+    assert choose(library, "Update the docs", judge, cfg=none).judge == "no model"
+    assert judge.prompts == []
+    only_blank = RuleLibrary(tmp_path / "blank")
+    live_rule(only_blank, "blank", "   ", [])
+    assert choose(only_blank, "Update the docs", judge).judge == "not needed"
+
+
+def test_a_pattern_re2_cannot_run_is_reported_once(tmp_path: Path) -> None:
+    library = RuleLibrary(tmp_path / "rules")
+    pattern = f"(?<!{tmp_path.name})x"  # unique to this test: the report is once per process
+    rid = live_rule(library, "bad", "Bad", [pattern, r"(?i)\bdeploy"])
+    events = EventLog(tmp_path / "events.jsonl")
+    first = choose(library, "deploy it", events=events, run="r1", loop="web")
+    assert first.ids == [rid]  # its other pattern still fires
+    choose(library, "deploy it", events=events)
+    (skipped,) = [e for e in events.read() if e["type"] == "rule_pattern_skipped"]
+    assert (skipped["rule"], skipped["pattern"], skipped["loop"]) == (rid, pattern, "web")
+    assert skipped["run"] == "r1" and skipped["reason"]
+
+
+def test_changed_paths_are_matched_each_on_its_own_line(tmp_path: Path) -> None:
+    library = RuleLibrary(tmp_path)
+    rid = live_rule(library, "sql", "SQL", [r"(?m)^db/.*\.sql$"])
+    assert choose(library, "Fix it", paths=["src/a.py", "db/m/1.sql"]).ids == [rid]
+    assert choose(library, "Fix it").ids == []
+
+
+def test_rendering_lists_each_rule_with_how_to_apply() -> None:
+    rules = [
+        Rule(rule="One.", why="w", how_to_apply="Do one."),
+        Rule(rule="Two.", why="w", how_to_apply="Do two."),
+    ]
+    assert (
+        render_rules(rules) == "- One.\n  How to apply: Do one.\n- Two.\n  How to apply: Do two.\n"
+    )
