@@ -49,7 +49,11 @@ MODULES: dict[str, list[str]] = {
         "tests/test_mutant_rules.py",
     ],
     "daemon/rules/verifier.py": ["tests/test_rules_verifier.py", "tests/test_mutant_rules.py"],
-    "daemon/redact.py": ["tests/test_redact.py", "tests/test_mutant_redact.py"],
+    "daemon/redact.py": [
+        "tests/test_redact.py",
+        "tests/test_redaction_sets.py",
+        "tests/test_mutant_redact.py",
+    ],
 }
 
 # Tests of those files that start a daemon, a `loopd` process or an agent: seconds each,
