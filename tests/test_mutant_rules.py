@@ -22,6 +22,7 @@ from daemon.rules.evaluator import (
 from daemon.rules.library import RuleLibrary
 from daemon.rules.rulefile import Evidence, Rule, Scope
 from daemon.rules.verifier import (
+    candidate_from_file,
     generic_advice,
     is_duplicate,
     relatedness,
@@ -683,3 +684,64 @@ def test_rendering_lists_each_rule_with_how_to_apply() -> None:
     assert (
         render_rules(rules) == "- One.\n  How to apply: Do one.\n- Two.\n  How to apply: Do two.\n"
     )
+
+
+def test_the_model_sees_the_eight_most_related_rules_most_related_first(
+    setting: dict[str, Any],
+) -> None:
+    library: RuleLibrary = setting["library"]
+    related = []
+    for n in range(10):
+        # The candidate's intent and 9 - n words of their own: the later, the more related.
+        own = " ".join(f"word{n}x{k}" for k in range(9 - n))
+        intent = f"Reviews that cite specific line numbers of a source file {own}"
+        related.append(
+            library.add(
+                candidate(rule=f"Rule {n} about `tool{n}`.", trigger_intent=intent.strip()),
+                "active",
+            ).rule.id
+        )
+    library.add(candidate(rule="Deploy with `make ship`.", trigger_intent="Deploys"), "active")
+    model = Model(AGREES)
+    verify_with(setting, candidate(), model)
+    listed = re.findall(r"^- (r-\d{4}-[a-z0-9-]+) \(active\)", model.prompts[0], re.MULTILINE)
+    assert len(listed) == 8 and "make ship" not in model.prompts[0]
+    assert listed == list(reversed(related))[:8]
+
+
+def test_the_excerpts_skip_what_they_cannot_place_and_keep_the_checks_tail(
+    setting: dict[str, Any],
+) -> None:
+    attempt: Path = setting["attempt"]
+    (attempt / "checks.log").write_text("".join(f"line {n}\n" for n in range(1, 61)))
+    model = Model(AGREES)
+    verify_with(setting, candidate(), model)
+    prompt = model.prompts[0]
+    tail = "\n".join(f"{n}: line {n}" for n in range(22, 62)).replace("61: line 61", "61: ")
+    assert f"--- checks.log (last 40 lines)\n{tail}" in prompt
+    assert "21: line 21" not in prompt
+
+
+def test_the_excerpts_are_cut_to_four_characters_a_token(setting: dict[str, Any]) -> None:
+    attempt: Path = setting["attempt"]
+    (attempt / "checks.log").write_text("x" * 10000 + "\n")
+    cfg = VerifierConfig(base_url="http://127.0.0.1:9/v1", model="m", evidence_tokens=1000)
+    model = Model(AGREES)
+    verify_candidate(
+        setting["library"], candidate(), attempt, model, cfg, None, NOW,
+        state_root=setting["state"], write=False,
+    )  # fmt: skip
+    prompt = model.prompts[0]
+    # 4,000 characters, the transcript's lines first: what is left of them is the log's.
+    assert "x" * 2000 in prompt and "x" * 4000 not in prompt
+
+
+def test_a_candidate_file_may_lack_its_id_and_counters(tmp_path: Path) -> None:
+    path = tmp_path / "candidate.md"
+    path.write_text(
+        '+++\nkind = "failure"\ntrigger_intent = "Reviews"\n+++\n'
+        "**Rule:** Use `grep -n`.\n\n**Why:** Counts are not lines.\n\n"
+        "**How to apply:** Open the file.\n"
+    )
+    rule = candidate_from_file(path)
+    assert rule.id == "" and rule.rule == "Use `grep -n`." and rule.fired == 0
