@@ -113,6 +113,7 @@ EQUIVALENT: dict[str, str] = {
         "reading the spends when no budget is set: the same holds, only slower"
     ),
     "daemon.runs.budget.x_loop_hold__mutmut_21": "holds() does not read its config argument",
+    "daemon.rules.verifier.x_candidate_from_file__mutmut_2": "require_id None for False",
     **{
         f"daemon.runs.decisions.x_left_live__mutmut_{n}": _STOPPED_READS
         for n in (16, 17, 22, 23, 24, 25)

@@ -29,7 +29,7 @@ from daemon.rules.verifier import (
     similarity,
     verify_candidate,
 )
-from daemon.state.events import EventLog
+from daemon.state.events import EventLog, iso
 from tests.test_rules_verifier import NOW, RUN, candidate, make_attempt
 
 
@@ -169,6 +169,13 @@ class Model:
         return reply.model_validate(self.reply)
 
 
+def stamped(setting: dict[str, Any]) -> None:
+    """Every event the verifier wrote carries the time it was given and the run's names."""
+    events = setting["events"].read()
+    assert events and all(e["ts"] == iso(NOW) for e in events), events
+    assert all((e["loop"], e["run"]) == ("review", "r1") for e in events), events
+
+
 AGREES = {"grounded": True, "unsupported": [], "contradicts": [], "reason": "supported"}
 
 
@@ -206,6 +213,7 @@ def test_an_accepted_rule_is_filed_with_its_events_and_reasons(setting: dict[str
     assert (accepted["loop"], accepted["run"], accepted["to"]) == ("review", "r1", "trial")
     assert accepted["kind"] == "failure"
     assert accepted["verified_by"] == ["grounding", "duplicates", "model:fake-verifier"]
+    stamped(setting)
     as_dict = result.to_dict()
     assert as_dict == {
         "decision": "accepted",
@@ -274,6 +282,7 @@ def test_a_rejection_files_the_first_reason_and_the_event_all_of_them(
     assert event["reason"] == "; ".join(result.reasons)
     assert (event["loop"], event["run"], event["rule"]) == ("review", "r1", result.rule.id)
     assert event["kind"] == "failure"
+    stamped(setting)
 
 
 def test_an_empty_evidence_folder_rejects_the_candidate(
@@ -303,6 +312,7 @@ def test_the_model_may_only_name_related_rules_as_contradicted(setting: dict[str
     assert result.decision == "rejected" and result.model_called
     assert result.contradicts == [related]
     assert result.reasons == [f"contradicts {related}: opposite"]
+    stamped(setting)
     prompt = model.prompts[0]
     assert f"- {related} (active): Cite line numbers" in prompt
     assert "How to apply: " in prompt and "# Related rules" in prompt
@@ -316,6 +326,7 @@ def test_a_model_that_finds_no_ground_rejects_saying_what(setting: dict[str, Any
     assert result.decision == "rejected" and result.model_called
     assert result.reasons == ["model: not grounded: 17; app.py"]
     assert result.missing == ["17", "app.py"]
+    stamped(setting)
     bare = Model({**AGREES, "grounded": False, "reason": "nothing supports it"})
     again = verify_with(setting, candidate(rule="Use `grep -n` for lines."), bare)
     assert again.reasons == ["model: not grounded: nothing supports it"]
@@ -365,6 +376,7 @@ def test_a_merge_adds_only_new_evidence_and_caps_the_confidence(setting: dict[st
     (merged,) = [e for e in setting["events"].read() if e["type"] == "rule_merged"]
     assert (merged["rule"], merged["loop"], merged["run"]) == (existing.rule.id, "review", "r1")
     assert merged["confidence"] == 0.95 and merged["evidence_added"] == 0
+    stamped(setting)
 
 
 def test_a_merge_keeps_an_unscoped_rule_unscoped_and_counts_new_evidence(
@@ -406,6 +418,10 @@ def test_nearly_the_same_characters_make_a_duplicate() -> None:
     a = rule_of("Run `pytest -x` in api/ before pushing.")
     b = rule_of("run `pytest -x`  in api/ before pushing!")
     assert is_duplicate(a, b)
+    # Few words in common, nearly every character: the same rule with another version.
+    bump = rule_of("Bump the version to 1.2.3 in setup.cfg")
+    other = rule_of("Bump the version to 1.2.4 in setup.py")
+    assert similarity(bump, other) < 0.5 and is_duplicate(bump, other)
     assert not is_duplicate(a, rule_of("Run `npm test` in web/ after merging."))
 
 
@@ -547,6 +563,17 @@ def test_embeddings_choose_the_candidates_nearest_the_task(tmp_path: Path) -> No
     # The rules' vectors are kept: the next task embeds only itself.
     choose(library, "Fix the refund", judge, cfg=cfg, cache=cache)
     assert judge.embedded[1] == ["Fix the refund"]
+
+
+def test_vectors_of_another_length_are_compared_on_what_they_share(tmp_path: Path) -> None:
+    library = RuleLibrary(tmp_path)
+    near = live_rule(library, "near", "Near intent", [])
+    live_rule(library, "far", "Far intent", [])
+    vectors = {"Fix it": [1.0, 0.0, 5.0], "Near intent": [1.0, 0.0], "Far intent": [0.0, 1.0]}
+    judge = Judge(pick=lambda ids: ids, vectors=vectors)
+    cfg = EVAL_CFG.model_copy(update={"judge_candidates": 1, "embeddings_model": "e"})
+    sel = choose(library, "Fix it", judge, cfg=cfg)
+    assert sel.judge == "called" and sel.candidates == [near]
 
 
 def test_word_overlap_ties_go_to_the_more_confident_rule_then_the_first(tmp_path: Path) -> None:
