@@ -114,6 +114,14 @@ EQUIVALENT: dict[str, str] = {
     ),
     "daemon.runs.budget.x_loop_hold__mutmut_21": "holds() does not read its config argument",
     "daemon.rules.verifier.x_candidate_from_file__mutmut_2": "require_id None for False",
+    "daemon.redact.x__opens__mutmut_27": "'_' read as 'A' rather than 'a': both alphanumeric",
+    "daemon.redact.x_redact_value__mutmut_1": (
+        "a default name of 'XXXX' names no secret, as '' does"
+    ),
+    "daemon.redact.x__redact_closed__mutmut_141": (
+        "the original's keywords for the redacted text: they only pick which provider rules "
+        "run on the text itself, and the markers match none (tests/test_redaction_sets.py)"
+    ),
     **{
         f"daemon.runs.decisions.x_left_live__mutmut_{n}": _STOPPED_READS
         for n in (16, 17, 22, 23, 24, 25)

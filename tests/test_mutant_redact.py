@@ -174,3 +174,19 @@ def test_a_private_key_block_is_followed_across_lines() -> None:
         "after",
     ]
     assert not r.in_private_key and not r.touched
+
+
+def test_more_provider_shapes_and_their_markers() -> None:
+    webhook = "https://hooks.slack.com/services/T0000AAAA/B0000BBBB/abcdefghijklmnopqrstuvwx"
+    assert redact(webhook) == "[REDACTED:slack-webhook]"
+    # A project key's random part starts after `sk-proj-`, dashes and all.
+    assert redact("sk-proj-1234567890-abcdefghijklmnop") == "[REDACTED:openai-key]"
+
+
+def test_a_provider_secret_after_a_redacted_one_is_found_where_it_now_stands() -> None:
+    stripe = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+    got = redact(f"password=hunter22x stripe {stripe} end")
+    assert got == f"password={MARK} stripe [REDACTED:stripe-access-token] end"
+    token = "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+    got = redact(f"{token} then {stripe} end")
+    assert got == "[REDACTED:github-token] then [REDACTED:stripe-access-token] end"
