@@ -49,6 +49,11 @@ MODULES: dict[str, list[str]] = {
         "tests/test_mutant_rules.py",
     ],
     "daemon/rules/verifier.py": ["tests/test_rules_verifier.py", "tests/test_mutant_rules.py"],
+    "daemon/rules/grounding.py": [
+        "tests/test_grounding.py",
+        "tests/test_rules_verifier.py",
+        "tests/test_mutant_rules.py",
+    ],
     "daemon/redact.py": [
         "tests/test_redact.py",
         "tests/test_redaction_sets.py",
@@ -167,6 +172,7 @@ def mutmut_config(module: str, tests: list[str]) -> str:
         "pytest_add_cli_args_test_selection": tests,
         "pytest_add_cli_args": ["-p", "no:cacheprovider", *(f"--deselect={t}" for t in DESELECT)],
         "use_git_change_detection": False,
+        "also_copy": ["bench"],
     }
     lines = ["", "[tool.mutmut]"] + [f"{key} = {json.dumps(value)}" for key, value in table.items()]
     return "\n".join(lines) + "\n"
@@ -177,6 +183,8 @@ def prepare(work: Path, module: str, tests: list[str]) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "daemon", work / "daemon", ignore=ignore)
     shutil.copytree(ROOT / "tests", work / "tests", ignore=ignore)
+    # Some tests read a bench's own code (tests/test_grounding.py: bench/grounding.py).
+    shutil.copytree(ROOT / "bench", work / "bench", ignore=ignore)
     pyproject = (ROOT / "pyproject.toml").read_text()
     (work / "pyproject.toml").write_text(pyproject + mutmut_config(module, tests))
 

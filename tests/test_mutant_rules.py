@@ -4,6 +4,7 @@ tests let live (bench/mutation.py): a rule's scope, the "rests on nothing" guard
 from __future__ import annotations
 
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -685,7 +686,8 @@ def test_no_model_or_no_candidates_allowed_means_no_call(tmp_path: Path) -> None
 
 def test_a_pattern_re2_cannot_run_is_reported_once(tmp_path: Path) -> None:
     library = RuleLibrary(tmp_path / "rules")
-    pattern = f"(?<!{tmp_path.name})x"  # unique to this test: the report is once per process
+    # Unique to this call: the report is once per process, which may run the tests again.
+    pattern = f"(?<!{uuid.uuid4().hex})x"
     rid = live_rule(library, "bad", "Bad", [pattern, r"(?i)\bdeploy"])
     events = EventLog(tmp_path / "events.jsonl")
     first = choose(library, "deploy it", events=events, run="r1", loop="web")
