@@ -64,9 +64,9 @@ def test_fires_between_stops_at_its_limit() -> None:
     assert every.fires_between(utc(2026, 1, 1), utc(2026, 1, 2), limit=0) == []
 
 
-# The machine's own zone: far from UTC and the loops' zones; Berlin's summer offset all year;
-# behind UTC.
-@pytest.fixture(params=["Asia/Kathmandu", "Etc/GMT-2", "Etc/GMT+10"])
+# The machine's own zone: far from UTC and the loops' zones; Berlin's winter offset all year,
+# and its summer one; behind UTC.
+@pytest.fixture(params=["Asia/Kathmandu", "Etc/GMT-1", "Etc/GMT-2", "Etc/GMT+10"])
 def far_from_utc(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The machine's own zone set to one of those."""
     monkeypatch.setenv("TZ", request.param)
