@@ -1,0 +1,315 @@
+"""Bench: the share of mutants the tests kill in the decision modules (mutmut, pinned in `dev`).
+
+    python bench/mutation.py [--only MODULE ...] [--sample N] [--children N] [--keep DIR] [--smoke]
+
+Each module is mutated on its own, in a temporary copy of daemon/ and tests/ (mutmut 3
+rewrites the code it mutates under `mutants/`; the checkout is never touched), and each
+mutant runs only the unit tests listed for its module that reach the mutated function: the
+selection must stay fast, since it runs once per mutant. A mutant counts as killed when a
+test fails on it or it runs past its time limit (an endless loop is caught too); a mutant no
+listed test reaches counts as surviving. Mutants known to be equivalent (no behaviour can
+tell them apart) are left out of the share, by name in EQUIVALENT with the reason.
+Prints each module's killed, surviving and excluded counts and the surviving mutants'
+names (`mutmut show NAME` in a --keep folder prints the change). Target: 85% killed overall.
+--sample N runs a random draw of N mutants a module (seeded by the module's name), an estimate
+of the share for a machine that cannot spend an hour; the figure says so.
+--smoke mutates one function of a small module: that the bench runs, in well under a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from verdict import verdict  # noqa: E402
+
+TARGET = 0.85
+
+# Each mutated module with its unit tests: seconds in all, no daemon, no agent, no model.
+MODULES: dict[str, list[str]] = {
+    "daemon/runs/decisions.py": ["tests/test_decisions.py", "tests/test_mutant_decisions.py"],
+    "daemon/runs/budget.py": ["tests/test_budget.py", "tests/test_mutant_budget.py"],
+    "daemon/scheduling/cron.py": ["tests/test_cron.py", "tests/test_mutant_scheduling.py"],
+    "daemon/scheduling/queue.py": ["tests/test_queue.py", "tests/test_mutant_scheduling.py"],
+    "daemon/rules/evaluator.py": [
+        "tests/test_rules_evaluator.py",
+        "tests/test_mutant_rules.py",
+    ],
+    "daemon/rules/verifier.py": ["tests/test_rules_verifier.py", "tests/test_mutant_rules.py"],
+    "daemon/rules/grounding.py": [
+        "tests/test_grounding.py",
+        "tests/test_rules_verifier.py",
+        "tests/test_mutant_rules.py",
+    ],
+    "daemon/redact.py": [
+        "tests/test_redact.py",
+        "tests/test_redaction_sets.py",
+        "tests/test_mutant_redact.py",
+    ],
+}
+
+# Tests of those files that start a daemon, a `loopd` process or an agent: seconds each,
+# and what they reach in process is reached by the unit tests too.
+DESELECT = [
+    "tests/test_budget.py::test_a_spent_loop_budget_holds_new_runs_until_the_loops_next_day",
+    "tests/test_budget.py::test_a_spent_home_budget_holds_every_loop_until_the_next_day_of_limits_timezone",
+    "tests/test_budget.py::test_a_profiles_price_gives_cost_usd_per_attempt_and_run_and_in_the_report",
+    "tests/test_budget.py::test_once_does_not_start_a_run_on_a_spent_budget",
+    "tests/test_budget.py::test_check_warns_of_a_budget_on_an_agent_that_reports_no_usage",
+]
+
+# The smoke run: one small function of cron, with the few tests of cron that reach it.
+SMOKE_MODULE = "daemon/scheduling/cron.py"
+SMOKE_MUTANTS = "daemon.scheduling.cron.x__number*"
+SMOKE_TESTS = [
+    "tests/test_cron.py::test_month_and_weekday_names",
+    "tests/test_cron.py::test_bad_expressions_name_the_field",
+]
+
+# Mutants no test can kill because no behaviour differs; each with why. Keep it short.
+_STOPPED_READS = (
+    "stopped() tells only 'cancelled' from other whys and only 'judging' or 'waiting' from "
+    "other phases: any other literal behaves as 'interrupted' and 'running'"
+)
+_CRON = "daemon.scheduling.cron.x\u01c1"
+_QUEUE = "daemon.scheduling.queue.x\u01c1RunQueue\u01c1"
+_COUNTER = (
+    "another start or step of a counter that is only compared (the queue's version for "
+    "equality with the last one saved, arrivals for order): it still grows"
+)
+_CRON_FILLS = "CronTrigger fills an absent day or day_of_week with '*' when a finer field is given"
+_WALK = (
+    "the walk of Schedule._next_of: a wall time past the best fire's never maps to an "
+    "earlier instant, so one more step, or an equal best taken, changes no result"
+)
+EQUIVALENT: dict[str, str] = {
+    **{f"{_QUEUE}__init____mutmut_{n}": _COUNTER for n in (6, 9)},
+    **{f"{_QUEUE}_add__mutmut_{n}": _COUNTER for n in (8, 12)},
+    f"{_QUEUE}cancel_pending__mutmut_15": _COUNTER,
+    f"{_QUEUE}next_ready__mutmut_23": _COUNTER,
+    f"{_QUEUE}offer__mutmut_20": _COUNTER,
+    **{
+        f"{_CRON}CronExpression\u01c1parse__mutmut_{n}": (
+            "zip's strict: the count of fields is checked to be five just before"
+        )
+        for n in (16, 19, 20)
+    },
+    **{f"{_CRON}CronExpression\u01c1trigger__mutmut_{n}": _CRON_FILLS for n in (27, 29, 32, 34)},
+    **{f"{_CRON}Schedule\u01c1_next_of__mutmut_{n}": _WALK for n in (26, 35)},
+    f"{_CRON}Schedule\u01c1_next_of__mutmut_10": (
+        "the first wall time's zone: it is replaced by UTC before the trigger reads it"
+    ),
+    f"{_CRON}Schedule\u01c1next_fire__mutmut_2": (
+        "`after` is only compared and converted as an aware time: its zone does not matter"
+    ),
+    "daemon.runs.budget.x_recent_spends__mutmut_10": (
+        "i[:17] for i[:16]: a run id's 17th character is '-', so it orders as the stamp does"
+    ),
+    "daemon.runs.budget.x_loop_hold__mutmut_14": (
+        "reading the spends when no budget is set: the same holds, only slower"
+    ),
+    "daemon.runs.budget.x_loop_hold__mutmut_21": "holds() does not read its config argument",
+    **{
+        f"daemon.rules.evaluator.x\u01c1PatternIndex\u01c1__init____mutmut_{n}": (
+            "which of a literal's trigrams files its pattern, or whether a 3-character literal "
+            "is filed or run on every task: each task still runs every pattern whose literal "
+            "it holds (test_the_index_agrees_with_running_every_regex)"
+        )
+        for n in (20, 21, 22, 24, 25, 26, 41, 43)
+    },
+    "daemon.rules.verifier.x_candidate_from_file__mutmut_2": "require_id None for False",
+    "daemon.redact.x__opens__mutmut_27": "'_' read as 'A' rather than 'a': both alphanumeric",
+    "daemon.redact.x_redact_value__mutmut_1": (
+        "a default name of 'XXXX' names no secret, as '' does"
+    ),
+    "daemon.redact.x__redact_closed__mutmut_141": (
+        "the original's keywords for the redacted text: they only pick which provider rules "
+        "run on the text itself, and the markers match none (tests/test_redaction_sets.py)"
+    ),
+    **{
+        f"daemon.runs.decisions.x_left_live__mutmut_{n}": _STOPPED_READS
+        for n in (16, 17, 22, 23, 24, 25)
+    },
+}
+
+# mutmut's exit codes (mutmut/stats.py): a failing test, pytest's internal error, a time limit.
+KILLED_CODES = {1, 3}
+TIMEOUT_CODES = {36, -24, 24, 152, 255}
+NO_TESTS_CODES = {5, 33}
+
+
+@dataclass
+class Tally:
+    """One module's mutants by fate."""
+
+    module: str
+    killed: list[str] = field(default_factory=list)
+    survived: list[str] = field(default_factory=list)
+    untested: list[str] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def counted(self) -> int:
+        return len(self.killed) + len(self.survived) + len(self.untested) + len(self.unchecked)
+
+    @property
+    def share(self) -> float:
+        return len(self.killed) / self.counted if self.counted else 0.0
+
+
+def mutmut_config(module: str, tests: list[str]) -> str:
+    """The [tool.mutmut] table for one module: only it mutated, only its tests run."""
+    table = {
+        "source_paths": ["daemon"],
+        "only_mutate": [module],
+        "pytest_add_cli_args_test_selection": tests,
+        "pytest_add_cli_args": ["-p", "no:cacheprovider", *(f"--deselect={t}" for t in DESELECT)],
+        "use_git_change_detection": False,
+        "also_copy": ["bench"],
+    }
+    lines = ["", "[tool.mutmut]"] + [f"{key} = {json.dumps(value)}" for key, value in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def prepare(work: Path, module: str, tests: list[str]) -> None:
+    """A copy of the code and the tests, with the repository's pyproject and mutmut's table."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "daemon", work / "daemon", ignore=ignore)
+    shutil.copytree(ROOT / "tests", work / "tests", ignore=ignore)
+    # Some tests read a bench's own code (tests/test_grounding.py: bench/grounding.py).
+    shutil.copytree(ROOT / "bench", work / "bench", ignore=ignore)
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    (work / "pyproject.toml").write_text(pyproject + mutmut_config(module, tests))
+
+
+def tally(work: Path, module: str, seconds: float, names: list[str]) -> Tally:
+    """What mutmut recorded for the module's mutants (its .meta file), or for those named."""
+    meta = json.loads((work / "mutants" / (module + ".meta")).read_text())
+    out = Tally(module, seconds=seconds)
+    for name, code in sorted(meta["exit_code_by_key"].items()):
+        if names and not any(fnmatch.fnmatchcase(name, pattern) for pattern in names):
+            continue
+        if name in EQUIVALENT:
+            out.excluded.append(name)
+        elif code in KILLED_CODES or code in TIMEOUT_CODES:
+            out.killed.append(name)
+        elif code in NO_TESTS_CODES:
+            out.untested.append(name)
+        elif code is None:
+            out.unchecked.append(name)
+        else:
+            out.survived.append(name)
+    return out
+
+
+def _mutmut(work: Path, children: int, names: list[str]) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    # The copy's daemon/ and tests/, never the checkout's (mutmut puts mutants/ first).
+    env.pop("PYTHONPATH", None)
+    env.pop("CI", None)
+    argv = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *names]
+    return subprocess.run(
+        argv, cwd=work, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
+
+
+def sampled(work: Path, module: str, children: int, size: int) -> list[str]:
+    """`size` of the module's mutants, drawn at random with a seed of the module's name (the
+    same draw each time the code is the same); [] when there are no more than that."""
+    # A filter nothing matches makes mutmut write every mutant's name and stop before a test.
+    dotted = module.removesuffix(".py").replace("/", ".")
+    _mutmut(work, children, [f"{dotted}.none-such*"])
+    meta = json.loads((work / "mutants" / (module + ".meta")).read_text())
+    names = sorted(set(meta["exit_code_by_key"]) - set(EQUIVALENT))
+    if len(names) <= size:
+        return []
+    return sorted(random.Random(module).sample(names, size))
+
+
+def run_module(
+    module: str, tests: list[str], children: int, keep: Path | None, names: list[str], sample: int
+) -> Tally:
+    """Mutate one module in a fresh copy and run its tests against each mutant (or a sample)."""
+    base = Path(tempfile.mkdtemp(prefix="loopd-mutation-"))
+    work = base / module.replace("/", "_").removesuffix(".py")
+    work.mkdir()
+    try:
+        prepare(work, module, tests)
+        started = time.monotonic()
+        if sample and not names:
+            names = sampled(work, module, children, sample)
+        proc = _mutmut(work, children, names)
+        seconds = time.monotonic() - started
+        meta = work / "mutants" / (module + ".meta")
+        if proc.returncode != 0 or not meta.exists():
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-30:])
+            raise SystemExit(f"mutmut failed on {module} (exit {proc.returncode}):\n{tail}")
+        return tally(work, module, seconds, names)
+    finally:
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(work, keep / work.name, dirs_exist_ok=True, symlinks=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", default=[], help="these modules only (paths)")
+    parser.add_argument("--children", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--keep", type=Path, help="copy each module's work folder here")
+    parser.add_argument("--smoke", action="store_true", help="one function of one module")
+    parser.add_argument(
+        "--sample", type=int, default=0, help="at most N mutants a module, drawn at random"
+    )
+    args = parser.parse_args()
+    if args.smoke:
+        plan = {SMOKE_MODULE: SMOKE_TESTS}
+        names = [SMOKE_MUTANTS]
+    else:
+        unknown = sorted(set(args.only) - set(MODULES))
+        if unknown:
+            parser.error(f"not a bench module: {', '.join(unknown)} (see MODULES)")
+        plan = {m: t for m, t in MODULES.items() if not args.only or m in args.only}
+        names = []
+    tallies = []
+    for module, tests in plan.items():
+        t = run_module(module, tests, args.children, args.keep, names, args.sample)
+        tallies.append(t)
+        print(
+            f"{module}: {len(t.killed)}/{t.counted} killed ({t.share:.0%}), "
+            f"{len(t.survived)} survived, {len(t.untested)} reached by no test, "
+            f"{len(t.excluded)} equivalent, {t.seconds:.0f} s",
+            flush=True,
+        )
+        for name in t.survived + t.untested + t.unchecked:
+            print(f"    surviving: {name}")
+    stale = sorted(set(EQUIVALENT) - {n for t in tallies for n in t.excluded})
+    if stale and not (args.smoke or args.only or args.sample):
+        print(f"EQUIVALENT names no mutant has (the code moved?): {', '.join(stale)}")
+    killed = sum(len(t.killed) for t in tallies)
+    counted = sum(t.counted for t in tallies)
+    share = killed / counted if counted else 0.0
+    print(f"overall: {killed}/{counted} killed ({share:.1%})")
+    figure = f"{share:.1%} of {counted} mutants killed"
+    if args.sample:
+        figure += f" (at most {args.sample} a module, drawn at random)"
+    return verdict(figure, f">= {TARGET:.0%}", share >= TARGET, args.smoke)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
