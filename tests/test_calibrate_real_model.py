@@ -38,7 +38,7 @@ def test_smollm2_is_calibrated_on_ten_cases(
             shutil.copytree(SHIPPED / f"{bug}--{kind}", cases / f"{bug}--{kind}")
     config = (
         f'[verifier]\nbase_url = "{llama_server}"\n'
-        'timeout = "10m"\npending_limit = "1m"\nevidence_tokens = 1500\n'
+        'timeout = "10m"\npending_limit = "1m"\nevidence_tokens = 1000\n'
     )
     home = make_home(tmp_path / "home", config)
     done = loopd(home, "calibrate", "--json", "--cases", str(cases), timeout=3600)
