@@ -92,8 +92,12 @@ def git(repo: Path, *args: str) -> str:
 
 def run_tests(folder: Path, bug: Bug) -> tuple[int, str]:
     """The tests of `folder` with pytest: exit code and output, timings taken out."""
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+    # 80 columns whatever the caller's terminal: pytest cuts its summary lines to the width.
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "COLUMNS": "80"}
     env.pop("PYTEST_ADDOPTS", None)
+    # Under CI pytest writes its summary lines whole: the recorded output is a terminal's.
+    env.pop("CI", None)
+    env.pop("BUILD_NUMBER", None)
     argv = [sys.executable, "-m", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider", bug.tests]
     done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
     output = _TIMING.sub("", done.stdout + done.stderr).replace(str(folder), "/repo")
