@@ -128,6 +128,7 @@ max_concurrent_runs = 1
 # shutdown_grace = "30s"
 # worktrees = "~/.cache/loopd/worktrees"
 # events_rotate = "64MB"
+# state_max = "20GB"        # all of state/ (unset: the smaller of 20GB and a quarter of the disk)
 # max_wait = "12h"           # a run parked on its agent's usage limit escalates past this
 # daily_tokens = 0           # tokens all loops may spend a day; then new runs wait (0: none)
 # timezone = ""              # whose midnight starts that day (default: this machine's zone)
