@@ -304,7 +304,7 @@ def test_a_crash_between_the_outcome_and_the_escalation_is_completed_by_recovery
         raise RuntimeError("killed here")
 
     with monkeypatch.context() as patch:
-        patch.setattr(finish_module, "write_escalation", crash)  # where finish_run calls it
+        patch.setattr(finish_module, "file_escalation", crash)  # where finish_run calls it
         with pytest.raises(RuntimeError):
             finish_run(case.services, run, "escalated", "attempts used up", Cause.CHECKS_FAILED)
     on_disk = case.store.load_run(run.id)

@@ -33,7 +33,8 @@ from daemon.landing.branches import delete_if_empty
 from daemon.landing.land import land_run
 from daemon.people.escalation import supersede
 from daemon.people.escalation_file import read_escalation
-from daemon.people.escalation_repeat import digest_due, escalate
+from daemon.people.escalation_repeat import digest_due
+from daemon.people.escalation_repeat import escalate as file_escalation
 from daemon.people.progress import update_progress
 from daemon.rules.promotion import record_run
 from daemon.rules.replay import breadth_reason
@@ -337,7 +338,7 @@ def _write_escalation(services: RunServices, journal: RunJournal) -> None:
 
     # Filed once: after a crash the file may be there already, perhaps resolved since; a
     # repeat of an open escalation's task counts in that one (escalate says which).
-    journal.run.escalation, _ = escalate(services.store, journal.run, journal.now())
+    journal.run.escalation, _ = file_escalation(services.store, journal.run, journal.now())
     journal.save()
 
 
