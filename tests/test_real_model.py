@@ -33,6 +33,7 @@ import pytest
 
 from daemon.config import VerifierConfig
 from daemon.model import CriticVerdict, ModelClient, PostmortemRule, TriggerMatches
+from daemon.model.client import _parse as parse_reply  # loopd's own reading of a reply
 from daemon.model.critic import attribution
 from daemon.rules.library import RuleLibrary
 from daemon.rules.postmortem import fitting_kind
@@ -328,7 +329,7 @@ def test_loopd_once_judges_and_learns_with_a_real_model(tmp_path: Path, proxy: _
     asked = [c for c in proxy.chats("trigger_matches") if c.status == 200]
     assert len(asked) in (1, 2), [c.name for c in chats]  # a second request is the repair
     assert rule_id in asked[0].body["messages"][1]["content"]
-    matches = TriggerMatches.model_validate_json(asked[-1].content).matches
+    matches = parse_reply(TriggerMatches, asked[-1].content).matches
     assert "rule_judge_failed" not in kinds, log
     fired = [e["rule"] for e in log if e["type"] == "rule_fired" and e["why"] == "model"]
     assert fired == ([rule_id] if rule_id in matches else [])
@@ -337,7 +338,7 @@ def test_loopd_once_judges_and_learns_with_a_real_model(tmp_path: Path, proxy: _
     verdict = tomllib.loads((run_dir / "attempt-1" / "verdict.toml").read_text())
     assert verdict["judged"] is True and verdict["checks_passed"] is False
     critic = [c for c in proxy.chats("critic_verdict") if c.status == 200]
-    reply = CriticVerdict.model_validate_json(critic[-1].content)
+    reply = parse_reply(CriticVerdict, critic[-1].content)
     said = ("score", "verdict", "unsupported_claims", "feedback")
     assert {k: verdict[k] for k in said} == reply.model_dump(include=set(said))
     # The rules it attributed: only the ids of the attempt's prompt (the list may be empty).
@@ -356,7 +357,7 @@ def test_loopd_once_judges_and_learns_with_a_real_model(tmp_path: Path, proxy: _
     if len(postmortems) == 2:
         assert "is not a valid `postmortem_rule` object" in json.dumps(postmortems[1].body)
     try:
-        proposed = PostmortemRule.model_validate_json(postmortems[-1].content)
+        proposed = parse_reply(PostmortemRule, postmortems[-1].content)
     except ValueError:
         (deferred,) = [e for e in log if e["type"] == "rule_deferred"]
         assert "`postmortem_rule` reply is still invalid after one repair" in deferred["reason"]

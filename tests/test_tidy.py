@@ -118,7 +118,7 @@ def test_rotated_event_files_follow_retention_and_numbers_keep_counting_up(
         path.write_text(json.dumps({"ts": "old", "type": "x"}) + "\n")
         os.utime(path, (old, old))
     (folder / "events-4.jsonl").write_text("{}\n")  # written to recently: kept
-    store.events.append("now", NOW)
+    store.events.append("daemon_started", NOW, pid=1, version="test")
 
     assert prune_rotated_events(store, 30, NOW) == [f"events-{n}.jsonl" for n in (1, 2, 3)]
     assert sorted(p.name for p in folder.glob("events*.jsonl")) == [
@@ -129,6 +129,6 @@ def test_rotated_event_files_follow_retention_and_numbers_keep_counting_up(
 
     # The next rotation is events-5, not the freed events-1: the highest is the newest.
     log = EventLog(store.events.path, rotate_bytes=10)
-    log.append("fills", NOW)
-    log.append("rotates", NOW)
+    log.append("daemon_started", NOW, pid=1, version="fills")
+    log.append("daemon_started", NOW, pid=1, version="rotates")
     assert (folder / "events-5.jsonl").exists() and not (folder / "events-1.jsonl").exists()

@@ -52,10 +52,12 @@ def test_a_run_resumed_after_a_restart_is_traced_from_where_it_is(traced) -> Non
     store, tracer, exporter = traced
     run = _run(phase="judging", attempts=[AttemptRecord(n=2, started=NOW)])
     store.save_run(run)
-    store.events.append("checks", NOW, loop="app", run=run.id, attempt=2, passed=False)
+    store.events.append("checks", NOW, loop="app", run=run.id, attempt=2, passed=False, results=[])
     run.outcome, run.phase = "escalated", "idle"
     store.save_run(run)
-    store.events.append("run_finished", NOW, loop="app", run=run.id, outcome="escalated")
+    store.events.append(
+        "run_finished", NOW, loop="app", run=run.id, outcome="escalated", reason="attempts used up"
+    )
     assert _names(exporter) == ["checks", "judging", "finishing", "run"]
     spans = {span.name: span for span in exporter.get_finished_spans()}
     assert spans["checks"].attributes["loopd.attempt"] == 2
@@ -77,7 +79,7 @@ def test_close_ends_what_a_stop_left_open(traced) -> None:  # noqa: ANN001
     store, tracer, exporter = traced
     run = _run(phase="preparing")
     store.save_run(run)
-    store.events.append("setup_started", NOW, loop="app", run=run.id, log="setup.log")
+    store.events.append("setup_started", NOW, loop="app", run=run.id, log="setup.log", commands=1)
     tracer.close()
     assert _names(exporter) == ["setup", "preparing", "run"]
     root = exporter.get_finished_spans()[-1]
@@ -87,6 +89,8 @@ def test_close_ends_what_a_stop_left_open(traced) -> None:  # noqa: ANN001
 
 def test_other_runs_and_events_without_a_run_are_left_alone(traced) -> None:  # noqa: ANN001
     store, tracer, exporter = traced
-    store.events.append("daemon_started", NOW)
-    store.events.append("checks", NOW, loop="app", run="unknown", attempt=1, passed=True)
+    store.events.append("daemon_started", NOW, pid=1, version="test")
+    store.events.append(
+        "checks", NOW, loop="app", run="unknown", attempt=1, passed=True, results=[]
+    )
     assert not tracer.traces and _names(exporter) == []
