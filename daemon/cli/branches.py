@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import sys
 from dataclasses import asdict
 
 from daemon.cli.common import CommandError, command, console, home_of, print_json
@@ -33,23 +36,50 @@ def branches(args: argparse.Namespace) -> int:
             }
         )
         return 0
+    lines = [f"deleted {row.branch} ({'landed' if row.landed else 'expired'})" for row in deleted]
+    if not rows:
+        lines.append("No run branches." if not deleted else "No other run branches.")
+    for row in rows:
+        state = "running" if row.live else (row.landing or "no record")
+        lines.append(
+            f"{row.branch}  {row.outcome or '(no record)'}  "
+            f"+{row.added} -{row.removed}  {state}  {row.repo}"
+        )
+    _print_lines(lines)
+    return 0
+
+
+# What rich would change in a line printed to a pipe: control characters (stripped, tabs
+# expanded) and emoji codes (`:name:`); a line without them is printed as it is.
+_RICH_CHANGES = re.compile(r"[\x00-\x09\x0b-\x1f\x7f]|:\S*?:")
+HIGHLIGHT_MAX = 1000  # lines rich colours in a terminal; past it highlighting takes seconds
+
+
+def _maybe_terminal() -> bool:
+    """Whether rich could take stdout for a terminal (rich itself is not imported for a pipe)."""
+    if os.environ.get("TTY_COMPATIBLE", "") or os.environ.get("FORCE_COLOR") is not None:
+        return True
+    try:
+        return sys.stdout.isatty()
+    except ValueError:
+        return False
+
+
+def _print_lines(lines: list[str]) -> None:
+    """The lines as rich prints them (soft-wrapped, highlighted in a terminal), in one write:
+    rich takes milliseconds a line, seconds at 10,000 branches."""
+    text = "\n".join(lines)
+    if not _maybe_terminal() and not _RICH_CHANGES.search(text):
+        sys.stdout.write(text + "\n")  # what rich writes to a pipe, byte for byte
+        return
     out = console()
     from rich.markup import escape
 
-    for row in deleted:
-        why = "landed" if row.landed else "expired"
-        out.print(f"deleted {escape(row.branch)} ({why})", soft_wrap=True)
-    if not rows:
-        out.print("No run branches." if not deleted else "No other run branches.")
-        return 0
-    for row in rows:
-        state = "running" if row.live else (row.landing or "no record")
-        out.print(
-            f"{escape(row.branch)}  {escape(row.outcome or '(no record)')}  "
-            f"+{row.added} -{row.removed}  {escape(state)}  {escape(row.repo)}",
-            soft_wrap=True,
-        )
-    return 0
+    if not out.is_terminal:
+        out.print(text, soft_wrap=True, markup=False, highlight=False, emoji=True)
+        return
+    highlight = len(lines) <= HIGHLIGHT_MAX
+    out.print("\n".join(escape(line) for line in lines), soft_wrap=True, highlight=highlight)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -14,12 +14,14 @@ from pathlib import Path
 
 from daemon.git.safe import GitError
 from daemon.git.userrepo import LedgerWriter, UserRepo
+from daemon.landing.refbatch import RepoRefs, net_lines, read_refs
 from daemon.people.landstate import landing_state
 from daemon.people.since import run_ids_since
 from daemon.runs.journal import RunJournal
 from daemon.state.eventtypes import Event
 from daemon.state.ledger import ledger_of
 from daemon.state.records import RunRecord
+from daemon.state.runindex import RunIndex
 from daemon.state.store import StateStore
 
 PREFIX = "refs/heads/loopd/"
@@ -56,25 +58,26 @@ def delete_if_empty(journal: RunJournal) -> bool:
     return deleted
 
 
-def notice_landed(store: StateStore, run: RunRecord, now: datetime) -> bool:
-    """Record a run whose branch a person merged by hand (its tip is on the target) as
-    landed "by hand"; True when this call recorded it."""
+def _may_have_landed(run: RunRecord, live: set[str]) -> bool:
+    """Whether the run could be one whose branch a person merged: ended, not landed, with a
+    branch of its own and a target."""
     if run.landed or run.outcome is None or not run.target or not run.branch:
         return False
-    if run.isolation == "in-place" or run.id in store.live_runs():
-        return False
-    try:
-        user = UserRepo.locate(Path(run.repo))
-        tip = user.ref(f"refs/heads/{run.branch}")
-        target = user.ref(f"refs/heads/{run.target}")
-        if not tip or not target or tip == run.base_commit:
-            return False  # a branch that holds nothing of the run's is not its work landed
-        contained = user.git.run("merge-base", "--is-ancestor", tip, target, check=False)
-    except (GitError, OSError):
-        return False
-    if contained.returncode != 0:
-        return False
-    run.landed, run.landed_as, run.landed_how, run.landing = True, target, "by hand", ""
+    return run.isolation != "in-place" and run.id not in live
+
+
+def _merged_commit(run: RunRecord, refs: RepoRefs | None) -> str:
+    """The target's commit when it contains the run's branch (its work landed), else ""."""
+    if refs is None:
+        return ""
+    tip, target = refs.tip(run.branch), refs.tip(run.target)
+    if not tip or not target or tip == run.base_commit:
+        return ""  # a branch that holds nothing of the run's is not its work landed
+    return target if refs.contains(run.target, run.branch) else ""
+
+
+def _record_by_hand(store: StateStore, run: RunRecord, commit: str, now: datetime) -> None:
+    run.landed, run.landed_as, run.landed_how, run.landing = True, commit, "by hand", ""
     store.save_run(run)
     store.events.append(
         Event.LANDED,
@@ -83,23 +86,65 @@ def notice_landed(store: StateStore, run: RunRecord, now: datetime) -> bool:
         run=run.id,
         land="by hand",
         target=run.target,
-        commit=target,
+        commit=commit,
     )
-    return True
+
+
+class HandMerges:
+    """Notices runs whose branch a person merged by hand (its tip is on the target) and
+    records them landed "by hand"; each repository's branches are read once."""
+
+    def __init__(self, store: StateStore, now: datetime) -> None:
+        self.store = store
+        self.now = now
+        self.live = set(store.live_runs())
+        self._refs: dict[str, RepoRefs | None] = {}
+
+    def refs(self, repo: str) -> RepoRefs | None:
+        if repo not in self._refs:
+            self._refs[repo] = read_refs(Path(repo))
+        return self._refs[repo]
+
+    def merged(self, run: RunRecord) -> str:
+        """The target's commit when `run` may have landed and its target contains its branch."""
+        if not _may_have_landed(run, self.live):
+            return ""
+        return _merged_commit(run, self.refs(run.repo))
+
+    def notice(self, run: RunRecord) -> bool:
+        """Record `run` (a whole record) landed by hand when it was; True when recorded now."""
+        commit = self.merged(run)
+        if commit:
+            _record_by_hand(self.store, run, commit, self.now)
+        return bool(commit)
+
+    def notice_partial(self, run: RunRecord) -> RunRecord | None:
+        """The same for a record from the run index: the whole record, when it was recorded."""
+        if not self.merged(run):
+            return None
+        try:
+            whole = self.store.load_run(run.id)
+        except Exception:  # noqa: BLE001 - a record that cannot be read cannot be updated
+            return None
+        return whole if self.notice(whole) else None
+
+
+def notice_landed(store: StateStore, run: RunRecord, now: datetime) -> bool:
+    """Record a run whose branch a person merged by hand (its tip is on the target) as
+    landed "by hand"; True when this call recorded it."""
+    return HandMerges(store, now).notice(run)
 
 
 def notice_hand_merges(store: StateStore, since: datetime, now: datetime) -> list[str]:
     """Record as landed "by hand" the runs since `since` whose branch a person merged; their
     ids."""
-
+    hands = HandMerges(store, now)
+    index = RunIndex(store)
     found = []
-    for run_id in run_ids_since(store, since):
-        try:
-            run = store.load_run(run_id)
-        except Exception:  # noqa: BLE001 - one broken record must not stop the others
-            continue
-        if run.outcome == "succeeded" and notice_landed(store, run, now):
+    for run_id, run in index.records(run_ids_since(store, since)).items():
+        if run.outcome == "succeeded" and hands.notice_partial(run) is not None:
             found.append(run_id)
+    index.save(store.run_ids())
     return found
 
 
@@ -126,61 +171,56 @@ def list_branches(
 ) -> list[RunBranch]:
     """The run branches of the home's loops (or of `loop`) in their repositories; a branch a
     person merged by hand is recorded landed as of `now`."""
-    live = set(store.live_runs())
+    hands = HandMerges(store, now)
+    index = RunIndex(store)
     out: list[RunBranch] = []
     seen: set[Path] = set()
     for repo in sorted(set(repos.values())):
         if repo in seen or not repo.is_dir():
             continue
         seen.add(repo)
-        try:
-            user = UserRepo.locate(repo)
-            refs = user.git.out(
-                "for-each-ref", "--format=%(refname) %(objectname)", PREFIX
-            ).splitlines()
-        except GitError:
+        refs = hands.refs(str(repo))  # read once for the listing and the hand merges
+        if refs is None:
             continue
-        for line in refs:
-            ref, _, tip = line.partition(" ")
+        rows = []
+        for ref, tip in refs.tips.items():
+            if not ref.startswith(PREFIX):
+                continue
             parts = ref[len("refs/heads/") :].split("/")
             if len(parts) != 3 or (loop and parts[1] != loop):
                 continue
             if repos.get(parts[1], repo) != repo:
                 continue  # another loop's repository is where its branches are
-            out.append(_describe(store, user, repo, parts, tip, live, now))
+            rows.append(RunBranch(str(repo), "/".join(parts), tip, parts[1], parts[2]))
+        out += _describe(hands, index, refs, rows)
+    index.save(store.run_ids())
     return out
 
 
 def _describe(
-    store: StateStore,
-    user: UserRepo,
-    repo: Path,
-    parts: list[str],
-    tip: str,
-    live: set[str],
-    now: datetime,
-) -> RunBranch:
-    _, loop, run_id = parts
-    row = RunBranch(str(repo), "/".join(parts), tip, loop, run_id, live=run_id in live)
-    record: RunRecord | None
-    try:
-        record = store.load_run(run_id)
-    except Exception:  # noqa: BLE001 - a branch without a readable record is still listed
-        record = None
-    base = record.base_commit if record is not None else ""
-    if record is not None:
-        notice_landed(store, record, now)  # a live run's branch is never landed
+    hands: HandMerges, index: RunIndex, refs: RepoRefs, rows: list[RunBranch]
+) -> list[RunBranch]:
+    """The rows with their runs' outcome, landing state and net +/- lines."""
+    records = index.records(row.run for row in rows)
+    pairs = {}
+    for row in rows:
+        row.live = row.run in hands.live
+        record = records.get(row.run)
+        if record is None:
+            continue
+        if record.outcome is not None and not record.landed:
+            record = hands.notice_partial(record) or record  # a live run is never landed
         row.outcome = record.outcome or f"({record.phase})"
         row.finished = record.finished
         row.landed = record.landed
         row.landing = landing_state(record).line()
-    if base:
-        numstat = user.git.out("diff", "--numstat", "--no-renames", base, tip, check=False)
-        for stat in numstat.splitlines():
-            added, removed, _ = (stat.split("\t") + ["", ""])[:3]
-            row.added += int(added) if added.isdigit() else 0
-            row.removed += int(removed) if removed.isdigit() else 0
-    return row
+        if record.base_commit:
+            pairs[row.run] = (record.base_commit, row.tip)
+    lines = net_lines(refs, set(pairs.values()))
+    for row in rows:
+        if row.run in pairs:
+            row.added, row.removed = lines[pairs[row.run]]
+    return rows
 
 
 def _forget(store: StateStore, run_id: str, branch: str) -> None:
