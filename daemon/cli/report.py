@@ -11,8 +11,8 @@ from zoneinfo import ZoneInfo
 
 from daemon.cli.common import CommandError, command, console, home_of, print_json
 from daemon.clock import utc_now
-from daemon.git.safe import Git, GitError
 from daemon.landing.branches import notice_hand_merges
+from daemon.landing.refbatch import RepoRefs, read_refs
 from daemon.people.report import build_report, render_rich, write_report
 from daemon.people.report_nights import count_nights
 from daemon.units import parse_duration
@@ -33,7 +33,7 @@ def report_cmd(args: argparse.Namespace) -> int:
     if args.html:
         return _html(home, store, now - window, now, Path(args.html))
     judge = _judge(home)
-    report = build_report(store, now - window, now, home.rules_dir, branch_exists, judge)
+    report = build_report(store, now - window, now, home.rules_dir, BranchExists(), judge)
     write_report(store, report)
     if args.json:
         print_json(report.model_dump(mode="json"))
@@ -51,15 +51,18 @@ def _judge(home: Any) -> str:
     return f"{model} + {second.model}" if second else model
 
 
-def branch_exists(repo: str, branch: str) -> bool:
-    """Whether `branch` is still in the repository at `repo`."""
-    try:
-        probe = Git(Path(repo)).run(
-            "rev-parse", "--verify", "-q", f"refs/heads/{branch}", check=False, timeout=30
-        )
-    except (GitError, OSError):
-        return False
-    return probe.returncode == 0
+class BranchExists:
+    """Whether a branch is still in a repository: each repository's branches are read once
+    (one `for-each-ref`), not once per run the report lists."""
+
+    def __init__(self) -> None:
+        self._refs: dict[str, RepoRefs | None] = {}
+
+    def __call__(self, repo: str, branch: str) -> bool:
+        if repo not in self._refs:
+            self._refs[repo] = read_refs(Path(repo))
+        refs = self._refs[repo]
+        return refs is not None and bool(refs.tip(branch))
 
 
 def _html(home: Any, store: Any, since: Any, now: Any, target: Path) -> int:
@@ -71,7 +74,7 @@ def _html(home: Any, store: Any, since: Any, now: Any, target: Path) -> int:
     zone = getattr(loaded.daemon.limits, "timezone", "")
     if zone:
         tz = ZoneInfo(zone)
-    data = count_nights(store, home.rules_dir, since, now, tz, branch_exists, _judge(home))
+    data = count_nights(store, home.rules_dir, since, now, tz, BranchExists(), _judge(home))
     page = render_page(data)
     target = target.expanduser().resolve()
     if not target.parent.is_dir():

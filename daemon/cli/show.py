@@ -17,7 +17,7 @@ from daemon.cli.common import (
 from daemon.cli.engine_views import engine_record, show_runs
 from daemon.cli.runview import runs_table
 from daemon.clock import utc_now
-from daemon.landing.branches import notice_landed
+from daemon.landing.branches import HandMerges
 from daemon.people.digest import checks_word
 from daemon.people.landstate import landing_state
 from daemon.people.terminal import clean
@@ -79,10 +79,10 @@ def runs(args: argparse.Namespace) -> int:
 
 def _notice_hand_merges(store: Any, records: list[Any]) -> None:
     """Runs whose branch a person merged by hand are recorded landed before they are shown."""
-    now = utc_now()
+    hands = HandMerges(store, utc_now())  # each repository's branches read once
     for run in records:
         if run.outcome == "succeeded" and not run.landed:
-            notice_landed(store, run, now)
+            hands.notice(run)
 
 
 def _parked_runs(store: Any, loop: str | None) -> list[Any]:

@@ -109,6 +109,9 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   loopd could not read, set aside
 - `usage.toml`: the size of `state/` and of its largest loops, as the housekeeper last
   measured it (hourly) against `state_max`; `loopd status` shows it
+- `runs-index.json`: a cache of a few fields of each run record (outcome, branch, landing),
+  each with the identity of the `run.toml` it was read from, so `loopd branches` need not
+  parse thousands of records; rebuilt from the records when missing or stale
 - `maintenance.toml`: per repository loopd fetches into, when it last ran `git gc --auto`
   there (at most once a day)
 - `schedule.toml`: per loop, `handled_until`: every scheduled fire up to then was run,
