@@ -164,8 +164,10 @@ class Attempt:
         if stopped_parked:
             journal.save()
             self.stop.raise_if_stopped()
+        # An agent that ended by itself while loopd was stopping finished its attempt.
+        result.ended_in_grace = self.stop.why == "interrupted" and result.agent_ended
         attempt.finished = journal.now()
-        attempt.interrupted = self.stop.stopped
+        attempt.interrupted = self.stop.stopped and not result.ended_in_grace
         journal.save()
         fields: dict[str, Any] = {"interrupted": True} if attempt.interrupted else {}
         journal.event(
@@ -176,7 +178,8 @@ class Attempt:
             timed_out=attempt.timed_out,
             **fields,
         )
-        self.stop.raise_if_stopped()
+        if not result.ended_in_grace:
+            self.stop.raise_if_stopped()
         return result
 
     def _agent_home(self, cls: Any) -> Path:

@@ -216,7 +216,10 @@ class RunExecutor:
             if ending is not None:
                 self._commit(result.record)
                 self._end(*ending)
-            self._judge(result.record, result.checked)
+            # An agent that ended within the shutdown grace is judged in what is left of it;
+            # a stop past it leaves the run judging, resumed by the next start.
+            finishing = self.stop.finishing() if result.ended_in_grace else None
+            self._judge(result.record, result.checked, finishing)
         self._end("escalated", *self._why_given_up())
 
     def _reopen(self) -> None:
@@ -303,8 +306,11 @@ class RunExecutor:
         return commit_attempt(self.journal, self.tree, attempt)
 
     # judging and learning ---------------------------------------------------
-    def _judge(self, attempt: AttemptRecord, checked: CheckedCommit | None) -> None:
-        """Judge the attempt and learn from it; ends the run when it passed or cannot go on."""
+    def _judge(
+        self, attempt: AttemptRecord, checked: CheckedCommit | None, stop: StopToken | None = None
+    ) -> None:
+        """Judge the attempt and learn from it; ends the run when it passed or cannot go on.
+        `stop`: what stops the judging, when not the run's own token."""
         run, journal = self.run, self.journal
         assert self.tree is not None
         run.phase = "judging"
@@ -316,7 +322,7 @@ class RunExecutor:
             judged = judge_attempt(
                 self.services,
                 journal,
-                self.stop,
+                stop or self.stop,
                 self.tree,
                 self.cfg,
                 attempt,

@@ -71,6 +71,10 @@ class AttemptResult:
     checked: CheckedCommit | None = None
     parked: bool = False  # parked on a usage limit, the wait left to the engine (engine_waits)
     quota_hold: Any = None  # the QuotaHold of the usage limit it ended on, if any
+    agent_ended: bool = False  # the last session's agent ended by itself (loopd killed none)
+    # It ended so while loopd was stopping, within the grace: the attempt ended as any other
+    # and is judged (its checks run) with the time left, not recorded interrupted.
+    ended_in_grace: bool = False
 
 
 class SessionsOf(Protocol):
@@ -208,6 +212,7 @@ class Sessions:
                 invocation, timeout=remaining, stall_after=self.cfg.stall_after.total_seconds()
             )
         self.current = None
+        self.result.agent_ended = bool(session.pid) and not session.killed
         self.run_record.agent_pids = []
         self.record.exit_code = session.exit_code
         self.record.timed_out = self.record.timed_out or session.timed_out

@@ -7,6 +7,7 @@ what stops it with `on_stop`, or waits with `wait`, which returns as soon as the
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Literal
@@ -41,6 +42,8 @@ class StopToken:
         self._next = 0
         self._closed = threading.Event()
         self._watcher: threading.Thread | None = None
+        self._ends_at = 0.0  # time.monotonic() when an interrupt's grace is over
+        self._finishing: list[StopToken] = []
 
     # stopping ---------------------------------------------------------------------------
     def cancel(self) -> None:
@@ -56,11 +59,38 @@ class StopToken:
             if self._why == "cancelled" or (self._why == why and grace >= self._grace):
                 return
             self._why, self._grace = why, grace
+            self._ends_at = time.monotonic() + grace
             callbacks = list(self._callbacks.values())
+            finishing = list(self._finishing)
         self._stopped.set()
+        for token in finishing:
+            token._follow(why, grace)
         reason = "cancelled" if why == "cancelled" else "shutdown"
         for callback in callbacks:
             callback(grace, reason)
+
+    def finishing(self) -> StopToken:
+        """A token for finishing an attempt whose agent ended by itself while this one was
+        being interrupted (its checks, its verdict): stopped when this one is cancelled, and
+        interrupted once this one's grace is over, when the agent would have been killed.
+        Before any stop it follows this token as it is."""
+        token = StopToken(self._cancel_requested, self._poll)
+        with self._lock:
+            self._finishing.append(token)
+            why, left = self._why, max(0.0, self._ends_at - time.monotonic())
+        if why is not None:
+            token._follow(why, left)
+        return token
+
+    def _follow(self, why: StopWhy, grace: float) -> None:
+        """Stop as the token this one finishes for did: at once on a cancel, else once the
+        grace is over."""
+        if why == "cancelled" or grace <= 0:
+            self._stop(why, 0.0)
+            return
+        timer = threading.Timer(grace, self._stop, args=(why, 0.0))
+        timer.daemon = True
+        timer.start()
 
     # asking -----------------------------------------------------------------------------
     def _look(self) -> None:
