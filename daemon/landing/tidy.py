@@ -14,7 +14,7 @@ from pathlib import Path
 
 from daemon.git.safe import GitError
 from daemon.git.userrepo import LedgerWriter, UserRepo
-from daemon.landing.branches import notice_landed
+from daemon.landing.branches import HandMerges
 from daemon.state.eventtypes import Event
 from daemon.state.ledger import ledger_of
 from daemon.state.store import StateStore
@@ -40,7 +40,8 @@ def delete_landed_branches(
 ) -> list[str]:
     """Delete the run branches of each loop (name -> (repository, target)) that the target
     contains, a hand merge recorded as landed first; never a live run's. The ones deleted."""
-    live = set(store.live_runs())
+    hands = HandMerges(store, now)  # each repository's branches read once for hand merges
+    live = hands.live
     deleted: list[str] = []
     for loop, (repo, target) in sorted(loops.items()):
         if not target or not repo.is_dir():
@@ -56,20 +57,15 @@ def delete_landed_branches(
             run_id = branch.rsplit("/", 1)[-1]
             if run_id in live:
                 continue
-            if _delete(store, user, loop, run_id, branch, target, now):
+            if _delete(hands, user, loop, run_id, branch, target):
                 deleted.append(branch)
     return deleted
 
 
 def _delete(
-    store: StateStore,
-    user: UserRepo,
-    loop: str,
-    run_id: str,
-    branch: str,
-    target: str,
-    now: datetime,
+    hands: HandMerges, user: UserRepo, loop: str, run_id: str, branch: str, target: str
 ) -> bool:
+    store, now = hands.store, hands.now
     try:
         run = store.load_run(run_id)
     except Exception:  # noqa: BLE001 - a branch without a readable record is left for a person
@@ -77,7 +73,7 @@ def _delete(
     if run.outcome is None:
         return False  # not finished: its work may still change
     if run.outcome == "succeeded":
-        notice_landed(store, run, now)  # merged by hand: the record says so before it goes
+        hands.notice(run)  # merged by hand: the record says so before it goes
     writer = LedgerWriter(ledger_of(store.root), lambda: now, run_id)
     try:
         if not user.delete_ref(writer, f"refs/heads/{branch}", f"contained in {target}"):

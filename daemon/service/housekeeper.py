@@ -12,6 +12,7 @@ from daemon.runs.learning import retry_deferred_lessons, rule_library
 from daemon.service.context import Context
 from daemon.service.tidy import tidy as tidy_up
 from daemon.state.eventtypes import Event
+from daemon.state.runindex import refresh as refresh_run_index
 
 PRUNE_EVERY = 86400.0  # seconds of the monotonic clock
 LESSONS_EVERY = 300.0
@@ -52,6 +53,7 @@ class Housekeeper:
                 self.prune(now, keep)
             if tidy:
                 tidy_up(self.ctx, now, keep)
+                self.refresh_run_index()
             if lessons:
                 self.retry_deferred_lessons()
 
@@ -73,6 +75,13 @@ class Housekeeper:
             )
         except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
             ctx.event(Event.RETIRE_FAILED, error=str(exc)[:500])
+
+    def refresh_run_index(self) -> None:
+        """The run index (state/runs-index.json) kept current for `loopd branches`."""
+        try:
+            refresh_run_index(self.ctx.store)
+        except Exception:  # noqa: BLE001, S110 - a cache: its readers rebuild what is stale
+            pass
 
     def retry_deferred_lessons(self) -> None:
         """Post-mortems deferred while the verifier was down (`rule_deferred`), tried again."""

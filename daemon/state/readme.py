@@ -111,7 +111,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   measured it (hourly) against `state_max`; `loopd status` shows it
 - `runs-index.json`: a cache of a few fields of each run record (outcome, branch, landing),
   each with the identity of the `run.toml` it was read from, so `loopd branches` need not
-  parse thousands of records; rebuilt from the records when missing or stale
+  parse thousands of records; the daemon refreshes it hourly, and any reader rebuilds what
+  is missing or stale
 - `maintenance.toml`: per repository loopd fetches into, when it last ran `git gc --auto`
   there (at most once a day)
 - `schedule.toml`: per loop, `handled_until`: every scheduled fire up to then was run,

@@ -161,3 +161,12 @@ class RunIndex:
         except OSError:
             return  # a cache: the next listing reads the records again
         self._changed = False
+
+
+def refresh(store: StateStore) -> None:
+    """Bring the index up to date with every run record: the daemon does it hourly, so the
+    first `loopd branches` after a busy night parses no record itself."""
+    index = RunIndex(store)
+    ids = store.run_ids()
+    index.records(ids)
+    index.save(ids)
