@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
 from dataclasses import asdict
+from typing import Any
 
-from daemon.cli.common import CommandError, command, console, home_of, print_json
+from daemon.cli.common import CommandError, command, console, home_of, json_value
 from daemon.clock import utc_now
 from daemon.landing.branches import list_branches, prune_branches
 
@@ -29,11 +31,13 @@ def branches(args: argparse.Namespace) -> int:
         gone = {row.branch for row in deleted}
         rows = [row for row in rows if row.branch not in gone]
     if args.json:
-        print_json(
-            {
-                "branches": [asdict(row) for row in rows],
-                "deleted": [row.branch for row in deleted],
-            }
+        sys.stdout.write(
+            json_text(
+                {
+                    "branches": [asdict(row) for row in rows],
+                    "deleted": [row.branch for row in deleted],
+                }
+            )
         )
         return 0
     lines = [f"deleted {row.branch} ({'landed' if row.landed else 'expired'})" for row in deleted]
@@ -80,6 +84,32 @@ def _print_lines(lines: list[str]) -> None:
         return
     highlight = len(lines) <= HIGHLIGHT_MAX
     out.print("\n".join(escape(line) for line in lines), soft_wrap=True, highlight=highlight)
+
+
+def json_text(value: dict[str, list[Any]]) -> str:
+    """What print_json prints for {key: [flat dict or scalar, ...]}, byte for byte, with the C
+    encoder for each value: json.dump with an indent encodes in Python, a second at 10,000
+    rows."""
+
+    def scalar(item: Any) -> str:
+        return json.dumps(item, default=json_value)
+
+    parts = ["{"]
+    for i, (key, items) in enumerate(value.items()):
+        head = f"\n  {scalar(key)}: "
+        if not items:
+            parts.append(head + "[]")
+        else:
+            rendered = []
+            for item in items:
+                if isinstance(item, dict) and item:
+                    fields = ",".join(f"\n      {scalar(k)}: {scalar(v)}" for k, v in item.items())
+                    rendered.append("\n    {" + fields + "\n    }")
+                else:
+                    rendered.append("\n    " + scalar(item))
+            parts.append(head + "[" + ",".join(rendered) + "\n  ]")
+        parts.append("," if i < len(value) - 1 else "")
+    return "".join(parts) + "\n}\n"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
