@@ -5,12 +5,15 @@ ended its attempt, and its checks decide the run; only an agent that had to be k
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
 from daemon.runs.stop import RunStopped, StopToken
 from tests.helpers import (
+    ROOT,
     daemon_log,
     events,
     loopd,
@@ -135,3 +138,30 @@ def test_a_finishing_token_follows_a_cancel_and_ends_with_the_grace() -> None:
         assert stopped.why == "cancelled"
     else:
         raise AssertionError("a cancelled finishing token did not raise")
+
+
+def test_loopd_once_gives_an_agent_that_ends_within_the_grace_its_checks(tmp_path: Path) -> None:
+    home, shared = home_with(tmp_path, "40s", "python3 check.py")
+    env = dict(os.environ)
+    env.pop("LOOPD_HOME", None)
+    once = subprocess.Popen(
+        [sys.executable, "-m", "daemon.cli.main", "--home", str(home), "once", "calc"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=ROOT,
+        text=True,
+    )
+    try:
+        wait_for((shared / "started").exists, timeout=60, what="the agent to start")
+        once.send_signal(signal.SIGTERM)
+        (shared / "release").write_text("x")  # the agent ends two seconds later, by itself
+        out, _ = once.communicate(timeout=120)
+    finally:
+        if once.poll() is None:
+            once.kill()
+            once.wait()
+    (run,) = runs(home)
+    assert run["outcome"] == "succeeded", (run.get("reason"), out)
+    assert not run["attempts"][0].get("interrupted")
