@@ -7,7 +7,7 @@ import json
 import os
 import re
 import sys
-from dataclasses import asdict
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 from daemon.cli.common import CommandError, command, console, home_of, json_value
@@ -34,7 +34,8 @@ def branches(args: argparse.Namespace) -> int:
         sys.stdout.write(
             json_text(
                 {
-                    "branches": [asdict(row) for row in rows],
+                    # Its fields are plain values: asdict's deep copies took 0.3 s at 10,000.
+                    "branches": [dict(vars(row)) for row in rows],
                     "deleted": [row.branch for row in deleted],
                 }
             )
@@ -92,6 +93,12 @@ def json_text(value: dict[str, list[Any]]) -> str:
     rows."""
 
     def scalar(item: Any) -> str:
+        if isinstance(item, str):
+            return encode_basestring_ascii(item)  # what json.dumps does with ensure_ascii
+        if item is True or item is False or item is None:
+            return "true" if item else "false" if item is False else "null"
+        if type(item) is int:
+            return int.__repr__(item)
         return json.dumps(item, default=json_value)
 
     parts = ["{"]
