@@ -77,6 +77,9 @@ class Nights(BaseModel):
     cost: dict[str, float] = {}  # night -> USD
     attempts_to_success: dict[str, dict[int, int]] = {}  # loop -> attempts -> runs
     rules: dict[str, dict[str, int]] = {}  # night -> status -> rules at the night's end
+    # kind -> its rules by status now (trial, active, retired, rejected) and their moves
+    # since `since` (learned, promoted, demoted): the four kinds kept apart.
+    kinds: dict[str, dict[str, int]] = {}
     escalations: list[OpenEscalation] = []
     ready: list[ReadyBranch] = []
     verified: dict[str, Verified] = {}  # night -> verified attempts and the judge's figures
@@ -110,6 +113,31 @@ def _rule_history(store: StateStore, since: datetime) -> dict[str, list[tuple[st
         before = event.get("from") if event.get("from") in RULE_STATUSES else ""
         out.setdefault(rule, []).append((str(event.get("ts", "")), f"{before}>{to}"))
     return out
+
+
+RULE_KINDS = ("failure", "decision", "knowledge", "skill")
+# A rule event's count in the report's table by kind (moves since the window's start).
+KIND_CHANGES = {
+    "rule_accepted": "learned",
+    "rule_promoted": "promoted",
+    "rule_demoted": "demoted",
+    "rule_retired": "demoted",
+}
+
+
+def _kind_counts(store: StateStore, rules_dir: Path, since: datetime) -> dict[str, dict[str, int]]:
+    """Per kind: its rules by status now, and its rules' moves since `since`."""
+    keys = (*RULE_STATUSES, *dict.fromkeys(KIND_CHANGES.values()))
+    out = {kind: dict.fromkeys(keys, 0) for kind in RULE_KINDS}
+    for stored in RuleLibrary(rules_dir).scan():
+        if stored.rule.kind in out:
+            out[stored.rule.kind][stored.status] += 1
+    for event in events_since(store, since):
+        change = KIND_CHANGES.get(str(event.get("type")))
+        kind = event.get("kind")
+        if change and isinstance(kind, str) and kind in out:
+            out[kind][change] += 1
+    return {kind: counts for kind, counts in out.items() if any(counts.values())}
 
 
 def _rule_counts(
@@ -188,6 +216,7 @@ def count_nights(
     ends = [min(e, now) for e in ends]
     for night, counts in zip(nights, _rule_counts(store, rules_dir, since, ends), strict=True):
         data.rules[night.isoformat()] = counts
+    data.kinds = _kind_counts(store, rules_dir, since)
     for counted in data.verified.values():
         counted.calibrate(store.root, judge)
     for meta in open_escalations(store):

@@ -114,7 +114,7 @@ def decision_candidate(
     """
     how = "Keep to this decision in this repository unless a person changes it"
     if decision.alternatives.strip():
-        how += f"; weighed and not taken: {decision.alternatives.strip()}"
+        how += f"; weighed and not taken: {decision.alternatives.strip().rstrip('.')}"
     return Rule(
         kind="decision",
         severity="remind",

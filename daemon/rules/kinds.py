@@ -63,11 +63,11 @@ class CandidateNote(BaseModel):
 
 
 def _how_to_apply(note: CandidateNote, command: str) -> str:
-    where = f" in {', '.join(note.paths)}" if note.paths else ""
+    when = f"When a task touches {', '.join(note.paths)}" if note.paths else "When it applies"
     if note.kind == "skill":
-        how = f"Follow this procedure when the task needs it{where}"
-        return how + (f", then run `{command}` to confirm it worked." if command else ".")
-    return f"Rely on this fact when working{where} instead of finding it out again."
+        then = f", then run `{command}` to confirm it worked." if command else "."
+        return f"{when}, follow this procedure{then}"
+    return f"{when}, rely on this fact instead of finding it out again."
 
 
 def _patterns(paths: list[str]) -> list[str]:
@@ -89,7 +89,9 @@ def note_candidate(note: CandidateNote, run_dir: Path, run_id: str, task: str, r
     return Rule(
         kind=note.kind,
         severity="remind",
-        scope=Scope(repos=[repo] if repo else [], paths=list(note.paths)),
+        # Not `scope.paths`: a path the agent names is where the lesson was learned, and a
+        # glob of its own making would keep the rule from tasks it is for.
+        scope=Scope(repos=[repo] if repo else []),
         trigger_intent=(
             f"Tasks in this repository that touch {', '.join(note.paths)}"
             if note.paths
