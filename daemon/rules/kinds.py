@@ -13,6 +13,7 @@ duplicates, the model's grounding and contradiction check): they land in `rules/
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from pathlib import Path
@@ -23,16 +24,19 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from daemon.config import VerifierConfig
 from daemon.home import Home
 from daemon.model.client import ModelClient
+from daemon.redact import redact
 from daemon.rules.decisionlog import decision_candidate, read_decisions
 from daemon.rules.library import RuleLibrary
 from daemon.rules.modelcalls import StructuredModel
 from daemon.rules.rulefile import Rule, Scope
 from daemon.rules.runevidence import entries_for, run_evidence, skill_proof
 from daemon.rules.verifier import Verification, verify_candidate
-from daemon.state.events import EventLog
+from daemon.state.atomic import open_private
+from daemon.state.events import EventLog, iso
 
 MAX_DECISION_RULES = 5  # decisions of one run proposed as rules; the rest stay in decisions.md
 MAX_NOTES = 10  # knowledge and skill candidates one run may submit
+NOTES_FILE = "notes.jsonl"  # in the run's folder: each note and what became of it
 _GLOB = re.compile(r"^[\w.*?\[\]/@+-]{1,200}$")
 
 
@@ -108,12 +112,25 @@ def note_candidate(note: CandidateNote, run_dir: Path, run_id: str, task: str, r
     )
 
 
-def _notes_of_run(library: RuleLibrary, run_id: str) -> int:
-    return sum(
-        1
-        for s in library.scan()
-        if s.rule.source_run == run_id and s.rule.kind in ("knowledge", "skill")
-    )
+def _notes_taken(run_dir: Path) -> int:
+    try:
+        with open(run_dir / NOTES_FILE, "rb") as fh:
+            return sum(1 for _ in fh)
+    except FileNotFoundError:
+        return 0
+
+
+def _record_note(run_dir: Path, note: CandidateNote, verdict: Verification, now: datetime) -> None:
+    """One line of the run's notes.jsonl: what the agent noted and what became of it."""
+    entry = {
+        "ts": iso(now),
+        "kind": note.kind,
+        "text": redact(note.text),
+        "decision": verdict.decision,
+        "rule": verdict.duplicate_of or verdict.rule.id,
+    }
+    with open_private(run_dir / NOTES_FILE) as fh:
+        fh.write((json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
 def submit_candidate(
@@ -147,9 +164,9 @@ def submit_candidate(
     store = home.state(config.limits.events_rotate)
     run = store.load_run(run_id)
     library = RuleLibrary(home.rules_dir)
-    if _notes_of_run(library, run_id) >= MAX_NOTES:
-        raise ValueError(f"run {run_id} already noted {MAX_NOTES} candidates; no more are taken")
     run_dir = store.run_dir(run_id)
+    if _notes_taken(run_dir) >= MAX_NOTES:
+        raise ValueError(f"run {run_id} already noted {MAX_NOTES} candidates; no more are taken")
     candidate = note_candidate(note, run_dir, run_id, run.task, run.repo)
     if client is None and use_model:
         if not config.verifier.configured:
@@ -158,7 +175,7 @@ def submit_candidate(
                 "set [verifier] base_url and model"
             )
         client = ModelClient(config.verifier)
-    return verify_candidate(
+    verdict = verify_candidate(
         library,
         candidate,
         run_dir,
@@ -172,6 +189,8 @@ def submit_candidate(
         run=run_id,
         evidence=run_evidence(run_dir),
     )
+    _record_note(run_dir, note, verdict, now)
+    return verdict
 
 
 def learn_decisions(
