@@ -187,6 +187,7 @@ def test_a_note_is_grounded_in_what_the_agent_saw_never_in_its_own_words(tmp_pat
     )
     assert said.decision == "rejected" and said.status == "rejected"
     assert "MAX_RETRIES = 7" in said.reasons[0]
+    model = FakeModel(rule_verification=[AGREES])
     seen = submit_candidate(
         home,
         RUN,
@@ -195,8 +196,13 @@ def test_a_note_is_grounded_in_what_the_agent_saw_never_in_its_own_words(tmp_pat
         "`grep -n TIMEOUT conf.py` printed `3:TIMEOUT_SECONDS = 45`.",
         ["conf.py"],
         NOW,
-        client=FakeModel(rule_verification=[AGREES]),
+        client=model,
     )
+    # The model reads the evidence around each entry and the last attempt's checks, not the
+    # agent's own note.
+    [(_, asked)] = model.calls
+    assert "--- attempt-1/checks.log (last " in asked and "gave -1" in asked
+    assert "3:TIMEOUT_SECONDS = 45" in asked and "MAX_RETRIES" not in asked
     assert seen.decision == "accepted" and seen.status == "trial", seen.reasons
     rule = seen.rule
     assert rule.kind == "knowledge" and rule.source_run == RUN and rule.source_task == TASK

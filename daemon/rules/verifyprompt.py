@@ -87,12 +87,14 @@ def evidence_excerpts(evidence: EvidenceSet, entries: list[Evidence], budget_cha
         lines = item.lines[lo : entry.line + 3]
         body = "\n".join(f"{lo + i + 1}: {line}" for i, line in enumerate(lines))
         parts.append(f"--- {item.name} around line {entry.line}\n{body}")
-    checks = evidence.files.get("checks.log")
+    # An attempt's checks.log; of a run's evidence (attempt-N/checks.log), the last attempt's.
+    named = [n for n in evidence.files if n == "checks.log" or n.endswith("/checks.log")]
+    checks = evidence.files[named[-1]] if named else None
     if checks is not None:
         tail = checks.lines[-40:]
         start = len(checks.lines) - len(tail)
         body = "\n".join(f"{start + i + 1}: {line}" for i, line in enumerate(tail))
-        parts.append(f"--- checks.log (last {len(tail)} lines)\n{body}")
+        parts.append(f"--- {checks.name} (last {len(tail)} lines)\n{body}")
     text = "\n\n".join(parts)
     return text[:budget_chars]
 
