@@ -405,12 +405,7 @@ def verify_candidate(
     Raises `daemon.model.client.ModelUnavailable` when step 4 is asked for and cannot run.
     """
     rule = _normalized(candidate, now)
-    reasons: list[str] = []
-    if candidate.severity != "remind":
-        reasons.append(
-            f"severity {candidate.severity!r} lowered to 'remind': only a person raises it "
-            "(loopd rules promote ID --severity)"
-        )
+    reasons = _severity_lowered(candidate)
     events = events if write else None
     filing = _Filing(library, events, now, write, loop, run)
     if events is not None:
@@ -423,19 +418,10 @@ def verify_candidate(
 
     # 1. Grounding, without a model.
     evidence = EvidenceSet.from_dir(evidence_dir)
-    if not evidence.files:
-        return filing.reject(rule, [f"no evidence files in {evidence_dir}"])
-    missing, checked = _grounding_gaps(rule, evidence)
-    if missing:
-        found = "; ".join(missing)
-        return filing.reject(rule, [f"grounding: not found in the evidence: {found}"], missing)
-    rule = Rule.model_validate(
-        {
-            **rule.model_dump(),
-            "evidence": _state_relative(checked, evidence_dir, state_root),
-            "verified_by": ["grounding"],
-        }
-    )
+    grounded = _grounded(filing, rule, evidence, evidence_dir, state_root)
+    if isinstance(grounded, Verification):
+        return grounded
+    rule = grounded
 
     # 2. Generic advice.
     generic = generic_advice(rule)
@@ -456,6 +442,42 @@ def verify_candidate(
         if rejected is not None:
             return rejected
     return filing.accept(verification)
+
+
+def _severity_lowered(candidate: Rule) -> list[str]:
+    """The reason to give when the candidate asks for more than `remind`: only a person raises
+    a rule's severity."""
+    reasons: list[str] = []
+    if candidate.severity != "remind":
+        reasons.append(
+            f"severity {candidate.severity!r} lowered to 'remind': only a person raises it "
+            "(loopd rules promote ID --severity)"
+        )
+    return reasons
+
+
+def _grounded(
+    filing: _Filing,
+    rule: Rule,
+    evidence: EvidenceSet,
+    evidence_dir: Path,
+    state_root: Path | None,
+) -> Rule | Verification:
+    """Step 1: the rule with the evidence it is grounded in, or its rejection (no evidence
+    files, or what the rule rests on not found in them)."""
+    if not evidence.files:
+        return filing.reject(rule, [f"no evidence files in {evidence_dir}"])
+    missing, checked = _grounding_gaps(rule, evidence)
+    if missing:
+        found = "; ".join(missing)
+        return filing.reject(rule, [f"grounding: not found in the evidence: {found}"], missing)
+    return Rule.model_validate(
+        {
+            **rule.model_dump(),
+            "evidence": _state_relative(checked, evidence_dir, state_root),
+            "verified_by": ["grounding"],
+        }
+    )
 
 
 def candidate_from_file(path: Path) -> Rule:
