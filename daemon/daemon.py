@@ -24,7 +24,6 @@ from daemon.config import DaemonConfig, Loop
 from daemon.home import Home
 from daemon.people.escalation import open_escalations
 from daemon.people.notify import Notifications
-from daemon.runs.services import RunServices
 from daemon.sandbox.registry import choose
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import CronTimer
@@ -34,6 +33,7 @@ from daemon.service.context import (
     Flags,
     load_config,
     notifications_for,
+    started_context,
     unreadable_reporter,
 )
 from daemon.service.first_run import FirstRun
@@ -46,7 +46,6 @@ from daemon.service.reload import (
     LoopFiles,
     agent_could_write_home,
     changed_loops,
-    first_load,
     keep_last_good,
     keep_running,
     restart_messages,
@@ -122,26 +121,7 @@ class Daemon:
         store.events.repair()
         write_state_readme(store.root)
         set_child_subreaper()
-        services = RunServices(home=home, config=loaded.daemon, store=store, clock=clock)
-        services.notifications = notifications_for(loaded, store)
-        ctx = Context(
-            home=home,
-            store=store,
-            flags=flags or Flags(),
-            config=loaded,
-            services=services,
-            clock=clock,
-            monotonic=monotonic,
-            files=first_load(home, loaded),
-        )
-        ctx.event(
-            Event.DAEMON_STARTED,
-            pid=os.getpid(),
-            version=package.__version__,
-            loops=sorted(loaded.loops),
-            broken=sorted({e.file.stem for e in loaded.errors if e.file.parent.name == "loops"}),
-        )
-        ctx.report_config()
+        ctx = started_context(home, loaded, store, flags or Flags(), clock, monotonic)
         queue = RunQueue()
         timer = CronTimer(store.root / "schedule.toml", warn=store.report_unreadable)
         pool = WorkerPool(ctx, queue)
