@@ -45,9 +45,11 @@ from daemon.service.recover import recover_live_runs
 from daemon.service.reload import (
     LoopFiles,
     agent_could_write_home,
+    broken_loop_files,
     changed_loops,
     keep_last_good,
     keep_running,
+    reload_message,
     restart_messages,
     restart_pending,
 )
@@ -240,10 +242,7 @@ class Daemon:
         ctx.restart_pending = pending
         changed = changed_loops(before[2], files)
         self._changes_during_attempts(before[2], files, changed)
-        broken = sorted(
-            {e.file.stem for e in loaded.errors if e.file.parent == ctx.home.loops_dir}
-            - set(loaded.loops)
-        )
+        broken = broken_loop_files(ctx.home, loaded)
         ctx.event(
             Event.RELOADED,
             loops=sorted(loaded.loops),
@@ -254,14 +253,7 @@ class Daemon:
             requests=requests,
         )
         self.status.write(now, force=True)
-        message = f"reloaded: {len(loaded.loops)} loop(s)"
-        for line in pending:
-            message += f"; {line}"
-        if files.stale:
-            message += "; kept the last good configuration of " + ", ".join(sorted(files.stale))
-        if broken:
-            message += "; not loaded: " + ", ".join(broken)
-        return message
+        return reload_message(loaded, pending, files, broken)
 
     def _changes_during_attempts(self, before: LoopFiles, after: LoopFiles, changed: list[str]):
         """Record configuration changes an agent working now could have made."""
