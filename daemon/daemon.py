@@ -414,20 +414,7 @@ def run_daemon(home: Home) -> int:
                 notifier.status(message)
         if flags.stop.is_set():
             break
-        try:
-            daemon.tick(utc_now())
-            failures = 0
-            if daemon.first_run.waiting:
-                for line in daemon.first_run.ended(utc_now()):
-                    print(line, flush=True)
-        except Exception as exc:  # noqa: BLE001 - a bad tick is recorded; the daemon goes on
-            failures += 1
-            daemon.ctx.event(Event.TICK_ERROR, error=f"{type(exc).__name__}: {exc}"[:1000])
-            notifications = daemon.ctx.services.notifications
-            if failures == 3 and notifications is not None:
-                notifications.daemon_failed(
-                    home.root, f"{type(exc).__name__}: {exc}", utc_now(), wait=0
-                )
+        failures = _tick(home, daemon, failures)
         heartbeat.beat(time.monotonic())
     if notifier:
         notifier.stopping()
@@ -445,6 +432,26 @@ def run_daemon(home: Home) -> int:
     deadline.done()
     print("loopd: stopped", flush=True)
     return 0
+
+
+def _tick(home: Home, daemon: Daemon, failures: int) -> int:
+    """One tick, and the first run's end when it came; a failed tick is recorded (the third
+    in a row notifies). The failures in a row after it."""
+    try:
+        daemon.tick(utc_now())
+        failures = 0
+        if daemon.first_run.waiting:
+            for line in daemon.first_run.ended(utc_now()):
+                print(line, flush=True)
+    except Exception as exc:  # noqa: BLE001 - a bad tick is recorded; the daemon goes on
+        failures += 1
+        daemon.ctx.event(Event.TICK_ERROR, error=f"{type(exc).__name__}: {exc}"[:1000])
+        notifications = daemon.ctx.services.notifications
+        if failures == 3 and notifications is not None:
+            notifications.daemon_failed(
+                home.root, f"{type(exc).__name__}: {exc}", utc_now(), wait=0
+            )
+    return failures
 
 
 def _grace(daemon: Daemon) -> float:
