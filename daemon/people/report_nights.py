@@ -190,24 +190,7 @@ def count_nights(
             continue
         if run.started < since:
             continue
-        night = night_of(run.started, tz).isoformat()
-        data.total_runs += 1
-        outcome = run.outcome or "running"
-        per_loop = data.runs.setdefault(night, {}).setdefault(run.loop, {})
-        per_loop[outcome] = per_loop.get(outcome, 0) + 1
-        data.verified.setdefault(night, Verified()).add(run)
-        if run.tokens:
-            data.tokens[night] = data.tokens.get(night, 0) + run.tokens
-        if run.cost_usd:
-            data.cost[night] = round(data.cost.get(night, 0.0) + run.cost_usd, 6)
-        if run.outcome == "succeeded":
-            n = len(run.attempts)
-            tries = data.attempts_to_success.setdefault(run.loop, {})
-            tries[n] = tries.get(n, 0) + 1
-            if run.branch and _landed(store, run) is not True:
-                exists = branch_exists(run.repo, run.branch) if branch_exists else True
-                if exists:
-                    data.ready.append(_ready(store, run))
+        _count_run(data, store, run, tz, branch_exists)
     ends = [
         datetime.combine(n + timedelta(days=1), datetime.min.time(), tz or now.astimezone().tzinfo)
         + NOON
@@ -233,6 +216,35 @@ def count_nights(
             )
         )
     return data
+
+
+def _count_run(
+    data: Nights,
+    store: StateStore,
+    run: Any,
+    tz: tzinfo | None,
+    branch_exists: Callable[[str, str], bool] | None,
+) -> None:
+    """One run into its night's counts: outcome, verified, tokens, cost; a success into the
+    attempts it took, and its branch (not landed, still there) into those ready to land."""
+    night = night_of(run.started, tz).isoformat()
+    data.total_runs += 1
+    outcome = run.outcome or "running"
+    per_loop = data.runs.setdefault(night, {}).setdefault(run.loop, {})
+    per_loop[outcome] = per_loop.get(outcome, 0) + 1
+    data.verified.setdefault(night, Verified()).add(run)
+    if run.tokens:
+        data.tokens[night] = data.tokens.get(night, 0) + run.tokens
+    if run.cost_usd:
+        data.cost[night] = round(data.cost.get(night, 0.0) + run.cost_usd, 6)
+    if run.outcome == "succeeded":
+        n = len(run.attempts)
+        tries = data.attempts_to_success.setdefault(run.loop, {})
+        tries[n] = tries.get(n, 0) + 1
+        if run.branch and _landed(store, run) is not True:
+            exists = branch_exists(run.repo, run.branch) if branch_exists else True
+            if exists:
+                data.ready.append(_ready(store, run))
 
 
 def _ready(store: StateStore, run: Any) -> ReadyBranch:

@@ -309,46 +309,28 @@ def verify_candidate(
 ) -> Verification:
     """Run the rule verifier on `candidate` with the files of `evidence_dir` as its evidence.
 
-    `evidence`: the evidence, when it is not `evidence_dir`'s attempt files (a run's own
-    candidates: daemon/rules/runevidence.py); entries are then named relative to that folder.
+    `evidence`: when not `evidence_dir`'s attempt files (a run's own: runevidence.py).
     `write=False` is a dry run: nothing is filed and no event is written.
     Raises `daemon.model.client.ModelUnavailable` when step 4 is asked for and cannot run.
     """
     rule = _normalized(candidate, now)
-    reasons: list[str] = []
-    if candidate.severity != "remind":
-        reasons.append(
-            f"severity {candidate.severity!r} lowered to 'remind': only a person raises it "
-            "(loopd rules promote ID --severity)"
-        )
+    reasons = _severity_lowered(candidate)
     events = events if write else None
     filing = _Filing(library, events, now, write, loop, run)
     if events is not None:
         events.append(Event.RULE_PROPOSED, now, loop=loop, run=run, text=rule.rule, kind=rule.kind)
 
-    # 0. Patterns: each must run on RE2, or the rule would fire on nothing it was meant for.
-    bad = [(p, why) for p in rule.trigger_patterns if (why := pattern_problem(p))]
-    if bad:
-        return filing.reject(rule, [f"trigger pattern {p!r}: {why}" for p, why in bad])
-    unfit = kind_problem(rule)  # a skill without the command that verified it
+    # 0. Patterns RE2 cannot run, and what the rule's kind needs (a skill's command).
+    unfit = _unfit(rule)
     if unfit:
-        return filing.reject(rule, [unfit])
+        return filing.reject(rule, unfit)
 
     # 1. Grounding, without a model.
     evidence = evidence or EvidenceSet.from_dir(evidence_dir)
-    if not evidence.files:
-        return filing.reject(rule, [f"no evidence files in {evidence_dir}"])
-    missing, checked = _grounding_gaps(rule, evidence)
-    if missing:
-        found = "; ".join(missing)
-        return filing.reject(rule, [f"grounding: not found in the evidence: {found}"], missing)
-    rule = Rule.model_validate(
-        {
-            **rule.model_dump(),
-            "evidence": _state_relative(checked, evidence_dir, state_root),
-            "verified_by": ["grounding"],
-        }
-    )
+    grounded = _grounded(filing, rule, evidence, evidence_dir, state_root)
+    if isinstance(grounded, Verification):
+        return grounded
+    rule = grounded
 
     # 2. Generic advice.
     generic = generic_advice(rule)
@@ -369,6 +351,52 @@ def verify_candidate(
         if rejected is not None:
             return rejected
     return filing.accept(verification)
+
+
+def _unfit(rule: Rule) -> list[str]:
+    """Why the rule cannot be filed whatever its evidence: a trigger pattern RE2 cannot run
+    (it would fire on nothing it was meant for), a skill without the command that verified it."""
+    bad = [(p, why) for p in rule.trigger_patterns if (why := pattern_problem(p))]
+    if bad:
+        return [f"trigger pattern {p!r}: {why}" for p, why in bad]
+    problem = kind_problem(rule)
+    return [problem] if problem else []
+
+
+def _severity_lowered(candidate: Rule) -> list[str]:
+    """The reason to give when the candidate asks for more than `remind`: only a person raises
+    a rule's severity."""
+    reasons: list[str] = []
+    if candidate.severity != "remind":
+        reasons.append(
+            f"severity {candidate.severity!r} lowered to 'remind': only a person raises it "
+            "(loopd rules promote ID --severity)"
+        )
+    return reasons
+
+
+def _grounded(
+    filing: _Filing,
+    rule: Rule,
+    evidence: EvidenceSet,
+    evidence_dir: Path,
+    state_root: Path | None,
+) -> Rule | Verification:
+    """Step 1: the rule with the evidence it is grounded in, or its rejection (no evidence
+    files, or what the rule rests on not found in them)."""
+    if not evidence.files:
+        return filing.reject(rule, [f"no evidence files in {evidence_dir}"])
+    missing, checked = _grounding_gaps(rule, evidence)
+    if missing:
+        found = "; ".join(missing)
+        return filing.reject(rule, [f"grounding: not found in the evidence: {found}"], missing)
+    return Rule.model_validate(
+        {
+            **rule.model_dump(),
+            "evidence": _state_relative(checked, evidence_dir, state_root),
+            "verified_by": ["grounding"],
+        }
+    )
 
 
 def candidate_from_file(path: Path) -> Rule:
