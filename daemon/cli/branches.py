@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
-from daemon.cli.common import CommandError, command, console, home_of, print_json
+from daemon.cli.common import CommandError, console, home_of, print_json
 from daemon.clock import utc_now
 from daemon.landing.branches import list_branches, prune_branches
 
@@ -50,13 +50,3 @@ def branches(args: argparse.Namespace) -> int:
             soft_wrap=True,
         )
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "branches", branches, json_flag=True)
-    p.add_argument("loop", nargs="?", default="", help="only this loop's branches")
-    p.add_argument(
-        "--prune",
-        action="store_true",
-        help="delete branches that landed, and those of runs older than [limits] retain_days",
-    )

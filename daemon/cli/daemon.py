@@ -12,7 +12,6 @@ from zoneinfo import ZoneInfo
 from daemon.calibration.warnings import calibration_warnings
 from daemon.cli.common import (
     CommandError,
-    command,
     console,
     daemon_pid,
     engine_control,
@@ -337,13 +336,3 @@ def pause(args: argparse.Namespace) -> int:
 def resume(args: argparse.Namespace) -> int:
     """Let a paused loop's triggers start runs again."""
     return _set_paused(args, False)
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    command(sub, "run", run)
-    p = command(sub, "status", status, json_flag=True)
-    p.add_argument("--watch", action="store_true", help="a live view that redraws as state changes")
-    p = command(sub, "pause", pause)
-    p.add_argument("loop")
-    p = command(sub, "resume", resume)
-    p.add_argument("loop")

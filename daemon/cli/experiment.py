@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.agents.processes import set_child_subreaper
-from daemon.cli.common import CommandError, command, home_of, print_json
+from daemon.cli.common import CommandError, home_of, print_json
 from daemon.cli.runs import foreground_loop, lock_loop
 from daemon.clock import utc_now
 from daemon.experiments.arms import arms_for, parse_supports
@@ -202,21 +202,3 @@ def _print_arms(report: ExperimentReport) -> None:
             f"(95% interval {low:.0%} to {high:.0%}), {arm.tokens} tokens, "
             f"{arm.nudges} nudges, {arm.escalations} escalations"
         )
-
-
-def register(sub: Any) -> None:
-    p = command(sub, "replay", replay_cmd, json_flag=True)
-    p.add_argument("--since", default="30d", help="how far back, such as 30d or 12h")
-    p.add_argument("--rule", metavar="FILE|ID", help="a candidate rule file, or a rule's id")
-    p = command(sub, "experiment", experiment_cmd)
-    p.add_argument("loop")
-    p.add_argument(
-        "--without",
-        required=True,
-        metavar="SUPPORTS",
-        help="comma-separated: rules, progress, feedback, nudges (one arm without each)",
-    )
-    p.add_argument("--repeat", type=int, required=True, metavar="N", help="runs per arm")
-    p.add_argument(
-        "--at", metavar="COMMIT", help="the commit every run starts from (default: base)"
-    )

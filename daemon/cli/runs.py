@@ -9,14 +9,7 @@ import time
 from typing import Any
 
 from daemon.agents.processes import set_child_subreaper, set_not_dumpable
-from daemon.cli.common import (
-    CommandError,
-    command,
-    daemon_pid,
-    engine_control,
-    home_of,
-    valid_loop,
-)
+from daemon.cli.common import CommandError, daemon_pid, engine_control, home_of, valid_loop
 from daemon.cli.engine_views import trigger_on_engine
 from daemon.cli.runview import exit_code, print_outcome
 from daemon.clock import utc_now
@@ -449,23 +442,3 @@ def cancel(args: argparse.Namespace) -> int:
             break
     print(f"{run.id}: {outcome or 'cancel requested'}")
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "once", once)
-    p.add_argument("loop")
-    p.add_argument("--reason", help="why, recorded with the run")
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="run it even when it is disabled, or when done_when already passes",
-    )
-    p = command(sub, "trigger", trigger)
-    p.add_argument("loop")
-    p.add_argument("--reason", help="why, recorded with the run")
-    p.add_argument(
-        "--wait", action="store_true", help="exit as the run ends (0: succeeded or skipped)"
-    )
-    p.add_argument("--force", action="store_true", help="run even when done_when already passes")
-    p = command(sub, "cancel", cancel)
-    p.add_argument("run_id")

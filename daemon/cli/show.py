@@ -6,14 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from daemon.cli.common import (
-    CommandError,
-    command,
-    console,
-    engine_control,
-    home_of,
-    print_json,
-)
+from daemon.cli.common import CommandError, console, engine_control, home_of, print_json
 from daemon.cli.engine_views import engine_record, show_runs
 from daemon.cli.runview import runs_table
 from daemon.clock import utc_now
@@ -256,13 +249,3 @@ def _show_diff(store: Any, run: Any, only: int | None) -> int:
                 out.print(Text(line, style=style), soft_wrap=True, highlight=False)
     sys.stdout.flush()
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "runs", runs, json_flag=True)
-    p.add_argument("loop", nargs="?")
-    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
-    p = command(sub, "show", show, json_flag=True)
-    p.add_argument("run_id")
-    p.add_argument("--diff", action="store_true", help="the changes each attempt made")
-    p.add_argument("--attempt", type=int, metavar="N", help="with --diff: only attempt N")
