@@ -5,8 +5,10 @@ subprocess of the installed console script (`loopd --help`, `loopd status --help
 subcommand of a group, `loopd escalations list --help`), timed from process start to exit:
 its wall time, and its CPU time (user + system, from the kernel's accounting of the child),
 which a busy machine does not inflate as it does the wall time. `python -c pass` is the floor.
-The verdict is the worst median wall time. The load average is printed beside the figures:
-past the number of cores, every wall time here grows with it.
+The verdict is the worst median wall time. The children may write bytecode caches
+(PYTHONDONTWRITEBYTECODE is dropped from their environment), as an installed loopd has them.
+The load average is printed beside the figures: past the number of cores, every wall time
+here grows with it.
 Usage: python bench/cli_start.py [--repeat 7] [--only COMMAND ...] [--smoke]
 """
 
@@ -58,13 +60,15 @@ def subparsers(parser: argparse.ArgumentParser) -> list[argparse._SubParsersActi
 
 def timed(argv: list[str], repeat: int, cwd: Path) -> tuple[list[float], list[float], int]:
     """Wall and CPU times in ms of `argv`, `repeat` times after one warm-up; its exit code."""
-    subprocess.run(argv, capture_output=True, cwd=cwd, timeout=120)
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run(argv, capture_output=True, cwd=cwd, timeout=120, env=env)
     walls, cpus = [], []
     code = 0
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         began = time.perf_counter()
-        proc = subprocess.run(argv, capture_output=True, cwd=cwd, timeout=120)
+        proc = subprocess.run(argv, capture_output=True, cwd=cwd, timeout=120, env=env)
         walls.append((time.perf_counter() - began) * 1000)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
