@@ -266,6 +266,37 @@ def test_a_push_whose_commit_cannot_be_fetched_ends_its_run_in_error(tmp_path: P
         stop_daemon(proc)
 
 
+def test_an_accepted_delivery_survives_a_kill_of_loopd(tmp_path: Path) -> None:
+    """A 202 means the trigger is in the inbox: loopd killed (SIGKILL) the moment it answers,
+    before any fetch, still runs the loop on the pushed commit at its next start."""
+    origin, work, loop_repo = hosted(tmp_path)
+    home = make_home(
+        tmp_path / "home", home_config(origin), {"one": loop_file(loop_repo, "github-r")}
+    )
+    proc = start_daemon(home, env={SECRET_ENV: SECRET})
+    try:
+        port = wait_for(lambda: listening_port(home), what="the listener")
+        before, after = push_commit(work, "accepted, then loopd killed")
+        headers, body = delivery("github", "refs/heads/main", before, after)
+        assert post(port, "/hooks/github", headers, body)[0] == 202
+    finally:
+        proc.kill()
+        proc.wait()
+    proc = start_daemon(home, env={SECRET_ENV: SECRET})
+    try:
+        # Its run: made by the restarted loopd from the inbox (or, when the killed one had
+        # taken the trigger in the moment left, recovered from its record).
+        made = wait_for(
+            lambda: [r for r in runs(home) if r["trigger"].get("new") == after and "outcome" in r],
+            what="the pushed commit's run to end",
+        )
+        assert made[0]["trigger"]["remote"] == "github-r"
+        if made[0]["outcome"] == "succeeded":
+            assert git(loop_repo, "rev-parse", "refs/remotes/github-r/main") == after
+    finally:
+        stop_daemon(proc)
+
+
 def test_a_source_past_its_rate_limit_is_refused(tmp_path: Path) -> None:
     origin, work, loop_repo = hosted(tmp_path)
     config = home_config(origin, rate_limit=2)
