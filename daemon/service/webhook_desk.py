@@ -2,7 +2,8 @@
 
 Synchronous and free of HTTP: the listener hands it the path's service, the headers, the
 body and the source address, and answers with the status it returns. Every refusal and every
-ignored delivery is an event; an accepted push goes to the RemoteFeed (fetch, then trigger).
+ignored delivery is an event; an accepted push goes to the RemoteFeed (its fetch and its
+triggers, in the inbox before the 202 on the local engine).
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ class WebhookDesk:
             new=push.after,
             loops=[loop.name for loop in loops],
         )
-        self.feed.submit(
+        self.feed.accept(
             RemotePush(
                 remote=name,
                 branch=branch,
@@ -170,7 +171,8 @@ class WebhookDesk:
                 source="webhook",
                 received=received,
                 delivery=delivery,
-            )
+            ),
+            loops,
         )
         return Answer(202, "accepted\n")
 
