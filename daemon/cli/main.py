@@ -68,6 +68,7 @@ COMMANDS = {
     "redact": "redact",
     "systemd": "systemd",
     "docs": "docs",
+    "mcp": "mcp",
 }
 
 

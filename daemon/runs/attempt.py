@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from daemon.agents.deskconfig import desk_access
 from daemon.agents.homes import seed_home
 from daemon.agents.registry import adapter_class
 from daemon.agents.transcript import Transcript
@@ -24,6 +25,8 @@ from daemon.git.tree import RunTree
 from daemon.people.progress import read_progress
 from daemon.redact import redact
 from daemon.runs.confinement import Confinement
+from daemon.runs.desk import Desk
+from daemon.runs.deskwork import DeskWork
 from daemon.runs.journal import RunJournal
 from daemon.runs.prompt import PromptParts, build_prompt, fenced
 from daemon.runs.services import RunServices
@@ -150,6 +153,7 @@ class Attempt:
         transcript = Transcript(folder / "transcript.jsonl", limits.transcript_cap)
         result = AttemptResult(record=attempt)
         stopped_parked = False
+        desk = self._open_desk(adapter)
         try:
             Sessions(self, adapter, parts, prompt, transcript, result).run()
         except RunStopped:
@@ -158,6 +162,7 @@ class Attempt:
             stopped_parked = run.phase == "waiting"
         finally:
             transcript.close()
+            desk.close(wait=self.cfg.check_timeout.total_seconds() + 30)
         if result.parked:
             journal.save()
             return result  # the attempt stays open: it goes on after the wait
@@ -178,6 +183,18 @@ class Attempt:
         )
         self.stop.raise_if_stopped()
         return result
+
+    def _open_desk(self, adapter: Any) -> Desk:
+        """Open the attempt's desk and give the agent its tools: `loopd mcp` in its CLI's
+        configuration (in the run's HOME), `loopd-tool` on its PATH."""
+        work = DeskWork(self)
+        desk = Desk(self.confinement.scratch, work, work.refused).open()
+        adapter.desk = desk_access(desk.path, desk.token, self.confinement.scratch / "bin")
+        if adapter.private_home is not None:
+            adapter.write_tool_config(adapter.private_home)
+        ways = ["mcp", "cli"] if adapter.speaks_mcp else ["cli"]
+        self.journal.event(Event.DESK_OPENED, attempt=self.n, tools=ways)
+        return desk
 
     def _agent_home(self, cls: Any) -> Path:
         """The run's HOME for the agent: seeded with its login files once, kept for the run."""
