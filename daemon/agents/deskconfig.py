@@ -6,7 +6,8 @@ interpreter, which the sandbox shows read-only), the environment that binds it t
 speaks MCP gets the server in its documented per-user format:
 
 - qwen (Qwen Code) and gemini (Gemini CLI): `~/.qwen/settings.json`, `~/.gemini/settings.json`,
-  `mcpServers.loopd` with command, args, env, timeout (ms) and trust;
+  `mcpServers.loopd` with command, args, env, timeout (ms) and trust; for qwen also
+  `alwaysLoadTools` (Qwen Code 0.24 otherwise hides MCP tools behind its tool_search bridge);
 - claude (Claude Code): a JSON file of `mcpServers` given with `--mcp-config`;
 - codex (Codex CLI): `~/.codex/config.toml`, table `[mcp_servers.loopd]`;
 - opencode: its inline config (OPENCODE_CONFIG_CONTENT), `mcp.loopd` of type `local` with
@@ -81,8 +82,9 @@ def settings_server(access: DeskAccess) -> dict[str, Any]:
     }
 
 
-def merge_settings(path: Path, access: DeskAccess) -> None:
-    """Add the server to a settings.json (`mcpServers`), keeping what the file holds."""
+def merge_settings(path: Path, access: DeskAccess, **extra: Any) -> None:
+    """Add the server to a settings.json (`mcpServers`), keeping what the file holds; `extra`:
+    keys of the CLI's own for the entry."""
     data: dict[str, Any] = {}
     try:
         loaded = json.loads(path.read_text(encoding="utf-8"))
@@ -91,7 +93,7 @@ def merge_settings(path: Path, access: DeskAccess) -> None:
     except (OSError, ValueError):
         pass
     servers = data.get("mcpServers") if isinstance(data.get("mcpServers"), dict) else {}
-    data["mcpServers"] = {**servers, SERVER: settings_server(access)}
+    data["mcpServers"] = {**servers, SERVER: {**settings_server(access), **extra}}
     _write(path, json.dumps(data, indent=2) + "\n")
 
 

@@ -24,7 +24,8 @@ class QwenAdapter(AgentAdapter):
 
     def write_tool_config(self, home: Path) -> None:
         if self.desk is not None:
-            merge_settings(home / ".qwen" / "settings.json", self.desk)
+            # Declared to the model at the start, not behind Qwen Code's tool_search bridge.
+            merge_settings(home / ".qwen" / "settings.json", self.desk, alwaysLoadTools=True)
 
     def invocation(self, prompt: str, resume: Resume | None = None) -> Invocation:
         argv = ["qwen", "--output-format", "stream-json", "--approval-mode", "yolo"]
