@@ -33,15 +33,15 @@ class ToolFailed(Exception):
 
 
 def call(name: str, arguments: dict[str, Any], environ: Any = os.environ) -> str:
-    """One tool call: validated here (a clear error without a round trip), done at the desk."""
-    try:
-        args = validated(name, arguments)
-    except BadArguments as exc:
-        raise ToolFailed(str(exc)) from None
+    """One tool call, validated and done at the desk (so a refused call is an event too)."""
     token, desk = environ.get(TOKEN_ENV, ""), environ.get(SOCKET_ENV, "")
     if not token or not desk:
+        try:  # unbound, yet a bad call still gets the clear error
+            validated(name, arguments)
+        except BadArguments as exc:
+            raise ToolFailed(str(exc)) from None
         raise ToolFailed(f"{name}: not bound to a run (loopd starts this server for its runs)")
-    reply = ask_desk(Path(desk), token, name, args.model_dump(mode="json"))
+    reply = ask_desk(Path(desk), token, name, arguments)
     if not reply.ok:
         raise ToolFailed(reply.text)
     return reply.text

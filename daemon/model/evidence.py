@@ -21,6 +21,7 @@ from daemon.model.evidence_parts import (
     trim,
 )
 from daemon.redact import redact
+from daemon.state.agentrecords import render_records
 from daemon.state.records import DiffStat
 from daemon.state.stored import is_stored
 
@@ -58,6 +59,8 @@ _HEADINGS = {
     "prompt": "# The prompt the agent received (prompt.md)",
 }
 SECTIONS = tuple(_HEADINGS)
+RECORDS_HEADING = "# What the agent recorded through loopd's tools"
+RECORDS_SHARE = 6  # at most 1/6 of the budget: the agent's own words weigh less than the checks
 
 
 @dataclass
@@ -71,6 +74,9 @@ class Evidence:
     budget_tokens: int
     citations: list[str]  # what the summary cites, as found in it
     diff_summary: str = ""  # the files changed with +/- counts, from diffstat.json
+    # What the agent recorded through loopd's tools: its claims with what loopd saw when it
+    # ran their commands, and its decisions (state/runs/RUN_ID/evidence.jsonl, decisions.md).
+    records: str = ""
     # The order of the sections; calibration renders another order to see if verdicts change.
     sections: tuple[str, ...] = SECTIONS
 
@@ -84,6 +90,8 @@ class Evidence:
             + ("\n".join(f"- {v}" for v in self.violations) or "none")
             + "\n",
         ]
+        if self.records:
+            out.append(f"\n{RECORDS_HEADING}\n{self.records}")
         for section in self.sections:
             heading = _HEADINGS[section]
             parts = [p for p in self.parts if p.section == section]
@@ -119,7 +127,10 @@ def build_evidence(
 
     task_text, _ = trim(redact(task), max(200, budget // 8))
     summary_text, _ = trim(redact(summary), max(400, budget // 4))
+    # The run's folder holds the attempt folders and what the agent recorded through its tools.
+    records = redact(render_records(attempt_dir.parent, budget // RECORDS_SHARE))
     fixed = len(task_text) + len(summary_text) + sum(len(v) + 3 for v in violations)
+    fixed += len(records) + len(RECORDS_HEADING) + 2
     diff_summary = _diff_summary(attempt_dir)
     fixed += sum(len(h) + 2 for h in _HEADINGS.values()) + 200 + len(diff_summary)
     remaining = max(0, budget - fixed)
@@ -164,6 +175,7 @@ def build_evidence(
         budget_tokens=budget_tokens,
         citations=[c.text for c in cites],
         diff_summary=diff_summary,
+        records=records,
     )
 
 
