@@ -287,3 +287,61 @@ def test_loopd_mcp_over_stdio_with_the_sdk_client(desk: Desk) -> None:
     assert bad.isError and "command: Field required" in bad.content[0].text
     tool, args = desk.work_log.calls[0]  # type: ignore[attr-defined]
     assert tool == "record_evidence" and args.command == "true"
+
+
+def test_the_critic_reads_the_agents_claims_and_what_loopd_saw(tmp_path: Path) -> None:
+    from daemon.model.evidence import RECORDS_HEADING, build_evidence
+
+    run_dir = tmp_path / "run"
+    attempt = run_dir / "attempt-1"
+    attempt.mkdir(parents=True)
+    (attempt / "checks.log").write_text("$ pytest\n1 passed\n")
+    append_evidence(
+        run_dir,
+        EvidenceLine(
+            ts=NOW,
+            attempt=1,
+            claim="empty input is handled",
+            command="pytest -q tests/test_empty.py",
+            commit="b" * 40,
+            exit_code=1,
+            output_tail="AssertionError: got None",
+            refuted=True,
+        ),
+    )
+    append_decision(run_dir, decision_text("Parse lazily", "memory", [], 1, NOW))
+    text = build_evidence(attempt, "the task", "all done", 4000).render()
+    assert RECORDS_HEADING in text
+    assert "empty input is handled" in text and "REFUTED" in text
+    assert "AssertionError: got None" in text and "## Parse lazily" in text
+    bare = tmp_path / "bare" / "attempt-1"
+    bare.mkdir(parents=True)
+    assert RECORDS_HEADING not in build_evidence(bare, "t", "s", 4000).render()
+
+
+@pytest.mark.parametrize("name", ["qwen", "gemini", "codex", "claude", "opencode", "aider"])
+def test_each_adapter_gets_the_server_where_its_cli_reads_it(name: str, tmp_path: Path) -> None:
+    from daemon.agents.registry import adapter_class
+    from daemon.config import AgentProfile
+
+    cls = adapter_class(name)
+    extra = {"model": "gpt-4o"} if name == "aider" else {}
+    adapter = cls(AgentProfile(adapter=name, **extra), tmp_path, environ={})
+    adapter.desk = access()
+    adapter.write_tool_config(tmp_path)
+    inv = adapter.invocation("do it")
+    if name in ("qwen", "gemini"):
+        settings = json.loads((tmp_path / f".{name}" / "settings.json").read_text())
+        assert settings["mcpServers"]["loopd"]["env"][TOKEN_ENV] == "tok"
+        assert settings["mcpServers"]["loopd"].get("alwaysLoadTools", False) is (name == "qwen")
+    elif name == "codex":
+        config = tomllib.loads((tmp_path / ".codex" / "config.toml").read_text())
+        assert config["mcp_servers"]["loopd"]["args"][-1] == "mcp"
+    elif name == "claude":
+        path = inv.argv[inv.argv.index("--mcp-config") + 1]
+        assert json.loads(Path(path).read_text())["mcpServers"]["loopd"]["env"][TOKEN_ENV]
+    elif name == "opencode":
+        config = json.loads(inv.env["OPENCODE_CONFIG_CONTENT"])
+        assert config["mcp"]["loopd"]["type"] == "local"
+    else:  # aider: loopd-tool on its PATH only
+        assert not cls.speaks_mcp and list(tmp_path.iterdir()) == []
