@@ -345,3 +345,23 @@ def test_each_adapter_gets_the_server_where_its_cli_reads_it(name: str, tmp_path
         assert config["mcp"]["loopd"]["type"] == "local"
     else:  # aider: loopd-tool on its PATH only
         assert not cls.speaks_mcp and list(tmp_path.iterdir()) == []
+
+
+def test_loopd_mcp_without_the_sdk_names_the_extra(tmp_path: Path) -> None:
+    shim = tmp_path / "shim" / "mcp"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'mcp'\", name='mcp')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(shim.parent)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "daemon.cli.main", "mcp"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "pip install 'loopd[mcp]'" in proc.stderr and "Traceback" not in proc.stderr
