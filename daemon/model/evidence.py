@@ -130,7 +130,8 @@ def build_evidence(
     # The run's folder holds the attempt folders and what the agent recorded through its tools.
     records = redact(render_records(attempt_dir.parent, budget // RECORDS_SHARE))
     fixed = len(task_text) + len(summary_text) + sum(len(v) + 3 for v in violations)
-    fixed += len(records) + len(RECORDS_HEADING) + 2
+    if records:
+        fixed += len(records) + len(RECORDS_HEADING) + 2
     diff_summary = _diff_summary(attempt_dir)
     fixed += sum(len(h) + 2 for h in _HEADINGS.values()) + 200 + len(diff_summary)
     remaining = max(0, budget - fixed)
