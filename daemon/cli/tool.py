@@ -20,10 +20,16 @@ USAGE = "usage: loopd-tool TOOL --PARAMETER VALUE ...; tools: " + ", ".join(
 )
 
 
+class HelpAsked(ValueError):
+    """-h or --help: the usage, printed on stdout, exit 0."""
+
+
 def parse(argv: list[str]) -> tuple[str, dict[str, Any]]:
     """The tool and its arguments from `TOOL --name value ...`; ValueError with the usage."""
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv:
         raise ValueError(USAGE)
+    if argv[0] in ("-h", "--help"):
+        raise HelpAsked(USAGE)
     tool = argv[0].replace("-", "_")
     if tool not in TOOLS:
         raise ValueError(f"unknown tool {argv[0]!r}; {USAGE}")
@@ -32,7 +38,7 @@ def parse(argv: list[str]) -> tuple[str, dict[str, Any]]:
     rest = argv[1:]
     if rest and rest[0] in ("-h", "--help"):
         flags = " ".join(f"--{name} VALUE" for name in model.model_fields)
-        raise ValueError(f"loopd-tool {argv[0]} {flags}\n{description(tool)}")
+        raise HelpAsked(f"loopd-tool {argv[0]} {flags}\n{description(tool)}")
     while rest:
         flag, *rest = rest
         name = flag[2:].replace("-", "_") if flag.startswith("--") else ""
@@ -58,6 +64,9 @@ def _is_list(model: Any, name: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     try:
         tool, arguments = parse(sys.argv[1:] if argv is None else argv)
+    except HelpAsked as exc:
+        print(exc)
+        return 0
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
