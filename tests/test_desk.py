@@ -365,3 +365,21 @@ def test_loopd_mcp_without_the_sdk_names_the_extra(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2, proc.stderr
     assert "pip install 'loopd[mcp]'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_one_run_cannot_write_into_another(tmp_path: Path) -> None:
+    """Run A's binding against run B's desk (a path B's sandbox would never show A, but mode
+    `off` shows everything): refused, and B's work is not touched."""
+    work_a, work_b = Recorder(), Recorder()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with (
+        Desk(tmp_path / "a", work_a, work_a.refused) as a,
+        Desk(tmp_path / "b", work_b, work_b.refused) as b,
+    ):
+        assert a.token != b.token
+        reply = ask_desk(b.path, a.token, "record_decision", {"title": "t", "why": "w"})
+        assert not reply.ok and "not bound to this run" in reply.text
+        assert ask_desk(a.path, a.token, "record_decision", {"title": "t", "why": "w"}).ok
+    assert work_b.calls == [] and work_b.refusals == [("record_decision", "token")]
+    assert [tool for tool, _ in work_a.calls] == ["record_decision"]

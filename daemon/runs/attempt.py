@@ -10,6 +10,7 @@ attempt is recorded as finished.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,9 @@ class Attempt:
         # A park returns the attempt open (the engine waits, durably, and resumes it) and
         # leaves holding the profile and notifying to the engine's home.
         self.engine_waits = engine_waits
+        # One commit of the work and one use of the check tree at a time: the desk's
+        # record_evidence (while the agent works) and the checks after a session.
+        self.work_lock = threading.Lock()
 
     def run(self) -> AttemptResult:
         """Start the agent, nudge its stalls, and record the attempt as finished."""

@@ -72,6 +72,10 @@ class DeskWork:
         return "Recorded in the run's decisions; the critic reads them."
 
     def record_evidence(self, args: Any) -> str:
+        with self.attempt.work_lock:
+            return self._record_evidence(args)
+
+    def _record_evidence(self, args: Any) -> str:
         journal, attempt = self.journal, self.attempt
         run = journal.run
         record = next((a for a in run.attempts if a.n == self.n), None)

@@ -86,6 +86,7 @@ class SessionsOf(Protocol):
     n: int
     parked: bool
     engine_waits: bool
+    work_lock: Any
 
 
 class Sessions:
@@ -352,6 +353,10 @@ class Sessions:
 
     def _checks_now(self) -> CheckedCommit:
         """Commit the work so far and run the checks on it."""
+        with self.attempt.work_lock:  # not beside a record_evidence of a late tool call
+            return self._commit_and_check()
+
+    def _commit_and_check(self) -> CheckedCommit:
         run = self.journal.run
         head = commit_work(
             self.journal,
