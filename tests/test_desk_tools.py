@@ -30,6 +30,7 @@ tool('record-evidence', '--claim', 'check.py passes', '--command', 'python3 chec
 tool('record-evidence', '--claim', 'the build is green', '--command', 'exit 3')
 tool('ask-person', '--question', 'Should add() accept strings too?')
 tool('rules-for', '--task', 'fix add in calc.py', '--paths', 'calc.py')
+print('calc.py: add() returned a - b before the fix', flush=True)
 tool('note-knowledge', '--kind', 'knowledge', '--text', 'add() in calc.py must return a + b',
      '--why', 'loopd printed `check ok` for python3 check.py')
 tool('record-decision', '--title', 'no why')
@@ -80,9 +81,12 @@ def test_each_tool_does_its_work_and_is_an_event(tmp_path: Path) -> None:
     assert 'cause = "question"' in body and "Should add() accept strings too?" in body
     # rules_for: none in this home.
     assert "TOOL rules-for 0 No rules from earlier runs apply" in text
-    # note_knowledge: through the rule verifier; never active.
+    # note_knowledge: through the rule verifier (grounded in what the agent printed, which
+    # the transcript holds): filed on trial, never active.
     assert list((home / "rules" / "active").iterdir()) == []
-    assert "TOOL note-knowledge" in text
+    [trial] = list((home / "rules" / "trial").iterdir())
+    assert 'kind = "knowledge"' in trial.read_text()
+    assert f"TOOL note-knowledge 0 Filed as {trial.stem} on trial" in text
 
     events = [json.loads(x) for x in (home / "state" / "events.jsonl").read_text().splitlines()]
     kinds = [e["type"] for e in events if e.get("run") == run_id]
