@@ -72,11 +72,17 @@ def install_cmd(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         print_json({"uninstall": args.uninstall, "repos": report, "notes": notes})
         return 0
+    _print_report(args.uninstall, report, notes)
+    return 0
+
+
+def _print_report(uninstall: bool, report: list[dict[str, Any]], notes: list[str]) -> None:
+    """What was installed (or removed) where, and the notes, for a person."""
     out = console()
     if not report:
-        out.print("No loop has on_push; nothing to do." if not args.uninstall else "No loops.")
+        out.print("No loop has on_push; nothing to do." if not uninstall else "No loops.")
     for item in report:
-        verb = "removed from" if args.uninstall else "installed in"
+        verb = "removed from" if uninstall else "installed in"
         state = f"{len(item['changed'])} files changed" if item["changed"] else "already so"
         out.print(
             f"hooks {verb} {item['hooks']} for {', '.join(item['loops'])} ({state})",
@@ -85,7 +91,6 @@ def install_cmd(args: argparse.Namespace) -> int:
         )
     for note in notes:
         out.print(f"note: {note}", highlight=False, markup=False)
-    return 0
 
 
 def register(sub: Any) -> None:

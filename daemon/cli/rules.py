@@ -89,6 +89,8 @@ def _row(stored: Any) -> dict[str, Any]:
         "expires": rule.expires.isoformat() if rule.expires else None,
         "expired": rule.expired(utc_now()),
         "imported_from": rule.provenance.imported_from if rule.provenance else "",
+        "source_run": rule.source_run,
+        "verified_with": rule.verified_with.model_dump() if rule.verified_with else None,
         "rule": rule.rule,
         "path": str(stored.path),
     }
@@ -125,6 +127,9 @@ def list_cmd(args: argparse.Namespace) -> int:
             )
             print(f"      {r.rule}")
             print(f"      scope: {_where(r)}")
+            if r.verified_with is not None:
+                proof = r.verified_with
+                print(f"      verified with `{proof.command}` (exit {proof.exit_code})")
             if r.expired(now):
                 print(f"      expired on {r.expires:%Y-%m-%d}: it no longer fires")
             if r.provenance is not None and r.provenance.imported_from:

@@ -23,6 +23,7 @@ from daemon.people.landstate import landing_state
 from daemon.people.terminal import clean
 from daemon.people.terminal import markup as m
 from daemon.state.agentrecords import read_decisions, read_evidence
+from daemon.state.records import RunRecord
 from daemon.state.store import UnreadableFile
 
 
@@ -166,29 +167,7 @@ def show(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     out = console()
-    merged = max(run.trigger.merged_count, len(run.trigger.merged))
-    head = [
-        f"loop: {run.loop}",
-        f"task: {run.task.strip()}",
-        f"trigger: {run.trigger.kind} {run.trigger.reason}".rstrip()
-        + (f" ({merged} merged)" if merged else ""),
-        f"started: {run.started}   finished: {run.finished or '-'}",
-        f"outcome: {run.outcome or run.phase}   {run.reason}",
-        f"branch: {run.branch or '-'}   tokens: {run.tokens}"
-        + (f"   cost: ${run.cost_usd:.4f}" if run.cost_usd else ""),
-        f"landing: {landing_state(run).line()}",
-    ]
-    if run.retry_not_run:
-        head.append(f"its retry could not run: {run.retry_not_run}")
-    if run.phase == "waiting" and run.resume_at and run.park:
-        head.append(
-            f"parked on the usage limit of agent profile {run.park.profile!r} until "
-            f"{run.resume_at}: {run.park.message[-200:]}"
-        )
-    if run.waited:
-        head.append(f"parked {run.waited}s in all on usage limits")
-    if run.rules_fired:
-        head.append("rules fired: " + ", ".join(run.rules_fired))
+    head = _head_lines(run)
     out.print(Panel(m("\n".join(head)), title=m(run.id)))
     table = Table(show_lines=True)
     for col in ("#", "exit", "nudges", "stalls", "checks", "score", "verdict", "feedback"):
@@ -231,6 +210,35 @@ def _show_records(out: Any, run_dir: Any) -> None:
     decisions = read_decisions(run_dir).strip()
     if decisions:
         out.print(Panel(m(clean(decisions)), title="the agent's decisions (decisions.md)"))
+
+
+def _head_lines(run: RunRecord) -> list[str]:
+    """The lines of the run's panel: loop, task, trigger, times, outcome, branch, landing,
+    and its retry, park and rules when it has them."""
+    merged = max(run.trigger.merged_count, len(run.trigger.merged))
+    head = [
+        f"loop: {run.loop}",
+        f"task: {run.task.strip()}",
+        f"trigger: {run.trigger.kind} {run.trigger.reason}".rstrip()
+        + (f" ({merged} merged)" if merged else ""),
+        f"started: {run.started}   finished: {run.finished or '-'}",
+        f"outcome: {run.outcome or run.phase}   {run.reason}",
+        f"branch: {run.branch or '-'}   tokens: {run.tokens}"
+        + (f"   cost: ${run.cost_usd:.4f}" if run.cost_usd else ""),
+        f"landing: {landing_state(run).line()}",
+    ]
+    if run.retry_not_run:
+        head.append(f"its retry could not run: {run.retry_not_run}")
+    if run.phase == "waiting" and run.resume_at and run.park:
+        head.append(
+            f"parked on the usage limit of agent profile {run.park.profile!r} until "
+            f"{run.resume_at}: {run.park.message[-200:]}"
+        )
+    if run.waited:
+        head.append(f"parked {run.waited}s in all on usage limits")
+    if run.rules_fired:
+        head.append("rules fired: " + ", ".join(run.rules_fired))
+    return head
 
 
 def _show_diff(store: Any, run: Any, only: int | None) -> int:

@@ -178,13 +178,7 @@ def resolve(
     meta.verdict = verdict
     parts = _split(text)
     body = parts[1] if parts else text
-    section = ["", "## Resolved", "", f"Resolved {iso(now)}."]
-    if note:
-        section += ["", "Note:", quote(note)]
-    if verdict:
-        section += ["", f"The last attempt was {verdict} (the person's verdict)."]
-    if trigger:
-        section += ["", f"A retry was queued (`state/inbox/{trigger.id}`)."]
+    section = _resolved_section(now, note, verdict, trigger)
     write_atomic(
         store.escalation_path(run_id),
         _front_matter(meta) + redact(body.rstrip("\n") + "\n" + "\n".join(section) + "\n"),
@@ -201,6 +195,18 @@ def resolve(
 
     update_progress(store, meta.loop, now)
     return trigger
+
+
+def _resolved_section(now: datetime, note: str, verdict: str, trigger: Trigger | None) -> list[str]:
+    """The `## Resolved` section appended to the escalation's file."""
+    section = ["", "## Resolved", "", f"Resolved {iso(now)}."]
+    if note:
+        section += ["", "Note:", quote(note)]
+    if verdict:
+        section += ["", f"The last attempt was {verdict} (the person's verdict)."]
+    if trigger:
+        section += ["", f"A retry was queued (`state/inbox/{trigger.id}`)."]
+    return section
 
 
 # Outcomes of a later run of the same task that close its open escalations.

@@ -133,21 +133,7 @@ class Attempt:
             attempt = run.attempts[-1]
             prompt = (folder / "prompt.md").read_text(encoding="utf-8")
         else:
-            # Redacted before the agent sees it: prompt.md is byte for byte what it got. No
-            # fsync on the way to the agent's start: the attempt's record, saved durably just
-            # after, is what a restart goes by (a machine's crash interrupts the attempt).
-            prompt = redact(build_prompt(parts, limits.prompt_cap))
-            write_atomic(folder / "prompt.md", prompt, durable=False)
-            attempt = AttemptRecord(
-                n=n, started=journal.now(), base_commit=self.tree.own.tip(), rules=self.rule_ids
-            )
-            run.attempts.append(attempt)
-            guard = guard_of(journal, self.tree)
-            if guard is not None:
-                guard.baseline()  # the user's refs, config, hooks and info as the agent finds them
-            run.phase = "running"
-            journal.save()
-            journal.event(Event.ATTEMPT_STARTED, attempt=n)
+            prompt, attempt = self._start(folder, parts)
 
         profile = self.services.config.profile(cfg.agent)
         assert profile is not None  # the loop's agent is checked when the config loads
@@ -199,6 +185,27 @@ class Attempt:
         ways = ["mcp", "cli"] if adapter.speaks_mcp else ["cli"]
         self.journal.event(Event.DESK_OPENED, attempt=self.n, tools=ways)
         return desk
+
+    def _start(self, folder: Path, parts: PromptParts) -> tuple[str, AttemptRecord]:
+        """A new attempt: its prompt written, its record saved, the user's git as the agent
+        finds it taken as the baseline; the prompt and the record."""
+        journal, run, n = self.journal, self.journal.run, self.n
+        # Redacted before the agent sees it: prompt.md is byte for byte what it got. No
+        # fsync on the way to the agent's start: the attempt's record, saved durably just
+        # after, is what a restart goes by (a machine's crash interrupts the attempt).
+        prompt = redact(build_prompt(parts, self.services.config.limits.prompt_cap))
+        write_atomic(folder / "prompt.md", prompt, durable=False)
+        attempt = AttemptRecord(
+            n=n, started=journal.now(), base_commit=self.tree.own.tip(), rules=self.rule_ids
+        )
+        run.attempts.append(attempt)
+        guard = guard_of(journal, self.tree)
+        if guard is not None:
+            guard.baseline()  # the user's refs, config, hooks and info as the agent finds them
+        run.phase = "running"
+        journal.save()
+        journal.event(Event.ATTEMPT_STARTED, attempt=n)
+        return prompt, attempt
 
     def _agent_home(self, cls: Any) -> Path:
         """The run's HOME for the agent: seeded with its login files once, kept for the run."""

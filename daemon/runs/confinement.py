@@ -129,6 +129,21 @@ def _fresh_dir(path: Path) -> Path:
     return ensure_dir(path)
 
 
+def _refuse_run_folders_in_home(
+    services: RunServices, tree: Path, scratch: Path, exposure: Exposure
+) -> None:
+    """SandboxUnavailable when the run's own folders are inside the home, which a confining
+    sandbox hides from the agent."""
+    # The run's own folders; `writable` paths in the home are dropped (`check` says so).
+    own = Exposure(cwd=tree, writable=(scratch,), hidden=exposure.hidden)
+    conflicts = hidden_conflicts(own)
+    if conflicts:
+        raise SandboxUnavailable(
+            f"{conflicts[0]} is inside the home {services.home.root}, which agents never "
+            "see. Fix: set [limits] worktrees in loopd.toml to a folder outside the home"
+        )
+
+
 @dataclass
 class Confinement:
     """One run's sandbox and environments; `for_run` builds it."""
@@ -186,14 +201,7 @@ class Confinement:
             limits=run_limits(services.config.limits),
         )
         if choice.sandbox().confines:
-            # The run's own folders; `writable` paths in the home are dropped (`check` says so).
-            own = Exposure(cwd=tree, writable=(scratch,), hidden=exposure.hidden)
-            conflicts = hidden_conflicts(own)
-            if conflicts:
-                raise SandboxUnavailable(
-                    f"{conflicts[0]} is inside the home {services.home.root}, which agents never "
-                    "see. Fix: set [limits] worktrees in loopd.toml to a folder outside the home"
-                )
+            _refuse_run_folders_in_home(services, tree, scratch, exposure)
         return cls(
             choice=choice,
             sandbox=choice.sandbox(),

@@ -137,6 +137,19 @@ class WebhookDesk:
         loops = watching(self.loops(), name, branch)
         if not loops:
             return self._ignored(kind, name, delivery, "no loop watches this ref", push.ref)
+        return self._accept(kind, name, delivery, push, loops, received)
+
+    def _accept(
+        self,
+        kind: str,
+        name: str,
+        delivery: str,
+        push: webhooks.Push,
+        loops: list[Loop],
+        received: datetime,
+    ) -> Answer:
+        """A push some loops watch: counted, its event written, handed to the remote feed."""
+        branch = push.ref.removeprefix("refs/heads/")
         self._count(kind, "accepted")
         self.event(
             Event.WEBHOOK_ACCEPTED,

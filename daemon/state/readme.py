@@ -92,6 +92,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   branch; run.toml stays
 - `runs/RUN_ID/worker.toml`: with the Temporal engine, a worker's own view of the run it
   works on (the home keeps run.toml)
+- `runs/RUN_ID/notes.jsonl`: the knowledge and skills the agent noted during the run
+  (`note_knowledge`), one JSON line each, with what the rule verifier made of it
 
 ## Experiments
 
