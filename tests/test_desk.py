@@ -32,13 +32,13 @@ from daemon.agents.deskwire import (
     validated,
 )
 from daemon.cli.tool import parse
+from daemon.rules.decisionlog import Decision
 from daemon.runs.desk import Desk, DeskError, RateLimit
 from daemon.state.agentrecords import (
     EvidenceLine,
     RecordsFull,
     append_decision,
     append_evidence,
-    decision_text,
     read_evidence,
     render_records,
 )
@@ -104,7 +104,8 @@ def test_the_desk_answers_a_call_with_its_token(desk: Desk) -> None:
 
 
 def test_the_desk_refuses_another_runs_token_and_none(desk: Desk) -> None:
-    for token in ("", "x" * 43, desk.token[:-1] + "A"):
+    other_last = "B" if desk.token.endswith("A") else "A"
+    for token in ("", "x" * 43, desk.token[:-1] + other_last):
         reply = ask_desk(desk.path, token, "ask_person", {"question": "q"})
         assert not reply.ok and "not bound to this run" in reply.text
     assert desk.work_log.calls == []  # type: ignore[attr-defined]
@@ -149,7 +150,8 @@ def test_a_socket_path_longer_than_sun_path_works(tmp_path: Path) -> None:
 
 
 def test_decisions_and_evidence_are_appended_capped_and_rendered(tmp_path: Path) -> None:
-    append_decision(tmp_path, decision_text("Use SQLite", "one file", ["Postgres"], 1, NOW))
+    entry = Decision(title="Use SQLite", why="one file", alternatives="Postgres")
+    append_decision(tmp_path, entry.markdown())
     line = EvidenceLine(
         ts=NOW,
         attempt=1,
@@ -164,7 +166,7 @@ def test_decisions_and_evidence_are_appended_capped_and_rendered(tmp_path: Path)
     assert read_evidence(tmp_path)[0].refuted is True
     text = render_records(tmp_path, 10_000)
     assert "claim (attempt 1): the tests pass" in text and "exit 1, REFUTED" in text
-    assert "## Use SQLite" in text and "- Postgres" in text
+    assert "## Use SQLite" in text and "Alternatives: Postgres" in text
     with pytest.raises(RecordsFull):
         append_decision(tmp_path, "x" * 1_000_001)
 
@@ -309,7 +311,7 @@ def test_the_critic_reads_the_agents_claims_and_what_loopd_saw(tmp_path: Path) -
             refuted=True,
         ),
     )
-    append_decision(run_dir, decision_text("Parse lazily", "memory", [], 1, NOW))
+    append_decision(run_dir, Decision(title="Parse lazily", why="memory").markdown())
     text = build_evidence(attempt, "the task", "all done", 4000).render()
     assert RECORDS_HEADING in text
     assert "empty input is handled" in text and "REFUTED" in text

@@ -67,10 +67,12 @@ class NoteKnowledge(ToolInput):
     kind: Literal["knowledge", "skill"] = Field(
         description="knowledge: a fact of this repository; skill: a procedure that works"
     )
-    text: _text(1000) = Field(description="the lesson, one or two sentences")
-    why: _text(2000) = Field(description="what in this run shows it")
+    text: _text(600) = Field(description="the lesson, one or two sentences (8 characters or more)")
+    why: _text(1200) = Field(
+        description="what this run showed: quote its output or files verbatim (8 or more)"
+    )
     paths: list[Path300] = Field(
-        default_factory=list, max_length=20, description="files it concerns"
+        default_factory=list, max_length=10, description="repository paths it concerns"
     )
 
 

@@ -21,9 +21,10 @@ from daemon.git.integrity import commit_work
 from daemon.git.messages import commit_message
 from daemon.model.client import ModelUnavailable
 from daemon.people.question import TooManyQuestions, file_question
+from daemon.redact import redact
+from daemon.rules.decisionlog import Decision
 from daemon.rules.evaluator import select_rules
-from daemon.rules.rulefile import Rule, Scope
-from daemon.rules.verifier import verify_candidate
+from daemon.rules.kinds import NoVerifier, submit_candidate
 from daemon.runs.checktree import CheckTree
 from daemon.runs.desk import DeskError
 from daemon.runs.excerpt import excerpt
@@ -34,7 +35,6 @@ from daemon.state.agentrecords import (
     RecordsFull,
     append_decision,
     append_evidence,
-    decision_text,
 )
 from daemon.state.eventtypes import Event
 
@@ -62,8 +62,13 @@ class DeskWork:
         return self.services.store.run_dir(self.journal.run.id)
 
     def record_decision(self, args: Any) -> str:
-        now = self.journal.now()
-        text = decision_text(args.title, args.why, args.alternatives, self.n, now)
+        entry = Decision(
+            title=args.title, why=args.why, alternatives="; ".join(args.alternatives)[:4000]
+        )
+        # decisions.md as the learning side reads it (rules/decisionlog.py); the attempt on a
+        # line of its own, which that reader leaves out.
+        head, rest = entry.markdown().split("\n", 1)
+        text = redact(f"{head}\nAttempt: {self.n}, {self.journal.now().isoformat()}\n{rest}")
         try:
             append_decision(self.run_dir, text)
         except RecordsFull as exc:
@@ -125,48 +130,36 @@ class DeskWork:
 
     def note_knowledge(self, args: Any) -> str:
         run, services = self.journal.run, self.services
-        how = "Applies to: " + ", ".join(args.paths) if args.paths else args.text
-        candidate = Rule(
-            kind=args.kind,
-            severity="remind",
-            scope=Scope(repos=[run.repo] if run.repo else [], paths=list(args.paths)),
-            source_run=run.id,
-            source_task=run.task,
-            rule=args.text,
-            why=args.why,
-            how_to_apply=how,
-        )
+        kind, paths = args.kind, list(args.paths)
         try:
-            result = verify_candidate(
-                rule_library(services),
-                candidate,
-                self.journal.attempt_dir(self.n),
-                services.model_client(),
-                services.config.verifier,
-                services.store.events,
+            result = submit_candidate(
+                services.home,
+                run.id,
+                kind,
+                args.text,
+                args.why,
+                paths,
                 self.journal.now(),
-                state_root=services.store.root,
-                loop=run.loop,
-                run=run.id,
+                client=services.model_client(),
             )
-        except ModelUnavailable as exc:
-            self.journal.event(
-                Event.KNOWLEDGE_NOTED, attempt=self.n, kind=args.kind, decision="deferred"
-            )
-            raise DeskError(f"the rule verifier cannot be reached now ({exc})") from None
+        except (NoVerifier, ModelUnavailable) as exc:
+            self._noted(kind, "deferred")
+            raise DeskError(f"not taken now: {exc}") from None
+        except ValueError as exc:  # a bad note, or the run's notes used up
+            self._noted(kind, "refused")
+            raise DeskError(" ".join(str(exc).split())[:1000]) from None
         rule_id = result.duplicate_of or result.rule.id
-        self.journal.event(
-            Event.KNOWLEDGE_NOTED,
-            attempt=self.n,
-            kind=args.kind,
-            decision=result.decision,
-            rule=rule_id,
-        )
+        self._noted(kind, result.decision, rule_id)
         if not result.accepted:
             return "The rule verifier rejected it: " + "; ".join(result.reasons)[:2000]
         if result.duplicate_of:
             return f"It supports the existing rule {rule_id}."
         return f"Filed as {rule_id} on trial; later runs' outcomes decide whether it stays."
+
+    def _noted(self, kind: str, decision: str, rule: str = "") -> None:
+        self.journal.event(
+            Event.KNOWLEDGE_NOTED, attempt=self.n, kind=kind, decision=decision, rule=rule
+        )
 
     def ask_person(self, args: Any) -> str:
         try:

@@ -1,6 +1,7 @@
 """What the agent handed loopd through its tools, kept with the run.
 
-`state/runs/RUN_ID/decisions.md` (record_decision: a section each) and
+`state/runs/RUN_ID/decisions.md` (record_decision: a section each, in the format
+rules/decisionlog.py reads) and
 `state/runs/RUN_ID/evidence.jsonl` (record_evidence: one JSON line each, with what loopd saw
 when it ran the command itself). Both are written by loopd's desk only (daemon/runs/desk.py),
 redacted, and capped: a run that fills one gets an error from the tool, never a full disk.
@@ -57,19 +58,6 @@ def _append(path: Path, text: str, cap: int) -> None:
         raise RecordsFull(f"{path.name} holds {size} bytes; loopd keeps at most {cap} a run")
     with open_private(path) as fh:
         fh.write(data)
-
-
-def decision_text(
-    title: str, why: str, alternatives: list[str], attempt: int, now: datetime
-) -> str:
-    """A decision as its section of decisions.md."""
-    lines = [f"## {' '.join(title.split())}", "", f"attempt {attempt}, {now.isoformat()}", ""]
-    lines += [why.strip(), ""]
-    if alternatives:
-        lines.append("Alternatives ruled out:")
-        lines += [f"- {' '.join(a.split())}" for a in alternatives]
-        lines.append("")
-    return redact("\n".join(lines) + "\n")
 
 
 def append_decision(run_dir: Path, text: str) -> None:

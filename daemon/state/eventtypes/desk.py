@@ -40,7 +40,10 @@ class KnowledgeNoted(EventFields):
 
     attempt: int
     kind: str
-    decision: str = described("the verifier's: accepted (a trial rule), merged, rejected, deferred")
+    decision: str = described(
+        "the verifier's: accepted (a trial rule), duplicate, rejected; or deferred (no verifier "
+        "reachable), refused (a bad note, or the run's notes used up)"
+    )
     rule: str = described("the rule's id, when one was filed or supported", "")
 
 
