@@ -124,16 +124,11 @@ def build_evidence(
     violations = [redact(v) for v in (violations or [])]
     budget = int(budget_tokens * CHARS_PER_TOKEN * _SAFETY)
     cites = citations(summary)
-
     task_text, _ = trim(redact(task), max(200, budget // 8))
     summary_text, _ = trim(redact(summary), max(400, budget // 4))
-    # The run's folder holds the attempt folders and what the agent recorded through its tools.
-    records = redact(render_records(attempt_dir.parent, budget // RECORDS_SHARE))
-    fixed = len(task_text) + len(summary_text) + sum(len(v) + 3 for v in violations)
-    if records:
-        fixed += len(records) + len(RECORDS_HEADING) + 2
+    records = _records(attempt_dir, budget)
     diff_summary = _diff_summary(attempt_dir)
-    fixed += sum(len(h) + 2 for h in _HEADINGS.values()) + 200 + len(diff_summary)
+    fixed = _fixed(task_text + summary_text + records + diff_summary, violations, bool(records))
     remaining = max(0, budget - fixed)
 
     sources: list[Source] = []
@@ -178,6 +173,20 @@ def build_evidence(
         diff_summary=diff_summary,
         records=records,
     )
+
+
+def _records(attempt_dir: Path, budget: int) -> str:
+    """What the agent recorded through loopd's tools, from the run's folder (the attempt
+    folder's parent), within a share of the budget; "" when nothing."""
+    return redact(render_records(attempt_dir.parent, budget // RECORDS_SHARE))
+
+
+def _fixed(texts: str, violations: list[str], records: bool) -> int:
+    """Characters the parts always shown take: `texts` (task, summary, the agent's records,
+    the diff's summary), the violations, the headings and a margin."""
+    fixed = len(texts) + sum(len(v) + 3 for v in violations)
+    fixed += sum(len(h) + 2 for h in _HEADINGS.values()) + 200
+    return fixed + (len(RECORDS_HEADING) + 2 if records else 0)
 
 
 def _diff_summary(attempt_dir: Path) -> str:
