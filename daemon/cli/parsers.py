@@ -39,6 +39,7 @@ def register(sub: Any) -> None:
         _docs,
         _land,
         _verifier,
+        _mcp,
     ):
         group(sub)
 
@@ -322,6 +323,15 @@ def _land(sub: Any) -> None:
         "Land a succeeded run: its setup and checks run again on what lands, then merge or push.",
     )
     p.add_argument("run_id", metavar="RUN_ID", help="the succeeded run to land")
+
+
+def _mcp(sub: Any) -> None:
+    command(
+        sub,
+        "mcp",
+        "mcp:mcp_server",
+        "Serve the agent's tools (record_evidence, ...) over MCP on stdio, for one run.",
+    )
 
 
 def _verifier(sub: Any) -> None:

@@ -15,6 +15,7 @@ from daemon.people.digest import checks_word
 from daemon.people.landstate import landing_state
 from daemon.people.terminal import clean
 from daemon.people.terminal import markup as m
+from daemon.state.agentrecords import read_decisions, read_evidence
 from daemon.state.records import RunRecord
 from daemon.state.store import UnreadableFile
 
@@ -176,6 +177,7 @@ def show(args: argparse.Namespace) -> int:
             m(a.feedback),
         )
     out.print(table)
+    _show_records(out, store.run_dir(run.id))
     if run.attempts:
         # Whole lines: a wrapped RUN_ID cannot be copied.
         for hint in (
@@ -184,6 +186,23 @@ def show(args: argparse.Namespace) -> int:
         ):
             out.print(hint, markup=False, highlight=False, soft_wrap=True)
     return 0
+
+
+def _show_records(out: Any, run_dir: Any) -> None:
+    """What the agent recorded through its tools: each claim with what loopd saw, decisions."""
+    from rich.panel import Panel
+
+    lines = []
+    for item in read_evidence(run_dir):
+        status = "timed out" if item.timed_out else f"exit {item.exit_code}"
+        verdict = "REFUTED" if item.refuted else "holds"
+        where = f"{status}, attempt {item.attempt}, {item.commit[:12]}"
+        lines.append(f"[{verdict}] {clean(item.claim)}\n    $ {clean(item.command)}   ({where})")
+    if lines:
+        out.print(Panel(m("\n".join(lines)), title="the agent's evidence (evidence.jsonl)"))
+    decisions = read_decisions(run_dir).strip()
+    if decisions:
+        out.print(Panel(m(clean(decisions)), title="the agent's decisions (decisions.md)"))
 
 
 def _head_lines(run: RunRecord) -> list[str]:

@@ -86,6 +86,30 @@ def write_escalation(
     return path
 
 
+def write_question(
+    store: StateStore, path: Path, run: RunRecord, question: str, attempt: int, now: datetime
+) -> None:
+    """Write an agent's question as an escalation of cause `question` at `path`."""
+    meta = Escalation(
+        run=run.id,
+        loop=run.loop,
+        task=run.task,
+        escalated=now,
+        cause="question",
+        reason="the agent asked a question (the run went on)",
+        branch=run.branch,
+        attempts=attempt,
+        notified=now,
+    )
+    body = (
+        f"# The agent of run {run.id} asks\n\n{quote(question)}\n\n"
+        f"Asked during attempt {attempt}; the run went on without the answer. Answer with "
+        f'`loopd escalations resolve {path.stem} --note "..."` (add --retry to run the task '
+        "again with your note).\n"
+    )
+    write_atomic(path, _front_matter(meta) + "\n" + redact(body))
+
+
 def blocking_escalation(
     store: StateStore, loop: str, task: str, kind: str = "schedule"
 ) -> Escalation | None:
@@ -98,6 +122,8 @@ def blocking_escalation(
         return None
     redacted = redact(task)  # the file holds the task as redacted
     for meta in open_escalations(store, loop):
+        if meta.cause == "question":
+            continue  # an agent's question holds nothing back
         if _same_task(meta.task, task) or _same_task(meta.task, redacted):
             return meta
     return None

@@ -34,7 +34,7 @@ from daemon.agents.environment import (
 )
 from daemon.config import LoopConfig
 from daemon.git.tree import scratch_dir
-from daemon.runs.exposure import ProgramHidden, denied_for, refusal
+from daemon.runs.exposure import ProgramHidden, denied_for, loopd_itself, refusal
 from daemon.runs.services import RunServices
 from daemon.sandbox.base import Exposure, Launch, Sandbox
 from daemon.sandbox.commandline import programs
@@ -279,16 +279,19 @@ class Confinement:
     # -- launches -------------------------------------------------------------------------
 
     def launch_agent(
-        self, argv: list[str], env: Mapping[str, str], *, declared: list[str]
+        self, argv: list[str], env: Mapping[str, str], *, declared: list[str], tools: bool = False
     ) -> Launch:
         """The agent's process, its program's installation visible, and the paths among
         `declared`: a `command` agent's arguments and `env` values as the profile writes them.
 
         Never the prompt's words: they come from triggers (a commit message may name ~/.ssh).
-        ProgramHidden when the program lies in a place of the deny list.
+        ProgramHidden when the program lies in a place of the deny list. `tools`: loopd's
+        interpreter and package too, for the agent's tools (`loopd mcp`, `loopd-tool`).
         """
         extra: list[Path] = []
         venvs: list[Path] = []
+        if tools and self.sandbox.confines:
+            extra, venvs = loopd_itself(self.homes, self.exposure.denied)
         if argv and self.sandbox.confines:
             resolved = resolve_program(
                 argv[0], env.get("PATH", ""), self.homes, self.exposure.denied
