@@ -49,6 +49,11 @@ MODULES: dict[str, list[str]] = {
         "tests/test_mutant_rules.py",
     ],
     "daemon/rules/verifier.py": ["tests/test_rules_verifier.py", "tests/test_mutant_rules.py"],
+    # The verifier's prompt, related rules and word similarity, moved out of verifier.py.
+    "daemon/rules/verifyprompt.py": [
+        "tests/test_rules_verifier.py",
+        "tests/test_mutant_rules.py",
+    ],
     "daemon/rules/grounding.py": [
         "tests/test_grounding.py",
         "tests/test_rules_verifier.py",

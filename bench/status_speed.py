@@ -1,10 +1,13 @@
-"""`loopd status` with 10,000 runs in state: wall time of the real command.
+"""`loopd status`, `runs`, `show` and `escalations` with 10,000 runs in state: the real commands.
 
-Target: <= 300 ms on a 2-core machine (heavy libraries imported
-lazily). A home with several loops on real git repositories and N runs (default 10,000)
-written as real `run.toml` files through `StateStore.save_run` and `RunRecord`; then
-`loopd --home H status`, `status --json` and `runs --limit 20` run as real subprocesses
-(the installed console script), each timed from process start to exit, median of R runs.
+Target: each <= 100 ms on a 2-core machine (issue 23). A home with several loops on real git
+repositories and N runs (default 10,000) written as real `run.toml` files through
+`StateStore.save_run` and `RunRecord`; then `loopd --home H status`, `status --json`,
+`runs --limit 20`, `show RUN`, `show RUN --json` and `escalations` run as real subprocesses
+(the installed console script), each timed from process start to exit, median of R runs: the
+wall time, and the CPU time (user + system) the kernel counts for the child, which a busy
+machine inflates less. The children may write bytecode caches (PYTHONDONTWRITEBYTECODE is
+dropped from their environment), as an installed loopd has them.
 They are timed with no daemon running (status then finds each loop's last run in `runs/`)
 and with `loopd run` up (status then reads `status.toml`). `python -c pass` is the floor.
 When status misses the target (or with --profile) the cost is broken down with
@@ -18,6 +21,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -42,7 +46,7 @@ from daemon.state.records import (  # noqa: E402
 from daemon.state.store import StateStore  # noqa: E402
 from tests.helpers import make_home, make_repo, start_daemon, stop_daemon  # noqa: E402
 
-TARGET_MS = 300.0
+TARGET_MS = 100.0
 LOOPS = ("api", "web", "docs", "nightly-tests", "deps", "lint", "review", "perf")
 # Uneven shares, as in a real home: a busy loop, a few regular ones, a rare one.
 SHARES = (0.35, 0.2, 0.1, 0.1, 0.1, 0.08, 0.05, 0.02)
@@ -141,15 +145,29 @@ def _interleave(n: int) -> list[int]:
     return sorted(range(n), key=lambda i: (i * 2654435761) % 4294967296)
 
 
-def timed(argv: list[str], repeat: int) -> tuple[float, list[float], subprocess.CompletedProcess]:
-    """Median wall time in ms of `argv` from process start to exit, after one warm-up."""
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=60)
-    times = []
+def child_env() -> dict[str, str]:
+    """This environment, with bytecode caches allowed: an installed loopd has them."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def timed(
+    argv: list[str], repeat: int
+) -> tuple[float, list[float], float, subprocess.CompletedProcess]:
+    """Median wall time in ms of `argv` from process start to exit, after one warm-up; each
+    wall time; the median CPU time (user + system) in ms; the last process."""
+    env = child_env()
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=60, env=env)
+    times, cpus = [], []
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         began = time.perf_counter()
-        proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=60)
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=60, env=env)
         times.append((time.perf_counter() - began) * 1000)
-    return statistics.median(times), times, proc
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append((after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000)
+    return statistics.median(times), times, statistics.median(cpus), proc
 
 
 def import_profile(argv_tail: list[str], top: int = 12) -> list[tuple[float, float, str]]:
@@ -204,19 +222,23 @@ def report_profile(home: Path, args_tail: list[str]) -> None:
 
 def measure(home: Path, repeat: int, label: str) -> dict[str, float]:
     base = [*loopd_argv(), "--home", str(home)]
+    newest = max(p.name for p in (home / "state" / "runs").iterdir())
     figures = {}
     print(f"  {label}:")
     for name, tail in (
         ("status", ["status"]),
         ("status --json", ["status", "--json"]),
         ("runs --limit 20", ["runs", "--limit", "20"]),
+        ("show RUN", ["show", newest]),
+        ("show RUN --json", ["show", newest, "--json"]),
+        ("escalations", ["escalations"]),
     ):
-        median, times, proc = timed([*base, *tail], repeat)
+        median, times, cpu, proc = timed([*base, *tail], repeat)
         if proc.returncode != 0:
             raise SystemExit(f"loopd {name} exited {proc.returncode}: {proc.stderr}")
         figures[name] = median
         spread = ", ".join(f"{t:.0f}" for t in sorted(times))
-        print(f"    loopd {name:<16} median {median:6.1f} ms   (all: {spread})")
+        print(f"    loopd {name:<16} median {median:6.1f} ms   cpu {cpu:6.1f} ms   (all: {spread})")
     return figures
 
 
@@ -286,8 +308,9 @@ def main() -> int:
         )
         check_output(home)
 
-        floor, _, _ = timed([sys.executable, "-c", "pass"], args.repeat)
-        print(f"  python -c pass (the floor)     median {floor:6.1f} ms")
+        floor, _, floor_cpu, _ = timed([sys.executable, "-c", "pass"], args.repeat)
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        print(f"  python -c pass (the floor)     median {floor:6.1f} ms   cpu {floor_cpu:6.1f} ms")
         print(f"  command: {' '.join(loopd_argv())} --home H ...")
         idle = measure(home, args.repeat, "no daemon running")
         daemon = start_daemon(home)
@@ -297,16 +320,28 @@ def main() -> int:
         stop_daemon(daemon)
         daemon = None
 
-        worst = max(idle["status"], idle["status --json"], live["status"], live["status --json"])
+        every = {
+            f"{name} ({when})": ms
+            for when, got in (("idle", idle), ("up", live))
+            for name, ms in got.items()
+        }
+        slowest = max(every, key=every.__getitem__)
+        worst = every[slowest]
         ok = worst <= TARGET_MS
         print(
-            f"target `loopd status` <= {TARGET_MS:g} ms: {'met' if ok else 'MISSED'} "
-            f"(worst median {worst:.1f} ms)"
+            f"target each <= {TARGET_MS:g} ms: {'met' if ok else 'MISSED'} "
+            f"(worst median {worst:.1f} ms: {slowest})"
         )
         if args.profile or not ok:
             report_profile(home, ["status"])
-        figure = f"loopd status with {written} runs: {worst:.0f} ms (worst median)"
-        return verdict(figure, f"<= {TARGET_MS:g} ms", ok, args.smoke)
+        figure = (
+            f"{written} runs: status {max(idle['status'], live['status']):.0f} ms, runs "
+            f"{max(idle['runs --limit 20'], live['runs --limit 20']):.0f} ms, show "
+            f"{max(idle['show RUN'], live['show RUN']):.0f} ms, escalations "
+            f"{max(idle['escalations'], live['escalations']):.0f} ms (worst medians; load "
+            f"{os.getloadavg()[0]:.1f})"
+        )
+        return verdict(figure, f"<= {TARGET_MS:g} ms each", ok, args.smoke)
     finally:
         if daemon is not None:
             stop_daemon(daemon)

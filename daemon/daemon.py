@@ -24,7 +24,6 @@ from daemon.config import DaemonConfig, Loop
 from daemon.home import Home
 from daemon.people.escalation import open_escalations
 from daemon.people.notify import Notifications
-from daemon.runs.services import RunServices
 from daemon.sandbox.registry import choose
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import CronTimer
@@ -34,6 +33,7 @@ from daemon.service.context import (
     Flags,
     load_config,
     notifications_for,
+    started_context,
     unreadable_reporter,
 )
 from daemon.service.first_run import FirstRun
@@ -45,10 +45,11 @@ from daemon.service.recover import recover_live_runs
 from daemon.service.reload import (
     LoopFiles,
     agent_could_write_home,
+    broken_loop_files,
     changed_loops,
-    first_load,
     keep_last_good,
     keep_running,
+    reload_message,
     restart_messages,
     restart_pending,
 )
@@ -122,26 +123,7 @@ class Daemon:
         store.events.repair()
         write_state_readme(store.root)
         set_child_subreaper()
-        services = RunServices(home=home, config=loaded.daemon, store=store, clock=clock)
-        services.notifications = notifications_for(loaded, store)
-        ctx = Context(
-            home=home,
-            store=store,
-            flags=flags or Flags(),
-            config=loaded,
-            services=services,
-            clock=clock,
-            monotonic=monotonic,
-            files=first_load(home, loaded),
-        )
-        ctx.event(
-            Event.DAEMON_STARTED,
-            pid=os.getpid(),
-            version=package.__version__,
-            loops=sorted(loaded.loops),
-            broken=sorted({e.file.stem for e in loaded.errors if e.file.parent.name == "loops"}),
-        )
-        ctx.report_config()
+        ctx = started_context(home, loaded, store, flags or Flags(), clock, monotonic)
         queue = RunQueue()
         timer = CronTimer(store.root / "schedule.toml", warn=store.report_unreadable)
         pool = WorkerPool(ctx, queue)
@@ -260,10 +242,7 @@ class Daemon:
         ctx.restart_pending = pending
         changed = changed_loops(before[2], files)
         self._changes_during_attempts(before[2], files, changed)
-        broken = sorted(
-            {e.file.stem for e in loaded.errors if e.file.parent == ctx.home.loops_dir}
-            - set(loaded.loops)
-        )
+        broken = broken_loop_files(ctx.home, loaded)
         ctx.event(
             Event.RELOADED,
             loops=sorted(loaded.loops),
@@ -274,14 +253,7 @@ class Daemon:
             requests=requests,
         )
         self.status.write(now, force=True)
-        message = f"reloaded: {len(loaded.loops)} loop(s)"
-        for line in pending:
-            message += f"; {line}"
-        if files.stale:
-            message += "; kept the last good configuration of " + ", ".join(sorted(files.stale))
-        if broken:
-            message += "; not loaded: " + ", ".join(broken)
-        return message
+        return reload_message(loaded, pending, files, broken)
 
     def _changes_during_attempts(self, before: LoopFiles, after: LoopFiles, changed: list[str]):
         """Record configuration changes an agent working now could have made."""
@@ -442,20 +414,7 @@ def run_daemon(home: Home) -> int:
                 notifier.status(message)
         if flags.stop.is_set():
             break
-        try:
-            daemon.tick(utc_now())
-            failures = 0
-            if daemon.first_run.waiting:
-                for line in daemon.first_run.ended(utc_now()):
-                    print(line, flush=True)
-        except Exception as exc:  # noqa: BLE001 - a bad tick is recorded; the daemon goes on
-            failures += 1
-            daemon.ctx.event(Event.TICK_ERROR, error=f"{type(exc).__name__}: {exc}"[:1000])
-            notifications = daemon.ctx.services.notifications
-            if failures == 3 and notifications is not None:
-                notifications.daemon_failed(
-                    home.root, f"{type(exc).__name__}: {exc}", utc_now(), wait=0
-                )
+        failures = _tick(home, daemon, failures)
         heartbeat.beat(time.monotonic())
     if notifier:
         notifier.stopping()
@@ -473,6 +432,26 @@ def run_daemon(home: Home) -> int:
     deadline.done()
     print("loopd: stopped", flush=True)
     return 0
+
+
+def _tick(home: Home, daemon: Daemon, failures: int) -> int:
+    """One tick, and the first run's end when it came; a failed tick is recorded (the third
+    in a row notifies). The failures in a row after it."""
+    try:
+        daemon.tick(utc_now())
+        failures = 0
+        if daemon.first_run.waiting:
+            for line in daemon.first_run.ended(utc_now()):
+                print(line, flush=True)
+    except Exception as exc:  # noqa: BLE001 - a bad tick is recorded; the daemon goes on
+        failures += 1
+        daemon.ctx.event(Event.TICK_ERROR, error=f"{type(exc).__name__}: {exc}"[:1000])
+        notifications = daemon.ctx.services.notifications
+        if failures == 3 and notifications is not None:
+            notifications.daemon_failed(
+                home.root, f"{type(exc).__name__}: {exc}", utc_now(), wait=0
+            )
+    return failures
 
 
 def _grace(daemon: Daemon) -> float:

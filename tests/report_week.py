@@ -49,6 +49,7 @@ class RuleSpec:
     status: str  # where the file is now
     created: int  # days before now
     moves: list[tuple[int, str, str, str]] = field(default_factory=list)  # (days, event, from, to)
+    kind: str = "failure"
 
 
 def run_start(now: datetime, spec: RunSpec) -> datetime:
@@ -127,6 +128,7 @@ def build_week(
         text = dump_rule(
             Rule(
                 id=rule.id,
+                kind=rule.kind,  # type: ignore[arg-type]
                 created=created,
                 rule=f"Rule {rule.id}.",
                 why="Because a run showed it.",
@@ -139,7 +141,7 @@ def build_week(
         for days, kind, before, to in rule.moves:
             ts = (now - timedelta(days=days)).astimezone(UTC)
             event = {"ts": ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "type": kind, "loop": "app"}
-            event.update(run=None, rule=rule.id)
+            event.update(run=None, rule=rule.id, kind=rule.kind)
             if before:
                 event["from"] = before
             if to:

@@ -1,69 +1,101 @@
-"""`loopd COMMAND` imports only its command's module: main's table matches the modules."""
+"""`loopd --help` and `loopd COMMAND --help` import no command's module (cli/parsers.py holds
+every parser and help text); a parsed command imports its own module alone."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from daemon.cli.main import COMMANDS, build_parser, cli_modules, command_of
-from tests.helpers import ROOT
+from daemon.cli.invoke import function_of
+from daemon.cli.main import build_parser, main
+from tests.helpers import ROOT, make_home
 
 
-def added_by(module: str) -> set[str]:
-    """The commands a daemon/cli module's `register` adds."""
-    register = getattr(importlib.import_module(f"daemon.cli.{module}"), "register", None)
-    if register is None:
-        return set()
-    sub = argparse.ArgumentParser().add_subparsers()
-    register(sub)
-    return set(sub.choices)
+def subparsers(parser: argparse.ArgumentParser) -> list[argparse._SubParsersAction]:
+    return [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
 
 
-def test_the_table_names_each_command_of_each_module() -> None:
-    """Each command's entry names the module whose `register` adds it, and no other."""
-    added = {module: added_by(module) for module in cli_modules()}
-    assert {c: m for m, commands in added.items() for c in commands} == COMMANDS
+def command_parsers() -> list[tuple[list[str], str, argparse.ArgumentParser]]:
+    """(command line, its line in its group's help, its parser) of every command and action."""
+    found = []
+
+    def walk(parser: argparse.ArgumentParser, path: list[str]) -> None:
+        for group in subparsers(parser):
+            helps = {a.dest: a.help for a in group._choices_actions}
+            for name, child in group.choices.items():
+                found.append(([*path, name], helps[name], child))
+                walk(child, [*path, name])
+
+    walk(build_parser(), [])
+    return found
 
 
-@pytest.mark.parametrize(
-    ("argv", "command"),
-    [
-        (["status"], "status"),
-        (["--home", "h", "status", "--json"], "status"),
-        (["--home=h", "logs", "RUN"], "logs"),
-        (["--help"], None),
-        (["--home", "h", "-h"], None),
-        (["--version"], None),
-        (["statu"], None),
-        ([], None),
-    ],
-)
-def test_the_command_is_found_past_the_global_options(argv: list[str], command: str | None) -> None:
-    assert command_of(argv) == command
+def help_lines() -> list[list[str]]:
+    return [[]] + [line for line, _, _ in command_parsers()]
 
 
-def test_a_command_parser_has_only_its_module_and_help_has_all() -> None:
-    parser = build_parser("status")
-    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    assert set(sub.choices) == {"run", "status", "pause", "resume"}
-    full = build_parser()
-    (sub,) = [a for a in full._actions if isinstance(a, argparse._SubParsersAction)]
-    assert set(sub.choices) == set(COMMANDS)
+def test_each_help_text_is_its_functions_docstring() -> None:
+    """A command's line in `loopd --help` and its description are its function's docstring
+    (its first line): kept as text in cli/parsers.py, they cannot drift from the code."""
+    checked = 0
+    for line, help_text, parser in command_parsers():
+        func = parser.get_default("func")
+        if not isinstance(func, str):
+            continue  # a group that prints its own help, or one that needs an action
+        doc = function_of(func).__doc__
+        assert doc, f"loopd {' '.join(line)}: {func} has no docstring"
+        if subparsers(parser):
+            continue  # a group (rules, escalations): its own line, its default action's doc
+        assert help_text == doc.strip().splitlines()[0], " ".join(line)
+        assert parser.description == doc, " ".join(line)
+        checked += 1
+    assert checked >= 30
 
 
-def test_status_loads_no_other_command_module() -> None:
-    """`loopd status --help` in a fresh interpreter: no other cli module, no daemon, no run."""
+def test_every_command_names_a_function_of_its_module() -> None:
+    for line, _, parser in command_parsers():
+        func = parser.get_default("func")
+        if isinstance(func, str):
+            module, name = func.split(":")
+            assert callable(getattr(importlib.import_module(f"daemon.cli.{module}"), name)), line
+
+
+def test_help_imports_no_command_module() -> None:
+    """`loopd --help` and every `loopd COMMAND [ACTION] --help` in one fresh interpreter: only
+    the parsers are loaded, nothing of a command, of the configuration or of pydantic."""
+    code = (
+        "import json, sys\n"
+        "from daemon.cli.main import main\n"
+        f"for line in {help_lines()!r}:\n"
+        "    try:\n"
+        "        main([*line, '--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout.splitlines()
+    loaded = set(json.loads(out[-1]))
+    ours = {m for m in loaded if m == "daemon" or m.startswith("daemon.")}
+    parsers = {"daemon.cli.main", "daemon.cli.parsers", "daemon.cli.learning_parsers"}
+    assert ours == {"daemon", "daemon.cli", "daemon.cli.arguments", *parsers}
+    assert not {"pydantic", "rich", "tomllib"} & loaded
+
+
+def test_a_command_loads_its_own_module_alone(tmp_path: Path) -> None:
+    """`loopd status` in a fresh interpreter: no other command's module, no daemon, no run."""
+    home = make_home(tmp_path / "home")
     code = (
         "import sys\n"
         "from daemon.cli.main import main\n"
-        "try:\n"
-        "    main(['status', '--help'])\n"
-        "except SystemExit:\n"
-        "    pass\n"
+        f"main(['--home', {str(home)!r}, 'status', '--json'])\n"
         "print(' '.join(sorted(m for m in sys.modules if m.startswith('daemon'))))\n"
     )
     out = subprocess.run(
@@ -71,5 +103,24 @@ def test_status_loads_no_other_command_module() -> None:
     ).stdout.splitlines()
     loaded = set(out[-1].split())
     cli = {m.removeprefix("daemon.cli.") for m in loaded if m.startswith("daemon.cli.")}
-    assert cli - {"main", "common", "daemon", "runview", "statusview", "engine_views"} == set()
+    shared = {
+        "main",
+        "parsers",
+        "learning_parsers",
+        "arguments",
+        "invoke",
+        "common",
+        "runview",
+        "statusview",
+        "engine_views",
+    }
+    assert cli - shared == {"daemon"}
     assert not {"daemon.daemon", "daemon.runs.executor", "daemon.runs.finish"} & loaded
+
+
+@pytest.mark.parametrize("argv", [[], ["hooks"]])
+def test_no_command_prints_the_help_and_exits_2(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert "usage: loopd" in capsys.readouterr().out

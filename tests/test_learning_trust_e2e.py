@@ -239,7 +239,7 @@ def test_a_persons_note_becomes_a_decision_kept_apart_in_list_and_report(
     listed = loopd(home_path, "rules", "list").stdout
     headings = [line.split(" (")[0] for line in listed.splitlines() if not line.startswith(" ")]
     assert headings == ["decision", "knowledge", "skill"]
-    assert "decision (1): what a person decided; follow it" in listed
+    assert "decision (1): what a person or a passing run decided; follow it" in listed
     report = loopd(home_path, "report", "--since", "1d", "--json")
     rules = json.loads(report.stdout)["rules"]
     assert [(r["rule"], r["kind"], r["change"]) for r in rules] == [

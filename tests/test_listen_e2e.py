@@ -77,7 +77,9 @@ def test_a_signed_push_fetches_the_commit_and_starts_the_loop(daemon, kind: str)
     assert run["trigger"]["kind"] == "push"
     assert run["trigger"]["remote"] == f"{kind}-r"
     assert run["trigger"]["ref"] == "refs/heads/main"
-    # Fetched before the trigger was written: the loop's repository has the pushed commit.
+    # The trigger came at once, the fetch meanwhile; the run made its tree (its attempt
+    # started) only once the loop's repository had the pushed commit.
+    wait_for(lambda: of_type(home, "attempt_started", run=run["id"]), what="the attempt")
     assert git(loop_repo, "rev-parse", f"refs/remotes/{kind}-r/main") == after
     # ... and said so in the ref ledger first, so no run's ref guard blames its agent for it.
     ledger = [json.loads(x) for x in (home / "state" / "ref-ledger.jsonl").read_text().splitlines()]
@@ -240,6 +242,59 @@ def test_forgejo_headers_on_the_forgejo_path(daemon) -> None:  # noqa: ANN001
     assert "X-Forgejo-Signature" in forgejo and "X-Gitea-Signature" not in forgejo
     assert post(port, "/hooks/forgejo", forgejo, body)[0] == 202
     wait_for(lambda: [r for r in runs(home) if r["trigger"].get("new") == after])
+
+
+def test_a_push_whose_commit_cannot_be_fetched_ends_its_run_in_error(tmp_path: Path) -> None:
+    """The delivery is answered 202 (its trigger is in the inbox); the run waits for the
+    fetch, which fails: the run ends `error` before any agent starts, saying why."""
+    origin, work, loop_repo = hosted(tmp_path)
+    config = home_config(origin).replace(f"file://{origin}", f"file://{tmp_path}/gone.git")
+    home = make_home(tmp_path / "home", config, {"one": loop_file(loop_repo, "github-r")})
+    proc = start_daemon(home, env={SECRET_ENV: SECRET})
+    try:
+        port = wait_for(lambda: listening_port(home), what="the listener")
+        before, after = push_commit(work, "not fetchable")
+        headers, body = delivery("github", "refs/heads/main", before, after)
+        assert post(port, "/hooks/github", headers, body)[0] == 202
+        ended = wait_for(lambda: of_type(home, "run_finished", loop="one"), what="the run")
+        assert ended[0]["outcome"] == "error"
+        assert "the pushed commit could not be fetched" in ended[0]["reason"]
+        assert "gone.git" in ended[0]["reason"]
+        assert of_type(home, "remote_fetch_failed", loop="one", new=after)
+        assert not of_type(home, "attempt_started", loop="one")
+    finally:
+        stop_daemon(proc)
+
+
+def test_an_accepted_delivery_survives_a_kill_of_loopd(tmp_path: Path) -> None:
+    """A 202 means the trigger is in the inbox: loopd killed (SIGKILL) the moment it answers,
+    before any fetch, still runs the loop on the pushed commit at its next start."""
+    origin, work, loop_repo = hosted(tmp_path)
+    home = make_home(
+        tmp_path / "home", home_config(origin), {"one": loop_file(loop_repo, "github-r")}
+    )
+    proc = start_daemon(home, env={SECRET_ENV: SECRET})
+    try:
+        port = wait_for(lambda: listening_port(home), what="the listener")
+        before, after = push_commit(work, "accepted, then loopd killed")
+        headers, body = delivery("github", "refs/heads/main", before, after)
+        assert post(port, "/hooks/github", headers, body)[0] == 202
+    finally:
+        proc.kill()
+        proc.wait()
+    proc = start_daemon(home, env={SECRET_ENV: SECRET})
+    try:
+        # Its run: made by the restarted loopd from the inbox (or, when the killed one had
+        # taken the trigger in the moment left, recovered from its record).
+        made = wait_for(
+            lambda: [r for r in runs(home) if r["trigger"].get("new") == after and "outcome" in r],
+            what="the pushed commit's run to end",
+        )
+        assert made[0]["trigger"]["remote"] == "github-r"
+        if made[0]["outcome"] == "succeeded":
+            assert git(loop_repo, "rev-parse", "refs/remotes/github-r/main") == after
+    finally:
+        stop_daemon(proc)
 
 
 def test_a_source_past_its_rate_limit_is_refused(tmp_path: Path) -> None:

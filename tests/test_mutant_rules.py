@@ -26,10 +26,9 @@ from daemon.rules.verifier import (
     candidate_from_file,
     generic_advice,
     is_duplicate,
-    relatedness,
-    similarity,
     verify_candidate,
 )
+from daemon.rules.verifyprompt import relatedness, similarity
 from daemon.state.events import EventLog, iso
 from tests.test_rules_verifier import NOW, RUN, candidate, make_attempt
 

@@ -47,16 +47,26 @@ RULES = [
         "active",
         6,
         [(6, "rule_accepted", "", "trial"), (3, "rule_promoted", "trial", "active")],
+        kind="decision",
     ),
-    RuleSpec("r-0003-gamma", "trial", 2, [(2, "rule_accepted", "", "trial")]),
+    RuleSpec("r-0003-gamma", "trial", 2, [(2, "rule_accepted", "", "trial")], kind="knowledge"),
     RuleSpec(
         "r-0004-delta",
         "retired",
         5,
         [(5, "rule_accepted", "", "trial"), (1, "rule_demoted", "trial", "retired")],
+        kind="skill",
     ),
     RuleSpec("r-0005-epsilon", "rejected", 4, [(4, "rule_rejected", "", "rejected")]),
 ]
+# The table of rules by kind: trial, active, retired, rejected now; learned, promoted and
+# demoted in the report's window.
+KINDS = {
+    "failure": [0, 1, 0, 1, 0, 0, 0],
+    "decision": [0, 1, 0, 0, 1, 1, 0],
+    "knowledge": [1, 0, 0, 0, 1, 0, 0],
+    "skill": [0, 0, 1, 0, 1, 0, 1],
+}
 NIGHTS = 8  # a 7-day window reaches into eight noon-to-noon nights
 
 
@@ -171,6 +181,18 @@ def test_the_tables_list_open_escalations_with_links_and_branches_ready_to_land(
         in (rendered["out"])
     )
     assert records
+
+
+def test_the_rules_table_keeps_the_four_kinds_apart(rendered: dict) -> None:
+    [table] = re.findall(r'<table id="kinds">(.*?)</table>', rendered["dom"], re.DOTALL)
+    rows = re.findall(r"<tr>(.*?)</tr>", table, re.DOTALL)
+    heads = re.findall(r"<th>(.*?)</th>", rows[0])
+    assert heads[:5] == ["kind", "trial", "active", "retired", "rejected"]
+    cells = {
+        found[0]: [int(c) for c in found[1:]]
+        for found in (re.findall(r"<td>(.*?)</td>", row) for row in rows[1:])
+    }
+    assert cells == KINDS
 
 
 def test_agent_text_is_escaped_and_the_page_needs_no_network(rendered: dict) -> None:

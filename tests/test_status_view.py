@@ -131,6 +131,7 @@ def test_state_readme_names_what_loopd_wrote(tmp_path: Path, daemons: list) -> N
 def test_state_readme_names_every_file_loopd_writes() -> None:
     from daemon.engine.temporal import homeside, inboxtaker, workerstore
     from daemon.git import integrity
+    from daemon.rules import kinds
     from daemon.runs import parking
     from daemon.state import deliveries, ledger
 
@@ -152,6 +153,7 @@ def test_state_readme_names_every_file_loopd_writes() -> None:
         "runs/RUN_ID/setup.log",
         "hooks.log",
         deliveries.DELIVERIES_NAME,
+        f"runs/RUN_ID/{kinds.NOTES_FILE}",
     ]
     for name in names:
         assert f"`{name}" in README, name

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from daemon.agents.deskconfig import DeskAccess
 from daemon.config import AgentProfile
 
 EventType = Literal["session", "text", "tool_call", "tool_result", "usage", "final", "error", "raw"]
@@ -75,6 +76,9 @@ class AgentAdapter(ABC):
     credential_files: ClassVar[tuple[str, ...]] = ()
     # where the agent writes its config and sessions (a trailing / marks a folder, made empty).
     config_paths: ClassVar[tuple[str, ...]] = ()
+    # Its CLI reaches MCP servers from its configuration: it gets `loopd mcp` there
+    # (agents/deskconfig.py); every agent also finds `loopd-tool` on its PATH.
+    speaks_mcp: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -90,6 +94,13 @@ class AgentAdapter(ABC):
         self.scratch: Path | None = None
         # loopd's own environment, where the key named by `api_key_env` lives; tests pass their own.
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
+        # How this attempt's agent reaches loopd's desk (set by the caller; None: no tools).
+        self.desk: DeskAccess | None = None
+
+    def write_tool_config(self, home: Path) -> None:
+        """Write `loopd mcp` into the agent's configuration under `home` (its CLI's format);
+        an agent without MCP has only `loopd-tool`, so nothing is written."""
+        return None
 
     @abstractmethod
     def invocation(self, prompt: str, resume: Resume | None = None) -> Invocation:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from daemon.agents.base import (
@@ -16,6 +17,7 @@ from daemon.agents.base import (
     positional,
     raw,
 )
+from daemon.agents.deskconfig import claude_config
 
 # What a keyless local endpoint gets: the CLI refuses to start without some key.
 PLACEHOLDER_KEY = "loopd-no-key"
@@ -156,6 +158,12 @@ class ClaudeAdapter(AgentAdapter):
     login_files = (".claude/.credentials.json", ".claude.json")
     credential_files = (".claude/.credentials.json",)
     config_paths = (".claude/", ".claude.json")
+    speaks_mcp = True
+    MCP_FILE = ".loopd-mcp.json"  # in the run's HOME, given with --mcp-config
+
+    def write_tool_config(self, home: Path) -> None:
+        if self.desk is not None:
+            claude_config(home / self.MCP_FILE, self.desk)
 
     def invocation(self, prompt: str, resume: Resume | None = None) -> Invocation:
         text = resume.message if resume else prompt
@@ -165,6 +173,9 @@ class ClaudeAdapter(AgentAdapter):
         # Unattended: no tool waits for a person. Claude Code refuses this as root unless
         # IS_SANDBOX=1 is in the profile's env.
         argv += ["--permission-mode", "bypassPermissions"]
+        home = self.home()
+        if self.desk is not None and home is not None:
+            argv += ["--mcp-config", str(home / self.MCP_FILE)]
         if self.profile.model:
             argv += ["--model", self.profile.model]
         argv += list(self.profile.args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from daemon.agents.base import (
@@ -16,6 +17,7 @@ from daemon.agents.base import (
     positional,
     raw,
 )
+from daemon.agents.deskconfig import codex_config
 
 # The provider loopd defines with `-c` overrides when a profile names its own endpoint.
 PROVIDER = "loopd"
@@ -54,6 +56,11 @@ class CodexAdapter(AgentAdapter):
     login_files = (".codex/auth.json",)
     credential_files = (".codex/auth.json",)
     config_paths = (".codex/",)
+    speaks_mcp = True
+
+    def write_tool_config(self, home: Path) -> None:
+        if self.desk is not None:
+            codex_config(home / ".codex" / "config.toml", self.desk)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

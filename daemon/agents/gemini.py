@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from daemon.agents.base import (
@@ -15,6 +16,7 @@ from daemon.agents.base import (
     positional,
     raw,
 )
+from daemon.agents.deskconfig import merge_settings
 
 
 class GeminiAdapter(AgentAdapter):
@@ -38,6 +40,11 @@ class GeminiAdapter(AgentAdapter):
     )
     credential_files = (".gemini/oauth_creds.json",)
     config_paths = (".gemini/",)
+    speaks_mcp = True
+
+    def write_tool_config(self, home: Path) -> None:
+        if self.desk is not None:  # merged into the copied settings.json, which keeps its login
+            merge_settings(home / ".gemini" / "settings.json", self.desk)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -17,6 +17,7 @@ from daemon.agents.base import (
     positional,
     raw,
 )
+from daemon.agents.deskconfig import SERVER, opencode_server
 
 # The provider loopd defines in OPENCODE_CONFIG_CONTENT when a profile names its own endpoint.
 PROVIDER = "loopd"
@@ -50,6 +51,7 @@ class OpencodeAdapter(AgentAdapter):
     login_files = (".local/share/opencode/auth.json",)
     credential_files = (".local/share/opencode/auth.json",)
     config_paths = (".local/share/opencode/", ".config/opencode/", ".local/state/opencode/")
+    speaks_mcp = True  # its server goes into the inline config of each invocation
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -85,6 +87,8 @@ class OpencodeAdapter(AgentAdapter):
         elif key:
             provider = model.split("/", 1)[0] if "/" in model else "openai"
             env[_KEY_VARS.get(provider, f"{provider.upper().replace('-', '_')}_API_KEY")] = key
+        if self.desk is not None:
+            config["mcp"] = {SERVER: opencode_server(self.desk)}
         env["OPENCODE_CONFIG_CONTENT"] = json.dumps(config)
         if model:
             argv += ["-m", model]

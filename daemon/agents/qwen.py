@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from daemon.agents.base import AgentAdapter, AgentEvent, Invocation, Resume, positional
 from daemon.agents.claude import PLACEHOLDER_KEY, parse_stream_json
+from daemon.agents.deskconfig import merge_settings
 
 
 class QwenAdapter(AgentAdapter):
@@ -17,6 +20,12 @@ class QwenAdapter(AgentAdapter):
     login_files = (".qwen/oauth_creds.json",)  # Qwen OAuth; loopd itself starts it with a key
     credential_files = (".qwen/oauth_creds.json",)
     config_paths = (".qwen/",)
+    speaks_mcp = True
+
+    def write_tool_config(self, home: Path) -> None:
+        if self.desk is not None:
+            # Declared to the model at the start, not behind Qwen Code's tool_search bridge.
+            merge_settings(home / ".qwen" / "settings.json", self.desk, alwaysLoadTools=True)
 
     def invocation(self, prompt: str, resume: Resume | None = None) -> Invocation:
         argv = ["qwen", "--output-format", "stream-json", "--approval-mode", "yolo"]

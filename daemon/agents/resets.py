@@ -116,14 +116,7 @@ def parse_reset(
     """
     match = _ISO.search(text) or _ISO_SPACED.search(text)
     if match:
-        offset = (match.groupdict().get("off") or "UTC").upper()
-        offset = "+00:00" if offset in ("Z", "UTC", "GMT") else offset
-        if len(offset) == 5:  # +0100
-            offset = f"{offset[:3]}:{offset[3:]}"
-        try:
-            return datetime.fromisoformat(f"{match['date']}T{match['time']}{offset}")
-        except ValueError:
-            return None
+        return _iso_moment(match)
     match = _EPOCH.search(text)
     if match:
         return datetime.fromtimestamp(int(match["epoch"]), UTC)
@@ -157,6 +150,23 @@ def parse_reset(
             for n, unit in re.findall(r"(\d+(?:\.\d+)?)\s?(ms|h|m|s)(?![a-z])", match[1])
         )
         return now + timedelta(seconds=total)
+    return _claude_moment(text, now, zone)
+
+
+def _iso_moment(match: re.Match[str]) -> datetime | None:
+    """An ISO date and time (`Z`, `UTC`, `+0100`, `+01:00` or no offset: UTC), or None."""
+    offset = (match.groupdict().get("off") or "UTC").upper()
+    offset = "+00:00" if offset in ("Z", "UTC", "GMT") else offset
+    if len(offset) == 5:  # +0100
+        offset = f"{offset[:3]}:{offset[3:]}"
+    try:
+        return datetime.fromisoformat(f"{match['date']}T{match['time']}{offset}")
+    except ValueError:
+        return None
+
+
+def _claude_moment(text: str, now: datetime, zone: tzinfo) -> datetime | None:
+    """The first clock time or date in Claude's words (`resets 3pm (Europe/Paris)`), or None."""
     for match in _CLAUDE.finditer(text):
         if not (match["h"] or match["mon"]):
             continue

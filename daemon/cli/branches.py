@@ -10,7 +10,7 @@ import sys
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
-from daemon.cli.common import CommandError, command, console, home_of, json_value
+from daemon.cli.common import CommandError, console, home_of, json_value
 from daemon.clock import utc_now
 from daemon.landing.branches import list_branches, prune_branches
 
@@ -117,13 +117,3 @@ def json_text(value: dict[str, list[Any]]) -> str:
             parts.append(head + "[" + ",".join(rendered) + "\n  ]")
         parts.append("," if i < len(value) - 1 else "")
     return "".join(parts) + "\n}\n"
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "branches", branches, json_flag=True)
-    p.add_argument("loop", nargs="?", default="", help="only this loop's branches")
-    p.add_argument(
-        "--prune",
-        action="store_true",
-        help="delete branches that landed, and those of runs older than [limits] retain_days",
-    )

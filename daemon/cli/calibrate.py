@@ -10,10 +10,8 @@ from typing import Any
 from daemon.calibration.cases import CaseError
 from daemon.calibration.record import home_record_cases
 from daemon.calibration.run import JudgeError, calibrate, resolve_judges, shipped_or
-from daemon.cli.common import CommandError, command, home_of, print_json
+from daemon.cli.common import CommandError, home_of, print_json
 from daemon.model.client import ModelUnavailable
-
-DEFAULT_THRESHOLD = 7  # loops' critic_threshold default (docs/configuration.md)
 
 
 def calibrate_cmd(args: argparse.Namespace) -> int:
@@ -82,29 +80,4 @@ def _render(outcome: Any, source: str) -> str:
             ),
             f"  kept in {kept}",
         ]
-    )
-
-
-def register(sub: Any) -> None:
-    p = command(sub, "calibrate", calibrate_cmd, json_flag=True)
-    p.add_argument(
-        "--model",
-        action="append",
-        metavar="PROFILE",
-        help="judge with this profile: `verifier` or an [agents.NAME] (repeatable)",
-    )
-    p.add_argument("--cases", metavar="DIR", help="a folder of case folders (default: shipped)")
-    p.add_argument(
-        "--home-record",
-        action="store_true",
-        help="label the home's own attempts by their outcome instead of the shipped set",
-    )
-    p.add_argument("--limit", type=int, metavar="N", help="judge only the first N cases")
-    p.add_argument(
-        "--threshold",
-        type=int,
-        default=DEFAULT_THRESHOLD,
-        choices=range(11),
-        metavar="0-10",
-        help=f"a score at or above this passes (critic_threshold; default {DEFAULT_THRESHOLD})",
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -68,24 +67,6 @@ def _local_daemon_runs(home: Home) -> bool:
         return False
     status = StateStore(home.state_dir).load_status().daemon
     return status.engine == "local" and status.pid == lock.holder()
-
-
-def add_home_and_json(parser: argparse.ArgumentParser, json_flag: bool = True) -> None:
-    """Let `--home` (and `--json`) also be given after the subcommand."""
-    parser.add_argument("--home", default=argparse.SUPPRESS, help="the home folder")
-    if json_flag:
-        parser.add_argument("--json", action="store_true", help="print JSON")
-
-
-def command(
-    sub: Any, name: str, func: Callable[[argparse.Namespace], int], json_flag: bool = False
-) -> argparse.ArgumentParser:
-    """Add a subcommand whose help is the first line of `func`'s docstring."""
-    doc = (func.__doc__ or "").strip().splitlines()
-    parser = sub.add_parser(name, help=doc[0] if doc else None, description=func.__doc__)
-    add_home_and_json(parser, json_flag)
-    parser.set_defaults(func=func)
-    return parser
 
 
 def json_value(value: Any) -> Any:

@@ -12,7 +12,6 @@ from zoneinfo import ZoneInfo
 from daemon.calibration.warnings import calibration_warnings
 from daemon.cli.common import (
     CommandError,
-    command,
     console,
     daemon_pid,
     engine_control,
@@ -67,27 +66,9 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
     status = store.load_status()
     loaded = home.load()
     pid = daemon_pid(home)
-    warnings = status.daemon.warnings + loaded.warnings
-    if loaded.daemon_ok:
-        warnings += calibration_warnings(home.state_dir, loaded.daemon, home.config_path)
-    # The daemon says which sandbox its runs get; without one, what a run would get now.
-    sandbox = status.daemon.sandbox if pid is not None else ""
-    if not sandbox:
-        choice = choose(loaded.daemon.sandbox)
-        sandbox = choice.summary()
-        warnings = [w for w in (choice.warning, choice.refusal) if w] + warnings
     data: dict[str, Any] = {
         "home": str(home.root),
-        "daemon": {
-            "running": pid is not None,
-            "pid": pid,
-            "version": status.daemon.version,
-            "started": status.daemon.started,
-            "heartbeat": status.daemon.heartbeat,
-            "warnings": list(dict.fromkeys(warnings)),
-            "sandbox": sandbox,
-            "limits": _limits_line(loaded),
-        },
+        "daemon": _daemon_info(home, status, loaded, pid),
         "loops": {},
         "errors": [str(e) for e in loaded.errors],
     }
@@ -131,6 +112,30 @@ def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
     _escalations(store, data["loops"])
     data["state"] = _state_usage(store)
     return data
+
+
+def _daemon_info(home: Any, status: Any, loaded: Any, pid: int | None) -> dict[str, Any]:
+    """The daemon part of `status`: running or not, its version and times, warnings (the
+    calibration's too), the sandbox runs get, the limits."""
+    warnings = status.daemon.warnings + loaded.warnings
+    if loaded.daemon_ok:
+        warnings += calibration_warnings(home.state_dir, loaded.daemon, home.config_path)
+    # The daemon says which sandbox its runs get; without one, what a run would get now.
+    sandbox = status.daemon.sandbox if pid is not None else ""
+    if not sandbox:
+        choice = choose(loaded.daemon.sandbox)
+        sandbox = choice.summary()
+        warnings = [w for w in (choice.warning, choice.refusal) if w] + warnings
+    return {
+        "running": pid is not None,
+        "pid": pid,
+        "version": status.daemon.version,
+        "started": status.daemon.started,
+        "heartbeat": status.daemon.heartbeat,
+        "warnings": list(dict.fromkeys(warnings)),
+        "sandbox": sandbox,
+        "limits": _limits_line(loaded),
+    }
 
 
 def _open_escalations(store: Any) -> int:
@@ -331,13 +336,3 @@ def pause(args: argparse.Namespace) -> int:
 def resume(args: argparse.Namespace) -> int:
     """Let a paused loop's triggers start runs again."""
     return _set_paused(args, False)
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    command(sub, "run", run)
-    p = command(sub, "status", status, json_flag=True)
-    p.add_argument("--watch", action="store_true", help="a live view that redraws as state changes")
-    p = command(sub, "pause", pause)
-    p.add_argument("loop")
-    p = command(sub, "resume", resume)
-    p.add_argument("loop")

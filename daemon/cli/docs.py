@@ -9,9 +9,8 @@ import subprocess
 import sys
 import webbrowser
 from pathlib import Path
-from typing import Any
 
-from daemon.cli.common import CommandError, command
+from daemon.cli.common import CommandError
 
 INSTALL = "pip install 'loopd[docs]' (or the dev extra: pip install -e '.[dev]')"
 BUILD_TIMEOUT = 300.0
@@ -91,8 +90,3 @@ def docs_cmd(args: argparse.Namespace) -> int:
     if args.open:
         webbrowser.open(index.as_uri())
     return 0
-
-
-def register(sub: Any) -> None:
-    p = command(sub, "docs", docs_cmd)
-    p.add_argument("--open", action="store_true", help="open the site in a browser")

@@ -7,17 +7,9 @@ import sys
 from datetime import UTC
 from typing import Any
 
-from daemon.cli.common import (
-    CommandError,
-    add_home_and_json,
-    command,
-    console,
-    engine_control,
-    home_of,
-    print_json,
-)
+from daemon.cli.common import CommandError, console, engine_control, home_of, print_json
 from daemon.cli.engine_views import report_routed
-from daemon.cli.runs import report_run_id
+from daemon.cli.queued import report_run_id
 from daemon.clock import utc_now
 from daemon.people.escalation import (
     AlreadyResolved,
@@ -155,28 +147,3 @@ def resolve_escalation_cmd(args: argparse.Namespace) -> int:
     if trigger is not None:
         return report_run_id(home, tail, trigger.id, trigger.loop)
     return 0
-
-
-def register(sub: Any) -> None:
-    parser = sub.add_parser(
-        "escalations",
-        help="Runs handed to a person: list, show, resolve.",
-        description="Runs handed to a person: list, show, resolve RUN_ID [--retry] [--note].",
-    )
-    add_home_and_json(parser)
-    parser.add_argument("--all", action="store_true", help="list resolved ones too")
-    parser.set_defaults(func=list_escalations_cmd)
-    actions = parser.add_subparsers(dest="action", metavar="ACTION")
-    p = command(actions, "list", list_escalations_cmd, json_flag=True)
-    p.add_argument("--all", action="store_true", help="resolved ones too")
-    p = command(actions, "show", show_escalation_cmd, json_flag=True)
-    p.add_argument("run_id", metavar="RUN_ID")
-    p = command(actions, "resolve", resolve_escalation_cmd)
-    p.add_argument("run_id", metavar="RUN_ID")
-    p.add_argument("--retry", action="store_true", help="queue a new run of the loop")
-    p.add_argument("--note", default="", help="goes into the retry's prompt (# Note from a person)")
-    p.add_argument(
-        "--verdict",
-        choices=("good", "bad"),
-        help="your label of the run's last attempt, for `loopd calibrate --home-record`",
-    )

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from daemon.agents.processes import set_child_subreaper
-from daemon.cli.common import CommandError, command, home_of, print_json
+from daemon.cli.common import CommandError, home_of, print_json
 from daemon.cli.runs import foreground_loop, lock_loop
 from daemon.clock import utc_now
 from daemon.experiments.arms import arms_for, parse_supports
+from daemon.experiments.report import ExperimentReport
 from daemon.experiments.runner import Experiment, ExperimentRunner
 from daemon.git.safe import Git, GitError
 from daemon.rules.library import RuleLibrary, StoredRule
@@ -124,17 +125,7 @@ def _commit_of(loop: Any, at: str | None) -> str:
 def experiment_cmd(args: argparse.Namespace) -> int:
     """Paired runs of a loop with every support and without each one; a report with intervals."""
     home, loaded, loop = foreground_loop(args)
-    try:
-        without = parse_supports(args.without)
-    except ValueError as exc:
-        raise CommandError(str(exc)) from None
-    if args.repeat < 1:
-        raise CommandError("--repeat must be at least 1 (runs per arm)")
-    if loop.config.isolation == "in-place":
-        raise CommandError(
-            f'loop {loop.name!r} uses isolation = "in-place": an experiment\'s runs work side '
-            'by side from one commit. Fix: set isolation = "worktree" in its loop file'
-        )
+    without = _checked_without(args, loop)
     commit = _commit_of(loop, args.at)
     store = home.state(loaded.daemon.limits.events_rotate)
     hold = loop_hold(store, loaded.daemon, loop, utc_now())
@@ -176,6 +167,33 @@ def experiment_cmd(args: argparse.Namespace) -> int:
         report = runner.run()
     finally:
         lock.release()
+    _print_arms(report)
+    print(f"report: {runner.path / 'report.md'}")
+    if report.stopped:
+        print(f"loopd: experiment stopped early: {report.stopped}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _checked_without(args: argparse.Namespace, loop: Any) -> list[str]:
+    """The supports `--without` leaves out, once the arguments and the loop allow an
+    experiment (a CommandError otherwise)."""
+    try:
+        without = parse_supports(args.without)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    if args.repeat < 1:
+        raise CommandError("--repeat must be at least 1 (runs per arm)")
+    if loop.config.isolation == "in-place":
+        raise CommandError(
+            f'loop {loop.name!r} uses isolation = "in-place": an experiment\'s runs work side '
+            'by side from one commit. Fix: set isolation = "worktree" in its loop file'
+        )
+    return without
+
+
+def _print_arms(report: ExperimentReport) -> None:
+    """Each arm's successes, their 95% interval, tokens, nudges and escalations."""
     for arm in report.arms:
         low, high = arm.interval
         rate = "-" if arm.success_rate is None else f"{arm.success_rate:.0%}"
@@ -184,26 +202,3 @@ def experiment_cmd(args: argparse.Namespace) -> int:
             f"(95% interval {low:.0%} to {high:.0%}), {arm.tokens} tokens, "
             f"{arm.nudges} nudges, {arm.escalations} escalations"
         )
-    print(f"report: {runner.path / 'report.md'}")
-    if report.stopped:
-        print(f"loopd: experiment stopped early: {report.stopped}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def register(sub: Any) -> None:
-    p = command(sub, "replay", replay_cmd, json_flag=True)
-    p.add_argument("--since", default="30d", help="how far back, such as 30d or 12h")
-    p.add_argument("--rule", metavar="FILE|ID", help="a candidate rule file, or a rule's id")
-    p = command(sub, "experiment", experiment_cmd)
-    p.add_argument("loop")
-    p.add_argument(
-        "--without",
-        required=True,
-        metavar="SUPPORTS",
-        help="comma-separated: rules, progress, feedback, nudges (one arm without each)",
-    )
-    p.add_argument("--repeat", type=int, required=True, metavar="N", help="runs per arm")
-    p.add_argument(
-        "--at", metavar="COMMIT", help="the commit every run starts from (default: base)"
-    )

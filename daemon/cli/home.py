@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.calibration.warnings import calibration_warnings
-from daemon.cli.common import CommandError, command, daemon_pid, home_of, print_json
+from daemon.cli.common import CommandError, daemon_pid, home_of, print_json
 from daemon.config import LoadedConfig
 from daemon.config.errors import ConfigError
 from daemon.engine import missing_extra
@@ -187,10 +187,4 @@ def _inside_home(root: Path, config: object) -> list[str]:
     return out
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    parser = command(sub, "init", init)
-    parser.add_argument("dir", nargs="?", help="the folder to make a home in (default: .)")
-    command(sub, "check", check, json_flag=True)
-
-
-__all__ = ["register", "CommandError"]
+__all__ = ["CommandError"]

@@ -6,14 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from daemon.cli.common import (
-    CommandError,
-    add_home_and_json,
-    command,
-    console,
-    home_of,
-    print_json,
-)
+from daemon.cli.common import CommandError, console, home_of, print_json
 from daemon.scheduling.hooks import (
     HookError,
     hooks_dir,
@@ -72,11 +65,17 @@ def install_cmd(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         print_json({"uninstall": args.uninstall, "repos": report, "notes": notes})
         return 0
+    _print_report(args.uninstall, report, notes)
+    return 0
+
+
+def _print_report(uninstall: bool, report: list[dict[str, Any]], notes: list[str]) -> None:
+    """What was installed (or removed) where, and the notes, for a person."""
     out = console()
     if not report:
-        out.print("No loop has on_push; nothing to do." if not args.uninstall else "No loops.")
+        out.print("No loop has on_push; nothing to do." if not uninstall else "No loops.")
     for item in report:
-        verb = "removed from" if args.uninstall else "installed in"
+        verb = "removed from" if uninstall else "installed in"
         state = f"{len(item['changed'])} files changed" if item["changed"] else "already so"
         out.print(
             f"hooks {verb} {item['hooks']} for {', '.join(item['loops'])} ({state})",
@@ -85,20 +84,3 @@ def install_cmd(args: argparse.Namespace) -> int:
         )
     for note in notes:
         out.print(f"note: {note}", highlight=False, markup=False)
-    return 0
-
-
-def register(sub: Any) -> None:
-    parser = sub.add_parser(
-        "hooks",
-        help="Git hooks that trigger on_push loops.",
-        description="Git hooks that turn commits and pushes into triggers for on_push loops.",
-    )
-    add_home_and_json(parser, json_flag=False)
-    parser.set_defaults(func=lambda _args: parser.print_help() or 2)
-    actions = parser.add_subparsers(dest="action", metavar="ACTION")
-    p = command(actions, "install", install_cmd, json_flag=True)
-    p.add_argument("loop", nargs="?", metavar="LOOP", help="only this loop (default: all)")
-    p.add_argument(
-        "--uninstall", action="store_true", help="remove the hooks and put back what was there"
-    )

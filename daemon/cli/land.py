@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from daemon.cli.common import CommandError, command, home_of
+from daemon.cli.common import CommandError, home_of
 from daemon.clock import utc_now
 from daemon.landing.branches import notice_landed
 from daemon.landing.land import land_run
@@ -75,8 +75,3 @@ def _landed_now(store: Any, run: Any) -> None:
             resolve(store, run.id, utc_now(), note=f"landed by `loopd land {run.id}`")
         except AlreadyResolved:
             pass
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "land", land, json_flag=False)
-    p.add_argument("run_id", metavar="RUN_ID", help="the succeeded run to land")

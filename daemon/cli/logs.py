@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from daemon.cli.common import CommandError, command, home_of
+from daemon.cli.common import CommandError, home_of
 from daemon.people.transcript_text import Line, parse_line, render_lines
 from daemon.service.statecap import EVICTED_MARKER
 from daemon.state.records import RunRecord
@@ -247,13 +247,3 @@ def run_is_going(store: Any, run: Any) -> bool:
     if run is None:
         return True
     return run.outcome is None and _live(store, run.id)
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "logs", logs, json_flag=True)
-    p.add_argument("run_id", metavar="RUN_ID")
-    p.add_argument("--attempt", type=int, metavar="N", help="only attempt N (default: every one)")
-    p.add_argument(
-        "-f", "--follow", action="store_true", help="follow the running attempt until it ends"
-    )
-    p.add_argument("--full", action="store_true", help="unfold tool output and long arguments")

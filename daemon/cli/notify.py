@@ -6,7 +6,7 @@ import argparse
 import socket
 from typing import Any
 
-from daemon.cli.common import CommandError, command, print_json, tested_home
+from daemon.cli.common import CommandError, print_json, tested_home
 from daemon.clock import utc_now
 from daemon.people.notify import CommandNotifier, NotifyError, WebhookNotifier
 from daemon.people.notify.apprise_urls import AppriseNotifier
@@ -75,8 +75,3 @@ def notify_cmd(args: argparse.Namespace) -> int:
                 print(f"{r['where']}: FAILED: {r['error']}")
         print(f"message: {message}")
     return 0 if all(r["ok"] for r in results) else 1
-
-
-def register(sub: Any) -> None:
-    p = command(sub, "notify", notify_cmd, json_flag=True)
-    p.add_argument("--test", action="store_true", help="send a test notification now")

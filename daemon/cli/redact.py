@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from daemon.cli.common import CommandError, command
+from daemon.cli.common import CommandError
 from daemon.redact import Redactor
 
 _MARKER = re.compile(r"\[REDACTED:([a-z0-9-]+)\]")
@@ -48,11 +48,3 @@ def redact_file(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    parser = command(sub, "redact", redact_file)
-    parser.add_argument("file", metavar="FILE", help="the file to read; - for standard input")
-    parser.add_argument(
-        "-q", "--quiet", action="store_true", help="no count of what was replaced on stderr"
-    )

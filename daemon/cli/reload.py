@@ -7,7 +7,7 @@ import os
 import signal
 import time
 
-from daemon.cli.common import CommandError, command, daemon_pid, home_of, print_json
+from daemon.cli.common import CommandError, daemon_pid, home_of, print_json
 from daemon.state.events import EventTail
 
 WAIT = 30.0  # seconds for the daemon's answer
@@ -61,7 +61,3 @@ def _answer(args: argparse.Namespace, event: dict) -> int:
             print("  `loopd check` names each error and its fix")
     ok = event["type"] == "reloaded" and not event.get("stale") and not event.get("not_loaded")
     return 0 if ok else 1
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    command(sub, "reload", reload, json_flag=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from daemon.cli.common import CommandError, command, console, home_of, print_json
+from daemon.cli.common import CommandError, console, home_of, print_json
 from daemon.clock import utc_now
 from daemon.landing.branches import notice_hand_merges
 from daemon.landing.refbatch import RepoRefs, read_refs
@@ -93,9 +93,3 @@ def _html(home: Any, store: Any, since: Any, now: Any, target: Path) -> int:
         f"{len(data.escalations)} open escalation(s), {len(data.ready)} branch(es) ready to land"
     )
     return 0
-
-
-def register(sub: Any) -> None:
-    parser = command(sub, "report", report_cmd, json_flag=True)
-    parser.add_argument("--since", default=None, help="how far back, such as 12h or 2d")
-    parser.add_argument("--html", metavar="FILE", help="write a page with charts to FILE")

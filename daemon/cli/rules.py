@@ -9,7 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from daemon.cli.common import CommandError, add_home_and_json, command, home_of, print_json
+from daemon.cli.common import CommandError, home_of, print_json
+from daemon.cli.learning_parsers import STATUS_CHOICES
 from daemon.clock import utc_now
 from daemon.model.client import ModelClient, ModelUnavailable
 from daemon.rules.evaluator import JudgeCache, select_rules
@@ -25,8 +26,6 @@ from daemon.rules.sharing import (
 )
 from daemon.rules.verifier import candidate_from_file, verify_candidate
 from daemon.state.eventtypes import Event
-
-STATUS_CHOICES = ("trial", "active", "rejected", "retired")
 
 
 def rule_library(args: argparse.Namespace):  # noqa: ANN202 - RuleLibrary
@@ -89,6 +88,8 @@ def _row(stored: Any) -> dict[str, Any]:
         "expires": rule.expires.isoformat() if rule.expires else None,
         "expired": rule.expired(utc_now()),
         "imported_from": rule.provenance.imported_from if rule.provenance else "",
+        "source_run": rule.source_run,
+        "verified_with": rule.verified_with.model_dump() if rule.verified_with else None,
         "rule": rule.rule,
         "path": str(stored.path),
     }
@@ -125,6 +126,9 @@ def list_cmd(args: argparse.Namespace) -> int:
             )
             print(f"      {r.rule}")
             print(f"      scope: {_where(r)}")
+            if r.verified_with is not None:
+                proof = r.verified_with
+                print(f"      verified with `{proof.command}` (exit {proof.exit_code})")
             if r.expired(now):
                 print(f"      expired on {r.expires:%Y-%m-%d}: it no longer fires")
             if r.provenance is not None and r.provenance.imported_from:
@@ -349,54 +353,3 @@ def import_cmd(args: argparse.Namespace) -> int:
     if landed:
         print("Fix scope: `loopd rules promote ID --scope all`, or edit `scope` in the file")
     return 0
-
-
-def register(sub: Any) -> None:
-    parser = sub.add_parser(
-        "rules",
-        help="The rule library: list, show, match, verify, promote, retire, export, import.",
-        description="The rule library: list, show, match, verify, promote, retire, export, import.",
-    )
-    add_home_and_json(parser)
-    parser.set_defaults(func=list_cmd, status=None, all=False)
-    actions = parser.add_subparsers(dest="action", metavar="ACTION")
-    p = command(actions, "list", list_cmd, json_flag=True)
-    p.add_argument("--status", choices=STATUS_CHOICES, help="only this folder")
-    p.add_argument("--all", action="store_true", help="rejected and retired ones too")
-    p = command(actions, "show", show_cmd, json_flag=True)
-    p.add_argument("id", metavar="ID")
-    p = command(actions, "match", match_cmd, json_flag=True)
-    p.add_argument("task", nargs="?", metavar="TASK", help="the task text")
-    p.add_argument("--task", dest="task_option", help="the task text (as the argument)")
-    p.add_argument(
-        "--loop", default="", help="apply the rules' scopes for this loop and its repository"
-    )
-    p.add_argument("--path", action="append", help="a changed path (repeatable)")
-    p.add_argument("--no-model", action="store_true", help="the lexical stage only")
-    p = command(actions, "verify", verify_cmd, json_flag=True)
-    p.add_argument("candidate", metavar="CANDIDATE.md")
-    p.add_argument("--evidence", required=True, metavar="DIR", help="the evidence files")
-    p.add_argument("--no-model", action="store_true", help="skip the rule_verification call")
-    p.add_argument("--dry-run", action="store_true", help="decide only: file nothing")
-    p = command(actions, "promote", promote_cmd)
-    p.add_argument("id", metavar="ID")
-    p.add_argument("--severity", choices=("remind", "refuse", "escalate"))
-    p.add_argument(
-        "--scope",
-        choices=("all",),
-        help="all: the rule applies to every repository, not only the one it was learned in",
-    )
-    p = command(actions, "retire", retire_cmd)
-    p.add_argument("id", metavar="ID")
-    p.add_argument("--reason", default="retired by a person")
-    p = command(actions, "export", export_cmd, json_flag=True)
-    p.add_argument("dest", metavar="DEST", help="a new or empty folder, or an earlier bundle")
-    p.add_argument("--kind", action="append", help="only this kind (repeatable)")
-    p.add_argument(
-        "--status", action="append", choices=STATUS_CHOICES, help="this folder (default: active)"
-    )
-    p = command(actions, "import", import_cmd, json_flag=True)
-    p.add_argument("src", metavar="SRC", help="a bundle's folder, or a git repository holding one")
-    p.add_argument(
-        "--no-model", action="store_true", help="skip the contradiction check with the verifier"
-    )

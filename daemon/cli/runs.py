@@ -9,15 +9,9 @@ import time
 from typing import Any
 
 from daemon.agents.processes import set_child_subreaper, set_not_dumpable
-from daemon.cli.common import (
-    CommandError,
-    command,
-    daemon_pid,
-    engine_control,
-    home_of,
-    valid_loop,
-)
+from daemon.cli.common import CommandError, daemon_pid, engine_control, home_of, valid_loop
 from daemon.cli.engine_views import trigger_on_engine
+from daemon.cli.queued import report_run_id
 from daemon.cli.runview import exit_code, print_outcome
 from daemon.clock import utc_now
 from daemon.config import LoadedConfig, Loop
@@ -312,54 +306,6 @@ def trigger(args: argparse.Namespace) -> int:
     return _wait_for(home, store, tail, path.name)
 
 
-# How long `trigger` and `escalations resolve --retry` wait for the daemon to take the file.
-TAKE_TIMEOUT = 30.0
-
-
-def await_run_id(home: Home, tail: Any, inbox_id: str, timeout: float = TAKE_TIMEOUT) -> Any:
-    """The daemon's `trigger` or `trigger_skipped` event for inbox file `inbox_id`, or None
-    when no daemon takes it within `timeout` seconds (or none runs)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        for event in tail.read():
-            if event.get("inbox") != inbox_id:
-                continue
-            if event.get("type") == "trigger_skipped":
-                return event
-            if event.get("type") == "trigger" and event.get("run"):
-                return event
-        if daemon_pid(home) is None or time.monotonic() > deadline:
-            return None
-        time.sleep(0.1)
-
-
-def report_run_id(home: Home, tail: Any, inbox_id: str, loop: str) -> int:
-    """Print the RUN_ID the daemon queued (or joined) for a trigger file, on the first line."""
-    pid = daemon_pid(home)
-    if pid is None:
-        print(
-            f"queued state/inbox/{inbox_id} for {loop}; no daemon is running, so it has no "
-            f"RUN_ID yet: `loopd --home {home.root} run` takes it and gives it one "
-            "(`loopd runs` then lists it)"
-        )
-        return 0
-    event = await_run_id(home, tail, inbox_id)
-    if event is None:
-        print(
-            f"queued state/inbox/{inbox_id} for {loop}; the daemon (pid {pid}) has not taken it "
-            f"yet: `loopd runs {loop}` lists it with its RUN_ID once it has"
-        )
-        return 0
-    if event.get("type") == "trigger_skipped":
-        print(f"the daemon skipped the trigger for {loop}: {event.get('why', 'overlap policy')}")
-        return 1
-    run_id = event["run"]
-    print(run_id, flush=True)
-    how = "joined the run already queued" if event.get("joined") else "queued"
-    print(f"{how} for {loop} (daemon pid {pid}); `loopd logs {run_id} -f` follows it")
-    return 0
-
-
 def _daemon_keeps(home: Home, name: str) -> bool:
     """Whether the running daemon holds a loaded configuration of `name` (kept stale)."""
     if daemon_pid(home) is None:
@@ -449,23 +395,3 @@ def cancel(args: argparse.Namespace) -> int:
             break
     print(f"{run.id}: {outcome or 'cancel requested'}")
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "once", once)
-    p.add_argument("loop")
-    p.add_argument("--reason", help="why, recorded with the run")
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="run it even when it is disabled, or when done_when already passes",
-    )
-    p = command(sub, "trigger", trigger)
-    p.add_argument("loop")
-    p.add_argument("--reason", help="why, recorded with the run")
-    p.add_argument(
-        "--wait", action="store_true", help="exit as the run ends (0: succeeded or skipped)"
-    )
-    p.add_argument("--force", action="store_true", help="run even when done_when already passes")
-    p = command(sub, "cancel", cancel)
-    p.add_argument("run_id")

@@ -6,14 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from daemon.cli.common import (
-    CommandError,
-    command,
-    console,
-    engine_control,
-    home_of,
-    print_json,
-)
+from daemon.cli.common import CommandError, console, engine_control, home_of, print_json
 from daemon.cli.engine_views import engine_record, show_runs
 from daemon.cli.runview import runs_table
 from daemon.clock import utc_now
@@ -22,6 +15,8 @@ from daemon.people.digest import checks_word
 from daemon.people.landstate import landing_state
 from daemon.people.terminal import clean
 from daemon.people.terminal import markup as m
+from daemon.state.agentrecords import read_decisions, read_evidence
+from daemon.state.records import RunRecord
 from daemon.state.store import UnreadableFile
 
 
@@ -165,6 +160,54 @@ def show(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     out = console()
+    head = _head_lines(run)
+    out.print(Panel(m("\n".join(head)), title=m(run.id)))
+    table = Table(show_lines=True)
+    for col in ("#", "exit", "nudges", "stalls", "checks", "score", "verdict", "feedback"):
+        table.add_column(col)
+    for a in run.attempts:
+        table.add_row(
+            str(a.n),
+            "-" if a.exit_code is None else str(a.exit_code),
+            str(a.nudges),
+            m(", ".join(s.kind for s in a.stalls) or "-"),
+            checks_word(a.checks_passed),
+            "-" if a.score is None else str(a.score),
+            m(a.verdict + ("".join(f"\n! {v}" for v in a.violations))),
+            m(a.feedback),
+        )
+    out.print(table)
+    _show_records(out, store.run_dir(run.id))
+    if run.attempts:
+        # Whole lines: a wrapped RUN_ID cannot be copied.
+        for hint in (
+            f"what the agent did: loopd logs {run.id}",
+            f"its changes: loopd show {run.id} --diff",
+        ):
+            out.print(hint, markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+def _show_records(out: Any, run_dir: Any) -> None:
+    """What the agent recorded through its tools: each claim with what loopd saw, decisions."""
+    from rich.panel import Panel
+
+    lines = []
+    for item in read_evidence(run_dir):
+        status = "timed out" if item.timed_out else f"exit {item.exit_code}"
+        verdict = "REFUTED" if item.refuted else "holds"
+        where = f"{status}, attempt {item.attempt}, {item.commit[:12]}"
+        lines.append(f"[{verdict}] {clean(item.claim)}\n    $ {clean(item.command)}   ({where})")
+    if lines:
+        out.print(Panel(m("\n".join(lines)), title="the agent's evidence (evidence.jsonl)"))
+    decisions = read_decisions(run_dir).strip()
+    if decisions:
+        out.print(Panel(m(clean(decisions)), title="the agent's decisions (decisions.md)"))
+
+
+def _head_lines(run: RunRecord) -> list[str]:
+    """The lines of the run's panel: loop, task, trigger, times, outcome, branch, landing,
+    and its retry, park and rules when it has them."""
     merged = max(run.trigger.merged_count, len(run.trigger.merged))
     head = [
         f"loop: {run.loop}",
@@ -188,30 +231,7 @@ def show(args: argparse.Namespace) -> int:
         head.append(f"parked {run.waited}s in all on usage limits")
     if run.rules_fired:
         head.append("rules fired: " + ", ".join(run.rules_fired))
-    out.print(Panel(m("\n".join(head)), title=m(run.id)))
-    table = Table(show_lines=True)
-    for col in ("#", "exit", "nudges", "stalls", "checks", "score", "verdict", "feedback"):
-        table.add_column(col)
-    for a in run.attempts:
-        table.add_row(
-            str(a.n),
-            "-" if a.exit_code is None else str(a.exit_code),
-            str(a.nudges),
-            m(", ".join(s.kind for s in a.stalls) or "-"),
-            checks_word(a.checks_passed),
-            "-" if a.score is None else str(a.score),
-            m(a.verdict + ("".join(f"\n! {v}" for v in a.violations))),
-            m(a.feedback),
-        )
-    out.print(table)
-    if run.attempts:
-        # Whole lines: a wrapped RUN_ID cannot be copied.
-        for hint in (
-            f"what the agent did: loopd logs {run.id}",
-            f"its changes: loopd show {run.id} --diff",
-        ):
-            out.print(hint, markup=False, highlight=False, soft_wrap=True)
-    return 0
+    return head
 
 
 def _show_diff(store: Any, run: Any, only: int | None) -> int:
@@ -248,13 +268,3 @@ def _show_diff(store: Any, run: Any, only: int | None) -> int:
                 out.print(Text(line, style=style), soft_wrap=True, highlight=False)
     sys.stdout.flush()
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "runs", runs, json_flag=True)
-    p.add_argument("loop", nargs="?")
-    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
-    p = command(sub, "show", show, json_flag=True)
-    p.add_argument("run_id")
-    p.add_argument("--diff", action="store_true", help="the changes each attempt made")
-    p.add_argument("--attempt", type=int, metavar="N", help="with --diff: only attempt N")

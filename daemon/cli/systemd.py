@@ -8,9 +8,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
-from daemon.cli.common import CommandError, command, home_of
+from daemon.cli.common import CommandError, home_of
 from daemon.systemd import (
     STOP_TIMEOUT_SEC,
     render_unit,
@@ -104,16 +103,3 @@ def install_cmd(args: argparse.Namespace) -> int:
         f"keys named by api_key_env: put KEY=value lines in ~/.config/loopd/{stem}.env (chmod 600)"
     )
     return code
-
-
-def register(sub: Any) -> None:
-    parser = sub.add_parser(
-        "systemd", help="The systemd user unit for this home.", description=__doc__
-    )
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    p = command(actions, "install", install_cmd)
-    p.add_argument("--name", default="", help="unit name (default: loopd-<home folder>.service)")
-    p.add_argument("--no-enable", action="store_true", help="write the unit, enable nothing")
-    p.add_argument(
-        "--print", dest="print_only", action="store_true", help="print the unit, write nothing"
-    )

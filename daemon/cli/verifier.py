@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from daemon.cli.common import CommandError, command, print_json, tested_home
+from daemon.cli.common import CommandError, print_json, tested_home
 from daemon.model.probe import probe_verifier
 
 
@@ -27,8 +26,3 @@ def verifier_cmd(args: argparse.Namespace) -> int:
     else:
         print(probe.text if probe.ok else f"FAILED: {probe.text}")
     return 0 if probe.ok else 1
-
-
-def register(sub: Any) -> None:
-    p = command(sub, "verifier", verifier_cmd, json_flag=True)
-    p.add_argument("--test", action="store_true", help="ask the verifier for its models now")

@@ -7,7 +7,7 @@ import sys
 
 from pydantic import ValidationError
 
-from daemon.cli.common import CommandError, command, home_of
+from daemon.cli.common import CommandError, home_of
 from daemon.config import QUEUE_NAME, ListenConfig
 from daemon.engine import engine_for
 from daemon.service.context import ConfigFatal
@@ -33,20 +33,3 @@ def worker(args: argparse.Namespace) -> int:
         return 2
     except LockHeld as exc:
         raise CommandError(f"a loopd worker (pid {exc.pid}) runs for this home already") from None
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "worker", worker)
-    p.add_argument(
-        "--queue",
-        default="",
-        metavar="NAME",
-        help="the queue as a loop's runs_on names it (default: loops without runs_on)",
-    )
-    p.add_argument(
-        "--metrics",
-        default="",
-        metavar="HOST:PORT",
-        help="serve this worker's /metrics (Prometheus) and /healthz there; "
-        "default: [listen] worker_bind of loopd.toml, else none",
-    )

@@ -171,15 +171,7 @@ def commit_work(
         new = own.commit_tree(staged, parents, message)
     if new != tip:
         own.set_tip(new, tip)
-    kept_refs = []
-    for commit in kept:
-        ref = f"{KEPT_PREFIX}/{run.id}/{commit[:12]}"
-        own.bare.run("update-ref", ref, commit)
-        kept_refs.append((ref, commit))
-        violations.append(
-            Violation(kind="detached_head", target=commit[:12], detail=f"kept as {ref}")
-        )
-        journal.event(Event.AGENT_COMMITS_KEPT, commit=commit, ref=ref)
+    kept_refs = _keep_commits(journal, own, kept, violations)
     large = too_large(own, new, run.base_commit, journal.services.config.limits.max_file_size)
     if large:
         # Kept out of the person's repository: the run's branch stays where it was.
@@ -196,6 +188,24 @@ def commit_work(
         journal.event(Event.VIOLATIONS_FOUND, violations=[v.model_dump() for v in violations])
     add_violations(attempt, violations)
     return new
+
+
+def _keep_commits(
+    journal: RunLog, own: OwnGit, kept: list[str], violations: list[Violation]
+) -> list[tuple[str, str]]:
+    """The agent's commits off the branch, each kept under a ref of the run (a violation);
+    the (ref, commit) pairs."""
+    run = journal.run
+    kept_refs = []
+    for commit in kept:
+        ref = f"{KEPT_PREFIX}/{run.id}/{commit[:12]}"
+        own.bare.run("update-ref", ref, commit)
+        kept_refs.append((ref, commit))
+        violations.append(
+            Violation(kind="detached_head", target=commit[:12], detail=f"kept as {ref}")
+        )
+        journal.event(Event.AGENT_COMMITS_KEPT, commit=commit, ref=ref)
+    return kept_refs
 
 
 def too_large(own: OwnGit, new: str, base: str, limit: int) -> list[Violation]:

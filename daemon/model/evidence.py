@@ -21,6 +21,7 @@ from daemon.model.evidence_parts import (
     trim,
 )
 from daemon.redact import redact
+from daemon.state.agentrecords import render_records
 from daemon.state.records import DiffStat
 from daemon.state.stored import is_stored
 
@@ -58,6 +59,8 @@ _HEADINGS = {
     "prompt": "# The prompt the agent received (prompt.md)",
 }
 SECTIONS = tuple(_HEADINGS)
+RECORDS_HEADING = "# What the agent recorded through loopd's tools"
+RECORDS_SHARE = 6  # at most 1/6 of the budget: the agent's own words weigh less than the checks
 
 
 @dataclass
@@ -71,6 +74,9 @@ class Evidence:
     budget_tokens: int
     citations: list[str]  # what the summary cites, as found in it
     diff_summary: str = ""  # the files changed with +/- counts, from diffstat.json
+    # What the agent recorded through loopd's tools: its claims with what loopd saw when it
+    # ran their commands, and its decisions (state/runs/RUN_ID/evidence.jsonl, decisions.md).
+    records: str = ""
     # The order of the sections; calibration renders another order to see if verdicts change.
     sections: tuple[str, ...] = SECTIONS
 
@@ -84,6 +90,8 @@ class Evidence:
             + ("\n".join(f"- {v}" for v in self.violations) or "none")
             + "\n",
         ]
+        if self.records:
+            out.append(f"\n{RECORDS_HEADING}\n{self.records}")
         for section in self.sections:
             heading = _HEADINGS[section]
             parts = [p for p in self.parts if p.section == section]
@@ -116,12 +124,11 @@ def build_evidence(
     violations = [redact(v) for v in (violations or [])]
     budget = int(budget_tokens * CHARS_PER_TOKEN * _SAFETY)
     cites = citations(summary)
-
     task_text, _ = trim(redact(task), max(200, budget // 8))
     summary_text, _ = trim(redact(summary), max(400, budget // 4))
-    fixed = len(task_text) + len(summary_text) + sum(len(v) + 3 for v in violations)
+    records = _records(attempt_dir, budget)
     diff_summary = _diff_summary(attempt_dir)
-    fixed += sum(len(h) + 2 for h in _HEADINGS.values()) + 200 + len(diff_summary)
+    fixed = _fixed(task_text + summary_text + records + diff_summary, violations, bool(records))
     remaining = max(0, budget - fixed)
 
     sources: list[Source] = []
@@ -164,7 +171,22 @@ def build_evidence(
         budget_tokens=budget_tokens,
         citations=[c.text for c in cites],
         diff_summary=diff_summary,
+        records=records,
     )
+
+
+def _records(attempt_dir: Path, budget: int) -> str:
+    """What the agent recorded through loopd's tools, from the run's folder (the attempt
+    folder's parent), within a share of the budget; "" when nothing."""
+    return redact(render_records(attempt_dir.parent, budget // RECORDS_SHARE))
+
+
+def _fixed(texts: str, violations: list[str], records: bool) -> int:
+    """Characters the parts always shown take: `texts` (task, summary, the agent's records,
+    the diff's summary), the violations, the headings and a margin."""
+    fixed = len(texts) + sum(len(v) + 3 for v in violations)
+    fixed += sum(len(h) + 2 for h in _HEADINGS.values()) + 200
+    return fixed + (len(RECORDS_HEADING) + 2 if records else 0)
 
 
 def _diff_summary(attempt_dir: Path) -> str:

@@ -86,6 +86,30 @@ def write_escalation(
     return path
 
 
+def write_question(
+    store: StateStore, path: Path, run: RunRecord, question: str, attempt: int, now: datetime
+) -> None:
+    """Write an agent's question as an escalation of cause `question` at `path`."""
+    meta = Escalation(
+        run=run.id,
+        loop=run.loop,
+        task=run.task,
+        escalated=now,
+        cause="question",
+        reason="the agent asked a question (the run went on)",
+        branch=run.branch,
+        attempts=attempt,
+        notified=now,
+    )
+    body = (
+        f"# The agent of run {run.id} asks\n\n{quote(question)}\n\n"
+        f"Asked during attempt {attempt}; the run went on without the answer. Answer with "
+        f'`loopd escalations resolve {path.stem} --note "..."` (add --retry to run the task '
+        "again with your note).\n"
+    )
+    write_atomic(path, _front_matter(meta) + "\n" + redact(body))
+
+
 def blocking_escalation(
     store: StateStore, loop: str, task: str, kind: str = "schedule"
 ) -> Escalation | None:
@@ -98,6 +122,8 @@ def blocking_escalation(
         return None
     redacted = redact(task)  # the file holds the task as redacted
     for meta in open_escalations(store, loop):
+        if meta.cause == "question":
+            continue  # an agent's question holds nothing back
         if _same_task(meta.task, task) or _same_task(meta.task, redacted):
             return meta
     return None
@@ -152,13 +178,7 @@ def resolve(
     meta.verdict = verdict
     parts = _split(text)
     body = parts[1] if parts else text
-    section = ["", "## Resolved", "", f"Resolved {iso(now)}."]
-    if note:
-        section += ["", "Note:", quote(note)]
-    if verdict:
-        section += ["", f"The last attempt was {verdict} (the person's verdict)."]
-    if trigger:
-        section += ["", f"A retry was queued (`state/inbox/{trigger.id}`)."]
+    section = _resolved_section(now, note, verdict, trigger)
     write_atomic(
         store.escalation_path(run_id),
         _front_matter(meta) + redact(body.rstrip("\n") + "\n" + "\n".join(section) + "\n"),
@@ -175,6 +195,18 @@ def resolve(
 
     update_progress(store, meta.loop, now)
     return trigger
+
+
+def _resolved_section(now: datetime, note: str, verdict: str, trigger: Trigger | None) -> list[str]:
+    """The `## Resolved` section appended to the escalation's file."""
+    section = ["", "## Resolved", "", f"Resolved {iso(now)}."]
+    if note:
+        section += ["", "Note:", quote(note)]
+    if verdict:
+        section += ["", f"The last attempt was {verdict} (the person's verdict)."]
+    if trigger:
+        section += ["", f"A retry was queued (`state/inbox/{trigger.id}`)."]
+    return section
 
 
 # Outcomes of a later run of the same task that close its open escalations.

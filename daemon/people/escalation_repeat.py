@@ -35,6 +35,8 @@ def open_for(store: StateStore, run: RunRecord) -> Escalation | None:
     redacted = redact(run.task)
     found = None
     for meta in open_escalations(store, run.loop):
+        if meta.cause == "question":
+            continue  # an agent's question (ask_person) is no run handed to a person
         same = _same_task(meta.task, run.task) or _same_task(meta.task, redacted)
         if same and meta.run < run.id:
             found = meta

@@ -322,36 +322,11 @@ def render_markdown(report: Report) -> str:
         "## Loops",
         "",
     ]
-    if report.loops:
-        out += [
-            "| loop | runs | outcomes | attempts | best | mean | time | tokens | cost | parked |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for s in report.loops:
-            out.append(
-                f"| {s.loop} | {s.runs} | {_outcomes_text(s.outcomes)} | {s.attempts} | "
-                f"{_score(s.best_score)} | {_score(s.mean_score)} | {_hm(s.seconds)} | {s.tokens} "
-                f"| {_cost(s.cost_usd)} | {_hm(s.waited) if s.waited else '-'} |"
-            )
-    else:
-        out.append("No runs in this window.")
+    out += _loops_markdown(report.loops)
     if report.verified is not None:
         out += ["", report.verified.line()]
     out += ["", "## Runs", ""]
-    if report.runs:
-        out += [
-            "| run | trigger | outcome | scores | time | tokens | reason |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for r in report.runs:
-            scores = " ".join(_score(x) for x in r.scores) or "-"
-            reason = one_line(r.reason, 80).replace("|", "\\|")
-            out.append(
-                f"| {r.id} | {r.trigger} | {r.outcome} | {scores} | {_hm(r.seconds)} | "
-                f"{r.tokens} | {reason} |"
-            )
-    else:
-        out.append("None.")
+    out += _runs_markdown(report.runs)
     out += ["", "## Rules learned or retired", ""]
     if not report.rules:
         out.append("None.")
@@ -386,6 +361,41 @@ def render_markdown(report: Report) -> str:
     return "\n".join(out)
 
 
+def _loops_markdown(loops: list[LoopSummary]) -> list[str]:
+    """The report's table of loops, or a line saying there were no runs."""
+    if not loops:
+        return ["No runs in this window."]
+    out = [
+        "| loop | runs | outcomes | attempts | best | mean | time | tokens | cost | parked |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in loops:
+        out.append(
+            f"| {s.loop} | {s.runs} | {_outcomes_text(s.outcomes)} | {s.attempts} | "
+            f"{_score(s.best_score)} | {_score(s.mean_score)} | {_hm(s.seconds)} | {s.tokens} "
+            f"| {_cost(s.cost_usd)} | {_hm(s.waited) if s.waited else '-'} |"
+        )
+    return out
+
+
+def _runs_markdown(runs: list[RunRow]) -> list[str]:
+    """The report's table of runs, or `None.`."""
+    if not runs:
+        return ["None."]
+    out = [
+        "| run | trigger | outcome | scores | time | tokens | reason |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        scores = " ".join(_score(x) for x in r.scores) or "-"
+        reason = one_line(r.reason, 80).replace("|", "\\|")
+        out.append(
+            f"| {r.id} | {r.trigger} | {r.outcome} | {scores} | {_hm(r.seconds)} | "
+            f"{r.tokens} | {reason} |"
+        )
+    return out
+
+
 def _ready_line(row: ReadyRow) -> str:
     where = f" in {row.repo}" if row.repo else ""
     if row.why:
@@ -407,27 +417,12 @@ def write_report(store: StateStore, report: Report) -> Path:
 def render_rich(report: Report, console: Any, max_rows: int = 6, max_loops: int = 10) -> None:
     """One screen: loops, runs that need a look, rule changes, escalations waiting."""
     from rich.markup import escape as esc
-    from rich.table import Table
 
     console.print(
         f"[bold]loopd report[/] {iso(report.since)[:16]}Z to {iso(report.generated)[:16]}Z"
     )
     if report.loops:
-        table = Table(box=None, pad_edge=False, header_style="bold")
-        for col in ("loop", "runs", "outcomes", "best", "mean", "time", "tokens", "cost"):
-            table.add_column(col, justify="right" if col in ("runs", "tokens") else "left")
-        for s in report.loops[:max_loops]:
-            table.add_row(
-                esc(s.loop),
-                str(s.runs),
-                _outcomes_text(s.outcomes),
-                _score(s.best_score),
-                _score(s.mean_score),
-                _hm(s.seconds),
-                str(s.tokens),
-                _cost(s.cost_usd),
-            )
-        console.print(table)
+        console.print(_loops_table(report.loops, max_loops))
         if len(report.loops) > max_loops:
             console.print(f"... {len(report.loops) - max_loops} more loops in the file")
     else:
@@ -469,3 +464,25 @@ def render_rich(report: Report, console: Any, max_rows: int = 6, max_loops: int 
         console.print(f"[yellow]{len(report.notify_failed)} notifications failed[/]")
     if report.file:
         console.print(f"Full report: {report.file}")
+
+
+def _loops_table(loops: list[LoopSummary], max_loops: int) -> Any:
+    """The first `max_loops` loops as a rich table."""
+    from rich.markup import escape as esc
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("loop", "runs", "outcomes", "best", "mean", "time", "tokens", "cost"):
+        table.add_column(col, justify="right" if col in ("runs", "tokens") else "left")
+    for s in loops[:max_loops]:
+        table.add_row(
+            esc(s.loop),
+            str(s.runs),
+            _outcomes_text(s.outcomes),
+            _score(s.best_score),
+            _score(s.mean_score),
+            _hm(s.seconds),
+            str(s.tokens),
+            _cost(s.cost_usd),
+        )
+    return table

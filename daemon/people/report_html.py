@@ -220,9 +220,27 @@ def _verified_table(data: Nights) -> list[str]:
     return out
 
 
+def _kinds_table(data: Nights) -> list[str]:
+    """The rule library by kind: how many of each are live or not now, what moved since."""
+    if not data.kinds:
+        return []
+    heads = (*RULE_STATUSES, "learned", "promoted", "demoted")
+    names = [*RULE_STATUSES, "learned since", "promoted since", "demoted since"]
+    out = [
+        '<h2>Rules by kind</h2><table id="kinds"><tr><th>kind</th>'
+        + "".join(f"<th>{name}</th>" for name in names)
+        + "</tr>"
+    ]
+    for kind, counts in data.kinds.items():
+        cells = "".join(f"<td>{counts.get(h, 0)}</td>" for h in heads)
+        out.append(f"<tr><td>{_e(kind)}</td>{cells}</tr>")
+    out.append("</table>")
+    return out
+
+
 def _tables(data: Nights) -> str:
 
-    out = [*_verified_table(data), "<h2>Open escalations</h2>"]
+    out = [*_kinds_table(data), *_verified_table(data), "<h2>Open escalations</h2>"]
     if data.escalations:
         out.append(
             "<table><tr><th>run</th><th>loop</th><th>escalated</th><th>runs</th><th>cause</th>"

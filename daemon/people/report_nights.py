@@ -77,6 +77,9 @@ class Nights(BaseModel):
     cost: dict[str, float] = {}  # night -> USD
     attempts_to_success: dict[str, dict[int, int]] = {}  # loop -> attempts -> runs
     rules: dict[str, dict[str, int]] = {}  # night -> status -> rules at the night's end
+    # kind -> its rules by status now (trial, active, retired, rejected) and their moves
+    # since `since` (learned, promoted, demoted): the four kinds kept apart.
+    kinds: dict[str, dict[str, int]] = {}
     escalations: list[OpenEscalation] = []
     ready: list[ReadyBranch] = []
     verified: dict[str, Verified] = {}  # night -> verified attempts and the judge's figures
@@ -110,6 +113,31 @@ def _rule_history(store: StateStore, since: datetime) -> dict[str, list[tuple[st
         before = event.get("from") if event.get("from") in RULE_STATUSES else ""
         out.setdefault(rule, []).append((str(event.get("ts", "")), f"{before}>{to}"))
     return out
+
+
+RULE_KINDS = ("failure", "decision", "knowledge", "skill")
+# A rule event's count in the report's table by kind (moves since the window's start).
+KIND_CHANGES = {
+    "rule_accepted": "learned",
+    "rule_promoted": "promoted",
+    "rule_demoted": "demoted",
+    "rule_retired": "demoted",
+}
+
+
+def _kind_counts(store: StateStore, rules_dir: Path, since: datetime) -> dict[str, dict[str, int]]:
+    """Per kind: its rules by status now, and its rules' moves since `since`."""
+    keys = (*RULE_STATUSES, *dict.fromkeys(KIND_CHANGES.values()))
+    out = {kind: dict.fromkeys(keys, 0) for kind in RULE_KINDS}
+    for stored in RuleLibrary(rules_dir).scan():
+        if stored.rule.kind in out:
+            out[stored.rule.kind][stored.status] += 1
+    for event in events_since(store, since):
+        change = KIND_CHANGES.get(str(event.get("type")))
+        kind = event.get("kind")
+        if change and isinstance(kind, str) and kind in out:
+            out[kind][change] += 1
+    return {kind: counts for kind, counts in out.items() if any(counts.values())}
 
 
 def _rule_counts(
@@ -162,24 +190,7 @@ def count_nights(
             continue
         if run.started < since:
             continue
-        night = night_of(run.started, tz).isoformat()
-        data.total_runs += 1
-        outcome = run.outcome or "running"
-        per_loop = data.runs.setdefault(night, {}).setdefault(run.loop, {})
-        per_loop[outcome] = per_loop.get(outcome, 0) + 1
-        data.verified.setdefault(night, Verified()).add(run)
-        if run.tokens:
-            data.tokens[night] = data.tokens.get(night, 0) + run.tokens
-        if run.cost_usd:
-            data.cost[night] = round(data.cost.get(night, 0.0) + run.cost_usd, 6)
-        if run.outcome == "succeeded":
-            n = len(run.attempts)
-            tries = data.attempts_to_success.setdefault(run.loop, {})
-            tries[n] = tries.get(n, 0) + 1
-            if run.branch and _landed(store, run) is not True:
-                exists = branch_exists(run.repo, run.branch) if branch_exists else True
-                if exists:
-                    data.ready.append(_ready(store, run))
+        _count_run(data, store, run, tz, branch_exists)
     ends = [
         datetime.combine(n + timedelta(days=1), datetime.min.time(), tz or now.astimezone().tzinfo)
         + NOON
@@ -188,6 +199,7 @@ def count_nights(
     ends = [min(e, now) for e in ends]
     for night, counts in zip(nights, _rule_counts(store, rules_dir, since, ends), strict=True):
         data.rules[night.isoformat()] = counts
+    data.kinds = _kind_counts(store, rules_dir, since)
     for counted in data.verified.values():
         counted.calibrate(store.root, judge)
     for meta in open_escalations(store):
@@ -204,6 +216,35 @@ def count_nights(
             )
         )
     return data
+
+
+def _count_run(
+    data: Nights,
+    store: StateStore,
+    run: Any,
+    tz: tzinfo | None,
+    branch_exists: Callable[[str, str], bool] | None,
+) -> None:
+    """One run into its night's counts: outcome, verified, tokens, cost; a success into the
+    attempts it took, and its branch (not landed, still there) into those ready to land."""
+    night = night_of(run.started, tz).isoformat()
+    data.total_runs += 1
+    outcome = run.outcome or "running"
+    per_loop = data.runs.setdefault(night, {}).setdefault(run.loop, {})
+    per_loop[outcome] = per_loop.get(outcome, 0) + 1
+    data.verified.setdefault(night, Verified()).add(run)
+    if run.tokens:
+        data.tokens[night] = data.tokens.get(night, 0) + run.tokens
+    if run.cost_usd:
+        data.cost[night] = round(data.cost.get(night, 0.0) + run.cost_usd, 6)
+    if run.outcome == "succeeded":
+        n = len(run.attempts)
+        tries = data.attempts_to_success.setdefault(run.loop, {})
+        tries[n] = tries.get(n, 0) + 1
+        if run.branch and _landed(store, run) is not True:
+            exists = branch_exists(run.repo, run.branch) if branch_exists else True
+            if exists:
+                data.ready.append(_ready(store, run))
 
 
 def _ready(store: StateStore, run: Any) -> ReadyBranch:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import re
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,12 +158,25 @@ def _decoded(line: str) -> str:
     return _joined(_parsed(line))
 
 
+def _read_text(path: Path) -> str | None:
+    try:
+        with open_stored(path) as fh:
+            return fh.read(MAX_FILE_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+# What of a parsed .jsonl line of the named file counts as evidence; None: none of it.
+Select = Callable[[str, Any], Any]
+
+
 @dataclass
 class EvidenceFile:
     name: str
     lines: list[str]  # as written
     decoded: list[str]  # per line: the JSON string values, for .jsonl files
     content: str = ""  # what claims are searched in: the decoded content, or the text
+    searched: bool = True  # False: an entry may cite it, a claim is not looked for in it
 
     def find(self, quote: str) -> int | None:
         """The first line (1-based) holding `quote`, raw or decoded, whitespace aside."""
@@ -199,33 +213,55 @@ class EvidenceSet:
     @classmethod
     def from_dir(cls, root: Path) -> EvidenceSet:
         """The attempt files of `root`; when it holds none of them, every file under it."""
-        evidence = cls(root)
         named = [root / name for name in ATTEMPT_FILES if is_stored(root / name)]
         paths = named or sorted(
             p for p in root.rglob("*") if p.is_file() and p.name not in NOT_EVIDENCE
         )
-        for path in paths:
-            try:
-                with open_stored(path) as fh:
-                    raw = fh.read(MAX_FILE_BYTES).decode("utf-8", errors="replace")
-            except OSError:
-                continue
-            lines = raw.split("\n")
-            decoded: list[str] = []
-            content = raw
-            if path.suffix == ".jsonl":
-                parsed = [_parsed(line) for line in lines]  # each line parsed once
-                decoded = [_joined(value) for value in parsed]
-                content = "\n".join(_joined(value, METADATA) for value in parsed)
-                where.listed(parsed, evidence.locations)
-            if path.name == "diff.patch" or path.suffix in (".patch", ".diff"):
-                where.hunks(lines, evidence.locations)
-            name = path.relative_to(root).as_posix()
-            evidence.files[name] = EvidenceFile(name, lines, decoded, content)
-        whole = "\n".join(item.content for item in evidence.files.values())
+        return cls.from_paths(root, paths)
+
+    @classmethod
+    def from_paths(
+        cls,
+        root: Path,
+        paths: list[Path],
+        *,
+        select: Select | None = None,
+        cited: tuple[Path, ...] = (),
+    ) -> EvidenceSet:
+        """The files `paths` (named relative to `root`), searched for claims.
+
+        `select(name, value)`: what of a parsed .jsonl line counts as evidence (None: none
+        of it; the line keeps its number). `cited`: files an evidence entry may cite whose
+        text is not searched for claims (what the agent said, not what it saw).
+        """
+        evidence = cls(root)
+        for path, searched in [(p, True) for p in paths] + [(p, False) for p in cited]:
+            raw = _read_text(path)
+            if raw is not None:
+                evidence._add(path.relative_to(root).as_posix(), raw, searched, select)
+        whole = "\n".join(item.content for item in evidence.files.values() if item.searched)
         where.written(whole, evidence.locations)
         evidence._text = normalize(whole)
         return evidence
+
+    def _add(self, name: str, raw: str, searched: bool, select: Select | None) -> None:
+        lines = raw.split("\n")
+        decoded: list[str] = []
+        content = raw
+        if name.endswith(".jsonl"):
+            parsed = [_parsed(line) for line in lines]  # each line parsed once
+            if select is not None:
+                kept = [select(name, value) for value in parsed]
+                # A line left out is blank: no entry's line and no excerpt points into it.
+                lines = [line if k is not None else "" for line, k in zip(lines, kept, strict=True)]
+                parsed = kept
+            decoded = [_joined(value) for value in parsed]
+            content = "\n".join(_joined(value, METADATA) for value in parsed)
+            if searched:
+                where.listed(parsed, self.locations)
+        if searched and name.endswith((".patch", ".diff")):
+            where.hunks(lines, self.locations)
+        self.files[name] = EvidenceFile(name, lines, decoded, content, searched)
 
     @property
     def text(self) -> str:

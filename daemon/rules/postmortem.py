@@ -18,6 +18,7 @@ from daemon.rules.grounding import ATTEMPT_FILES, EvidenceSet
 from daemon.rules.library import RuleLibrary
 from daemon.rules.modelcalls import StructuredModel
 from daemon.rules.rulefile import Evidence, Rule, Scope
+from daemon.rules.runevidence import evidence_records, skill_proof
 from daemon.rules.verifier import Verification, verify_candidate
 from daemon.state.events import EventLog
 from daemon.state.eventtypes import Event
@@ -32,7 +33,9 @@ You study one attempt of a coding agent and write ONE rule of the kind that fits
 - "knowledge": the agent lacked a fact about this repository (how its tests are run, where
   a module lives, a convention) that the evidence shows; the rule states the fact.
 - "failure": the agent made a mistake of its own; the rule says how to avoid it.
-- "skill": only for a passing attempt after failed ones: the way that finally worked.
+- "skill": a procedure that worked, named with the command that showed it worked (in
+  backticks): the way a passing attempt after failed ones finally got there, or a command
+  loopd ran for the agent that passed (listed below when there are any).
 
 The rule will be checked mechanically against the evidence, so:
 - rule: one sentence, an action naming something specific: a command in backticks
@@ -103,11 +106,12 @@ def propose_rule(
     if not evidence_text.strip():
         evidence_text = evidence_listing(attempt_dir)
     markers = fresh_markers(evidence_text)
+    passing = passing_commands(attempt_dir.parent)
     user = (
         f"# Task\n{task}\n\n# Loop\n{loop}\n\n"
         f"# The critic's verdict\n{json.dumps(verdict, default=str, indent=1)}\n\n"
         f"# Evidence\n{markers.describe()}\n\n{markers.wrap(evidence_text)}\n\n"
-        f"{kind_guidance(kind_hint, note)}"
+        f"{kind_guidance(kind_hint, note, passing)}"
     )
     reply = client.structured(
         "postmortem_rule", PostmortemRule, POSTMORTEM_SYSTEM, user, timeout=timeout
@@ -115,8 +119,14 @@ def propose_rule(
     # Kept as proposed: the rule verifier rejects a pattern RE2 cannot run, saying why.
     patterns = [p for p in reply.trigger_patterns if isinstance(p, str)]
     prefix = attempt_prefix(attempt_dir)
+    proof = None
+    if (kind_hint or reply.kind) == "skill":
+        passed = attempt_dir if kind_hint == "skill" else None
+        text = f"{reply.rule}\n{reply.how_to_apply}"
+        proof = skill_proof(attempt_dir.parent, text, prefix.rsplit("/", 1)[0], passed)
     return Rule(
-        kind=fitting_kind(reply.kind, kind_hint, note),  # type: ignore[arg-type]
+        kind=fitting_kind(reply.kind, kind_hint, note, proof is not None),  # type: ignore[arg-type]
+        verified_with=proof,
         severity="remind",
         scope=Scope(repos=[repo] if repo else []),
         trigger_intent=reply.trigger_intent.strip(),
@@ -133,24 +143,43 @@ def propose_rule(
     )
 
 
-def kind_guidance(kind_hint: str | None, note: str) -> str:
+def passing_commands(run_dir: Path) -> list[str]:
+    """The commands loopd ran for the agent's `record_evidence` that passed, newest last."""
+    return list(dict.fromkeys(r.command.strip() for r in evidence_records(run_dir) if r.passed))
+
+
+def kind_guidance(kind_hint: str | None, note: str, passing: list[str] | None = None) -> str:
     """The closing lines of the post-mortem's message: which kind fits this attempt."""
     if kind_hint:
         return f'Write a rule of kind "{kind_hint}".'
-    if note.strip():
-        return (
-            "A person left this note for the run; if the attempt went against it, write kind "
-            '"decision", else "knowledge" or "failure":\n<note>\n' + note.strip() + "\n</note>"
+    lines = []
+    if passing:
+        listed = "\n".join(f"- `{c}`" for c in passing[-10:])
+        lines.append(
+            'Commands loopd ran for the agent that passed; a "skill" must name one of them:'
+            f"\n{listed}"
         )
-    return 'No person left a note for this run: write kind "knowledge" or "failure".'
+    skill = ', or "skill"' if passing else ""
+    if note.strip():
+        lines.append(
+            "A person left this note for the run; if the attempt went against it, write kind "
+            f'"decision", else "knowledge" or "failure"{skill}:\n<note>\n'
+            + note.strip()
+            + "\n</note>"
+        )
+    else:
+        lines.append(
+            f'No person left a note for this run: write kind "knowledge" or "failure"{skill}.'
+        )
+    return "\n\n".join(lines)
 
 
-def fitting_kind(said: str, kind_hint: str | None, note: str) -> str:
+def fitting_kind(said: str, kind_hint: str | None, note: str, proven: bool = False) -> str:
     """The model's kind, unless the attempt rules it out: a decision needs a person's note,
-    a skill a passing attempt after failed ones."""
+    a skill the command that verified it (`proven`: a passing check or evidence command)."""
     if kind_hint:
         return kind_hint
-    if said == "skill" or (said == "decision" and not note.strip()):
+    if (said == "skill" and not proven) or (said == "decision" and not note.strip()):
         return "failure"
     return said
 

@@ -45,6 +45,7 @@ FRONT_KEYS = (
     "source_run",
     "source_task",
     "verified_by",
+    "verified_with",
     "evidence",
     "reason",
     "provenance",
@@ -53,9 +54,9 @@ DEFAULT_LIFETIME = timedelta(days=90)
 # What each kind means, written after `kind` in every rule file so a reader need not guess.
 KIND_WORDS: dict[str, str] = {
     "failure": "a failure: a mistake an earlier attempt made, and how to avoid it",
-    "decision": "a decision: what a person decided; follow it",
+    "decision": "a decision: what a person or a passing run decided; follow it",
     "knowledge": "knowledge: a fact about this repository that an agent lacked",
-    "skill": "a skill: the way that made a run pass after failed attempts",
+    "skill": "a skill: a procedure that worked, with the command that verified it",
 }
 FENCE = "+++"
 _SECTION = re.compile(r"^\*\*(Rule|Why|How to apply):\*\*[ \t]*", re.MULTILINE)
@@ -90,6 +91,17 @@ class Scope(BaseModel):
     # An imported rule fires nowhere until a person widens it (`loopd rules promote ID
     # --scope all`) or sets this to false: another home's lesson is not this home's yet.
     nowhere: bool = False
+
+
+class VerifiedWith(BaseModel):
+    """A skill's proof: the command loopd ran that showed the procedure works, and its result."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(min_length=1)
+    exit_code: int = 0
+    output: str = ""  # the last lines of its output, as loopd recorded them
+    where: str = ""  # the file under state/ that records the run: a checks.log, an evidence.jsonl
 
 
 class Provenance(BaseModel):
@@ -136,6 +148,7 @@ class Rule(BaseModel):
     source_run: str = ""
     source_task: str = ""
     verified_by: list[str] = []
+    verified_with: VerifiedWith | None = None  # a skill: the command it was verified with
     evidence: list[Evidence] = []
     reason: str = ""  # why it was last moved: rejected, retired, promoted
     provenance: Provenance | None = None  # a rule exported from, or imported into, a home
@@ -195,6 +208,23 @@ class Rule(BaseModel):
         return self.expires is not None and self.expires <= now
 
 
+def kind_problem(rule: Rule) -> str | None:
+    """Why a candidate cannot be a rule of its kind, or None: a skill must carry the command
+    that verified it, and that command must have passed."""
+    if rule.kind != "skill":
+        return None
+    proof = rule.verified_with
+    if proof is None:
+        return (
+            "a skill needs the command it was verified with (verified_with): a check of a "
+            "passing attempt or a command loopd ran for record_evidence that passed, named "
+            "in the skill's text"
+        )
+    if proof.exit_code != 0:
+        return f"its command `{proof.command}` exited {proof.exit_code}: a skill must have worked"
+    return None
+
+
 def slugify(text: str, words: int = 6) -> str:
     """A file-name slug from the first words of `text`."""
     parts = re.findall(r"[a-z0-9]+", text.lower())
@@ -248,6 +278,18 @@ def _redacted(rule: Rule) -> Rule:
             for key in ("rule", "why", "how_to_apply", "trigger_intent", "source_task", "reason")
         }
         | {"evidence": [e.model_copy(update={"quote": redact(e.quote)}) for e in rule.evidence]}
+        | (
+            {
+                "verified_with": rule.verified_with.model_copy(
+                    update={
+                        "command": redact(rule.verified_with.command),
+                        "output": redact(rule.verified_with.output),
+                    }
+                )
+            }
+            if rule.verified_with is not None
+            else {}
+        )
     )
 
 

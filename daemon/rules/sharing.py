@@ -46,7 +46,7 @@ from daemon.rules.rulefile import (
     dump_rule,
     parse_rule,
 )
-from daemon.rules.verifier import VERIFY_SYSTEM, RuleVerification, _related, _user_prompt
+from daemon.rules.verifyprompt import contradictions
 from daemon.state.events import EventLog
 from daemon.state.eventtypes import Event
 
@@ -254,22 +254,6 @@ def _checked_entry(src: Path, entry: BundleEntry, now: datetime, refusals: Refus
             refusals.add(entry.id, f"trigger pattern {pattern[:60]!r}: {problem}")
             return None
     return rule
-
-
-def contradictions(rule: Rule, live: list[StoredRule], client: StructuredModel) -> list[str]:
-    """The ids of live rules the model says `rule` contradicts (no call when none is related).
-
-    An imported rule arrives without its evidence folder: its quotes stand in for excerpts.
-    """
-    related = _related(rule, live)
-    if not related:
-        return []
-    quotes = "\n".join(f"{e.path} line {e.line}: {e.quote}" for e in rule.evidence)
-    reply = client.structured(
-        "rule_verification", RuleVerification, VERIFY_SYSTEM, _user_prompt(rule, quotes, related)
-    )
-    known = {s.rule.id for s in related}
-    return [rid for rid in reply.contradicts if rid in known]
 
 
 def check_bundle(

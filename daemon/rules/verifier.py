@@ -8,6 +8,7 @@ rule instead. Events: `rule_proposed` when a candidate arrives, then one of `rul
 When the model step cannot run (`ModelUnavailable`), `verify_candidate` raises it and files
 nothing: a rule is never filed with a check silently skipped. `--no-model` (use_model=False)
 is the explicit way to skip step 4; the rule's `verified_by` then lacks `model:...`.
+The model's prompt, and the related rules it sees, are built in daemon/rules/verifyprompt.py.
 """
 
 from __future__ import annotations
@@ -20,20 +21,25 @@ from pathlib import Path
 from typing import Any, Literal
 
 from daemon.config import VerifierConfig
-from daemon.model.markers import fresh_markers
-from daemon.model.schemas import RuleVerification
 from daemon.rules.grounding import EvidenceSet, claims_of, ungrounded
 from daemon.rules.library import RuleLibrary, StoredRule
 from daemon.rules.modelcalls import StructuredModel
 from daemon.rules.patterns import pattern_problem
-from daemon.rules.rulefile import DEFAULT_LIFETIME, LIVE, Evidence, Rule, Status, parse_rule
+from daemon.rules.rulefile import (
+    DEFAULT_LIFETIME,
+    LIVE,
+    Evidence,
+    Rule,
+    Status,
+    kind_problem,
+    parse_rule,
+)
+from daemon.rules.verifyprompt import ask_verifier, evidence_excerpts, related_rules, similarity
 from daemon.state.events import EventLog
 from daemon.state.eventtypes import Event
 
 DUPLICATE_AT = 0.5  # word overlap from which a candidate only supports an existing rule
 SAME_TEXT_AT = 0.85  # character similarity that also counts as a near-duplicate
-RELATED_AT = 0.12  # relatedness from which a live rule goes to the model with the candidate
-MAX_RELATED = 8
 CONFIDENCE_STEP = 0.1
 CONFIDENCE_CAP = 0.95
 
@@ -48,26 +54,6 @@ GENERIC = re.compile(
     r"|read the (?:task|instructions|code) carefully)\b",
     re.IGNORECASE,
 )
-_STOPWORDS = set(
-    "the a an and or of to in on for from with by at as is are was were be been it its this "
-    "that these those not no never always before after when then than into onto over under "
-    "use used using do does did done can could should would must may might will shall any "
-    "all each every some your you their them they what which who whose how why".split()
-)
-
-VERIFY_SYSTEM = """\
-You check one candidate rule that a coding agent will be reminded of in later runs.
-You get the candidate (Rule, Why, How to apply), excerpts of the evidence it was learned
-from (the agent's transcript, the checks' output, the diff), and the existing rules related
-to it, each with its id.
-
-grounded: true only when every factual statement in Rule and Why (file names, line
-numbers, function names, outputs, what happened) is supported by the evidence excerpts.
-unsupported: the statements that are not supported, quoted.
-contradicts: the ids of related rules that tell the agent to do the opposite of the
-candidate, so that following one breaks the other. Overlap or repetition is not a
-contradiction. Use only ids from the list given.
-reason: one sentence."""
 
 
 @dataclass
@@ -103,39 +89,12 @@ class Verification:
         }
 
 
-def _words(text: str) -> set[str]:
-    spans = {m.group(1).strip().lower() for m in re.finditer(r"`([^`\n]+)`", text)}
-    plain = re.sub(r"`[^`\n]+`", " ", text.lower())
-    words = set()
-    for word in re.findall(r"[a-z0-9_./-]+", plain):
-        word = word.strip("./-")
-        if len(word) < 3 or word in _STOPWORDS:
-            continue
-        words.add(word[:-1] if len(word) > 4 and word.endswith("s") else word)
-    return words | spans
-
-
-def _jaccard(a: set[str], b: set[str]) -> float:
-    return len(a & b) / len(a | b) if a and b else 0.0
-
-
-def similarity(a: Rule, b: Rule) -> float:
-    """How alike two rules' Rule sentences are, 0-1: shared words and `code spans`."""
-    return _jaccard(_words(a.rule), _words(b.rule))
-
-
 def is_duplicate(a: Rule, b: Rule) -> bool:
     """Near-duplicates: most words shared, or nearly the same characters."""
     if similarity(a, b) >= DUPLICATE_AT:
         return True
     na, nb = " ".join(a.rule.lower().split()), " ".join(b.rule.lower().split())
     return difflib.SequenceMatcher(None, na, nb).ratio() >= SAME_TEXT_AT
-
-
-def relatedness(a: Rule, b: Rule) -> float:
-    """How much two rules are about the same thing: their Rule sentences or their intents."""
-    intents = _jaccard(_words(a.trigger_intent), _words(b.trigger_intent))
-    return max(similarity(a, b), intents / 2)
 
 
 def generic_advice(rule: Rule) -> str | None:
@@ -168,50 +127,6 @@ def _state_relative(entries: list[Evidence], evidence_dir: Path, state_root: Pat
             continue
         out.append(entry.model_copy(update={"path": f"{prefix}/{name.rsplit('/', 1)[-1]}"}))
     return out
-
-
-def _excerpts(evidence: EvidenceSet, entries: list[Evidence], budget_chars: int) -> str:
-    parts = []
-    for entry in entries:
-        item = evidence.file_for(entry.path)
-        if item is None or not entry.line:
-            continue
-        lo = max(0, entry.line - 4)
-        lines = item.lines[lo : entry.line + 3]
-        body = "\n".join(f"{lo + i + 1}: {line}" for i, line in enumerate(lines))
-        parts.append(f"--- {item.name} around line {entry.line}\n{body}")
-    checks = evidence.files.get("checks.log")
-    if checks is not None:
-        tail = checks.lines[-40:]
-        start = len(checks.lines) - len(tail)
-        body = "\n".join(f"{start + i + 1}: {line}" for i, line in enumerate(tail))
-        parts.append(f"--- checks.log (last {len(tail)} lines)\n{body}")
-    text = "\n\n".join(parts)
-    return text[:budget_chars]
-
-
-def _related(candidate: Rule, live: list[StoredRule]) -> list[StoredRule]:
-    scored = [(relatedness(candidate, s.rule), s) for s in live]
-    scored = [(score, s) for score, s in scored if score >= RELATED_AT]
-    scored.sort(key=lambda pair: -pair[0])
-    return [s for _, s in scored[:MAX_RELATED]]
-
-
-def _user_prompt(candidate: Rule, excerpts: str, related: list[StoredRule]) -> str:
-    rules = "\n".join(
-        f"- {s.rule.id} ({s.status}): {s.rule.rule} How to apply: {s.rule.how_to_apply}"
-        for s in related
-    )
-    markers = fresh_markers(excerpts)
-    return (
-        "# Candidate\n"
-        f"**Rule:** {candidate.rule}\n\n**Why:** {candidate.why}\n\n"
-        f"**How to apply:** {candidate.how_to_apply}\n\n"
-        "# Evidence\n"
-        + "\n".join(f"- {e.path} line {e.line}: {e.quote!r}" for e in candidate.evidence)
-        + f"\n\n{markers.describe()}\n\n{markers.wrap(excerpts)}\n\n"
-        "# Related rules\n" + (rules or "(none)")
-    )
 
 
 def _normalized(candidate: Rule, now: datetime) -> Rule:
@@ -355,17 +270,9 @@ def _ask_model(
 ) -> Verification | None:
     """Step 4: the model, with the related rules only; the rejection, or None when it agrees."""
     rule = verification.rule
-    related = _related(rule, live)
-    excerpts = _excerpts(evidence, rule.evidence, cfg.evidence_tokens * 4)
-    reply = client.structured(
-        "rule_verification",
-        RuleVerification,
-        VERIFY_SYSTEM,
-        _user_prompt(rule, excerpts, related),
-    )
+    excerpts = evidence_excerpts(evidence, rule.evidence, cfg.evidence_tokens * 4)
+    reply, contradicts = ask_verifier(client, rule, excerpts, related_rules(rule, live))
     verification.model_called = True
-    known = {s.rule.id for s in related}
-    contradicts = [rid for rid in reply.contradicts if rid in known]
     if contradicts:
         rejected = filing.reject(rule, [f"contradicts {', '.join(contradicts)}: {reply.reason}"])
         rejected.contradicts = contradicts
@@ -398,44 +305,32 @@ def verify_candidate(
     write: bool = True,
     loop: str | None = None,
     run: str | None = None,
+    evidence: EvidenceSet | None = None,
 ) -> Verification:
     """Run the rule verifier on `candidate` with the files of `evidence_dir` as its evidence.
 
+    `evidence`: when not `evidence_dir`'s attempt files (a run's own: runevidence.py).
     `write=False` is a dry run: nothing is filed and no event is written.
     Raises `daemon.model.client.ModelUnavailable` when step 4 is asked for and cannot run.
     """
     rule = _normalized(candidate, now)
-    reasons: list[str] = []
-    if candidate.severity != "remind":
-        reasons.append(
-            f"severity {candidate.severity!r} lowered to 'remind': only a person raises it "
-            "(loopd rules promote ID --severity)"
-        )
+    reasons = _severity_lowered(candidate)
     events = events if write else None
     filing = _Filing(library, events, now, write, loop, run)
     if events is not None:
         events.append(Event.RULE_PROPOSED, now, loop=loop, run=run, text=rule.rule, kind=rule.kind)
 
-    # 0. Patterns: each must run on RE2, or the rule would fire on nothing it was meant for.
-    bad = [(p, why) for p in rule.trigger_patterns if (why := pattern_problem(p))]
-    if bad:
-        return filing.reject(rule, [f"trigger pattern {p!r}: {why}" for p, why in bad])
+    # 0. Patterns RE2 cannot run, and what the rule's kind needs (a skill's command).
+    unfit = _unfit(rule)
+    if unfit:
+        return filing.reject(rule, unfit)
 
     # 1. Grounding, without a model.
-    evidence = EvidenceSet.from_dir(evidence_dir)
-    if not evidence.files:
-        return filing.reject(rule, [f"no evidence files in {evidence_dir}"])
-    missing, checked = _grounding_gaps(rule, evidence)
-    if missing:
-        found = "; ".join(missing)
-        return filing.reject(rule, [f"grounding: not found in the evidence: {found}"], missing)
-    rule = Rule.model_validate(
-        {
-            **rule.model_dump(),
-            "evidence": _state_relative(checked, evidence_dir, state_root),
-            "verified_by": ["grounding"],
-        }
-    )
+    evidence = evidence or EvidenceSet.from_dir(evidence_dir)
+    grounded = _grounded(filing, rule, evidence, evidence_dir, state_root)
+    if isinstance(grounded, Verification):
+        return grounded
+    rule = grounded
 
     # 2. Generic advice.
     generic = generic_advice(rule)
@@ -456,6 +351,52 @@ def verify_candidate(
         if rejected is not None:
             return rejected
     return filing.accept(verification)
+
+
+def _unfit(rule: Rule) -> list[str]:
+    """Why the rule cannot be filed whatever its evidence: a trigger pattern RE2 cannot run
+    (it would fire on nothing it was meant for), a skill without the command that verified it."""
+    bad = [(p, why) for p in rule.trigger_patterns if (why := pattern_problem(p))]
+    if bad:
+        return [f"trigger pattern {p!r}: {why}" for p, why in bad]
+    problem = kind_problem(rule)
+    return [problem] if problem else []
+
+
+def _severity_lowered(candidate: Rule) -> list[str]:
+    """The reason to give when the candidate asks for more than `remind`: only a person raises
+    a rule's severity."""
+    reasons: list[str] = []
+    if candidate.severity != "remind":
+        reasons.append(
+            f"severity {candidate.severity!r} lowered to 'remind': only a person raises it "
+            "(loopd rules promote ID --severity)"
+        )
+    return reasons
+
+
+def _grounded(
+    filing: _Filing,
+    rule: Rule,
+    evidence: EvidenceSet,
+    evidence_dir: Path,
+    state_root: Path | None,
+) -> Rule | Verification:
+    """Step 1: the rule with the evidence it is grounded in, or its rejection (no evidence
+    files, or what the rule rests on not found in them)."""
+    if not evidence.files:
+        return filing.reject(rule, [f"no evidence files in {evidence_dir}"])
+    missing, checked = _grounding_gaps(rule, evidence)
+    if missing:
+        found = "; ".join(missing)
+        return filing.reject(rule, [f"grounding: not found in the evidence: {found}"], missing)
+    return Rule.model_validate(
+        {
+            **rule.model_dump(),
+            "evidence": _state_relative(checked, evidence_dir, state_root),
+            "verified_by": ["grounding"],
+        }
+    )
 
 
 def candidate_from_file(path: Path) -> Rule:

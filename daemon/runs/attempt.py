@@ -10,9 +10,11 @@ attempt is recorded as finished.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
+from daemon.agents.deskconfig import desk_access
 from daemon.agents.homes import seed_home
 from daemon.agents.registry import adapter_class
 from daemon.agents.transcript import Transcript
@@ -24,6 +26,8 @@ from daemon.git.tree import RunTree
 from daemon.people.progress import read_progress
 from daemon.redact import redact
 from daemon.runs.confinement import Confinement
+from daemon.runs.desk import Desk
+from daemon.runs.deskwork import DeskWork
 from daemon.runs.journal import RunJournal
 from daemon.runs.prompt import PromptParts, build_prompt, fenced
 from daemon.runs.services import RunServices
@@ -114,6 +118,9 @@ class Attempt:
         # A park returns the attempt open (the engine waits, durably, and resumes it) and
         # leaves holding the profile and notifying to the engine's home.
         self.engine_waits = engine_waits
+        # One commit of the work and one use of the check tree at a time: the desk's
+        # record_evidence (while the agent works) and the checks after a session.
+        self.work_lock = threading.Lock()
 
     def run(self) -> AttemptResult:
         """Start the agent, nudge its stalls, and record the attempt as finished."""
@@ -126,21 +133,7 @@ class Attempt:
             attempt = run.attempts[-1]
             prompt = (folder / "prompt.md").read_text(encoding="utf-8")
         else:
-            # Redacted before the agent sees it: prompt.md is byte for byte what it got. No
-            # fsync on the way to the agent's start: the attempt's record, saved durably just
-            # after, is what a restart goes by (a machine's crash interrupts the attempt).
-            prompt = redact(build_prompt(parts, limits.prompt_cap))
-            write_atomic(folder / "prompt.md", prompt, durable=False)
-            attempt = AttemptRecord(
-                n=n, started=journal.now(), base_commit=self.tree.own.tip(), rules=self.rule_ids
-            )
-            run.attempts.append(attempt)
-            guard = guard_of(journal, self.tree)
-            if guard is not None:
-                guard.baseline()  # the user's refs, config, hooks and info as the agent finds them
-            run.phase = "running"
-            journal.save()
-            journal.event(Event.ATTEMPT_STARTED, attempt=n)
+            prompt, attempt = self._start(folder, parts)
 
         profile = self.services.config.profile(cfg.agent)
         assert profile is not None  # the loop's agent is checked when the config loads
@@ -150,6 +143,7 @@ class Attempt:
         transcript = Transcript(folder / "transcript.jsonl", limits.transcript_cap)
         result = AttemptResult(record=attempt)
         stopped_parked = False
+        desk = self._open_desk(adapter)
         try:
             Sessions(self, adapter, parts, prompt, transcript, result).run()
         except RunStopped:
@@ -158,6 +152,7 @@ class Attempt:
             stopped_parked = run.phase == "waiting"
         finally:
             transcript.close()
+            desk.close(wait=self.cfg.check_timeout.total_seconds() + 30)
         if result.parked:
             journal.save()
             return result  # the attempt stays open: it goes on after the wait
@@ -181,6 +176,39 @@ class Attempt:
         if not result.ended_in_grace:
             self.stop.raise_if_stopped()
         return result
+
+    def _open_desk(self, adapter: Any) -> Desk:
+        """Open the attempt's desk and give the agent its tools: `loopd mcp` in its CLI's
+        configuration (in the run's HOME), `loopd-tool` on its PATH."""
+        work = DeskWork(self)
+        desk = Desk(self.confinement.scratch, work, work.refused).open()
+        adapter.desk = desk_access(desk.path, desk.token, self.confinement.scratch / "bin")
+        if adapter.private_home is not None:
+            adapter.write_tool_config(adapter.private_home)
+        ways = ["mcp", "cli"] if adapter.speaks_mcp else ["cli"]
+        self.journal.event(Event.DESK_OPENED, attempt=self.n, tools=ways)
+        return desk
+
+    def _start(self, folder: Path, parts: PromptParts) -> tuple[str, AttemptRecord]:
+        """A new attempt: its prompt written, its record saved, the user's git as the agent
+        finds it taken as the baseline; the prompt and the record."""
+        journal, run, n = self.journal, self.journal.run, self.n
+        # Redacted before the agent sees it: prompt.md is byte for byte what it got. No
+        # fsync on the way to the agent's start: the attempt's record, saved durably just
+        # after, is what a restart goes by (a machine's crash interrupts the attempt).
+        prompt = redact(build_prompt(parts, self.services.config.limits.prompt_cap))
+        write_atomic(folder / "prompt.md", prompt, durable=False)
+        attempt = AttemptRecord(
+            n=n, started=journal.now(), base_commit=self.tree.own.tip(), rules=self.rule_ids
+        )
+        run.attempts.append(attempt)
+        guard = guard_of(journal, self.tree)
+        if guard is not None:
+            guard.baseline()  # the user's refs, config, hooks and info as the agent finds them
+        run.phase = "running"
+        journal.save()
+        journal.event(Event.ATTEMPT_STARTED, attempt=n)
+        return prompt, attempt
 
     def _agent_home(self, cls: Any) -> Path:
         """The run's HOME for the agent: seeded with its login files once, kept for the run."""

@@ -34,7 +34,7 @@ from daemon.agents.environment import (
 )
 from daemon.config import LoopConfig
 from daemon.git.tree import scratch_dir
-from daemon.runs.exposure import ProgramHidden, denied_for, refusal
+from daemon.runs.exposure import ProgramHidden, denied_for, loopd_itself, refusal
 from daemon.runs.services import RunServices
 from daemon.sandbox.base import Exposure, Launch, Sandbox
 from daemon.sandbox.commandline import programs
@@ -129,6 +129,21 @@ def _fresh_dir(path: Path) -> Path:
     return ensure_dir(path)
 
 
+def _refuse_run_folders_in_home(
+    services: RunServices, tree: Path, scratch: Path, exposure: Exposure
+) -> None:
+    """SandboxUnavailable when the run's own folders are inside the home, which a confining
+    sandbox hides from the agent."""
+    # The run's own folders; `writable` paths in the home are dropped (`check` says so).
+    own = Exposure(cwd=tree, writable=(scratch,), hidden=exposure.hidden)
+    conflicts = hidden_conflicts(own)
+    if conflicts:
+        raise SandboxUnavailable(
+            f"{conflicts[0]} is inside the home {services.home.root}, which agents never "
+            "see. Fix: set [limits] worktrees in loopd.toml to a folder outside the home"
+        )
+
+
 @dataclass
 class Confinement:
     """One run's sandbox and environments; `for_run` builds it."""
@@ -186,14 +201,7 @@ class Confinement:
             limits=run_limits(services.config.limits),
         )
         if choice.sandbox().confines:
-            # The run's own folders; `writable` paths in the home are dropped (`check` says so).
-            own = Exposure(cwd=tree, writable=(scratch,), hidden=exposure.hidden)
-            conflicts = hidden_conflicts(own)
-            if conflicts:
-                raise SandboxUnavailable(
-                    f"{conflicts[0]} is inside the home {services.home.root}, which agents never "
-                    "see. Fix: set [limits] worktrees in loopd.toml to a folder outside the home"
-                )
+            _refuse_run_folders_in_home(services, tree, scratch, exposure)
         return cls(
             choice=choice,
             sandbox=choice.sandbox(),
@@ -271,16 +279,19 @@ class Confinement:
     # -- launches -------------------------------------------------------------------------
 
     def launch_agent(
-        self, argv: list[str], env: Mapping[str, str], *, declared: list[str]
+        self, argv: list[str], env: Mapping[str, str], *, declared: list[str], tools: bool = False
     ) -> Launch:
         """The agent's process, its program's installation visible, and the paths among
         `declared`: a `command` agent's arguments and `env` values as the profile writes them.
 
         Never the prompt's words: they come from triggers (a commit message may name ~/.ssh).
-        ProgramHidden when the program lies in a place of the deny list.
+        ProgramHidden when the program lies in a place of the deny list. `tools`: loopd's
+        interpreter and package too, for the agent's tools (`loopd mcp`, `loopd-tool`).
         """
         extra: list[Path] = []
         venvs: list[Path] = []
+        if tools and self.sandbox.confines:
+            extra, venvs = loopd_itself(self.homes, self.exposure.denied)
         if argv and self.sandbox.confines:
             resolved = resolve_program(
                 argv[0], env.get("PATH", ""), self.homes, self.exposure.denied

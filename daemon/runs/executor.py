@@ -240,7 +240,12 @@ class RunExecutor:
                 "it is now (`loopd check` says what is wrong), then retry the run"
             )
         self._sandbox()
+        last_success = decisions.builds_on_last_success(self.cfg.build_on, self.cfg.isolation)
+        if last_success:
+            self._await_fetch()  # the start point resolves the base
         start = self._start_point()
+        if not last_success:
+            self._await_fetch()
 
         self.tree = prepare_tree(
             self.cfg.repo_path,
@@ -263,6 +268,21 @@ class RunExecutor:
         ending = decisions.refused_by_rule(self.rules.refuse, self.rules.escalate)
         if ending is not None:
             self._end(*ending)
+
+    def _await_fetch(self) -> None:
+        """A hosted push's run: its commit is fetched into the repository before the tree is
+        made (the delivery's trigger was written as it came, the fetch meanwhile)."""
+        trigger, wait = self.run.trigger, self.services.remote_fetch
+        if wait is None or trigger.kind != "push" or not trigger.remote or not trigger.new:
+            return
+        branch = trigger.ref.removeprefix("refs/heads/")
+        error = wait(
+            self.cfg.repo_path, trigger.remote, branch, trigger.new, lambda: self.stop.stopped
+        )
+        self.stop.raise_if_stopped()
+        if error:
+            reason = f"the pushed commit could not be fetched: {error}"[:1000]
+            self._end("error", reason, Cause.GIT_FAILED)
 
     def _sandbox(self) -> None:
         """Say which sandbox the run's processes get; a refused run ends here."""

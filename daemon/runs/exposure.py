@@ -10,11 +10,13 @@ the attempt fails with the same words instead of reaching bubblewrap.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import daemon
 from daemon.agents.registry import adapter_class
 from daemon.config import ADAPTERS, DaemonConfig, LoopConfig
 from daemon.sandbox.commandline import programs
@@ -59,6 +61,15 @@ class Started:
 
     key: str  # agent, setup[0], done_when[1]
     resolved: Resolved
+
+
+def loopd_itself(homes: set[Path], denied: tuple[Path, ...]) -> tuple[list[Path], list[Path]]:
+    """What `loopd mcp` and `loopd-tool` need in the agent's sandbox: loopd's interpreter with
+    its installation (paths), and its virtual environment and package (shown read-only even
+    inside the home, as a check's venv is)."""
+    resolved = resolve_program(sys.executable, "", homes, denied)
+    package = Path(daemon.__file__).resolve().parent
+    return resolved.paths, [*resolved.venvs, package]
 
 
 def agent_program(cfg: LoopConfig, daemon: DaemonConfig) -> str:

@@ -2,9 +2,10 @@
 
 The outcome is saved first; then, each recorded in `finish_done` once done: a succeeded run
 lands (landing/land.py), the tree is removed and an empty run branch deleted, the rules'
-counters are updated, the escalation is written (and its event), the progress notes rebuilt,
-a person notified, `run_finished` recorded. Only then is the `live`
-marker removed, so a restart finds a half-finished run and `complete_finish` does the rest.
+counters are updated, a succeeded run's recorded decisions proposed as rules, the escalation
+is written (and its event), the progress notes rebuilt, a person notified, `run_finished`
+recorded. Only then is the `live` marker removed, so a restart finds a half-finished run and
+`complete_finish` does the rest.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from daemon.rules.promotion import record_run
 from daemon.rules.replay import breadth_reason
 from daemon.runs.attempt import commit_attempt
 from daemon.runs.journal import RunJournal
-from daemon.runs.learning import rule_attribution, rule_library
+from daemon.runs.learning import learn_run_decisions, rule_attribution, rule_library
 from daemon.runs.services import RunServices
 from daemon.state.eventtypes import Event
 from daemon.state.records import (
@@ -208,6 +209,10 @@ def _finish_work(
     if steps.todo("counters"):
         _count_rules(services, run)
         steps.done("counters")
+    if steps.todo("decisions"):
+        # After the counters: a rule learned from this run has not fired in it.
+        learn_run_decisions(services, run)
+        steps.done("decisions")
 
 
 def _finish_for_people(services: RunServices, steps: _Steps, notify_on: list[str] | None) -> None:

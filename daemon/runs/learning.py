@@ -21,6 +21,7 @@ from daemon.model.evidence import build_evidence
 from daemon.redact import redact
 from daemon.regularfile import STATE_MAX, read_regular
 from daemon.rules.evaluator import render_rules, select_rules
+from daemon.rules.kinds import learn_decisions
 from daemon.rules.library import RuleLibrary
 from daemon.rules.postmortem import learn_from_attempt as post_mortem
 from daemon.rules.replay import judge_cache as state_cache
@@ -29,7 +30,7 @@ from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
 from daemon.state.atomic import write_atomic
 from daemon.state.eventtypes import Event
-from daemon.state.records import AttemptRecord, Record, RunRecord
+from daemon.state.records import AttemptRecord, Record, RunRecord, is_experiment
 from daemon.state.store import dump_toml
 
 DEFERRED = "deferred"
@@ -228,6 +229,46 @@ def learn_from_attempt(
     return stored.rule
 
 
+def learn_run_decisions(services: RunServices, run: RunRecord) -> list[Any]:
+    """A succeeded run's recorded decisions (decisions.md) proposed as `decision` rules.
+
+    Without a verifier model nothing is learned, as for post-mortems. When the model is
+    down, the lesson is deferred (kind "decision") and taken up again like a post-mortem's.
+    """
+    if run.outcome != "succeeded" or is_experiment(run) or not run.attempts:
+        return []
+    client = services.model_client()
+    if client is None:
+        return []
+    try:
+        return _decisions(services, client, run)
+    except ModelUnavailable as exc:
+        path = defer_lesson(services, run, run.attempts[-1].n, "decision", str(exc))
+        services.event(
+            Event.RULE_DEFERRED,
+            loop=run.loop,
+            run=run.id,
+            reason=str(exc)[:300],
+            file=str(path.relative_to(services.store.root)),
+        )
+        return []
+
+
+def _decisions(services: RunServices, client: Any, run: RunRecord) -> list[Any]:
+    return learn_decisions(
+        rule_library(services),
+        client,
+        services.config.verifier,
+        services.store.events,
+        services.store.root,
+        run.id,
+        run.loop,
+        run.task,
+        run.repo,
+        services.clock(),
+    )
+
+
 # -- lessons deferred while the model was down ------------------------------------------------
 
 
@@ -292,7 +333,7 @@ def retry_deferred_lessons(services: RunServices, limit: int | None = None) -> i
             if lesson is None or run is None or attempt is None:
                 continue
             try:
-                result = _post_mortem(services, client, run, attempt, lesson.kind_hint or None)
+                result = _take_lesson(services, client, run, attempt, lesson)
             except ModelUnavailable as exc:
                 lesson.tries += 1
                 lesson.last_error = redact(str(exc))[:300]
@@ -305,12 +346,26 @@ def retry_deferred_lessons(services: RunServices, limit: int | None = None) -> i
                 loop=run.loop,
                 run=run.id,
                 attempt=attempt.n,
-                decision=result.decision,
-                rule=result.duplicate_of or result.rule.id,
+                decision=result.decision if result else "none",
+                rule=(result.duplicate_of or result.rule.id) if result else "",
             )
     finally:
         _retrying.release()
     return done
+
+
+def _take_lesson(
+    services: RunServices,
+    client: Any,
+    run: RunRecord,
+    attempt: AttemptRecord,
+    lesson: DeferredLesson,
+) -> Any:
+    """A deferred lesson's verdict: a post-mortem's, or the last of a run's decisions."""
+    if lesson.kind_hint == "decision":
+        verdicts = _decisions(services, client, run)
+        return verdicts[-1] if verdicts else None
+    return _post_mortem(services, client, run, attempt, lesson.kind_hint or None)
 
 
 def _load_lesson(

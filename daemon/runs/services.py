@@ -37,6 +37,9 @@ class RunServices:
     # The verifier's reachability, shared (like `clients`) by the copies a reload makes.
     verifier: VerifierHealth = field(default_factory=VerifierHealth)
     slots: Any = None  # daemon.runs.slots.RunSlots in the daemon; None in `loopd once`
+    # The daemon's RemoteFeed.wait_fetched: a hosted push's run waits for its fetch (the
+    # delivery's trigger came before it); None where triggers follow their fetch.
+    remote_fetch: Any = None
 
     def event(self, type: Event, loop: str | None = None, run: str | None = None, **fields: Any):
         return self.store.events.append(type, self.clock(), loop=loop, run=run, **fields)

@@ -90,6 +90,7 @@ class SessionsOf(Protocol):
     n: int
     parked: bool
     engine_waits: bool
+    work_lock: Any
 
 
 class Sessions:
@@ -181,7 +182,8 @@ class Sessions:
                 self.current.stop(0, "max_tokens")
 
     def _launch(self, argv: list[str], env: dict[str, str]) -> Any:
-        return self.attempt.confinement.launch_agent(argv, env, declared=self.declared)
+        tools = self.adapter.desk is not None
+        return self.attempt.confinement.launch_agent(argv, env, declared=self.declared, tools=tools)
 
     def _supervise(self, invocation: Any) -> Any:
         """Run the agent for one session; None when the run was stopped before it started."""
@@ -194,6 +196,9 @@ class Sessions:
             home,
             withhold=[attempt.services.config.verifier.api_key_env],
         )
+        desk = adapter.desk
+        if desk is not None and desk.cli_dir is not None:  # `loopd-tool` first on its PATH
+            env["PATH"] = f"{desk.cli_dir}{os.pathsep}{env.get('PATH', '')}"
         supervisor = Supervisor(
             adapter,
             self.transcript,
@@ -353,6 +358,10 @@ class Sessions:
 
     def _checks_now(self) -> CheckedCommit:
         """Commit the work so far and run the checks on it."""
+        with self.attempt.work_lock:  # not beside a record_evidence of a late tool call
+            return self._commit_and_check()
+
+    def _commit_and_check(self) -> CheckedCommit:
         run = self.journal.run
         head = commit_work(
             self.journal,

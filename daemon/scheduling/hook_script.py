@@ -250,27 +250,38 @@ def handle(hooks_dir: str, hook: str, args: list[str]) -> list[str]:
                 branch = ref[len("refs/heads/") :]
                 if not branch_matches(list(spec.get("globs", [])), branch):
                     continue
-                for folder in (state, inbox):
-                    if not os.path.isdir(folder):
-                        os.makedirs(folder, mode=0o700, exist_ok=True)
-                marker = _seen_key(inbox, loop, ref, new)
-                if not _claim(marker):
-                    continue
-                trigger = {
-                    "loop": loop,
-                    "kind": "push",
-                    "reason": f"{branch} moved to {new[:12]} ({hook})",
-                    "ref": ref,
-                    "old": "" if _zero(old) else old,
-                    "new": new,
-                    "ts": datetime.now(timezone.utc).isoformat(),  # noqa: UP017
-                }
-                try:
-                    written.append(_write_trigger(inbox, trigger))
-                except BaseException:
-                    os.unlink(marker)  # not sent: a later hook for this update may try again
-                    raise
+                path = _trigger_once(state, inbox, loop, hook, (old, new, ref))
+                if path is not None:
+                    written.append(path)
     return written
+
+
+def _trigger_once(
+    state: str, inbox: str, loop: str, hook: str, update: tuple[str, str, str]
+) -> str | None:
+    """The push trigger of one update for one loop, unless a hook sent it already; its path."""
+    old, new, ref = update
+    branch = ref[len("refs/heads/") :]
+    for folder in (state, inbox):
+        if not os.path.isdir(folder):
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+    marker = _seen_key(inbox, loop, ref, new)
+    if not _claim(marker):
+        return None
+    trigger = {
+        "loop": loop,
+        "kind": "push",
+        "reason": f"{branch} moved to {new[:12]} ({hook})",
+        "ref": ref,
+        "old": "" if _zero(old) else old,
+        "new": new,
+        "ts": datetime.now(timezone.utc).isoformat(),  # noqa: UP017
+    }
+    try:
+        return _write_trigger(inbox, trigger)
+    except BaseException:
+        os.unlink(marker)  # not sent: a later hook for this update may try again
+        raise
 
 
 def main(argv: list[str]) -> int:

@@ -3,8 +3,14 @@
 Webhook deliveries and polls hand a `RemotePush` to the `RemoteFeed`; its one thread takes
 whatever waits, fetches each remote's pushed branches once per repository that follows it
 into `refs/remotes/NAME/B` (recorded in the ref ledger first), so a loop's `base = "NAME/B"`
-starts from the pushed commit, then writes one trigger per watching loop to the inbox. A
-burst of deliveries costs one fetch per batch, not one per delivery.
+starts from the pushed commit. A burst of deliveries costs one fetch per batch, not one per
+delivery.
+
+A poll's push gets its triggers (one per watching loop) once fetched. A delivery's, on the
+local engine, gets them at once (`accept`), before it is answered 202, so the answer means
+the trigger is in the inbox (a kill of loopd loses nothing); the fetch runs meanwhile, and
+the run waits for it (`wait_fetched`) before making its tree: the fetch overlaps the
+daemon taking the trigger and starting the run instead of coming before both.
 
 The `RemotePoller` (loops with `poll`) runs `git ls-remote` once per remote, whatever the
 number of loops, at the shortest `poll` of its loops, backing off on failures.
@@ -30,6 +36,7 @@ from daemon.state.records import Trigger
 from daemon.state.store import StateStore
 
 FETCH_TIMEOUT = 300.0
+KEEP_RESULTS = 10_000  # fetch outcomes remembered for runs still to wait on them
 LS_REMOTE_TIMEOUT = 60.0
 MAX_BACKOFF = 3600.0  # seconds between polls of a remote that keeps failing
 
@@ -44,7 +51,7 @@ class RemotePush:
     branch: str
     before: str
     after: str
-    source: str  # "webhook" | "poll"
+    source: str  # "webhook" | "poll" | "run" (a run waiting on a fetch nothing had asked)
     received: datetime
     delivery: str = ""
     trigger: bool = True  # False: a poll's first look, fetched without a run
@@ -81,6 +88,15 @@ class RemoteFeed:
         self.ledger = ledger_of(store.root)
         self._queue: queue.Queue[RemotePush | None] = queue.Queue()
         self._thread: threading.Thread | None = None
+        # `accept` writes a delivery's triggers itself (the engine's runs wait for the fetch);
+        # `wake` starts the daemon's tick at once instead of at the inbox watcher's word.
+        self.early_triggers = False
+        self.wake: Callable[[], None] = lambda: None
+        self._done = threading.Condition()
+        self._pending: dict[tuple[str, str, str], int] = {}  # (remote, branch, commit)
+        self._results: dict[tuple[str, str, str, str], str] = {}  # + repo: the fetch's error
+        self._paths: dict[Path, tuple[Path, Path]] = {}  # repo -> (FETCH_HEAD, common dir)
+        self._refs: dict[tuple[str, str], str] = {}  # (common dir, ref) -> where it was moved
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="loopd-remote-feed", daemon=True)
@@ -93,7 +109,46 @@ class RemoteFeed:
             self._thread = None
 
     def submit(self, push: RemotePush) -> None:
+        with self._done:
+            key = (push.remote, push.branch, push.after)
+            self._pending[key] = self._pending.get(key, 0) + 1
         self._queue.put(push)
+
+    def accept(self, push: RemotePush, loops: list[Loop]) -> None:
+        """A verified delivery's push: with `early_triggers`, its fetch starts and its
+        triggers are in the inbox when this returns; else they follow the fetch."""
+        if not self.early_triggers:
+            self.submit(push)
+            return
+        push.trigger = False  # written here, not after the fetch
+        self.submit(push)
+        for loop in loops:
+            # Not fsynced: it survives a kill of loopd, and the daemon's next tick (moments
+            # away) holds it in the queue file, written durably, before deleting it.
+            self._trigger(loop, push, durable=False)
+        self.wake()
+
+    def wait_fetched(
+        self, repo: Path, remote: str, branch: str, commit: str, stopped: Callable[[], bool]
+    ) -> str:
+        """Wait until the fetch of `commit` on `branch` of `remote` into `repo` is over: its
+        error, or "". One that nothing fetches (a delivery taken before a restart) is
+        fetched now."""
+        key = (remote, branch, commit)
+        result = (str(repo), *key)
+        deadline = time.monotonic() + FETCH_TIMEOUT + 60
+        with self._done:
+            if result not in self._results and not self._pending.get(key):
+                push = RemotePush(remote, branch, "", commit, "run", self.clock(), trigger=False)
+                self._pending[key] = self._pending.get(key, 0) + 1
+                self._queue.put(push)
+            while result not in self._results:
+                if not self._pending.get(key):
+                    return ""  # fetched for no loop of `repo` (a reload moved it): as before
+                if stopped() or time.monotonic() > deadline:
+                    return "stopped or timed out waiting for the fetch"
+                self._done.wait(0.2)
+            return self._results[result]
 
     def idle(self) -> bool:
         """Nothing waits to be fetched (tests and the bench wait on it)."""
@@ -115,6 +170,7 @@ class RemoteFeed:
             except Exception as exc:  # noqa: BLE001 - the feed must outlive one bad batch
                 self.event(Event.REMOTE_FEED_ERROR, error=f"{type(exc).__name__}: {exc}"[:1000])
             finally:
+                self._finished([p for p in batch if p is not None])
                 for _ in batch:
                     self._queue.task_done()
             if None in batch:
@@ -136,6 +192,7 @@ class RemoteFeed:
                 for loop in watching(loops, name, branch):
                     repos.setdefault(loop.config.repo_path, []).append(loop)
             fetched = {repo: self._fetch(name, remote, repo, branches) for repo in repos}
+            self._record(group, fetched)
             for push in group:
                 for loop in watching(loops, name, push.branch):
                     error = fetched.get(loop.config.repo_path, "no fetch")
@@ -151,6 +208,27 @@ class RemoteFeed:
                     elif push.trigger:
                         self._trigger(loop, push)
 
+    def _record(self, group: list[RemotePush], fetched: dict[Path, str]) -> None:
+        """The fetch outcomes, for the runs waiting on them."""
+        with self._done:
+            for push in group:
+                for repo, error in fetched.items():
+                    self._results[(str(repo), push.remote, push.branch, push.after)] = error
+            while len(self._results) > KEEP_RESULTS:
+                del self._results[next(iter(self._results))]
+            self._done.notify_all()
+
+    def _finished(self, pushes: list[RemotePush]) -> None:
+        with self._done:
+            for push in pushes:
+                key = (push.remote, push.branch, push.after)
+                left = self._pending.get(key, 0) - 1
+                if left > 0:
+                    self._pending[key] = left
+                else:
+                    self._pending.pop(key, None)
+            self._done.notify_all()
+
     def _fetch(self, name: str, remote: RemoteConfig, repo: Path, branches: list[str]) -> str:
         """Fetch the branches, then move `refs/remotes/NAME/B` to them, each move written to
         the ref ledger first (the ref guard of a run working in `repo` must not blame its
@@ -160,31 +238,55 @@ class RemoteFeed:
         # on the way from a delivery to its run.
         git = Git(repo, user_config=True, plain=True)
         try:
+            fetch_head, common = self._paths_of(git)
             # Objects and FETCH_HEAD only: no ref of the repository moves unrecorded.
             git.run(
                 "fetch", "--no-tags", "--quiet", "--", remote.clone_url,
                 *[f"refs/heads/{b}" for b in branches],
                 timeout=FETCH_TIMEOUT,
             )  # fmt: skip
-            fetched, common = _fetch_head(git, len(branches))
-            now = self.clock()
-            moves = []
+            fetched = _fetch_head(fetch_head, len(branches))
             for branch, sha in zip(branches, fetched, strict=True):
-                ref = f"refs/remotes/{name}/{branch}"
-                old = _fetched(repo, name, branch)
-                if old != sha:
-                    moves.append((ref, old, sha))
-            self.ledger.record(
-                LedgerEntry(ts=now, repo=str(common), ref=ref, old=old, new=new, why="remote push")
-                for ref, old, new in moves
-            )
-            for ref, old, new in moves:
-                git.run("update-ref", "-m", f"loopd: push on remote {name}", ref, new, old or "")
+                self._move(git, common, name, f"refs/remotes/{name}/{branch}", sha)
         except GitError as exc:
+            self._paths.pop(git.cwd, None)
             return f"git fetch {remote.clone_url} in {repo}: {exc}"
         return ""
 
-    def _trigger(self, loop: Loop, push: RemotePush) -> None:
+    def _paths_of(self, git: Git) -> tuple[Path, Path]:
+        """The repository's FETCH_HEAD and common git directory, asked of git once."""
+        known = self._paths.get(git.cwd)
+        if known is None:
+            known = self._paths[git.cwd] = _git_paths(git)
+        return known
+
+    def _move(self, git: Git, common: Path, remote: str, ref: str, new: str) -> None:
+        """Move `ref` to `new` (in the ledger first) from where this feed last left it: one
+        git command fewer on the way to a run; read again when someone else moved it since."""
+        key = (str(common), ref)
+        last = self._refs.get(key)
+        try:
+            old = last if last is not None else _ref(git, ref)
+            self._move_from(git, common, remote, ref, old, new)
+        except GitError:
+            if last is None:
+                raise
+            self._refs.pop(key, None)
+            self._move_from(git, common, remote, ref, _ref(git, ref), new)
+        self._refs[key] = new
+
+    def _move_from(self, git: Git, common: Path, remote: str, ref: str, old: str, new: str) -> None:
+        if old == new:
+            return
+        entry = LedgerEntry(
+            ts=self.clock(), repo=str(common), ref=ref, old=old, new=new, why="remote push"
+        )
+        self.ledger.record([entry])
+        # update-ref checks `old` (empty: the ref must not exist): a move by someone else
+        # since fails here instead of being overwritten.
+        git.run("update-ref", "-m", f"loopd: push on remote {remote}", ref, new, old or "")
+
+    def _trigger(self, loop: Loop, push: RemotePush, durable: bool = True) -> None:
         what = f"delivery {push.delivery}" if push.delivery else "a poll"
         self.store.put_trigger(
             Trigger(
@@ -196,7 +298,8 @@ class RemoteFeed:
                 new=push.after,
                 remote=push.remote,
                 ts=push.received,
-            )
+            ),
+            durable=durable,
         )
 
 
@@ -313,26 +416,37 @@ class RemotePoller:
 def _fetched(repo: Path, remote: str, branch: str) -> str:
     """What an earlier fetch left at `refs/remotes/REMOTE/BRANCH`, or ""."""
     try:
-        proc = Git(repo, plain=True).run(
-            "rev-parse", "--verify", "--quiet", f"refs/remotes/{remote}/{branch}", check=False
-        )
+        return _ref(Git(repo, plain=True), f"refs/remotes/{remote}/{branch}")
     except GitError:
         return ""
+
+
+def _ref(git: Git, ref: str) -> str:
+    """The commit `ref` points at, or "" when there is no such ref."""
+    proc = git.run("rev-parse", "--verify", "--quiet", ref, check=False)
     return proc.stdout.decode().strip() if proc.returncode == 0 else ""
 
 
-def _fetch_head(git: Git, count: int) -> tuple[list[str], Path]:
-    """The commits the last fetch wrote to FETCH_HEAD, in the order of its refspecs, and the
-    repository's common git directory (one rev-parse for both)."""
+def _git_paths(git: Git) -> tuple[Path, Path]:
+    """The repository's FETCH_HEAD file and its common git directory (one rev-parse)."""
     text, _, common = git.out(
         "rev-parse", "--git-path", "FETCH_HEAD", "--git-common-dir"
     ).partition("\n")
     path = Path(text) if Path(text).is_absolute() else git.cwd / text
-    shas = [line.split("\t", 1)[0] for line in path.read_text().splitlines() if line.strip()]
+    where = Path(common.strip())
+    return path, (where if where.is_absolute() else git.cwd / where).resolve()
+
+
+def _fetch_head(path: Path, count: int) -> list[str]:
+    """The commits the last fetch wrote to FETCH_HEAD, in the order of its refspecs."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise GitError(["fetch"], 1, f"cannot read {path}: {exc}") from None
+    shas = [line.split("\t", 1)[0] for line in text.splitlines() if line.strip()]
     if len(shas) != count:
         raise GitError(["fetch"], 1, f"FETCH_HEAD holds {len(shas)} entries for {count} branches")
-    where = Path(common.strip())
-    return shas, (where if where.is_absolute() else git.cwd / where).resolve()
+    return shas
 
 
 def describe(push: RemotePush) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import daemon as package
 from daemon import example
 from daemon.config import LoadedConfig, Loop, LoopConfig
 from daemon.example.prepare import prepare_examples
@@ -18,7 +20,7 @@ from daemon.people.notify import Notifications
 from daemon.runs.budget import budget_warnings
 from daemon.runs.services import RunServices
 from daemon.service.preflight import Preflight
-from daemon.service.reload import LoopFiles
+from daemon.service.reload import LoopFiles, first_load
 from daemon.state.eventtypes import Event
 from daemon.state.store import StateStore, UnreadableFile
 
@@ -139,3 +141,37 @@ def unreadable_reporter(store: StateStore) -> Callable[[UnreadableFile], None]:
         store.events.append(Event.STATE_UNREADABLE, file=str(problem.path), error=problem.reason)
 
     return report
+
+
+def started_context(
+    home: Home,
+    loaded: LoadedConfig,
+    store: StateStore,
+    flags: Flags,
+    clock: Callable[[], datetime],
+    monotonic: Callable[[], float],
+) -> Context:
+    """The context of a daemon starting: its services, the loop files as first loaded; the
+    start recorded (loops loaded, loop files broken), then the configuration's errors and
+    warnings."""
+    services = RunServices(home=home, config=loaded.daemon, store=store, clock=clock)
+    services.notifications = notifications_for(loaded, store)
+    ctx = Context(
+        home=home,
+        store=store,
+        flags=flags,
+        config=loaded,
+        services=services,
+        clock=clock,
+        monotonic=monotonic,
+        files=first_load(home, loaded),
+    )
+    ctx.event(
+        Event.DAEMON_STARTED,
+        pid=os.getpid(),
+        version=package.__version__,
+        loops=sorted(loaded.loops),
+        broken=sorted({e.file.stem for e in loaded.errors if e.file.parent.name == "loops"}),
+    )
+    ctx.report_config()
+    return ctx

@@ -9,6 +9,7 @@ address before anything else is read.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from collections.abc import Callable
@@ -142,7 +143,9 @@ class Listener:
             chunks.append(chunk)
             if not message.get("more_body"):
                 break
-        return self.desk.handle(kind, headers, b"".join(chunks), source)
+        # On a thread: the desk's writes (the replay store, the event, the trigger) wait on the
+        # disk, and the server's loop reads the other connections' deliveries meanwhile.
+        return await asyncio.to_thread(self.desk.handle, kind, headers, b"".join(chunks), source)
 
 
 async def _reply(

@@ -54,6 +54,12 @@ class Outside:
             event=ctx.event,
         )
         outside = cls(ctx, feed, RemotePoller(feed, ctx.store.root, ctx.monotonic))
+        if ctx.config.daemon.engine.kind == "local":
+            # A delivery's triggers go to the inbox at once; its run waits for the fetch
+            # before making its tree (a Temporal run's tree is made elsewhere: fetch first).
+            feed.early_triggers = True
+            feed.wake = ctx.flags.wake.set
+            ctx.services.remote_fetch = feed.wait_fetched
 
         outside.tracing = start_tracing(ctx.config.daemon.telemetry, ctx.store)
         listen = ctx.config.daemon.listen

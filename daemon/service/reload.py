@@ -138,6 +138,28 @@ def changed_loops(before: LoopFiles, after: LoopFiles) -> list[str]:
     return sorted(n for n in names if before.on_disk.get(n) != after.on_disk.get(n))
 
 
+def broken_loop_files(home: Home, loaded: LoadedConfig) -> list[str]:
+    """The loops whose files in the loops folder did not load (and were not kept stale)."""
+    return sorted(
+        {e.file.stem for e in loaded.errors if e.file.parent == home.loops_dir} - set(loaded.loops)
+    )
+
+
+def reload_message(
+    loaded: LoadedConfig, pending: list[str], files: LoopFiles, broken: list[str]
+) -> str:
+    """A reload's answer: the loops loaded, what waits for a restart, what was kept, what
+    was not loaded."""
+    message = f"reloaded: {len(loaded.loops)} loop(s)"
+    for line in pending:
+        message += f"; {line}"
+    if files.stale:
+        message += "; kept the last good configuration of " + ", ".join(sorted(files.stale))
+    if broken:
+        message += "; not loaded: " + ", ".join(broken)
+    return message
+
+
 def agent_could_write_home(config: DaemonConfig) -> bool:
     """Whether a running agent could have written the home's files: no sandbox hides them."""
     # The sandbox in force, not the mode written: "auto" may have gone unconfined here.

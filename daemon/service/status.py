@@ -8,7 +8,9 @@ import os
 from datetime import datetime
 
 import daemon as package
+from daemon.config import Loop
 from daemon.config.errors import ConfigError
+from daemon.runs.budget import Hold
 from daemon.sandbox.registry import choose
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import CronTimer
@@ -114,36 +116,43 @@ class StatusBoard:
             budget=self.holds.budget_status() if self.holds is not None else None,
         )
         for name, loop in sorted(ctx.loops.items()):
-            run = self.pool.run_of(name)
-            if run is not None and run.outcome is not None:
-                self.note_finished(run)
-            pending = self.queue.pending_count(name)
-            phase = run.phase if run else ("paused" if name in paused else "idle")
-            if not run and pending and name not in paused:
-                phase = "queued"
-            last_run, last_outcome = self._outcomes.get(name, ("", ""))
-            hold = held.get(name)
-            waiting_for, resume_at = (hold.why, hold.until) if hold else ("", None)
-            if run is not None and run.phase == "waiting" and run.park is not None:
-                waiting_for = f"the usage limit of agent profile {run.park.profile!r}"
-                resume_at = run.resume_at
-            elif hold and phase == "queued":
-                phase = "waiting"
-            status.loops[name] = LoopStatus(
-                phase=phase,
-                run=run.id if run else "",
-                attempt=len(run.attempts) if run else 0,
-                last_outcome=last_outcome,
-                last_run=last_run,
-                next_fire=self.timer.next_fire(name) if loop.config.enabled else None,
-                paused=name in paused,
-                enabled=loop.config.enabled,
-                pending=pending,
-                waiting_for=waiting_for,
-                resume_at=resume_at,
-                stale=name in ctx.files.stale,
-                error=ctx.files.stale.get(name, ""),
-                digest=ctx.files.digests.get(name, ""),
-            )
+            status.loops[name] = self._loop_status(name, loop, paused, held)
         add_unloaded_loops(status, ctx.config.errors)
         self._writes.save(ctx, status, force)
+
+    def _loop_status(
+        self, name: str, loop: Loop, paused: set[str], held: dict[str, Hold]
+    ) -> LoopStatus:
+        """One loop's line: its run (a finished one noted), queue, hold or park, and files."""
+        ctx = self.ctx
+        run = self.pool.run_of(name)
+        if run is not None and run.outcome is not None:
+            self.note_finished(run)
+        pending = self.queue.pending_count(name)
+        phase = run.phase if run else ("paused" if name in paused else "idle")
+        if not run and pending and name not in paused:
+            phase = "queued"
+        last_run, last_outcome = self._outcomes.get(name, ("", ""))
+        hold = held.get(name)
+        waiting_for, resume_at = (hold.why, hold.until) if hold else ("", None)
+        if run is not None and run.phase == "waiting" and run.park is not None:
+            waiting_for = f"the usage limit of agent profile {run.park.profile!r}"
+            resume_at = run.resume_at
+        elif hold and phase == "queued":
+            phase = "waiting"
+        return LoopStatus(
+            phase=phase,
+            run=run.id if run else "",
+            attempt=len(run.attempts) if run else 0,
+            last_outcome=last_outcome,
+            last_run=last_run,
+            next_fire=self.timer.next_fire(name) if loop.config.enabled else None,
+            paused=name in paused,
+            enabled=loop.config.enabled,
+            pending=pending,
+            waiting_for=waiting_for,
+            resume_at=resume_at,
+            stale=name in ctx.files.stale,
+            error=ctx.files.stale.get(name, ""),
+            digest=ctx.files.digests.get(name, ""),
+        )

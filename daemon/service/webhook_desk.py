@@ -2,7 +2,8 @@
 
 Synchronous and free of HTTP: the listener hands it the path's service, the headers, the
 body and the source address, and answers with the status it returns. Every refusal and every
-ignored delivery is an event; an accepted push goes to the RemoteFeed (fetch, then trigger).
+ignored delivery is an event; an accepted push goes to the RemoteFeed (its fetch and its
+triggers, in the inbox before the 202 on the local engine).
 """
 
 from __future__ import annotations
@@ -137,6 +138,19 @@ class WebhookDesk:
         loops = watching(self.loops(), name, branch)
         if not loops:
             return self._ignored(kind, name, delivery, "no loop watches this ref", push.ref)
+        return self._accept(kind, name, delivery, push, loops, received)
+
+    def _accept(
+        self,
+        kind: str,
+        name: str,
+        delivery: str,
+        push: webhooks.Push,
+        loops: list[Loop],
+        received: datetime,
+    ) -> Answer:
+        """A push some loops watch: counted, its event written, handed to the remote feed."""
+        branch = push.ref.removeprefix("refs/heads/")
         self._count(kind, "accepted")
         self.event(
             Event.WEBHOOK_ACCEPTED,
@@ -148,7 +162,7 @@ class WebhookDesk:
             new=push.after,
             loops=[loop.name for loop in loops],
         )
-        self.feed.submit(
+        self.feed.accept(
             RemotePush(
                 remote=name,
                 branch=branch,
@@ -157,7 +171,8 @@ class WebhookDesk:
                 source="webhook",
                 received=received,
                 delivery=delivery,
-            )
+            ),
+            loops,
         )
         return Answer(202, "accepted\n")
 

@@ -51,6 +51,9 @@ class WorkerPool:
             lambda: self.ctx.config.daemon.limits.max_concurrent_runs, ctx.flags.wake.set
         )
         ctx.services.slots = self.slots  # runs give their slot back through their services
+        # The run machinery is imported on first use (the quick commands must not load it):
+        # here ahead of it, so the first trigger after a start does not wait for the import.
+        threading.Thread(target=_import_runs, name="loopd-warm-up", daemon=True).start()
 
     def running(self, loop: str) -> bool:
         """Whether this daemon runs `loop` now."""
@@ -160,3 +163,7 @@ class WorkerPool:
         """A second signal: stop waiting for running attempts."""
         for worker in self.workers.values():
             worker.executor.interrupt(0)
+
+
+def _import_runs() -> None:
+    import daemon.runs.executor  # noqa: F401

@@ -34,6 +34,9 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   one holds back that task's scheduled runs; `loopd escalations resolve RUN_ID [--retry
   --note TEXT]` closes it, and a later run of the same task that succeeds closes it as
   superseded
+- `escalations/RUN_ID-qN.md`: a question the run's agent asked you with its `ask_person`
+  tool (cause `question`); the run went on. It holds nothing back; `loopd escalations
+  resolve RUN_ID-qN --note TEXT` answers it
 - `progress/LOOP.md`: the loop's handoff notes, rebuilt after each run from the records
   (what changed, what still fails, what is open); the next run's prompt starts from them
 - `reports/report-TIME.md`: what `loopd report` printed, kept as Markdown
@@ -67,6 +70,12 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   feedback (or "not judged by a model")
 - `attempt-N/asked.md`: what the agent was last asked when its usage limit stopped it (the
   run is parked); sent to it again when the limit resets
+- `runs/RUN_ID/decisions.md`: the decisions the agent recorded with its `record_decision`
+  tool (a section each: title, why, alternatives); the critic reads them, `loopd show` lists
+  them
+- `runs/RUN_ID/evidence.jsonl`: the agent's claims backed with `record_evidence`, one JSON
+  line each: claim, command, the commit loopd made of the work, exit code, output tail and
+  `refuted` (the command failed: the claim does not hold); loopd ran each command itself
 - `runs/RUN_ID/evicted.toml`: what `[limits] state_max` took from the run (its
   transcripts first, then its attempt folders) and when
 - `runs/RUN_ID/setup.log`: the output of the loop's `setup` commands, run in the tree before
@@ -83,6 +92,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   branch; run.toml stays
 - `runs/RUN_ID/worker.toml`: with the Temporal engine, a worker's own view of the run it
   works on (the home keeps run.toml)
+- `runs/RUN_ID/notes.jsonl`: the knowledge and skills the agent noted during the run
+  (`note_knowledge`), one JSON line each, with what the rule verifier made of it
 
 ## Experiments
 

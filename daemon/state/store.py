@@ -294,13 +294,13 @@ class StateStore:
         write_atomic(self.status_path, dump_toml(status), durable=False)
 
     # inbox ---------------------------------------------------------------
-    def put_trigger(self, trigger: Trigger) -> Path:
+    def put_trigger(self, trigger: Trigger, durable: bool = True) -> Path:
         """Drop a trigger into `state/inbox/` for the daemon to take."""
         stamp = trigger.ts.astimezone(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         name = f"{stamp}-{secrets.token_hex(4)}.json"
         path = self.inbox_dir / name
         data = trigger.model_dump(mode="json", exclude={"id"})
-        write_atomic(path, json.dumps(data))
+        write_atomic(path, json.dumps(data), durable=durable)
         return path
 
     def inbox_names(self) -> list[str]:

@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 from daemon.clock import utc_now
-from daemon.config import LOOP_NAME
+from daemon.config import LOOP_NAME, Loop
 from daemon.engine.base import EngineError
 from daemon.engine.temporal.connect import RPC_TIMEOUT, connect
 from daemon.engine.temporal.models import ControllerView, RunView, TriggerBatch
@@ -90,43 +90,48 @@ class EngineControl:
                 )
         answering = bool(homes)
         for name, loop in sorted(self.loaded.loops.items()):
-            info: dict[str, Any] = {
-                "enabled": loop.config.enabled,
-                "phase": "idle",
-                "run": "",
-                "attempt": 0,
-                "worker": "",
-                "pending": 0,
-                "paused": False,
-                "last_run": "",
-                "last_outcome": "",
-                "next_fire": await self._next_fire(client, name) if loop.config.schedule else None,
-            }
-            view = await self._controller(client, name) if answering else None
-            if view is not None:
-                info.update(
-                    paused=view.paused,
-                    pending=len(view.pending),
-                    last_run=view.last_run,
-                    last_outcome=view.last_outcome,
-                    run=view.running,
-                )
-                if view.paused:
-                    info["phase"] = "paused"
-                elif view.pending and not view.running:
-                    info["phase"] = "queued"
-                if view.held_why and not view.running:
-                    info.update(phase="waiting", waiting_for=view.held_why)
-                    info["resume_at"] = view.held_until.isoformat() if view.held_until else None
-                if view.running:
-                    run = await self._run_view(client, name, view.running)
-                    if run is not None:
-                        info.update(phase=run.phase, attempt=run.attempt, worker=run.worker)
-                    info["worker"] = (
-                        await self._working(client, name, view.running) or info["worker"]
-                    )
-            data["loops"][name] = info
+            data["loops"][name] = await self._loop_status(client, name, loop, answering)
         return data
+
+    async def _loop_status(
+        self, client: Any, name: str, loop: Loop, answering: bool
+    ) -> dict[str, Any]:
+        """One loop's status: its next fire, and (when the home answers) its controller's view
+        and its running run's."""
+        info: dict[str, Any] = {
+            "enabled": loop.config.enabled,
+            "phase": "idle",
+            "run": "",
+            "attempt": 0,
+            "worker": "",
+            "pending": 0,
+            "paused": False,
+            "last_run": "",
+            "last_outcome": "",
+            "next_fire": await self._next_fire(client, name) if loop.config.schedule else None,
+        }
+        view = await self._controller(client, name) if answering else None
+        if view is not None:
+            info.update(
+                paused=view.paused,
+                pending=len(view.pending),
+                last_run=view.last_run,
+                last_outcome=view.last_outcome,
+                run=view.running,
+            )
+            if view.paused:
+                info["phase"] = "paused"
+            elif view.pending and not view.running:
+                info["phase"] = "queued"
+            if view.held_why and not view.running:
+                info.update(phase="waiting", waiting_for=view.held_why)
+                info["resume_at"] = view.held_until.isoformat() if view.held_until else None
+            if view.running:
+                run = await self._run_view(client, name, view.running)
+                if run is not None:
+                    info.update(phase=run.phase, attempt=run.attempt, worker=run.worker)
+                info["worker"] = await self._working(client, name, view.running) or info["worker"]
+        return info
 
     async def _pollers(self, client: Any) -> list[dict[str, Any]]:
         """Who polls the home's queue and the loops' worker queues, and when they last did."""

@@ -186,22 +186,7 @@ class RunWorkflow:
             self._view.phase, self._view.attempt = "running", n
             begin = BeginAttempt(ref=inp.ref, n=n, head=head, config=inp.config)
             plan: AttemptPlan = await self._local("begin_attempt", begin, AttemptPlan)
-            out = await self._attempt(inp, cfg, plan, head, inp.queue, resume=False)
-            while not isinstance(out, EndOfRun):
-                ended = AttemptEnded(ref=inp.ref, output=out, profile=cfg.agent)
-                record = await self._local("attempt_ended", ended, RunRecord)
-                self._record = record
-                if out.resume_at is None:
-                    break
-                # Parked on the agent's usage limit: a durable timer, no activity, no slot.
-                self._view.phase = "waiting"
-                left = out.resume_at - workflow.now()
-                if left > timedelta(0):
-                    await workflow.sleep(left)
-                await self._local("park_ended", ParkEnded(ref=inp.ref, n=n), RunRecord)
-                self._view.phase = "running"
-                queue = out.own_queue or inp.queue  # the session and its HOME are there
-                out = await self._attempt(inp, cfg, plan, head, queue, resume=True)
+            out, record = await self._attempt_through_parks(inp, cfg, plan, head, n)
             if isinstance(out, EndOfRun):
                 return out
             self._view.worker = out.worker
@@ -238,6 +223,30 @@ class RunWorkflow:
                     cause=Cause.PASSED,
                 )
         return _end(decisions.given_up(attempts, cfg.critic_threshold))
+
+    async def _attempt_through_parks(
+        self, inp: RunInput, cfg: LoopConfig, plan: AttemptPlan, head: str, n: int
+    ) -> tuple[AttemptOutput | EndOfRun, RunRecord | None]:
+        """Attempt `n`, recorded at the home, resumed after each park on a usage limit; with
+        the home's record of it (None when the attempt ended the run before one was made)."""
+        record = None
+        out = await self._attempt(inp, cfg, plan, head, inp.queue, resume=False)
+        while not isinstance(out, EndOfRun):
+            ended = AttemptEnded(ref=inp.ref, output=out, profile=cfg.agent)
+            record = await self._local("attempt_ended", ended, RunRecord)
+            self._record = record
+            if out.resume_at is None:
+                break
+            # Parked on the agent's usage limit: a durable timer, no activity, no slot.
+            self._view.phase = "waiting"
+            left = out.resume_at - workflow.now()
+            if left > timedelta(0):
+                await workflow.sleep(left)
+            await self._local("park_ended", ParkEnded(ref=inp.ref, n=n), RunRecord)
+            self._view.phase = "running"
+            queue = out.own_queue or inp.queue  # the session and its HOME are there
+            out = await self._attempt(inp, cfg, plan, head, queue, resume=True)
+        return out, record
 
     async def _setup(self, inp: RunInput, cfg: LoopConfig, prepared: Prepared) -> EndOfRun | None:
         """`setup` and the done check on a worker of the loop's queue, before any attempt;

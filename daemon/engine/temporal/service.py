@@ -79,8 +79,6 @@ class Process:
 
     # the whole life ------------------------------------------------------------------------
     async def run(self, queue: str | None) -> int:
-        from temporalio.worker import Worker
-
         wid = worker_id(self.home.root)
         identity = f"{self.role}:{wid}:{os.getpid()}"
         shared = worker_queue(self.engine.task_queue, queue or "")
@@ -91,11 +89,31 @@ class Process:
         client = await connect(self.engine, self.home.root, identity)
         for run_id in side.reap():
             print(f"loopd: killed what a stopped worker left of run {run_id}", flush=True)
-        limits = self.loaded.daemon.limits
-        slots = limits.max_concurrent_runs
-        grace = timedelta(seconds=limits.shutdown_grace.total_seconds() + 15)
+        slots = self.loaded.daemon.limits.max_concurrent_runs
         pool = ThreadPoolExecutor(max_workers=2 * slots + 4, thread_name_prefix="attempt")
-        self.workers = [
+        self.workers = self._attempt_workers(client, side, pool, identity, shared, mine)
+        tasks: list[Any] = []
+        if self.role == "home":
+            tasks = await self._home_chores(client, identity)
+        self._signals()
+        self._announce(shared)
+        tasks.append(self._forward(client))
+        await self._serve(tasks)
+        pool.shutdown(wait=False, cancel_futures=True)
+        if listener is not None:
+            listener.stop()
+        print("loopd: stopped", flush=True)
+        return 0
+
+    def _attempt_workers(
+        self, client: Any, side: WorkerSide, pool: Any, identity: str, shared: str, mine: str
+    ) -> list[Any]:
+        """The workers of attempts: one on the shared queue, one on this worker's own."""
+        from temporalio.worker import Worker
+
+        slots = self.loaded.daemon.limits.max_concurrent_runs
+        grace = timedelta(seconds=self.loaded.daemon.limits.shutdown_grace.total_seconds() + 15)
+        return [
             Worker(
                 client,
                 task_queue=shared,
@@ -117,21 +135,24 @@ class Process:
                 identity=identity,
             ),
         ]
-        tasks: list[Any] = []
-        if self.role == "home":
-            home_side = HomeSide(self.home, self.loaded, self.store, client)
-            self.workers.insert(0, self._home_worker(client, home_side, identity))
-            for name, why in (await register(client, self.loaded)).items():
-                print(f"loopd: loop {name} not registered: {why}", file=sys.stderr, flush=True)
-            self.ctx = _context(self.home, self.store, home_side, self.wake)
 
-            home_side.holds = Holds(self.ctx)  # usage limits and budgets hold new runs
-            tasks.append(self._status_file(client, home_side.holds))
-            tasks.append(self._resync(client, home_side))
-            tasks.append(self._housekeeping(home_side))
-        self._signals()
-        self._announce(shared)
-        tasks.append(self._forward(client))
+    async def _home_chores(self, client: Any, identity: str) -> list[Any]:
+        """The home's worker (put first), its loops registered, its context and chores."""
+        home_side = HomeSide(self.home, self.loaded, self.store, client)
+        self.workers.insert(0, self._home_worker(client, home_side, identity))
+        for name, why in (await register(client, self.loaded)).items():
+            print(f"loopd: loop {name} not registered: {why}", file=sys.stderr, flush=True)
+        self.ctx = _context(self.home, self.store, home_side, self.wake)
+
+        home_side.holds = Holds(self.ctx)  # usage limits and budgets hold new runs
+        return [
+            self._status_file(client, home_side.holds),
+            self._resync(client, home_side),
+            self._housekeeping(home_side),
+        ]
+
+    async def _serve(self, tasks: list[Any]) -> None:
+        """The workers and chores run until a stop; then the workers shut down gracefully."""
         notifier = _notifier()
         async with asyncio.TaskGroup() as group:
             running = [group.create_task(w.run()) for w in self.workers]
@@ -144,17 +165,13 @@ class Process:
             print("loopd: stopping; running attempts get their shutdown grace", flush=True)
             if notifier is not None:
                 notifier.stopping()
-                notifier.extend_timeout(limits.shutdown_grace.total_seconds() + 60)
+                shutdown_grace = self.loaded.daemon.limits.shutdown_grace
+                notifier.extend_timeout(shutdown_grace.total_seconds() + 60)
             for chore in chores:
                 chore.cancel()
             await asyncio.gather(*(w.shutdown() for w in self.workers), return_exceptions=True)
             for task in running:
                 task.cancel()
-        pool.shutdown(wait=False, cancel_futures=True)
-        if listener is not None:
-            listener.stop()
-        print("loopd: stopped", flush=True)
-        return 0
 
     def _listen(self, side: WorkerSide) -> Any:
         """This worker's /metrics, when an address is set (engine/temporal/workermetrics.py)."""

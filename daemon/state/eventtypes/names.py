@@ -37,6 +37,14 @@ class Event(StrEnum):
     CREDENTIALS_RETURNED = "credentials_returned"
     CREDENTIALS_NOT_RETURNED = "credentials_not_returned"
     WORKTREE_REMOVE_FAILED = "worktree_remove_failed"
+    # The agent's tools: calls that reached loopd's desk
+    DESK_OPENED = "desk_opened"
+    DECISION_RECORDED = "decision_recorded"
+    EVIDENCE_RECORDED = "evidence_recorded"
+    KNOWLEDGE_NOTED = "knowledge_noted"
+    PERSON_ASKED = "person_asked"
+    RULES_ASKED = "rules_asked"
+    DESK_REFUSED = "desk_refused"
     # Judging
     CHECKS = "checks"
     CHECKS_WEAKENED_ALLOWED = "checks_weakened_allowed"

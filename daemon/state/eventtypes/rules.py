@@ -100,7 +100,7 @@ class RulePatternSkipped(EventFields):
 
 @fields_of(Event.RULE_DEFERRED)
 class RuleDeferred(EventFields):
-    """A post-mortem waits for the verifier's model: it is retried later."""
+    """A post-mortem, or a run's decisions, wait for the verifier's model: retried later."""
 
     reason: str
     attempt: int | None = None

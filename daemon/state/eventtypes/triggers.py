@@ -160,7 +160,8 @@ class RemoteFeedError(EventFields):
 
 @fields_of(Event.REMOTE_FETCH_FAILED)
 class RemoteFetchFailed(EventFields):
-    """The fetch before a remote push's trigger failed."""
+    """The fetch of a remote push failed: a poll's push gets no trigger; a delivery's run
+    (triggered as it came) ends in `error` before its tree is made."""
 
     remote: str
     ref: str
