@@ -29,9 +29,10 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from daemon.redaction.ruleset import RuleSet, ruleset
+if TYPE_CHECKING:  # the rule set is imported on first use (`_rules`), not by every importer
+    from daemon.redaction.ruleset import RuleSet
 
 MARK = "[REDACTED:{}]"
 PRIVATE_KEY_MARK = "[REDACTED:private-key]"
@@ -211,6 +212,9 @@ def _rules() -> RuleSet:
     """The provider rules, whose keyword search also reports the triggers above."""
     global _RULES
     if _RULES is None:  # built on first use: a command that never redacts never reads them
+        # Imported here too: re2 and the rule models cost the read-only commands (`status`).
+        from daemon.redaction.ruleset import ruleset
+
         _RULES = ruleset(_TRIGGERS)
     return _RULES
 

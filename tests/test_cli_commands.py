@@ -118,6 +118,25 @@ def test_a_command_loads_its_own_module_alone(tmp_path: Path) -> None:
     assert not {"daemon.daemon", "daemon.runs.executor", "daemon.runs.finish"} & loaded
 
 
+@pytest.mark.parametrize("tail", [["status"], ["status", "--json"]])
+def test_status_loads_no_secret_rules(tmp_path: Path, tail: list[str]) -> None:
+    """`loopd status` redacts nothing, so neither the secret rule set nor re2 is imported
+    (they are loaded on first redaction: issue 23's read path)."""
+    home = make_home(tmp_path / "home")
+    code = (
+        "import sys\n"
+        "from daemon.cli.main import main\n"
+        f"main(['--home', {str(home)!r}, *{tail!r}])\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout.splitlines()
+    loaded = set(out[-1].split())
+    assert "daemon.state.store" in loaded  # it did read the home
+    assert not {"daemon.redaction.ruleset", "re2"} & loaded
+
+
 @pytest.mark.parametrize("argv", [[], ["hooks"]])
 def test_no_command_prints_the_help_and_exits_2(
     argv: list[str], capsys: pytest.CaptureFixture[str]

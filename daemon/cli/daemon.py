@@ -59,12 +59,13 @@ def _limits_line(loaded: Any) -> str:
     return describe(run_limits(loaded.daemon.limits)) if loaded.daemon_ok else ""
 
 
-def _status_data(home: Any, store: Any = None) -> dict[str, Any]:
-    """What `status` shows; `store` is kept across frames of --watch (one warning per file)."""
+def _status_data(home: Any, store: Any = None, loaded: Any = None) -> dict[str, Any]:
+    """What `status` shows; `store` is kept across frames of --watch (one warning per file);
+    `loaded` is the home's configuration when the caller has just read it (else read now)."""
 
     store = store or StateStore(home.state_dir)
     status = store.load_status()
-    loaded = home.load()
+    loaded = home.load() if loaded is None else loaded
     pid = daemon_pid(home)
     data: dict[str, Any] = {
         "home": str(home.root),
@@ -256,15 +257,16 @@ def _newest_finished(store: Any, loop: str, newest: str) -> Any:
 def status(args: argparse.Namespace) -> int:
     """Loops, phases, last outcomes, next fires."""
     home = home_of(args)
-    control = engine_control(home)
+    loaded = home.load()  # read once: which engine, and what the loops are
+    control = engine_control(home, loaded)
     if control is not None:
         return show_status(control, args)
     if args.json:
-        print_json(_status_data(home))
+        print_json(_status_data(home, loaded=loaded))
         return 0
     if not args.watch:
         out = console()
-        out.print(render_status(_status_data(home), out.width))
+        out.print(render_status(_status_data(home, loaded=loaded), out.width))
         return 0
     from rich.live import Live
 

@@ -53,12 +53,14 @@ def _counted_in(store: Any, run_id: str) -> str:
 
 def list_escalations_cmd(args: argparse.Namespace) -> int:
     """List the escalations waiting for a person (--all: resolved ones too)."""
-    control = engine_control(home_of(args))
+    home = home_of(args)
+    loaded = home.load()  # read once: which engine, and how events rotate
+    control = engine_control(home, loaded)
     if control is not None:  # the home answers through the engine, from any machine
         reply = control.escalations({"action": "list", "all": getattr(args, "all", False)})
         items = [Escalation.model_validate(item) for item in reply.get("items", [])]
     else:
-        items = list_escalations(_store(args))
+        items = list_escalations(home.state(loaded.daemon.limits.events_rotate))
     if not getattr(args, "all", False):
         items = [e for e in items if e.is_open]
     if getattr(args, "json", False):

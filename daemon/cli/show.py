@@ -23,10 +23,11 @@ from daemon.state.store import UnreadableFile
 def runs(args: argparse.Namespace) -> int:
     """List runs: queued and parked ones first, then the rest, newest first."""
     home = home_of(args)
-    control = engine_control(home)
+    loaded = home.load()  # read once: which engine, and how events rotate
+    control = engine_control(home, loaded)
     if control is not None:  # the engine holds every machine's runs
         return show_runs(control, args)
-    store = home.state()
+    store = home.state(loaded.daemon.limits.events_rotate)
     if args.loop and not (home.loops_dir / f"{args.loop}.toml").exists():
         if not store.run_ids(args.loop):
             raise CommandError(f"unknown loop {args.loop!r}: no loop file and no runs")
@@ -138,9 +139,10 @@ def _landing(run: Any) -> dict[str, str]:
 def show(args: argparse.Namespace) -> int:
     """Show one run: trigger, attempts with checks, score, verdict, feedback; --diff: changes."""
     home = home_of(args)
-    store = home.state()
+    loaded = home.load()  # read once: how events rotate, and which engine
+    store = home.state(loaded.daemon.limits.events_rotate)
 
-    control = engine_control(home)
+    control = engine_control(home, loaded)
     if control is not None:  # the engine holds every machine's runs
         run = engine_record(control, args.run_id)
     elif not (store.run_dir(args.run_id) / "run.toml").exists():
