@@ -18,7 +18,7 @@ import pytest
 
 from daemon.rules.library import RuleLibrary
 from daemon.rules.rulefile import Rule
-from tests.helpers import events, loopd, make_home, make_repo, talk
+from tests.helpers import events, loopd, make_home, make_repo, talk, transcript_text
 from tests.model_server import call_name
 
 REPO = {
@@ -174,7 +174,7 @@ def test_a_failure_becomes_a_rule_that_fixes_attempt_2_and_a_later_task(
     assert run["outcome"] == "succeeded"
     assert [a["checks_passed"] for a in run["attempts"]] == [False, True]
     attempt_1 = home / "state" / "runs" / run_a / "attempt-1"
-    transcript = (attempt_1 / "transcript.jsonl").read_text()
+    transcript = transcript_text(attempt_1)
     assert "patched legacy/calc.py" in transcript
 
     # The post-mortem's rule is grounded, verified by the model, and filed under trial/.

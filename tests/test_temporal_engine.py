@@ -321,7 +321,7 @@ def test_a_rule_learned_from_an_attempt_on_one_worker_guides_a_run_on_the_other(
         proc = home.loopd("trigger", "calc", "--wait")
         assert proc.returncode == 1, proc.stdout + proc.stderr
         run_1 = proc.stdout.splitlines()[0]
-        assert (first.home / "state/runs" / run_1 / "attempt-1/transcript.jsonl").is_file()
+        assert (first.home / "state/runs" / run_1 / "attempt-1/transcript.jsonl.gz").is_file()
         # The rule was filed by the home (one writer), from the first worker's evidence.
         (rule_path,) = (home.home / "rules" / "trial").glob("*.md")
         for machine in (first, second):

@@ -139,6 +139,9 @@ def _follow(printer: _Printer, store: Any, run_id: str, n: int, full: bool) -> N
         _print_file(printer, path, full, n)
         return
     while not path.exists():
+        if is_stored(path):  # ended and compressed between two looks
+            _print_file(printer, path, full, n)
+            return
         if _attempt_ended(store, run_id, n) and not path.exists():
             printer.note(f"attempt {n} has no transcript (its agent never started)")
             return
