@@ -132,7 +132,7 @@ def test_state_readme_names_every_file_loopd_writes() -> None:
     from daemon.engine.temporal import homeside, inboxtaker, workerstore
     from daemon.git import integrity
     from daemon.runs import parking
-    from daemon.state import deliveries, ledger
+    from daemon.state import deliveries, ledger, pruned
 
     names = [
         ledger.LEDGER_NAME,
@@ -152,6 +152,7 @@ def test_state_readme_names_every_file_loopd_writes() -> None:
         "runs/RUN_ID/setup.log",
         "hooks.log",
         deliveries.DELIVERIES_NAME,
+        pruned.PRUNED_INDEX,
     ]
     for name in names:
         assert f"`{name}" in README, name

@@ -16,6 +16,7 @@ from typing import Any
 from daemon.cli.common import CommandError, command, home_of
 from daemon.people.transcript_text import Line, parse_line, render_lines
 from daemon.service.statecap import EVICTED_MARKER
+from daemon.state.pruned import find_pruned
 from daemon.state.records import RunRecord
 from daemon.state.store import UnreadableFile, read_model
 from daemon.state.stored import is_stored, open_stored
@@ -198,6 +199,12 @@ def logs(args: argparse.Namespace) -> int:
     run = _record(store, args.run_id)
     queued = store.queued_run(args.run_id) if run is None else None
     if run is None and queued is None and not (store.run_dir(args.run_id) / "run.toml").exists():
+        pruned = find_pruned(store.root, args.run_id)
+        if pruned is not None:
+            raise CommandError(
+                f"run {args.run_id} was {pruned.line()}, its transcripts with them; "
+                f"`loopd show {args.run_id}` says what it was"
+            )
         raise CommandError(f"unknown run {args.run_id!r}; `loopd runs` lists them")
     printer = _JsonPrinter() if args.json else _Printer()
     attempts = [a.n for a in run.attempts] if run else []
