@@ -405,9 +405,10 @@ def check_growth(soak: Soak, seconds: float) -> tuple[str, list[str]]:
     slope = rss_slope([s for s in soak.samples if s.life == 2 and s.at >= seconds / 3])
     text = (
         f"RSS median {rss_mid:.1f} -> {rss_last:.1f} MB, descriptors {fd_mid:g} -> {fd_last:g}, "
-        f"threads {th_mid:g} -> {th_last:g} (middle third -> last third); "
-        f"RSS trend over the last two thirds {slope:+.1f} MB/hour"
+        f"threads {th_mid:g} -> {th_last:g} (middle third -> last third)"
     )
+    if seconds >= 600:  # over a shorter time the trend is noise
+        text += f"; RSS trend over the last two thirds {slope:+.1f} MB/hour"
     problems = []
     if rss_last > rss_mid + RSS_SLACK_MB:
         problems.append(f"RSS grew: {rss_mid:.1f} -> {rss_last:.1f} MB")

@@ -217,8 +217,13 @@ def commit_all(repo_git: Any, message: str) -> str | None:
     return repo_git.out("rev-parse", "HEAD")
 
 
-def transcript_text(attempt_dir: Path) -> str:
-    """An attempt's transcript.jsonl as text, compressed (as it is once the attempt ended) or
-    not."""
-    with open_stored(Path(attempt_dir) / "transcript.jsonl") as fh:
+def stored_text(path: Path) -> str:
+    """A state file's text, compressed (`PATH.gz`, as transcripts are once their attempt
+    ended) or not."""
+    with open_stored(Path(path)) as fh:
         return fh.read().decode("utf-8", "replace")
+
+
+def transcript_text(attempt_dir: Path) -> str:
+    """An attempt's transcript.jsonl as text, compressed or not."""
+    return stored_text(Path(attempt_dir) / "transcript.jsonl")
