@@ -144,10 +144,14 @@ def _pruned_before(run_dir: Path) -> datetime | None:
 
 
 def _prune_files(
-    store: StateStore, run: RunRecord, repos: dict[str, Path], now: datetime, result: dict
+    store: StateStore,
+    run: RunRecord,
+    repos: dict[str, Path],
+    now: datetime,
+    result: dict[str, Any],
 ) -> tuple[list[str], str]:
-    """Remove the run's files (run.toml stays), its loopd branch and resolved escalation;
-    what was removed, and the branch deleted ("" none)."""
+    """Remove the run's files (run.toml stays) and its loopd branch; what was removed, and
+    the branch deleted ("" none)."""
     removed = _remove_run_files(store.run_dir(run.id))
     branch = run.branch or f"loopd/{run.loop}/{run.id}"
     deleted = False
