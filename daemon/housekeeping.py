@@ -1,9 +1,12 @@
-"""`[limits] retain_days`: pruning old attempt folders, transcripts and `loopd/*` branches.
+"""`[limits] retain_days`: pruning old runs, their attempt folders and `loopd/*` branches.
 
-A pruned run keeps its `run.toml` (history, reports) and gains `pruned.toml`; its attempt
-folders and other files go, and so does its branch. Runs cited by an open escalation, by a
-live rule's evidence (`keep`), by a lesson waiting for the model (`state/deferred/`), or
-still without an outcome are never pruned.
+A pruned run folds into one line of `state/pruned-runs.jsonl` (what it was: loop, trigger,
+outcome, reason, times, branch) and its folder goes whole, so a week of runs leaves lines,
+not folders. The newest run of each loop keeps its `run.toml` (`loopd status` shows its
+outcome) with a `pruned.toml`, its other files gone; it folds once a newer run exists. Its
+branch goes either way. Runs cited by an open escalation (its run and its newest repeat),
+by a live rule's evidence, by a lesson waiting for the model (`state/deferred/`), asked to
+be kept (`keep`), or still without an outcome are never pruned.
 `retain_days = 0` keeps everything.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import tomllib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,7 @@ from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
 from daemon.state.eventtypes import Event
 from daemon.state.ledger import ledger_of
+from daemon.state.pruned import PrunedRun, append_pruned
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
 
@@ -117,9 +122,8 @@ def _protected(store: StateStore, keep: set[str], rules_dir: Path | None) -> set
 def _old_finished_run(
     store: StateStore, run_id: str, cutoff: datetime, live: set[str]
 ) -> RunRecord | None:
-    """The run's record when it finished before `cutoff`, is not running and not pruned yet."""
-    run_dir = store.run_dir(run_id)
-    if (run_dir / PRUNED_MARKER).exists() or run_id in live:
+    """The run's record when it finished before `cutoff` and is not running."""
+    if run_id in live:
         return None
     try:
         run = store.load_run(run_id)
@@ -130,48 +134,81 @@ def _old_finished_run(
     return run
 
 
-def _prune_run(
+def _pruned_before(run_dir: Path) -> datetime | None:
+    """When `pruned.toml` says the run was pruned; None when it was not."""
+    try:
+        when = tomllib.loads((run_dir / PRUNED_MARKER).read_text(encoding="utf-8"))["pruned"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return when if isinstance(when, datetime) else None
+
+
+def _prune_files(
     store: StateStore,
-    run_id: str,
     run: RunRecord,
     repos: dict[str, Path],
-    retain_days: int,
     now: datetime,
     result: dict[str, Any],
-) -> None:
-    """Remove the run's files, its loopd branch and resolved escalation; leave the marker."""
-    run_dir = store.run_dir(run_id)
-    removed = _remove_run_files(run_dir)
-    branch = run.branch or f"loopd/{run.loop}/{run_id}"
+) -> tuple[list[str], str]:
+    """Remove the run's files (run.toml stays) and its loopd branch; what was removed, and
+    the branch deleted ("" none)."""
+    removed = _remove_run_files(store.run_dir(run.id))
+    branch = run.branch or f"loopd/{run.loop}/{run.id}"
     deleted = False
     if branch.startswith("loopd/"):
         repo = repos.get(run.loop) or (Path(run.repo) if run.repo else None)
         if repo is not None and repo.is_dir():
-            deleted, error = _delete_branch(store, repo, branch, run_id, now)
+            deleted, error = _delete_branch(store, repo, branch, run.id, now)
             if error:
-                result["errors"].append(f"{run_id}: branch {branch}: {error}")
-    escalation = store.escalation_path(run_id)
-    if escalation.exists():  # resolved (an open one would have kept the run)
-        escalation.unlink()
-        removed.append(f"escalations/{escalation.name}")
-    write_atomic(
-        run_dir / PRUNED_MARKER,
-        tomli_w.dumps({"pruned": now, "removed": removed, "branch_deleted": deleted}),
-    )
+                result["errors"].append(f"{run.id}: branch {branch}: {error}")
     if deleted:
         result["branches_deleted"].append(branch)
         if run.branch == branch:
             run.branch_gone(branch)
             store.save_run(run)
-    result["pruned"].append(run_id)
+    return removed, branch if deleted else ""
+
+
+def _prune_run(
+    store: StateStore,
+    run: RunRecord,
+    repos: dict[str, Path],
+    retain_days: int,
+    now: datetime,
+    result: dict[str, Any],
+    fold: bool,
+) -> None:
+    """Prune the run (files, branch, resolved escalation); `fold`: its folder goes whole,
+    its record kept as a line of the pruned index, else `pruned.toml` beside run.toml."""
+    run_dir = store.run_dir(run.id)
+    pruned_at = _pruned_before(run_dir)
+    removed, branch = ([], "") if pruned_at else _prune_files(store, run, repos, now, result)
+    escalation = store.escalation_path(run.id)
+    if escalation.exists():  # resolved (an open one would have kept the run)
+        escalation.unlink()
+        removed.append(f"escalations/{escalation.name}")
+    if fold:
+        shown = run.branch or run.branch_deleted
+        deleted = bool(shown) and not run.branch
+        entry = PrunedRun.of(run, pruned_at or now, retain_days, shown, deleted)
+        append_pruned(store.root, entry)  # synced first: a crash leaves the folder, not a gap
+        shutil.rmtree(run_dir, ignore_errors=True)
+        removed.append("run.toml")
+        result["folded"].append(run.id)
+    else:
+        marker = {"pruned": now, "removed": removed, "branch_deleted": bool(branch)}
+        write_atomic(run_dir / PRUNED_MARKER, tomli_w.dumps(marker))
+    if pruned_at is None:
+        result["pruned"].append(run.id)
     store.events.append(
         Event.RUN_PRUNED,
         now,
         loop=run.loop,
-        run=run_id,
+        run=run.id,
         removed=removed,
-        branch=branch if deleted else "",
+        branch=branch,
         retain_days=retain_days,
+        folded=fold,
     )
 
 
@@ -199,6 +236,7 @@ def prune(
     """Prune runs finished more than `retain_days` ago; one event `run_pruned` per run."""
     result: dict[str, Any] = {
         "pruned": [],
+        "folded": [],
         "kept": [],
         "branches_deleted": [],
         "errors": [],
@@ -209,19 +247,24 @@ def prune(
     cutoff = now - timedelta(days=retain_days)
     protected = _protected(store, keep, rules_dir)
     live = set(store.live_runs())
+    newest = set(store.last_run_ids().values())  # keep a record: `loopd status`'s last outcome
     for run_id in store.run_ids():
         started = _run_started(run_id)
         if started is None:
             continue
         if started >= cutoff:
             break  # ids sort by start time: every later run is younger
+        fold = run_id not in newest
+        marked = (store.run_dir(run_id) / PRUNED_MARKER).exists()
+        if marked and not fold:
+            continue  # pruned already, and still its loop's newest
         run = _old_finished_run(store, run_id, cutoff, live)
         if run is None:
             continue
         if run_id in protected:
             result["kept"].append(run_id)
             continue
-        _prune_run(store, run_id, run, repos, retain_days, now, result)
+        _prune_run(store, run, repos, retain_days, now, result, fold)
 
     ledger_of(store.root).trim(now)
     result["reports_removed"] += _remove_old_reports(store, cutoff)

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from daemon.state.stored import open_stored
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -213,3 +215,15 @@ def commit_all(repo_git: Any, message: str) -> str | None:
         return None
     repo_git.run("commit", "--no-verify", "--no-gpg-sign", "-q", "-m", message)
     return repo_git.out("rev-parse", "HEAD")
+
+
+def stored_text(path: Path) -> str:
+    """A state file's text, compressed (`PATH.gz`, as transcripts are once their attempt
+    ended) or not."""
+    with open_stored(Path(path)) as fh:
+        return fh.read().decode("utf-8", "replace")
+
+
+def transcript_text(attempt_dir: Path) -> str:
+    """An attempt's transcript.jsonl as text, compressed or not."""
+    return stored_text(Path(attempt_dir) / "transcript.jsonl")

@@ -22,6 +22,7 @@ from tests.helpers import (
     make_repo,
     start_daemon,
     stop_daemon,
+    transcript_text,
     wait_for,
 )
 from tests.model_server import ScriptedModelServer
@@ -415,7 +416,7 @@ def test_request_log_has_the_schema_name_the_evidence_and_no_secret(
         assert secret not in state_text(home)
     assert "REDACTED" in user
     # The verifier's key is not in the agent's environment either.
-    transcript = (home / "state" / "runs" / run_id / "attempt-1" / "transcript.jsonl").read_text()
+    transcript = transcript_text(home / "state" / "runs" / run_id / "attempt-1")
     assert "critic key visible: None" in transcript
     folder = home / "state" / "runs" / run_id / "attempt-1"
     diff = (folder / "diff.patch").read_text()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import tomli_w
 
-from tests.helpers import loopd, make_home, make_repo
+from tests.helpers import loopd, make_home, make_repo, transcript_text
 
 BUGGY = {
     "calc.py": "def add(a, b):\n    return a - b\n",
@@ -57,7 +57,7 @@ def test_each_tool_does_its_work_and_is_an_event(tmp_path: Path) -> None:
     run = tomllib.loads((run_dir / "run.toml").read_text())
     assert run["outcome"] == "succeeded", (run.get("reason"), proc.stderr[-3000:])
 
-    transcript = (run_dir / "attempt-1" / "transcript.jsonl").read_text()
+    transcript = transcript_text(run_dir / "attempt-1")
     said = [json.loads(line).get("text", "") for line in transcript.splitlines()]
     answers = {t.split()[1] + str(i): t for i, t in enumerate(said) if t.startswith("TOOL ")}
     text = "\n".join(answers.values())

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import tomli_w
 
-from tests.helpers import ROOT, git, loopd, make_home, make_repo
+from tests.helpers import ROOT, git, loopd, make_home, make_repo, transcript_text
 from tests.model_server import ScriptedModelServer, Spec
 from tests.sandboxing import require_bwrap
 
@@ -216,8 +216,8 @@ class Outcome:
         return self.run["attempts"][0]
 
     def transcript(self, n: int = 1) -> list[dict[str, Any]]:
-        path = self.run_dir / f"attempt-{n}" / "transcript.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        text = transcript_text(self.run_dir / f"attempt-{n}")
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     def events(self, type_: str | None = None) -> list[dict[str, Any]]:
         lines = (self.home / "state" / "events.jsonl").read_text().splitlines()

@@ -18,7 +18,7 @@ import pytest
 
 from daemon.rules.library import RuleLibrary
 from daemon.rules.rulefile import Rule
-from tests.helpers import events, loopd, make_home, make_repo, talk
+from tests.helpers import events, loopd, make_home, make_repo, stored_text, talk, transcript_text
 from tests.model_server import call_name
 
 REPO = {
@@ -174,7 +174,7 @@ def test_a_failure_becomes_a_rule_that_fixes_attempt_2_and_a_later_task(
     assert run["outcome"] == "succeeded"
     assert [a["checks_passed"] for a in run["attempts"]] == [False, True]
     attempt_1 = home / "state" / "runs" / run_a / "attempt-1"
-    transcript = (attempt_1 / "transcript.jsonl").read_text()
+    transcript = transcript_text(attempt_1)
     assert "patched legacy/calc.py" in transcript
 
     # The post-mortem's rule is grounded, verified by the model, and filed under trial/.
@@ -189,7 +189,7 @@ def test_a_failure_becomes_a_rule_that_fixes_attempt_2_and_a_later_task(
     cited = {(e["path"], e["quote"]) for e in front["evidence"]}
     assert (f"runs/{run_a}/attempt-1/transcript.jsonl", "patched legacy/calc.py") in cited
     for entry in front["evidence"]:  # the line was corrected to where the quote is
-        lines = (home / "state" / entry["path"]).read_text().splitlines()
+        lines = stored_text(home / "state" / entry["path"]).splitlines()
         assert entry["quote"] in lines[entry["line"] - 1]
     verifications = model_server.chat_requests("rule_verification")
     assert len(verifications) == 1

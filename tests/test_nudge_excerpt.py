@@ -8,7 +8,7 @@ from pathlib import Path
 
 from daemon.runs.checks import TAIL_BYTES
 from daemon.runs.excerpt import excerpt, first_failure
-from tests.helpers import loopd, make_home, make_repo
+from tests.helpers import loopd, make_home, make_repo, transcript_text
 from tests.test_spine import agent_config, loop_file
 
 FIRST = "FAILED tests/test_calc.py::test_add - assert add(2, 3) == 5  (first failure)"
@@ -36,7 +36,7 @@ def test_a_nudge_keeps_the_first_failing_test_of_a_long_check_output(tmp_path: P
     assert proc.returncode == 1, proc.stdout + proc.stderr
     run_id = proc.stdout.splitlines()[0]
     attempt = home / "state" / "runs" / run_id / "attempt-1"
-    lines = [json.loads(line) for line in (attempt / "transcript.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in transcript_text(attempt).splitlines()]
     [nudge] = [r["text"] for r in lines if r.get("type") == "nudge"]
     assert FIRST in nudge  # the first failing test, from the middle of 1.3 MB
     assert "platform linux -- the header of the run" in nudge  # the head

@@ -31,6 +31,7 @@ from tests.helpers import (
     runs,
     start_daemon,
     stop_daemon,
+    transcript_text,
     wait_for,
 )
 from tests.model_server import ScriptedModelServer, Spec
@@ -140,10 +141,10 @@ def test_qwen_on_its_quota_parks_and_resumes_the_same_session_after_a_restart(
     assert git(repo, "show", f"{done['branch']}:calc.py") + "\n" == FIXED
 
     # The same session, resumed with `--resume`, and the task sent again with it.
-    transcript = home / "state" / "runs" / run_id / "attempt-1" / "transcript.jsonl"
+    transcript = transcript_text(home / "state" / "runs" / run_id / "attempt-1")
     starts = [
         e
-        for e in map(_json, transcript.read_text().splitlines())
+        for e in map(_json, transcript.splitlines())
         if e.get("stream") == "loopd" and e.get("type") == "process" and e.get("event") == "started"
     ]
     assert len(starts) == 2

@@ -25,6 +25,7 @@ from tests.helpers import (
     make_repo,
     start_daemon,
     stop_daemon,
+    transcript_text,
     wait_for,
 )
 from tests.sandboxing import require_bwrap
@@ -124,7 +125,7 @@ def test_setup_makes_a_venv_in_the_tree_and_the_checks_see_the_trees_package(
     assert "$ /usr/bin/python3 -m venv .venv" in (run_dir / "setup.log").read_text()
     made = {Path(p).name for p in run["exposure"]["read_only"]}
     assert {".venv", "calcpkg.egg-info"} <= made
-    lines = (run_dir / "attempt-1" / "transcript.jsonl").read_text().splitlines()
+    lines = transcript_text(run_dir / "attempt-1").splitlines()
     said = " ".join(e.get("text", "") for e in map(json.loads, lines) if e["stream"] == "stdout")
     assert "venv is read-only" in said and "WROTE THE VENV" not in said
     # The checks imported the tree's package (the person's checkout still has the bug).

@@ -7,7 +7,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from tests.helpers import git, loopd, make_home, make_repo, processes_with
+from tests.helpers import git, loopd, make_home, make_repo, processes_with, transcript_text
 
 BUGGY = {
     "calc.py": "def add(a, b):\n    return a - b\n",
@@ -56,11 +56,13 @@ def test_once_fixes_the_code_in_a_worktree(tmp_path: Path) -> None:
     assert run["branch"] == f"loopd/calc/{run_id}"
     assert len(run["attempts"]) == 1 and run["attempts"][0]["checks_passed"] is True
     attempt = home / "state" / "runs" / run_id / "attempt-1"
-    for name in ("prompt.md", "transcript.jsonl", "checks.log", "diff.patch"):
+    for name in ("prompt.md", "checks.log", "diff.patch"):
         assert (attempt / name).is_file(), name
+    # Compressed as the attempt ended; read as before.
+    assert (attempt / "transcript.jsonl.gz").is_file()
     assert "a + b" in (attempt / "diff.patch").read_text()
     assert (attempt / "prompt.md").read_text().startswith("# Task\n\nMake check.py pass.")
-    assert "fixed calc.py" in (attempt / "transcript.jsonl").read_text()
+    assert "fixed calc.py" in transcript_text(attempt)
     # The user's tree is untouched; the branch holds the fix; the worktree is gone.
     assert (repo / "calc.py").read_text() == BUGGY["calc.py"]
     assert git(repo, "status", "--porcelain") == ""

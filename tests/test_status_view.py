@@ -133,7 +133,7 @@ def test_state_readme_names_every_file_loopd_writes() -> None:
     from daemon.git import integrity
     from daemon.rules import kinds
     from daemon.runs import parking
-    from daemon.state import deliveries, ledger
+    from daemon.state import deliveries, ledger, pruned
 
     names = [
         ledger.LEDGER_NAME,
@@ -154,6 +154,7 @@ def test_state_readme_names_every_file_loopd_writes() -> None:
         "hooks.log",
         deliveries.DELIVERIES_NAME,
         f"runs/RUN_ID/{kinds.NOTES_FILE}",
+        pruned.PRUNED_INDEX,
     ]
     for name in names:
         assert f"`{name}" in README, name

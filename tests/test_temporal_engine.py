@@ -9,7 +9,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import git, processes_with, talk, wait_for
+from daemon.state.stored import is_stored
+from tests.helpers import git, processes_with, stored_text, talk, transcript_text, wait_for
 from tests.machines import BUGGY, TASK, Cluster, command_agent, make_cluster
 
 FIX = "p = pathlib.Path('calc.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
@@ -87,9 +88,9 @@ def test_kill_9_of_the_worker_mid_attempt_retries_the_run_on_the_other_and_reaps
         assert retry["outcome"] == "succeeded", retry
         # The retry ran on the other machine: its transcript is in that worker's state only.
         transcript = Path("state/runs") / retry["id"] / "attempt-1" / "transcript.jsonl"
-        assert (other.home / transcript).is_file()
-        assert not (cluster.workers[dead].home / transcript).exists()
-        assert not (cluster.home.home / transcript).exists()
+        assert is_stored(other.home / transcript)  # compressed as the attempt ended
+        assert not is_stored(cluster.workers[dead].home / transcript)
+        assert not is_stored(cluster.home.home / transcript)
         # The person's repository has the retry's branch, with the fix.
         branch = retry["branch"]
         assert "a + b" in git(cluster.home.repo, "show", f"{branch}:calc.py")
@@ -163,8 +164,8 @@ def test_a_cancel_from_another_machine_stops_the_agent_on_its_worker(
         assert run["attempts"][0]["interrupted"] is True
         shown = json.loads(worker.loopd("show", run_id, "--json").stdout)
         assert shown["outcome"] == "cancelled" and shown["id"] == run_id
-        transcript = worker.home / "state" / "runs" / run_id / "attempt-1" / "transcript.jsonl"
-        assert "working" in transcript.read_text()
+        transcript = transcript_text(worker.home / "state" / "runs" / run_id / "attempt-1")
+        assert "working" in transcript
         # `loopd logs` on the worker's machine shows the attempt it ran.
         logs = worker.loopd("logs", run_id)
         assert logs.returncode == 0 and "working" in logs.stdout, logs.stdout + logs.stderr
@@ -321,7 +322,7 @@ def test_a_rule_learned_from_an_attempt_on_one_worker_guides_a_run_on_the_other(
         proc = home.loopd("trigger", "calc", "--wait")
         assert proc.returncode == 1, proc.stdout + proc.stderr
         run_1 = proc.stdout.splitlines()[0]
-        assert (first.home / "state/runs" / run_1 / "attempt-1/transcript.jsonl").is_file()
+        assert (first.home / "state/runs" / run_1 / "attempt-1/transcript.jsonl.gz").is_file()
         # The rule was filed by the home (one writer), from the first worker's evidence.
         (rule_path,) = (home.home / "rules" / "trial").glob("*.md")
         for machine in (first, second):
@@ -331,12 +332,12 @@ def test_a_rule_learned_from_an_attempt_on_one_worker_guides_a_run_on_the_other(
         cited = {(e["path"], e["quote"]) for e in front["evidence"]}
         assert (f"runs/{run_1}/attempt-1/transcript.jsonl", "patched legacy/calc.py") in cited
         for entry in front["evidence"]:  # the home holds the cited lines at their numbers
-            lines = (home.home / "state" / entry["path"]).read_text().split("\n")
+            lines = stored_text(home.home / "state" / entry["path"]).split("\n")
             assert entry["quote"] in lines[entry["line"] - 1]
         # The worker sent the rule's evidence lines, never the whole transcript.
         name = "attempt-1/transcript.jsonl"
-        whole = (first.home / "state/runs" / run_1 / name).read_text().split("\n")
-        lines = (home.home / "state/runs" / run_1 / name).read_text().split("\n")
+        whole = stored_text(first.home / "state/runs" / run_1 / name).split("\n")
+        lines = stored_text(home.home / "state/runs" / run_1 / name).split("\n")
         assert len(lines) == len(whole)  # at their line numbers; the others left blank
         assert all(line in ("", whole[i]) for i, line in enumerate(lines))
         assert any("patched legacy/calc.py" in line for line in lines)

@@ -1,8 +1,9 @@
-"""A finished run's transcripts are kept compressed; `loopd logs`, the critic's evidence and
-the rules' grounding read them as before, under the same name."""
+"""An attempt's transcript is kept compressed from the attempt's end; `loopd logs`, the
+critic's evidence and the rules' grounding read it as before, under the same name."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -22,7 +23,9 @@ CHATTY = (
 )
 
 
-def test_a_finished_runs_transcript_is_compressed_and_read_as_before(tmp_path: Path) -> None:
+def test_a_transcript_is_compressed_when_its_attempt_ends_and_read_as_before(
+    tmp_path: Path,
+) -> None:
     repo = make_repo(tmp_path / "repo", BUGGY)
     loop = loop_file(repo, max_attempts=1, max_nudges=0)
     root = make_home(tmp_path / "home", agent_config(CHATTY), {"calc": loop})
@@ -32,7 +35,9 @@ def test_a_finished_runs_transcript_is_compressed_and_read_as_before(tmp_path: P
     store = Home(root).state()
     attempt = store.run_dir(run_id) / "attempt-1"
     plain = attempt / "transcript.jsonl"
-    size = plain.stat().st_size
+    packed = attempt / "transcript.jsonl.gz"
+    # Compressed as the attempt ended, not an hour later by the housekeeper.
+    assert packed.is_file() and not plain.exists()
 
     def views() -> tuple[str, str, str, list[str]]:
         logs = loopd(root, "logs", run_id, "--full").stdout
@@ -41,7 +46,18 @@ def test_a_finished_runs_transcript_is_compressed_and_read_as_before(tmp_path: P
         grounded = EvidenceSet.from_dir(attempt)
         return logs, as_json, evidence, sorted(grounded.files)
 
-    before = views()
+    compressed = views()
+    assert "transcript.jsonl" in compressed[3]
+    assert "FINAL: the quote the rule cites" in compressed[0]
+    assert "FINAL: the quote the rule cites" in compressed[2]  # the critic's evidence
+    assert json.loads(compressed[1].splitlines()[-1])["attempt"] == 1
+    assert quote_in_file(plain, "FINAL: the quote the rule cites")
+
+    # A transcript left plain (an attempt a kill -9 ended) is compressed by the housekeeper.
+    plain.write_bytes(gzip.decompress(packed.read_bytes()))
+    packed.unlink()
+    size = plain.stat().st_size
+    assert views() == compressed  # the plain form reads the same
     # A live run's transcript is being written: left alone.
     (store.root / "live").mkdir(exist_ok=True)
     (store.root / "live" / run_id).write_text("")
@@ -49,14 +65,7 @@ def test_a_finished_runs_transcript_is_compressed_and_read_as_before(tmp_path: P
     (store.root / "live" / run_id).unlink()
 
     files, saved = compress_finished(store)
-    packed = attempt / "transcript.jsonl.gz"
     assert files == 1 and not plain.exists() and packed.exists()
     assert packed.stat().st_size * 10 < size and saved == size - packed.stat().st_size
-
-    after = views()
-    assert after == before  # logs, --json, the critic's evidence, the grounding files
-    assert "transcript.jsonl" in after[3]
-    assert "FINAL: the quote the rule cites" in after[0]
-    assert json.loads(after[1].splitlines()[-1])["attempt"] == 1
-    assert quote_in_file(plain, "FINAL: the quote the rule cites")
+    assert views() == compressed
     assert compress_finished(store) == (0, 0)  # done once

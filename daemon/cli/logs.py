@@ -16,6 +16,7 @@ from typing import Any
 from daemon.cli.common import CommandError, home_of
 from daemon.people.transcript_text import Line, parse_line, render_lines
 from daemon.service.statecap import EVICTED_MARKER
+from daemon.state.pruned import find_pruned
 from daemon.state.records import RunRecord
 from daemon.state.store import UnreadableFile, read_model
 from daemon.state.stored import is_stored, open_stored
@@ -128,6 +129,24 @@ def _print_file(printer: _Printer, path: Path, full: bool, attempt: int) -> None
         printer.transcript(fh, full, attempt)
 
 
+def _transcript_to_follow(printer: _Printer, store: Any, run_id: str, n: int, full: bool) -> bool:
+    """Wait for attempt `n`'s plain transcript to follow; False when there is none to follow
+    (printed whole when already compressed, or noted when the agent never started)."""
+    path = store.run_dir(run_id) / f"attempt-{n}" / "transcript.jsonl"
+    if not path.exists() and is_stored(path):  # compressed: its run ended long ago
+        _print_file(printer, path, full, n)
+        return False
+    while not path.exists():
+        if is_stored(path):  # ended and compressed between two looks
+            _print_file(printer, path, full, n)
+            return False
+        if _attempt_ended(store, run_id, n) and not path.exists():
+            printer.note(f"attempt {n} has no transcript (its agent never started)")
+            return False
+        time.sleep(POLL)
+    return True
+
+
 def _follow(printer: _Printer, store: Any, run_id: str, n: int, full: bool) -> None:
     """Print attempt `n`'s transcript as it grows, until the attempt ends.
 
@@ -135,14 +154,8 @@ def _follow(printer: _Printer, store: Any, run_id: str, n: int, full: bool) -> N
     in place is read again from its start too.
     """
     path = store.run_dir(run_id) / f"attempt-{n}" / "transcript.jsonl"
-    if not path.exists() and is_stored(path):  # compressed: its run ended long ago
-        _print_file(printer, path, full, n)
+    if not _transcript_to_follow(printer, store, run_id, n, full):
         return
-    while not path.exists():
-        if _attempt_ended(store, run_id, n) and not path.exists():
-            printer.note(f"attempt {n} has no transcript (its agent never started)")
-            return
-        time.sleep(POLL)
     fh = path.open("rb")
     inode = os.fstat(fh.fileno()).st_ino
     pending = b""
@@ -195,6 +208,12 @@ def logs(args: argparse.Namespace) -> int:
     run = _record(store, args.run_id)
     queued = store.queued_run(args.run_id) if run is None else None
     if run is None and queued is None and not (store.run_dir(args.run_id) / "run.toml").exists():
+        pruned = find_pruned(store.root, args.run_id)
+        if pruned is not None:
+            raise CommandError(
+                f"run {args.run_id} was {pruned.line()}, its transcripts with them; "
+                f"`loopd show {args.run_id}` says what it was"
+            )
         raise CommandError(f"unknown run {args.run_id!r}; `loopd runs` lists them")
     printer = _JsonPrinter() if args.json else _Printer()
     attempts = [a.n for a in run.attempts] if run else []

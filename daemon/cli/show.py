@@ -16,6 +16,7 @@ from daemon.people.landstate import landing_state
 from daemon.people.terminal import clean
 from daemon.people.terminal import markup as m
 from daemon.state.agentrecords import read_decisions, read_evidence
+from daemon.state.pruned import PrunedRun, find_pruned, newest_pruned
 from daemon.state.records import RunRecord
 from daemon.state.store import UnreadableFile
 
@@ -29,7 +30,7 @@ def runs(args: argparse.Namespace) -> int:
         return show_runs(control, args)
     store = home.state(loaded.daemon.limits.events_rotate)
     if args.loop and not (home.loops_dir / f"{args.loop}.toml").exists():
-        if not store.run_ids(args.loop):
+        if not store.run_ids(args.loop) and not newest_pruned(store.root, args.loop, 1):
             raise CommandError(f"unknown loop {args.loop!r}: no loop file and no runs")
     queued = [p for p in store.load_queue().pending if args.loop in (None, p.loop)]
     queued = [p for p in queued if not (store.run_dir(p.id) / "run.toml").exists()]
@@ -42,11 +43,16 @@ def runs(args: argparse.Namespace) -> int:
         if len(records) >= args.limit:
             break
     _notice_hand_merges(store, records)
+    # Then what retain_days folded away, newest first: older than every run still kept.
+    room = args.limit - len(records)
+    listed = {r.id for r in records}
+    pruned = [p for p in newest_pruned(store.root, args.loop, max(room, 0)) if p.run not in listed]
     if args.json:
         print_json(
             [_queued_summary(p) for p in queued]
             + [_run_summary(r) for r in parked]
             + [_run_summary(r) for r in records]
+            + [_pruned_summary(p) for p in pruned]
         )
         return 0
 
@@ -68,8 +74,60 @@ def runs(args: argparse.Namespace) -> int:
         rows.append(
             (r.id, r.trigger.kind, r.outcome or r.phase, str(len(r.attempts)), score, reason)
         )
+    for p in pruned:
+        reason = "; ".join(part for part in (f"pruned {p.pruned:%Y-%m-%d}", p.reason) if part)
+        rows.append((p.run, p.trigger, p.outcome or "-", str(p.attempts), "-", reason))
     out = console()
     out.print(runs_table(f"runs in {home.root}", rows, out.width))
+    return 0
+
+
+def _pruned_summary(p: PrunedRun) -> dict[str, Any]:
+    """A pruned run with the keys of `_run_summary`, phase `pruned`."""
+    landing = (
+        {"state": "landed", "how": p.landed, "why": "", "run": ""}
+        if p.landed
+        else {"state": "none", "how": "", "why": "the run was pruned", "run": ""}
+    )
+    return {
+        "run": p.run,
+        "id": p.run,
+        "loop": p.loop,
+        "trigger": p.trigger,
+        "started": p.started,
+        "finished": p.finished,
+        "outcome": p.outcome,
+        "phase": "pruned",
+        "reason": p.reason,
+        "attempts": p.attempts,
+        "branch": "" if p.branch_deleted else p.branch,
+        "tokens": p.tokens,
+        "landing": landing,
+        "pruned": p.pruned,
+    }
+
+
+def _show_pruned(p: PrunedRun, as_json: bool) -> int:
+    """`loopd show` of a run retain_days folded away: what its line keeps."""
+    if as_json:
+        print_json({**p.model_dump(mode="json"), "phase": "pruned"})
+        return 0
+    from rich.panel import Panel
+
+    branch = p.branch or "-"
+    if p.branch and p.branch_deleted:
+        branch += " (deleted)"
+    head = [
+        p.line(),
+        f"loop: {p.loop}",
+        f"task: {p.task}",
+        f"trigger: {p.trigger} {p.trigger_reason}".rstrip(),
+        f"started: {p.started or '-'}   finished: {p.finished or '-'}",
+        f"outcome: {p.outcome or '-'}   {p.reason}",
+        f"attempts: {p.attempts}   branch: {branch}   tokens: {p.tokens}",
+        f"landing: {f'landed ({p.landed})' if p.landed else 'not landed'}",
+    ]
+    console().print(Panel(m("\n".join(head)), title=m(p.run)))
     return 0
 
 
@@ -146,7 +204,12 @@ def show(args: argparse.Namespace) -> int:
     if control is not None:  # the engine holds every machine's runs
         run = engine_record(control, args.run_id)
     elif not (store.run_dir(args.run_id) / "run.toml").exists():
-        raise CommandError(f"unknown run {args.run_id!r}; `loopd runs` lists them")
+        pruned = find_pruned(store.root, args.run_id)
+        if pruned is None:
+            raise CommandError(f"unknown run {args.run_id!r}; `loopd runs` lists them")
+        if args.diff:
+            raise CommandError(f"run {args.run_id} was {pruned.line()}, its diff with them")
+        return _show_pruned(pruned, args.json)
     else:
         try:
             run = store.load_run(args.run_id)

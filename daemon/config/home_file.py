@@ -242,8 +242,9 @@ class LimitsConfig(StrictModel):
         ge=0,
         le=3650,
         description=(
-            "transcripts, attempt folders and `loopd/*` branches of runs finished "
-            "longer ago are pruned, except what an open escalation or a live rule's "
+            "runs finished longer ago are pruned: their folders (transcripts, attempt "
+            "folders) and `loopd/*` branches go, each kept as a line of "
+            "`state/pruned-runs.jsonl`, except what an open escalation or a live rule's "
             "evidence cites; 0 keeps everything"
         ),
     )

@@ -37,6 +37,7 @@ from daemon.sandbox.paths import account_home
 from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord
+from daemon.state.stored import compress
 
 
 def commit_attempt(journal: RunJournal, tree: RunTree, attempt: AttemptRecord) -> str:
@@ -83,6 +84,15 @@ def attempt_prompt(
             )
         parts.feedback = feedback
     return parts
+
+
+def compress_transcript(path: Path) -> None:
+    """Keep an ended attempt's transcript compressed (every reader takes either form): an
+    agent that printed a lot leaves about a tenth of it, not an hour's worth until tidying."""
+    try:
+        compress(path)
+    except OSError:
+        pass  # left plain: the housekeeper's hourly pass compresses it
 
 
 class Attempt:
@@ -164,6 +174,7 @@ class Attempt:
         attempt.finished = journal.now()
         attempt.interrupted = self.stop.stopped and not result.ended_in_grace
         journal.save()
+        compress_transcript(transcript.path)
         fields: dict[str, Any] = {"interrupted": True} if attempt.interrupted else {}
         journal.event(
             Event.ATTEMPT_FINISHED,

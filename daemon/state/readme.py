@@ -55,10 +55,10 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `attempt-N/transcript.jsonl`: the agent's stream, normalized, one JSON object a line
   (`ts`, `stream`, `type`: text, tool_call, tool_result, usage, final, error, raw; loopd's
   own lines have `stream = "loopd"`: process started and exited, stall, nudge); capped by
-  `transcript_cap` with a `truncated` marker. `loopd logs RUN_ID` prints it as text. Once
-  its run has finished, the housekeeper keeps it compressed (within the hour); loopd reads
-  it by its plain name either way
-- `attempt-N/transcript.jsonl.gz`: a finished run's transcript, compressed
+  `transcript_cap` with a `truncated` marker. `loopd logs RUN_ID` prints it as text. When
+  the attempt ends it is compressed; loopd reads it by its plain name either way
+- `attempt-N/transcript.jsonl.gz`: an ended attempt's transcript, compressed (`zcat` reads
+  it)
 - `attempt-N/diff.patch`: what loopd committed of the attempt, as a patch (capped at 20 MB;
   secrets redacted). `loopd show RUN_ID --diff` prints it
 - `attempt-N/diffstat.json`: the files the attempt changed with +/- counts
@@ -88,8 +88,13 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `runs/RUN_ID/repo-guard.json`: your repository's `config`, `hooks/` and `info/` as they
   were before the agent started, for a run whose agent could write them (a worktree, an
   in-place run, a clone without a sandbox); what changed is put back and reported
-- `runs/RUN_ID/pruned.toml`: written when `retain_days` pruned the run's attempt folders and
-  branch; run.toml stays
+- `runs/RUN_ID/pruned.toml`: the newest run of a loop, pruned by `retain_days`: its attempt
+  folders and branch are gone, run.toml stays (`loopd status` shows its outcome)
+- `pruned-runs.jsonl`: every other run `retain_days` pruned, one JSON line each (run, loop,
+  task, trigger, started, finished, outcome, reason, attempts, branch and whether it was
+  deleted, how it landed, when it was pruned); its folder is gone. `loopd runs` lists them
+  after the kept runs and `loopd show RUN_ID` prints its line. Runs an open escalation, a
+  live rule or a deferred lesson cites are never pruned
 - `runs/RUN_ID/worker.toml`: with the Temporal engine, a worker's own view of the run it
   works on (the home keeps run.toml)
 - `runs/RUN_ID/notes.jsonl`: the knowledge and skills the agent noted during the run

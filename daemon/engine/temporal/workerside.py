@@ -55,6 +55,7 @@ from daemon.runs.setup import setup_failed_reason, setup_tail, setup_tree
 from daemon.runs.stop import RunStopped, StopToken
 from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord, RunRecord
+from daemon.state.stored import is_stored
 
 if TYPE_CHECKING:
     from daemon.runs.sessions import AttemptResult
@@ -397,7 +398,7 @@ class WorkerSide(Configured):
     def post_mortem(self, inp: LessonInput) -> LessonOutput:
         """One candidate rule from this machine's evidence of the attempt, grounded here."""
         folder = self.store.run_dir(inp.ref.run_id) / f"attempt-{inp.n}"
-        if not (folder / "transcript.jsonl").exists():
+        if not is_stored(folder / "transcript.jsonl"):  # compressed when the attempt ended
             return LessonOutput(decision="none", error=f"no evidence of attempt {inp.n} here")
         own = self.config().daemon.verifier
         verifier = own if own.configured else VerifierConfig.model_validate(inp.verifier)

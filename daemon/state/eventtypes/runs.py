@@ -82,6 +82,9 @@ class RunPruned(EventFields):
     removed: list[str]
     branch: str = described("the branch deleted with it, or empty")
     retain_days: int
+    folded: bool = described(
+        "its folder went whole, its record kept as a line of state/pruned-runs.jsonl", False
+    )
 
 
 @fields_of(Event.SANDBOX)
