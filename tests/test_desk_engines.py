@@ -1,0 +1,49 @@
+"""The agent's tools on both engines: a run whose `command` agent calls `loopd-tool
+record-decision` and `record-evidence` ends with `decisions.md` and the evidence line in the
+home's `state/runs/RUN_ID/`, with the local engine and with Temporal (the home's own worker
+runs the attempt, on the same machine)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.test_engines import FIX, engine, machines, make_machine, script_agent  # noqa: F401
+
+TOOLS = FIX + (
+    "\nimport subprocess\n"
+    "for argv in (['record-decision', '--title', 'Fix in place', '--why', 'one operator'],\n"
+    "             ['record-evidence', '--claim', 'check.py passes', '--command',\n"
+    "              'python3 check.py']):\n"
+    "    r = subprocess.run(['loopd-tool', *argv], capture_output=True, text=True)\n"
+    "    print('TOOL', argv[0], r.returncode, (r.stdout or r.stderr).strip()[:300], flush=True)\n"
+)
+
+
+def test_the_agents_decisions_and_evidence_land_in_the_homes_run_folder(
+    tmp_path: Path,
+    engine: str,  # noqa: F811
+    machines: list,  # noqa: F811
+) -> None:
+    machine = make_machine(tmp_path, engine, script_agent(TOOLS))
+    machines.append(machine)
+    machine.start("run")
+    proc = machine.loopd("trigger", "calc", "--wait")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0]
+    run_dir = machine.home / "state" / "runs" / run_id
+    transcript = (run_dir / "attempt-1" / "transcript.jsonl").read_text()
+    assert "TOOL record-evidence 0" in transcript, transcript[-3000:]
+    assert "TOOL record-decision 0" in transcript, transcript[-3000:]
+    [line] = [json.loads(x) for x in (run_dir / "evidence.jsonl").read_text().splitlines()]
+    assert (line["claim"], line["command"], line["exit_code"]) == (
+        "check.py passes",
+        "python3 check.py",
+        0,
+    )
+    assert line["refuted"] is False and line["commit"]
+    decisions = (run_dir / "decisions.md").read_text()
+    assert "## Fix in place" in decisions and "one operator" in decisions
+    shown = machine.loopd("show", run_id).stdout
+    assert "Fix in place" in shown and "check.py passes" in shown
+    assert machine.stop() == 0
