@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.helpers import wait_for
 from tests.test_engines import FIX, engine, machines, make_machine, script_agent  # noqa: F401
+from tests.test_handoff_e2e import NOTIFIER, notified
 
 TOOLS = FIX + (
     "\nimport subprocess\n"
@@ -47,3 +49,34 @@ def test_the_agents_decisions_and_evidence_land_in_the_homes_run_folder(
     shown = machine.loopd("show", run_id).stdout
     assert "Fix in place" in shown and "check.py passes" in shown
     assert machine.stop() == 0
+
+
+ASK = FIX + (
+    "\nimport subprocess\n"
+    "r = subprocess.run(['loopd-tool', 'ask-person', '--question', 'May I rename calc.py?'],\n"
+    "                   capture_output=True, text=True)\n"
+    "print('TOOL ask-person', r.returncode, (r.stdout or r.stderr).strip()[:300], flush=True)\n"
+)
+
+
+def test_the_agents_question_is_filed_and_notified_once(
+    tmp_path: Path,
+    engine: str,  # noqa: F811
+    machines: list,  # noqa: F811
+) -> None:
+    script = tmp_path / "notifier.py"
+    script.write_text(NOTIFIER)
+    out = tmp_path / "notified.jsonl"
+    notify = f"\n[notify]\ncommand = {json.dumps(['python3', str(script), str(out)])}\n"
+    machine = make_machine(tmp_path, engine, script_agent(ASK), notify, notify_on=[])
+    machines.append(machine)
+    machine.start("run")
+    proc = machine.loopd("trigger", "calc", "--wait")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0]
+    question = machine.home / "state" / "escalations" / f"{run_id}-q1.md"
+    assert "May I rename calc.py?" in question.read_text()
+    sent = wait_for(lambda: notified(out), timeout=60, what="the question's notification")
+    assert machine.stop() == 0
+    assert len(notified(out)) == 1, notified(out)  # one question, one notification
+    assert "asks a person: May I rename calc.py?" in sent[0][-1]
