@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from tests.helpers import wait_for
+from tests.test_desk_rules import rule_text
 from tests.test_engines import FIX, engine, machines, make_machine, script_agent  # noqa: F401
 from tests.test_handoff_e2e import NOTIFIER, notified
 
@@ -16,7 +17,8 @@ TOOLS = FIX + (
     "\nimport subprocess\n"
     "for argv in (['record-decision', '--title', 'Fix in place', '--why', 'one operator'],\n"
     "             ['record-evidence', '--claim', 'check.py passes', '--command',\n"
-    "              'python3 check.py']):\n"
+    "              'python3 check.py'],\n"
+    "             ['rules-for', '--task', 'let add take strings', '--paths', 'calc.py']):\n"
     "    r = subprocess.run(['loopd-tool', *argv], capture_output=True, text=True)\n"
     "    print('TOOL', argv[0], r.returncode, (r.stdout or r.stderr).strip()[:300], flush=True)\n"
 )
@@ -29,6 +31,9 @@ def test_the_agents_decisions_and_evidence_land_in_the_homes_run_folder(
 ) -> None:
     machine = make_machine(tmp_path, engine, script_agent(TOOLS))
     machines.append(machine)
+    # A rule only the agent's own question selects: it counts in the home's run.toml.
+    rule = rule_text("r-0002-strings", r"\bstrings\b")
+    (machine.home / "rules" / "active" / "r-0002-strings.md").write_text(rule)
     machine.start("run")
     proc = machine.loopd("trigger", "calc", "--wait")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -48,6 +53,9 @@ def test_the_agents_decisions_and_evidence_land_in_the_homes_run_folder(
     assert "## Fix in place" in decisions and "one operator" in decisions
     shown = machine.loopd("show", run_id).stdout
     assert "Fix in place" in shown and "check.py passes" in shown
+    assert "r-0002-strings" in transcript, transcript[-3000:]
+    [run] = [r for r in machine.runs() if r["id"] == run_id]
+    assert run["rules_fired"] == ["r-0002-strings"], run
     assert machine.stop() == 0
 
 
