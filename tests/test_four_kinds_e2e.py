@@ -5,9 +5,9 @@ scripted model server (replies in the schemas loopd asks for). In its first run 
 fails, is taught a `failure` rule by the post-mortem, fixes the right file in its second
 attempt and, on the way, uses loopd's tools: it has loopd run two commands for it
 (`record_evidence`), records a decision (`record_decision`) and notes a fact and a procedure
-(`note_knowledge`). `ToolDesk` stands in for the server of those tools: it keeps the files
-in the formats docs/rules.md gives (decisions.md, evidence.jsonl) and hands the notes to
-`submit_candidate`, the learning side's entry point. Each kind is then learned and verified,
+(`note_knowledge`), each through `loopd-tool` on its PATH: the real desk of the attempt
+writes decisions.md and evidence.jsonl and hands the notes to the rule verifier. Each kind is
+then learned and verified,
 fires on two other loops' tasks, is promoted by a passing run of one and retired after
 failing runs of the other.
 """
@@ -15,18 +15,14 @@ failing runs of the other.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import threading
 import tomllib
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from daemon.rules.decisionlog import DECISIONS_FILE, Decision, read_decisions
-from daemon.rules.kinds import submit_candidate
+from daemon.rules.decisionlog import read_decisions
 from daemon.rules.runevidence import EVIDENCE_FILE
-from tests.helpers import events, loopd, make_home, make_repo, talk
+from tests.helpers import events, loopd, make_home, make_repo
 from tests.model_server import call_name
 from tests.test_learning_e2e import AGREES, CRITIC, GENERIC_SKILL, LEARNED, REPO, RULE_MARK
 
@@ -50,23 +46,19 @@ SKILL = {
     "why": "`python3 check.py` failed with `add(2, 3) gave -1` while calc.py returned `a - b`.",
     "paths": ["calc.py"],
 }
-# The agent: a tool call is a request file in the talk folder, answered by a reply file.
+# The agent: each tool call is `loopd-tool`, its answer a `TOOL` line of the transcript.
 AGENT = """\
-import json, os, pathlib, sys, time, uuid
+import pathlib, subprocess, sys
 prompt = sys.stdin.read()
-talk = pathlib.Path(sys.argv[1])
 
 def tool(name, **args):
-    key = uuid.uuid4().hex
-    tmp = talk / "requests" / (key + ".tmp")
-    tmp.write_text(json.dumps({"tool": name, "args": args, "cwd": os.getcwd()}))
-    tmp.rename(talk / "requests" / (key + ".json"))
-    reply = talk / "replies" / (key + ".json")
-    for _ in range(3000):  # the desk answers within seconds; a minute at most under load
-        if reply.exists():
-            return json.loads(reply.read_text())
-        time.sleep(0.02)
-    sys.exit("no reply to " + name)
+    argv = ["loopd-tool", name.replace("_", "-")]
+    for key, value in args.items():
+        for one in value if isinstance(value, list) else [value]:
+            argv += ["--" + key, one]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    out = (done.stdout.strip() or done.stderr.strip()).replace("\\n", " | ")
+    print(f"TOOL {name} {done.returncode} {out[:300]}", flush=True)
 
 rules = ""
 if "# Rules from earlier runs" in prompt:
@@ -84,64 +76,8 @@ if TEACH in prompt:
     tool("record_evidence", claim="the check passes now", command="python3 check.py")
     tool("record_decision", **DECISION)
     for note in (KNOWLEDGE, SKILL):
-        print("note_knowledge:", tool("note_knowledge", **note)["decision"])
+        tool("note_knowledge", **note)
 """
-
-
-class ToolDesk:
-    """Stands in for the server of loopd's agent tools: answers the agent's request files."""
-
-    def __init__(self, home: Path, folder: Path) -> None:
-        self.home, self.folder = home, folder
-        (folder / "requests").mkdir()
-        (folder / "replies").mkdir()
-        self.answers: list[dict[str, Any]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-
-    def __enter__(self) -> ToolDesk:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def _serve(self) -> None:
-        while not self._stop.wait(0.02):
-            for request in sorted((self.folder / "requests").glob("*.json")):
-                asked = json.loads(request.read_text())
-                answer = self._answer(asked["tool"], asked["args"], asked["cwd"])
-                self.answers.append({"tool": asked["tool"], **answer})
-                reply = self.folder / "replies" / request.name
-                reply.with_suffix(".tmp").write_text(json.dumps(answer))
-                reply.with_suffix(".tmp").rename(reply)
-                request.unlink()
-
-    def _answer(self, tool: str, args: dict[str, Any], cwd: str) -> dict[str, Any]:
-        run_id = sorted(p.name for p in (self.home / "state" / "runs").iterdir())[-1]
-        run_dir = self.home / "state" / "runs" / run_id
-        if tool == "record_evidence":
-            done = subprocess.run(
-                ["/bin/sh", "-c", args["command"]], cwd=cwd, capture_output=True, text=True,
-                timeout=60, check=False,
-            )  # fmt: skip
-            line = {
-                "claim": args["claim"],
-                "command": args["command"],
-                "exit_code": done.returncode,
-                "output": (done.stdout + done.stderr)[-2000:],
-                "refuted": done.returncode != 0,
-            }
-            with open(run_dir / EVIDENCE_FILE, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(line) + "\n")
-            return {"decision": "recorded", "exit_code": done.returncode}
-        if tool == "record_decision":
-            with open(run_dir / DECISIONS_FILE, "a", encoding="utf-8") as fh:
-                fh.write(Decision(**args).markdown())
-            return {"decision": "recorded"}
-        verdict = submit_candidate(self.home, run_id, now=datetime.now(UTC), **args)
-        return {"decision": verdict.decision, "id": verdict.rule.id, "reasons": verdict.reasons}
 
 
 def replies(body: dict[str, Any]) -> Any:
@@ -161,9 +97,8 @@ def replies(body: dict[str, Any]) -> Any:
     return {"status": 400, "message": f"the test did not expect a {name} call"}
 
 
-def setup(tmp_path: Path, server: Any) -> tuple[Path, Path]:
+def setup(tmp_path: Path, server: Any) -> Path:
     server.script(replies)
-    folder, sandbox = talk(tmp_path)
     script = tmp_path / "agent.py"
     constants = {
         "RULE_MARK": RULE_MARK, "TEACH": TEACH, "DECISION": DECISION, "KNOWLEDGE": KNOWLEDGE,
@@ -171,12 +106,12 @@ def setup(tmp_path: Path, server: Any) -> tuple[Path, Path]:
     }  # fmt: skip
     head = "".join(f"{k} = {v!r}\n" for k, v in constants.items())
     script.write_text(head + AGENT)
-    argv = [sys.executable, str(script), str(folder)]
+    argv = [sys.executable, str(script)]
     config = (
         f'[verifier]\nbase_url = "{server.base_url}"\nmodel = "critic-model"\n'
         'timeout = "20s"\njudge_timeout = "20s"\npending_limit = "30s"\n\n'
         f'[agents.fixer]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
-    ) + sandbox
+    )
     repo = make_repo(
         tmp_path / "repo", {**REPO, "strict.py": "raise SystemExit('strict: not tidy yet')\n"}
     )
@@ -191,7 +126,7 @@ def setup(tmp_path: Path, server: Any) -> tuple[Path, Path]:
             f"done_when = {json.dumps(checks)}\nmax_attempts = {attempts}\n"
             'attempt_timeout = "90s"\nstall_after = "60s"\nmax_nudges = 0\n'
         )
-    return make_home(tmp_path / "home", config, loops), folder
+    return make_home(tmp_path / "home", config, loops)
 
 
 def once(home: Path, loop: str) -> tuple[str, dict[str, Any]]:
@@ -199,6 +134,13 @@ def once(home: Path, loop: str) -> tuple[str, dict[str, Any]]:
     assert proc.stdout, proc.stderr
     run_id = proc.stdout.splitlines()[0]
     return run_id, tomllib.loads((home / "state/runs" / run_id / "run.toml").read_text())
+
+
+def tool_lines(home: Path, run_id: str, attempt: int) -> list[str]:
+    """The agent's `TOOL name exit answer` lines in an attempt's transcript."""
+    transcript = home / "state/runs" / run_id / f"attempt-{attempt}/transcript.jsonl"
+    said = [json.loads(line).get("text", "") for line in transcript.read_text().splitlines()]
+    return [text for text in said if text.startswith("TOOL ")]
 
 
 def library(home: Path) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -212,19 +154,26 @@ def library(home: Path) -> dict[str, tuple[str, dict[str, Any]]]:
 def test_each_kind_is_learned_verified_fired_elsewhere_promoted_and_retired(
     tmp_path: Path, model_server: Any
 ) -> None:
-    home, folder = setup(tmp_path, model_server)
+    home = setup(tmp_path, model_server)
     model_server.add({"json": LEARNED}, name="postmortem_rule")
 
     # 1. Learned: the failure from attempt 1's post-mortem; the knowledge and the skill from
     # the agent's notes in attempt 2; the decision when the run succeeded.
-    with ToolDesk(home, folder) as desk:
-        run_id, run = once(home, "teach")
+    run_id, run = once(home, "teach")
     assert run["outcome"] == "succeeded", run
-    assert [a["tool"] for a in desk.answers] == [
-        "record_evidence", "record_evidence", "record_decision", "note_knowledge",
-        "note_knowledge",
-    ]  # fmt: skip
-    assert [a["decision"] for a in desk.answers[3:]] == ["accepted", "accepted"], desk.answers
+    said = tool_lines(home, run_id, 2)
+    assert [line.split()[1:3] for line in said] == [
+        ["record_evidence", "0"], ["record_evidence", "0"], ["record_decision", "0"],
+        ["note_knowledge", "0"], ["note_knowledge", "0"],
+    ], said  # fmt: skip
+    assert all("Filed as" in line for line in said[3:]), said
+    calls = [e for e in events(home) if e.get("run") == run_id]
+    noted = [e["decision"] for e in calls if e["type"] == "knowledge_noted"]
+    assert noted == ["accepted", "accepted"], calls
+    assert [e["exit_code"] for e in calls if e["type"] == "evidence_recorded"] == [0, 0]
+    assert not [e for e in calls if e["type"] == "desk_refused"], calls
+    evidence = (home / "state/runs" / run_id / EVIDENCE_FILE).read_text().splitlines()
+    assert [json.loads(x)["command"] for x in evidence] == ["cat check.py", "python3 check.py"]
     [decision] = read_decisions(home / "state/runs" / run_id)
     assert (decision.title, decision.why) == (DECISION["title"], DECISION["why"])
     rules = library(home)

@@ -170,6 +170,9 @@ class DeskWork:
             raise DeskError(str(exc)) from None
         rel = str(path.relative_to(self.services.store.root))
         self.journal.event(Event.PERSON_ASKED, attempt=self.n, file=rel)
+        notifications = self.services.notifications
+        if notifications is not None:  # as an escalation is: a person must answer it
+            notifications.question(self.journal.run, path, args.question, self.journal.now())
         return (
             f"Filed for a person as {path.stem}. The run goes on: carry on with what you can "
             "do without the answer and say in your summary what waits for it."
@@ -184,13 +187,14 @@ class DeskWork:
             list(args.paths),
             services.model_client(),
             services.config.verifier,
-            None,  # asked for, not fired: the run's counters are not touched
+            None,  # no `rule_fired` events here: _given records the ones new to the run
             self.journal.now(),
             run=run.id,
             repo=run.repo or None,
         )
         ids = selection.ids
         self.journal.event(Event.RULES_ASKED, attempt=self.n, rules=ids)
+        self._given(selection)
         if not ids:
             return "No rules from earlier runs apply to that."
         lines = [
@@ -198,3 +202,18 @@ class DeskWork:
             for r in selection.rules
         ]
         return "Rules from earlier runs (name their ids when you follow one):\n" + "\n".join(lines)
+
+    def _given(self, selection: Any) -> None:
+        """The rules the agent was given count as fired in the run, like the ones its prompt
+        held: the critic says which were followed and the run's outcome counts for or
+        against them (runs/finish.py). A rule the run already fired counts once."""
+        run = self.journal.run
+        new = [f for f in selection.fired if f.rule.id not in run.rules_fired]
+        if not new:
+            return
+        run.rules_fired.extend(f.rule.id for f in new)
+        self.journal.save()
+        for fired in new:
+            self.journal.event(
+                Event.RULE_FIRED, rule=fired.rule.id, why="asked", detail=fired.detail
+            )

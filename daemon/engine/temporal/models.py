@@ -249,6 +249,9 @@ class AttemptOutput(Payload):
     park: Park | None = None
     resume_at: datetime | None = None
     quota_exceeded: str = ""
+    # The run's fired rules as the attempt left them: the ones the agent asked for with
+    # `rules_for` are added (runs/deskwork.py), for the home's run.toml.
+    rules_fired: list[str] = []
 
 
 class ChecksInput(Payload):

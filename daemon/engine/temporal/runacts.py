@@ -239,6 +239,7 @@ class RunActivities:
         run.tokens = out.tokens
         run.cost_usd = out.cost_usd
         run.sandbox = out.sandbox or run.sandbox  # as a local run records the one it ran in
+        run.rules_fired += [r for r in out.rules_fired if r not in run.rules_fired]
         if out.quota_hold is not None:  # the home holds the profile, for every machine
             profile = out.park.profile if out.park else inp.profile
             hold_profile(services.store, profile, out.quota_hold)

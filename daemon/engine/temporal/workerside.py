@@ -44,6 +44,7 @@ from daemon.git.tree import RunTree, TreeError, record_tree, scratch_dir, tree_o
 from daemon.home import Home
 from daemon.model.client import ModelClient
 from daemon.model.evidence import build_evidence
+from daemon.people.notify import Notifications
 from daemon.runs import decisions
 from daemon.runs.attempt import Attempt, commit_attempt
 from daemon.runs.confinement import SandboxUnavailable, choose_sandbox
@@ -152,7 +153,14 @@ class WorkerSide(Configured):
         if caps:
             limits = limits.model_copy(update={"prompt_cap": caps[0], "transcript_cap": caps[1]})
         config = own.model_copy(update={"agents": agents, "limits": limits})
-        return RunServices(home=self.home, config=config, store=self.store)
+        # This machine's `[notify]`: an agent's question (`ask_person`) is filed here.
+        notifications = Notifications(own.notify, self.store.events)
+        return RunServices(
+            home=self.home,
+            config=config,
+            store=self.store,
+            notifications=notifications if notifications.configured else None,
+        )
 
     # the attempt -------------------------------------------------------------------------
     @activity.defn(name="attempt", no_thread_cancel_exception=True)
@@ -250,6 +258,7 @@ class WorkerSide(Configured):
             park=run.park if result.parked else None,
             resume_at=run.resume_at if result.parked else None,
             quota_exceeded=result.quota_exceeded,
+            rules_fired=list(run.rules_fired),
         )
 
     def _loop_here(

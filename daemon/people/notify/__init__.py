@@ -21,6 +21,7 @@ from daemon.people.notify.messages import (
     daemon_failure_message,
     escalation_message,
     outcome_message,
+    question_message,
     quota_wait_message,
     repeat_digest_message,
     verifier_down_message,
@@ -160,6 +161,11 @@ class Notifications:
         """Notify an escalation (always, whatever `notify_on` says)."""
         message, payload = escalation_message(run, path)
         self.notify("escalated", message, payload, now)
+
+    def question(self, run: RunRecord, path: Path, question: str, now: datetime) -> None:
+        """Notify an agent's question (always, like an escalation: a person must answer)."""
+        message, payload = question_message(run, path, question)
+        self.notify("question", message, payload, now)
 
     def escalation_repeated(self, meta: Escalation, path: Path, now: datetime) -> None:
         """Notify the daily digest of an open escalation's repeats (the caller says when)."""

@@ -54,6 +54,16 @@ def escalation_message(run: RunRecord, path: Path) -> tuple[str, dict[str, Any]]
     return text, payload
 
 
+def question_message(run: RunRecord, path: Path, question: str) -> tuple[str, dict[str, Any]]:
+    """The notification for an agent's question (`ask_person`): the run goes on."""
+    text = (
+        f"loopd: {run.loop} asks a person: {one_line(question, 160)} "
+        f"(run {run.id} goes on). Read {path}"
+    )
+    payload = {"kind": "question", **_run_payload(run), "file": str(path), "question": question}
+    return text, payload
+
+
 def repeat_digest_message(meta: Escalation, path: Path) -> tuple[str, dict[str, Any]]:
     """The daily digest of an open escalation's repeats: how many since the last notice."""
     new = meta.count - meta.notified_count

@@ -76,7 +76,9 @@ class RuleFired(EventFields):
     """A rule applies to the run: its prompt holds it, or it refuses or escalates the run."""
 
     rule: str
-    why: str = described("what matched: a pattern, the model, or `learned`")
+    why: str = described(
+        "what matched: a pattern, the model, `learned`, or `asked` (the agent's rules_for)"
+    )
     detail: str = ""
     severity: str = ""
 
