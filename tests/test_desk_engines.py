@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.helpers import wait_for
+from tests.helpers import transcript_text, wait_for
 from tests.test_desk_rules import rule_text
 from tests.test_engines import FIX, engine, machines, make_machine, script_agent  # noqa: F401
 from tests.test_handoff_e2e import NOTIFIER, notified
@@ -39,7 +39,7 @@ def test_the_agents_decisions_and_evidence_land_in_the_homes_run_folder(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_id = proc.stdout.splitlines()[0]
     run_dir = machine.home / "state" / "runs" / run_id
-    transcript = (run_dir / "attempt-1" / "transcript.jsonl").read_text()
+    transcript = transcript_text(run_dir / "attempt-1")
     assert "TOOL record-evidence 0" in transcript, transcript[-3000:]
     assert "TOOL record-decision 0" in transcript, transcript[-3000:]
     [line] = [json.loads(x) for x in (run_dir / "evidence.jsonl").read_text().splitlines()]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import tomli_w
 
-from tests.helpers import events, loopd, make_home, make_repo
+from tests.helpers import events, loopd, make_home, make_repo, transcript_text
 from tests.test_desk_tools import BUGGY
 
 AGENT = r"""
@@ -61,7 +61,7 @@ def test_rules_the_agent_asked_for_count_as_fired_once(tmp_path: Path) -> None:
     run_dir = home / "state" / "runs" / run_id
     run = tomllib.loads((run_dir / "run.toml").read_text())
     assert run["outcome"] == "succeeded", (run.get("reason"), proc.stderr[-3000:])
-    transcript = (run_dir / "attempt-1" / "transcript.jsonl").read_text()
+    transcript = transcript_text(run_dir / "attempt-1")
     assert "r-0002-strings" in transcript and "r-0001-check" in transcript, transcript[-2000:]
 
     # Each counted once: the one the prompt held is not added again.

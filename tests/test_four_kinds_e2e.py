@@ -22,7 +22,7 @@ from typing import Any
 
 from daemon.rules.decisionlog import read_decisions
 from daemon.rules.runevidence import EVIDENCE_FILE
-from tests.helpers import events, loopd, make_home, make_repo
+from tests.helpers import events, loopd, make_home, make_repo, stored_text, transcript_text
 from tests.model_server import call_name
 from tests.test_learning_e2e import AGREES, CRITIC, GENERIC_SKILL, LEARNED, REPO, RULE_MARK
 
@@ -138,8 +138,8 @@ def once(home: Path, loop: str) -> tuple[str, dict[str, Any]]:
 
 def tool_lines(home: Path, run_id: str, attempt: int) -> list[str]:
     """The agent's `TOOL name exit answer` lines in an attempt's transcript."""
-    transcript = home / "state/runs" / run_id / f"attempt-{attempt}/transcript.jsonl"
-    said = [json.loads(line).get("text", "") for line in transcript.read_text().splitlines()]
+    transcript = transcript_text(home / "state/runs" / run_id / f"attempt-{attempt}")
+    said = [json.loads(line).get("text", "") for line in transcript.splitlines()]
     return [text for text in said if text.startswith("TOOL ")]
 
 
@@ -187,7 +187,7 @@ def test_each_kind_is_learned_verified_fired_elsewhere_promoted_and_retired(
         assert front["source_run"] == run_id and front["source_task"] == TEACH
         assert front["scope"]["repos"] == [str((tmp_path / "repo").resolve())]
         for entry in front["evidence"]:  # each entry resolves under state/
-            lines = (home / "state" / entry["path"]).read_text().splitlines()
+            lines = stored_text(home / "state" / entry["path"]).splitlines()
             assert entry["quote"] in lines[entry["line"] - 1], (kind, entry)
     skill = rules[learned["skill"]][1]
     assert skill["verified_with"]["command"] == "python3 check.py"
