@@ -423,7 +423,7 @@ def test_resolve_retry_with_a_note_and_the_schedule_held_while_open(
 # 3 and 6. A night of scripted runs: progress notes and the report --------------------------------
 
 
-# The night is run once: its tests stay on one worker under pytest-xdist (-n 2 --dist loadgroup).
+# The night is run once: its tests stay on one worker under pytest-xdist (--dist loadgroup).
 NIGHT = pytest.mark.xdist_group("night")
 
 

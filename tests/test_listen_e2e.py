@@ -33,7 +33,7 @@ from tests.listening import (
 from tests.test_rules_files import make_rule
 
 # One daemon serves the module's tests: they stay on one worker under pytest-xdist
-# (-n 2 --dist loadgroup), so it starts once.
+# (--dist loadgroup), so it starts once.
 pytestmark = pytest.mark.xdist_group("listen")
 
 require_module("uvicorn", "listen")

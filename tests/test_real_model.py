@@ -41,7 +41,7 @@ from daemon.rules.rulefile import Rule
 from tests.helpers import events, loopd, make_home, make_repo
 from tests.model_server import call_name
 
-# One llama.cpp server at a time, started once (-n 2 --dist loadgroup): on one worker with
+# One llama.cpp server at a time, started once (--dist loadgroup): on one worker with
 # test_calibrate_real_model.py.
 pytestmark = [pytest.mark.realmodel, pytest.mark.xdist_group("llama")]
 

@@ -28,7 +28,7 @@ from tests.helpers import ROOT, loopd
 from tests.report_week import HOSTILE, RuleSpec, RunSpec, build_week
 
 # The page is rendered once, in headless Chromium, for the module: its tests stay on one worker
-# under pytest-xdist (-n 2 --dist loadgroup), so Chromium starts once.
+# under pytest-xdist (--dist loadgroup), so Chromium starts once.
 pytestmark = pytest.mark.xdist_group("report-html")
 
 RUNS = [
