@@ -162,6 +162,16 @@ def runs(home: Path) -> list[dict]:
     return out
 
 
+def unique_token(prefix: str, tmp_path: Path) -> str:
+    """A token for command lines that no other test's processes hold, even a test of the same
+    name in another pytest-xdist worker or another session on the machine (tmp_path's own name
+    repeats across workers: each numbers its folders from 0)."""
+    import hashlib
+
+    digest = hashlib.sha1(str(tmp_path).encode()).hexdigest()[:10]
+    return f"{prefix}-{tmp_path.name}-{digest}"
+
+
 def pid_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:

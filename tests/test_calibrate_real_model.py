@@ -17,7 +17,8 @@ from daemon.calibration.cases import SHIPPED
 from tests.helpers import loopd, make_home
 from tests.test_real_model import llama_server  # noqa: F401 - the module-scoped fixture
 
-pytestmark = pytest.mark.realmodel
+# On the worker of test_real_model.py (--dist loadgroup): one llama.cpp server at a time.
+pytestmark = [pytest.mark.realmodel, pytest.mark.xdist_group("llama")]
 
 SUBSET = [
     ("humanize-negative-size", "reverted"),

@@ -24,6 +24,7 @@ from tests.helpers import (
     start_daemon,
     stop_daemon,
     talk,
+    unique_token,
     wait_for,
 )
 
@@ -100,7 +101,7 @@ def test_a_schedule_runs_and_kill_9_mid_attempt_is_interrupted_and_retried_once(
     repo = make_repo(tmp_path / "repo", BUGGY)
     shared, sandbox = talk(tmp_path)
     marker = shared / "agent-started"
-    token = f"kill9-{tmp_path.name}"  # in the command lines of the agent and its grandchild
+    token = unique_token("kill9", tmp_path)  # in the command lines of the agent and its grandchild
     # The first agent hangs after leaving a grandchild behind; the retry fixes the code.
     script = (
         f"# {token}\n"

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import make_home, make_repo, processes_with, talk, wait_for
+from tests.helpers import make_home, make_repo, processes_with, talk, unique_token, wait_for
 from tests.machines import BUGGY, TASK, Machine, command_agent, engine_toml, loop_toml
 
 FIX = (
@@ -207,7 +207,7 @@ def test_kill_9_mid_attempt_is_interrupted_then_retried_once_and_leftovers_kille
     marker = folder / "agent-started"
     # In the command lines of the agent and its grandchild: the sandbox gives them pids of
     # their own, so the test finds them by it.
-    token = f"kill9-{tmp_path.name}"
+    token = unique_token("kill9", tmp_path)
     script = (
         f"# {token}\n"
         "import os, pathlib, subprocess, sys, time\n"

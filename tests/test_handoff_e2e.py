@@ -423,6 +423,10 @@ def test_resolve_retry_with_a_note_and_the_schedule_held_while_open(
 # 3 and 6. A night of scripted runs: progress notes and the report --------------------------------
 
 
+# The night is run once: its tests stay on one worker under pytest-xdist (--dist loadgroup).
+NIGHT = pytest.mark.xdist_group("night")
+
+
 @pytest.fixture(scope="module")
 def night(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Runs with different outcomes through `loopd once`, as a night of cron would leave them."""
@@ -457,6 +461,7 @@ def night(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return out
 
 
+@NIGHT
 def test_progress_notes_after_three_runs_go_into_the_fourth_prompt(night: dict[str, Any]) -> None:
     home: Path = night["home"]
     notes_run, fixed_run, idle_run = night["ids"]
@@ -496,6 +501,7 @@ def test_progress_notes_after_three_runs_go_into_the_fourth_prompt(night: dict[s
     assert f"run {night['fourth']}, manual: **succeeded**" in now
 
 
+@NIGHT
 def test_the_morning_report_fits_one_screen_and_matches_state(night: dict[str, Any]) -> None:
     home: Path = night["home"]
     state = runs(home)

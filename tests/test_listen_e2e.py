@@ -32,6 +32,10 @@ from tests.listening import (
 )
 from tests.test_rules_files import make_rule
 
+# One daemon serves the module's tests: they stay on one worker under pytest-xdist
+# (--dist loadgroup), so it starts once.
+pytestmark = pytest.mark.xdist_group("listen")
+
 require_module("uvicorn", "listen")
 require_module("prometheus_client", "listen")
 

@@ -156,14 +156,14 @@ def test_an_interrupted_run_and_its_retry_are_recorded_alike(
     import os
     import signal
 
-    from tests.helpers import processes_with, talk, wait_for
+    from tests.helpers import processes_with, talk, unique_token, wait_for
 
     def setup(folder: Path, engine: str) -> Machine:
         folder.mkdir(parents=True, exist_ok=True)
         talked, writable = talk(folder)
         # The first call hangs (killed with loopd); the retry's fixes.
         script = (
-            f"# parity-{folder.name}-{tmp_path.name}\n"
+            f"# parity-{folder.name}-{unique_token('run', tmp_path)}\n"
             "import pathlib, time\n"
             f"marker = pathlib.Path({str(talked / 'started')!r})\n"
             "if not marker.exists():\n"
@@ -183,7 +183,7 @@ def test_an_interrupted_run_and_its_retry_are_recorded_alike(
     try:
         first, retry = on_both(tmp_path, temporal, machines, setup, scenario)
     finally:
-        for pid in processes_with(f"-{tmp_path.name}"):
+        for pid in processes_with(unique_token("run", tmp_path)):
             os.kill(pid, signal.SIGKILL)
     assert (first["outcome"], first["cause"]) == ("interrupted", "interrupted")
     assert (retry["trigger"]["retry_of"], retry["outcome"]) == ("RUN1", "succeeded")

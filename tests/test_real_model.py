@@ -41,7 +41,9 @@ from daemon.rules.rulefile import Rule
 from tests.helpers import events, loopd, make_home, make_repo
 from tests.model_server import call_name
 
-pytestmark = pytest.mark.realmodel
+# One llama.cpp server at a time, started once (--dist loadgroup): on one worker with
+# test_calibrate_real_model.py.
+pytestmark = [pytest.mark.realmodel, pytest.mark.xdist_group("llama")]
 
 START_TIMEOUT = 180.0  # loading a model on a busy 2-core machine
 RUN_TIMEOUT = 900.0  # the whole `loopd once`; a tiny model answers in seconds to minutes

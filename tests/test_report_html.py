@@ -27,6 +27,10 @@ from tests.chromium import (
 from tests.helpers import ROOT, loopd
 from tests.report_week import HOSTILE, RuleSpec, RunSpec, build_week
 
+# The page is rendered once, in headless Chromium, for the module: its tests stay on one worker
+# under pytest-xdist (--dist loadgroup), so Chromium starts once.
+pytestmark = pytest.mark.xdist_group("report-html")
+
 RUNS = [
     RunSpec(night=6, hour=23, loop="app", outcome="succeeded", attempts=1, tokens=1000, cost=0.5),
     RunSpec(

@@ -35,7 +35,7 @@ from daemon.runs.services import RunServices
 from daemon.scheduling.queue import PendingRun
 from daemon.state.ledger import ledger_of
 from daemon.state.records import AttemptRecord, Cause, RunRecord, Trigger
-from tests.helpers import git, make_home, make_repo, processes_with, wait_for
+from tests.helpers import git, make_home, make_repo, processes_with, unique_token, wait_for
 from tests.model_server import ScriptedModelServer, call_name
 
 BUGGY = {
@@ -221,7 +221,7 @@ def test_a_verifier_that_stays_down_past_pending_limit_is_an_exception_judging_r
 def test_cancel_and_stop_kill_a_running_check_with_its_group(tmp_path: Path, how: str) -> None:
     # The check runs sandboxed: it tells that it started through a file in its tree, and its
     # processes are found by a token in their command lines (their pids are the sandbox's).
-    token = f"check-{tmp_path.name}"
+    token = unique_token("check", tmp_path)
     sleeper = f"python3 -c 'import time; time.sleep(600)' {token}"
     check = f"echo started > started; {sleeper} & wait"
     # skip_if_done off: the check to stop is the one after the attempt, in phase judging (the

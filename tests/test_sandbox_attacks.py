@@ -25,6 +25,7 @@ from tests.helpers import (
     runs,
     start_daemon,
     stop_daemon,
+    unique_token,
     wait_for,
 )
 from tests.sandboxing import (
@@ -209,7 +210,7 @@ def test_the_agent_cannot_unmask_the_home_nor_reach_host_sockets_or_keys(
     (real_home / ".ssh").mkdir(parents=True)
     key = f"FAKE-PRIVATE-KEY-{tmp_path.name}"
     (real_home / ".ssh" / "id_rsa").write_text(key)
-    sock_path = Path("/run") / f"loopd-test-{tmp_path.name}.sock"
+    sock_path = Path("/run") / f"{unique_token('loopd-test', tmp_path)}.sock"
     home = tmp_path / "home"
     toml = home / "loopd.toml"
     commands = [
@@ -318,7 +319,7 @@ def test_what_an_agent_plants_in_its_home_is_gone_for_the_next_run(tmp_path: Pat
 
 
 def test_a_double_forked_setsid_process_does_not_outlive_the_run(tmp_path: Path) -> None:
-    token = f"escapee-{tmp_path.name}"
+    token = unique_token("escapee", tmp_path)
     home = tmp_path / "home"
     script = (
         preamble(home)

@@ -7,7 +7,15 @@ import sys
 import tomllib
 from pathlib import Path
 
-from tests.helpers import git, loopd, make_home, make_repo, processes_with, transcript_text
+from tests.helpers import (
+    git,
+    loopd,
+    make_home,
+    make_repo,
+    processes_with,
+    transcript_text,
+    unique_token,
+)
 
 BUGGY = {
     "calc.py": "def add(a, b):\n    return a - b\n",
@@ -218,7 +226,7 @@ def test_secrets_an_agent_prints_never_reach_state(tmp_path: Path) -> None:
 def test_an_agent_that_leaves_a_grandchild_and_hangs_is_killed_with_it(tmp_path: Path) -> None:
     # The agent and its grandchild are found by a token in their command lines: inside the
     # sandbox their pids are the PID namespace's, and they cannot write outside the tree.
-    token = f"grandchild-{tmp_path.name}"
+    token = unique_token("grandchild", tmp_path)
     repo = make_repo(tmp_path / "repo", BUGGY)
     script = (
         f"# {token}\n"
@@ -266,7 +274,7 @@ def test_a_killed_once_leaves_a_run_the_next_once_ends(tmp_path: Path) -> None:
     from tests.helpers import ROOT, wait_for
 
     repo = make_repo(tmp_path / "repo", BUGGY)
-    token = f"abandoned-{tmp_path.name}"
+    token = unique_token("abandoned", tmp_path)
     # The first run's agent hangs; the second's (its trigger's reason is in the prompt) fixes.
     script = (
         f"# {token}\n"

@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from daemon.state.stored import is_stored
-from tests.helpers import git, processes_with, stored_text, talk, transcript_text, wait_for
+from tests.helpers import (
+    git,
+    processes_with,
+    stored_text,
+    talk,
+    transcript_text,
+    unique_token,
+    wait_for,
+)
 from tests.machines import BUGGY, TASK, Cluster, command_agent, make_cluster
 
 FIX = "p = pathlib.Path('calc.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
@@ -48,7 +56,7 @@ def test_kill_9_of_the_worker_mid_attempt_retries_the_run_on_the_other_and_reaps
     marker = shared / "first-attempt.json"
     # In the command lines of the agent and its grandchild: the sandbox gives them pids of
     # their own, so the test finds them by it.
-    token = f"kill9-{tmp_path.name}"
+    token = unique_token("kill9", tmp_path)
     # The first attempt leaves a grandchild in a session of its own and hangs; a later one fixes.
     script = (
         f"# {token}\n"
@@ -129,7 +137,7 @@ def test_a_cancel_from_another_machine_stops_the_agent_on_its_worker(
     server, namespace = temporal
     shared, sandbox = talk(tmp_path)
     marker = shared / "agent.json"
-    token = f"hang-{tmp_path.name}"  # the sandbox gives the agent a pid of its own
+    token = unique_token("hang", tmp_path)  # the sandbox gives the agent a pid of its own
     hidden = str(tmp_path / "worker-1" / "loopd-home" / "loopd.toml")  # never visible
     agents = command_agent("a", HANG.format(marker=str(marker), token=token, hidden=hidden))
     cluster = make_cluster(
