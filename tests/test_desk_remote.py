@@ -83,3 +83,43 @@ def test_a_remote_workers_desk_records_land_once_in_the_homes_state(
         assert run_id in listed and "question" in listed, listed
     finally:
         cluster.stop()
+
+
+def test_records_land_once_when_landed_again_and_not_at_all_from_the_homes_own_state(
+    tmp_path: Path,
+) -> None:
+    """attempt_ended may run twice (an activity's retry): the lines are already there, so
+    nothing doubles; records from the home's own state/ (same home id) are never landed."""
+    from datetime import UTC, datetime
+
+    from daemon.engine.temporal.deskrecords import carried, land, marks
+    from daemon.runs.journal import RunJournal
+    from daemon.state.agentrecords import EvidenceLine, append_decision, append_evidence
+    from daemon.state.store import StateStore
+    from tests.test_run_lifecycle import make_case
+
+    case = make_case(tmp_path)
+    run = case.new_run()
+    case.store.save_run(run)
+    journal = RunJournal(case.services, run)
+    worker = StateStore(tmp_path / "worker-state")
+    now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    append_decision(worker.run_dir(run.id), "## Before\nWhy: an earlier step\n\n")
+    since = marks(worker, run.id)
+    append_decision(worker.run_dir(run.id), "## Chosen\nWhy: this step\n\n")
+    line = EvidenceLine(ts=now, attempt=2, claim="c", command="true", exit_code=0, refuted=False)
+    append_evidence(worker.run_dir(run.id), line)
+    records = carried(worker, run.id, since, [("Why?", now)], 2)
+    assert "## Before" not in records.decisions and "## Chosen" in records.decisions
+    for _ in range(2):
+        land(case.services, journal, records)
+    here = case.store.run_dir(run.id)
+    assert (here / "decisions.md").read_text() == "## Chosen\nWhy: this step\n\n"
+    assert len((here / "evidence.jsonl").read_text().splitlines()) == 1
+    # The home's own state/: nothing is landed a second time.
+    own = carried(case.store, run.id, (0, 0), [], 2)
+    land(case.services, journal, own)
+    assert len((here / "evidence.jsonl").read_text().splitlines()) == 1
+    escalations = case.store.root / "escalations"
+    assert (escalations / f"{run.id}-q1.md").exists()
+    assert not (escalations / f"{run.id}-q2.md").exists()

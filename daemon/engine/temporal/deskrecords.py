@@ -18,7 +18,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from daemon.engine.temporal.models import AskedQuestion, DeskRecords
-from daemon.people.question import TooManyQuestions, file_question
+from daemon.people.escalation_text import quote
+from daemon.people.question import QUESTIONS_PER_RUN, TooManyQuestions, file_question
+from daemon.redact import redact
 from daemon.state.agentrecords import (
     DECISIONS,
     EVIDENCE,
@@ -89,6 +91,8 @@ def land(services, journal, records: DeskRecords | None) -> None:  # noqa: ANN00
 
 def _file(services, journal, asked: AskedQuestion) -> None:  # noqa: ANN001
     store, run = services.store, journal.run
+    if _filed(store, run.id, asked):  # landed before (a retried activity)
+        return
     try:
         path = file_question(store, run, asked.question, asked.attempt, asked.asked)
     except TooManyQuestions as exc:
@@ -97,6 +101,20 @@ def _file(services, journal, asked: AskedQuestion) -> None:  # noqa: ANN001
     journal.event(Event.PERSON_ASKED, attempt=asked.attempt, file=str(path.relative_to(store.root)))
     if services.notifications is not None:
         services.notifications.question(run, path, asked.question, journal.now())
+
+
+def _filed(store: StateStore, run_id: str, asked: AskedQuestion) -> bool:
+    """Whether this home already holds the question, asked in that attempt."""
+    said = redact(quote(asked.question))
+    when = f"Asked during attempt {asked.attempt};"
+    for n in range(1, QUESTIONS_PER_RUN + 1):
+        try:
+            text = store.escalation_path(f"{run_id}-q{n}").read_text("utf-8", "replace")
+        except OSError:
+            return False
+        if said in text and when in text:
+            return True
+    return False
 
 
 def _size(path: Path) -> int:
