@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,9 @@ class Attempt:
         # One commit of the work and one use of the check tree at a time: the desk's
         # record_evidence (while the agent works) and the checks after a session.
         self.work_lock = threading.Lock()
+        # The agent's questions (ask_person) as (question, when): a worker on another machine
+        # carries them to the home, which files them there (engine/temporal/deskrecords.py).
+        self.asked: list[tuple[str, datetime]] = []
 
     def run(self) -> AttemptResult:
         """Start the agent, nudge its stalls, and record the attempt as finished."""

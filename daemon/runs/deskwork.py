@@ -131,6 +131,13 @@ class DeskWork:
     def note_knowledge(self, args: Any) -> str:
         run, services = self.journal.run, self.services
         kind, paths = args.kind, list(args.paths)
+        if not services.notes_taken:
+            self._noted(kind, "refused")
+            raise DeskError(
+                "not taken: this attempt runs on a worker machine whose rules/ is not the "
+                "home's, so a note would never reach the home's rule library. Record it with "
+                "record_decision (decisions do reach the home) or say it in your summary."
+            )
         try:
             result = submit_candidate(
                 services.home,
@@ -168,6 +175,7 @@ class DeskWork:
             )
         except TooManyQuestions as exc:
             raise DeskError(str(exc)) from None
+        self.attempt.asked.append((args.question, self.journal.now()))
         rel = str(path.relative_to(self.services.store.root))
         self.journal.event(Event.PERSON_ASKED, attempt=self.n, file=rel)
         notifications = self.services.notifications

@@ -40,6 +40,9 @@ class RunServices:
     # The daemon's RemoteFeed.wait_fetched: a hosted push's run waits for its fetch (the
     # delivery's trigger came before it); None where triggers follow their fetch.
     remote_fetch: Any = None
+    # False on a Temporal worker whose state/ and rules/ are not the home's: the agent's
+    # note_knowledge is refused there (a note would land in that machine's rules/ only).
+    notes_taken: bool = True
 
     def event(self, type: Event, loop: str | None = None, run: str | None = None, **fields: Any):
         return self.store.events.append(type, self.clock(), loop=loop, run=run, **fields)

@@ -231,6 +231,26 @@ class AttemptInput(Payload):
     resume: bool = False  # the attempt parked on a usage limit goes on (its worker's queue)
 
 
+class AskedQuestion(Payload):
+    """An agent's question (ask_person) as a worker filed it, for the home to file too."""
+
+    question: str
+    attempt: int
+    asked: datetime
+
+
+class DeskRecords(Payload):
+    """What the agent's tools wrote on the worker during one attempt step
+    (engine/temporal/deskrecords.py): the home lands it in its own state/ unless the worker's
+    state/ is the home's (same `home_id`)."""
+
+    home_id: str = ""  # the worker's state/home-id
+    decisions: str = ""  # the sections this step added to decisions.md (whole sections)
+    evidence: list[str] = []  # the lines this step added to evidence.jsonl (whole lines)
+    questions: list[AskedQuestion] = []
+    cut: bool = False  # more was written than a payload carries; the rest stayed there
+
+
 class AttemptOutput(Payload):
     """The worker's account of an attempt: its record, its commit, where it ran."""
 
@@ -252,6 +272,8 @@ class AttemptOutput(Payload):
     # The run's fired rules as the attempt left them: the ones the agent asked for with
     # `rules_for` are added (runs/deskwork.py), for the home's run.toml.
     rules_fired: list[str] = []
+    # The agent's decisions, evidence and questions of this step, for the home's state/.
+    desk: DeskRecords | None = None
 
 
 class ChecksInput(Payload):

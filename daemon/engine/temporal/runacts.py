@@ -17,6 +17,7 @@ from temporalio.exceptions import CancelledError
 
 from daemon.config import LoopConfig
 from daemon.engine.temporal import branches
+from daemon.engine.temporal.deskrecords import land
 from daemon.engine.temporal.homeside import HomeSide, loop_of, remote_for, trimmed
 from daemon.engine.temporal.lessons import file_rejected, lesson_rule, write_excerpts
 from daemon.engine.temporal.models import (
@@ -240,6 +241,7 @@ class RunActivities:
         run.cost_usd = out.cost_usd
         run.sandbox = out.sandbox or run.sandbox  # as a local run records the one it ran in
         run.rules_fired += [r for r in out.rules_fired if r not in run.rules_fired]
+        land(services, journal, out.desk)  # another machine's decisions, evidence, questions
         if out.quota_hold is not None:  # the home holds the profile, for every machine
             profile = out.park.profile if out.park else inp.profile
             hold_profile(services.store, profile, out.quota_hold)

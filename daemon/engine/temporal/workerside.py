@@ -26,6 +26,7 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from daemon.clock import utc_now
 from daemon.config import AgentProfile, LoadedConfig, Loop, LoopConfig, VerifierConfig
 from daemon.engine.temporal import branches
+from daemon.engine.temporal.deskrecords import carried, marks
 from daemon.engine.temporal.homeside import Configured
 from daemon.engine.temporal.models import (
     AttemptInput,
@@ -118,6 +119,7 @@ class WorkerSide(Configured):
         super().__init__(home, loaded)
         self.identity = identity
         self.own_queue = own_queue
+        self.beside_home = beside_home  # this machine's state/ is the home's
         rotate = loaded.daemon.limits.events_rotate
         self.store = WorkerStore(home.state_dir, rotate, beside_home=beside_home)
         self._checked: dict[tuple[str, int], Any] = {}  # checks run at a session's end
@@ -153,13 +155,17 @@ class WorkerSide(Configured):
         if caps:
             limits = limits.model_copy(update={"prompt_cap": caps[0], "transcript_cap": caps[1]})
         config = own.model_copy(update={"agents": agents, "limits": limits})
-        # This machine's `[notify]`: an agent's question (`ask_person`) is filed here.
+        # The home's own worker files an agent's question (`ask_person`) in the home's state/
+        # and notifies it; another machine's question is filed and notified by the home
+        # (deskrecords.py), and its agent's notes are refused (they would stay here).
         notifications = Notifications(own.notify, self.store.events)
+        here = self.beside_home and notifications.configured
         return RunServices(
             home=self.home,
             config=config,
             store=self.store,
-            notifications=notifications if notifications.configured else None,
+            notifications=notifications if here else None,
+            notes_taken=self.beside_home,
         )
 
     # the attempt -------------------------------------------------------------------------
@@ -179,6 +185,7 @@ class WorkerSide(Configured):
         why = None
         result = None
         beat = Heartbeat(stop, journal, _every(inp.heartbeat_seconds), grace)
+        since = marks(self.store, run.id)  # the desk's records this step adds travel home
         try:
             with beat.running():  # a new tree's `setup` may take a while
                 tree = self._tree(journal, config, inp.remote, inp.head, kept, stop)
@@ -208,7 +215,8 @@ class WorkerSide(Configured):
         assert result is not None
         if result.checked is not None:
             self._checked[(run.id, plan.n)] = result.checked
-        return self._attempt_output(run, record, head, result)
+        desk = carried(self.store, run.id, since, step.asked, plan.n)
+        return self._attempt_output(run, record, head, result).model_copy(update={"desk": desk})
 
     def _attempt_run(
         self, inp: AttemptInput, kept: RunRecord | None, config: LoopConfig, repo: Path
