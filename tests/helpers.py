@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import subprocess
 import sys
@@ -162,6 +163,23 @@ def runs(home: Path) -> list[dict]:
     return out
 
 
+def in_fresh_interpreter(target: str, tmp_path: Path, timeout: float = 180) -> None:
+    """Run `module:function(tmp_path)` in a new interpreter; fail with its output if it fails.
+
+    For tests that count what their own process holds (inotify descriptors, zombie children):
+    in a pytest-xdist worker, other tests' leftovers in the same process change the count."""
+    module, func = target.split(":")
+    code = f"import pathlib, sys, {module} as m; m.{func}(pathlib.Path(sys.argv[1]))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def unique_token(prefix: str, tmp_path: Path) -> str:
     """A token for command lines that no other test's processes hold, even a test of the same
     name in another pytest-xdist worker or another session on the machine (tmp_path's own name
@@ -225,6 +243,15 @@ def commit_all(repo_git: Any, message: str) -> str | None:
         return None
     repo_git.run("commit", "--no-verify", "--no-gpg-sign", "-q", "-m", message)
     return repo_git.out("rev-parse", "HEAD")
+
+
+def file_text(path: Path) -> str:
+    """A file's text as loopd keeps it, decompressed when it is kept compressed (`.gz`, as
+    transcripts are once their attempt ended): what a search of state/ must read."""
+    data = Path(path).read_bytes()
+    if path.name.endswith(".gz"):
+        data = gzip.decompress(data)
+    return data.decode("utf-8", "replace")
 
 
 def stored_text(path: Path) -> str:

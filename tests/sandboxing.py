@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from tests.helpers import git, make_home, make_repo
+from tests.helpers import file_text, git, make_home, make_repo
 
 BUGGY = {
     "calc.py": "def add(a, b):\n    return a - b\n",
@@ -49,7 +49,7 @@ def home_snapshot(home: Path) -> dict[str, str]:
 def state_text(home: Path) -> str:
     """Every file under state/, as text."""
     files = (home / "state").rglob("*")
-    return "\n".join(p.read_text(errors="replace") for p in files if p.is_file())
+    return "\n".join(file_text(p) for p in files if p.is_file())
 
 
 def branch_text(repo: Path, branch: str) -> str:

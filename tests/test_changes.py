@@ -17,7 +17,7 @@ from daemon.scheduling.inbox_watch import InboxWatcher
 from daemon.state.events import EventLog
 from daemon.state.records import Trigger
 from daemon.state.store import StateStore
-from tests.helpers import git, make_repo, take_triggers
+from tests.helpers import git, in_fresh_interpreter, make_repo, take_triggers
 
 T0 = datetime(2026, 11, 29, 2, 0, 0, tzinfo=UTC)
 
@@ -247,6 +247,12 @@ def inotify_instances() -> int:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
 def test_the_watchers_use_inotify_not_polling(tmp_path: Path) -> None:
+    in_fresh_interpreter("tests.test_changes:watchers_use_inotify", tmp_path)
+
+
+def watchers_use_inotify(tmp_path: Path) -> None:
+    """The body of the test above, in a process of its own (it counts the process's
+    inotify descriptors)."""
     before = inotify_instances()
     inbox = InboxWatcher(tmp_path / "inbox", threading.Event())
     inbox.start()

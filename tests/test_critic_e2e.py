@@ -16,6 +16,7 @@ from tests.helpers import (
     ROOT,
     daemon_log,
     events,
+    file_text,
     git,
     loopd,
     make_home,
@@ -160,7 +161,7 @@ def state_text(home: Path) -> str:
     out = []
     for path in sorted((home / "state").rglob("*")):
         if path.is_file():
-            out.append(path.read_bytes().decode("utf-8", "replace"))
+            out.append(file_text(path))
     return "\n".join(out)
 
 
@@ -439,7 +440,7 @@ def test_a_secret_in_a_check_command_is_redacted_in_state(
     leaks = [
         str(path.relative_to(home))
         for path in (home / "state").rglob("*")
-        if path.is_file() and GITHUB_TOKEN in path.read_text(errors="replace")
+        if path.is_file() and GITHUB_TOKEN in file_text(path)
     ]
     assert leaks == []
 

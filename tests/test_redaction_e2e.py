@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import loopd, make_home, make_repo
+from tests.helpers import file_text, loopd, make_home, make_repo
 from tests.model_server import ScriptedModelServer
 
 DATA = Path(__file__).parent / "data" / "redaction"
@@ -92,7 +92,7 @@ def test_labelled_secrets_stay_out_of_state_and_the_judge(
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
     files = {
-        str(path.relative_to(home)): path.read_bytes().decode("utf-8", "replace")
+        str(path.relative_to(home)): file_text(path)
         for path in sorted((home / "state").rglob("*"))
         if path.is_file()
     }

@@ -185,7 +185,7 @@ DUMP = (
 
 @pytest.mark.parametrize("mode", ["auto", "off"])
 def test_loopd_environment_never_reaches_the_agent(mode: str, tmp_path: Path) -> None:
-    canary = f"plain-canary-words-{tmp_path.name}"
+    canary = unique_token("plain-canary-words", tmp_path)
     home = tmp_path / "home"
     home, repo = hostile_home(
         tmp_path,
@@ -208,7 +208,7 @@ def test_the_agent_cannot_unmask_the_home_nor_reach_host_sockets_or_keys(
 ) -> None:
     real_home = tmp_path / "realhome"
     (real_home / ".ssh").mkdir(parents=True)
-    key = f"FAKE-PRIVATE-KEY-{tmp_path.name}"
+    key = unique_token("FAKE-PRIVATE-KEY", tmp_path)
     (real_home / ".ssh" / "id_rsa").write_text(key)
     sock_path = Path("/run") / f"{unique_token('loopd-test', tmp_path)}.sock"
     home = tmp_path / "home"
@@ -269,7 +269,7 @@ def test_a_path_named_in_the_prompt_is_not_made_visible(tmp_path: Path) -> None:
     # argument: the paths among its arguments are visible, but never the prompt's.
     real_home = tmp_path / "realhome"
     (real_home / ".ssh").mkdir(parents=True)
-    key = f"FAKE-PRIVATE-KEY-{tmp_path.name}"
+    key = unique_token("FAKE-PRIVATE-KEY", tmp_path)
     (real_home / ".ssh" / "id_rsa").write_text(key)
     home = tmp_path / "home"
     script = (
@@ -377,7 +377,7 @@ def test_the_users_checkout_is_read_only_to_the_agent(tmp_path: Path) -> None:
 
 
 def test_a_conftest_the_agent_wrote_cannot_read_loopds_secrets(tmp_path: Path) -> None:
-    canary = f"plain-canary-words-{tmp_path.name}"
+    canary = unique_token("plain-canary-words", tmp_path)
     home = tmp_path / "home"
     conftest = (
         "import os, pathlib\n"

@@ -8,6 +8,7 @@ import tomllib
 from pathlib import Path
 
 from tests.helpers import (
+    file_text,
     git,
     loopd,
     make_home,
@@ -217,7 +218,7 @@ def test_secrets_an_agent_prints_never_reach_state(tmp_path: Path) -> None:
     )
     proc = loopd(home, "once", "calc")
     assert proc.returncode == 1
-    texts = [p.read_text(errors="replace") for p in (home / "state").rglob("*") if p.is_file()]
+    texts = [file_text(p) for p in (home / "state").rglob("*") if p.is_file()]
     assert any("REDACTED" in t for t in texts)
     for secret in (aws, github, pem_body):
         assert not any(secret in t for t in texts), secret

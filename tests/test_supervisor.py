@@ -29,6 +29,7 @@ from daemon.agents.processes import (
 from daemon.agents.supervisor import MAX_LINE, ProcessResult, Supervisor
 from daemon.agents.transcript import Transcript
 from daemon.config import AgentProfile
+from tests.helpers import in_fresh_interpreter
 
 PY = sys.executable
 AWS_KEY_ID = "AKIAZ3Q7XW5T9RPLM2KD"
@@ -577,6 +578,12 @@ def test_kill_leftovers_after_a_restart(tmp_path: Path) -> None:
 
 
 def test_killing_one_attempt_spares_a_concurrent_one(tmp_path: Path) -> None:
+    in_fresh_interpreter("tests.test_supervisor:kill_one_spare_the_other", tmp_path)
+
+
+def kill_one_spare_the_other(tmp_path: Path) -> None:
+    """The body of the test above, in a process of its own (it looks for the process's
+    zombie children)."""
     trees = [tmp_path / "a", tmp_path / "b"]
     for tree in trees:
         tree.mkdir()

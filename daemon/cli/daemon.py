@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -268,11 +271,11 @@ def status(args: argparse.Namespace) -> int:
         out = console()
         out.print(render_status(_status_data(home, loaded=loaded), out.width))
         return 0
-    from rich.live import Live
+    return _watch_status(home)
 
-    out = console()
-    store = StateStore(home.state_dir)
-    status_file = home.state_dir / "status.toml"
+
+def _status_changes(status_file: Path) -> Callable[[], bool]:
+    """A test of whether status.toml changed since the last time it was asked."""
     seen: tuple[float, int] | None = None
 
     def changed() -> bool:
@@ -287,23 +290,44 @@ def status(args: argparse.Namespace) -> int:
         seen = mark
         return True
 
-    try:
-        if not out.is_terminal:
-            # Piped into a file or another program: one frame per change, appended.
-            while True:
-                if changed():
-                    out.print(render_status(_status_data(home, store), out.width))
-                    out.file.flush()
-                time.sleep(0.5)
-        frame = render_status(_status_data(home, store), out.width)
-        with Live(frame, console=out, screen=False) as live:
-            changed()
-            while True:
-                time.sleep(0.5)
-                if changed():
-                    live.update(render_status(_status_data(home, store), out.width))
-    except KeyboardInterrupt:
+    return changed
+
+
+def _nap(seconds: float, stopping: list[bool]) -> None:
+    """Sleep up to `seconds`, waking early once a stop was asked for."""
+    end = time.monotonic() + seconds
+    while not stopping and time.monotonic() < end:
+        time.sleep(0.1)
+
+
+def _watch_status(home: Any) -> int:
+    """`status --watch`: a frame each time status.toml changes, until Ctrl-C or SIGTERM."""
+    from rich.live import Live
+
+    out = console()
+    store = StateStore(home.state_dir)
+    changed = _status_changes(home.state_dir / "status.toml")
+    # The signals only set a flag, so a frame is never cut off in the middle of its reads
+    # (an interrupt that lands there can be lost, and the watch would go on).
+    stopping: list[bool] = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopping.append(True))
+    if not out.is_terminal:
+        # Piped into a file or another program: one frame per change, appended.
+        while not stopping:
+            if changed():
+                out.print(render_status(_status_data(home, store), out.width))
+                out.file.flush()
+            _nap(0.5, stopping)
         return 0
+    frame = render_status(_status_data(home, store), out.width)
+    with Live(frame, console=out, screen=False) as live:
+        changed()
+        while not stopping:
+            _nap(0.5, stopping)
+            if changed() and not stopping:
+                live.update(render_status(_status_data(home, store), out.width))
+    return 0
 
 
 def _set_paused(args: argparse.Namespace, paused: bool) -> int:
