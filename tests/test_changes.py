@@ -17,7 +17,7 @@ from daemon.scheduling.inbox_watch import InboxWatcher
 from daemon.state.events import EventLog
 from daemon.state.records import Trigger
 from daemon.state.store import StateStore
-from tests.helpers import git, in_fresh_interpreter, make_repo, take_triggers, wait_for
+from tests.helpers import git, in_fresh_interpreter, make_repo, take_triggers
 
 T0 = datetime(2026, 11, 29, 2, 0, 0, tzinfo=UTC)
 
@@ -267,4 +267,4 @@ def watchers_use_inotify(tmp_path: Path) -> None:
         inbox.stop()
     # watchdog's threads close their descriptors as they end, which a loaded machine delays
     # past stop()'s join: wait for them to close, as they must.
-    wait_for(lambda: inotify_instances() == before, what="both inotify descriptors closed")
+    wait_for(lambda: inotify_instances() == before, timeout=30)
