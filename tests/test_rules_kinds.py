@@ -72,10 +72,12 @@ def make_run(tmp_path: Path, verifier: bool = True) -> tuple[Path, Path]:
     (attempt / "diff.patch").write_text("")
     (attempt / "prompt.md").write_text(f"# Task\n{TASK}\n")
     records = [
-        {"claim": "tests pass", "command": "make quick", "exit_code": 0, "output": "4 passed"},
+        {"claim": "tests pass", "command": "make quick", "exit_code": 0, "output_tail": "4 passed"},
         {"claim": "lint ok", "command": "make lint", "exit_code": 2, "refuted": True},
     ]
-    (run_dir / "evidence.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    # As the desk writes them (state/agentrecords.py: EvidenceLine).
+    written = [{"ts": "2026-12-04T20:00:05Z", "attempt": 1, "refuted": False, **r} for r in records]
+    (run_dir / "evidence.jsonl").write_text("".join(json.dumps(r) + "\n" for r in written))
     return home, run_dir
 
 

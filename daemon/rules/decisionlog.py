@@ -25,8 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from daemon.regularfile import STATE_MAX, NotRegular, read_regular
 from daemon.rules.claims import claims_of
 from daemon.rules.rulefile import Evidence, Rule, Scope
+from daemon.state.agentrecords import DECISIONS
 
-DECISIONS_FILE = "decisions.md"
+DECISIONS_FILE = DECISIONS  # one name for the file the desk writes
 MAX_DECISIONS = 200  # entries read from one file; a flood beyond is not read
 _FIELD = re.compile(r"^\s*(?:[-*]\s+)?(?:\*\*)?(why|alternatives)\s*:(?:\*\*)?\s*(.*)$", re.I)
 _OTHER_KEY = re.compile(r"^\s*(?:[-*]\s+)?(?:\*\*)?[A-Z][\w -]{0,30}:(?:\*\*)?\s")

@@ -24,15 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict
 
 from daemon.regularfile import STATE_MAX, NotRegular, read_regular
 from daemon.rules.claims import claims_of
 from daemon.rules.decisionlog import DECISIONS_FILE
 from daemon.rules.grounding import EvidenceSet, normalize
 from daemon.rules.rulefile import Evidence, VerifiedWith
+from daemon.state.agentrecords import EVIDENCE as EVIDENCE_FILE
+from daemon.state.agentrecords import numbered_evidence
 
-EVIDENCE_FILE = "evidence.jsonl"
 # loopd's own tools, as agents name them (`note_knowledge`, `mcp__loopd__note_knowledge`, the
 # `loopd-tool note-knowledge` command): a call of one is the agent's say, not evidence.
 LOOPD_TOOLS = re.compile(
@@ -55,19 +56,6 @@ class EvidenceRecord(BaseModel):
     refuted: bool = False
     line: int = 0  # in evidence.jsonl
 
-    @model_validator(mode="before")
-    @classmethod
-    def _aliases(cls, data: Any) -> Any:
-        # Read what the writer may call them: `exit`/`code`, `output_tail`/`tail`.
-        if isinstance(data, dict):
-            data = dict(data)
-            for key in ("exit", "code", "returncode"):
-                data.setdefault("exit_code", data.get(key))
-            for key in ("output_tail", "tail", "stdout"):
-                if not data.get("output") and isinstance(data.get(key), str):
-                    data["output"] = data[key]
-        return data
-
     @property
     def passed(self) -> bool:
         return self.exit_code == 0 and not self.refuted and bool(self.command.strip())
@@ -75,17 +63,17 @@ class EvidenceRecord(BaseModel):
 
 def evidence_records(run_dir: Path) -> list[EvidenceRecord]:
     """The records of the run's evidence.jsonl; none when it is absent. Bad lines are skipped."""
-    try:
-        text = read_regular(run_dir / EVIDENCE_FILE, cap=STATE_MAX).decode("utf-8", "replace")
-    except (OSError, NotRegular):
-        return []
-    out = []
-    for number, line in enumerate(text.split("\n"), start=1):
-        try:
-            out.append(EvidenceRecord.model_validate({**json.loads(line), "line": number}))
-        except (ValueError, TypeError, ValidationError):
-            continue
-    return out
+    return [
+        EvidenceRecord(
+            claim=e.claim,
+            command=e.command,
+            exit_code=e.exit_code,
+            output=e.output_tail,
+            refuted=e.refuted,
+            line=number,
+        )
+        for number, e in numbered_evidence(run_dir)
+    ]
 
 
 @dataclass

@@ -81,19 +81,25 @@ def read_decisions(run_dir: Path) -> str:
         return ""
 
 
-def read_evidence(run_dir: Path) -> list[EvidenceLine]:
-    """The run's evidence lines, oldest first; lines that do not parse are left out."""
+def numbered_evidence(run_dir: Path) -> list[tuple[int, EvidenceLine]]:
+    """The run's evidence lines with their line numbers (from 1), oldest first; lines that do
+    not parse are left out."""
     try:
         data = read_regular(run_dir / EVIDENCE, cap=STATE_MAX).decode("utf-8", "replace")
     except OSError:
         return []
     out = []
-    for raw in data.splitlines():
+    for number, raw in enumerate(data.split("\n"), start=1):
         try:
-            out.append(EvidenceLine.model_validate_json(raw))
+            out.append((number, EvidenceLine.model_validate_json(raw)))
         except ValidationError:
             continue
     return out
+
+
+def read_evidence(run_dir: Path) -> list[EvidenceLine]:
+    """The run's evidence lines, oldest first; lines that do not parse are left out."""
+    return [line for _, line in numbered_evidence(run_dir)]
 
 
 def render_records(run_dir: Path, limit: int) -> str:
