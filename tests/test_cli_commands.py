@@ -113,6 +113,7 @@ def test_a_command_loads_its_own_module_alone(tmp_path: Path) -> None:
         "runview",
         "statusview",
         "engine_views",
+        "jsonout",
     }
     assert cli - shared == {"daemon"}
     assert not {"daemon.daemon", "daemon.runs.executor", "daemon.runs.finish"} & loaded

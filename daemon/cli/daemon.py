@@ -19,10 +19,10 @@ from daemon.cli.common import (
     daemon_pid,
     engine_control,
     home_of,
-    print_json,
     valid_loop,
 )
 from daemon.cli.engine_views import show_status
+from daemon.cli.jsonout import print_json
 from daemon.cli.statusview import render_status
 from daemon.clock import utc_now
 from daemon.engine import engine_for

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from typing import Any
 
 import daemon
 from daemon.cli.parsers import register
@@ -30,8 +32,40 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    code = _plain_path(args)
+    if code is not None:
+        return code
     # Only now the command's needs: the configuration, the state, the command's module.
     return importlib.import_module("daemon.cli.invoke").invoke(args)
+
+
+def _plain_path(args: argparse.Namespace) -> int | None:
+    """The command answered from plain reads of the home (daemon/plain/), when it has such a
+    path and it can be sure; None: the full path answers. A plain path that fails falls back
+    to the full one, which says what is wrong. `LOOPD_READ_PATH=models`: always the full path;
+    `only`: the plain path or exit 3, its failures shown (how tests compare the two)."""
+    fast = getattr(args, "plain", None)
+    mode = os.environ.get("LOOPD_READ_PATH", "plain")
+    if not fast or mode == "models":
+        return None
+    module, name = fast.split(":")
+    function: Any = getattr(importlib.import_module(f"daemon.cli.{module}"), name)
+    if mode == "only":
+        code = function(args)
+        if code is None:
+            print("loopd: LOOPD_READ_PATH=only: the plain path did not answer", file=sys.stderr)
+            return 3
+        return code
+    try:
+        return function(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`loopd runs | head`): nothing to say, as the full path does.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception:  # noqa: BLE001 - the full path answers, and says what is wrong
+        return None
 
 
 if __name__ == "__main__":
