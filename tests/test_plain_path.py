@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import loopd
-
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -33,17 +31,3 @@ def test_plain_path_imports_no_models() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""
-
-
-def both_paths(home: Path, *argv: str, env: dict[str, str] | None = None) -> tuple[str, str]:
-    """`loopd --home HOME ARGV` by the plain path alone and by the full path: the two outputs
-    (stdout, then stderr and the exit code) asserted equal; the plain one's returned."""
-    plain = loopd(home, *argv, env={**(env or {}), "LOOPD_READ_PATH": "only"})
-    full = loopd(home, *argv, env={**(env or {}), "LOOPD_READ_PATH": "models"})
-    assert plain.returncode != 3, plain.stderr  # the plain path answered
-    assert (plain.stdout, plain.stderr, plain.returncode) == (
-        full.stdout,
-        full.stderr,
-        full.returncode,
-    )
-    return plain.stdout, plain.stderr
