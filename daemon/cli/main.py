@@ -14,21 +14,64 @@ import daemon
 from daemon.cli.parsers import register
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The parser with every command; no command's module is imported."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every command (`only`: with that command alone, when it is one); no
+    command's module is imported."""
     parser = argparse.ArgumentParser(
         prog="loopd",
         description="A daemon for loop engineering: runs coding agents, judges, learns.",
     )
     parser.add_argument("--version", action="version", version=f"loopd {daemon.__version__}")
     parser.add_argument("--home", help="the home folder (default: $LOOPD_HOME, else the cwd)")
-    register(parser.add_subparsers(dest="command", metavar="COMMAND"))
-    return parser
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    if only is None:
+        register(sub)
+        return parser
+    chosen = _OneCommand(sub, only)
+    register(chosen)
+    # Not a command: the whole parser, whose error lists the commands there are.
+    return parser if chosen.found else build_parser()
+
+
+class _OneCommand:
+    """The subparsers as `register` sees them, keeping one command: building the other forty
+    parsers costs a command line more than the command itself does."""
+
+    def __init__(self, sub: Any, name: str) -> None:
+        self.sub, self.name, self.found = sub, name, False
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        if name != self.name:
+            return _Ignored()
+        self.found = True
+        return self.sub.add_parser(name, **kwargs)
+
+
+class _Ignored:
+    """A parser of another command: everything said to it is dropped."""
+
+    def __getattr__(self, _name: str) -> Any:
+        return lambda *args, **kwargs: self
+
+
+def command_word(argv: list[str]) -> str | None:
+    """The command named on the line: its first word that is neither an option nor the
+    value of `--home`."""
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word == "--home":
+            skip = True
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(command_word(argv))
+    args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
