@@ -115,6 +115,7 @@ def test_a_command_loads_its_own_module_alone(tmp_path: Path) -> None:
         "engine_views",
         "jsonout",
         "statusdata",
+        "textout",
     }
     # Its plain path first (cli/plainstatus.py; no facts kept yet), then its full path.
     assert cli - shared == {"plainstatus", "daemon"}

@@ -23,6 +23,7 @@ from daemon.cli.engine_views import show_status
 from daemon.cli.jsonout import print_json
 from daemon.cli.statusdata import status_data
 from daemon.cli.statusview import render_status
+from daemon.cli.textout import Terminal
 from daemon.clock import utc_now
 from daemon.engine import engine_for
 from daemon.people.escalation import held_schedules, open_escalations
@@ -204,8 +205,7 @@ def status(args: argparse.Namespace) -> int:
         print_json(_status_data(home, read=(key, loaded)))
         return 0
     if not args.watch:
-        out = console()
-        out.print(render_status(_status_data(home, read=(key, loaded)), out.width))
+        sys.stdout.write(render_status(_status_data(home, read=(key, loaded)), Terminal.of()))
         return 0
     return _watch_status(home)
 
@@ -239,8 +239,10 @@ def _nap(seconds: float, stopping: list[bool]) -> None:
 def _watch_status(home: Any) -> int:
     """`status --watch`: a frame each time status.toml changes, until Ctrl-C or SIGTERM."""
     from rich.live import Live
+    from rich.text import Text
 
     out = console()
+    terminal = Terminal(out.width, colour=out.is_terminal)
     store = StateStore(home.state_dir)
     changed = _status_changes(home.state_dir / "status.toml")
     # The signals only set a flag, so a frame is never cut off in the middle of its reads
@@ -252,17 +254,20 @@ def _watch_status(home: Any) -> int:
         # Piped into a file or another program: one frame per change, appended.
         while not stopping:
             if changed():
-                out.print(render_status(_status_data(home, store), out.width))
-                out.file.flush()
+                sys.stdout.write(render_status(_status_data(home, store), terminal))
+                sys.stdout.flush()
             _nap(0.5, stopping)
         return 0
-    frame = render_status(_status_data(home, store), out.width)
-    with Live(frame, console=out, screen=False) as live:
+
+    def frame() -> Any:
+        return Text.from_ansi(render_status(_status_data(home, store), terminal).rstrip("\n"))
+
+    with Live(frame(), console=out, screen=False) as live:
         changed()
         while not stopping:
             _nap(0.5, stopping)
             if changed() and not stopping:
-                live.update(render_status(_status_data(home, store), out.width))
+                live.update(frame())
     return 0
 
 

@@ -7,12 +7,14 @@ file is one the models might refuse."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from daemon.cli.jsonout import print_json
 from daemon.cli.statusdata import status_data
 from daemon.cli.statusview import render_status
+from daemon.cli.textout import Terminal
 from daemon.homepath import HomeNotFound, home_path
 from daemon.plain.escalations import open_escalations
 from daemon.plain.home import daemon_pid, reads_own_state
@@ -124,8 +126,5 @@ def status(args: argparse.Namespace) -> int | None:
     if args.json:
         print_json(data)
         return 0
-    from rich.console import Console
-
-    out = Console()
-    out.print(render_status(data, out.width))
+    sys.stdout.write(render_status(data, Terminal.of()))
     return 0

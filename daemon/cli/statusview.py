@@ -1,12 +1,13 @@
 """`loopd status` as a person reads it: the loops' table (whole RUN_IDs at 80 columns), then
-a line per escalation, the home's size, the verifier, the budget, warnings and errors."""
+a line per escalation, the home's size, the verifier, the budget, warnings and errors.
+Drawn by cli/textout.py, not rich: `status` must answer at once."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from daemon.cli.textout import Column, Terminal, table
 from daemon.people.terminal import clean
-from daemon.people.terminal import markup as m
 from daemon.sizes import human_size
 
 
@@ -66,80 +67,77 @@ def _status_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
-def render_status(data: dict[str, Any], width: int = 80) -> Any:
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
+def render_status(data: dict[str, Any], terminal: Terminal) -> str:
+    """`status` for a person: the daemon, the sandbox and limits, the loops' table (a block
+    per loop where whole RUN_IDs do not fit), escalations, the home's size, the verifier,
+    the budget, warnings and errors; wrapped to the terminal's width."""
     d = data["daemon"]
+    out = terminal.lines
     if d["running"]:
-        head = Text(f"loopd {d['version']} running, pid {d['pid']}, since {d['started']}")
+        lines = out(f"loopd {d['version']} running, pid {d['pid']}, since {d['started']}")
     else:
-        head = Text("loopd is not running for this home", style="yellow")
-    rows = _status_rows(data)
-    columns = ("loop", "phase", "run", "last outcome", "next fire")
-    widths = [max([len(col), *(len(r[i]) for r in rows)]) for i, col in enumerate(columns)]
-    # Other columns may wrap down to these widths; below them the table would cut words.
-    least = [min(w, floor) for w, floor in zip(widths, (12, 8, widths[2], 9, 10), strict=True)]
+        lines = out("loopd is not running for this home", "yellow")
     sandbox = d.get("sandbox", "")
     unsafe = sandbox.startswith(("sandbox: off:", "sandbox: none"))
-    parts: list[Any] = [head, Text(clean(sandbox), style="bold red" if unsafe else "")]
+    lines += out(clean(sandbox), "bold red" if unsafe else "")
     if d.get("limits"):
-        parts.append(Text(clean(d["limits"])))
-    if sum(least) + 3 * len(least) + 1 <= width:
-        table = Table(title=m(data["home"]))
-        for col in columns:
-            # The RUN_ID is what a person copies: it is never wrapped or cut; others fold.
-            if col == "run":
-                table.add_column(col, no_wrap=True, min_width=widths[2])
-            else:
-                table.add_column(col, overflow="fold")
-        for row in rows:
-            table.add_row(*(m(cell) for cell in row))
-        parts.append(table)
-    else:
-        # Too narrow for the table with whole RUN_IDs: one block per loop, the id on its line.
-        parts.append(Text(clean(data["home"]), style="bold"))
-        for name, phase, run, outcome, fire in rows:
-            line = f"{name}  {phase}" + (f", last {outcome}" if outcome else "")
-            parts.append(Text(clean(line + (f"; next fire {fire}" if fire else ""))))
-            if run:
-                parts.append(Text(f"  run {run}", no_wrap=True, overflow="ignore"))
+        lines += out(clean(d["limits"]))
+    lines += _loops_part(data, terminal)
     for name, info in data["loops"].items():
         if info.get("held_by") or info.get("escalation"):
-            parts.append(Text(_escalation_line(name, info), style="yellow"))
+            lines += out(_escalation_line(name, info), "yellow")
     if data.get("state"):
-        parts.append(Text(clean(_state_line(data["state"]))))
-    parts += _service_lines(data)
+        lines += out(clean(_state_line(data["state"])))
+    for text, style in _service_lines(data):
+        lines += out(text, style)
     opened = data.get("open_escalations", 0)
     if opened:
-        parts.append(
-            Text(f"open escalations: {opened} (`loopd escalations` lists them)", style="yellow")
-        )
+        lines += out(f"open escalations: {opened} (`loopd escalations` lists them)", "yellow")
     for warning in d["warnings"]:
-        parts.append(Text(f"warning: {clean(warning)}", style="yellow"))
+        lines += out(f"warning: {clean(warning)}", "yellow")
     for error in data["errors"]:
-        parts.append(Text(f"error: {clean(error)}", style="red"))
-    return Group(*parts)
+        lines += out(f"error: {clean(error)}", "red")
+    return "\n".join(lines) + "\n"
 
 
-def _service_lines(data: dict[str, Any]) -> list[Any]:
-    """The verifier's reachability and today's token budget, a line each when known."""
-    from rich.text import Text
+def _loops_part(data: dict[str, Any], terminal: Terminal) -> list[str]:
+    """The loops' table, or where whole RUN_IDs do not fit it, a block per loop."""
+    rows = [[clean(cell) for cell in row] for row in _status_rows(data)]
+    headings = ("loop", "phase", "run", "last outcome", "next fire")
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headings)]
+    # Other columns may wrap down to these widths; below them the table would cut words.
+    least = [min(w, floor) for w, floor in zip(widths, (12, 8, widths[2], 9, 10), strict=True)]
+    if sum(least) + 3 * len(least) + 1 <= terminal.width:
+        # The RUN_ID is what a person copies: it is never wrapped or cut; others fold.
+        columns = [
+            Column(h, least=n, wrap=h != "run") for h, n in zip(headings, least, strict=True)
+        ]
+        return table(terminal, clean(data["home"]), columns, rows)
+    lines = terminal.lines(clean(data["home"]), "bold")
+    for name, phase, run, outcome, fire in rows:
+        line = f"{name}  {phase}" + (f", last {outcome}" if outcome else "")
+        lines += terminal.lines(line + (f"; next fire {fire}" if fire else ""))
+        if run:
+            lines.append(f"  run {run}")
+    return lines
 
-    parts: list[Any] = []
+
+def _service_lines(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """The verifier's reachability and today's token budget, a line each when known, with
+    the style each is shown in."""
+    parts: list[tuple[str, str]] = []
     verifier = data.get("verifier")
     if verifier is not None:
         since = str(verifier.get("since") or "")[:19].replace("T", " ")
         if verifier.get("reachable", True):
-            parts.append(Text("verifier: reachable" + (f" since {since}" if since else "")))
+            parts.append(("verifier: reachable" + (f" since {since}" if since else ""), ""))
         else:
             error = clean(str(verifier.get("last_error", "")))[:200]
             parts.append(
-                Text(
+                (
                     f"verifier: UNREACHABLE since {since}: {error} "
                     "(runs waiting in judging hold no run slot)",
-                    style="red",
+                    "red",
                 )
             )
     budget = data.get("budget")
@@ -150,5 +148,5 @@ def _service_lines(data: dict[str, Any]) -> list[Any]:
         )
         if budget.get("exhausted"):
             line += f"; spent: new runs wait until {str(budget.get('until'))[:16]}"
-        parts.append(Text(line, style="yellow" if budget.get("exhausted") else ""))
+        parts.append((line, "yellow" if budget.get("exhausted") else ""))
     return parts

@@ -1,0 +1,124 @@
+"""What the read commands print for a person, without rich: lines wrapped to the terminal's
+width, tables drawn as rich draws them (a heavy head, light body), colour on a terminal.
+
+`status` is typed all morning and must answer at once; importing rich alone costs it 25 to
+60 ms of its 100. Text here is plain: what goes in has been through `clean` (no control
+sequences) and is never read as markup.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TextIO
+
+# (No dataclasses: their import alone is 5 ms.) SGR codes of the styles loopd's read commands use.
+_STYLES = {"bold": "1", "italic": "3", "red": "31", "yellow": "33", "bold red": "1;31"}
+
+
+class Terminal:
+    """Where the text goes: its width in columns, and whether it takes colour."""
+
+    def __init__(self, width: int = 80, colour: bool = False) -> None:
+        self.width, self.colour = width, colour
+
+    @classmethod
+    def of(cls, file: TextIO | None = None) -> Terminal:
+        """As rich's Console sees `file` (stdout): $COLUMNS, else the terminal's size, else
+        80; colour on a terminal unless $NO_COLOR is set or $TERM is dumb."""
+        file = file or sys.stdout
+        tty = _isatty(file)
+        width = 80
+        columns = os.environ.get("COLUMNS", "")
+        if columns.isdigit() and int(columns) > 0:
+            width = int(columns)
+        elif tty:
+            try:
+                width = os.get_terminal_size(file.fileno()).columns or 80
+            except (OSError, ValueError):
+                width = 80
+        dumb = os.environ.get("TERM", "") == "dumb" or "NO_COLOR" in os.environ
+        return cls(width=width, colour=tty and not dumb)
+
+    def paint(self, text: str, style: str) -> str:
+        """`text` in `style` (a key of _STYLES, or ""), when the terminal takes colour."""
+        if not style or not self.colour or not text:
+            return text
+        return f"\x1b[{_STYLES[style]}m{text}\x1b[0m"
+
+    def lines(self, text: str, style: str = "") -> list[str]:
+        """`text` wrapped to the width, each line painted."""
+        return [self.paint(line, style) for line in wrap(text, self.width)]
+
+
+def _isatty(file: TextIO) -> bool:
+    try:
+        return file.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def wrap(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width` columns, broken between words; a word longer than
+    a line is folded. Its own newlines are kept."""
+    out: list[str] = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split(" "):
+            candidate = f"{line} {word}" if line else word
+            if len(candidate) <= width:
+                line = candidate
+                continue
+            if line:
+                out.append(line)
+            while len(word) > width:
+                out.append(word[:width])
+                word = word[width:]
+            line = word
+        out.append(line)
+    return out
+
+
+class Column:
+    """A table's column: its heading, the least width it may fold to, and whether it may
+    wrap at all (a RUN_ID is copied whole: never)."""
+
+    def __init__(self, heading: str, least: int = 1, wrap: bool = True) -> None:
+        self.heading, self.least, self.wrap = heading, least, wrap
+
+
+def table(terminal: Terminal, title: str, columns: list[Column], rows: list[list[str]]) -> list:
+    """The rows under the headings in boxes, as rich's default table: each column as wide as
+    its widest cell, the widest that may wrap folded first until the table fits the width."""
+    widths = [max([len(c.heading), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
+    widths = _fitted(widths, columns, terminal.width - (3 * len(columns) + 1))
+    inner = sum(widths) + 3 * len(widths) + 1
+    out = [terminal.paint(title.center(inner).rstrip(), "italic")] if title else []
+    out.append("┏" + "┳".join("━" * (w + 2) for w in widths) + "┓")
+    heads = [wrap(c.heading, w) for c, w in zip(columns, widths, strict=True)]
+    depth = max(len(h) for h in heads)
+    heads = [[""] * (depth - len(h)) + h for h in heads]  # headings sit on the rule
+    for n in range(depth):
+        cells = [terminal.paint(h[n].ljust(w), "bold") for h, w in zip(heads, widths, strict=True)]
+        out.append("┃ " + " ┃ ".join(cells) + " ┃")
+    out.append("┡" + "╇".join("━" * (w + 2) for w in widths) + "┩")
+    for row in rows:
+        cells = [wrap(cell, w) for cell, w in zip(row, widths, strict=True)]
+        for n in range(max(len(c) for c in cells)):
+            parts = [(c[n : n + 1] or [""])[0].ljust(w) for c, w in zip(cells, widths, strict=True)]
+            out.append("│ " + " │ ".join(parts) + " │")
+    out.append("└" + "┴".join("─" * (w + 2) for w in widths) + "┘")
+    return out
+
+
+def _fitted(widths: list[int], columns: list[Column], room: int) -> list[int]:
+    """`widths` narrowed to `room` in all: the widest column that may wrap loses a column at
+    a time, none below its least."""
+    widths = list(widths)
+    while sum(widths) > room:
+        narrowable = [i for i, c in enumerate(columns) if c.wrap and widths[i] > max(c.least, 1)]
+        if not narrowable:
+            break  # the caller chose a table that cannot fit: it overflows
+        widest = max(narrowable, key=lambda i: widths[i])
+        widths[widest] -= 1
+    return widths
