@@ -18,7 +18,6 @@ import tomli_w
 from daemon.people.digest import best_score
 from daemon.people.escalation_file import (
     Escalation,
-    _split,
     open_escalations,
 )
 from daemon.people.escalation_file import (
@@ -30,6 +29,7 @@ from daemon.people.escalation_file import (
 from daemon.people.escalation_text import cause_of, quote, render
 from daemon.people.next_steps import suggest
 from daemon.people.progress import update_progress
+from daemon.plain.escalations import split_front_matter
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
@@ -176,7 +176,7 @@ def resolve(
     meta.retry = retry
     meta.retry_trigger = trigger.id if trigger else ""
     meta.verdict = verdict
-    parts = _split(text)
+    parts = split_front_matter(text)
     body = parts[1] if parts else text
     section = _resolved_section(now, note, verdict, trigger)
     write_atomic(
@@ -234,7 +234,7 @@ def supersede(store: StateStore, run: RunRecord, now: datetime) -> list[str]:
         meta.status = "superseded"
         meta.resolved = now
         meta.superseded_by = run.id
-        parts = _split(text)
+        parts = split_front_matter(text)
         body = parts[1] if parts else text
         section = [
             "",
