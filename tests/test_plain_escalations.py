@@ -202,6 +202,11 @@ def test_open_repeated_resolved_and_superseded(tmp_path: Path) -> None:
         (other, 1, ""),
     ]
     assert [state["best_score"] for state in listed] == [None, None]  # a default filled in
+    shown_file, _ = both_paths(home, "escalations", "show", first)
+    assert shown_file.startswith("\n# Escalated: loop `calc`") and "## Failed again" in shown_file
+    as_json = json.loads(both_paths(home, "escalations", "show", first, "--json")[0])
+    assert as_json["count"] == 2 and as_json["text"].startswith("+++\n")
+    declined(home, "escalations", "show", again)  # counts in `first`: the full path says so
 
     resolved = loopd(home, "escalations", "resolve", other, "--note", "fixed by hand")
     assert resolved.returncode == 0, resolved.stderr
@@ -224,6 +229,9 @@ def test_open_repeated_resolved_and_superseded(tmp_path: Path) -> None:
         (other, "resolved"),
     ]
     assert everything[1]["note"] == "fixed by hand" and everything[1]["resolved"].endswith("Z")
+    for run in (first, other):
+        shown_file, _ = both_paths(home, "escalations", "show", run)
+        assert "## Superseded by" in shown_file or "## Resolved" in shown_file
 
 
 def open_escalations_of(home: Path) -> list[dict[str, Any]]:
@@ -269,6 +277,10 @@ def test_damaged_files_are_skipped_as_the_model_skips_them(tmp_path: Path) -> No
     assert "[bold]fix[/bold]" in lines[1] and "red and done" in lines[1]  # no markup, no escapes
     assert "(escalated 3 times, latest run x)" in lines[1]
     assert len(json.loads(shown[("escalations", "list", "--all", "--json")])) == 2
+    for name in ("20261201T000001Z-calc-0001", "20261201T000009Z-calc-0009", ".hidden", "notes"):
+        declined(home, "escalations", "show", name)  # the full path: no such escalation
+    shown_file, _ = both_paths(home, "escalations", "show", "zz-repeated", "--json")
+    assert json.loads(shown_file)["count"] == 3
     every = list_escalations(home / "state")
     assert every is not None and [e["count"] for e in every] == [1, 3]
 
@@ -281,26 +293,30 @@ def test_a_value_only_the_model_can_read_takes_the_full_path(tmp_path: Path) -> 
     escalated = next(line for line in text.splitlines() if line.startswith("escalated ="))
     path.write_text(text.replace(escalated, "escalated = 2026-12-01T06:00:00"))  # no offset
     assert list_escalations(home / "state") is None
-    plain = loopd(home, "escalations", env={"LOOPD_READ_PATH": "only"})
-    assert plain.returncode == 3 and "did not answer" in plain.stderr
-    chosen = loopd(home, "escalations")
+    declined(home, "escalations")
+    declined(home, "escalations", "show", run, "--json")
     full = loopd(home, "escalations", env={"LOOPD_READ_PATH": "models"})
-    assert chosen.returncode == full.returncode == 0 and run in full.stdout
-    assert (chosen.stdout, chosen.stderr) == (full.stdout, full.stderr)
+    assert full.returncode == 0 and run in full.stdout  # the model reads it
 
 
-def test_another_engine_show_and_resolve_take_the_full_path(tmp_path: Path) -> None:
+def declined(home: Path, *argv: str) -> None:
+    """The plain path does not answer `argv`; the full path does, as it always did."""
+    plain = loopd(home, *argv, env={"LOOPD_READ_PATH": "only"})
+    assert plain.returncode == 3 and "did not answer" in plain.stderr, argv
+    chosen = loopd(home, *argv)
+    full = loopd(home, *argv, env={"LOOPD_READ_PATH": "models"})
+    assert (chosen.stdout, chosen.stderr, chosen.returncode) == (
+        full.stdout,
+        full.stderr,
+        full.returncode,
+    )
+
+
+def test_another_engine_and_resolve_take_the_full_path(tmp_path: Path) -> None:
     home = make_home(tmp_path / "home", '[engine]\nkind = "temporal"\n')
-    for argv in (
-        ("escalations",),
-        ("escalations", "list", "--json"),
-    ):
+    for argv in (("escalations",), ("escalations", "list", "--json"), ("escalations", "show", "x")):
         plain = loopd(home, *argv, env={"LOOPD_READ_PATH": "only"})
         assert plain.returncode == 3 and "did not answer" in plain.stderr, argv
     local = make_home(tmp_path / "local")
-    for argv in (
-        ("escalations", "show", "20261201T060000Z-calc-0001"),
-        ("escalations", "resolve", "20261201T060000Z-calc-0001"),
-    ):
-        plain = loopd(local, *argv, env={"LOOPD_READ_PATH": "only"})
-        assert plain.returncode == 3 and "did not answer" in plain.stderr, argv
+    declined(local, "escalations", "resolve", "20261201T060000Z-calc-0001")
+    declined(local, "escalations", "show", "20261201T060000Z-calc-0001")

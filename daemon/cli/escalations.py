@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from daemon.cli.common import CommandError, console, engine_control, home_of
+from daemon.cli.common import CommandError, engine_control, home_of
 from daemon.cli.engine_views import report_routed
 from daemon.cli.jsonout import print_json
-from daemon.cli.plainescalations import print_list
+from daemon.cli.plainescalations import print_list, print_shown
 from daemon.cli.queued import report_run_id
 from daemon.clock import utc_now
 from daemon.people.escalation import (
@@ -20,7 +19,6 @@ from daemon.people.escalation import (
     load_escalation,
     resolve,
 )
-from daemon.people.terminal import clean
 from daemon.state.events import EventTail
 
 
@@ -91,13 +89,7 @@ def show_escalation_cmd(args: argparse.Namespace) -> int:
         print_json(data)
         return 0
 
-    body = clean(text.split("\n+++\n", 1)[1] if text.startswith("+++\n") else text)
-    if sys.stdout.isatty():
-        from rich.markdown import Markdown
-
-        console().print(Markdown(body))
-    else:
-        sys.stdout.write(body)
+    print_shown(text)
     return 0
 
 

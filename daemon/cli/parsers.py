@@ -237,6 +237,7 @@ def _escalations(sub: Any) -> None:
         json_flag=True,
     )
     p.add_argument("run_id", metavar="RUN_ID")
+    p.set_defaults(plain="plainescalations:show_plain")
     p = command(
         actions,
         "resolve",

@@ -29,7 +29,7 @@ from daemon.people.escalation_file import (
 from daemon.people.escalation_text import cause_of, quote, render
 from daemon.people.next_steps import suggest
 from daemon.people.progress import update_progress
-from daemon.plain.escalations import split_front_matter
+from daemon.plain.escalations import escalation_file, split_front_matter
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
@@ -131,8 +131,8 @@ def blocking_escalation(
 
 def load_escalation(store: StateStore, run_id: str) -> tuple[Escalation, str]:
     """The front matter and the whole text of one escalation file."""
-    path = store.escalation_path(run_id)
-    if "/" in run_id or run_id.startswith(".") or not path.is_file():
+    path = escalation_file(store.root, run_id)
+    if path is None:
         raise EscalationNotFound(run_id)
     meta = read_escalation(path)
     if meta is None:

@@ -93,6 +93,15 @@ def escalation_paths(state_dir: Path) -> list[Path]:
     return [folder / name for name in names if name.endswith(".md") and not name.startswith(".")]
 
 
+def escalation_file(state_dir: Path, run_id: str) -> Path | None:
+    """The escalation file of run `run_id`; None when there is none (or the id would name a
+    file outside `escalations/`, or a hidden one)."""
+    path = state_dir / "escalations" / f"{run_id}.md"
+    if "/" in run_id or run_id.startswith(".") or not path.is_file():
+        return None
+    return path
+
+
 def _valid(kind: Any, value: Any) -> bool:
     """Whether the model takes `value` as it is (True) or refuses it (False); Unsure when
     pydantic would convert it (a naive time, a date, a number as text, a bool as a number)."""
