@@ -2,6 +2,8 @@
 
 Below people/escalation.py (which writes, resolves and supersedes them) so that
 people/progress.py can list open escalations without importing what updates progress.
+Which files there are and how their front matter is read is daemon/plain/escalations.py's,
+shared with the read commands' plain path, which checks the fields without this model.
 """
 
 from __future__ import annotations
