@@ -17,12 +17,12 @@ from daemon.people.escalation_file import Escalation
 from daemon.plain.escalations import (
     FIELDS,
     REQUIRED,
-    Unsure,
     escalation,
     json_fields,
     list_escalations,
     open_escalations,
 )
+from daemon.plain.records import Unsure
 from tests.helpers import both_paths, git, loopd, make_home, make_repo
 
 KINDS = {str: "str", int: "int", bool: "bool", datetime: "datetime"}
@@ -213,9 +213,9 @@ def test_open_repeated_resolved_and_superseded(tmp_path: Path) -> None:
     shown = every_listing(home)
     assert [line.split()[0] for line in shown[("escalations",)].splitlines()] == [first]
     assert shown[("escalations", "--all")].split("\n")[1].split()[:2] == [other, "resolved"]
-    assert [(e["run"], e["status"], e["note"]) for e in open_escalations_of(home)] == [
-        (first, "open", "")
-    ]
+    waiting = open_escalations(home / "state")
+    assert [(e["run"], e["status"], e["note"]) for e in waiting] == [(first, "open", "")]
+    assert open_escalations(home / "state", "docs") == []
 
     # The task's next run succeeds: the open escalation is superseded.
     (repo / "check.py").write_text("print('ok')\n")
@@ -232,12 +232,6 @@ def test_open_repeated_resolved_and_superseded(tmp_path: Path) -> None:
     for run in (first, other):
         shown_file, _ = both_paths(home, "escalations", "show", run)
         assert "## Superseded by" in shown_file or "## Resolved" in shown_file
-
-
-def open_escalations_of(home: Path) -> list[dict[str, Any]]:
-    found = open_escalations(home / "state")
-    assert found is not None
-    return found
 
 
 def test_damaged_files_are_skipped_as_the_model_skips_them(tmp_path: Path) -> None:
@@ -281,8 +275,7 @@ def test_damaged_files_are_skipped_as_the_model_skips_them(tmp_path: Path) -> No
         declined(home, "escalations", "show", name)  # the full path: no such escalation
     shown_file, _ = both_paths(home, "escalations", "show", "zz-repeated", "--json")
     assert json.loads(shown_file)["count"] == 3
-    every = list_escalations(home / "state")
-    assert every is not None and [e["count"] for e in every] == [1, 3]
+    assert [e["count"] for e in list_escalations(home / "state")] == [1, 3]
 
 
 def test_a_value_only_the_model_can_read_takes_the_full_path(tmp_path: Path) -> None:
@@ -292,7 +285,8 @@ def test_a_value_only_the_model_can_read_takes_the_full_path(tmp_path: Path) -> 
     text = path.read_text()
     escalated = next(line for line in text.splitlines() if line.startswith("escalated ="))
     path.write_text(text.replace(escalated, "escalated = 2026-12-01T06:00:00"))  # no offset
-    assert list_escalations(home / "state") is None
+    with pytest.raises(Unsure):
+        list_escalations(home / "state")
     declined(home, "escalations")
     declined(home, "escalations", "show", run, "--json")
     full = loopd(home, "escalations", env={"LOOPD_READ_PATH": "models"})

@@ -16,7 +16,6 @@ from daemon.cli.jsonout import print_json
 from daemon.homepath import HomeNotFound, home_path
 from daemon.people.terminal import clean
 from daemon.plain.escalations import (
-    Unsure,
     escalation,
     escalation_file,
     json_fields,
@@ -24,6 +23,7 @@ from daemon.plain.escalations import (
     read_front_matter,
 )
 from daemon.plain.home import reads_own_state
+from daemon.plain.records import Unsure
 
 LIST = "escalations:list_escalations_cmd"
 SHOW = "escalations:show_escalation_cmd"
@@ -45,8 +45,9 @@ def list_plain(args: argparse.Namespace) -> int | None:
     state_dir = _own_state(args, LIST)
     if state_dir is None:
         return None
-    items = list_escalations(state_dir)
-    if items is None:
+    try:
+        items = list_escalations(state_dir)
+    except Unsure:
         return None
     show_all = getattr(args, "all", False)
     if not show_all:

@@ -7,18 +7,18 @@ then checks each key as the model's validation does, for the values loopd writes
 ones pydantic certainly refuses: a file the model would skip is skipped, every field the
 file leaves out takes the model's default (tests/test_plain_escalations.py holds FIELDS to
 the model's fields). A value that only pydantic's conversions can tell (a time with no
-offset, a number given as text, ...) makes the whole reading `None`: the caller takes the
-full path, which reads it with the model.
+offset, a number given as text, ...) raises `Unsure` (plain/records.py) for the whole
+reading: the caller takes the full path, which reads it with the model.
 """
 
 from __future__ import annotations
 
-import os
 import tomllib
 from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any
 
+from daemon.plain.records import Unsure, listing
 from daemon.regularfile import STATE_MAX, read_regular
 
 REQUIRED: Any = object()  # a field with no default: a file without it is skipped
@@ -53,10 +53,6 @@ FIELDS: dict[str, tuple[Any, Any]] = {
 }
 
 
-class Unsure(Exception):
-    """Only the model can tell what this value becomes (pydantic converts it, or not)."""
-
-
 def split_front_matter(text: str) -> tuple[str, str] | None:
     """An escalation file's text as (front matter TOML, body); None when it has none."""
     if not text.startswith("+++\n"):
@@ -86,11 +82,7 @@ def read_front_matter(path: Path) -> dict[str, Any] | None:
 def escalation_paths(state_dir: Path) -> list[Path]:
     """The escalation files of `state_dir/escalations/`, oldest first (by run id)."""
     folder = state_dir / "escalations"
-    try:
-        names = sorted(os.listdir(folder))
-    except FileNotFoundError:
-        return []
-    return [folder / name for name in names if name.endswith(".md") and not name.startswith(".")]
+    return [folder / name for name in listing(folder) if name.endswith(".md")]
 
 
 def escalation_file(state_dir: Path, run_id: str) -> Path | None:
@@ -149,29 +141,22 @@ def escalation(data: dict[str, Any]) -> dict[str, Any] | None:
     return fields
 
 
-def list_escalations(state_dir: Path) -> list[dict[str, Any]] | None:
+def list_escalations(state_dir: Path) -> list[dict[str, Any]]:
     """Every escalation of `state_dir` loopd can read, oldest first, each a dict of the
-    model's fields (the files the model skips left out); None when only the model can tell."""
+    model's fields (the files the model skips left out). Unsure: only the model can tell."""
     out = []
     for path in escalation_paths(state_dir):
         data = read_front_matter(path)
-        if data is None:
-            continue
-        try:
-            fields = escalation(data)
-        except Unsure:
-            return None
+        fields = escalation(data) if data is not None else None
         if fields is not None:
             out.append(fields)
     return out
 
 
-def open_escalations(state_dir: Path, loop: str | None = None) -> list[dict[str, Any]] | None:
-    """The escalations waiting for a person (of `loop`, when given), oldest first; None
-    when only the model can tell."""
+def open_escalations(state_dir: Path, loop: str | None = None) -> list[dict[str, Any]]:
+    """The escalations waiting for a person (of `loop`, when given), oldest first, each a
+    dict of the model's fields. Unsure: only the model can tell."""
     every = list_escalations(state_dir)
-    if every is None:
-        return None
     return [e for e in every if e["status"] == "open" and (loop is None or e["loop"] == loop)]
 
 
