@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
-from datetime import UTC
 from typing import Any
 
-from daemon.cli.common import CommandError, console, engine_control, home_of
+from daemon.cli.common import CommandError, engine_control, home_of
 from daemon.cli.engine_views import report_routed
 from daemon.cli.jsonout import print_json
+from daemon.cli.plainescalations import print_list, print_shown
 from daemon.cli.queued import report_run_id
 from daemon.clock import utc_now
 from daemon.people.escalation import (
@@ -20,7 +19,6 @@ from daemon.people.escalation import (
     load_escalation,
     resolve,
 )
-from daemon.people.terminal import clean
 from daemon.state.events import EventTail
 
 
@@ -67,22 +65,7 @@ def list_escalations_cmd(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         print_json([e.model_dump(mode="json") for e in items])
         return 0
-    out = console()
-    if not items:
-        out.print("No escalations waiting." if not getattr(args, "all", False) else "None.")
-        return 0
-    # Plain lines, not a table: run ids must stay whole so they can be copied.
-    for e in items:
-        when = e.escalated.astimezone(UTC).strftime("%Y-%m-%d %H:%MZ")
-        reason = " ".join(clean(e.reason).split())
-        if e.count > 1:
-            reason += f" (escalated {e.count} times, latest run {e.latest_run})"
-        out.print(
-            f"{e.run}  {e.status:<10} {when}  {e.cause:<15} {reason}",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
-        )
+    print_list([e.model_dump() for e in items], getattr(args, "all", False))
     return 0
 
 
@@ -106,13 +89,7 @@ def show_escalation_cmd(args: argparse.Namespace) -> int:
         print_json(data)
         return 0
 
-    body = clean(text.split("\n+++\n", 1)[1] if text.startswith("+++\n") else text)
-    if sys.stdout.isatty():
-        from rich.markdown import Markdown
-
-        console().print(Markdown(body))
-    else:
-        sys.stdout.write(body)
+    print_shown(text)
     return 0
 
 

@@ -216,7 +216,9 @@ def _escalations(sub: Any) -> None:
     )
     add_home_and_json(parser)
     parser.add_argument("--all", action="store_true", help="list resolved ones too")
-    parser.set_defaults(func="escalations:list_escalations_cmd")
+    parser.set_defaults(
+        func="escalations:list_escalations_cmd", plain="plainescalations:list_plain"
+    )
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     p = command(
         actions,
@@ -226,6 +228,7 @@ def _escalations(sub: Any) -> None:
         json_flag=True,
     )
     p.add_argument("--all", action="store_true", help="resolved ones too")
+    p.set_defaults(plain="plainescalations:list_plain")
     p = command(
         actions,
         "show",
@@ -234,6 +237,7 @@ def _escalations(sub: Any) -> None:
         json_flag=True,
     )
     p.add_argument("run_id", metavar="RUN_ID")
+    p.set_defaults(plain="plainescalations:show_plain")
     p = command(
         actions,
         "resolve",

@@ -18,7 +18,6 @@ import tomli_w
 from daemon.people.digest import best_score
 from daemon.people.escalation_file import (
     Escalation,
-    _split,
     open_escalations,
 )
 from daemon.people.escalation_file import (
@@ -30,6 +29,7 @@ from daemon.people.escalation_file import (
 from daemon.people.escalation_text import cause_of, quote, render
 from daemon.people.next_steps import suggest
 from daemon.people.progress import update_progress
+from daemon.plain.escalations import escalation_file, split_front_matter
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
@@ -131,8 +131,8 @@ def blocking_escalation(
 
 def load_escalation(store: StateStore, run_id: str) -> tuple[Escalation, str]:
     """The front matter and the whole text of one escalation file."""
-    path = store.escalation_path(run_id)
-    if "/" in run_id or run_id.startswith(".") or not path.is_file():
+    path = escalation_file(store.root, run_id)
+    if path is None:
         raise EscalationNotFound(run_id)
     meta = read_escalation(path)
     if meta is None:
@@ -176,7 +176,7 @@ def resolve(
     meta.retry = retry
     meta.retry_trigger = trigger.id if trigger else ""
     meta.verdict = verdict
-    parts = _split(text)
+    parts = split_front_matter(text)
     body = parts[1] if parts else text
     section = _resolved_section(now, note, verdict, trigger)
     write_atomic(
@@ -234,7 +234,7 @@ def supersede(store: StateStore, run: RunRecord, now: datetime) -> list[str]:
         meta.status = "superseded"
         meta.resolved = now
         meta.superseded_by = run.id
-        parts = _split(text)
+        parts = split_front_matter(text)
         body = parts[1] if parts else text
         section = [
             "",

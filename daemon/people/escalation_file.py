@@ -2,19 +2,19 @@
 
 Below people/escalation.py (which writes, resolves and supersedes them) so that
 people/progress.py can list open escalations without importing what updates progress.
+Which files there are and how their front matter is read is daemon/plain/escalations.py's,
+shared with the read commands' plain path, which checks the fields without this model.
 """
 
 from __future__ import annotations
 
-import os
-import tomllib
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from daemon.regularfile import STATE_MAX, read_regular
+from daemon.plain.escalations import escalation_paths, read_front_matter
 from daemon.state.store import StateStore
 
 
@@ -61,43 +61,24 @@ class Escalation(BaseModel):
         return self.status == "open"
 
 
-def _split(text: str) -> tuple[str, str] | None:
-    if not text.startswith("+++\n"):
-        return None
-    end = text.find("\n+++\n", 3)
-    if end < 0:
-        return None
-    return text[4 : end + 1], text[end + 5 :]
-
-
 def read_escalation(path: Path) -> Escalation | None:
     """The front matter of one escalation file; None when it is not one loopd wrote."""
-    try:
-        text = read_regular(path, cap=STATE_MAX).decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    parts = _split(text)
-    if parts is None:
+    data = read_front_matter(path)
+    if data is None:
         return None
     try:
-        return Escalation.model_validate(tomllib.loads(parts[0]))
-    except (tomllib.TOMLDecodeError, ValidationError):
+        return Escalation.model_validate(data)
+    except ValidationError:
         return None
 
 
 def list_escalations(store: StateStore) -> list[Escalation]:
     """Every escalation, oldest first."""
-    folder = store.root / "escalations"
-    try:
-        names = sorted(os.listdir(folder))
-    except FileNotFoundError:
-        return []
     out = []
-    for name in names:
-        if name.endswith(".md") and not name.startswith("."):
-            meta = read_escalation(folder / name)
-            if meta is not None:
-                out.append(meta)
+    for path in escalation_paths(store.root):
+        meta = read_escalation(path)
+        if meta is not None:
+            out.append(meta)
     return out
 
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from daemon.people import escalation as filing
 from daemon.people.escalation import _front_matter, _same_task
-from daemon.people.escalation_file import Escalation, _split, open_escalations, read_escalation
+from daemon.people.escalation_file import Escalation, open_escalations, read_escalation
 from daemon.people.escalation_text import cause_of
+from daemon.plain.escalations import split_front_matter
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
@@ -65,7 +66,7 @@ def escalate(store: StateStore, run: RunRecord, now: datetime) -> tuple[str, boo
 def _count(store: StateStore, meta: Escalation, run: RunRecord, now: datetime) -> None:
     path = store.escalation_path(meta.run)
     text = path.read_text(encoding="utf-8")
-    parts = _split(text)
+    parts = split_front_matter(text)
     body = parts[1] if parts else text
     cause = cause_of(run)
     meta.count += 1
@@ -127,6 +128,6 @@ def digest_due(store: StateStore, escalation: str, now: datetime) -> Escalation 
             return None
         told = meta.model_copy(update={"notified": now, "notified_count": meta.count})
         text = path.read_text(encoding="utf-8")
-        parts = _split(text)
+        parts = split_front_matter(text)
         write_atomic(path, _front_matter(told) + (parts[1] if parts else text))
         return meta
