@@ -84,17 +84,13 @@ def show_plain(args: argparse.Namespace) -> int | None:
 
 def print_list(items: list[dict[str, Any]], show_all: bool) -> None:
     """What `loopd escalations list` prints of `items` (each escalation's fields, as the
-    model dumps them), rendered whole by rich, then written at once."""
-    from rich.console import Console
-
-    out = Console()
-    with out.capture() as captured:
-        if not items:
-            out.print("None." if show_all else "No escalations waiting.")
-        # Plain lines, not a table: run ids must stay whole so they can be copied.
-        for e in items:
-            out.print(listed(e), highlight=False, markup=False, soft_wrap=True)
-    sys.stdout.write(captured.get())
+    model dumps them), written at once. Plain lines, not a table, and not rich: run ids
+    stay whole to be copied, an agent's words are shown as written (no `:emoji:` codes
+    turned into pictures), and the command answers without rich's import."""
+    lines = [listed(e) for e in items]
+    if not items:
+        lines = ["None." if show_all else "No escalations waiting."]
+    sys.stdout.write("".join(line + "\n" for line in lines))
 
 
 def listed(e: dict[str, Any]) -> str:
