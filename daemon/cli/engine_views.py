@@ -8,7 +8,8 @@ from typing import Any
 
 from daemon.cli.common import CommandError, console
 from daemon.cli.jsonout import print_json
-from daemon.cli.runview import exit_code, print_outcome, runs_table
+from daemon.cli.runlines import runs_table
+from daemon.cli.runview import exit_code, print_outcome
 
 
 def show_status(control: Any, args: argparse.Namespace) -> int:

@@ -22,6 +22,10 @@ def json_value(value: Any) -> Any:
     return str(value)
 
 
+def json_text(value: Any) -> str:
+    """What `print_json` prints, as one string (a plain path prints its output at once)."""
+    return json.dumps(value, default=json_value, indent=2) + "\n"
+
+
 def print_json(value: Any) -> None:
-    json.dump(value, sys.stdout, default=json_value, indent=2)
-    sys.stdout.write("\n")
+    sys.stdout.write(json_text(value))

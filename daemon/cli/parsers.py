@@ -92,6 +92,7 @@ def _show(sub: Any) -> None:
     )
     p.add_argument("loop", nargs="?")
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p.set_defaults(plain="plainruns:runs")
     p = command(
         sub,
         "show",
@@ -102,6 +103,7 @@ def _show(sub: Any) -> None:
     p.add_argument("run_id")
     p.add_argument("--diff", action="store_true", help="the changes each attempt made")
     p.add_argument("--attempt", type=int, metavar="N", help="with --diff: only attempt N")
+    p.set_defaults(plain="plainruns:show")
 
 
 def _logs(sub: Any) -> None:

@@ -9,16 +9,22 @@ from typing import Any
 from daemon.cli.common import CommandError, console, engine_control, home_of
 from daemon.cli.engine_views import engine_record, show_runs
 from daemon.cli.jsonout import print_json
-from daemon.cli.runview import runs_table
+from daemon.cli.runlines import (
+    pruned_panel,
+    pruned_row,
+    pruned_summary,
+    queued_row,
+    queued_summary,
+    run_parts,
+    run_row,
+    run_summary,
+    runs_table,
+)
 from daemon.clock import utc_now
 from daemon.landing.branches import HandMerges
-from daemon.people.digest import checks_word
-from daemon.people.landstate import landing_state
 from daemon.people.terminal import clean
-from daemon.people.terminal import markup as m
 from daemon.state.agentrecords import read_decisions, read_evidence
 from daemon.state.pruned import PrunedRun, find_pruned, newest_pruned
-from daemon.state.records import RunRecord
 from daemon.state.store import UnreadableFile
 
 
@@ -50,62 +56,18 @@ def runs(args: argparse.Namespace) -> int:
     pruned = [p for p in newest_pruned(store.root, args.loop, max(room, 0)) if p.run not in listed]
     if args.json:
         print_json(
-            [_queued_summary(p) for p in queued]
-            + [_run_summary(r) for r in parked]
-            + [_run_summary(r) for r in records]
-            + [_pruned_summary(p) for p in pruned]
+            [queued_summary(p) for p in queued]
+            + [run_summary(r) for r in parked]
+            + [run_summary(r) for r in records]
+            + [pruned_summary(p) for p in pruned]
         )
         return 0
 
-    rows: list[tuple[str, str, str, str, str, str]] = []
-    for p in queued:
-        merged = f", {p.merged_count} merged" if p.merged_count else ""
-        queued_at = f"queued {p.queued_at:%Y-%m-%d %H:%M}Z{merged}"
-        rows.append((p.id, p.trigger.kind, "queued", "0", "-", queued_at))
-    for r in [*parked, *records]:
-        last = r.attempts[-1] if r.attempts else None
-        reason = r.reason
-        resume_at = getattr(r, "resume_at", None)
-        if r.phase == "waiting":
-            parked_until = f"parked until {resume_at:%Y-%m-%d %H:%M}Z" if resume_at else "parked"
-            reason = "; ".join(part for part in (parked_until, reason) if part)
-        if r.outcome == "succeeded":
-            reason = "; ".join(part for part in (reason, landing_state(r).line()) if part)
-        score = "-" if last is None or last.score is None else str(last.score)
-        rows.append(
-            (r.id, r.trigger.kind, r.outcome or r.phase, str(len(r.attempts)), score, reason)
-        )
-    for p in pruned:
-        reason = "; ".join(part for part in (f"pruned {p.pruned:%Y-%m-%d}", p.reason) if part)
-        rows.append((p.run, p.trigger, p.outcome or "-", str(p.attempts), "-", reason))
+    rows = [queued_row(p) for p in queued] + [run_row(r) for r in [*parked, *records]]
+    rows += [pruned_row(p) for p in pruned]
     out = console()
     out.print(runs_table(f"runs in {home.root}", rows, out.width))
     return 0
-
-
-def _pruned_summary(p: PrunedRun) -> dict[str, Any]:
-    """A pruned run with the keys of `_run_summary`, phase `pruned`."""
-    landing = (
-        {"state": "landed", "how": p.landed, "why": "", "run": ""}
-        if p.landed
-        else {"state": "none", "how": "", "why": "the run was pruned", "run": ""}
-    )
-    return {
-        "run": p.run,
-        "id": p.run,
-        "loop": p.loop,
-        "trigger": p.trigger,
-        "started": p.started,
-        "finished": p.finished,
-        "outcome": p.outcome,
-        "phase": "pruned",
-        "reason": p.reason,
-        "attempts": p.attempts,
-        "branch": "" if p.branch_deleted else p.branch,
-        "tokens": p.tokens,
-        "landing": landing,
-        "pruned": p.pruned,
-    }
 
 
 def _show_pruned(p: PrunedRun, as_json: bool) -> int:
@@ -113,22 +75,7 @@ def _show_pruned(p: PrunedRun, as_json: bool) -> int:
     if as_json:
         print_json({**p.model_dump(mode="json"), "phase": "pruned"})
         return 0
-    from rich.panel import Panel
-
-    branch = p.branch or "-"
-    if p.branch and p.branch_deleted:
-        branch += " (deleted)"
-    head = [
-        p.line(),
-        f"loop: {p.loop}",
-        f"task: {p.task}",
-        f"trigger: {p.trigger} {p.trigger_reason}".rstrip(),
-        f"started: {p.started or '-'}   finished: {p.finished or '-'}",
-        f"outcome: {p.outcome or '-'}   {p.reason}",
-        f"attempts: {p.attempts}   branch: {branch}   tokens: {p.tokens}",
-        f"landing: {f'landed ({p.landed})' if p.landed else 'not landed'}",
-    ]
-    console().print(Panel(m("\n".join(head)), title=m(p.run)))
+    console().print(pruned_panel(p))
     return 0
 
 
@@ -151,48 +98,6 @@ def _parked_runs(store: Any, loop: str | None) -> list[Any]:
         if run.phase == "waiting" and loop in (None, run.loop):
             out.append(run)
     return out
-
-
-def _queued_summary(pending: Any) -> dict[str, Any]:
-    return {
-        "run": pending.id,
-        "id": pending.id,  # the same as `run`, kept for scripts written before it
-        "loop": pending.loop,
-        "trigger": pending.trigger.kind,
-        "started": None,
-        "finished": None,
-        "outcome": None,
-        "phase": "queued",
-        "reason": pending.trigger.reason,
-        "queued_at": pending.queued_at,
-        "merged": pending.merged_count,
-        "attempts": 0,
-        "branch": "",
-        "tokens": 0,
-        "landing": {"state": "none", "how": "", "why": "the run has not started", "run": ""},
-    }
-
-
-def _run_summary(run: Any) -> dict[str, Any]:
-    return {
-        "run": run.id,
-        "id": run.id,  # the same as `run`, kept for scripts written before it
-        "loop": run.loop,
-        "trigger": run.trigger.kind,
-        "started": run.started,
-        "finished": run.finished,
-        "outcome": run.outcome,
-        "phase": run.phase,
-        "reason": run.reason,
-        "attempts": len(run.attempts),
-        "branch": run.branch,
-        "tokens": run.tokens,
-        "landing": _landing(run),
-    }
-
-
-def _landing(run: Any) -> dict[str, str]:
-    return landing_state(run).model_dump()
 
 
 def show(args: argparse.Namespace) -> int:
@@ -222,82 +127,11 @@ def show(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"run": run.id, **run.model_dump(mode="json")})
         return 0
-    from rich.panel import Panel
-    from rich.table import Table
-
     out = console()
-    head = _head_lines(run)
-    out.print(Panel(m("\n".join(head)), title=m(run.id)))
-    table = Table(show_lines=True)
-    for col in ("#", "exit", "nudges", "stalls", "checks", "score", "verdict", "feedback"):
-        table.add_column(col)
-    for a in run.attempts:
-        table.add_row(
-            str(a.n),
-            "-" if a.exit_code is None else str(a.exit_code),
-            str(a.nudges),
-            m(", ".join(s.kind for s in a.stalls) or "-"),
-            checks_word(a.checks_passed),
-            "-" if a.score is None else str(a.score),
-            m(a.verdict + ("".join(f"\n! {v}" for v in a.violations))),
-            m(a.feedback),
-        )
-    out.print(table)
-    _show_records(out, store.run_dir(run.id))
-    if run.attempts:
-        # Whole lines: a wrapped RUN_ID cannot be copied.
-        for hint in (
-            f"what the agent did: loopd logs {run.id}",
-            f"its changes: loopd show {run.id} --diff",
-        ):
-            out.print(hint, markup=False, highlight=False, soft_wrap=True)
+    run_dir = store.run_dir(run.id)
+    for part, options in run_parts(run, read_evidence(run_dir), read_decisions(run_dir)):
+        out.print(part, **options)
     return 0
-
-
-def _show_records(out: Any, run_dir: Any) -> None:
-    """What the agent recorded through its tools: each claim with what loopd saw, decisions."""
-    from rich.panel import Panel
-
-    lines = []
-    for item in read_evidence(run_dir):
-        status = "timed out" if item.timed_out else f"exit {item.exit_code}"
-        verdict = "REFUTED" if item.refuted else "holds"
-        where = f"{status}, attempt {item.attempt}, {item.commit[:12]}"
-        lines.append(f"[{verdict}] {clean(item.claim)}\n    $ {clean(item.command)}   ({where})")
-    if lines:
-        out.print(Panel(m("\n".join(lines)), title="the agent's evidence (evidence.jsonl)"))
-    decisions = read_decisions(run_dir).strip()
-    if decisions:
-        out.print(Panel(m(clean(decisions)), title="the agent's decisions (decisions.md)"))
-
-
-def _head_lines(run: RunRecord) -> list[str]:
-    """The lines of the run's panel: loop, task, trigger, times, outcome, branch, landing,
-    and its retry, park and rules when it has them."""
-    merged = max(run.trigger.merged_count, len(run.trigger.merged))
-    head = [
-        f"loop: {run.loop}",
-        f"task: {run.task.strip()}",
-        f"trigger: {run.trigger.kind} {run.trigger.reason}".rstrip()
-        + (f" ({merged} merged)" if merged else ""),
-        f"started: {run.started}   finished: {run.finished or '-'}",
-        f"outcome: {run.outcome or run.phase}   {run.reason}",
-        f"branch: {run.branch or '-'}   tokens: {run.tokens}"
-        + (f"   cost: ${run.cost_usd:.4f}" if run.cost_usd else ""),
-        f"landing: {landing_state(run).line()}",
-    ]
-    if run.retry_not_run:
-        head.append(f"its retry could not run: {run.retry_not_run}")
-    if run.phase == "waiting" and run.resume_at and run.park:
-        head.append(
-            f"parked on the usage limit of agent profile {run.park.profile!r} until "
-            f"{run.resume_at}: {run.park.message[-200:]}"
-        )
-    if run.waited:
-        head.append(f"parked {run.waited}s in all on usage limits")
-    if run.rules_fired:
-        head.append("rules fired: " + ", ".join(run.rules_fired))
-    return head
 
 
 def _show_diff(store: Any, run: Any, only: int | None) -> int:

@@ -17,6 +17,7 @@ from daemon.git.userrepo import LedgerWriter, UserRepo
 from daemon.landing.refbatch import RepoRefs, net_lines, read_refs
 from daemon.people.landstate import landing_state
 from daemon.people.since import run_ids_since
+from daemon.plain.landing import may_have_landed
 from daemon.runs.journal import RunJournal
 from daemon.state.eventtypes import Event
 from daemon.state.ledger import ledger_of
@@ -56,14 +57,6 @@ def delete_if_empty(journal: RunJournal) -> bool:
         run.branch_gone(run.branch)
         journal.save()
     return deleted
-
-
-def _may_have_landed(run: RunRecord, live: set[str]) -> bool:
-    """Whether the run could be one whose branch a person merged: ended, not landed, with a
-    branch of its own and a target."""
-    if run.landed or run.outcome is None or not run.target or not run.branch:
-        return False
-    return run.isolation != "in-place" and run.id not in live
 
 
 def _merged_commit(run: RunRecord, refs: RepoRefs | None) -> str:
@@ -107,7 +100,7 @@ class HandMerges:
 
     def merged(self, run: RunRecord) -> str:
         """The target's commit when `run` may have landed and its target contains its branch."""
-        if not _may_have_landed(run, self.live):
+        if not may_have_landed(run, self.live):
             return ""
         return _merged_commit(run, self.refs(run.repo))
 

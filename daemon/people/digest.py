@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from daemon.people.terminal import checks_word as checks_word  # its readers import it here
 from daemon.redact import redact
 from daemon.state.records import AttemptRecord, DiffStat, FileChange, RunRecord
 from daemon.state.store import StateStore
@@ -150,10 +151,6 @@ def last_checks_failure(store: StateStore, run: RunRecord) -> ChecksFailure | No
 def best_score(attempts: list[AttemptRecord]) -> int | None:
     scores = [a.score for a in attempts if a.score is not None]
     return max(scores) if scores else None
-
-
-def checks_word(value: bool | None) -> str:
-    return {True: "passed", False: "failed", None: "not run"}[value]
 
 
 def one_line(text: str, limit: int = 160) -> str:

@@ -10,7 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from daemon.state.records import RunRecord, is_experiment
+from daemon.plain.landing import landing_fields, landing_line
+from daemon.state.records import RunRecord
 
 State = Literal["landed", "blocked", "review", "none"]
 
@@ -25,37 +26,9 @@ class LandingState(BaseModel):
 
     def line(self) -> str:
         """One line for a terminal or a Markdown file."""
-        if self.state == "landed":
-            return f"landed {self.why} ({self.how})".replace("  ", " ")
-        text = {"landed": "landed", "blocked": "not landed", "review": "not landed"}.get(
-            self.state, "nothing to land"
-        )
-        if self.how:
-            text += f" ({self.how})"
-        if self.why:
-            text += f": {self.why}"
-        return text + (f"; run `{self.run}`" if self.run else "")
+        return landing_line(self.model_dump())
 
 
 def landing_state(run: RunRecord) -> LandingState:
     """The landing state the run's record holds."""
-    if run.landed:
-        where = f" on {run.target}" if run.target else ""
-        if (run.landed_how or run.land) == "push":
-            where = f" as branch {run.branch or run.branch_deleted} pushed for {run.target}"
-        at = f" at {run.landed_as[:12]}" if run.landed_as else ""
-        return LandingState(
-            state="landed", how=run.landed_how or run.land, why=f"{where}{at}".strip()
-        )
-    if run.outcome != "succeeded" or is_experiment(run):
-        why = "the run did not succeed" if run.outcome else "the run has not ended"
-        return LandingState(state="none", why=why if run.outcome != "succeeded" else "")
-    if run.isolation == "in-place" or not run.branch:
-        return LandingState(state="none", why="the run left no branch")
-    take = f"loopd land {run.id}"
-    if run.landing:
-        return LandingState(state="blocked", how=run.land, why=run.landing, run=take)
-    if run.land in ("", "branch"):
-        why = 'the loop has land = "branch": review the branch'
-        return LandingState(state="review", how="branch", why=why, run=take)
-    return LandingState(state="review", how=run.land, why="not tried yet", run=take)
+    return LandingState(**landing_fields(run))

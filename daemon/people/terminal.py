@@ -35,3 +35,8 @@ def markup(text: str) -> str:
     from rich.markup import escape
 
     return escape(clean(text))
+
+
+def checks_word(value: bool | None) -> str:
+    """An attempt's checks in a word: passed, failed, not run."""
+    return {True: "passed", False: "failed", None: "not run"}[value]

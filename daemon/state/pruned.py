@@ -11,17 +11,15 @@ folded again: readers take the last line of a run.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from daemon.state.atomic import open_private
+from daemon.state.prunedindex import PRUNED_INDEX as PRUNED_INDEX  # its readers import it here
+from daemon.state.prunedindex import index_path, lines_backwards, pruned_line
 from daemon.state.records import RunRecord
-
-PRUNED_INDEX = "pruned-runs.jsonl"
-TAIL_CHUNK = 1 << 16
 
 
 class PrunedRun(BaseModel):
@@ -73,13 +71,7 @@ class PrunedRun(BaseModel):
 
     def line(self) -> str:
         """What `loopd show` says of it."""
-        when = self.pruned.strftime("%Y-%m-%d")
-        kept = f" after {self.retain_days} days" if self.retain_days else ""
-        return f"pruned on {when}{kept} (retain_days): its folder and files are gone"
-
-
-def index_path(root: Path) -> Path:
-    return root / PRUNED_INDEX
+        return pruned_line(self.pruned, self.retain_days)
 
 
 def append_pruned(root: Path, entry: PrunedRun) -> None:
@@ -97,34 +89,11 @@ def _parse(raw: bytes) -> PrunedRun | None:
         return None  # a line cut by a crash: its folder is still there, folded again
 
 
-def _lines_backwards(path: Path) -> Iterator[bytes]:
-    """The file's lines, last first, read in chunks from its end."""
-    try:
-        fh = path.open("rb")
-    except FileNotFoundError:
-        return
-    with fh:
-        end = fh.seek(0, os.SEEK_END)
-        rest = b""
-        while end > 0:
-            start = max(0, end - TAIL_CHUNK)
-            fh.seek(start)
-            chunk = fh.read(end - start) + rest
-            end = start
-            lines = chunk.split(b"\n")
-            rest = lines.pop(0) if end > 0 else b""
-            for raw in reversed(lines):
-                if raw.strip():
-                    yield raw
-        if rest.strip():
-            yield rest
-
-
 def newest_pruned(root: Path, loop: str | None = None, limit: int = 50) -> list[PrunedRun]:
     """Up to `limit` pruned runs (of `loop`), newest pruned first, each run once."""
     seen: set[str] = set()
     out: list[PrunedRun] = []
-    for raw in _lines_backwards(index_path(root)):
+    for raw in lines_backwards(index_path(root)):
         if len(out) >= limit:
             break
         entry = _parse(raw)
@@ -138,7 +107,7 @@ def newest_pruned(root: Path, loop: str | None = None, limit: int = 50) -> list[
 def find_pruned(root: Path, run_id: str) -> PrunedRun | None:
     """The line of `run_id`, when it was pruned (the last, when folded twice)."""
     needle = run_id.encode()
-    for raw in _lines_backwards(index_path(root)):
+    for raw in lines_backwards(index_path(root)):
         if needle in raw:
             entry = _parse(raw)
             if entry is not None and entry.run == run_id:

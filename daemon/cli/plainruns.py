@@ -1,0 +1,211 @@
+"""`loopd runs` and `loopd show RUN_ID` by the plain path (daemon/plain/): the home's run
+records read as plain TOML, printed by the views the full path prints with (cli/runlines.py),
+so the output is the same, byte for byte, without importing the models.
+
+Each answers None (the full path answers) where it cannot be sure: another engine, a record
+or queue the models may read otherwise or report (plain/runfile.Unsure), an unknown loop or
+run (the full path says so), `show --diff`, a run whose branch a person merged by hand (the
+full path records it landed before it shows it), the agent's evidence lines or an attempt's
+violations in `show` (their text is the models').
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from daemon.cli.jsonout import json_text
+from daemon.cli.runlines import (
+    pruned_panel,
+    pruned_row,
+    pruned_summary,
+    queued_row,
+    queued_summary,
+    run_parts,
+    run_row,
+    run_summary,
+    runs_table,
+)
+from daemon.git.safe import Git, GitError
+from daemon.homepath import HomeNotFound, home_path
+from daemon.plain.home import reads_own_state
+from daemon.plain.landing import may_have_landed
+from daemon.plain.runfile import (
+    Unsure,
+    View,
+    find_pruned,
+    jsonable,
+    live_runs,
+    newest_pruned,
+    pending_runs,
+    read_run,
+    run_ids,
+)
+from daemon.regularfile import STATE_MAX, read_regular
+
+HEADS = "refs/heads/"
+
+
+def runs(args: argparse.Namespace) -> int | None:
+    """`loopd runs [LOOP] [--limit N] [--json]`, or None."""
+    root = _own_home(args)
+    if root is None:
+        return None
+    try:
+        text = _runs_text(root, args)
+    except Unsure:
+        return None
+    return _printed(text)
+
+
+def show(args: argparse.Namespace) -> int | None:
+    """`loopd show RUN_ID [--json]`, or None (`--diff` takes the full path)."""
+    if args.diff or args.attempt is not None:
+        return None
+    root = _own_home(args)
+    if root is None:
+        return None
+    try:
+        text = _show_text(root / "state", args.run_id, args.json)
+    except Unsure:
+        return None
+    return _printed(text)
+
+
+def _own_home(args: argparse.Namespace) -> Path | None:
+    """The home, when the commands read its own `state/` (else the engine answers)."""
+    try:
+        root = home_path(getattr(args, "home", None))
+    except HomeNotFound:
+        return None  # the full path says so
+    return root if reads_own_state(root) else None
+
+
+def _printed(text: str | None) -> int | None:
+    if text is None:
+        return None
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return 0
+
+
+def _runs_text(root: Path, args: argparse.Namespace) -> str | None:
+    """What cli/show.runs prints, or None."""
+    state, loop, limit = root / "state", args.loop, args.limit
+    runs_dir = state / "runs"
+    if loop and not (root / "loops" / f"{loop}.toml").exists():
+        if not run_ids(runs_dir, loop) and not newest_pruned(state, loop, 1):
+            return None  # an unknown loop: the full path's error
+    queued = [View(p) for p in pending_runs(state) if loop in (None, p["loop"])]
+    queued = [p for p in queued if not (runs_dir / p.id / "run.toml").exists()]
+    parked = []
+    for run_id in live_runs(state):
+        record = read_run(runs_dir / run_id)
+        if record is not None and record["phase"] == "waiting" and loop in (None, record["loop"]):
+            parked.append(View(record))
+    shown = {r.id for r in parked}
+    records = []
+    for run_id in reversed(run_ids(runs_dir, loop)):
+        record = read_run(runs_dir / run_id)
+        if record is None:
+            continue  # a folder whose record is not written yet
+        if record["id"] not in shown:
+            records.append(View(record))
+        if len(records) >= limit:
+            break
+    if _hand_merged(state, records):
+        return None
+    # Then what retain_days folded away, newest first: older than every run still kept.
+    listed = {r.id for r in records}
+    pruned = [
+        View(p) for p in newest_pruned(state, loop, max(limit - len(records), 0))
+        if p["run"] not in listed
+    ]  # fmt: skip
+    if args.json:
+        return json_text(
+            [queued_summary(p) for p in queued]
+            + [run_summary(r) for r in [*parked, *records]]
+            + [pruned_summary(p) for p in pruned]
+        )
+    rows = [queued_row(p) for p in queued] + [run_row(r) for r in [*parked, *records]]
+    rows += [pruned_row(p) for p in pruned]
+    return _rendered(lambda width: [(runs_table(f"runs in {root}", rows, width), {})])
+
+
+def _show_text(state: Path, run_id: str, as_json: bool) -> str | None:
+    """What cli/show.show prints, or None."""
+    run_dir = state / "runs" / run_id
+    if not (run_dir / "run.toml").exists():
+        pruned = find_pruned(state, run_id)
+        if pruned is None:
+            return None  # an unknown run: the full path's error
+        if as_json:
+            return json_text({**jsonable(pruned), "phase": "pruned"})
+        return _rendered(lambda _: [(pruned_panel(View(pruned)), {})])
+    record = read_run(run_dir)
+    if record is None:
+        return None
+    run = View(record)
+    if _hand_merged(state, [run]):
+        return None
+    if as_json:
+        return json_text({"run": run.id, **jsonable(record)})
+    if any(a.violations for a in run.attempts) or os.path.lexists(run_dir / "evidence.jsonl"):
+        return None  # their lines are the models' text
+    try:  # as state/agentrecords.read_decisions
+        decisions = read_regular(run_dir / "decisions.md", cap=STATE_MAX).decode("utf-8", "replace")
+    except OSError:
+        decisions = ""
+    return _rendered(lambda _: run_parts(run, [], decisions))
+
+
+def _rendered(parts: Any) -> str:
+    """What the console prints of `parts(width)` (each a renderable and its print options),
+    as one string: the terminal's width and colours, as the full path's console()."""
+    from rich.console import Console
+
+    out = Console()
+    with out.capture() as capture:
+        for part, options in parts(out.width):
+            out.print(part, **options)
+    return capture.get()
+
+
+def _hand_merged(state: Path, runs: list[View]) -> bool:
+    """Whether a person merged the branch of one of `runs` into its target by hand (as
+    landing/branches.HandMerges tells it): the full path records it landed, then shows it."""
+    live = set(live_runs(state))
+    tips: dict[str, dict[str, str]] = {}
+    for run in runs:
+        if run.outcome != "succeeded" or not may_have_landed(run, live):
+            continue
+        if run.repo not in tips:
+            tips[run.repo] = _branch_tips(run.repo)
+        tip = tips[run.repo].get(HEADS + run.branch, "")
+        target = tips[run.repo].get(HEADS + run.target, "")
+        if not tip or not target or tip == run.base_commit:
+            continue  # a branch that holds nothing of the run's is not its work landed
+        merged = _git(run.repo, f"--merged={target}", "--format=%(refname)", HEADS)
+        if HEADS + run.branch in merged.splitlines():
+            return True
+    return False
+
+
+def _branch_tips(repo: str) -> dict[str, str]:
+    """The repository's branches and the commits they name (landing/refbatch.read_refs)."""
+    out = _git(repo, "--format=%(objectname) %(refname)", HEADS)
+    tips = {}
+    for line in out.splitlines():
+        tip, _, ref = line.partition(" ")
+        tips[ref] = tip
+    return tips
+
+
+def _git(repo: str, *args: str) -> str:
+    try:
+        return Git(Path(repo), plain=True).out("for-each-ref", *args)
+    except (GitError, OSError):
+        raise Unsure(f"git in {repo}") from None  # the full path says nothing was merged

@@ -1,0 +1,267 @@
+"""The fields of the models of a run's `run.toml`, the queue and a pruned run's line, for
+reading them as plain TOML and JSON (plain/runfile.py).
+
+Each table below names a model's fields in the model's order, with their kind and default
+(tests/test_plain_runs.py compares them with the models, so they cannot drift).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+REQUIRED = "<required>"  # a field without a default: a file without it does not validate
+
+Spec = dict[str, tuple[Any, Any]]  # field -> (kind, default), in the model's order
+
+TRIGGER_KINDS = ("schedule", "push", "change", "manual", "catch-up", "retry", "experiment")
+OUTCOMES = ("succeeded", "escalated", "refused", "interrupted", "cancelled", "error", "skipped")
+PHASES = (
+    "idle",
+    "queued",
+    "preparing",
+    "running",
+    "judging",
+    "learning",
+    "paused",
+    "waiting",
+    "landing",
+    "not-loaded",
+)
+CAUSES = (
+    "checks-failed",
+    "critic-rejected",
+    "protect-violation",
+    "ref-violation",
+    "repo-violation",
+    "git-violation",
+    "timeouts",
+    "stalled",
+    "token-cap",
+    "verifier-unavailable",
+    "agent-failed",
+    "setup-failed",
+    "git-failed",
+    "refused",
+    "rule-escalate",
+    "cancelled",
+    "interrupted",
+    "interrupted-retry",
+    "quota-wait-exceeded",
+    "loopd-error",
+    "passed",
+    "sandbox-unavailable",
+    "already-done",
+    "landing-blocked",
+    "landing-checks-failed",
+    "too-large",
+    "resource-limit",
+    "check-changed-tree",
+    "checks-weakened",
+)
+VIOLATION_KINDS = (
+    "protected",
+    "ref_moved",
+    "repo_config",
+    "repo_hook",
+    "repo_info",
+    "detached_head",
+    "git_dir",
+    "check_changed_tree",
+    "checks_weakened",
+    "too_large",
+)
+ISOLATIONS = ("clone", "worktree", "in-place")
+
+
+def opt(kind: Any) -> tuple[str, Any]:
+    """The kind `kind | None`."""
+    return ("opt", kind)
+
+
+def many(kind: Any) -> tuple[str, Any]:
+    """The kind `list[kind]`."""
+    return ("list", kind)
+
+
+TRIGGER: Spec = {  # state/records.Trigger
+    "loop": ("str", REQUIRED),
+    "kind": (TRIGGER_KINDS, "manual"),
+    "reason": ("str", ""),
+    "ref": ("str", ""),
+    "old": ("str", ""),
+    "new": ("str", ""),
+    "ts": ("datetime", REQUIRED),
+    "paths": (many("str"), []),
+    "note": ("str", ""),
+    "retry_of": ("str", ""),
+    "id": ("str", ""),
+    "force": ("bool", False),
+    "remote": ("str", ""),
+}
+RUN_TRIGGER: Spec = {  # state/records.RunTrigger
+    "kind": (TRIGGER_KINDS, REQUIRED),
+    "reason": ("str", ""),
+    "ref": ("str", ""),
+    "old": ("str", ""),
+    "new": ("str", ""),
+    "ts": (opt("datetime"), None),
+    "note": ("str", ""),
+    "retry_of": ("str", ""),
+    "paths": (many("str"), []),
+    "inbox": (many("str"), []),
+    "merged": (many("table"), []),
+    "merged_count": ("int", 0),
+    "force": ("bool", False),
+    "remote": ("str", ""),
+}
+STALL: Spec = {"kind": ("str", REQUIRED), "at": ("datetime", REQUIRED), "detail": ("str", "")}
+VIOLATION: Spec = {
+    "kind": (VIOLATION_KINDS, REQUIRED),
+    "target": ("str", REQUIRED),
+    "detail": ("str", ""),
+}
+TEST_COUNTS: Spec = {
+    "runner": ("str", ""),
+    "ran": ("int", 0),
+    "passed": ("int", 0),
+    "failed": ("int", 0),
+    "skipped": ("int", 0),
+    "deselected": ("int", 0),
+}
+ATTEMPT: Spec = {  # state/records.AttemptRecord
+    "n": ("int", REQUIRED),
+    "started": ("datetime", REQUIRED),
+    "finished": (opt("datetime"), None),
+    "exit_code": (opt("int"), None),
+    "nudges": ("int", 0),
+    "stalls": (many(STALL), []),
+    "checks_passed": (opt("bool"), None),
+    "checks_missing": (many("str"), []),
+    "score": (opt("int"), None),
+    "verdict": ("str", ""),
+    "feedback": ("str", ""),
+    "judged": ("bool", False),
+    "violations": (many(VIOLATION), []),
+    "tokens": ("int", 0),
+    "input_tokens": ("int", 0),
+    "output_tokens": ("int", 0),
+    "cost_usd": ("float", 0.0),
+    "timed_out": ("bool", False),
+    "summary": ("str", ""),
+    "session_id": ("str", ""),
+    "base_commit": ("str", ""),
+    "head_commit": ("str", ""),
+    "interrupted": ("bool", False),
+    "limit_hit": ("str", ""),
+    "rules": (many("str"), []),
+    "rules_followed": (many("str"), []),
+    "rules_irrelevant": (many("str"), []),
+    "attributed": ("bool", False),
+}
+EXPERIMENT: Spec = {"id": ("str", REQUIRED), "arm": ("str", REQUIRED), "without": (many("str"), [])}
+SEEDED: Spec = {
+    "path": ("str", REQUIRED),
+    "sha256": ("str", REQUIRED),
+    "copy_back": ("bool", False),
+}
+EXPOSURE: Spec = {
+    "git_writable": (many("str"), []),
+    "git_readable": (many("str"), []),
+    "read_only": (many("str"), []),
+    "agent_home": ("str", ""),
+    "real_home": ("str", ""),
+    "seeded": (many(SEEDED), []),
+}
+PARK: Spec = {
+    "profile": ("str", REQUIRED),
+    "attempt": ("int", REQUIRED),
+    "started": ("datetime", REQUIRED),
+    "since": ("datetime", REQUIRED),
+    "count": ("int", 1),
+    "message": ("str", ""),
+    "reset_named": ("bool", False),
+    "session_id": ("str", ""),
+    "used_seconds": ("float", 0.0),
+    "asked_whole": ("bool", False),
+    "notified": ("bool", False),
+}
+RUN: Spec = {  # state/records.RunRecord
+    "id": ("str", REQUIRED),
+    "loop": ("str", REQUIRED),
+    "task": ("str", REQUIRED),
+    "trigger": (RUN_TRIGGER, REQUIRED),
+    "started": ("datetime", REQUIRED),
+    "finished": (opt("datetime"), None),
+    "outcome": (opt(OUTCOMES), None),
+    "reason": ("str", ""),
+    "cause": (opt(CAUSES), None),
+    "branch": ("str", ""),
+    "branch_deleted": ("str", ""),
+    "tokens": ("int", 0),
+    "input_tokens": ("int", 0),
+    "output_tokens": ("int", 0),
+    "cost_usd": ("float", 0.0),
+    "rules_fired": (many("str"), []),
+    "attempts": (many(ATTEMPT), []),
+    "phase": (PHASES, "preparing"),
+    "isolation": (ISOLATIONS, "worktree"),
+    "repo": ("str", ""),
+    "worktree": ("str", ""),
+    "base_commit": ("str", ""),
+    "own_git_dir": ("str", ""),
+    "repo_git_dir": ("str", ""),
+    "agent_git_dir": ("str", ""),
+    "sandbox": ("str", ""),
+    "refs_before": ("strings", {}),
+    "refs_at": (opt("datetime"), None),
+    "pid": ("int", 0),
+    "agent_pids": (many("int"), []),
+    "judging_since": (opt("datetime"), None),
+    "exposure": (opt(EXPOSURE), None),
+    "resume_at": (opt("datetime"), None),
+    "waited": ("int", 0),
+    "park": (opt(PARK), None),
+    "finish_done": (many("str"), []),
+    "experiment": (opt(EXPERIMENT), None),
+    "land": ("str", ""),
+    "target": ("str", ""),
+    "target_commit": ("str", ""),
+    "built_on": (many("str"), []),
+    "landed": ("bool", False),
+    "landed_as": ("str", ""),
+    "landed_how": ("str", ""),
+    "landing": ("str", ""),
+    "base_tests": (many(TEST_COUNTS), []),
+    "verified_tree": ("str", ""),
+    "push_pid": ("int", 0),
+    "escalation": ("str", ""),
+    "retry_not_run": ("str", ""),
+}
+PENDING: Spec = {  # state/queuefile.PendingRun
+    "id": ("str", REQUIRED),
+    "loop": ("str", REQUIRED),
+    "trigger": (TRIGGER, REQUIRED),
+    "queued_at": ("datetime", REQUIRED),
+    "merged": (many(TRIGGER), []),
+    "merged_count": ("int", 0),
+}
+QUEUE: Spec = {"pending": (many(PENDING), []), "taken": (many("str"), [])}  # QueueFile
+PRUNED: Spec = {  # state/pruned.PrunedRun
+    "run": ("str", REQUIRED),
+    "loop": ("str", REQUIRED),
+    "task": ("str", ""),
+    "trigger": ("str", ""),
+    "trigger_reason": ("str", ""),
+    "started": (opt("datetime"), None),
+    "finished": (opt("datetime"), None),
+    "outcome": (opt("str"), None),
+    "reason": ("str", ""),
+    "attempts": ("int", 0),
+    "tokens": ("int", 0),
+    "branch": ("str", ""),
+    "branch_deleted": ("bool", False),
+    "landed": ("str", ""),
+    "landed_as": ("str", ""),
+    "pruned": ("datetime", REQUIRED),
+    "retain_days": ("int", 0),
+}
