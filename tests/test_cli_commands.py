@@ -111,6 +111,7 @@ def test_a_command_loads_its_own_module_alone(tmp_path: Path) -> None:
         "invoke",
         "common",
         "runview",
+        "runlines",
         "statusview",
         "engine_views",
         "jsonout",
