@@ -13,7 +13,8 @@ import pytest
 
 from daemon.people.landstate import LandingState
 from daemon.plain import runspecs
-from daemon.plain.runfile import Unsure, checked
+from daemon.plain.records import Unsure
+from daemon.plain.runfile import checked
 from daemon.state import records
 from daemon.state.pruned import PrunedRun, append_pruned
 from daemon.state.queuefile import PendingRun, QueueFile

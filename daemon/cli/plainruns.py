@@ -3,7 +3,7 @@ records read as plain TOML, printed by the views the full path prints with (cli/
 so the output is the same, byte for byte, without importing the models.
 
 Each answers None (the full path answers) where it cannot be sure: another engine, a record
-or queue the models may read otherwise or report (plain/runfile.Unsure), an unknown loop or
+or queue the models may read otherwise or report (plain/records.Unsure), an unknown loop or
 run (the full path says so), `show --diff`, a run whose branch a person merged by hand (the
 full path records it landed before it shows it), the agent's evidence lines or an attempt's
 violations in `show` (their text is the models').
@@ -33,8 +33,8 @@ from daemon.git.safe import Git, GitError
 from daemon.homepath import HomeNotFound, home_path
 from daemon.plain.home import reads_own_state
 from daemon.plain.landing import may_have_landed
+from daemon.plain.records import Unsure
 from daemon.plain.runfile import (
-    Unsure,
     View,
     find_pruned,
     jsonable,

@@ -11,22 +11,16 @@ report it, so the command takes its full path.
 from __future__ import annotations
 
 import json
-import os
-import tomllib
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from daemon.plain.records import Unsure, json_time, listing, read_file
 from daemon.plain.runspecs import PRUNED, QUEUE, REQUIRED, RUN, Spec
-from daemon.regularfile import STATE_MAX, read_regular
 from daemon.state.prunedindex import index_path, lines_backwards
 
 MERGED_KEPT = 20  # state/queuefile.MERGED_KEPT: the merged triggers a queued run keeps
-
-
-class Unsure(Exception):
-    """The plain reading cannot be sure it reads what the models would."""
 
 
 class View:
@@ -109,12 +103,9 @@ def _datetime(value: Any, from_json: bool, name: str) -> datetime:
 def read_table(path: Path) -> dict[str, Any] | None:
     """A state file's TOML, read as the store reads it; None when it does not exist."""
     try:
-        raw = read_regular(path, cap=STATE_MAX)
-        return tomllib.loads(raw.decode("utf-8"))
+        return read_file(path)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:  # not regular, not UTF-8, not TOML: reported there
-        raise Unsure(f"{path}: {exc}") from None
 
 
 def read_run(run_dir: Path) -> dict[str, Any] | None:
@@ -125,11 +116,7 @@ def read_run(run_dir: Path) -> dict[str, Any] | None:
 
 def run_ids(runs_dir: Path, loop: str | None = None) -> list[str]:
     """Run ids, oldest first, as StateStore.run_ids lists them."""
-    try:
-        names = os.listdir(runs_dir)
-    except FileNotFoundError:
-        return []
-    ids = sorted(n for n in names if not n.startswith("."))
+    ids = listing(runs_dir)
     if loop is not None:
         ids = [i for i in ids if i[17:].rsplit("-", 1)[0] == loop]
     return ids
@@ -137,10 +124,7 @@ def run_ids(runs_dir: Path, loop: str | None = None) -> list[str]:
 
 def live_runs(state_dir: Path) -> list[str]:
     """The runs with a live marker, as StateStore.live_runs lists them."""
-    try:
-        return sorted(n for n in os.listdir(state_dir / "live") if not n.startswith("."))
-    except FileNotFoundError:
-        return []
+    return listing(state_dir / "live")
 
 
 def pending_runs(state_dir: Path) -> list[dict[str, Any]]:
@@ -200,8 +184,7 @@ def jsonable(value: Any) -> Any:
     """What pydantic's `model_dump(mode="json")` makes of a checked table: times as ISO 8601,
     UTC ones ending in Z."""
     if isinstance(value, datetime):
-        text = value.isoformat()
-        return text[:-6] + "Z" if text.endswith("+00:00") else text
+        return json_time(value)
     if isinstance(value, dict):
         return {k: jsonable(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -9,24 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from daemon.plain.records import OUTCOMES, PHASES
+
 REQUIRED = "<required>"  # a field without a default: a file without it does not validate
 
 Spec = dict[str, tuple[Any, Any]]  # field -> (kind, default), in the model's order
 
 TRIGGER_KINDS = ("schedule", "push", "change", "manual", "catch-up", "retry", "experiment")
-OUTCOMES = ("succeeded", "escalated", "refused", "interrupted", "cancelled", "error", "skipped")
-PHASES = (
-    "idle",
-    "queued",
-    "preparing",
-    "running",
-    "judging",
-    "learning",
-    "paused",
-    "waiting",
-    "landing",
-    "not-loaded",
-)
 CAUSES = (
     "checks-failed",
     "critic-rejected",
