@@ -29,7 +29,6 @@ from daemon.cli.runlines import (
     run_summary,
     runs_table,
 )
-from daemon.git.safe import Git, GitError
 from daemon.homepath import HomeNotFound, home_path
 from daemon.plain.home import reads_own_state
 from daemon.plain.landing import may_have_landed
@@ -45,8 +44,6 @@ from daemon.plain.runfile import (
     run_ids,
 )
 from daemon.regularfile import STATE_MAX, read_regular
-
-HEADS = "refs/heads/"
 
 
 def runs(args: argparse.Namespace) -> int | None:
@@ -175,37 +172,13 @@ def _rendered(parts: Any) -> str:
 
 
 def _hand_merged(state: Path, runs: list[View]) -> bool:
-    """Whether a person merged the branch of one of `runs` into its target by hand (as
-    landing/branches.HandMerges tells it): the full path records it landed, then shows it."""
+    """Whether a person merged the branch of one of `runs` into its target by hand: the full
+    path records it landed, then shows it. Git is asked only of runs that may have landed."""
     live = set(live_runs(state))
-    tips: dict[str, dict[str, str]] = {}
-    for run in runs:
-        if run.outcome != "succeeded" or not may_have_landed(run, live):
-            continue
-        if run.repo not in tips:
-            tips[run.repo] = _branch_tips(run.repo)
-        tip = tips[run.repo].get(HEADS + run.branch, "")
-        target = tips[run.repo].get(HEADS + run.target, "")
-        if not tip or not target or tip == run.base_commit:
-            continue  # a branch that holds nothing of the run's is not its work landed
-        merged = _git(run.repo, f"--merged={target}", "--format=%(refname)", HEADS)
-        if HEADS + run.branch in merged.splitlines():
-            return True
-    return False
+    maybe = [r for r in runs if r.outcome == "succeeded" and may_have_landed(r, live)]
+    if not maybe:
+        return False
+    # Git's module (subprocess, threads) costs more than a listing without one.
+    from daemon.cli.plainmerge import hand_merged
 
-
-def _branch_tips(repo: str) -> dict[str, str]:
-    """The repository's branches and the commits they name (landing/refbatch.read_refs)."""
-    out = _git(repo, "--format=%(objectname) %(refname)", HEADS)
-    tips = {}
-    for line in out.splitlines():
-        tip, _, ref = line.partition(" ")
-        tips[ref] = tip
-    return tips
-
-
-def _git(repo: str, *args: str) -> str:
-    try:
-        return Git(Path(repo), plain=True).out("for-each-ref", *args)
-    except (GitError, OSError):
-        raise Unsure(f"git in {repo}") from None  # the full path says nothing was merged
+    return hand_merged(maybe)
