@@ -150,10 +150,11 @@ def _show_text(state: Path, run_id: str, as_json: bool) -> str | None:
         return None
     if as_json:
         return json_text({"run": run.id, **jsonable(record)})
-    if any(a.violations for a in run.attempts) or os.path.lexists(run_dir / "evidence.jsonl"):
+    records = state / "runs" / run.id  # the record's own folder, as the full path reads it
+    if any(a.violations for a in run.attempts) or os.path.lexists(records / "evidence.jsonl"):
         return None  # their lines are the models' text
     try:  # as state/agentrecords.read_decisions
-        decisions = read_regular(run_dir / "decisions.md", cap=STATE_MAX).decode("utf-8", "replace")
+        decisions = read_regular(records / "decisions.md", cap=STATE_MAX).decode("utf-8", "replace")
     except OSError:
         decisions = ""
     return _rendered(lambda _: run_parts(run, [], decisions))
