@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
@@ -10,6 +11,7 @@ from daemon.cli.common import CommandError, console
 from daemon.cli.jsonout import print_json
 from daemon.cli.runlines import runs_table
 from daemon.cli.runview import exit_code, print_outcome
+from daemon.cli.textout import Terminal
 
 
 def show_status(control: Any, args: argparse.Namespace) -> int:
@@ -120,8 +122,9 @@ def show_runs(control: Any, args: argparse.Namespace) -> int:
         )
         for r in rows
     ]
-    out = console()
-    out.print(runs_table(f"runs on the engine ({control.engine.address})", shown, out.width))
+    sys.stdout.write(
+        runs_table(f"runs on the engine ({control.engine.address})", shown, Terminal.of())
+    )
     return 0
 
 

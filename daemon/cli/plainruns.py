@@ -15,7 +15,6 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from daemon.cli.jsonout import json_text
 from daemon.cli.runlines import (
@@ -24,11 +23,12 @@ from daemon.cli.runlines import (
     pruned_summary,
     queued_row,
     queued_summary,
-    run_parts,
     run_row,
     run_summary,
+    run_text,
     runs_table,
 )
+from daemon.cli.textout import Terminal
 from daemon.homepath import HomeNotFound, home_path
 from daemon.plain.home import reads_own_state
 from daemon.plain.landing import may_have_landed
@@ -129,7 +129,7 @@ def _runs_text(root: Path, args: argparse.Namespace) -> str | None:
         )
     rows = [queued_row(p) for p in queued] + [run_row(r) for r in [*parked, *records]]
     rows += [pruned_row(p) for p in pruned]
-    return _rendered(lambda width: [(runs_table(f"runs in {root}", rows, width), {})])
+    return runs_table(f"runs in {root}", rows, Terminal.of())
 
 
 def _show_text(state: Path, run_id: str, as_json: bool) -> str | None:
@@ -141,7 +141,7 @@ def _show_text(state: Path, run_id: str, as_json: bool) -> str | None:
             return None  # an unknown run: the full path's error
         if as_json:
             return json_text({**jsonable(pruned), "phase": "pruned"})
-        return _rendered(lambda _: [(pruned_panel(View(pruned)), {})])
+        return pruned_panel(View(pruned), Terminal.of())
     record = read_run(run_dir)
     if record is None:
         return None
@@ -157,19 +157,7 @@ def _show_text(state: Path, run_id: str, as_json: bool) -> str | None:
         decisions = read_regular(records / "decisions.md", cap=STATE_MAX).decode("utf-8", "replace")
     except OSError:
         decisions = ""
-    return _rendered(lambda _: run_parts(run, [], decisions))
-
-
-def _rendered(parts: Any) -> str:
-    """What the console prints of `parts(width)` (each a renderable and its print options),
-    as one string: the terminal's width and colours, as the full path's console()."""
-    from rich.console import Console
-
-    out = Console()
-    with out.capture() as capture:
-        for part, options in parts(out.width):
-            out.print(part, **options)
-    return capture.get()
+    return run_text(run, [], decisions, Terminal.of())
 
 
 def _hand_merged(state: Path, runs: list[View]) -> bool:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from daemon.cli.textout import Column, Terminal, listing, panel, table, wrap
 from daemon.people.terminal import checks_word, clean
-from daemon.people.terminal import markup as m
 from daemon.plain.landing import landing_fields, landing_line
 from daemon.state.prunedindex import pruned_line
 
@@ -18,33 +18,18 @@ REASON_COLUMN = 40  # narrower than this, a reason goes on its own line under it
 RUN_HEADINGS = ("run", "trigger", "outcome", "att", "score")
 
 
-def runs_table(title: str, rows: list[RunRow], width: int) -> Any:
-    """`loopd runs` (either engine) in `width` columns: RUN_IDs whole, reasons readable.
+def runs_table(title: str, rows: list[RunRow], terminal: Terminal) -> str:
+    """`loopd runs` (either engine) in the terminal's width: RUN_IDs whole, reasons readable.
 
     Where the reason column would be narrower than REASON_COLUMN (80 columns), each reason
     goes on its own line under its run, indented, instead of a word per line.
     """
-    from rich import box
-    from rich.console import Group
-    from rich.padding import Padding
-    from rich.table import Table
-    from rich.text import Text
-
+    rows = [tuple(clean(cell) for cell in row) for row in rows]  # type: ignore[misc]
     fixed = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(RUN_HEADINGS)]
-    if width - (sum(fixed) + 3 * len(fixed)) >= REASON_COLUMN:
-        table = Table(title=m(title), box=box.SIMPLE_HEAD, pad_edge=False)
-        # The RUN_ID is what a person copies: never wrapped or cut.
-        table.add_column("run", no_wrap=True, min_width=fixed[0])
-        table.add_column("trigger", no_wrap=True)
-        table.add_column("outcome", no_wrap=True)
-        table.add_column("att", justify="right")
-        table.add_column("score", justify="right")
-        table.add_column("reason", min_width=10)
-        for row in rows:
-            table.add_row(*row[:5], m(row[5]))
-        return table
+    if terminal.width - (sum(fixed) + 2 * len(fixed)) >= REASON_COLUMN:
+        headings = [*RUN_HEADINGS, "reason"]
+        return _text(listing(terminal, title, headings, [list(r) for r in rows], {3, 4}))
 
-    # Columns laid out by hand: a table cell cannot span the row the reason needs.
     def line(cells: tuple[str, ...]) -> str:
         out = [
             c.rjust(w) if i >= 3 else c.ljust(w)
@@ -52,16 +37,19 @@ def runs_table(title: str, rows: list[RunRow], width: int) -> Any:
         ]
         return "  ".join(out).rstrip()
 
-    parts: list[Any] = [Text(title, justify="center", style="italic")]
-    parts.append(Text(line(RUN_HEADINGS), style="bold", no_wrap=True, overflow="ignore"))
-    parts.append(Text("  reason", style="bold", no_wrap=True))
-    parts.append(Text("─" * min(width, len(line(RUN_HEADINGS))), no_wrap=True))
+    lines = terminal.title(title, terminal.width)
+    lines.append(terminal.paint(line(RUN_HEADINGS), "bold"))
+    lines.append(terminal.paint("  reason", "bold"))
+    lines.append("─" * min(terminal.width, len(line(RUN_HEADINGS))))
     for row in rows:
-        parts.append(Text(line(row[:5]), no_wrap=True, overflow="ignore"))
+        lines.append(line(row[:5]))
         if row[5]:
-            # Agent text may be in it: shown as written, never read as markup.
-            parts.append(Padding(Text(row[5], overflow="fold"), (0, 0, 0, 2)))
-    return Group(*parts)
+            lines += ["  " + more for more in wrap(row[5], max(terminal.width - 2, 1))]
+    return _text(lines)
+
+
+def _text(lines: list[str]) -> str:
+    return "".join(line + "\n" for line in lines)
 
 
 def landing_line_of(run: Any) -> str:
@@ -162,10 +150,8 @@ def pruned_summary(p: Any) -> dict[str, Any]:
     }
 
 
-def pruned_panel(p: Any) -> Any:
+def pruned_panel(p: Any, terminal: Terminal) -> str:
     """`loopd show` of a run retain_days folded away: what its line keeps."""
-    from rich.panel import Panel
-
     branch = p.branch or "-"
     if p.branch and p.branch_deleted:
         branch += " (deleted)"
@@ -179,7 +165,7 @@ def pruned_panel(p: Any) -> Any:
         f"attempts: {p.attempts}   branch: {branch}   tokens: {p.tokens}",
         f"landing: {f'landed ({p.landed})' if p.landed else 'not landed'}",
     ]
-    return Panel(m("\n".join(head)), title=m(p.run))
+    return _text(panel(terminal, clean(p.run), clean("\n".join(head))))
 
 
 def head_lines(run: Any) -> list[str]:
@@ -211,42 +197,36 @@ def head_lines(run: Any) -> list[str]:
     return head
 
 
-def run_parts(run: Any, evidence: list[Any], decisions: str) -> list[tuple[Any, dict[str, Any]]]:
-    """What `loopd show RUN_ID` prints, each with its `print` options: the run's panel, its
-    attempts, what the agent recorded (evidence lines, decisions.md), where to look next."""
-    from rich.panel import Panel
-    from rich.table import Table
-
-    parts: list[tuple[Any, dict[str, Any]]] = []
-    parts.append((Panel(m("\n".join(head_lines(run))), title=m(run.id)), {}))
-    table = Table(show_lines=True)
-    for col in ("#", "exit", "nudges", "stalls", "checks", "score", "verdict", "feedback"):
-        table.add_column(col)
-    for a in run.attempts:
-        table.add_row(
+def run_text(run: Any, evidence: list[Any], decisions: str, terminal: Terminal) -> str:
+    """What `loopd show RUN_ID` prints: the run's panel, its attempts, what the agent
+    recorded (evidence lines, decisions.md), where to look next."""
+    lines = panel(terminal, clean(run.id), clean("\n".join(head_lines(run))))
+    headings = ("#", "exit", "nudges", "stalls", "checks", "score", "verdict", "feedback")
+    rows = [
+        [
             str(a.n),
             "-" if a.exit_code is None else str(a.exit_code),
             str(a.nudges),
-            m(", ".join(s.kind for s in a.stalls) or "-"),
+            clean(", ".join(s.kind for s in a.stalls) or "-"),
             checks_word(a.checks_passed),
             "-" if a.score is None else str(a.score),
-            m(a.verdict + ("".join(f"\n! {v}" for v in a.violations))),
-            m(a.feedback),
-        )
-    parts.append((table, {}))
-    parts += [(panel, {}) for panel in _record_panels(evidence, decisions)]
+            clean(a.verdict + ("".join(f"\n! {v}" for v in a.violations))),
+            clean(a.feedback),
+        ]
+        for a in run.attempts
+    ]
+    columns = [Column(h, least=len(h)) for h in headings]
+    lines += table(terminal, "", columns, rows)
+    lines += _record_panels(evidence, decisions, terminal)
     if run.attempts:
         # Whole lines: a wrapped RUN_ID cannot be copied.
-        plain = {"markup": False, "highlight": False, "soft_wrap": True}
-        parts.append((f"what the agent did: loopd logs {run.id}", plain))
-        parts.append((f"its changes: loopd show {run.id} --diff", plain))
-    return parts
+        lines.append(f"what the agent did: loopd logs {run.id}")
+        lines.append(f"its changes: loopd show {run.id} --diff")
+    return _text(lines)
 
 
-def _record_panels(evidence: list[Any], decisions: str) -> list[Any]:
+def _record_panels(evidence: list[Any], decisions: str, terminal: Terminal) -> list[str]:
     """What the agent recorded through its tools: each claim with what loopd saw, decisions."""
-    from rich.panel import Panel
-
     lines = []
     for item in evidence:
         status = "timed out" if item.timed_out else f"exit {item.exit_code}"
@@ -255,8 +235,8 @@ def _record_panels(evidence: list[Any], decisions: str) -> list[Any]:
         lines.append(f"[{verdict}] {clean(item.claim)}\n    $ {clean(item.command)}   ({where})")
     panels = []
     if lines:
-        panels.append(Panel(m("\n".join(lines)), title="the agent's evidence (evidence.jsonl)"))
+        panels += panel(terminal, "the agent's evidence (evidence.jsonl)", "\n".join(lines))
     decisions = decisions.strip()
     if decisions:
-        panels.append(Panel(m(clean(decisions)), title="the agent's decisions (decisions.md)"))
+        panels += panel(terminal, "the agent's decisions (decisions.md)", clean(decisions))
     return panels

@@ -15,11 +15,12 @@ from daemon.cli.runlines import (
     pruned_summary,
     queued_row,
     queued_summary,
-    run_parts,
     run_row,
     run_summary,
+    run_text,
     runs_table,
 )
+from daemon.cli.textout import Terminal
 from daemon.clock import utc_now
 from daemon.landing.branches import HandMerges
 from daemon.people.terminal import clean
@@ -65,8 +66,7 @@ def runs(args: argparse.Namespace) -> int:
 
     rows = [queued_row(p) for p in queued] + [run_row(r) for r in [*parked, *records]]
     rows += [pruned_row(p) for p in pruned]
-    out = console()
-    out.print(runs_table(f"runs in {home.root}", rows, out.width))
+    sys.stdout.write(runs_table(f"runs in {home.root}", rows, Terminal.of()))
     return 0
 
 
@@ -75,7 +75,7 @@ def _show_pruned(p: PrunedRun, as_json: bool) -> int:
     if as_json:
         print_json({**p.model_dump(mode="json"), "phase": "pruned"})
         return 0
-    console().print(pruned_panel(p))
+    sys.stdout.write(pruned_panel(p, Terminal.of()))
     return 0
 
 
@@ -127,10 +127,9 @@ def show(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"run": run.id, **run.model_dump(mode="json")})
         return 0
-    out = console()
     run_dir = store.run_dir(run.id)
-    for part, options in run_parts(run, read_evidence(run_dir), read_decisions(run_dir)):
-        out.print(part, **options)
+    text = run_text(run, read_evidence(run_dir), read_decisions(run_dir), Terminal.of())
+    sys.stdout.write(text)
     return 0
 
 

@@ -46,6 +46,11 @@ class Terminal:
             return text
         return f"\x1b[{_STYLES[style]}m{text}\x1b[0m"
 
+    def title(self, text: str, width: int) -> list[str]:
+        """A table's title: centred over `width`, in italics, wrapped where it is wider."""
+        lines = wrap(text, width) if text else []
+        return [self.paint(line.center(width).rstrip(), "italic") for line in lines]
+
     def lines(self, text: str, style: str = "") -> list[str]:
         """`text` wrapped to the width, each line painted."""
         return [self.paint(line, style) for line in wrap(text, self.width)]
@@ -93,7 +98,7 @@ def table(terminal: Terminal, title: str, columns: list[Column], rows: list[list
     widths = [max([len(c.heading), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
     widths = _fitted(widths, columns, terminal.width - (3 * len(columns) + 1))
     inner = sum(widths) + 3 * len(widths) + 1
-    out = [terminal.paint(title.center(inner).rstrip(), "italic")] if title else []
+    out = terminal.title(title, inner)
     out.append("┏" + "┳".join("━" * (w + 2) for w in widths) + "┓")
     heads = [wrap(c.heading, w) for c, w in zip(columns, widths, strict=True)]
     depth = max(len(h) for h in heads)
@@ -122,3 +127,41 @@ def _fitted(widths: list[int], columns: list[Column], room: int) -> list[int]:
         widest = max(narrowable, key=lambda i: widths[i])
         widths[widest] -= 1
     return widths
+
+
+def listing(
+    terminal: Terminal, title: str, headings: list[str], rows: list[list[str]], right: set[int]
+) -> list[str]:
+    """Rows in columns two spaces apart under bold headings and a rule, the last column
+    wrapped into what the width leaves it (its lines indented under it); columns in `right`
+    right-justified."""
+    fixed = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headings[:-1])]
+    indent = sum(fixed) + 2 * len(fixed)
+    last = max(terminal.width - indent, 1)
+
+    def line(cells: list[str]) -> str:
+        out = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, fixed, strict=True))
+        ]
+        return "  ".join(out)
+
+    lines = terminal.title(title, terminal.width)
+    lines.append(terminal.paint((line(headings[:-1]) + "  " + headings[-1]).rstrip(), "bold"))
+    lines.append("─" * min(terminal.width, indent + len(headings[-1])))
+    for row in rows:
+        wrapped = wrap(row[-1], last) if row[-1] else [""]
+        lines.append((line(row[:-1]) + "  " + wrapped[0]).rstrip())
+        lines += [" " * indent + more for more in wrapped[1:]]
+    return lines
+
+
+def panel(terminal: Terminal, title: str, text: str) -> list[str]:
+    """`text` wrapped in a rounded box as wide as the terminal, `title` in its top edge."""
+    inner = max(terminal.width - 4, 1)
+    head = f" {title} " if title else ""
+    rule = terminal.width - 2
+    left = max((rule - len(head)) // 2, 0)
+    top = "╭" + "─" * left + head + "─" * max(rule - left - len(head), 0) + "╮"
+    body = ["│ " + line.ljust(inner) + " │" for line in wrap(text, inner)]
+    return [top, *body, "╰" + "─" * rule + "╯"]
