@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from daemon.git.safe import GitError
 from daemon.git.userrepo import LedgerWriter, UserRepo
-from daemon.landing.refbatch import RepoRefs, net_lines, read_refs
+from daemon.landing.refbatch import RepoRefs, count_lines, read_refs
 from daemon.people.landstate import landing_state
 from daemon.people.since import run_ids_since
 from daemon.runs.journal import RunJournal
@@ -173,12 +174,11 @@ def list_branches(
     person merged by hand is recorded landed as of `now`."""
     hands = HandMerges(store, now)
     index = RunIndex(store)
+    where = {name: str(path) for name, path in repos.items()}
     out: list[RunBranch] = []
-    seen: set[Path] = set()
     for repo in sorted(set(repos.values())):
-        if repo in seen or not repo.is_dir():
+        if not repo.is_dir():
             continue
-        seen.add(repo)
         refs = hands.refs(str(repo))  # read once for the listing and the hand merges
         if refs is None:
             continue
@@ -189,7 +189,7 @@ def list_branches(
             parts = ref[len("refs/heads/") :].split("/")
             if len(parts) != 3 or (loop and parts[1] != loop):
                 continue
-            if repos.get(parts[1], repo) != repo:
+            if where.get(parts[1], str(repo)) != str(repo):
                 continue  # another loop's repository is where its branches are
             rows.append(RunBranch(str(repo), "/".join(parts), tip, parts[1], parts[2]))
         out += _describe(hands, index, refs, rows)
@@ -201,11 +201,12 @@ def _describe(
     hands: HandMerges, index: RunIndex, refs: RepoRefs, rows: list[RunBranch]
 ) -> list[RunBranch]:
     """The rows with their runs' outcome, landing state and net +/- lines."""
-    records = index.records(row.run for row in rows)
-    pairs = {}
+    records = index.records([row.run for row in rows])
+    live = hands.live
+    based: list[tuple[RunBranch, str]] = []
     for row in rows:
-        row.live = row.run in hands.live
-        record = records.get(row.run)
+        row.live = row.run in live
+        record: Any = records.get(row.run)
         if record is None:
             continue
         if record.outcome is not None and not record.landed:
@@ -215,12 +216,33 @@ def _describe(
         row.landed = record.landed
         row.landing = landing_state(record).line()
         if record.base_commit:
-            pairs[row.run] = (record.base_commit, row.tip)
-    lines = net_lines(refs, set(pairs.values()))
-    for row in rows:
-        if row.run in pairs:
-            row.added, row.removed = lines[pairs[row.run]]
+            based.append((row, record.base_commit))
+    _count_lines(index, refs, based)
     return rows
+
+
+def _count_lines(index: RunIndex, refs: RepoRefs, based: list[tuple[RunBranch, str]]) -> None:
+    """Each row's net +/- lines from its run's base: kept in the run index, counted by git
+    only for a branch not counted before (a new run, a moved branch, another algorithm)."""
+    if not based:
+        return
+    algorithm = refs.diff_algorithm()
+    todo = []
+    for row, base in based:
+        known = index.lines(row.run, base, row.tip, algorithm)
+        if known is None:
+            todo.append((row, base))
+        else:
+            row.added, row.removed = known
+    if not todo:
+        return
+    pairs = {(base, row.tip) for row, base in todo}
+    counted, sure = count_lines(refs, pairs, algorithm)
+    for row, base in todo:
+        pair = (base, row.tip)
+        row.added, row.removed = counted.get(pair, (0, 0))
+        if pair in sure:  # else (0, 0) or a part, and asked again next time
+            index.set_lines(row.run, base, row.tip, algorithm, counted[pair])
 
 
 def _forget(store: StateStore, run_id: str, branch: str) -> None:

@@ -28,6 +28,7 @@ class RepoRefs:
     user: UserRepo
     tips: dict[str, str]  # refname -> the object it names
     _merged: dict[str, set[str]] = field(default_factory=dict)
+    _algorithm: str | None = None
 
     def tip(self, branch: str) -> str:
         """The commit `refs/heads/BRANCH` names, "" when there is no such branch."""
@@ -44,6 +45,18 @@ class RepoRefs:
                 out = ""
             self._merged[commit] = set(out.splitlines())
         return self._merged[commit]
+
+    def diff_algorithm(self) -> str:
+        """The repository's `diff.algorithm` ("" when unset): `git diff` reads it, diff-tree
+        not, and the lines it counts depend on it."""
+        if self._algorithm is None:
+            try:
+                self._algorithm = self.user.git.out(
+                    "config", "--get", "diff.algorithm", check=False
+                )
+            except GitError:
+                self._algorithm = ""
+        return self._algorithm
 
     def contains(self, target: str, branch: str) -> bool:
         """Whether branch `target` contains branch `branch`'s tip."""
@@ -88,13 +101,28 @@ def _trees(refs: RepoRefs, commits: set[str]) -> dict[str, str]:
 def net_lines(refs: RepoRefs, pairs: set[Pair]) -> dict[Pair, tuple[int, int]]:
     """Lines added and removed from `base` to `tip` for each (base, tip) pair, as
     `git diff --numstat --no-renames BASE TIP` counts them; (0, 0) when git cannot say."""
-    out = {pair: (0, 0) for pair in pairs}
+    counted, _ = count_lines(refs, pairs, refs.diff_algorithm())
+    return {pair: counted.get(pair, (0, 0)) for pair in pairs}
+
+
+def count_lines(
+    refs: RepoRefs, pairs: set[Pair], algorithm: str
+) -> tuple[dict[Pair, tuple[int, int]], set[Pair]]:
+    """What `net_lines` answers for the pairs whose commits the repository has, with
+    `algorithm` as its `diff.algorithm`; and the pairs of those git surely counted (its diff
+    ended well), which may be kept."""
     trees = _trees(refs, {c for pair in pairs for c in pair})
-    todo = {(trees[b], trees[t]) for b, t in pairs if b in trees and t in trees}
-    todo = {(a, b) for a, b in todo if a != b}  # the same tree: nothing changed
+    out = {}
+    todo = set()
+    for base, tip in pairs:
+        if base in trees and tip in trees:
+            if trees[base] == trees[tip]:
+                out[(base, tip)] = (0, 0)  # the same tree: nothing changed
+            else:
+                todo.add((trees[base], trees[tip]))
+    sure = set(out)
     if not todo:
-        return out
-    algorithm = refs.user.git.out("config", "--get", "diff.algorithm", check=False)
+        return out, sure
     argv = ["diff-tree", "--stdin", "-r", "--numstat", "--no-renames"]
     if algorithm:
         argv.append(f"--diff-algorithm={algorithm}")  # `git diff` reads it, diff-tree not
@@ -102,10 +130,22 @@ def net_lines(refs: RepoRefs, pairs: set[Pair]) -> dict[Pair, tuple[int, int]]:
     try:
         proc = refs.user.git.run(*argv, input=query, check=False)
     except GitError:
-        return out
+        return out, sure
+    counts = _numstat(proc.stdout.decode("utf-8", "replace"))
+    for base, tip in pairs:
+        key = (trees.get(base, ""), trees.get(tip, ""))
+        if key in todo:
+            out[(base, tip)] = counts.get(key, (0, 0))
+            if proc.returncode == 0:
+                sure.add((base, tip))
+    return out, sure
+
+
+def _numstat(text: str) -> dict[Pair, tuple[int, int]]:
+    """The lines added and removed per tree pair of `diff-tree --stdin --numstat` output."""
     counts: dict[Pair, tuple[int, int]] = {}
     current: Pair | None = None
-    for line in proc.stdout.decode("utf-8", "replace").splitlines():
+    for line in text.splitlines():
         if "\t" not in line:  # "TREE TREE": the pair whose lines follow
             a, _, b = line.partition(" ")
             current = (a, b)
@@ -118,7 +158,4 @@ def net_lines(refs: RepoRefs, pairs: set[Pair]) -> dict[Pair, tuple[int, int]]:
         plus += int(added) if added.isdigit() else 0
         minus += int(removed) if removed.isdigit() else 0
         counts[current] = (plus, minus)
-    for base, tip in pairs:
-        if base in trees and tip in trees:
-            out[(base, tip)] = counts.get((trees[base], trees[tip]), (0, 0))
-    return out
+    return counts
