@@ -8,6 +8,7 @@ ends. Every deletion is recorded in the ref ledger first.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 from daemon.git.safe import GitError
 from daemon.git.userrepo import LedgerWriter, UserRepo
-from daemon.landing.refbatch import RepoRefs, count_lines, read_refs
+from daemon.landing.refbatch import HEADS, RepoRefs, count_lines, read_refs
 from daemon.people.landstate import landing_state
 from daemon.people.since import run_ids_since
 from daemon.runs.journal import RunJournal
@@ -71,10 +72,11 @@ def _merged_commit(run: RunRecord, refs: RepoRefs | None) -> str:
     """The target's commit when it contains the run's branch (its work landed), else ""."""
     if refs is None:
         return ""
-    tip, target = refs.tip(run.branch), refs.tip(run.target)
+    tip = refs.tips.get(HEADS + run.branch, "") if run.branch else ""
+    target = refs.tips.get(HEADS + run.target, "") if run.target else ""
     if not tip or not target or tip == run.base_commit:
         return ""  # a branch that holds nothing of the run's is not its work landed
-    return target if refs.contains(run.target, run.branch) else ""
+    return target if HEADS + run.branch in refs.merged_into(target) else ""
 
 
 def _record_by_hand(store: StateStore, run: RunRecord, commit: str, now: datetime) -> None:
@@ -176,22 +178,23 @@ def list_branches(
     index = RunIndex(store)
     where = {name: str(path) for name, path in repos.items()}
     out: list[RunBranch] = []
-    for repo in sorted(set(repos.values())):
-        if not repo.is_dir():
+    for path in sorted(set(repos.values())):  # in the order of paths, not of strings
+        repo = str(path)
+        if not os.path.isdir(repo):
             continue
-        refs = hands.refs(str(repo))  # read once for the listing and the hand merges
+        refs = hands.refs(repo)  # read once for the listing and the hand merges
         if refs is None:
             continue
         rows = []
         for ref, tip in refs.tips.items():
             if not ref.startswith(PREFIX):
                 continue
-            parts = ref[len("refs/heads/") :].split("/")
+            parts = ref[len(HEADS) :].split("/")
             if len(parts) != 3 or (loop and parts[1] != loop):
                 continue
-            if where.get(parts[1], str(repo)) != str(repo):
+            if where.get(parts[1], repo) != repo:
                 continue  # another loop's repository is where its branches are
-            rows.append(RunBranch(str(repo), "/".join(parts), tip, parts[1], parts[2]))
+            rows.append(RunBranch(repo, ref[len(HEADS) :], tip, parts[1], parts[2]))
         out += _describe(hands, index, refs, rows)
     index.save(store.run_ids())
     return out
