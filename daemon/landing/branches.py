@@ -8,7 +8,6 @@ ends. Every deletion is recorded in the ref ledger first.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 from daemon.git.safe import GitError
 from daemon.git.userrepo import LedgerWriter, UserRepo
-from daemon.landing.refbatch import HEADS, RepoRefs, count_lines, read_refs
+from daemon.landing.refbatch import HEADS, Later, RepoRefs, count_lines, read_refs
 from daemon.people.landstate import landing_state
 from daemon.people.since import run_ids_since
 from daemon.runs.journal import RunJournal
@@ -108,6 +107,11 @@ class HandMerges:
             self._refs[repo] = read_refs(Path(repo))
         return self._refs[repo]
 
+    def known(self, repo: str, refs: RepoRefs | None) -> RepoRefs | None:
+        """`refs`, read for `repo`, are what the hand merges there are checked against."""
+        self._refs.setdefault(repo, refs)
+        return self._refs[repo]
+
     def merged(self, run: RunRecord) -> str:
         """The target's commit when `run` may have landed and its target contains its branch."""
         if not _may_have_landed(run, self.live):
@@ -175,29 +179,54 @@ def list_branches(
     """The run branches of the home's loops (or of `loop`) in their repositories; a branch a
     person merged by hand is recorded landed as of `now`."""
     hands = HandMerges(store, now)
-    index = RunIndex(store)
+    if loop in repos:
+        repos = {loop: repos[loop]}  # its branches are in its repository alone
     where = {name: str(path) for name, path in repos.items()}
+    # The order of paths, not of strings. Every repository's branches are listed at once,
+    # while the run index is read.
+    order = [str(path) for path in sorted(set(repos.values())) if path.is_dir()]
+    listed = {repo: Later(read_refs, Path(repo)) for repo in order}
+    index = RunIndex(store)
+    found = []
+    for repo in order:
+        refs = hands.known(repo, listed[repo].result())  # for the listing and the hand merges
+        if refs is not None:
+            rows = _rows(refs, where, repo, loop)
+            _ask_ahead(index, refs, rows)
+            found.append((refs, rows))
     out: list[RunBranch] = []
-    for path in sorted(set(repos.values())):  # in the order of paths, not of strings
-        repo = str(path)
-        if not os.path.isdir(repo):
-            continue
-        refs = hands.refs(repo)  # read once for the listing and the hand merges
-        if refs is None:
-            continue
-        rows = []
-        for ref, tip in refs.tips.items():
-            if not ref.startswith(PREFIX):
-                continue
-            parts = ref[len(HEADS) :].split("/")
-            if len(parts) != 3 or (loop and parts[1] != loop):
-                continue
-            if where.get(parts[1], repo) != repo:
-                continue  # another loop's repository is where its branches are
-            rows.append(RunBranch(repo, ref[len(HEADS) :], tip, parts[1], parts[2]))
+    for refs, rows in found:
         out += _describe(hands, index, refs, rows)
     index.save(store.run_ids())
     return out
+
+
+def _rows(refs: RepoRefs, where: dict[str, str], repo: str, loop: str) -> list[RunBranch]:
+    """The run branches in `repo` of the loops whose repository it is (or of `loop`)."""
+    rows = []
+    for ref, tip in refs.tips.items():
+        if not ref.startswith(PREFIX):
+            continue
+        parts = ref[len(HEADS) :].split("/")
+        if len(parts) != 3 or (loop and parts[1] != loop):
+            continue
+        if where.get(parts[1], repo) != repo:
+            continue  # another loop's repository is where its branches are
+        rows.append(RunBranch(repo, ref[len(HEADS) :], tip, parts[1], parts[2]))
+    return rows
+
+
+def _ask_ahead(index: RunIndex, refs: RepoRefs, rows: list[RunBranch]) -> None:
+    """Start the git questions the rows will need while the others are described: which
+    branches the targets of runs that may have landed contain (as the index last saw those
+    runs: a guess, a question it misses is asked when needed), and the diff algorithm."""
+    if not rows:
+        return
+    for target in index.hand_merge_targets([row.run for row in rows]):
+        commit = refs.tip(target)
+        if commit:
+            refs.ask_merged(commit)
+    refs.ask_diff_algorithm()
 
 
 def _describe(

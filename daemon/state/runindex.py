@@ -153,6 +153,24 @@ class RunIndex:
             os.close(runs)
         return out
 
+    def hand_merge_targets(self, run_ids: Iterable[str]) -> set[str]:
+        """The targets of those of `run_ids` that, as the index last saw them (no record is
+        checked: a guess), ended without landing and have a branch of their own."""
+        at = {name: _FILE + i for i, name in enumerate(FIELDS)}
+        outcome, landed, target, branch = at["outcome"], at["landed"], at["target"], at["branch"]
+        isolation = at["isolation"]
+        out = set()
+        for run_id in run_ids:
+            entry = self._entries.get(run_id)
+            if type(entry) is not list or len(entry) != _WIDTH:
+                continue
+            if entry[outcome] is None or entry[landed] or not entry[branch]:
+                continue
+            if entry[isolation] != "in-place" and type(entry[target]) is str:
+                out.add(entry[target])
+        out.discard("")
+        return out
+
     def _read(self, run_id: str) -> list[Any] | None:
         path = self.store.run_dir(run_id) / "run.toml"
         try:
