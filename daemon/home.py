@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.config import LoadedConfig, load_home
+from daemon.homepath import home_path, is_home
 from daemon.state.atomic import ensure_dir
 from daemon.state.readme import write_state_readme
 from daemon.state.store import StateStore
-
-
-class HomeNotFound(Exception):
-    """No home could be resolved."""
 
 
 @dataclass
@@ -47,34 +43,9 @@ class Home:
         return StateStore(self.state_dir, events_rotate=events_rotate)
 
 
-def is_home(path: Path) -> bool:
-    return (path / "loopd.toml").is_file() or (path / "loops").is_dir()
-
-
 def resolve_home(explicit: str | None = None, cwd: Path | None = None) -> Home:
     """`--home DIR`, else `$LOOPD_HOME`, else the current folder when it is a home."""
-    if explicit:
-        path = Path(explicit).expanduser().resolve()
-        if not path.is_dir():
-            raise HomeNotFound(
-                f"--home {explicit}: no such folder. Fix: run `loopd init {explicit}` first"
-            )
-        return Home(path)
-    env = os.environ.get("LOOPD_HOME")
-    if env:
-        path = Path(env).expanduser().resolve()
-        if not path.is_dir():
-            raise HomeNotFound(
-                f"LOOPD_HOME={env}: no such folder. Fix: run `loopd init {env}` or unset LOOPD_HOME"
-            )
-        return Home(path)
-    here = (cwd or Path.cwd()).resolve()
-    if is_home(here):
-        return Home(here)
-    raise HomeNotFound(
-        f"{here} is not a loopd home (no loopd.toml or loops/). Fix: run `loopd init DIR` "
-        "and pass --home DIR or set LOOPD_HOME=DIR"
-    )
+    return Home(home_path(explicit, cwd))
 
 
 EXAMPLE_CONFIG = """\

@@ -264,3 +264,17 @@ def stored_text(path: Path) -> str:
 def transcript_text(attempt_dir: Path) -> str:
     """An attempt's transcript.jsonl as text, compressed or not."""
     return stored_text(Path(attempt_dir) / "transcript.jsonl")
+
+
+def both_paths(home: Path, *argv: str, env: dict[str, str] | None = None) -> tuple[str, str]:
+    """`loopd --home HOME ARGV` by the plain path alone and by the full path: the two outputs
+    (stdout, then stderr and the exit code) asserted equal; the plain one's returned."""
+    plain = loopd(home, *argv, env={**(env or {}), "LOOPD_READ_PATH": "only"})
+    full = loopd(home, *argv, env={**(env or {}), "LOOPD_READ_PATH": "models"})
+    assert plain.returncode != 3, plain.stderr  # the plain path answered
+    assert (plain.stdout, plain.stderr, plain.returncode) == (
+        full.stdout,
+        full.stderr,
+        full.returncode,
+    )
+    return plain.stdout, plain.stderr

@@ -48,6 +48,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("example", ("daemon.example",)),
     ("foundations", ("daemon.config", "daemon.units", "daemon.home")),
     ("git", ("daemon.git",)),
+    # The read commands' plain path: the home's files as plain TOML and JSON, no models.
+    ("plain reads", ("daemon.plain",)),
     ("state", ("daemon.state",)),
     (
         "basics",
@@ -59,6 +61,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "daemon.regularfile",
             "daemon.globs",
             "daemon.stats",
+            "daemon.homepath",
+            "daemon.sizes",
             "daemon",
         ),
     ),

@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
-from daemon.cli.common import CommandError, console, home_of, json_value
+from daemon.cli.common import CommandError, console, home_of
+from daemon.cli.jsonout import json_value
 from daemon.clock import utc_now
 from daemon.landing.branches import list_branches, prune_branches
 

@@ -10,7 +10,8 @@ from typing import Any
 from daemon.calibration.cases import CaseError
 from daemon.calibration.record import home_record_cases
 from daemon.calibration.run import JudgeError, calibrate, resolve_judges, shipped_or
-from daemon.cli.common import CommandError, home_of, print_json
+from daemon.cli.common import CommandError, home_of
+from daemon.cli.jsonout import print_json
 from daemon.model.client import ModelUnavailable
 
 

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from datetime import UTC, date, datetime
 from typing import Any
 
 from daemon.config import LoadedConfig, Loop
 from daemon.engine import engine_for
-from daemon.home import Home, HomeNotFound, resolve_home
+from daemon.home import Home, resolve_home
+from daemon.homepath import HomeNotFound
 from daemon.state.lock import HomeLock
 from daemon.state.store import StateStore
 
@@ -67,23 +65,6 @@ def _local_daemon_runs(home: Home) -> bool:
         return False
     status = StateStore(home.state_dir).load_status().daemon
     return status.engine == "local" and status.pid == lock.holder()
-
-
-def json_value(value: Any) -> Any:
-    """What `--json` prints for a value JSON has no type for: times as ISO 8601 UTC with Z,
-    the form state files and pydantic's JSON use, so every command prints one format."""
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    if isinstance(value, date):
-        return value.isoformat()
-    return str(value)
-
-
-def print_json(value: Any) -> None:
-    json.dump(value, sys.stdout, default=json_value, indent=2)
-    sys.stdout.write("\n")
 
 
 def console():  # noqa: ANN201 - rich Console, imported lazily

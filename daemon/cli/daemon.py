@@ -7,10 +7,8 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from daemon.calibration.warnings import calibration_warnings
 from daemon.cli.common import (
@@ -19,17 +17,18 @@ from daemon.cli.common import (
     daemon_pid,
     engine_control,
     home_of,
-    print_json,
     valid_loop,
 )
 from daemon.cli.engine_views import show_status
+from daemon.cli.jsonout import print_json
+from daemon.cli.statusdata import status_data
 from daemon.cli.statusview import render_status
 from daemon.clock import utc_now
 from daemon.engine import engine_for
 from daemon.people.escalation import held_schedules, open_escalations
+from daemon.plain.statusfacts import facts_key, keep_facts
 from daemon.sandbox.limits import describe, run_limits
 from daemon.sandbox.registry import choose
-from daemon.service.reload import file_digest
 from daemon.service.statecap import read_usage
 from daemon.state.eventtypes import Event
 from daemon.state.lock import LockHeld
@@ -62,92 +61,105 @@ def _limits_line(loaded: Any) -> str:
     return describe(run_limits(loaded.daemon.limits)) if loaded.daemon_ok else ""
 
 
-def _status_data(home: Any, store: Any = None, loaded: Any = None) -> dict[str, Any]:
-    """What `status` shows; `store` is kept across frames of --watch (one warning per file);
-    `loaded` is the home's configuration when the caller has just read it (else read now)."""
-
-    store = store or StateStore(home.state_dir)
-    status = store.load_status()
-    loaded = home.load() if loaded is None else loaded
-    pid = daemon_pid(home)
-    data: dict[str, Any] = {
-        "home": str(home.root),
-        "daemon": _daemon_info(home, status, loaded, pid),
-        "loops": {},
-        "errors": [str(e) for e in loaded.errors],
-    }
-    paused = store.paused_loops()
-    newest = store.last_run_ids()
-    # No daemon: a run under way is a `loopd once` (or one a dead daemon left).
-    live = _foreground_runs(store) if pid is None else {}
-    names = set(loaded.loops) | (set(status.loops) if pid else set())
-    for name in sorted(names):
-        entry = status.loops.get(name)
-        info = entry.model_dump(mode="json") if entry and pid else {}
-        if pid and entry is None:
-            info["note"] = (
-                "not loaded by the daemon yet; it reloads within seconds (`loopd reload`)"
-            )
-        if name in loaded.loops:
-            info.setdefault("enabled", loaded.loops[name].config.enabled)
-            info.setdefault("phase", "paused" if name in paused else "idle")
-            if name in live:
-                info.update(
-                    phase=live[name].phase, run=live[name].id, attempt=len(live[name].attempts)
-                )
-            if not info.get("last_run") and name in newest:
-                last = _newest_finished(store, name, newest[name])
-                if last is not None:
-                    info["last_run"] = last.id
-                    info["last_outcome"] = last.outcome
-        info["paused"] = name in paused
-        _loaded_note(info, name, loaded, entry if pid else None)
-        if info.get("loaded") is False:
-            info["phase"] = "not-loaded"
-        data["loops"][name] = info
-    _unloaded_files(loaded, data["loops"])
-    data["open_escalations"] = _open_escalations(store)
-    if pid is not None:
-        if status.verifier is not None:
-            data["verifier"] = status.verifier.model_dump(mode="json")
-        if status.budget is not None:
-            data["budget"] = status.budget.model_dump(mode="json")
-    _schedules(store, loaded, data["loops"])
-    _escalations(store, data["loops"])
-    data["state"] = _state_usage(store)
-    return data
-
-
-def _daemon_info(home: Any, status: Any, loaded: Any, pid: int | None) -> dict[str, Any]:
-    """The daemon part of `status`: running or not, its version and times, warnings (the
-    calibration's too), the sandbox runs get, the limits."""
-    warnings = status.daemon.warnings + loaded.warnings
+def config_facts(home: Any, loaded: Any) -> dict[str, Any]:
+    """What `status` shows of the home's configuration and this host, as plain values: kept
+    by the plain path (plain/statusfacts.py) until a file they came from changes."""
+    warnings = list(loaded.warnings)
     if loaded.daemon_ok:
         warnings += calibration_warnings(home.state_dir, loaded.daemon, home.config_path)
-    # The daemon says which sandbox its runs get; without one, what a run would get now.
-    sandbox = status.daemon.sandbox if pid is not None else ""
-    if not sandbox:
-        choice = choose(loaded.daemon.sandbox)
-        sandbox = choice.summary()
-        warnings = [w for w in (choice.warning, choice.refusal) if w] + warnings
+    choice = choose(loaded.daemon.sandbox)
     return {
-        "running": pid is not None,
-        "pid": pid,
-        "version": status.daemon.version,
-        "started": status.daemon.started,
-        "heartbeat": status.daemon.heartbeat,
-        "warnings": list(dict.fromkeys(warnings)),
-        "sandbox": sandbox,
+        "errors": [
+            {"text": str(e), "stem": e.file.stem, "in_loops": e.file.parent.name == "loops"}
+            for e in loaded.errors
+        ],
+        "warnings": warnings,
+        "sandbox": {
+            "summary": choice.summary(),
+            "warning": choice.warning,
+            "refusal": choice.refusal,
+        },
         "limits": _limits_line(loaded),
+        "loops": {
+            name: {
+                "enabled": loop.config.enabled,
+                "schedule": bool(loop.config.schedule),
+                "timezone": loop.config.timezone,
+                "task": loop.config.task,
+                "path": str(loop.path),
+                "repo": str(loop.config.repo_path),
+            }
+            for name, loop in loaded.loops.items()
+        },
     }
 
 
-def _open_escalations(store: Any) -> int:
-    """How many escalations wait for a person (none read when the folder is empty)."""
-    if not any(store.escalation_path("x").parent.glob("*.md")):
-        return 0
+class ModelReader:
+    """`state/` for `status` through the models (StateStore), unreadable files reported."""
 
-    return len(open_escalations(store))
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+
+    def status(self) -> dict[str, Any]:
+        status = self.store.load_status()
+        return {
+            "daemon": dict(status.daemon),
+            "loops": {n: e.model_dump(mode="json") for n, e in status.loops.items()},
+            "verifier": status.verifier.model_dump(mode="json") if status.verifier else None,
+            "budget": status.budget.model_dump(mode="json") if status.budget else None,
+        }
+
+    def paused(self) -> set[str]:
+        return self.store.paused_loops()
+
+    def newest(self, loops: set[str]) -> dict[str, str]:
+        return self.store.last_run_ids()
+
+    def newest_finished(self, loop: str, newest: str) -> tuple[str, str] | None:
+        run = _newest_finished(self.store, loop, newest)
+        return (run.id, run.outcome) if run is not None else None
+
+    def live(self) -> dict[str, tuple[str, str, int]]:
+        return {
+            loop: (run.phase, run.id, len(run.attempts))
+            for loop, run in _foreground_runs(self.store).items()
+        }
+
+    def has_escalation_files(self) -> bool:
+        return any(self.store.escalation_path("x").parent.glob("*.md"))
+
+    def open_escalations(self) -> list[dict[str, Any]]:
+        return [
+            {"run": m.run, "loop": m.loop, "task": m.task, "count": m.count}
+            | {"latest_run": m.latest_run}
+            for m in open_escalations(self.store)
+        ]
+
+    def held(self, tasks: dict[str, str]) -> dict[str, str]:
+        return {loop: meta.run for loop, meta in held_schedules(self.store, tasks).items()}
+
+    def usage(self) -> dict[str, Any] | None:
+        usage = read_usage(self.store)
+        return usage.model_dump(mode="json") if usage is not None else None
+
+
+def _status_data(home: Any, store: Any = None, read: Any = None) -> dict[str, Any]:
+    """What `status` shows; `store` is kept across frames of --watch (one warning per file);
+    `read` is (the identity of the configuration's files, the configuration read after it)
+    when the caller has just read it (else read now). Its facts are kept for the plain path
+    (cli/plainstatus.py) under that identity, taken before the reading so that a file
+    changed meanwhile is read again."""
+    key, loaded = read if read is not None else _read_config(home)
+    facts = config_facts(home, loaded)
+    keep_facts(home.root, facts, key)
+    reader = ModelReader(store or StateStore(home.state_dir))
+    return status_data(home.root, facts, reader, daemon_pid(home))
+
+
+def _read_config(home: Any) -> tuple[list[Any], Any]:
+    """The identity of the home's configuration files, then the configuration."""
+    key = facts_key(home.root)
+    return key, home.load()
 
 
 def _foreground_runs(store: Any) -> dict[str, Any]:
@@ -164,82 +176,6 @@ def _foreground_runs(store: Any) -> dict[str, Any]:
             continue
         live[run.loop] = run
     return live
-
-
-def _unloaded_files(loaded: Any, loops: dict[str, dict[str, Any]]) -> None:
-    """Loop files that do not load: a row of their own (phase `not-loaded`), with why."""
-    for error in loaded.errors:
-        name = error.file.stem
-        if error.file.parent.name != "loops" or name in loops:
-            continue
-        why = " ".join(str(error).split())
-        loops[name] = {
-            "enabled": False,
-            "phase": "not-loaded",
-            "loaded": False,
-            "error": str(error),
-            "note": f"not loaded: {why}",
-            "paused": False,
-        }
-    for name in sorted(loops):  # keep the rows in name order with the new ones in place
-        loops[name] = loops.pop(name)
-
-
-def _schedules(store: Any, loaded: Any, loops: dict[str, dict[str, Any]]) -> None:
-    """Each scheduled loop's next fire in its own zone, or the escalation holding it back."""
-    scheduled = {
-        name: loop
-        for name, loop in loaded.loops.items()
-        if name in loops and loop.config.enabled and loop.config.schedule
-    }
-    held: dict[str, Any] = {}
-    if scheduled and any(store.escalation_path("x").parent.glob("*.md")):
-        # Only with escalations on disk: without them no schedule is held.
-        held = held_schedules(store, {n: loop.config.task for n, loop in scheduled.items()})
-    for name, loop in scheduled.items():
-        info = loops[name]
-        info["timezone"] = loop.config.timezone
-        fire = info.get("next_fire")
-        if fire:
-            when = datetime.fromisoformat(fire) if isinstance(fire, str) else fire
-            local = when.astimezone(ZoneInfo(loop.config.timezone))
-            info["next_fire_local"] = f"{local:%a %d %b %H:%M} {local.tzname()}"
-        if name in held:
-            info["held_by"] = held[name].run
-
-
-def _escalations(store: Any, loops: dict[str, dict[str, Any]]) -> None:
-    """Each loop's open escalation: its run and how many runs escalated into it."""
-    if not any(store.escalation_path("x").parent.glob("*.md")):
-        return  # status stays fast without escalations on disk
-
-    for meta in open_escalations(store):  # oldest first: the newest wins
-        if meta.loop in loops:
-            loops[meta.loop]["escalation"] = {
-                "run": meta.run,
-                "count": meta.count,
-                "latest_run": meta.latest_run,
-            }
-
-
-def _state_usage(store: Any) -> dict[str, Any] | None:
-    """The size of `state/` and its largest loops, as the housekeeper last measured them."""
-
-    usage = read_usage(store)
-    return usage.model_dump(mode="json") if usage is not None else None
-
-
-def _loaded_note(info: dict[str, Any], name: str, loaded: Any, entry: Any) -> None:
-    """Say when the running daemon has not loaded a loop file as it is on disk, and why."""
-    if entry is None:
-        return  # no daemon: the files are what runs next
-    if not entry.loaded:
-        why = " ".join(entry.error.split()) or "its file does not load"
-        info["note"] = f"not loaded: {why} (fix the file; the daemon reloads it)"
-    elif entry.stale:
-        info["note"] = "stale: its file does not load; the daemon runs its last good version"
-    elif name in loaded.loops and entry.digest != file_digest(loaded.loops[name].path):
-        info["note"] = "changed on disk; the daemon reloads it within seconds (`loopd reload`)"
 
 
 def _newest_finished(store: Any, loop: str, newest: str) -> Any:
@@ -260,16 +196,16 @@ def _newest_finished(store: Any, loop: str, newest: str) -> Any:
 def status(args: argparse.Namespace) -> int:
     """Loops, phases, last outcomes, next fires."""
     home = home_of(args)
-    loaded = home.load()  # read once: which engine, and what the loops are
+    key, loaded = _read_config(home)  # read once: which engine, and what the loops are
     control = engine_control(home, loaded)
     if control is not None:
         return show_status(control, args)
     if args.json:
-        print_json(_status_data(home, loaded=loaded))
+        print_json(_status_data(home, read=(key, loaded)))
         return 0
     if not args.watch:
         out = console()
-        out.print(render_status(_status_data(home, loaded=loaded), out.width))
+        out.print(render_status(_status_data(home, read=(key, loaded)), out.width))
         return 0
     return _watch_status(home)
 

@@ -6,7 +6,8 @@ import argparse
 import time
 from typing import Any
 
-from daemon.cli.common import CommandError, console, print_json
+from daemon.cli.common import CommandError, console
+from daemon.cli.jsonout import print_json
 from daemon.cli.runview import exit_code, print_outcome, runs_table
 
 

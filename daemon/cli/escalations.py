@@ -7,8 +7,9 @@ import sys
 from datetime import UTC
 from typing import Any
 
-from daemon.cli.common import CommandError, console, engine_control, home_of, print_json
+from daemon.cli.common import CommandError, console, engine_control, home_of
 from daemon.cli.engine_views import report_routed
+from daemon.cli.jsonout import print_json
 from daemon.cli.queued import report_run_id
 from daemon.clock import utc_now
 from daemon.people.escalation import (

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from daemon.agents.processes import set_child_subreaper
-from daemon.cli.common import CommandError, home_of, print_json
+from daemon.cli.common import CommandError, home_of
+from daemon.cli.jsonout import print_json
 from daemon.cli.runs import foreground_loop, lock_loop
 from daemon.clock import utc_now
 from daemon.experiments.arms import arms_for, parse_supports

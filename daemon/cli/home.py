@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from daemon.calibration.warnings import calibration_warnings
-from daemon.cli.common import CommandError, daemon_pid, home_of, print_json
+from daemon.cli.common import CommandError, daemon_pid, home_of
+from daemon.cli.jsonout import print_json
 from daemon.config import LoadedConfig
 from daemon.config.errors import ConfigError
 from daemon.engine import missing_extra

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from daemon.cli.common import CommandError, console, home_of, print_json
+from daemon.cli.common import CommandError, console, home_of
+from daemon.cli.jsonout import print_json
 from daemon.scheduling.hooks import (
     HookError,
     hooks_dir,

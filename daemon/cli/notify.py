@@ -6,7 +6,8 @@ import argparse
 import socket
 from typing import Any
 
-from daemon.cli.common import CommandError, print_json, tested_home
+from daemon.cli.common import CommandError, tested_home
+from daemon.cli.jsonout import print_json
 from daemon.clock import utc_now
 from daemon.people.notify import CommandNotifier, NotifyError, WebhookNotifier
 from daemon.people.notify.apprise_urls import AppriseNotifier

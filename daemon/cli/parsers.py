@@ -142,6 +142,7 @@ def _daemon(sub: Any) -> None:
         sub, "status", "daemon:status", "Loops, phases, last outcomes, next fires.", json_flag=True
     )
     p.add_argument("--watch", action="store_true", help="a live view that redraws as state changes")
+    p.set_defaults(plain="plainstatus:status")
     p = command(
         sub,
         "pause",

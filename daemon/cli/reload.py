@@ -7,7 +7,8 @@ import os
 import signal
 import time
 
-from daemon.cli.common import CommandError, daemon_pid, home_of, print_json
+from daemon.cli.common import CommandError, daemon_pid, home_of
+from daemon.cli.jsonout import print_json
 from daemon.state.events import EventTail
 
 WAIT = 30.0  # seconds for the daemon's answer

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from daemon.cli.common import CommandError, console, home_of, print_json
+from daemon.cli.common import CommandError, console, home_of
+from daemon.cli.jsonout import print_json
 from daemon.clock import utc_now
 from daemon.landing.branches import notice_hand_merges
 from daemon.landing.refbatch import RepoRefs, read_refs

@@ -9,7 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from daemon.cli.common import CommandError, home_of, print_json
+from daemon.cli.common import CommandError, home_of
+from daemon.cli.jsonout import print_json
 from daemon.cli.learning_parsers import STATUS_CHOICES
 from daemon.clock import utc_now
 from daemon.model.client import ModelClient, ModelUnavailable

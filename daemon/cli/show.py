@@ -6,8 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from daemon.cli.common import CommandError, console, engine_control, home_of, print_json
+from daemon.cli.common import CommandError, console, engine_control, home_of
 from daemon.cli.engine_views import engine_record, show_runs
+from daemon.cli.jsonout import print_json
 from daemon.cli.runview import runs_table
 from daemon.clock import utc_now
 from daemon.landing.branches import HandMerges

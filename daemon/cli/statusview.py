@@ -7,7 +7,7 @@ from typing import Any
 
 from daemon.people.terminal import clean
 from daemon.people.terminal import markup as m
-from daemon.service.statecap import human_size
+from daemon.sizes import human_size
 
 
 def _state_line(usage: dict[str, Any]) -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from daemon.cli.common import CommandError, print_json, tested_home
+from daemon.cli.common import CommandError, tested_home
+from daemon.cli.jsonout import print_json
 from daemon.model.probe import probe_verifier
 
 

@@ -18,7 +18,6 @@ moment after the last change, so an editor's several writes make one reload.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from typing import Any
 from daemon.config import DaemonConfig, LoadedConfig, Loop
 from daemon.config.errors import ConfigError
 from daemon.home import Home
+from daemon.plain.digest import file_digest
 from daemon.sandbox.registry import choose
 from daemon.scheduling.inbox_watch import inotify_limit_message, is_inotify_limit
 
@@ -35,14 +35,6 @@ SETTLE = 0.3  # seconds without a further change before the reload
 # Sections of loopd.toml a running daemon cannot change: the engine serves from its start.
 # The listener binds its socket once, at the start; the tracer's exporter is made then too.
 RESTART_ONLY = ("engine", "listen", "telemetry")
-
-
-def file_digest(path: Path) -> str:
-    """A short hash of a file's bytes ("" when it cannot be read)."""
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    except OSError:
-        return ""
 
 
 @dataclass

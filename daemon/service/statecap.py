@@ -52,16 +52,6 @@ def tree_size(path: Path) -> int:
     return total
 
 
-def human_size(n: int) -> str:
-    """`1.2GB`: a measured size, rounded for a person (decimal units, as configuration)."""
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1000:
-            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
-        value /= 1000
-    return f"{value:.1f}TB"
-
-
 def loop_of(run_id: str) -> str:
     """The loop in `YYYYMMDDTHHMMSSZ-LOOP-xxxx`."""
     return run_id[17:].rsplit("-", 1)[0]

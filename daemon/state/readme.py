@@ -129,6 +129,11 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   each with the identity of the `run.toml` it was read from, so `loopd branches` need not
   parse thousands of records; the daemon refreshes it hourly, and any reader rebuilds what
   is missing or stale
+- `cache/status-facts.json`: what `loopd status` shows of the configuration and this host
+  (loops, schedules, errors, warnings, sandbox, limits), kept by the last `status` that read
+  the configuration, with the identity of each file it came from, so the next `status`
+  answers without reading it again; a changed file, or an hour, and it is read again.
+  Deleting it costs one slower `status`
 - `maintenance.toml`: per repository loopd fetches into, when it last ran `git gc --auto`
   there (at most once a day)
 - `schedule.toml`: per loop, `handled_until`: every scheduled fire up to then was run,
