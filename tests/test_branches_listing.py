@@ -12,7 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from daemon.cli.branches import _rich_changes, json_text
-from daemon.cli.common import json_value
+from daemon.cli.jsonout import json_value
 from daemon.landing.branches import list_branches
 from daemon.state.records import RunRecord, RunTrigger, make_run_id
 from daemon.state.runindex import INDEX_FILE
