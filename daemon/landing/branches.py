@@ -11,19 +11,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daemon.git.safe import GitError
 from daemon.git.userrepo import LedgerWriter, UserRepo
 from daemon.landing.refbatch import HEADS, Later, RepoRefs, count_lines, read_refs
 from daemon.people.landstate import landing_state
 from daemon.people.since import run_ids_since
-from daemon.runs.journal import RunJournal
 from daemon.state.eventtypes import Event
 from daemon.state.ledger import ledger_of
 from daemon.state.records import RunRecord
 from daemon.state.runindex import RunIndex
 from daemon.state.store import StateStore
+
+if TYPE_CHECKING:  # the listing never needs a run's journal: its import costs 10 ms
+    from daemon.runs.journal import RunJournal
 
 PREFIX = "refs/heads/loopd/"
 
