@@ -59,7 +59,7 @@ Trigger = namedtuple("Trigger", ["kind"])
 _TRIGGERS: dict[str, Trigger] = {}
 
 
-class IndexedRun(namedtuple("_IndexedRun", ["id", *FIELDS, "kind", "started_at", "finished_at"])):
+class IndexedRun(namedtuple("_IndexedRun", ["id", *FIELDS, "kind", *_TIMES])):
     """The indexed fields of a run record, read as the record's: a tuple, as 10,000 of them
     are built in milliseconds where a RunRecord each took a tenth of a second in all. Any
     other field of a record is missing (AttributeError), never a default passed for a value;
@@ -74,14 +74,6 @@ class IndexedRun(namedtuple("_IndexedRun", ["id", *FIELDS, "kind", "started_at",
             _TRIGGERS[kind] = Trigger(kind)
         return _TRIGGERS[kind]
 
-    @property
-    def started(self) -> datetime | None:
-        return datetime.fromisoformat(self.started_at) if self.started_at else None
-
-    @property
-    def finished(self) -> datetime | None:
-        return datetime.fromisoformat(self.finished_at) if self.finished_at else None
-
 
 def _entry(run: RunRecord, stat: os.stat_result) -> list[Any]:
     times = [getattr(run, f) for f in _TIMES]
@@ -93,11 +85,17 @@ def _entry(run: RunRecord, stat: os.stat_result) -> list[Any]:
 _new = tuple.__new__
 
 
+def _time(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
 def _indexed(run_id: str, entry: list[Any]) -> IndexedRun:
-    """The entry's run; ValueError when the entry is of another shape."""
+    """The entry's run; ValueError or TypeError when the entry is of another shape."""
     if len(entry) != _WIDTH:
         raise ValueError("an entry of another shape")
-    return _new(IndexedRun, (run_id, *entry[_FILE:]))  # the tuple as it is: no call per field
+    started, finished = entry[-2], entry[-1]
+    times = (_time(started), _time(finished))
+    return _new(IndexedRun, (run_id, *entry[_FILE:-2], *times))  # no call per field
 
 
 class RunIndex:
@@ -148,7 +146,12 @@ class RunIndex:
                     entry = self._read(run_id)
                     if entry is None:
                         continue
-                out[run_id] = _indexed(run_id, entry)
+                try:
+                    out[run_id] = _indexed(run_id, entry)
+                except (TypeError, ValueError):  # an entry of another shape: read it again
+                    entry = self._read(run_id)
+                    if entry is not None:
+                        out[run_id] = _indexed(run_id, entry)
         finally:
             os.close(runs)
         return out
