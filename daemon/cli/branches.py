@@ -49,8 +49,9 @@ def _branches(args: argparse.Namespace) -> int:
         sys.stdout.write(
             json_text(
                 {
-                    # Its fields are plain values: asdict's deep copies took 0.3 s at 10,000.
-                    "branches": [dict(vars(row)) for row in rows],
+                    # Its fields are plain values, read as they are: asdict's deep copies
+                    # took 0.3 s at 10,000 (json_text changes nothing it is given).
+                    "branches": [vars(row) for row in rows],
                     "deleted": [row.branch for row in deleted],
                 }
             )
