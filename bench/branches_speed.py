@@ -11,8 +11,10 @@ would: the first listing records them landed "by hand". Then `loopd --home H bra
 script), each timed from process start to exit (and its CPU time, git's included), median
 of R runs, after a first run timed on its own: it records the hand merges and fills the run
 index (state/runs-index.json) from every run.toml, which the daemon otherwise keeps warm
-(hourly). The output is checked: every branch listed, the hand merges shown landed, the
-+/- lines as generated.
+(hourly), and keeps each branch's net +/- lines there (counted again only for a branch that
+is new or moved). Then one listing with the index warm but no lines kept, as after a night
+in which every branch is new: its git diff of every branch is timed on its own. The output
+is checked: every branch listed, the hand merges shown landed, the +/- lines as generated.
 Usage: python bench/branches_speed.py [--branches 10000] [--repeat 5] [--profile] [--keep]
        [--smoke]
 """
@@ -272,6 +274,15 @@ def main() -> int:
             print(
                 f"  loopd {name:<16} median {median:8.1f} ms   cpu {cpu:6.0f} ms   (all: {spread})"
             )
+        index = home / "state" / "runs-index.json"
+        data = json.loads(index.read_text())
+        data.pop("lines", None)  # every branch's lines counted again by git
+        index.write_text(json.dumps(data))
+        uncounted, _, uncounted_cpu = timed(base, 1)
+        print(
+            f"  loopd branches, no lines kept (every branch new)  {uncounted:8.1f} ms   "
+            f"cpu {uncounted_cpu:6.0f} ms"
+        )
         with open("/proc/loadavg") as fh:
             print(f"  load average while timed: {fh.read().split()[0]}")
         # The run index is warm in use: the daemon refreshes it hourly, each listing after.

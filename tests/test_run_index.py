@@ -98,3 +98,24 @@ def test_net_lines_count_as_git_diff_numstat(tmp_path: Path) -> None:
             removed += int(minus) if minus.isdigit() else 0
         assert got[(base_commit, tip)] == (added, removed)
     assert got[(base, refs.tip("loopd/calc/one"))] != (0, 0)
+
+
+def test_an_entry_of_another_shape_is_read_again(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state")
+    run = record(store, 1, outcome="succeeded", finished=NOW + timedelta(hours=1))
+    index = RunIndex(store)
+    index.records([run.id])
+    index.save()
+    path = store.root / INDEX_FILE
+    good = json.loads(path.read_text())
+    for damage in ("not a time", 7, None):
+        data = json.loads(json.dumps(good))
+        data["runs"][run.id][-1] = damage  # the identity still matches the run.toml
+        path.write_text(json.dumps(data))
+        got = RunIndex(store).records([run.id])[run.id]
+        want = None if damage is None else run.finished
+        assert (got.finished, got.outcome, got.trigger.kind) == (want, "succeeded", "schedule")
+    data = json.loads(json.dumps(good))
+    data["runs"][run.id] = data["runs"][run.id][:-1]
+    path.write_text(json.dumps(data))
+    assert RunIndex(store).records([run.id])[run.id].finished == run.finished

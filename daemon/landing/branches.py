@@ -11,19 +11,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from daemon.git.safe import GitError
 from daemon.git.userrepo import LedgerWriter, UserRepo
-from daemon.landing.refbatch import RepoRefs, net_lines, read_refs
+from daemon.landing.refbatch import HEADS, Later, RepoRefs, count_lines, read_refs
 from daemon.people.landstate import landing_state
 from daemon.people.since import run_ids_since
 from daemon.plain.landing import may_have_landed
-from daemon.runs.journal import RunJournal
 from daemon.state.eventtypes import Event
 from daemon.state.ledger import ledger_of
 from daemon.state.records import RunRecord
 from daemon.state.runindex import RunIndex
 from daemon.state.store import StateStore
+
+if TYPE_CHECKING:  # the listing never needs a run's journal: its import costs 10 ms
+    from daemon.runs.journal import RunJournal
 
 PREFIX = "refs/heads/loopd/"
 
@@ -63,10 +66,11 @@ def _merged_commit(run: RunRecord, refs: RepoRefs | None) -> str:
     """The target's commit when it contains the run's branch (its work landed), else ""."""
     if refs is None:
         return ""
-    tip, target = refs.tip(run.branch), refs.tip(run.target)
+    tip = refs.tips.get(HEADS + run.branch, "") if run.branch else ""
+    target = refs.tips.get(HEADS + run.target, "") if run.target else ""
     if not tip or not target or tip == run.base_commit:
         return ""  # a branch that holds nothing of the run's is not its work landed
-    return target if refs.contains(run.target, run.branch) else ""
+    return target if HEADS + run.branch in refs.merged_into(target) else ""
 
 
 def _record_by_hand(store: StateStore, run: RunRecord, commit: str, now: datetime) -> None:
@@ -96,6 +100,11 @@ class HandMerges:
     def refs(self, repo: str) -> RepoRefs | None:
         if repo not in self._refs:
             self._refs[repo] = read_refs(Path(repo))
+        return self._refs[repo]
+
+    def known(self, repo: str, refs: RepoRefs | None) -> RepoRefs | None:
+        """`refs`, read for `repo`, are what the hand merges there are checked against."""
+        self._refs.setdefault(repo, refs)
         return self._refs[repo]
 
     def merged(self, run: RunRecord) -> str:
@@ -165,40 +174,66 @@ def list_branches(
     """The run branches of the home's loops (or of `loop`) in their repositories; a branch a
     person merged by hand is recorded landed as of `now`."""
     hands = HandMerges(store, now)
+    if loop in repos:
+        repos = {loop: repos[loop]}  # its branches are in its repository alone
+    where = {name: str(path) for name, path in repos.items()}
+    # The order of paths, not of strings. Every repository's branches are listed at once,
+    # while the run index is read.
+    order = [str(path) for path in sorted(set(repos.values())) if path.is_dir()]
+    listed = {repo: Later(read_refs, Path(repo)) for repo in order}
     index = RunIndex(store)
+    found = []
+    for repo in order:
+        refs = hands.known(repo, listed[repo].result())  # for the listing and the hand merges
+        if refs is not None:
+            rows = _rows(refs, where, repo, loop)
+            _ask_ahead(index, refs, rows)
+            found.append((refs, rows))
     out: list[RunBranch] = []
-    seen: set[Path] = set()
-    for repo in sorted(set(repos.values())):
-        if repo in seen or not repo.is_dir():
-            continue
-        seen.add(repo)
-        refs = hands.refs(str(repo))  # read once for the listing and the hand merges
-        if refs is None:
-            continue
-        rows = []
-        for ref, tip in refs.tips.items():
-            if not ref.startswith(PREFIX):
-                continue
-            parts = ref[len("refs/heads/") :].split("/")
-            if len(parts) != 3 or (loop and parts[1] != loop):
-                continue
-            if repos.get(parts[1], repo) != repo:
-                continue  # another loop's repository is where its branches are
-            rows.append(RunBranch(str(repo), "/".join(parts), tip, parts[1], parts[2]))
+    for refs, rows in found:
         out += _describe(hands, index, refs, rows)
     index.save(store.run_ids())
     return out
+
+
+def _rows(refs: RepoRefs, where: dict[str, str], repo: str, loop: str) -> list[RunBranch]:
+    """The run branches in `repo` of the loops whose repository it is (or of `loop`)."""
+    rows = []
+    for ref, tip in refs.tips.items():
+        if not ref.startswith(PREFIX):
+            continue
+        parts = ref[len(HEADS) :].split("/")
+        if len(parts) != 3 or (loop and parts[1] != loop):
+            continue
+        if where.get(parts[1], repo) != repo:
+            continue  # another loop's repository is where its branches are
+        rows.append(RunBranch(repo, ref[len(HEADS) :], tip, parts[1], parts[2]))
+    return rows
+
+
+def _ask_ahead(index: RunIndex, refs: RepoRefs, rows: list[RunBranch]) -> None:
+    """Start the git questions the rows will need while the others are described: which
+    branches the targets of runs that may have landed contain (as the index last saw those
+    runs: a guess, a question it misses is asked when needed), and the diff algorithm."""
+    if not rows:
+        return
+    for target in index.hand_merge_targets([row.run for row in rows]):
+        commit = refs.tip(target)
+        if commit:
+            refs.ask_merged(commit)
+    refs.ask_diff_algorithm()
 
 
 def _describe(
     hands: HandMerges, index: RunIndex, refs: RepoRefs, rows: list[RunBranch]
 ) -> list[RunBranch]:
     """The rows with their runs' outcome, landing state and net +/- lines."""
-    records = index.records(row.run for row in rows)
-    pairs = {}
+    records = index.records([row.run for row in rows])
+    live = hands.live
+    based: list[tuple[RunBranch, str]] = []
     for row in rows:
-        row.live = row.run in hands.live
-        record = records.get(row.run)
+        row.live = row.run in live
+        record: Any = records.get(row.run)
         if record is None:
             continue
         if record.outcome is not None and not record.landed:
@@ -208,12 +243,33 @@ def _describe(
         row.landed = record.landed
         row.landing = landing_state(record).line()
         if record.base_commit:
-            pairs[row.run] = (record.base_commit, row.tip)
-    lines = net_lines(refs, set(pairs.values()))
-    for row in rows:
-        if row.run in pairs:
-            row.added, row.removed = lines[pairs[row.run]]
+            based.append((row, record.base_commit))
+    _count_lines(index, refs, based)
     return rows
+
+
+def _count_lines(index: RunIndex, refs: RepoRefs, based: list[tuple[RunBranch, str]]) -> None:
+    """Each row's net +/- lines from its run's base: kept in the run index, counted by git
+    only for a branch not counted before (a new run, a moved branch, another algorithm)."""
+    if not based:
+        return
+    algorithm = refs.diff_algorithm()
+    todo = []
+    for row, base in based:
+        known = index.lines(row.run, base, row.tip, algorithm)
+        if known is None:
+            todo.append((row, base))
+        else:
+            row.added, row.removed = known
+    if not todo:
+        return
+    pairs = {(base, row.tip) for row, base in todo}
+    counted, sure = count_lines(refs, pairs, algorithm)
+    for row, base in todo:
+        pair = (base, row.tip)
+        row.added, row.removed = counted.get(pair, (0, 0))
+        if pair in sure:  # else (0, 0) or a part, and asked again next time
+            index.set_lines(row.run, base, row.tip, algorithm, counted[pair])
 
 
 def _forget(store: StateStore, run_id: str, branch: str) -> None:

@@ -10,8 +10,11 @@ is `git diff --numstat BASE TIP` for every pair at once.
 from __future__ import annotations
 
 import string
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from daemon.git.safe import GitError
 from daemon.git.userrepo import UserRepo
@@ -19,6 +22,30 @@ from daemon.git.userrepo import UserRepo
 HEADS = "refs/heads/"
 _HEX = set(string.hexdigits)
 Pair = tuple[str, str]  # (base, tip)
+T = TypeVar("T")
+
+
+class Later(Generic[T]):
+    """A call run in a thread from now, its result (or its exception) taken when needed: git
+    answers the questions of two repositories at once, and while loopd reads its own files."""
+
+    def __init__(self, call: Callable[..., T], *args: Any) -> None:
+        self._result: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(call, args), daemon=True)
+        self._thread.start()
+
+    def _run(self, call: Callable[..., T], args: tuple[Any, ...]) -> None:
+        try:
+            self._result = call(*args)
+        except BaseException as exc:  # noqa: BLE001 - raised again where the result is taken
+            self._error = exc
+
+    def result(self) -> T:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result  # type: ignore[return-value]
 
 
 @dataclass
@@ -28,22 +55,52 @@ class RepoRefs:
     user: UserRepo
     tips: dict[str, str]  # refname -> the object it names
     _merged: dict[str, set[str]] = field(default_factory=dict)
+    _asked: dict[str, Later[set[str]]] = field(default_factory=dict)
+    _algorithm: Later[str] | None = None
 
     def tip(self, branch: str) -> str:
         """The commit `refs/heads/BRANCH` names, "" when there is no such branch."""
         return self.tips.get(HEADS + branch, "") if branch else ""
 
+    def ask_merged(self, commit: str) -> None:
+        """Start asking which branches `commit` contains (merged_into answers)."""
+        if commit not in self._merged and commit not in self._asked:
+            self._asked[commit] = Later(self._merged_query, commit)
+
+    def _merged_query(self, commit: str) -> set[str]:
+        try:
+            out = self.user.git.out(
+                "for-each-ref", f"--merged={commit}", "--format=%(refname)", HEADS
+            )
+        except GitError:
+            out = ""
+        return set(out.splitlines())
+
     def merged_into(self, commit: str) -> set[str]:
         """The branches (refnames) whose tip `commit` contains."""
         if commit not in self._merged:
-            try:
-                out = self.user.git.out(
-                    "for-each-ref", f"--merged={commit}", "--format=%(refname)", HEADS
-                )
-            except GitError:
-                out = ""
-            self._merged[commit] = set(out.splitlines())
+            asked = self._asked.pop(commit, None)
+            found = asked.result() if asked is not None else self._merged_query(commit)
+            self._merged[commit] = found
         return self._merged[commit]
+
+    def ask_diff_algorithm(self) -> None:
+        """Start reading the repository's `diff.algorithm` (diff_algorithm answers)."""
+        if self._algorithm is None:
+            self._algorithm = Later(self._algorithm_query)
+
+    def _algorithm_query(self) -> str:
+        try:
+            return self.user.git.out("config", "--get", "diff.algorithm", check=False)
+        except GitError:
+            return ""
+
+    def diff_algorithm(self) -> str:
+        """The repository's `diff.algorithm` ("" when unset): `git diff` reads it, diff-tree
+        not, and the lines it counts depend on it."""
+        self.ask_diff_algorithm()
+        assert self._algorithm is not None
+        return self._algorithm.result()
 
     def contains(self, target: str, branch: str) -> bool:
         """Whether branch `target` contains branch `branch`'s tip."""
@@ -88,13 +145,28 @@ def _trees(refs: RepoRefs, commits: set[str]) -> dict[str, str]:
 def net_lines(refs: RepoRefs, pairs: set[Pair]) -> dict[Pair, tuple[int, int]]:
     """Lines added and removed from `base` to `tip` for each (base, tip) pair, as
     `git diff --numstat --no-renames BASE TIP` counts them; (0, 0) when git cannot say."""
-    out = {pair: (0, 0) for pair in pairs}
+    counted, _ = count_lines(refs, pairs, refs.diff_algorithm())
+    return {pair: counted.get(pair, (0, 0)) for pair in pairs}
+
+
+def count_lines(
+    refs: RepoRefs, pairs: set[Pair], algorithm: str
+) -> tuple[dict[Pair, tuple[int, int]], set[Pair]]:
+    """What `net_lines` answers for the pairs whose commits the repository has, with
+    `algorithm` as its `diff.algorithm`; and the pairs of those git surely counted (its diff
+    ended well), which may be kept."""
     trees = _trees(refs, {c for pair in pairs for c in pair})
-    todo = {(trees[b], trees[t]) for b, t in pairs if b in trees and t in trees}
-    todo = {(a, b) for a, b in todo if a != b}  # the same tree: nothing changed
+    out = {}
+    todo = set()
+    for base, tip in pairs:
+        if base in trees and tip in trees:
+            if trees[base] == trees[tip]:
+                out[(base, tip)] = (0, 0)  # the same tree: nothing changed
+            else:
+                todo.add((trees[base], trees[tip]))
+    sure = set(out)
     if not todo:
-        return out
-    algorithm = refs.user.git.out("config", "--get", "diff.algorithm", check=False)
+        return out, sure
     argv = ["diff-tree", "--stdin", "-r", "--numstat", "--no-renames"]
     if algorithm:
         argv.append(f"--diff-algorithm={algorithm}")  # `git diff` reads it, diff-tree not
@@ -102,10 +174,22 @@ def net_lines(refs: RepoRefs, pairs: set[Pair]) -> dict[Pair, tuple[int, int]]:
     try:
         proc = refs.user.git.run(*argv, input=query, check=False)
     except GitError:
-        return out
+        return out, sure
+    counts = _numstat(proc.stdout.decode("utf-8", "replace"))
+    for base, tip in pairs:
+        key = (trees.get(base, ""), trees.get(tip, ""))
+        if key in todo:
+            out[(base, tip)] = counts.get(key, (0, 0))
+            if proc.returncode == 0:
+                sure.add((base, tip))
+    return out, sure
+
+
+def _numstat(text: str) -> dict[Pair, tuple[int, int]]:
+    """The lines added and removed per tree pair of `diff-tree --stdin --numstat` output."""
     counts: dict[Pair, tuple[int, int]] = {}
     current: Pair | None = None
-    for line in proc.stdout.decode("utf-8", "replace").splitlines():
+    for line in text.splitlines():
         if "\t" not in line:  # "TREE TREE": the pair whose lines follow
             a, _, b = line.partition(" ")
             current = (a, b)
@@ -118,7 +202,4 @@ def net_lines(refs: RepoRefs, pairs: set[Pair]) -> dict[Pair, tuple[int, int]]:
         plus += int(added) if added.isdigit() else 0
         minus += int(removed) if removed.isdigit() else 0
         counts[current] = (plus, minus)
-    for base, tip in pairs:
-        if base in trees and tip in trees:
-            out[(base, tip)] = counts.get((trees[base], trees[tip]), (0, 0))
-    return out
+    return counts
