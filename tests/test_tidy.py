@@ -68,6 +68,9 @@ def test_branches_the_target_contains_are_deleted_and_the_others_kept(tmp_path: 
     assert (hand.landed, hand.landed_how) == (True, "by hand")  # recorded before it went
     assert (hand.branch, hand.branch_deleted) == ("", by_hand.branch)
     assert ctx.store.load_run(failed.id).branch == failed.branch
+    # The kept branch's +/- lines are counted ahead, for the person's `loopd branches`.
+    index = json.loads((ctx.store.root / "runs-index.json").read_text())
+    assert failed.id in index["lines"] and failed.id in index["runs"]
 
 
 def packs(repo: Path) -> int:

@@ -7,6 +7,7 @@ import threading
 from datetime import datetime
 
 from daemon.housekeeping import prune
+from daemon.landing.branches import list_branches
 from daemon.rules.promotion import retire_stale
 from daemon.runs.learning import retry_deferred_lessons, rule_library
 from daemon.service.context import Context
@@ -53,7 +54,7 @@ class Housekeeper:
                 self.prune(now, keep)
             if tidy:
                 tidy_up(self.ctx, now, keep)
-                self.refresh_run_index()
+                self.refresh_run_index(now)
             if lessons:
                 self.retry_deferred_lessons()
 
@@ -76,10 +77,14 @@ class Housekeeper:
         except Exception as exc:  # noqa: BLE001 - housekeeping never stops the daemon
             ctx.event(Event.RETIRE_FAILED, error=str(exc)[:500])
 
-    def refresh_run_index(self) -> None:
-        """The run index (state/runs-index.json) kept current for `loopd branches`."""
+    def refresh_run_index(self, now: datetime) -> None:
+        """The run index (state/runs-index.json) kept current for `loopd branches`: each
+        run's record, then each branch's +/- lines (a listing counts only what is new since
+        the last one, so a person's `loopd branches` after a busy night answers at once)."""
+        repos = {name: loop.config.repo_path for name, loop in self.ctx.loops.items()}
         try:
             refresh_run_index(self.ctx.store)
+            list_branches(self.ctx.store, repos, now)
         except Exception:  # noqa: BLE001, S110 - a cache: its readers rebuild what is stale
             pass
 
