@@ -35,3 +35,10 @@ def test_colour_only_on_a_terminal_that_takes_it(monkeypatch) -> None:  # noqa: 
     assert Terminal(80, colour=True).paint("warning", "yellow") == "\x1b[33mwarning\x1b[0m"
     monkeypatch.setenv("COLUMNS", "120")
     assert Terminal.of(io.StringIO()).width == 120
+
+
+def test_words_stay_whole_while_another_column_can_give_way() -> None:
+    rows = [["stopped_early", "not judged by a model (critic = off); the checks passed."]]
+    lines = table(Terminal(width=40), "", [Column("stalls"), Column("verdict")], rows)
+    assert any("│ stopped_early │" in line for line in lines)
+    assert max(len(line) for line in lines) <= 40

@@ -96,7 +96,13 @@ def table(terminal: Terminal, title: str, columns: list[Column], rows: list[list
     """The rows under the headings in boxes, as rich's default table: each column as wide as
     its widest cell, the widest that may wrap folded first until the table fits the width."""
     widths = [max([len(c.heading), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
-    widths = _fitted(widths, columns, terminal.width - (3 * len(columns) + 1))
+    room = terminal.width - (3 * len(columns) + 1)
+    # Words kept whole where the width allows; folded only below that.
+    words = [
+        max([c.least, *(len(w) for row in rows for w in row[i].split())])
+        for i, c in enumerate(columns)
+    ]
+    widths = _fitted(_fitted(widths, columns, room, words), columns, room)
     inner = sum(widths) + 3 * len(widths) + 1
     out = terminal.title(title, inner)
     out.append("┏" + "┳".join("━" * (w + 2) for w in widths) + "┓")
@@ -116,12 +122,15 @@ def table(terminal: Terminal, title: str, columns: list[Column], rows: list[list
     return out
 
 
-def _fitted(widths: list[int], columns: list[Column], room: int) -> list[int]:
+def _fitted(
+    widths: list[int], columns: list[Column], room: int, floors: list[int] | None = None
+) -> list[int]:
     """`widths` narrowed to `room` in all: the widest column that may wrap loses a column at
-    a time, none below its least."""
+    a time, none below its floor (its least, unless given)."""
     widths = list(widths)
+    floors = floors or [c.least for c in columns]
     while sum(widths) > room:
-        narrowable = [i for i, c in enumerate(columns) if c.wrap and widths[i] > max(c.least, 1)]
+        narrowable = [i for i, c in enumerate(columns) if c.wrap and widths[i] > max(floors[i], 1)]
         if not narrowable:
             break  # the caller chose a table that cannot fit: it overflows
         widest = max(narrowable, key=lambda i: widths[i])
