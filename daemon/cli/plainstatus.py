@@ -20,10 +20,7 @@ from daemon.plain.escalations import open_escalations
 from daemon.plain.home import daemon_pid, reads_own_state
 from daemon.plain.records import Unsure, listing, read_status, read_usage, run_outline
 from daemon.plain.statusfacts import read_facts
-
-
-def _loop_of(run_id: str) -> str:
-    return run_id[17:].rsplit("-", 1)[0]
+from daemon.state.runids import listed_run_ids, loop_of
 
 
 def _same_task(a: str, b: str) -> bool:
@@ -46,8 +43,8 @@ class PlainReader:
 
     def newest(self, loops: set[str]) -> dict[str, str]:
         newest: dict[str, str] = {}
-        for run_id in reversed(listing(self.state_dir / "runs")):
-            newest.setdefault(_loop_of(run_id), run_id)
+        for run_id in reversed(listed_run_ids(self.state_dir / "runs")):
+            newest.setdefault(loop_of(run_id), run_id)
             if loops <= newest.keys():
                 break  # ids sort by time: the rest are older
         return newest
@@ -59,9 +56,7 @@ class PlainReader:
             return None  # being written: shown next time
         if run["outcome"] is not None:
             return run["id"], run["outcome"]
-        for run_id in reversed(listing(self.state_dir / "runs")):
-            if _loop_of(run_id) != loop:
-                continue
+        for run_id in reversed(listed_run_ids(self.state_dir / "runs", loop)):
             try:
                 run = run_outline(self.state_dir, run_id)
             except FileNotFoundError:

@@ -19,6 +19,7 @@ from typing import Any
 from daemon.plain.records import Unsure, json_time, listing, read_file
 from daemon.plain.runspecs import PRUNED, QUEUE, REQUIRED, RUN, Spec
 from daemon.state.prunedindex import index_path, lines_backwards
+from daemon.state.runids import listed_run_ids
 
 MERGED_KEPT = 20  # state/queuefile.MERGED_KEPT: the merged triggers a queued run keeps
 
@@ -116,10 +117,7 @@ def read_run(run_dir: Path) -> dict[str, Any] | None:
 
 def run_ids(runs_dir: Path, loop: str | None = None) -> list[str]:
     """Run ids, oldest first, as StateStore.run_ids lists them."""
-    ids = listing(runs_dir)
-    if loop is not None:
-        ids = [i for i in ids if i[17:].rsplit("-", 1)[0] == loop]
-    return ids
+    return listed_run_ids(runs_dir, loop)
 
 
 def live_runs(state_dir: Path) -> list[str]:

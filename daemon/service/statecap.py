@@ -17,6 +17,7 @@ import tomli_w
 
 from daemon.state.atomic import write_atomic
 from daemon.state.records import Record
+from daemon.state.runids import loop_of
 from daemon.state.store import StateStore, UnreadableFile, dump_toml, read_model
 from daemon.state.stored import compress, stored
 
@@ -50,11 +51,6 @@ def tree_size(path: Path) -> int:
         except FileNotFoundError:
             continue  # gone while measured
     return total
-
-
-def loop_of(run_id: str) -> str:
-    """The loop in `YYYYMMDDTHHMMSSZ-LOOP-xxxx`."""
-    return run_id[17:].rsplit("-", 1)[0]
 
 
 def measure(store: StateStore) -> tuple[int, dict[str, int]]:

@@ -22,6 +22,7 @@ from daemon.state.eventtypes import Event
 from daemon.state.lock import HomeLock
 from daemon.state.queuefile import PendingRun, QueueFile
 from daemon.state.records import RunRecord, StatusFile, Trigger, make_run_id
+from daemon.state.runids import listed_run_ids, loop_of
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -183,20 +184,13 @@ class StateStore:
 
     def run_ids(self, loop: str | None = None) -> list[str]:
         """Run ids, oldest first (they sort by time)."""
-        try:
-            names = os.listdir(self.runs_dir)
-        except FileNotFoundError:
-            return []
-        ids = sorted(n for n in names if not n.startswith("."))
-        if loop is not None:
-            ids = [i for i in ids if i[17:].rsplit("-", 1)[0] == loop]
-        return ids
+        return listed_run_ids(self.runs_dir, loop)
 
     def last_run_ids(self) -> dict[str, str]:
         """The newest run id of each loop, from one listing of `runs/`."""
         newest: dict[str, str] = {}
         for run_id in reversed(self.run_ids()):
-            newest.setdefault(run_id[17:].rsplit("-", 1)[0], run_id)
+            newest.setdefault(loop_of(run_id), run_id)
         return newest
 
     def iter_runs(self, loop: str | None = None, newest_first: bool = True) -> Iterator[RunRecord]:
