@@ -25,6 +25,7 @@ from daemon.state.store import StateStore
 # Trigger received to run started, in seconds: webhooks aim under 0.2 s, schedules wait longer.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 RULE_STATUSES = ("trial", "active", "rejected", "retired")
+MAX_STARTS = 100_000  # runs started and not scraped yet, kept for their latency
 
 
 class Metrics:
@@ -55,6 +56,12 @@ class Metrics:
         }
         self.webhooks: Callable[[], Counter[tuple[str, str]]] | None = None  # the daemon's desk
         self.registry = CollectorRegistry(auto_describe=False)
+        # Runs started, as (run, the event's time): their trigger's time is read from their
+        # records at the scrape, not on the run's thread as it starts (the record may still
+        # be on its way to the disk then). First in the registry, so that a scrape takes
+        # them into the latency histogram before collecting it.
+        self._starts: list[tuple[str, str]] = []
+        self.registry.register(_BeforeScrape(self._take_starts))
         self.latency = Histogram(
             "loopd_trigger_to_start_seconds",
             "Seconds from a trigger's time to its run's "
@@ -131,17 +138,33 @@ class Metrics:
             self.counts["cost"][(run.loop,)] += run.cost_usd
 
     def _started(self, event: dict[str, Any]) -> None:
-        """The trigger-to-start latency, from the run's record (its trigger's time)."""
-        try:
-            run = self.store.load_run(event["run"])
-        except (OSError, ValueError):
-            return
-        if run.trigger.ts is None:
-            return
-        started = datetime.fromisoformat(event["ts"])
-        seconds = (started - run.trigger.ts).total_seconds()
-        if seconds >= 0:
-            self.latency.labels(kind=run.trigger.kind).observe(seconds)
+        """A run started: its trigger-to-start latency is taken at the next scrape."""
+        with self._lock:
+            self._starts.append((event["run"], event["ts"]))
+            if len(self._starts) > MAX_STARTS:
+                del self._starts[: len(self._starts) - MAX_STARTS]
+
+    def _take_starts(self) -> None:
+        """The trigger-to-start latency of the runs started since the last scrape, from their
+        records (their trigger's time); a record not written yet waits for the next one."""
+        with self._lock:
+            starts, self._starts = self._starts, []
+        waiting = []
+        for run_id, ts in starts:
+            try:
+                run = self.store.load_run(run_id)
+            except FileNotFoundError:
+                waiting.append((run_id, ts))
+                continue
+            except (OSError, ValueError):
+                continue
+            if run.trigger.ts is None:
+                continue
+            seconds = (datetime.fromisoformat(ts) - run.trigger.ts).total_seconds()
+            if seconds >= 0:
+                self.latency.labels(kind=run.trigger.kind).observe(seconds)
+        with self._lock:
+            self._starts[:0] = waiting
 
     # the scrape ----------------------------------------------------------------------------
     def collect(self) -> Iterator[Any]:
@@ -179,6 +202,17 @@ class Metrics:
             yield GaugeMetricFamily(f"loopd_{name}", _GAUGE_HELP.get(name, name), value=value)
         if self.library is not None:
             yield _rules(self.library)
+
+
+class _BeforeScrape:
+    """A collector that collects nothing: it calls `before` when a scrape reaches it."""
+
+    def __init__(self, before: Callable[[], None]) -> None:
+        self.before = before
+
+    def collect(self) -> Iterator[Any]:
+        self.before()
+        return iter(())
 
 
 def _rules(library: RuleLibrary) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
@@ -29,11 +29,21 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_dirs(paths: Iterable[Path]) -> None:
+    """fsync each folder once, after every change to them is made: on a journalling
+    filesystem the first commits them all and the others find nothing left to write."""
+    for path in dict.fromkeys(paths):
+        fsync_dir(path)
+
+
 @contextmanager
-def atomic_writer(path: Path, durable: bool = True) -> Iterator[BinaryIO]:
+def atomic_writer(path: Path, durable: bool = True, sync_folder: bool = True) -> Iterator[BinaryIO]:
     """A file to write in pieces; it replaces `path` when the block ends without an error.
 
     `durable` False skips the fsyncs: the file survives loopd's crash, not the machine's.
+    `sync_folder` False leaves the folder's fsync (the rename's durability) to the caller,
+    who syncs several folders in one pass (`fsync_dirs`); the data is synced before the
+    rename either way.
     """
     ensure_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -48,13 +58,15 @@ def atomic_writer(path: Path, durable: bool = True) -> Iterator[BinaryIO]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    if durable:
+    if durable and sync_folder:
         fsync_dir(path.parent)
 
 
-def write_atomic(path: Path, data: bytes | str, durable: bool = True) -> None:
+def write_atomic(
+    path: Path, data: bytes | str, durable: bool = True, sync_folder: bool = True
+) -> None:
     """Replace `path` with `data` so a reader sees the old file or the new one, never a part."""
-    with atomic_writer(path, durable) as fh:
+    with atomic_writer(path, durable, sync_folder) as fh:
         fh.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 import sys
+import threading
 import tomllib
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
@@ -16,7 +17,8 @@ import tomli_w
 from pydantic import BaseModel, ValidationError
 
 from daemon.regularfile import STATE_MAX, NotRegular, read_regular
-from daemon.state.atomic import ensure_dir, write_atomic
+from daemon.state.atomic import ensure_dir, fsync_dirs, write_atomic
+from daemon.state.background import Background
 from daemon.state.events import EventLog
 from daemon.state.eventtypes import Event
 from daemon.state.lock import HomeLock
@@ -100,6 +102,9 @@ class StateStore:
         # Called with each run record saved: its phase changes here on both engines (the
         # traces of [telemetry] follow them); never raise.
         self.run_observers: list[Callable[[RunRecord], None]] = []
+        # Records being written durably on threads of their own, by run id (`_behind`).
+        self._behind: dict[str, Background[None]] = {}
+        self._behind_lock = threading.Lock()
 
     def home_id(self) -> str:
         """This home's id (`state/home-id`, made on first use): rules it exports name it."""
@@ -170,8 +175,42 @@ class StateStore:
                 return run_id
             bump += 1
 
-    def save_run(self, run: RunRecord) -> None:
-        write_atomic(self.run_dir(run.id) / "run.toml", dump_toml(run))
+    def save_run(self, run: RunRecord, durable: bool = True) -> None:
+        """Write run.toml atomically (after a write of it still under way on its own thread);
+        `durable` False: it survives loopd's crash, not the machine's."""
+        self.settle_run(run.id)
+        write_atomic(self.run_dir(run.id) / "run.toml", dump_toml(run), durable=durable)
+        self._observe(run)
+
+    def save_run_behind(self, run: RunRecord) -> None:
+        """Write run.toml durably, as it is now, on a thread of its own: its fsyncs overlap
+        what the caller does next. The run's next save, or `settle_run`, waits for it."""
+        self.settle_run(run.id)
+        text = dump_toml(run)
+        self._observe(run)
+        path = self.run_dir(run.id) / "run.toml"
+        self._put_behind(run.id, Background(write_atomic, path, text, name=f"save-{run.id}"))
+
+    def settle_run(self, run_id: str) -> None:
+        """Wait for the run's record being written on its own thread; raise what it raised."""
+        with self._behind_lock:
+            pending = self._behind.pop(run_id, None)
+        if pending is not None:
+            pending.result()
+
+    def wait_behind(self) -> None:
+        """Wait for every record being written on its own thread (what it raised is left
+        to the run's own next save, or `settle_run`)."""
+        with self._behind_lock:
+            pending = list(self._behind.values())
+        for work in pending:
+            work.wait()
+
+    def _put_behind(self, run_id: str, work: Background[None]) -> None:
+        with self._behind_lock:
+            self._behind[run_id] = work
+
+    def _observe(self, run: RunRecord) -> None:
         for observer in self.run_observers:
             try:
                 observer(run)
@@ -211,6 +250,27 @@ class StateStore:
     # live runs: a marker per run that has no outcome yet, so a restart finds them cheaply
     def mark_live(self, run_id: str) -> None:
         write_atomic(self.root / "live" / run_id, "")
+
+    def begin_run(self, run: RunRecord, behind: bool = False) -> None:
+        """A new run's record and its live marker, durable: the record's data is synced
+        before its rename, then the folders naming the record, the marker and the run's
+        folder in one pass (on a journalling filesystem two commits where a durable save of
+        each made four). `behind`: on a thread of its own (see `save_run_behind`); the
+        daemon waits for it (`wait_behind`) before its queue no longer holds the run."""
+        self.settle_run(run.id)
+        text = dump_toml(run)
+        self._observe(run)
+        if behind:
+            self._put_behind(run.id, Background(self._begin, run.id, text, name=f"begin-{run.id}"))
+        else:
+            self._begin(run.id, text)
+
+    def _begin(self, run_id: str, text: str) -> None:
+        folder = self.run_dir(run_id)
+        write_atomic(folder / "run.toml", text, sync_folder=False)
+        live = self.root / "live"
+        write_atomic(live / run_id, "", durable=False)  # empty: its name is all it holds
+        fsync_dirs([folder, live, folder.parent])
 
     def unmark_live(self, run_id: str) -> None:
         (self.root / "live" / run_id).unlink(missing_ok=True)

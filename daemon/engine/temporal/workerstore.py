@@ -31,14 +31,21 @@ class WorkerStore(StateStore):
         if beside_home:  # the home's own log holds the run's events as the home records them
             self.events = EventLog(root / EVENTS, rotate_bytes=events_rotate)
 
-    def save_run(self, run: RunRecord) -> None:
-        write_atomic(self.run_dir(run.id) / RECORD, dump_toml(run))
+    def save_run(self, run: RunRecord, durable: bool = True) -> None:
+        write_atomic(self.run_dir(run.id) / RECORD, dump_toml(run), durable=durable)
 
     def load_run(self, run_id: str) -> RunRecord:
         return read_model(self.run_dir(run_id) / RECORD, RunRecord)
 
     def mark_live(self, run_id: str) -> None:
         write_atomic(self.root / LIVE / run_id, "")
+
+    def save_run_behind(self, run: RunRecord) -> None:
+        self.save_run(run)
+
+    def begin_run(self, run: RunRecord, behind: bool = False) -> None:
+        self.save_run(run)
+        self.mark_live(run.id)
 
     def unmark_live(self, run_id: str) -> None:
         (self.root / LIVE / run_id).unlink(missing_ok=True)
