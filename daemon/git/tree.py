@@ -13,6 +13,7 @@ repository when the tree is made and is moved there only by loopd (recorded in t
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,12 +123,18 @@ def prepare_tree(
     base: str,
     worktrees_root: Path,
     writer: LedgerWriter,
+    user: UserRepo | None = None,
+    lfs: Callable[[], Path | None] | None = None,
 ) -> RunTree:
-    """Make the run's tree, its branch in the user's repository, and loopd's git directory."""
-    user = _locate(repo)
+    """Make the run's tree, its branch in the user's repository, and loopd's git directory.
+
+    `user`: the repository at `repo`, located already; `lfs`: its `lfs_storage()`, asked
+    already (on a thread of its own, while the tree is made)."""
+    user = user or _locate(repo)
+    lfs = lfs or user.lfs_storage
     own_dir = own_dir_for(worktrees_root, loop, run_id)
     if isolation == "in-place":
-        return _prepare_in_place(user, own_dir)
+        return _prepare_in_place(user, own_dir, lfs)
     try:
         base_commit = user.resolve(base)
     except GitError as exc:
@@ -155,9 +162,7 @@ def prepare_tree(
         writer.record(user.key, [(ref, "", base_commit)], "run branch made")
         user.git.run("worktree", "add", "-q", "--no-checkout", "-b", branch, str(path), base_commit)
         tree.agent_git_dir = _admin_of(path)
-    own = OwnGit.create(
-        own_dir, path, user.common, branch, base_commit, user.object_format, user.lfs_storage()
-    )
+    own = OwnGit.create(own_dir, path, user.common, branch, base_commit, user.object_format, lfs())
     own.checkout()
     index = own.index_path.read_bytes()
     if isolation == "clone":
@@ -175,7 +180,7 @@ def _admin_of(path: Path) -> Path:
     return Path(text[len("gitdir: ") :].strip()).resolve()
 
 
-def _prepare_in_place(user: UserRepo, own_dir: Path) -> RunTree:
+def _prepare_in_place(user: UserRepo, own_dir: Path, lfs: Callable[[], Path | None]) -> RunTree:
     head = Path(user.git_dir) / "HEAD"
     text = (read_small(head) or "").strip()
     if not text.startswith("ref: refs/heads/"):
@@ -186,8 +191,7 @@ def _prepare_in_place(user: UserRepo, own_dir: Path) -> RunTree:
     branch = text[len("ref: refs/heads/") :]
     base_commit = user.resolve("HEAD")
     own = OwnGit.create(
-        own_dir, user.top, user.common, branch, base_commit, user.object_format,
-        user.lfs_storage(),
+        own_dir, user.top, user.common, branch, base_commit, user.object_format, lfs()
     )  # fmt: skip
     index = Path(user.git_dir) / "index"
     if index.is_file() and not index.is_symlink():

@@ -16,6 +16,7 @@ from daemon.git.guards import restore_paths
 from daemon.git.integrity import ledger_writer, publish, relabel
 from daemon.git.messages import attempt_state, commit_message
 from daemon.git.tree import RunTree, TreeError, locate_user, prepare_tree, record_tree, reopen_tree
+from daemon.git.userrepo import UserRepo
 from daemon.redact import redact, redact_value
 from daemon.runs import decisions
 from daemon.runs.attempt import Attempt, commit_attempt
@@ -45,10 +46,11 @@ from daemon.runs.setup import (
     setup_tree,
 )
 from daemon.runs.slots import take_slot
-from daemon.runs.startpoint import StartPoint, start_point
+from daemon.runs.startpoint import landing_target, start_point
 from daemon.runs.stop import RunStopped, StopToken
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir
+from daemon.state.background import Background
 from daemon.state.eventtypes import Event
 from daemon.state.records import (
     AttemptRecord,
@@ -78,8 +80,11 @@ def new_run(
     loop: Loop,
     pending: PendingRun,
     experiment: ExperimentArm | None = None,
+    behind: bool = False,
 ) -> RunRecord:
-    """Create the run's record (phase `preparing`) and its folder, under the pending run's id."""
+    """Create the run's record (phase `preparing`) and its folder, under the pending run's id.
+    `behind`: its record and live marker are made durable on a thread of their own
+    (`StateStore.begin_run`), so the run's thread starts at once."""
     ensure_dir(services.store.run_dir(pending.id))
     run = RunRecord(
         id=pending.id,
@@ -93,8 +98,7 @@ def new_run(
         pid=os.getpid(),
         experiment=experiment,
     )
-    services.store.save_run(run)
-    services.store.mark_live(run.id)
+    services.store.begin_run(run, behind=behind)
     return run
 
 
@@ -240,25 +244,15 @@ class RunExecutor:
                 "it is now (`loopd check` says what is wrong), then retry the run"
             )
         self._sandbox()
-        last_success = decisions.builds_on_last_success(self.cfg.build_on, self.cfg.isolation)
-        if last_success:
-            self._await_fetch()  # the start point resolves the base
-        start = self._start_point()
-        if not last_success:
-            self._await_fetch()
-
-        self.tree = prepare_tree(
-            self.cfg.repo_path,
-            self.loop.name,
-            run.id,
-            self.cfg.isolation,
-            start.base,
-            self.services.config.limits.worktrees_path,
-            ledger_writer(self.journal),
-        )
+        self.tree = self._make_tree(locate_user(repo))
         self.tree.sandbox = run.sandbox
         record_tree(run, self.tree)
-        self.journal.save()
+        if self.cfg.setup or checks_done_first(self.cfg, run):
+            # Saved before setup or the checks run in the tree. Else the attempt's save,
+            # moments later and durable before the agent runs, is the next a restart
+            # needs: one that finds the run `preparing` finds its tree at its usual place
+            # (finish.locate_worktree), and the run is retried.
+            self.journal.save()
         self._setup_and_skip()
         if not run.without("rules"):
             self.rules = select_rules_for_run(self.services, self.loop, run)
@@ -268,6 +262,38 @@ class RunExecutor:
         ending = decisions.refused_by_rule(self.rules.refuse, self.rules.escalate)
         if ending is not None:
             self._end(*ending)
+
+    def _make_tree(self, user: UserRepo) -> RunTree:
+        """The run's tree at its start point, made once a hosted push's commit is fetched.
+        Read meanwhile on threads of their own: the person's git-lfs setup (the tree's git
+        needs it) and the landing target (in the record before the agent starts)."""
+        run, cfg = self.run, self.cfg
+        lfs = Background(user.lfs_storage, name=f"run-{run.id}-lfs")
+        target = None
+        if decisions.records_target(cfg.isolation):
+            target = Background(
+                landing_target, user, cfg, is_experiment(run), name=f"run-{run.id}-target"
+            )
+        last_success = decisions.builds_on_last_success(cfg.build_on, cfg.isolation)
+        if last_success:
+            self._await_fetch()  # the start point resolves the base
+        start = start_point(self.journal, user, cfg, target=False)
+        if not last_success:
+            self._await_fetch()
+        tree = prepare_tree(
+            cfg.repo_path,
+            self.loop.name,
+            run.id,
+            cfg.isolation,
+            start.base,
+            self.services.config.limits.worktrees_path,
+            ledger_writer(self.journal),
+            user=user,
+            lfs=lfs.result,
+        )
+        if target is not None:
+            run.land, run.target, run.target_commit = target.result()
+        return tree
 
     def _await_fetch(self) -> None:
         """A hosted push's run: its commit is fetched into the repository before the tree is
@@ -287,10 +313,6 @@ class RunExecutor:
     def _sandbox(self) -> None:
         """Say which sandbox the run's processes get; a refused run ends here."""
         choose_sandbox(self.services, self.journal)
-
-    def _start_point(self) -> StartPoint:
-        """The base the run starts from (a retry's, `build_on`'s); its landing target."""
-        return start_point(self.journal, locate_user(self.cfg.repo_path), self.cfg)
 
     def _setup_and_skip(self) -> None:
         """`setup` in the run's tree, then `done_when` where it starts: done already, skipped."""

@@ -34,11 +34,14 @@ class StartPoint:
     built_on: list[str] = field(default_factory=list)
 
 
-def start_point(journal: RunJournal, user: UserRepo, cfg: LoopConfig) -> StartPoint:
+def start_point(
+    journal: RunJournal, user: UserRepo, cfg: LoopConfig, target: bool = True
+) -> StartPoint:
     """Where the run starts (a retry's base, `build_on`'s, else the loop's `base`), with its
-    landing target and the runs it builds on recorded: the one start of both engines."""
+    landing target and the runs it builds on recorded: the one start of both engines.
+    `target` False: the caller records the landing target itself (`landing_target`)."""
     run, store = journal.run, journal.services.store
-    if decisions.records_target(cfg.isolation):
+    if target and decisions.records_target(cfg.isolation):
         record_target(run, user, cfg)
     start = _retry_start(store, user, run) or _last_success_start(journal, user, cfg)
     start = start or StartPoint(cfg.base)
@@ -84,9 +87,14 @@ def is_ancestor(user: UserRepo, ancestor: str, descendant: str) -> bool:
 
 def record_target(run: RunRecord, user: UserRepo, cfg: LoopConfig) -> None:
     """`land`, `target` and the target's commit now, into the run's record."""
-    run.land = "branch" if is_experiment(run) else cfg.land
-    run.target = land_target(user.top, cfg)
-    run.target_commit = user.ref(f"refs/heads/{run.target}") if run.target else ""
+    run.land, run.target, run.target_commit = landing_target(user, cfg, is_experiment(run))
+
+
+def landing_target(user: UserRepo, cfg: LoopConfig, experiment: bool) -> tuple[str, str, str]:
+    """A run's `land`, `target` and the target's commit now (git: safe on a thread)."""
+    target = land_target(user.top, cfg)
+    commit = user.ref(f"refs/heads/{target}") if target else ""
+    return ("branch" if experiment else cfg.land), target, commit
 
 
 def landed_by_reach(user: UserRepo, run: RunRecord, tip: str) -> bool:

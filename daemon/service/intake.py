@@ -229,6 +229,8 @@ class Intake:
         version = self.queue.version
         if version == self._saved_version and not taken:
             return
+        # A run started since the last save leaves the queue here: its record durable first.
+        self.ctx.store.wait_behind()
         self.ctx.store.save_queue(QueueFile(pending=self.queue.pending(), taken=taken))
         self._saved_version = version
         self.ctx.store.remove_inbox(taken)

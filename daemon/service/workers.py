@@ -119,7 +119,8 @@ class WorkerPool:
                 self.queue.finished(pending.loop)
                 self.queue.restore(pending)
                 return
-            self.launch(loop, new_run(self.ctx.services, loop, pending), lock)
+            # Its record is made durable on its own thread, the queue's save waits for it.
+            self.launch(loop, new_run(self.ctx.services, loop, pending, behind=True), lock)
 
     def _busy_loops(self) -> set[str]:
         store = self.ctx.store
