@@ -56,6 +56,7 @@ class Supervisor:
         *,
         kill_grace: float = 5.0,
         on_start: Callable[[int], None] | None = None,
+        before_start: Callable[[], None] | None = None,
         on_event: Callable[[AgentEvent], None] | None = None,
         clock: Callable[[], datetime] = utc_now,
         repeat_limit: int = REPEAT_LIMIT,
@@ -68,7 +69,9 @@ class Supervisor:
         self.cwd = Path(cwd)
         self.env = dict(env)
         self.kill_grace = kill_grace
-        self.on_start = on_start
+        self.on_start = on_start  # called with the process's pid once its command runs
+        # Called once the process is started, before a gated launch's command may run.
+        self.before_start = before_start
         self.on_event = on_event
         self.clock = clock
         self.repeat_limit = repeat_limit
@@ -195,6 +198,9 @@ class Supervisor:
                 argv=shlex.join(invocation.argv)[:2000],
                 stdin="prompt" if invocation.stdin is not None else "/dev/null",
             )
+            if self.before_start is not None:
+                self.before_start()
+            launch.release()  # a gated sandbox, set up meanwhile, starts the command now
             if self.on_start is not None:
                 self.on_start(proc.pid)
             run.watch()

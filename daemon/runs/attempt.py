@@ -209,8 +209,8 @@ class Attempt:
         finds it taken as the baseline; the prompt and the record."""
         journal, run, n = self.journal, self.journal.run, self.n
         # Redacted before the agent sees it: prompt.md is byte for byte what it got. No
-        # fsync on the way to the agent's start: the attempt's record, saved durably just
-        # after, is what a restart goes by (a machine's crash interrupts the attempt).
+        # fsync on the way to the agent's start: the attempt's record, saved durably before
+        # the agent runs, is what a restart goes by (a machine's crash interrupts it).
         prompt = redact(build_prompt(parts, self.services.config.limits.prompt_cap))
         write_atomic(folder / "prompt.md", prompt, durable=False)
         attempt = AttemptRecord(
@@ -221,7 +221,12 @@ class Attempt:
         if guard is not None:
             guard.baseline()  # the user's refs, config, hooks and info as the agent finds them
         run.phase = "running"
-        journal.save()
+        if self.confinement.gated:
+            # Durable before the agent runs: its fsyncs overlap the launch, and the agent's
+            # sandbox, set up, waits for them (runs/sessions.py, `_before_start`).
+            journal.save_behind()
+        else:
+            journal.save()
         journal.event(Event.ATTEMPT_STARTED, attempt=n)
         return prompt, attempt
 

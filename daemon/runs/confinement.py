@@ -215,6 +215,12 @@ class Confinement:
             record=paths,
         )
 
+    @property
+    def gated(self) -> bool:
+        """Whether the agent's sandbox is set up and waits for its start (`on_start`
+        returning): what must be durable before the agent runs is saved meanwhile."""
+        return self.sandbox.confines and self.sandbox.gates()
+
     def keep_read_only(self, paths: list[Path]) -> None:
         """Make `paths` read-only for the run's processes from now on, inside the tree too
         (what setup made: a venv the agent must not replace); the run's record keeps them."""
@@ -301,7 +307,8 @@ class Confinement:
             extra += resolved.paths
             venvs += resolved.venvs
         extra += value_paths(declared, self.homes)
-        exposure = replace(self.exposure.adding(readable=extra, tools=venvs), agent=True)
+        exposure = self.exposure.adding(readable=extra, tools=venvs)
+        exposure = replace(exposure, agent=True, gated=self.gated)
         return self.sandbox.launch(argv, env, exposure)
 
     def launch_check(self, command: str, env: Mapping[str, str]) -> Launch:

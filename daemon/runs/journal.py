@@ -32,9 +32,19 @@ class RunJournal:
         return now_monotonic - self.heartbeat
 
     def save(self) -> None:
-        """Write run.toml (atomically)."""
+        """Write run.toml (atomically, durably)."""
         self.beat()
         self.services.store.save_run(self.run)
+
+    def save_behind(self) -> None:
+        """Write run.toml durably on a thread of its own; `settle()` (or the next save)
+        waits for it: what must be durable before a step is settled before the step."""
+        self.beat()
+        self.services.store.save_run_behind(self.run)
+
+    def settle(self) -> None:
+        """Wait until the record saved on its own thread is durable; raise what failed."""
+        self.services.store.settle_run(self.run.id)
 
     def event(self, type: Event, **fields: Any) -> None:
         """Append an event of this run to `state/events.jsonl`."""

@@ -167,6 +167,11 @@ class Sessions:
         self.parking.passed()
         return self._ended(session)
 
+    def _before_start(self) -> None:
+        """A gated agent's sandbox is set up and waits: the record saved when the attempt
+        started (on its own thread) is durable before the agent runs."""
+        self.journal.settle()
+
     def _on_start(self, pid: int) -> None:
         self.run_record.agent_pids = [pid]
         self.journal.save()
@@ -205,6 +210,7 @@ class Sessions:
             attempt.tree.path,
             env,
             on_start=self._on_start,
+            before_start=self._before_start,
             on_event=self._on_event,
             launcher=self._launch,
         )

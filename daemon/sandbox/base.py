@@ -33,6 +33,8 @@ class Exposure:
     tools: tuple[Path, ...] = ()
     limits: RunLimits | None = None  # processes, memory, tmpfs and file sizes (limits.py)
     agent: bool = False  # the agent's launch (its files are bounded too), not a check
+    # The command waits, its sandbox made, until `Launch.release()` (sandboxes that `gate`).
+    gated: bool = False
 
     def adding(
         self,
@@ -63,7 +65,9 @@ class Launch:
 
     Start it with `pass_fds=launch.pass_fds`, call `spawned()` right after, and after the
     process has exited `command_ran()` tells a sandbox that failed to set up (a missing
-    program, a mount it could not make) from a command that ran and exited.
+    program, a mount it could not make) from a command that ran and exited. A gated launch
+    (`gate_fd`) sets its sandbox up and waits there, before the command starts, until
+    `release()`: what must be done before the command runs overlaps the sandbox's set-up.
     """
 
     argv: list[str]
@@ -71,6 +75,7 @@ class Launch:
     pass_fds: tuple[int, ...] = ()
     status_fd: int | None = None  # read end of the sandbox's status pipe
     bounds: Bounds | None = None  # the launch's control groups and rlimits
+    gate_fd: int | None = None  # write end of the pipe the sandbox waits on (a gated launch)
     limit_hit: str = ""  # after close(): the limit the tree ran into ("processes", "memory")
     _records: list[dict[str, Any]] = field(default_factory=list)
 
@@ -85,6 +90,15 @@ class Launch:
             _close(fd)
         self.pass_fds = ()
 
+    def release(self) -> None:
+        """Let a gated command start (nothing for one that is not gated)."""
+        fd, self.gate_fd = self.gate_fd, None
+        if fd is not None:
+            try:
+                os.write(fd, b"\n")
+            finally:
+                _close(fd)
+
     def command_ran(self) -> bool:
         """After the exit: whether the command itself started (always True unsandboxed)."""
         if self.status_fd is None:
@@ -93,8 +107,12 @@ class Launch:
         return any("exit-code" in record for record in self._records)
 
     def close(self) -> None:
-        """Release the status pipe and the control groups; safe to call more than once."""
+        """Release the status pipe and the control groups; safe to call more than once.
+        A gate still closed is closed without a word (the process is gone by now)."""
         self.spawned()
+        if self.gate_fd is not None:
+            _close(self.gate_fd)
+            self.gate_fd = None
         if self.bounds is not None:
             self.limit_hit = self.limit_hit or self.bounds.hit()
             self.bounds.release()
@@ -151,6 +169,11 @@ class Sandbox(ABC):
     @abstractmethod
     def availability(cls) -> Availability:
         """Whether it can run on this machine (cached for the process's life)."""
+
+    @classmethod
+    def gates(cls) -> bool:
+        """Whether a launch with `exposure.gated` waits, set up, for `Launch.release()`."""
+        return False
 
     @abstractmethod
     def launch(self, argv: list[str], env: Mapping[str, str], exposure: Exposure) -> Launch:

@@ -150,6 +150,10 @@ class BwrapSandbox(Sandbox):
             return "this bubblewrap has no --disable-userns (0.8.0 or later has it)"
         return ""
 
+    @classmethod
+    def gates(cls) -> bool:
+        return "--block-fd" in found().options
+
     def launch(self, argv: list[str], env: Mapping[str, str], exposure: Exposure) -> Launch:
         result = found()
         if not result.availability.ok:
@@ -163,10 +167,22 @@ class BwrapSandbox(Sandbox):
         for mount in plan(exposure, host_masks(os.environ)):
             args += mount.argv(tmp_size)
         read_end, write_end = os.pipe()
+        pass_fds, gate = [write_end], None
+        if exposure.gated and self.gates():
+            # The sandbox's first process reads it after the mounts, before the command: a
+            # byte (or loopd's end closing) lets the command start.
+            wait_end, gate = os.pipe()
+            pass_fds.append(wait_end)
+            args += ["--block-fd", str(wait_end)]
         args += ["--chdir", str(exposure.cwd), "--json-status-fd", str(write_end), "--", *argv]
         bounds = Bounds.make(limits, exposure.agent) if limits is not None else None
         if bounds is not None:
             args = [*bounds.prefix(), *args]
         return Launch(
-            argv=args, env=dict(env), pass_fds=(write_end,), status_fd=read_end, bounds=bounds
+            argv=args,
+            env=dict(env),
+            pass_fds=tuple(pass_fds),
+            status_fd=read_end,
+            bounds=bounds,
+            gate_fd=gate,
         )
