@@ -280,6 +280,10 @@ class RunExecutor:
         start = start_point(self.journal, user, cfg, target=False)
         if not last_success:
             self._await_fetch()
+        # The run's record durable (begun on its own thread, `new_run`) before the tree and
+        # its branch exist: a loopd that dies from here on leaves a record for the restart to
+        # finish, never a branch and a tree of a run it does not know.
+        self.journal.settle()
         tree = prepare_tree(
             cfg.repo_path,
             self.loop.name,

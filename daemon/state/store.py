@@ -175,11 +175,11 @@ class StateStore:
                 return run_id
             bump += 1
 
-    def save_run(self, run: RunRecord, durable: bool = True) -> None:
-        """Write run.toml atomically (after a write of it still under way on its own thread);
-        `durable` False: it survives loopd's crash, not the machine's."""
+    def save_run(self, run: RunRecord) -> None:
+        """Write run.toml atomically and durably, after a write of it still under way on its
+        own thread."""
         self.settle_run(run.id)
-        write_atomic(self.run_dir(run.id) / "run.toml", dump_toml(run), durable=durable)
+        write_atomic(self.run_dir(run.id) / "run.toml", dump_toml(run))
         self._observe(run)
 
     def save_run_behind(self, run: RunRecord) -> None:

@@ -31,8 +31,8 @@ class WorkerStore(StateStore):
         if beside_home:  # the home's own log holds the run's events as the home records them
             self.events = EventLog(root / EVENTS, rotate_bytes=events_rotate)
 
-    def save_run(self, run: RunRecord, durable: bool = True) -> None:
-        write_atomic(self.run_dir(run.id) / RECORD, dump_toml(run), durable=durable)
+    def save_run(self, run: RunRecord) -> None:
+        write_atomic(self.run_dir(run.id) / RECORD, dump_toml(run))
 
     def load_run(self, run_id: str) -> RunRecord:
         return read_model(self.run_dir(run_id) / RECORD, RunRecord)
