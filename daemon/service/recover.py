@@ -11,6 +11,7 @@ from daemon.runs.recovery import recover_run
 from daemon.service.context import Context
 from daemon.state.eventtypes import Event
 from daemon.state.records import RunRecord, Trigger
+from daemon.state.runids import loop_of
 
 
 def recover_live_runs(
@@ -28,6 +29,6 @@ def recover_live_runs(
             elif recovery.action == "retry" and recovery.retry_trigger is not None:
                 offer(recovery.retry_trigger, now)
         except Exception as exc:  # noqa: BLE001 - one broken run must not stop the daemon
-            loop = run_id[17:].rsplit("-", 1)[0] or None
+            loop = loop_of(run_id) or None
             error = f"{type(exc).__name__}: {exc}"[:1000]
             ctx.event(Event.RUN_RECOVERY_FAILED, loop=loop, run=run_id, error=error)

@@ -21,7 +21,6 @@ from daemon.engine.temporal.names import (
     HOME_WORKFLOW_ID,
     controller_id,
     dst_schedule_id,
-    loop_of_run,
     run_prefix,
     run_workflow_id,
     schedule_id,
@@ -29,6 +28,7 @@ from daemon.engine.temporal.names import (
 )
 from daemon.home import Home
 from daemon.state.records import RunRecord, Trigger
+from daemon.state.runids import loop_of
 
 WAIT_POLL = 0.25
 ROUTE_WAIT = 30.0  # seconds `trigger` waits for the controller to name the run
@@ -217,7 +217,7 @@ class EngineControl:
                 {
                     "run": run_id,
                     "id": run_id,
-                    "loop": memo.get("loop", loop_of_run(run_id)),
+                    "loop": memo.get("loop", loop_of(run_id)),
                     "trigger": memo.get("trigger", ""),
                     "started": execution.start_time,
                     "finished": execution.close_time,
@@ -251,7 +251,7 @@ class EngineControl:
         """The run's workflow handle and whether it runs (None: no workflow yet, or never)."""
         from temporalio.client import WorkflowExecutionStatus
 
-        loop = loop_of_run(run_id)
+        loop = loop_of(run_id)
         handle = client.get_workflow_handle(run_workflow_id(loop, run_id), result_type=RunRecord)
         try:
             described = await handle.describe()
@@ -262,7 +262,7 @@ class EngineControl:
         return handle, described.status == WorkflowExecutionStatus.RUNNING
 
     async def _queued(self, client: Any, run_id: str) -> bool:
-        view = await self._controller(client, loop_of_run(run_id))
+        view = await self._controller(client, loop_of(run_id))
         return view is not None and run_id in view.pending
 
     async def _record(self, client: Any, run_id: str) -> RunRecord | str | None:
@@ -286,7 +286,7 @@ class EngineControl:
         if running is None:
             if not await self._queued(client, run_id):
                 return 2, f"unknown run {run_id!r}; `loopd runs` lists them"
-            controller = client.get_workflow_handle(controller_id(loop_of_run(run_id)))
+            controller = client.get_workflow_handle(controller_id(loop_of(run_id)))
             await controller.signal("cancel", run_id)
             return 0, f"cancel requested for queued run {run_id}"
         if not running:

@@ -38,11 +38,6 @@ def fire_id(loop: str) -> str:
     return f"loopd/{loop}/fire"
 
 
-def loop_of_run(run_id: str) -> str:
-    """The loop named in a RUN_ID (`YYYYMMDDTHHMMSSZ-LOOP-xxxx`)."""
-    return run_id[17:].rsplit("-", 1)[0]
-
-
 def worker_queue(task_queue: str, runs_on: str) -> str:
     """The queue whose workers run a loop's attempts: `loopd-NAME`, `loopd-default`."""
     return f"{task_queue}-{runs_on or DEFAULT_QUEUE}"
