@@ -437,3 +437,57 @@ def test_one_broken_run_does_not_stop_the_recovery_of_the_others(
     failed = [e["run"] for e in case.store.events.read() if e["type"] == "run_recovery_failed"]
     assert sorted(failed) == sorted([broken.id, unreadable.id])
     assert case.store.load_run(broken.id).outcome == "error"
+
+
+def test_the_records_made_durable_behind_are_so_before_the_tree_and_the_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new run's record is fsynced on a thread of its own, the attempt's while bubblewrap
+    sets up: each is durable before what a restart must not find without it (the run's tree
+    and branch; the agent running). The fsyncs are slowed so that an early step shows."""
+    import time
+
+    from daemon.runs import executor as executor_module
+    from daemon.sandbox.base import Launch
+    from daemon.sandbox.bwrap import BwrapSandbox
+    from daemon.state import store as store_module
+
+    case = make_case(tmp_path)
+    synced: list[bool] = []
+    real_dirs, real_write = store_module.fsync_dirs, store_module.write_atomic
+
+    def slow_dirs(paths: Any) -> None:
+        time.sleep(0.5)
+        real_dirs(paths)
+        synced.append(True)
+
+    def slow_write(path: Path, text: str, **kwargs: Any) -> None:
+        if 'phase = "running"' in text:  # the attempt's record, saved behind
+            time.sleep(0.5)
+        real_write(path, text, **kwargs)
+
+    monkeypatch.setattr(store_module, "fsync_dirs", slow_dirs)
+    monkeypatch.setattr(store_module, "write_atomic", slow_write)
+    run = new_run(case.services, case.loop, case.pending(), behind=True)
+    at_tree: list[bool] = []
+    real_prepare = executor_module.prepare_tree
+
+    def prepare(*args: Any, **kwargs: Any) -> Any:
+        at_tree.append(bool(synced))
+        return real_prepare(*args, **kwargs)
+
+    at_release: list[str] = []
+    real_release = Launch.release
+
+    def release(self: Launch) -> None:
+        if self.gate_fd is not None:
+            at_release.append(case.store.load_run(run.id).phase)
+        real_release(self)
+
+    monkeypatch.setattr(executor_module, "prepare_tree", prepare)
+    monkeypatch.setattr(Launch, "release", release)
+    ended = RunExecutor(case.services, case.loop, run).execute()
+    assert ended.sandbox == "bwrap" and BwrapSandbox.gates()
+    assert len(ended.attempts) == 1 and ended.outcome is not None
+    assert at_tree == [True]
+    assert at_release == ["running"]

@@ -267,3 +267,52 @@ def test_the_probe_sees_a_lock_another_process_holds(tmp_path: Path) -> None:
     finally:
         holder.communicate("\n", timeout=30)
     assert not HomeLock(path).is_held()
+
+
+def _review_run(store: StateStore) -> RunRecord:
+    run_id = store.new_run_id("review", NOW)
+    trigger = RunTrigger(kind="manual")
+    return RunRecord(id=run_id, loop="review", task="t", trigger=trigger, started=NOW)
+
+
+def test_a_run_begun_behind_is_whole_and_live_once_settled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daemon.state import store as store_module
+
+    store = StateStore(tmp_path / "state")
+    run = _review_run(store)
+    synced: list[list[Path]] = []
+    real = store_module.fsync_dirs
+    monkeypatch.setattr(store_module, "fsync_dirs", lambda p: (synced.append(list(p)), real(p)))
+    store.begin_run(run, behind=True)
+    store.settle_run(run.id)
+    assert store.load_run(run.id) == run and store.live_runs() == [run.id]
+    folder = store.run_dir(run.id)
+    # One pass over the folders naming the record, the live marker and the run's folder.
+    assert synced == [[folder, store.root / "live", folder.parent]]
+    store.settle_run(run.id)  # nothing left: a second settle returns at once
+
+
+def test_a_failed_write_behind_is_raised_by_the_runs_next_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daemon.state import store as store_module
+
+    store = StateStore(tmp_path / "state")
+    run = _review_run(store)
+    store.begin_run(run)
+
+    def full(path: Path, text: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store_module, "write_atomic", full)
+    run.phase = "running"
+    store.save_run_behind(run)
+    store.wait_behind()  # waits, raises nothing: the error is the run's own
+    monkeypatch.undo()
+    with pytest.raises(OSError, match="No space"):
+        store.save_run(run)
+    assert store.load_run(run.id).phase == "preparing"  # the older record, whole
+    store.save_run(run)  # raised once: the next save writes
+    assert store.load_run(run.id).phase == "running"

@@ -1,0 +1,116 @@
+"""A gated launch: bubblewrap sets the sandbox up and holds the command at `--block-fd` until
+loopd releases it (the attempt's record is fsynced meanwhile); a failure before the release
+kills the sandbox, so the command never runs. Real bubblewrap, real processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon.agents.base import Invocation
+from daemon.agents.command import CommandAdapter
+from daemon.agents.processes import descendants, snapshot
+from daemon.agents.supervisor import Supervisor
+from daemon.agents.transcript import Transcript
+from daemon.config import AgentProfile
+from daemon.sandbox.base import Exposure, Launch
+from daemon.sandbox.bwrap import BwrapSandbox
+from tests.helpers import wait_for
+from tests.sandboxing import require_bwrap
+
+PATH = {"PATH": "/usr/bin:/bin"}
+HOLD = 0.5  # seconds a held command is given to run anyway (it must not)
+
+
+def gated(tree: Path) -> Exposure:
+    return Exposure(cwd=tree, writable=(tree,), gated=True)
+
+
+def test_a_gated_command_waits_set_up_until_released(tmp_path: Path) -> None:
+    require_bwrap()
+    assert BwrapSandbox.gates(), "this bubblewrap has no --block-fd"
+    launch = BwrapSandbox().launch(["/bin/sh", "-c", "touch ran"], PATH, gated(tmp_path))
+    assert "--block-fd" in launch.argv and launch.gate_fd is not None
+    proc = subprocess.Popen(launch.argv, env=launch.env, pass_fds=launch.pass_fds)
+    launch.spawned()
+    try:
+        # The sandbox's own process exists (set up or setting up) and the command has not run.
+        wait_for(lambda: descendants(proc.pid), timeout=10)
+        time.sleep(HOLD)
+        assert proc.poll() is None and not (tmp_path / "ran").exists()
+        launch.release()
+        assert proc.wait(timeout=10) == 0
+        assert (tmp_path / "ran").exists() and launch.command_ran()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        launch.close()
+
+
+def test_a_launch_not_gated_runs_at_once(tmp_path: Path) -> None:
+    require_bwrap()
+    exposure = Exposure(cwd=tmp_path, writable=(tmp_path,))
+    launch = BwrapSandbox().launch(["/bin/sh", "-c", "touch ran"], PATH, exposure)
+    assert "--block-fd" not in launch.argv and launch.gate_fd is None
+    proc = subprocess.run(launch.argv, env=launch.env, pass_fds=launch.pass_fds, timeout=10)
+    launch.spawned()
+    launch.close()
+    assert proc.returncode == 0 and (tmp_path / "ran").exists()
+
+
+def supervisor(tmp_path: Path, before_start, launches: list[Launch]) -> Supervisor:  # noqa: ANN001
+    def launcher(argv: list[str], env: dict[str, str]) -> Launch:
+        launch = BwrapSandbox().launch(argv, env, gated(tmp_path / "tree"))
+        launches.append(launch)
+        return launch
+
+    (tmp_path / "tree").mkdir()
+    transcript = Transcript(tmp_path / "transcript.jsonl", cap_bytes=1 << 20)
+    adapter = CommandAdapter(AgentProfile(adapter="command", command=["agent"]))
+    return Supervisor(
+        adapter,
+        transcript,
+        tmp_path / "tree",
+        dict(PATH),
+        kill_grace=1.0,
+        before_start=before_start,
+        launcher=launcher,
+    )
+
+
+def test_the_supervisor_releases_the_command_after_before_start(tmp_path: Path) -> None:
+    require_bwrap()
+    seen: list[bool] = []
+    marker = tmp_path / "tree" / "ran"
+
+    def look() -> None:
+        time.sleep(HOLD)  # a command not held would have run by now
+        seen.append(marker.exists())
+
+    sup = supervisor(tmp_path, look, [])
+    result = sup.run(Invocation(argv=["/bin/sh", "-c", "touch ran"]), timeout=20, stall_after=20)
+    assert result.exit_code == 0 and marker.exists()
+    assert seen == [False]  # held while before_start ran
+
+
+def test_a_failure_before_the_release_kills_the_held_command(tmp_path: Path) -> None:
+    require_bwrap()
+    launches: list[Launch] = []
+
+    def disk_full() -> None:
+        time.sleep(HOLD)  # the sandbox is set up and waits by now
+        raise OSError(28, "No space left on device")
+
+    sup = supervisor(tmp_path, disk_full, launches)
+    with pytest.raises(OSError, match="No space"):
+        sup.run(Invocation(argv=["/bin/sh", "-c", "touch ran"]), timeout=20, stall_after=20)
+    time.sleep(HOLD)  # a command let through by the gate's closing would have run by now
+    assert not (tmp_path / "tree" / "ran").exists()
+    assert launches and launches[0].gate_fd is None  # closed, after the kill
+    table = snapshot()
+    assert not [p for p in descendants(os.getpid(), table) if table[p].state not in "ZX"]
