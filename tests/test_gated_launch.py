@@ -4,7 +4,6 @@ kills the sandbox, so the command never runs. Real bubblewrap, real processes.""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 
 from daemon.agents.base import Invocation
 from daemon.agents.command import CommandAdapter
-from daemon.agents.processes import descendants, snapshot
+from daemon.agents.processes import descendants, process_cwd, snapshot
 from daemon.agents.supervisor import Supervisor
 from daemon.agents.transcript import Transcript
 from daemon.config import AgentProfile
@@ -112,5 +111,12 @@ def test_a_failure_before_the_release_kills_the_held_command(tmp_path: Path) -> 
     time.sleep(HOLD)  # a command let through by the gate's closing would have run by now
     assert not (tmp_path / "tree" / "ran").exists()
     assert launches and launches[0].gate_fd is None  # closed, after the kill
-    table = snapshot()
-    assert not [p for p in descendants(os.getpid(), table) if table[p].state not in "ZX"]
+    table = snapshot()  # nothing of the sandbox is left: no live process works in its tree
+    tree = str(tmp_path / "tree")
+    left = [p for p, info in table.items() if info.state not in "ZX" and _works_in(p, tree)]
+    assert not left
+
+
+def _works_in(pid: int, folder: str) -> bool:
+    cwd = process_cwd(pid)
+    return cwd is not None and (cwd == folder or cwd.startswith(folder + "/"))
