@@ -491,3 +491,29 @@ def test_the_records_made_durable_behind_are_so_before_the_tree_and_the_agent(
     assert len(ended.attempts) == 1 and ended.outcome is not None
     assert at_tree == [True]
     assert at_release == ["running"]
+
+
+def test_a_crash_after_the_tree_before_the_attempt_is_retried_and_the_tree_cleared(
+    tmp_path: Path,
+) -> None:
+    """Without setup or a done check, the record is not saved between the tree and the
+    attempt: a loopd killed there leaves a `preparing` record that names no tree. Recovery
+    finds the tree at its usual place, clears it and retries the run."""
+    from daemon.git.tree import locate_user
+
+    case = make_case(tmp_path, skip_if_done=False)
+    run = new_run(case.services, case.loop, case.pending(), behind=True)
+    executor = RunExecutor(case.services, case.loop, run)
+    executor._sandbox()
+    tree = executor._make_tree(locate_user(case.repo))  # then loopd dies
+    on_disk = case.store.load_run(run.id)
+    assert on_disk.phase == "preparing" and on_disk.worktree == ""
+    assert tree.path.is_dir() and run.id in case.store.live_runs()
+
+    recovery = recover_run(case.services, {"calc": case.loop}, run.id, datetime.now(UTC))
+    assert recovery.action == "retry" and recovery.retry_trigger is not None
+    assert recovery.retry_trigger.retry_of == run.id
+    ended = case.store.load_run(run.id)
+    assert ended.outcome == "interrupted" and ended.worktree == str(tree.path)
+    assert not tree.path.exists() and run.id not in case.store.live_runs()
+    assert tree.own_dir is not None and not tree.own_dir.exists()  # loopd's git dir too
