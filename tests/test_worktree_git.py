@@ -83,3 +83,23 @@ def test_a_worktree_agent_cannot_write_the_persons_git_folder_but_can_commit(
     # The agent's own commit on the run's branch went through.
     assert git(repo, "show", f"{run['branch']}:commit.log").startswith("0"), attack
     assert run["outcome"] == "succeeded", proc.stdout + proc.stderr
+
+
+def test_a_base_that_names_no_commit_is_an_error_that_says_so(tmp_path: Path) -> None:
+    """`rev-parse --verify -q` is silent about a missing name: the reason still says it."""
+    from daemon.git.tree import TreeError, prepare_tree
+    from daemon.git.userrepo import LedgerWriter
+    from daemon.state.ledger import ledger_of
+
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    writer = LedgerWriter(ledger_of(tmp_path / "state"), lambda: None, "r")  # type: ignore[arg-type]
+    try:
+        prepare_tree(
+            repo, "l", "20261205T000000Z-l-0000", "clone", "nope/main", tmp_path / "w", writer
+        )
+    except TreeError as exc:
+        said = str(exc)
+    else:
+        raise AssertionError("a base naming no commit made a tree")
+    assert "base 'nope/main' is not a commit in" in said
+    assert ": no commit has that name. Fix: set `base`" in said

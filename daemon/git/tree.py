@@ -138,8 +138,11 @@ def prepare_tree(
     try:
         base_commit = user.resolve(base)
     except GitError as exc:
+        # rev-parse --verify -q says nothing of a name that resolves to no commit (an
+        # unborn HEAD, a branch not fetched yet).
+        said = exc.stderr.strip() or "no commit has that name"
         raise TreeError(
-            f"base {base!r} is not a commit in {repo}: {exc.stderr.strip()}. "
+            f"base {base!r} is not a commit in {repo}: {said}. "
             "Fix: set `base` in the loop file to a branch, tag or commit that exists"
         ) from None
     branch = branch_name(loop, run_id)
