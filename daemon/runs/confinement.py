@@ -285,10 +285,18 @@ class Confinement:
     # -- launches -------------------------------------------------------------------------
 
     def launch_agent(
-        self, argv: list[str], env: Mapping[str, str], *, declared: list[str], tools: bool = False
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        *,
+        declared: list[str],
+        tools: bool = False,
+        gated: bool = False,
     ) -> Launch:
         """The agent's process, its program's installation visible, and the paths among
         `declared`: a `command` agent's arguments and `env` values as the profile writes them.
+        `gated` (where the sandbox `gated` here): the command waits, set up, for
+        `Launch.release()`; the caller must release it or the agent never starts.
 
         Never the prompt's words: they come from triggers (a commit message may name ~/.ssh).
         ProgramHidden when the program lies in a place of the deny list. `tools`: loopd's
@@ -308,7 +316,7 @@ class Confinement:
             venvs += resolved.venvs
         extra += value_paths(declared, self.homes)
         exposure = self.exposure.adding(readable=extra, tools=venvs)
-        exposure = replace(exposure, agent=True, gated=self.gated)
+        exposure = replace(exposure, agent=True, gated=gated and self.gated)
         return self.sandbox.launch(argv, env, exposure)
 
     def launch_check(self, command: str, env: Mapping[str, str]) -> Launch:

@@ -188,7 +188,12 @@ class Sessions:
 
     def _launch(self, argv: list[str], env: dict[str, str]) -> Any:
         tools = self.adapter.desk is not None
-        return self.attempt.confinement.launch_agent(argv, env, declared=self.declared, tools=tools)
+        confinement = self.attempt.confinement
+        # Gated exactly when the attempt's record was saved behind (attempt.py): the
+        # supervisor settles it, then releases the agent (`_before_start`).
+        return confinement.launch_agent(
+            argv, env, declared=self.declared, tools=tools, gated=confinement.gated
+        )
 
     def _supervise(self, invocation: Any) -> Any:
         """Run the agent for one session; None when the run was stopped before it started."""
