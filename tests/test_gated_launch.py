@@ -120,3 +120,45 @@ def test_a_failure_before_the_release_kills_the_held_command(tmp_path: Path) -> 
 def _works_in(pid: int, folder: str) -> bool:
     cwd = process_cwd(pid)
     return cwd is not None and (cwd == folder or cwd.startswith(folder + "/"))
+
+
+def test_a_runs_agent_launch_is_gated_only_when_asked(tmp_path: Path) -> None:
+    """A launch nobody releases must not wait forever: `launch_agent` gates only for the
+    attempt's sessions, which release it (a bench that built launches itself once hung)."""
+    require_bwrap()
+    from datetime import UTC, datetime
+
+    from daemon.git.tree import prepare_tree
+    from daemon.git.userrepo import LedgerWriter
+    from daemon.home import Home
+    from daemon.runs.confinement import Confinement
+    from daemon.runs.executor import new_run
+    from daemon.runs.services import RunServices
+    from daemon.scheduling.queue import PendingRun
+    from daemon.state.ledger import ledger_of
+    from daemon.state.records import Trigger
+    from tests.helpers import make_home, make_repo
+
+    repo = make_repo(tmp_path / "repo", {"README.md": "r\n"})
+    home = Home(make_home(tmp_path / "home", "", {"l": f'repo = "{repo}"\ntask = "t"\n'}))
+    loaded = home.load()
+    services = RunServices(home=home, config=loaded.daemon, store=home.state())
+    now = datetime.now(UTC)
+    trigger = Trigger(loop="l", kind="manual", reason="test", ts=now)
+    run_id = services.store.new_run_id("l", now)
+    pending = PendingRun(id=run_id, loop="l", trigger=trigger, queued_at=now)
+    run = new_run(services, loaded.loops["l"], pending)
+    writer = LedgerWriter(ledger_of(services.store.root), services.clock, run.id)
+    worktrees = loaded.daemon.limits.worktrees_path
+    tree = prepare_tree(repo, "l", run.id, "clone", "HEAD", worktrees, writer)
+    confined = Confinement.for_run(services, loaded.loops["l"].config, run, tree.path)
+    assert confined.gated  # bubblewrap with --block-fd: a launch may be gated here
+    argv = ["/bin/sh", "-c", "true"]
+    plain = confined.launch_agent(argv, PATH, declared=[])
+    held = confined.launch_agent(argv, PATH, declared=[], gated=True)
+    try:
+        assert plain.gate_fd is None and "--block-fd" not in plain.argv
+        assert held.gate_fd is not None and "--block-fd" in held.argv
+    finally:
+        plain.close()
+        held.close()
