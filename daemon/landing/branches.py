@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.git.safe import GitError
 from daemon.git.userrepo import LedgerWriter, UserRepo
-from daemon.landing.refbatch import HEADS, Later, RepoRefs, count_lines, read_refs
+from daemon.landing.refbatch import HEADS, RepoRefs, count_lines, read_refs
 from daemon.people.landstate import landing_state
 from daemon.people.since import run_ids_since
 from daemon.plain.landing import may_have_landed
+from daemon.state.background import Background
 from daemon.state.eventtypes import Event
 from daemon.state.ledger import ledger_of
 from daemon.state.records import RunRecord
@@ -180,7 +181,7 @@ def list_branches(
     # The order of paths, not of strings. Every repository's branches are listed at once,
     # while the run index is read.
     order = [str(path) for path in sorted(set(repos.values())) if path.is_dir()]
-    listed = {repo: Later(read_refs, Path(repo)) for repo in order}
+    listed = {repo: Background(read_refs, Path(repo)) for repo in order}
     index = RunIndex(store)
     found = []
     for repo in order:

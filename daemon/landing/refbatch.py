@@ -10,42 +10,16 @@ is `git diff --numstat BASE TIP` for every pair at once.
 from __future__ import annotations
 
 import string
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
 
 from daemon.git.safe import GitError
 from daemon.git.userrepo import UserRepo
+from daemon.state.background import Background
 
 HEADS = "refs/heads/"
 _HEX = set(string.hexdigits)
 Pair = tuple[str, str]  # (base, tip)
-T = TypeVar("T")
-
-
-class Later(Generic[T]):
-    """A call run in a thread from now, its result (or its exception) taken when needed: git
-    answers the questions of two repositories at once, and while loopd reads its own files."""
-
-    def __init__(self, call: Callable[..., T], *args: Any) -> None:
-        self._result: T | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(call, args), daemon=True)
-        self._thread.start()
-
-    def _run(self, call: Callable[..., T], args: tuple[Any, ...]) -> None:
-        try:
-            self._result = call(*args)
-        except BaseException as exc:  # noqa: BLE001 - raised again where the result is taken
-            self._error = exc
-
-    def result(self) -> T:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._result  # type: ignore[return-value]
 
 
 @dataclass
@@ -55,8 +29,8 @@ class RepoRefs:
     user: UserRepo
     tips: dict[str, str]  # refname -> the object it names
     _merged: dict[str, set[str]] = field(default_factory=dict)
-    _asked: dict[str, Later[set[str]]] = field(default_factory=dict)
-    _algorithm: Later[str] | None = None
+    _asked: dict[str, Background[set[str]]] = field(default_factory=dict)
+    _algorithm: Background[str] | None = None
 
     def tip(self, branch: str) -> str:
         """The commit `refs/heads/BRANCH` names, "" when there is no such branch."""
@@ -65,7 +39,7 @@ class RepoRefs:
     def ask_merged(self, commit: str) -> None:
         """Start asking which branches `commit` contains (merged_into answers)."""
         if commit not in self._merged and commit not in self._asked:
-            self._asked[commit] = Later(self._merged_query, commit)
+            self._asked[commit] = Background(self._merged_query, commit)
 
     def _merged_query(self, commit: str) -> set[str]:
         try:
@@ -87,7 +61,7 @@ class RepoRefs:
     def ask_diff_algorithm(self) -> None:
         """Start reading the repository's `diff.algorithm` (diff_algorithm answers)."""
         if self._algorithm is None:
-            self._algorithm = Later(self._algorithm_query)
+            self._algorithm = Background(self._algorithm_query)
 
     def _algorithm_query(self) -> str:
         try:

@@ -2,8 +2,9 @@
 
 A run's start is a chain of short waits (git processes, fsyncs). The steps whose results are
 needed only later (the landing target, the person's git-lfs setup, a record's fsyncs) run
-beside the steps that follow instead of before them. `result()` joins and raises what the
-work raised, where the result is needed: the run sees the same values and errors as before.
+beside the steps that follow instead of before them; `loopd branches` asks git about two
+repositories at once (landing/refbatch.py). `result()` joins and raises what the work raised,
+where the result is needed: the caller sees the same values and errors as before.
 """
 
 from __future__ import annotations
