@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from daemon.config.errors import explain
 from daemon.redact import redact
+from daemon.state.runids import loop_of
 
 RULES_REFERENCE = "docs/rules.md"
 
@@ -200,9 +201,7 @@ class Rule(BaseModel):
     @property
     def source_loop(self) -> str:
         """The loop of `source_run` (RUN_ID is `YYYYMMDDTHHMMSSZ-LOOP-xxxx`)."""
-        if len(self.source_run) > 17 and "-" in self.source_run[17:]:
-            return self.source_run[17:].rsplit("-", 1)[0]
-        return ""
+        return loop_of(self.source_run) if "-" in self.source_run[17:] else ""
 
     def expired(self, now: datetime) -> bool:
         return self.expires is not None and self.expires <= now
