@@ -268,12 +268,10 @@ class RunExecutor:
         Read meanwhile on threads of their own: the person's git-lfs setup (the tree's git
         needs it) and the landing target (in the record before the agent starts)."""
         run, cfg = self.run, self.cfg
-        lfs = Background(user.lfs_storage, name=f"run-{run.id}-lfs")
+        lfs = Background(user.lfs_storage)
         target = None
         if decisions.records_target(cfg.isolation):
-            target = Background(
-                landing_target, user, cfg, is_experiment(run), name=f"run-{run.id}-target"
-            )
+            target = Background(landing_target, user, cfg, is_experiment(run))
         last_success = decisions.builds_on_last_success(cfg.build_on, cfg.isolation)
         if last_success:
             self._await_fetch()  # the start point resolves the base

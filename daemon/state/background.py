@@ -23,8 +23,7 @@ class Background(Generic[T]):
     which on a loaded machine costs the caller a scheduling round, the very wait this saves.
     """
 
-    def __init__(self, function: Callable[..., T], *args: Any, name: str = "") -> None:
-        self.name = name
+    def __init__(self, function: Callable[..., T], *args: Any) -> None:
         self._value: T | None = None
         self._error: BaseException | None = None
         self._done = _thread.allocate_lock()

@@ -189,7 +189,7 @@ class StateStore:
         text = dump_toml(run)
         self._observe(run)
         path = self.run_dir(run.id) / "run.toml"
-        self._put_behind(run.id, Background(write_atomic, path, text, name=f"save-{run.id}"))
+        self._put_behind(run.id, Background(write_atomic, path, text))
 
     def settle_run(self, run_id: str) -> None:
         """Wait for the run's record being written on its own thread; raise what it raised."""
@@ -261,7 +261,7 @@ class StateStore:
         text = dump_toml(run)
         self._observe(run)
         if behind:
-            self._put_behind(run.id, Background(self._begin, run.id, text, name=f"begin-{run.id}"))
+            self._put_behind(run.id, Background(self._begin, run.id, text))
         else:
             self._begin(run.id, text)
 
