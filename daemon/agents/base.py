@@ -39,6 +39,7 @@ class AgentEvent(BaseModel):
     cost_usd: float = 0.0  # usage, where the agent reports it
     quota: bool = False  # error: its structure says a usage limit was hit
     reset_at: float = 0.0  # error: epoch seconds when that limit resets, where given
+    login: bool = False  # error: its structure says the credentials were refused (401/403)
 
 
 @dataclass

@@ -39,6 +39,7 @@ class ProcessResult:
     final_ok: bool | None = None  # the last `final` event's success (None: none since an error)
     quota_hint: bool = False  # an error event said by its structure that a usage limit hit
     reset_at: float = 0.0  # epoch seconds of the limit's reset, where the stream gives it
+    login_hint: bool = False  # an error event said by its structure that the login was refused
     tail: list[str] = field(default_factory=list)  # the last lines of output (both streams)
     error: str = ""  # why the process could not be started
     limit_hit: str = ""  # the run limit its processes ran into: "processes", "memory"

@@ -258,6 +258,7 @@ class SupervisedRun:
             result.final_ok = None  # the session's last word is this error, until a final
             result.quota_hint = result.quota_hint or event.quota
             result.reset_at = event.reset_at or result.reset_at
+            result.login_hint = result.login_hint or event.login
         elif event.type == "tool_result":
             result.denied = result.denied or event.denied
         elif event.type == "usage":
