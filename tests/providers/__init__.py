@@ -1,1 +1,1 @@
-"""Scripted servers of the agent CLIs' provider APIs, one module per wire format, for the live adapter tests."""
+"""Scripted servers of the agent CLIs' provider APIs, one module per wire format."""
