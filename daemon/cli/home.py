@@ -12,6 +12,7 @@ from daemon.cli.common import CommandError, daemon_pid, home_of
 from daemon.cli.jsonout import print_json
 from daemon.config import LoadedConfig
 from daemon.config.errors import ConfigError
+from daemon.config.secrets import missing_from_env_file
 from daemon.engine import missing_extra
 from daemon.home import Home, init_home, is_home
 from daemon.model.probe import Probe
@@ -132,6 +133,8 @@ def check(args: argparse.Namespace) -> int:
     if loaded.daemon_ok:
         config = loaded.daemon
         loaded.warnings.extend(calibration_warnings(home.state_dir, config, home.config_path))
+        if getattr(args, "env_file", ""):
+            loaded.warnings.extend(missing_from_env_file(loaded, Path(args.env_file)))
     probe = preflight.probe  # the verifier tried: what answered, or the warning says
     sandbox = choose(loaded.daemon.sandbox)
     shows: dict[str, list[str]] = {}
