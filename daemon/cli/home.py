@@ -72,6 +72,7 @@ def _print_check_json(
         {
             "home": str(home.root),
             "loops": sorted(loaded.loops),
+            "loops_unchecked": loaded.unchecked,
             "errors": [
                 {"file": str(e.file), "key": e.key, "message": e.message, "fix": e.fix}
                 for e in loaded.errors
@@ -114,10 +115,12 @@ def _print_check_text(
             for line in lines:
                 print(f"    {line}")
     names = ", ".join(sorted(loaded.loops)) or "none"
-    print(
-        f"{len(loaded.loops)} valid loop(s): {names}; {len(loaded.errors)} error(s), "
-        f"{len(loaded.warnings)} warning(s)"
-    )
+    counted = f"{len(loaded.errors)} error(s), {len(loaded.warnings)} warning(s)"
+    if loaded.unchecked:
+        unchecked = ", ".join(loaded.unchecked)
+        print(f"loop files not checked until loopd.toml loads: {unchecked}; {counted}")
+    else:
+        print(f"{len(loaded.loops)} valid loop(s): {names}; {counted}")
 
 
 def check(args: argparse.Namespace) -> int:
