@@ -100,3 +100,18 @@ def test_the_daemon_records_the_warnings_when_it_starts(tmp_path: Path, daemons:
         assert any("'test/**' matches no file" in w for w in status["daemon"]["warnings"])
     finally:
         assert stop_daemon(daemon) == 0
+
+
+def test_a_listener_bound_beyond_loopback_is_warned_about(tmp_path: Path) -> None:
+    """`bind = "0.0.0.0:..."` serves plain HTTP and /metrics to the network: said by `check`."""
+    for bind, warned in (("0.0.0.0:8787", True), ("[::]:8787", True), ("127.0.0.1:8787", False),
+                         ("[::1]:8787", False), ("localhost:8787", False)):  # fmt: skip
+        home = make_home(
+            tmp_path / f"home-{bind.replace(':', '_')}", f'[listen]\nbind = "{bind}"\n'
+        )
+        proc = loopd(home, "check")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        found = [line for line in proc.stdout.splitlines() if "listen.bind" in line]
+        assert bool(found) == warned, (bind, proc.stdout)
+        if warned:
+            assert "beyond this machine" in found[0] and "trusted_proxies" in found[0]
