@@ -191,3 +191,13 @@ def test_slow_headers_are_closed_and_slow_bodies_refused(trusting) -> None:  # n
         answer = slow.recv(1000)
     assert answer.startswith(b"HTTP/1.1 408"), answer
     assert wait_for(lambda: of_type(home, "webhook_refused", status=408, source="192.0.2.55"))
+
+
+def test_bad_http_writes_no_log_line_per_request(trusting) -> None:  # noqa: ANN001
+    """uvicorn's warning per invalid request would let a client grow the log without bound."""
+    home, port, _, _ = trusting
+    for raw in (b"GARBAGE" * 100 + b"\r\n\r\n", b"GET /\xff HTTP/1.1\r\nHost: x\r\n\r\n"):
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as bad:
+            bad.sendall(raw)
+            assert bad.recv(100).startswith(b"HTTP/1.1 400")  # logged before it answers
+    assert "Invalid HTTP request" not in daemon_log(home)

@@ -91,7 +91,9 @@ class Listener:
             ws="none",
             interface="asgi3",
             access_log=False,
-            log_level="warning",
+            # Not "warning": uvicorn says "Invalid HTTP request received." per bad request, a
+            # line a client could have the log grow by without bound.
+            log_level="error",
             server_header=False,
             date_header=False,
             timeout_keep_alive=5,
