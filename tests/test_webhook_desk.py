@@ -107,3 +107,46 @@ def test_forwarded_for_is_believed_only_from_a_trusted_proxy() -> None:
     assert source_of("127.0.0.1", "6.6.6.6, 198.51.100.7, 10.1.2.3", trusted) == "198.51.100.7"
     assert source_of("127.0.0.1", "", trusted) == "127.0.0.1"  # a proxy's own request
     assert len(source_of("127.0.0.1", "y" * 5000, trusted)) < 120  # a non-address, capped
+
+
+def test_a_flood_of_refusals_writes_its_sample_then_one_count(tmp_path) -> None:  # noqa: ANN001
+    """The desk on a real event log: 25 unsigned deliveries of a minute write 10 events, each
+    small whatever was sent; the minute over, one `webhook_refusals_counted` says 15."""
+    import json
+    from datetime import UTC, datetime
+
+    from daemon.config import DaemonConfig
+    from daemon.scheduling.remotes import RemoteFeed
+    from daemon.service.refusals import WINDOW
+    from daemon.service.webhook_desk import WebhookDesk
+    from daemon.state.deliveries import Deliveries
+    from daemon.state.store import StateStore
+
+    t = datetime(2026, 12, 7, 3, 0, tzinfo=UTC)
+    now = [10.0]
+    store = StateStore(tmp_path / "state")
+    remotes = DaemonConfig.model_validate(
+        {"remotes": {"app": {"kind": "github", "repository": "me/app", "clone_url": "x:y"}}}
+    ).remotes
+
+    def event(type_: str, **fields: object) -> None:
+        store.events.append(type_, t, **fields)
+
+    feed = RemoteFeed(store, dict, lambda: remotes, lambda: t, event)
+    desk = WebhookDesk(
+        dict, lambda: remotes, Deliveries(tmp_path / "state" / "deliveries.log", t), feed,
+        lambda: t, event, environ={}, monotonic=lambda: now[0],
+    )  # fmt: skip
+    huge = json.dumps({"repository": {"full_name": "evil/" + "x" * 990_000}}).encode()
+    headers = {"x-github-event": "push", "x-github-delivery": "d" * 5000}
+    answers = [desk.handle("github", headers, huge, "203.0.113.1") for _ in range(25)]
+    assert {a.status for a in answers} == {404} and max(len(a.text) for a in answers) < 400
+    desk.flush()  # the minute is not over: nothing yet
+    now[0] += WINDOW
+    desk.flush()
+    written = [json.loads(line) for line in store.events.path.read_text().splitlines()]
+    refused = [e for e in written if e["type"] == "webhook_refused"]
+    counted = [e for e in written if e["type"] == "webhook_refusals_counted"]
+    assert len(refused) == 10 and all(len(json.dumps(e)) < 1000 for e in refused)
+    assert [(c["kind"], c["status"], c["count"]) for c in counted] == [("github", 404, 15)]
+    assert desk.counts[("github", "refused")] == 25  # /metrics counts every one

@@ -380,7 +380,10 @@ def clone_bundle(src: str, into: Path) -> Path:
     try:
         Git(into.parent, plain=True).run("clone", "--quiet", "--depth=1", "--", src, str(into))
     except GitError as exc:
-        raise BundleError(f"{src}: cannot clone: {exc}") from None
+        raise BundleError(
+            f"{src}: cannot clone: {exc}. Fix: give a git repository holding a bundle (a path "
+            "ending in .git is cloned), or the bundle's folder by a path not ending in .git"
+        ) from None
     return into
 
 
