@@ -201,3 +201,27 @@ def test_bad_http_writes_no_log_line_per_request(trusting) -> None:  # noqa: ANN
             bad.sendall(raw)
             assert bad.recv(100).startswith(b"HTTP/1.1 400")  # logged before it answers
     assert "Invalid HTTP request" not in daemon_log(home)
+
+
+def test_connections_past_the_cap_are_closed_at_once(tmp_path: Path) -> None:
+    """300 idle connections under a 5-minute read_timeout: those past 256 are closed as
+    they come (each held a descriptor the daemon's runs need); the listener still answers."""
+    from daemon.service.listener import MAX_CONNECTIONS
+    from tests.listening import get
+
+    home = make_home(tmp_path / "home", '[listen]\nbind = "127.0.0.1:0"\nread_timeout = "5m"\n')
+    proc = start_daemon(home)
+    socks: list[socket.socket] = []
+    try:
+        port = wait_for(lambda: listening_port(home), what="the listener")
+        for _ in range(MAX_CONNECTIONS + 44):
+            socks.append(socket.create_connection(("127.0.0.1", port), timeout=60))
+        # Past the cap: closed by the server long before the read_timeout would.
+        assert all(s.recv(1) == b"" for s in socks[MAX_CONNECTIONS + 4 :])
+        for s in socks:
+            s.close()
+        assert wait_for(lambda: get(port, "/healthz")[0] == 200, what="healthz")
+    finally:
+        for s in socks:
+            s.close()
+        stop_daemon(proc)

@@ -11,7 +11,7 @@ is its `X-Forwarded-For` believed: the source is then the last address of that h
 is not a trusted proxy (a proxy appends the client's address; what the client wrote comes
 before it). uvicorn's own reading of proxy headers is off, so that nothing else decides it.
 A connection must send its headers within `read_timeout` (else it is closed) and then its
-body within `read_timeout` (else 408).
+body within `read_timeout` (else 408); at most `MAX_CONNECTIONS` are open at once.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from daemon.config import ListenConfig
 from daemon.service.context import ConfigFatal
 from daemon.service.refusals import shown
 from daemon.service.webhook_desk import Answer, RateLimit, WebhookDesk
+
+MAX_CONNECTIONS = 256  # open at once; more are closed as they come
 
 ROUTES = {
     "/hooks/github": "github",
@@ -206,7 +208,7 @@ def _deadline_protocol(timeout: float) -> Any:
     """uvicorn's h11 protocol, with a deadline for each request's headers: a connection that
     has not sent them all `timeout` seconds after it opened, or after its data began to come
     (keep-alive), is closed. uvicorn has none: a client trickling a byte at a time held a
-    connection for ever."""
+    connection for ever. A connection beyond `MAX_CONNECTIONS` open is closed at once."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class DeadlineProtocol(H11Protocol):
@@ -214,6 +216,10 @@ def _deadline_protocol(timeout: float) -> Any:
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            if len(self.connections) > MAX_CONNECTIONS:
+                # Each would hold a descriptor the daemon's runs need, for read_timeout.
+                transport.close()
+                return
             self._arm()
 
         def data_received(self, data: bytes) -> None:
