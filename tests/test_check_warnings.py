@@ -139,3 +139,18 @@ def test_every_bad_schedule_expression_is_reported(tmp_path: Path) -> None:
     assert "l.toml: schedule[0]: cron expression '61 * * * *'" in out, out
     assert "l.toml: schedule[2]: cron expression '* 25 * * *'" in out
     assert "schedule[1]" not in out
+
+
+def test_a_listener_bound_beyond_loopback_is_warned_about(tmp_path: Path) -> None:
+    """`bind = "0.0.0.0:..."` serves plain HTTP and /metrics to the network: said by `check`."""
+    for bind, warned in (("0.0.0.0:8787", True), ("[::]:8787", True), ("127.0.0.1:8787", False),
+                         ("[::1]:8787", False), ("localhost:8787", False)):  # fmt: skip
+        home = make_home(
+            tmp_path / f"home-{bind.replace(':', '_')}", f'[listen]\nbind = "{bind}"\n'
+        )
+        proc = loopd(home, "check")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        found = [line for line in proc.stdout.splitlines() if "listen.bind" in line]
+        assert bool(found) == warned, (bind, proc.stdout)
+        if warned:
+            assert "beyond this machine" in found[0] and "trusted_proxies" in found[0]

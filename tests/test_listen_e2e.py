@@ -309,9 +309,9 @@ def test_a_source_past_its_rate_limit_is_refused(tmp_path: Path) -> None:
     proc = start_daemon(home, env={SECRET_ENV: SECRET})
     try:
         port = wait_for(lambda: listening_port(home), what="the listener")
-        before, after = push_commit(work, "limited")
         statuses = []
-        for _ in range(3):
+        for i in range(3):  # three pushes: the same body twice would be a replay
+            before, after = push_commit(work, f"limited {i}")
             headers, body = delivery("github", "refs/heads/main", before, after)
             statuses.append(post(port, "/hooks/github", headers, body)[0])
         assert statuses == [202, 202, 429]

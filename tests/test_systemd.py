@@ -227,8 +227,7 @@ def test_systemd_install_lists_every_named_variable_and_check_finds_the_missing(
         'clone_url = "https://example.invalid/me/app.git"\nsecret_env = "LOOPD_GH_SECRET"\n'
     )
     loops = {
-        "nightly": f'repo = "{repo}"\ntask = "t"\nagent = "claude"\n'
-        'checks_env = ["DATABASE_URL"]\n'
+        "nightly": f'repo = "{repo}"\ntask = "t"\nagent = "claude"\nchecks_env = ["DATABASE_URL"]\n'
     }
     home = make_home(tmp_path / "home", config, loops)
     env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_RUNTIME_DIR": str(tmp_path / "r")}
