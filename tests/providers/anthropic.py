@@ -4,8 +4,12 @@
 `message_start`, `content_block_start`, a `ping`, `content_block_delta` (`text_delta`,
 `input_json_delta`), `content_block_stop`, `message_delta` with `stop_reason` and the output
 usage, `message_stop`), or as one JSON message when the request does not ask for a stream.
-`POST /v1/messages/count_tokens` answers `{"input_tokens": N}` (a rough count). Anything else
-gets Anthropic's `not_found_error`. Every request is recorded (`requests`, `messages_requests`).
+`POST /v1/messages/count_tokens` answers `{"input_tokens": N}` (a rough count), `HEAD` any path
+200 (Claude Code 2.1.332 sends `HEAD /api/hello` at its start unless
+CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC is set). Anything else gets Anthropic's
+`not_found_error`. Every request is recorded (`requests`, `messages_requests`). In print mode
+Claude Code 2.1.332 sends nothing else to its base URL: no title or summary call on a small
+model (its requests carry the agent's tools; a side request would carry none).
 
 A script is a list of specs or a callable over the request body. A spec:
 
@@ -152,8 +156,10 @@ class _Handler(BaseHTTPRequestHandler):
             elif method == "POST" and path == "/v1/messages/count_tokens":
                 text = request_text(body) if isinstance(body, dict) else ""
                 self._json(200, {"input_tokens": _rough_tokens(text)})
-            elif method == "HEAD":
-                self._json(200, {})
+            elif method == "HEAD":  # Claude Code's reachability check (`HEAD /api/hello`)
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
             else:
                 self._error(404, "not_found_error", f"no route for {method} {path}")
         except _Stopped:
