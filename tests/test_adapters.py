@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from daemon.agents.base import AgentAdapter, AgentEvent, Resume, is_denial
+from daemon.agents.deskconfig import DeskAccess
 from daemon.agents.endings import (
     ended_on_question,
     final_text,
@@ -867,3 +869,35 @@ def test_aider_keeps_its_chat_history_in_the_scratch_folder_outside_the_tree(
     resumed = adapter.invocation("go on", Resume("", "go on")).argv
     assert "--restore-chat-history" in resumed
     assert resumed[resumed.index("--chat-history-file") + 1] == history
+
+
+def test_without_the_mcp_extra_claude_gets_no_mcp_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    access = DeskAccess([sys.executable, "-m", "daemon.cli.main", "mcp"], {"T": "1"}, None)
+    adapter = adapter_class("claude")(AgentProfile(adapter="claude"), private_home=home, environ={})
+    adapter.desk = access
+    adapter.write_tool_config(home)
+    assert (home / adapter_class("claude").MCP_FILE).is_file()
+    assert "--mcp-config" in adapter.invocation("x").argv
+
+    class NoMcp:
+        """A finder that says the `mcp` package is not installed, as on an install without
+        the extra."""
+
+        def find_spec(self, name: str, *args: Any) -> None:
+            if name == "mcp" or name.startswith("mcp."):
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    for name in [m for m in sys.modules if m == "mcp" or m.startswith("mcp.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [NoMcp(), *sys.meta_path])
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    adapter = adapter_class("claude")(AgentProfile(adapter="claude"), private_home=bare, environ={})
+    adapter.desk = access
+    adapter.write_tool_config(bare)
+    assert list(bare.iterdir()) == []
+    assert "--mcp-config" not in adapter.invocation("x").argv

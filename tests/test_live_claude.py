@@ -34,7 +34,6 @@ import pytest
 import tomli_w
 
 from daemon.agents.claude import ClaudeAdapter
-from daemon.agents.deskconfig import DeskAccess
 from daemon.config import AgentProfile
 from daemon.home import Home
 from daemon.runs import parking
@@ -533,35 +532,3 @@ def started_env(sandboxed: bool, **profile_env: str) -> dict[str, str]:
     adapter.sandboxed = sandboxed
     env = adapter.invocation("x").env
     return {**env, **profile_env}  # the caller adds the profile's env over the adapter's
-
-
-def test_without_the_mcp_extra_claude_gets_no_mcp_server(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    access = DeskAccess([sys.executable, "-m", "daemon.cli.main", "mcp"], {"T": "1"}, None)
-    adapter = ClaudeAdapter(AgentProfile(adapter="claude"), private_home=home, environ={})
-    adapter.desk = access
-    adapter.write_tool_config(home)
-    assert (home / ClaudeAdapter.MCP_FILE).is_file()
-    assert "--mcp-config" in adapter.invocation("x").argv
-
-    class NoMcp:
-        """A finder that says the `mcp` package is not installed, as on an install without
-        the extra."""
-
-        def find_spec(self, name: str, *args: Any) -> None:
-            if name == "mcp" or name.startswith("mcp."):
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-
-    for name in [m for m in sys.modules if m == "mcp" or m.startswith("mcp.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setattr(sys, "meta_path", [NoMcp(), *sys.meta_path])
-    bare = tmp_path / "bare"
-    bare.mkdir()
-    adapter = ClaudeAdapter(AgentProfile(adapter="claude"), private_home=bare, environ={})
-    adapter.desk = access
-    adapter.write_tool_config(bare)
-    assert list(bare.iterdir()) == []
-    assert "--mcp-config" not in adapter.invocation("x").argv
