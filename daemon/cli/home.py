@@ -91,6 +91,25 @@ def _print_check_json(
     )
 
 
+def critic_line(loaded: LoadedConfig) -> str:
+    """What judges the attempts of `critic = "auto"` loops, said once here (not a warning on
+    every command): the verifier's model, or their checks alone."""
+    auto = sorted(
+        name
+        for name, loop in loaded.loops.items()
+        if loop.config.enabled and loop.config.critic == "auto"
+    )
+    if not auto or not loaded.daemon_ok:
+        return ""
+    verifier = loaded.daemon.verifier
+    if verifier.configured:
+        return f"critic: the verifier's model judges the attempts of {', '.join(auto)} (auto)"
+    return (
+        f"critic: attempts of {', '.join(auto)} are judged by their checks alone (auto: no "
+        "[verifier] in loopd.toml; add one to have a model judge them)"
+    )
+
+
 def _print_check_text(
     loaded: LoadedConfig,
     notes: list[str],
@@ -109,6 +128,9 @@ def _print_check_text(
     print(f"warning: {sandbox.summary()}" if loud else sandbox.summary())
     if limits:
         print(limits)
+    judged = critic_line(loaded)
+    if judged:
+        print(judged)
     for name, lines in sorted(shows.items()):
         if lines:
             print(f"  {name}: the sandbox also shows, read-only, of what it hides:")

@@ -230,8 +230,14 @@ class LoopConfig(StrictModel, RunEnds):
             "progress finishes. 0: no budget"
         ),
     )
-    critic: Literal["on", "off"] = Field(
-        "on", description="whether the verifier's model scores each attempt"
+    critic: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description=(
+            "whether the verifier's model scores each attempt: `auto` when loopd.toml has "
+            "a `[verifier]` (without one, attempts are judged by their checks alone, said "
+            "once by `loopd check`); `on` asks for it (a warning when there is no "
+            "`[verifier]`); `off` never"
+        ),
     )
     critic_threshold: int = Field(
         7,
