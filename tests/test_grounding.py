@@ -53,6 +53,22 @@ def test_the_world_set_is_frozen_and_drawn_from_many_public_projects() -> None:
     assert 0.4 <= labels.count("grounded") / len(labels) <= 0.6
 
 
+def test_the_tools_set_is_frozen_and_drawn_from_public_projects() -> None:
+    assert bench.digest(name="tools") == bench.recorded_digest(name="tools"), (
+        "tools.toml or tools/ changed since it was frozen: add cases, do not edit them"
+    )
+    cases = bench.candidates(name="tools")
+    assert len(cases) >= 40
+    assert len({c["repository"] for c in cases}) >= 10
+    assert {c["kind"] for c in cases} == {"size", "count", "summary", "line"}
+    for case in cases:
+        assert case["source"].startswith(f"https://github.com/{case['repository']}/")
+        assert (bench.DATA / "tools" / case["attempt"] / "checks.log").is_file()
+    for kind in ("size", "count", "summary"):
+        labels = {c["label"] for c in cases if c["kind"] == kind}
+        assert labels == {"grounded", "hallucinated"}, kind
+
+
 def test_the_check_keeps_grounded_candidates_and_rejects_every_hallucinated_kind() -> None:
     outcomes = bench.evaluate()
     figures = bench.rates(outcomes)
