@@ -69,8 +69,11 @@ class Outcome:
 
 
 def candidates(data: Path = DATA, name: str = "qwen") -> list[dict]:
+    """The set's candidates, but those a later case `corrects` (it replaces them)."""
     with (data / SETS[name][0]).open("rb") as fh:
-        return tomllib.load(fh)["candidate"]
+        every = tomllib.load(fh)["candidate"]
+    corrected = {c["corrects"] for c in every if c.get("corrects")}
+    return [c for c in every if c["id"] not in corrected]
 
 
 def digest(data: Path = DATA, name: str = "world") -> str:
