@@ -99,10 +99,12 @@ def test_the_failure_reaches_the_agent_the_critic_and_the_person(
     assert "cut ...]" in nudge.split(ASSERT, 1)[1].split(SUMMARY, 1)[0]  # a marker between
     assert len(nudged.encode()) <= PROMPT_CAP
 
-    # The critic's evidence.
+    # The critic's evidence: its part of checks.log (the transcript's nudge aside).
     (request,) = model_server.chat_requests("critic_verdict")
     critic = "\n".join(str(m.get("content")) for m in request["messages"])
-    assert FAILED in critic and ASSERT in critic and SUMMARY in critic
+    checks = critic.split("(checks.log)\n", 1)[1].split("\n# ", 1)[0]
+    for line in (FAILED, ASSERT, SUMMARY):
+        assert line in checks, line
 
     # The person's escalation.
     escalation = (home / "state" / "escalations" / f"{run_id}.md").read_text()
