@@ -112,3 +112,33 @@ def test_the_failure_reaches_the_agent_the_critic_and_the_person(
     for line in (FAILED, ASSERT, SUMMARY):
         assert line in failure, line
     assert failure.index(FAILED) < failure.index(SUMMARY)
+
+
+def test_a_worker_sends_its_home_the_lines_of_checks_log_that_name_the_failure(
+    tmp_path: Path,
+) -> None:
+    """The Temporal engine: the home's checks.log (escalation, critic) holds the failure."""
+    from daemon.engine.temporal.workerside import LOG_WHOLE, _log_file
+
+    log = tmp_path / "checks.log"
+    log.write_text(
+        "$ python3 check.py\n" + check_script_output(300_000, 300_000) + "[exit 1 after 3.2s]\n\n"
+    )
+    sent = _log_file(log)
+    text = sent.text()
+    assert sum(len(line) + 1 for line in sent.lines.values()) <= LOG_WHOLE
+    lines = text.split("\n")
+    for wanted in (FAILED, ASSERT, SUMMARY, "$ python3 check.py", "[exit 1 after 3.2s]"):
+        assert wanted in lines, wanted
+    # At its own line number, as the worker's file has it.
+    number = log.read_text().split("\n").index(FAILED) + 1
+    assert sent.lines[number] == FAILED
+
+
+def check_script_output(before: int, after: int) -> str:
+    """What check_script prints."""
+    passing = "".join(
+        f"tests/test_load.py::test_case_{i:06d} PASSED\n" for i in range(before // 44)
+    )
+    more = "".join(f"tests/test_more.py::test_case_{i:06d} PASSED\n" for i in range(after // 44))
+    return f"{HEADER}\n{passing}{FAILED}\n{ASSERT}\n{more}{SUMMARY}\n"

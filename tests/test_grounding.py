@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from daemon.engine.temporal.lessons import excerpts, write_excerpts
 from daemon.rules.claims import Claim, claims_of
 from daemon.rules.grounding import EvidenceSet, quote_in_file, ungrounded
 from daemon.rules.rulefile import Evidence, Rule
@@ -305,6 +304,8 @@ def test_shell_sessions_in_text_evidence_count_with_their_prompts(tmp_path: Path
 
 def test_the_home_finds_a_measured_size_in_the_lines_a_worker_sends(tools: Path) -> None:
     """The Temporal engine's lesson: the worker's excerpts hold the command and its output."""
+    from daemon.engine.temporal.lessons import excerpts, write_excerpts
+
     why = "`wc -c` shows src/handlers/stub.py is 31 bytes; line 4 of src/handlers/stub.py ends it."
     rule = Rule(rule="Keep src/handlers/stub.py small.", why=why, how_to_apply="Check it.")
     home = tools.parent / "home-attempt"
