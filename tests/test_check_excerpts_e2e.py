@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import loopd, make_home, make_repo, talk
+from tests.machines import Machine, engine_toml
 from tests.model_server import ScriptedModelServer
 
 FAILED = "FAILED tests/test_calc.py::test_add - assert add(2, 3) == 5"
@@ -51,27 +52,24 @@ def check_script(before: int, after: int) -> str:
     return script
 
 
-@pytest.mark.parametrize(
-    ("before", "after"),
-    [(400_000, 400_000), (600_000, 2_200_000)],
-    ids=["hundreds-of-kb-each-side", "more-after-than-loopd-keeps-whole"],
-)
-def test_the_failure_reaches_the_agent_the_critic_and_the_person(
-    tmp_path: Path, model_server: ScriptedModelServer, before: int, after: int
-) -> None:
-    model_server.add({"json": CRITIC}, name="critic_verdict")
-    model_server.default = {"status": 404, "message": "not scripted in this test"}
+def make_case(
+    tmp_path: Path, server: ScriptedModelServer, before: int, after: int, engine: str = ""
+) -> tuple[Path, Path]:
+    """A home whose loop's check prints `before` and `after` bytes around its failure, and
+    the folder where its agent leaves each prompt it receives."""
+    server.add({"json": CRITIC}, name="critic_verdict")
+    server.default = {"status": 404, "message": "not scripted in this test"}
     prompts, sandbox = talk(tmp_path)
     script = tmp_path / "agent.py"
     script.write_text(AGENT)
     repo = make_repo(tmp_path / "repo", {"check.py": check_script(before, after)})
     argv = [sys.executable, str(script), str(prompts)]
     config = (
-        f'[verifier]\nbase_url = "{model_server.base_url}"\nmodel = "critic-model"\n'
+        f'[verifier]\nbase_url = "{server.base_url}"\nmodel = "critic-model"\n'
         'timeout = "20s"\npending_limit = "30s"\n\n'
         f'[agents.idle]\nadapter = "command"\ncommand = {json.dumps(argv)}\n\n'
         f'[limits]\nprompt_cap = "{PROMPT_CAP // 1000}KB"\n'
-        f'worktrees = "{tmp_path / "worktrees"}"\n{sandbox}'
+        f'worktrees = "{tmp_path / "worktrees"}"\n{sandbox}\n{engine}'
     )
     fields = {
         "repo": str(repo),
@@ -84,12 +82,13 @@ def test_the_failure_reaches_the_agent_the_critic_and_the_person(
         "max_nudges": 1,
     }
     loop = "".join(f"{k} = {json.dumps(v)}\n" for k, v in fields.items())
-    home = make_home(tmp_path / "home", config, {"calc": loop})
+    return make_home(tmp_path / "home", config, {"calc": loop}), prompts
 
-    proc = loopd(home, "once", "calc", "--reason", "test", timeout=300)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    run_id = proc.stdout.splitlines()[0]
 
+def assert_the_failure_is_kept(
+    home: Path, prompts: Path, server: ScriptedModelServer, run_id: str
+) -> None:
+    """In the nudge the agent received, the critic's checks.log and the escalation."""
     # The nudge, as the agent's second process received it: the whole prompt, nudge last.
     nudged = (prompts / "prompt-1.md").read_text()
     nudge = nudged.split("# Nudge", 1)[1]
@@ -100,7 +99,7 @@ def test_the_failure_reaches_the_agent_the_critic_and_the_person(
     assert len(nudged.encode()) <= PROMPT_CAP
 
     # The critic's evidence: its part of checks.log (the transcript's nudge aside).
-    (request,) = model_server.chat_requests("critic_verdict")
+    (request,) = server.chat_requests("critic_verdict")
     critic = "\n".join(str(m.get("content")) for m in request["messages"])
     checks = critic.split("(checks.log)\n", 1)[1].split("\n# ", 1)[0]
     for line in (FAILED, ASSERT, SUMMARY):
@@ -112,6 +111,40 @@ def test_the_failure_reaches_the_agent_the_critic_and_the_person(
     for line in (FAILED, ASSERT, SUMMARY):
         assert line in failure, line
     assert failure.index(FAILED) < failure.index(SUMMARY)
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [(400_000, 400_000), (600_000, 2_200_000)],
+    ids=["hundreds-of-kb-each-side", "more-after-than-loopd-keeps-whole"],
+)
+def test_the_failure_reaches_the_agent_the_critic_and_the_person(
+    tmp_path: Path, model_server: ScriptedModelServer, before: int, after: int
+) -> None:
+    home, prompts = make_case(tmp_path, model_server, before, after)
+    proc = loopd(home, "once", "calc", "--reason", "test", timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert_the_failure_is_kept(home, prompts, model_server, proc.stdout.splitlines()[0])
+
+
+@pytest.mark.parametrize("kind", ["local", "temporal"])
+def test_both_engines_keep_the_failure(
+    tmp_path: Path, model_server: ScriptedModelServer, kind: str, request: pytest.FixtureRequest
+) -> None:
+    """`loopd run` and a trigger on each engine (Temporal: the home's own worker)."""
+    engine = ""
+    if kind == "temporal":
+        server, namespace = request.getfixturevalue("temporal")
+        engine = engine_toml(server.address, namespace)
+    home, prompts = make_case(tmp_path, model_server, 600_000, 2_200_000, engine)
+    machine = Machine("machine", tmp_path, home, tmp_path / "repo")
+    machine.start("run")
+    try:
+        proc = machine.loopd("trigger", "calc", "--wait", timeout=300)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert_the_failure_is_kept(home, prompts, model_server, proc.stdout.splitlines()[0])
+    finally:
+        assert machine.stop() == 0
 
 
 def test_a_worker_sends_its_home_the_lines_of_checks_log_that_name_the_failure(
