@@ -315,3 +315,14 @@ def test_the_home_finds_a_measured_size_in_the_lines_a_worker_sends(tools: Path)
     assert missing == []
     kept = (home / "transcript.jsonl").read_text().splitlines()
     assert kept[2:4] == ["", ""] and "wc -c" in kept[0] and "cat src" in kept[6]
+
+
+def test_a_file_printed_whole_gives_its_count_of_lines(tmp_path: Path) -> None:
+    (tmp_path / "transcript.jsonl").write_text(
+        _shell("c1", "cat -n app.py", "     1\timport os\n     2\t\n     3\tprint(os.sep)\n")
+        + _shell("c2", "head -n 2 lib.py", "a = 1\nb = 2\n")
+    )
+    evidence = EvidenceSet.from_dir(tmp_path)
+    assert all(holds(evidence, "app.py has 3 lines; app.py:3 prints.").values())
+    # head printed two lines of lib.py: that is not its count of lines.
+    assert not all(holds(evidence, "lib.py has 2 lines.").values())

@@ -136,23 +136,8 @@ def test_a_rejection_names_the_claim_its_kind_and_the_files_looked_in(
     ]
 
 
-# What the tools set's check still gets wrong, and why: a failing test when it changes.
-TOOLS_KNOWN_WRONG = {
-    # 170 is the size ls -l printed for ./ and ../; a size is not tied to the file the
-    # sentence means, and "xcactivitylog" names no file to tie it to.
-    "xcprofiler-28-h2",
-}
-
-
-def test_the_tools_set_is_grounded_but_for_its_known_misses() -> None:
-    outcomes = bench.evaluate(name="tools")
-    figures = bench.rates(outcomes)
-    assert figures["grounded_rejected"] <= bench.TARGET
-    assert {o.id for o in outcomes if not o.right} == TOOLS_KNOWN_WRONG
-
-
-def test_both_labelled_sets_meet_their_targets() -> None:
-    for name in ("qwen", "world"):
+def test_the_labelled_sets_meet_their_targets() -> None:
+    for name in bench.SETS:
         outcomes = bench.evaluate(name=name)
         figures = bench.rates(outcomes)
         wrong = [(o.id, o.reasons) for o in outcomes if not o.right]

@@ -4,8 +4,9 @@ The evidence holds commands with their output: an agent's tool call and its resu
 transcript, or a shell session in a text file (`$ wc -c a.txt` and the lines after it, with
 the prompts people post: `$`, `%`, `>`, `➜  ~`, `user@host:~$`). Read from them:
 - sizes in bytes: `wc -c` (and `wc`'s byte column), `stat`'s `Size:` and `stat -c %s`,
-  `du -b`; an `ls -l` line's size column and `stat`'s `Size:` wherever they are, being
-  recognisable by their shape;
+  `du -b`; the size column of an `ls -l` line of a regular file (a folder's or a link's is
+  its entry's own) and `stat`'s `Size:` wherever they are, being recognisable by their
+  shape;
 - sizes with a letter: `du` (kibibytes unless told otherwise: `-k`, `-m`, `-g`);
 - counts: lines (`wc -l`, `wc`'s first column, `grep -c`) and words (`wc -w`, its second);
 - the lines a command printed of one file without their numbers: `cat FILE` from its first
@@ -28,8 +29,9 @@ _PROMPT = re.compile(
 )
 _WRAPPERS = {"sudo", "command", "busybox", "perl", "time", "env", "nice", "exec"}
 _TOOLS = {"wc", "ls", "stat", "du", "grep", "egrep", "fgrep", "rg", "cat", "head", "sed", "gstat"}
+# A regular file's line: a folder's or a link's size is its entry's, not what it holds.
 _LS_LINE = re.compile(
-    r"^[-dlcbpsD][rwxsStTl-]{9}[.@+]?\s+\d+\s+(?:\S+\s+){1,2}(?P<size>\d+)\s+\S+\s+\S+\s+\S+\s+\S"
+    r"^-[rwxsStT-]{9}[.@+]?\s+\d+\s+(?:\S+\s+){1,2}(?P<size>\d+)\s+\S+\s+\S+\s+\S+\s+\S"
 )
 _STAT_SIZE = re.compile(r"^\s*Size:\s*(?P<size>\d+)\b", re.MULTILINE)
 _WC_LINE = re.compile(r"^\s*(\d+)(?:\s+(\d+))?(?:\s+(\d+))?(?:\s+(\d+))?(?:\s+(\S.*))?\s*$")
@@ -92,12 +94,16 @@ def _flags(args: list[str]) -> set[str]:
     return found
 
 
-def _files(args: list[str]) -> list[str]:
-    return [a for a in args if not a.startswith("-")]
-
-
-def read_output(command: str, output: str, name: str, at: tuple[int, int], into: Measures) -> None:
-    """What `command` printed in `output` (lines `at` of evidence file `name`)."""
+def read_output(
+    command: str,
+    output: str,
+    name: str,
+    at: tuple[int, ...],
+    into: Measures,
+    whole: bool = False,
+) -> None:
+    """What `command` printed in `output` (lines `at` of evidence file `name`); `whole`: the
+    output is all it printed (a tool result, not a session read up to a blank line)."""
     where: Where = (name, at)
     lines = output.rstrip("\n").split("\n") if output.strip() else []
     for program, args in _programs(command):
@@ -116,7 +122,7 @@ def read_output(command: str, output: str, name: str, at: tuple[int, int], into:
             and len(_programs(command)) == 1
             and "|" not in command
         ):
-            _shown(program, args, lines, where, into)
+            _shown(program, args, lines, where, into, whole)
 
 
 def _wc(flags: set[str], lines: list[str], where: Where, into: Measures) -> None:
@@ -172,8 +178,11 @@ def _du(flags: set[str], lines: list[str], where: Where, into: Measures) -> None
             _note(into.lettered, (match.group("n"), letter), where)
 
 
-def _shown(program: str, args: list[str], lines: list[str], where: Where, into: Measures) -> None:
-    """The lines of one file that cat, head or sed -n printed, by their numbers."""
+def _shown(
+    program: str, args: list[str], lines: list[str], where: Where, into: Measures, whole: bool
+) -> None:
+    """The lines of one file that cat, head or sed -n printed, by their numbers; `whole`: the
+    output is all the command printed (a tool result), so cat's count of lines is the file's."""
     if not lines or any(a.startswith((">", "<")) for a in args):
         return
     count = len(lines)
@@ -185,6 +194,8 @@ def _shown(program: str, args: list[str], lines: list[str], where: Where, into: 
     options = [a for a in args if a.startswith("-")]
     if program in ("cat", "head") and not options and len(operands) == 1:
         into.shown.append((operands[0], range(1, count + 1), where))
+    if program == "cat" and options in ([], ["-n"]) and len(operands) == 1 and whole:
+        _note(into.lines, count, where)  # the whole file: its count of lines
     elif program == "sed" and options == ["-n"] and len(operands) == 2:
         match = _SED_RANGE.match(operands[0])
         if match is not None:
@@ -246,5 +257,5 @@ def read_transcript(parsed: list[Any], name: str, into: Measures) -> None:
             command, line = calls.get(str(event.get("call_id", "")), last)
             output = str(event.get("output", ""))
             if command:
-                read_output(command, output, name, (line, i + 1), into)
+                read_output(command, output, name, (line, i + 1), into, whole=True)
             read_shapes(output, name, into, i + 1)
