@@ -69,10 +69,10 @@ _NUMBER = re.compile(
     r"(?:-[0-9A-Za-z]+(?:[.-][0-9A-Za-z]+)*|[a-z]+\d*)?(?:\+[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?"
     r"|\d+(?:\.\d+)?)(?![\w])(?!\.\d)"
 )
-DURATION_UNITS = "ns|us|µs|ms|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|d|days?"
+_DURATION_UNITS = "ns|us|µs|ms|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|d|days?"
 _SIZE_UNITS = "B|bytes?|[kKMGT]i?B|[kKMGT]"
 QUANTITY = re.compile(
-    rf"(?<![\w.])(?P<n>\d+(?:\.\d+)?)(?: ?(?P<unit>{DURATION_UNITS}|{_SIZE_UNITS}|%)(?![\w%]))"
+    rf"(?<![\w.])(?P<n>\d+(?:\.\d+)?)(?: ?(?P<unit>{_DURATION_UNITS}|{_SIZE_UNITS}|%)(?![\w%]))"
 )
 # A count of lines or words, as wc and grep -c print them: never a line number.
 COUNT = re.compile(r"(?<![\w.])(?P<n>\d+) (?:matching )?(?P<noun>lines?|words?)\b")
@@ -218,7 +218,7 @@ def quantity_kind(unit: str) -> ClaimKind:
     """What a number's unit makes of it: a duration, a size or a percentage."""
     if unit == "%":
         return "percent"
-    return "duration" if re.fullmatch(DURATION_UNITS, unit) else "size"
+    return "duration" if re.fullmatch(_DURATION_UNITS, unit) else "size"
 
 
 def _numbers(text: str, where: str) -> list[Claim]:

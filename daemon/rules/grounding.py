@@ -340,7 +340,8 @@ class EvidenceSet:
             path, _, number = claim.text.rpartition(":")
             key = where.file_key(path)
             for shown, lines, at in self.measures.shown:
-                if int(number) in lines and where.file_key(shown).endswith(key):
+                named = where.file_key(shown)
+                if int(number) in lines and (named == key or named.endswith("/" + key)):
                     return at
         return None
 
