@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from daemon.excerpt import excerpt
 from daemon.model.citations import Citation, weigh
 from daemon.redact import redact
 from daemon.state.stored import open_stored
@@ -75,7 +76,15 @@ class Source:
         return "".join(_event_text(_loads(line)) for line in data.splitlines())
 
     def load_trimmed(self, allot: int) -> tuple[str, int]:
-        """At most about `allot` characters of the part, redacted, with the cut marked."""
+        """At most about `allot` characters of the part, redacted, with the cut marked.
+
+        The checks' output is cut as everywhere it is shown (daemon/excerpt.py): the lines
+        naming failures, the first failure and the end; other parts keep their two ends.
+        """
+        if self.section == "checks":
+            whole = redact(self.load())
+            kept = excerpt(whole, allot)
+            return kept, max(0, len(whole) - len(kept))
         if not self.json_lines and len(self.ranges) == 1 and self.size > 4 * allot + 4096:
             # A huge plain file: read only its two ends, with a margin for redaction.
             offset, length = self.ranges[0]

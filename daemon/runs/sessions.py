@@ -4,6 +4,7 @@ timed out or stopped, parked on a usage limit, out of tokens, over a run limit, 
 
 from __future__ import annotations
 
+import copy
 import os
 import stat
 import time
@@ -33,6 +34,10 @@ from daemon.scheduling.cron import parse_timezone
 from daemon.state.atomic import ensure_dir
 from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord, StallRecord
+
+NUDGE_CHECKS = 16_000  # characters of the checks' output a nudge carries at most
+NUDGE_FLOOR = 2_000  # and at least, whatever prompt_cap leaves (the prompt is cut then)
+NUDGE_OVERHEAD = 400  # the nudge's heading, "The checks still fail:", the fence
 
 
 @dataclass
@@ -304,10 +309,24 @@ class Sessions:
             # Stopping while the checks fail is stopping early.
             self.result.checked = self._checks_now()
             if not self.result.checked.checks.passed:
-                tail = self.result.checked.checks.failure_tail()
+                tail = self.result.checked.checks.failure_tail(self._nudge_room())
                 end = SessionEnd(final_text=end.final_text, checks_failed=True, checks_tail=tail)
                 ending = classify_ending(end)
         return end, ending
+
+    def _nudge_room(self) -> int:
+        """Characters of the checks' output a nudge may carry: at most NUDGE_CHECKS, and
+        within `prompt_cap` beside the nudge's words and (for an agent that takes the whole
+        prompt again) the prompt's other parts; the previous attempt's failure is cut first."""
+        cap = self.attempt.services.config.limits.prompt_cap
+        rest = len(self.cfg.nudge) + NUDGE_OVERHEAD
+        if not (
+            self.adapter.session_resume and (self.session_id or not self.adapter.resume_needs_id)
+        ):
+            others = copy.copy(self.parts)
+            others.nudge = others.failed = ""
+            rest += len(others.render().encode("utf-8"))
+        return max(NUDGE_FLOOR, min(NUDGE_CHECKS, cap - rest))
 
     def _record_stall(self, session: Any, ending: Ending) -> None:
         journal, n = self.journal, self.attempt.n

@@ -63,9 +63,11 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   secrets redacted). `loopd show RUN_ID --diff` prints it
 - `attempt-N/diffstat.json`: the files the attempt changed with +/- counts
 - `attempt-N/checks.log`: each `done_when` command, its exit code and its output, as loopd
-  ran it after the attempt
-- `attempt-N/checks-failed.txt`: the tail of the checks that failed (empty when they
-  passed): what the next attempt's prompt shows under `# What failed last time`
+  ran it after the attempt (a long output: its first 256 KB, the lines naming failures,
+  its last 2 MB)
+- `attempt-N/checks-failed.txt`: the output of the checks that failed, cut to its failures
+  and its end (empty when they passed): what the next attempt's prompt shows under
+  `# What failed last time`
 - `attempt-N/verdict.toml`: the critic's judgement: score, verdict, unsupported claims,
   feedback (or "not judged by a model")
 - `attempt-N/asked.md`: what the agent was last asked when its usage limit stopped it (the

@@ -38,6 +38,7 @@ from daemon.engine.temporal.models import (
     SparseFile,
 )
 from daemon.engine.temporal.workerstore import WorkerStore
+from daemon.excerpt import kept_lines
 from daemon.git.guards import restore_paths, snapshot_refs
 from daemon.git.integrity import ledger_writer, publish
 from daemon.git.safe import Git, GitError
@@ -62,8 +63,7 @@ from daemon.state.stored import is_stored
 if TYPE_CHECKING:
     from daemon.runs.sessions import AttemptResult
 
-LOG_WHOLE = 256_000  # checks.log travels whole up to this size, else its head and tail
-LOG_HEAD_LINES, LOG_TAIL_LINES = 200, 2000
+LOG_WHOLE = 256_000  # checks.log travels whole up to this size, else its excerpt
 
 
 def failure(exc: BaseException) -> ApplicationError:
@@ -484,13 +484,10 @@ def _read(path: Path) -> str:
 
 
 def _log_file(path: Path) -> SparseFile:
-    """checks.log for the home: whole when small, else its head and tail at their lines."""
+    """checks.log for the home: whole when small, else the lines its excerpt keeps (the lines
+    naming failures, the first failure, the end: daemon/excerpt.py) at their numbers."""
     lines = _read(path).split("\n")
-    if sum(len(line) + 1 for line in lines) <= LOG_WHOLE:
-        keep = range(len(lines))
-    else:
-        tail_start = max(LOG_HEAD_LINES, len(lines) - LOG_TAIL_LINES)
-        keep = [*range(min(LOG_HEAD_LINES, len(lines))), *range(tail_start, len(lines))]
+    keep = kept_lines([line[:4000] + "\n" for line in lines], LOG_WHOLE)
     return SparseFile(
         name="checks.log", total=len(lines), lines={i + 1: lines[i][:4000] for i in keep}
     )
