@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import threading
+import tomllib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -313,9 +314,19 @@ def test_first_run_has_the_design_shape(name: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", AGENTS)
 def test_model_base_url_and_key_reach_the_agent(name: str, tmp_path: Path) -> None:
-    inv = local_adapter(name, tmp_path).invocation(PROMPT)
+    adapter = local_adapter(name, tmp_path)
+    inv = adapter.invocation(PROMPT)
     assert any("qwen3-coder" in part for part in inv.argv)
-    assert any(LOCAL in part for part in inv.argv) or LOCAL in json.dumps(inv.env)
+    # The endpoint is in argv, the environment, or the configuration the adapter writes into
+    # the run's HOME before the agent starts (codex: a provider in ~/.codex/config.toml).
+    home = tmp_path / "agent-home"
+    adapter.write_tool_config(home)
+    written = [path.read_text() for path in home.rglob("*") if path.is_file()]
+    assert (
+        any(LOCAL in part for part in inv.argv)
+        or LOCAL in json.dumps(inv.env)
+        or any(LOCAL in text for text in written)
+    )
     assert inv.env[KEY_VAR[name]] == KEY
     assert not any(KEY in part for part in inv.argv), "the key must not be visible in argv"
 
@@ -361,11 +372,25 @@ def test_keyless_local_endpoint_gets_a_placeholder_key_for_qwen() -> None:
     assert "OPENAI_API_KEY" not in make("qwen").invocation(PROMPT).env
 
 
-def test_codex_custom_provider_and_opencode_config_are_well_formed() -> None:
-    codex = make("codex", model="m", base_url=LOCAL).invocation(PROMPT).argv
-    overrides = [codex[i + 1] for i, part in enumerate(codex) if part == "-c"]
-    assert f'model_providers.loopd.base_url="{LOCAL}"' in overrides
-    assert 'model_provider="loopd"' in overrides
+def test_codex_custom_provider_and_opencode_config_are_well_formed(tmp_path: Path) -> None:
+    codex = adapter_class("codex")(
+        AgentProfile(adapter="codex", model="m", base_url=LOCAL, api_key_env="MY_AGENT_KEY"),
+        private_home=tmp_path / "agent-home",
+        environ={"MY_AGENT_KEY": KEY},
+    )
+    assert codex.invocation(PROMPT).argv[:3] == ["codex", "exec", "--json"]
+    codex.write_tool_config(tmp_path / "agent-home")
+    config = tomllib.loads((tmp_path / "agent-home" / ".codex" / "config.toml").read_text())
+    assert config["model_provider"] == "loopd"
+    assert config["model_providers"]["loopd"] == {
+        "name": "loopd",
+        "base_url": LOCAL,
+        "wire_api": "responses",
+        "env_key": "OPENAI_API_KEY",
+    }
+    assert KEY not in json.dumps(config)  # the key stays in the environment
+    assert config["check_for_update_on_startup"] is False
+    assert config["analytics"] == {"enabled": False}
     opencode = make("opencode", model="m", base_url=LOCAL).invocation(PROMPT)
     config = json.loads(opencode.env["OPENCODE_CONFIG_CONTENT"])
     assert config["provider"]["loopd"]["options"]["baseURL"] == LOCAL
