@@ -136,7 +136,7 @@ class CodexAdapter(AgentAdapter):
             return [AgentEvent(type="session", session_id=self._thread)]
         if kind == "turn.started":
             self._last_message = ""
-            return raw(line)
+            return [AgentEvent(type="raw", text="codex: turn started")]
         if kind == "turn.completed":
             usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
             # cached_input_tokens are a part of input_tokens, not extra.
