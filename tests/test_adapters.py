@@ -43,9 +43,9 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "usage": (8 + 192 + 17004, 32, 0.34641974999999997),
     },
     "codex": {
-        "session": "0199a213-81c0-7800-8aa1-bbab2a035a53",
-        "final": "Fixed the off-by-one in `first()` in app.py; all 4 tests pass.",
-        "usage": (24763, 122, 0.0),
+        "session": "01a24e9c-f885-7032-9d87-684deb6e1e81",
+        "final": "Changed add() in calc.py.",
+        "usage": (2400, 60, 0.0),  # two model calls of 1200 in, 30 out
     },
     "opencode": {
         "session": "ses_494719016ffe85dkDMj0FPRbHK",
@@ -694,7 +694,8 @@ def test_real_recordings_pass_the_shared_suite(real_recorded: tuple) -> None:
 
 @pytest.mark.parametrize(
     "stream",
-    [*sorted(REAL), "codex-resume.real", "codex-noroute.real"]
+    [*sorted(REAL), "codex-resume.real", "codex-noroute.real", "codex-nudged.real"]
+    + ["codex-401.real"]
     + ["opencode-resume.real", "opencode-denied.real", "opencode-error.real"],
 )
 def test_real_recordings_keep_every_line(stream: str) -> None:
@@ -721,6 +722,45 @@ def test_real_codex_without_a_responses_route_fails_after_its_retries() -> None:
     }  # the five "Reconnecting... n/5" notices before it are not errors
     finals = [event for event in events if event.type == "final"]
     assert len(finals) == 1 and finals[0].is_error
+
+
+def test_real_codex_refused_key_is_a_login_error_after_its_retries() -> None:
+    # Recorded through loopd: the provider answered 401 invalid_api_key to every request.
+    events = parse_all(make("codex"), stream_lines("codex-401.real"))
+    errors = [event for event in events if event.type == "error"]
+    assert len(errors) == 2 and all(event.login for event in errors)  # `error`, `turn.failed`
+    assert errors[0].text.startswith("unexpected status 401 Unauthorized: Incorrect API key")
+    retries = [event.text for event in events if event.type == "raw" and "/5" in event.text]
+    assert [text[:24] for text in retries] == [f"codex: Reconnecting... {n}" for n in range(1, 6)]
+    finals = [event for event in events if event.type == "final"]
+    assert len(finals) == 1 and finals[0].is_error
+    # Not a refused login: an endpoint without the route, a usage limit.
+    assert not any(e.login for e in parse_all(make("codex"), stream_lines("codex-noroute.real")))
+
+
+def test_real_codex_nudged_thread_counts_only_the_new_calls() -> None:
+    # The first session, then the same thread resumed by loopd's nudge (recorded through loopd).
+    adapter = make("codex")
+    first = parse_all(adapter, stream_lines("codex"))
+    second = parse_all(adapter, stream_lines("codex-nudged.real"))
+    assert {e.session_id for e in first + second if e.type == "session"} == {
+        EXPECTED["codex"]["session"]
+    }
+    assert [(e.input_tokens, e.output_tokens) for e in second if e.type == "usage"] == [(2400, 60)]
+    assert final_text(second) == "Fixed add() in calc.py: it returns a + b now."
+    assert [e.tool for e in second if e.type == "tool_call"] == ["file_change"]
+
+
+def test_real_codex_notices_read_as_words() -> None:
+    # The model-metadata warning, the turn's start and the retries are notes, not JSON lines.
+    events = parse_all(make("codex"), stream_lines("codex-401.real"))
+    notes = [event.text for event in events if event.type == "raw"]
+    assert notes[0] == (
+        "codex: no metadata for model `gpt-test-codex` in its catalogue; it goes on with "
+        "default metadata (usual for a local model)"
+    )
+    assert notes[1] == "codex: turn started"
+    assert not any(text.startswith("{") for text in notes[:-1])
 
 
 def test_real_codex_resume_reports_only_the_new_turn() -> None:

@@ -117,9 +117,8 @@ class Turn:
         return bool(self.body.get("tools")) and self.has_task()
 
     def user_texts(self) -> list[str]:
-        return [
-            item_text(i) for i in self.items if i.get("type") == "message" and i.get("role") == "user"
-        ]
+        users = [i for i in self.items if i.get("type") == "message" and i.get("role") == "user"]
+        return [item_text(item) for item in users]
 
     def has_task(self) -> bool:
         return any(TASK in text for text in self.user_texts())
