@@ -17,6 +17,7 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 import tomllib
 from collections.abc import Callable
@@ -333,6 +334,9 @@ def test_codex_edits_the_checks_fail_the_nudge_resumes_its_thread_and_it_finishe
     assert [t.body["model"] for t in turns] == [MODEL] * 4
     assert all(r["authorization"] == "Bearer" for r in requests)
     assert all(r["path"] == "/v1/responses" for r in requests), [r["path"] for r in requests]
+    # The run's config.toml turned Codex's analytics off; it says so in every request.
+    metadata = [json.loads(r["headers"]["x-codex-turn-metadata"]) for r in requests]
+    assert {m["analytics_enabled"] for m in metadata} == {False}
 
     # Tool calls: codex reports an apply_patch as a file change; both went into the worktree.
     calls = stdout_events(outcome, "tool_call")
@@ -468,4 +472,31 @@ def test_codex_refused_key_is_a_login_error(tmp_path: Path) -> None:
     assert all("401 Unauthorized" in e["text"] for e in errors)
     retries = [e for e in stdout_events(outcome, "raw") if "Reconnecting..." in e["text"]]
     assert len(retries) == 5 and not any(e.get("login") for e in retries)
-    assert outcome.run["outcome"] != "succeeded"
+    assert outcome.run["outcome"] == "escalated", outcome.run.get("reason")
+
+
+def test_the_config_loopd_writes_is_one_codex_knows_every_key_of(tmp_path: Path) -> None:
+    # `--strict-config` refuses a key this Codex does not know; the run's config must pass.
+    from daemon.agents.registry import adapter_class
+    from daemon.config import AgentProfile
+
+    repo = make_repo(tmp_path / "repo", {"calc.py": BUGGY})
+    with ResponsesServer([say("Nothing to change.")]) as server:
+        profile = AgentProfile(adapter="codex", model=MODEL, base_url=server.base_url)
+        adapter = adapter_class("codex")(profile, private_home=tmp_path / "home", environ={})
+        adapter.write_tool_config(tmp_path / "home")
+        invocation = adapter.invocation("Say nothing.")
+        argv = [str(CODEX), *invocation.argv[1:3], "--strict-config", *invocation.argv[3:]]
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), **invocation.env}
+        proc = subprocess.run(
+            argv,
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+        assert len(server.responses_requests()) == 1
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert '"agent_message","text":"Nothing to change."' in proc.stdout
