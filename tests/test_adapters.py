@@ -391,6 +391,20 @@ def test_codex_custom_provider_and_opencode_config_are_well_formed(tmp_path: Pat
     assert KEY not in json.dumps(config)  # the key stays in the environment
     assert config["check_for_update_on_startup"] is False
     assert config["analytics"] == {"enabled": False}
+
+
+def test_codex_started_without_a_desk_still_gets_its_endpoint(tmp_path: Path) -> None:
+    # `loopd check`'s login try starts the agent with no desk and writes no tool config: the
+    # invocation itself leaves the provider in the HOME codex starts with.
+    home = tmp_path / "agent-home"
+    codex = adapter_class("codex")(
+        AgentProfile(adapter="codex", base_url=LOCAL), private_home=home, environ={}
+    )
+    assert codex.invocation(PROMPT).home == home
+    config = tomllib.loads((home / ".codex" / "config.toml").read_text())
+    assert config["model_providers"]["loopd"]["base_url"] == LOCAL
+    assert "env_key" not in config["model_providers"]["loopd"]  # no key named: none sent
+    assert "mcp_servers" not in config
     opencode = make("opencode", model="m", base_url=LOCAL).invocation(PROMPT)
     config = json.loads(opencode.env["OPENCODE_CONFIG_CONTENT"])
     assert config["provider"]["loopd"]["options"]["baseURL"] == LOCAL

@@ -105,6 +105,10 @@ class CodexAdapter(AgentAdapter):
         self._totals: dict[str, tuple[int, int]] = {}
 
     def invocation(self, prompt: str, resume: Resume | None = None) -> Invocation:
+        if self.private_home is not None:
+            # The endpoint lives in the run's config.toml, not in argv: whoever starts codex (a
+            # run's attempt, `loopd check`'s login try) starts it with that file written.
+            self.write_tool_config(self.private_home)
         argv = ["codex", "exec", "--json"]
         # Unattended: exec never asks; loopd isolates the run in its own worktree.
         argv.append("--dangerously-bypass-approvals-and-sandbox")
