@@ -7,7 +7,9 @@ its deltas (`response.output_text.delta` for a message, `response.function_call_
 for a function call, `response.custom_tool_call_input.delta` for a freeform tool call), its
 `...done` events and `response.output_item.done`, and last `response.completed` with the
 response's `usage` (`input_tokens`, `input_tokens_details.cached_tokens`, `output_tokens`,
-`output_tokens_details.reasoning_tokens`, `total_tokens`). `GET /v1/models` lists `models`.
+`output_tokens_details.reasoning_tokens`, `total_tokens`). `GET /v1/models` lists `models`
+(Codex CLI 0.171 asks for no model list from a provider of its config: it sends only
+`POST /v1/responses`, with `Authorization: Bearer KEY` when the provider names an `env_key`).
 
 Each request to /v1/responses takes the next spec of its script, or asks a callable with the
 request's body. A spec:
