@@ -47,6 +47,7 @@ from tests.providers.openai_responses import (
     ResponsesServer,
     Spec,
     input_items,
+    insufficient_quota,
     invalid_api_key,
     item_text,
     usage_limit_reached,
@@ -475,18 +476,18 @@ def test_codex_refused_key_is_a_login_error(tmp_path: Path) -> None:
     assert outcome.run["outcome"] == "escalated", outcome.run.get("reason")
 
 
-def test_the_config_loopd_writes_is_one_codex_knows_every_key_of(tmp_path: Path) -> None:
-    # `--strict-config` refuses a key this Codex does not know; the run's config must pass.
+def run_codex_directly(tmp_path: Path, script: Any, *extra: str) -> tuple[Any, list[str]]:
+    """Codex started as loopd starts it (its argv, env and the run's config.toml), outside
+    loopd, against a server answering `script`: the process and its request paths."""
     from daemon.agents.registry import adapter_class
     from daemon.config import AgentProfile
 
     repo = make_repo(tmp_path / "repo", {"calc.py": BUGGY})
-    with ResponsesServer([say("Nothing to change.")]) as server:
+    with ResponsesServer(script) as server:
         profile = AgentProfile(adapter="codex", model=MODEL, base_url=server.base_url)
         adapter = adapter_class("codex")(profile, private_home=tmp_path / "home", environ={})
-        adapter.write_tool_config(tmp_path / "home")
-        invocation = adapter.invocation("Say nothing.")
-        argv = [str(CODEX), *invocation.argv[1:3], "--strict-config", *invocation.argv[3:]]
+        invocation = adapter.invocation("Say nothing.")  # writes the run's config.toml
+        argv = [str(CODEX), *invocation.argv[1:3], *extra, *invocation.argv[3:]]
         env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), **invocation.env}
         proc = subprocess.run(
             argv,
@@ -497,6 +498,35 @@ def test_the_config_loopd_writes_is_one_codex_knows_every_key_of(tmp_path: Path)
             timeout=120,
             stdin=subprocess.DEVNULL,
         )
-        assert len(server.responses_requests()) == 1
+        return proc, [r["path"] for r in server.requests]
+
+
+def test_the_config_loopd_writes_is_one_codex_knows_every_key_of(tmp_path: Path) -> None:
+    # `--strict-config` refuses a key this Codex does not know; the run's config must pass.
+    proc, paths = run_codex_directly(tmp_path, [say("Nothing to change.")], "--strict-config")
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert paths == ["/v1/responses"]
     assert '"agent_message","text":"Nothing to change."' in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [insufficient_quota(), {"failed": {"code": "insufficient_quota", "message": "Out of quota."}}],
+    ids=["http-429", "response-failed"],
+)
+def test_codex_ends_on_openais_quota_answers_as_loopd_reads_them(
+    tmp_path: Path, answer: Spec
+) -> None:
+    # The API's 429 insufficient_quota, and the same code in a `response.failed` event: codex
+    # does not retry either, and its words are a usage limit to loopd (no reset named).
+    from daemon.agents.quota import is_quota_text
+    from daemon.agents.registry import adapter_class
+    from daemon.config import AgentProfile
+
+    proc, paths = run_codex_directly(tmp_path, lambda body: answer)
+    assert proc.returncode == 1 and paths == ["/v1/responses"]
+    adapter = adapter_class("codex")(AgentProfile(adapter="codex"), environ={})
+    events = [e for line in proc.stdout.splitlines() for e in adapter.parse_line(line)]
+    errors = [e.text for e in events if e.type == "error"]
+    assert errors == ["Quota exceeded. Check your plan and billing details."] * 2
+    assert is_quota_text(errors[-1]) and not any(e.login for e in events)

@@ -3,10 +3,10 @@
 `POST /v1/responses` with `"stream": true` is answered with server-sent events as the real
 API sends them (`event: NAME` and `data: {...}` per event, each with its `sequence_number`):
 `response.created`, `response.in_progress`, then per output item `response.output_item.added`,
-its deltas (`response.output_text.delta` for a message, `response.function_call_arguments.delta`
-for a function call, `response.custom_tool_call_input.delta` for a freeform tool call), its
-`...done` events and `response.output_item.done`, and last `response.completed` with the
-response's `usage` (`input_tokens`, `input_tokens_details.cached_tokens`, `output_tokens`,
+its deltas (`response.output_text.delta` for a message,
+`response.function_call_arguments.delta` for a function call), its `...done` events and
+`response.output_item.done`, and last `response.completed` with the response's `usage`
+(`input_tokens`, `input_tokens_details.cached_tokens`, `output_tokens`,
 `output_tokens_details.reasoning_tokens`, `total_tokens`). `GET /v1/models` lists `models`
 (Codex CLI 0.171 asks for no model list from a provider of its config: it sends only
 `POST /v1/responses`, with `Authorization: Bearer KEY` when the provider names an `env_key`).
@@ -17,8 +17,6 @@ request's body. A spec:
     "some text"  or  {"text": "..."}             an assistant message
     {"calls": [{"name": N, "arguments": {...} | "...", "call_id": optional}], "text": optional}
                                                 function calls (after the text, if any)
-    {"custom": [{"name": N, "input": "...", "call_id": optional}]}
-                                                freeform (custom) tool calls
     {"status": 429, "body": {...}, "headers": {NAME: VALUE}}
                                                 an HTTP error, as is (see the helpers below)
     {"failed": {"code": ..., "message": ...}}   a `response.failed` event in the stream
@@ -177,17 +175,6 @@ def _output_items(spec: dict[str, Any]) -> list[dict[str, Any]]:
                 "name": call["name"],
             }
         )
-    for call in spec.get("custom") or []:
-        items.append(
-            {
-                "id": "ctc_" + uuid.uuid4().hex,
-                "type": "custom_tool_call",
-                "status": "completed",
-                "call_id": call.get("call_id") or "call_" + uuid.uuid4().hex[:24],
-                "name": call["name"],
-                "input": str(call["input"]),
-            }
-        )
     return items
 
 
@@ -199,8 +186,6 @@ def _item_events(index: int, item: dict[str, Any]) -> Iterator[dict[str, Any]]:
         empty["content"] = []
     elif kind == "function_call":
         empty["arguments"] = ""
-    elif kind == "custom_tool_call":
-        empty["input"] = ""
     yield {"type": "response.output_item.added", "output_index": index, "item": empty}
     where = {"item_id": item["id"], "output_index": index}
     if kind == "message":
@@ -232,10 +217,6 @@ def _item_events(index: int, item: dict[str, Any]) -> Iterator[dict[str, Any]]:
             **where,
             "arguments": item["arguments"],
         }
-    elif kind == "custom_tool_call":
-        for piece in _pieces(item["input"], 24):
-            yield {"type": "response.custom_tool_call_input.delta", **where, "delta": piece}
-        yield {"type": "response.custom_tool_call_input.done", **where, "input": item["input"]}
     yield {"type": "response.output_item.done", "output_index": index, "item": item}
 
 
