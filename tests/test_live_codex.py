@@ -295,19 +295,21 @@ def assert_resumed_with(argv: list[str], session: str) -> str:
 # --- the scenarios -------------------------------------------------------------------------
 
 
+def wrong_then_right(turn: Turn) -> Spec:
+    """A wrong edit and an answer; after the nudge, the right edit and an answer."""
+    if not turn.nudged:
+        if turn.answered == "call_fix_1":
+            return say("Changed add() in calc.py.")
+        return shell("call_fix_1", patch("    return a - b", "    return a * b"))
+    if turn.answered == "call_fix_2":
+        return say("Fixed add() in calc.py: it returns a + b now.")
+    return shell("call_fix_2", patch("    return a * b", "    return a + b"))
+
+
 def test_codex_edits_the_checks_fail_the_nudge_resumes_its_thread_and_it_finishes(
     tmp_path: Path,
 ) -> None:
-    def decide(turn: Turn) -> Spec:
-        if not turn.nudged:
-            if turn.answered == "call_fix_1":
-                return say("Changed add() in calc.py.")
-            return shell("call_fix_1", patch("    return a - b", "    return a * b"))
-        if turn.answered == "call_fix_2":
-            return say("Fixed add() in calc.py: it returns a + b now.")
-        return shell("call_fix_2", patch("    return a * b", "    return a + b"))
-
-    with ResponsesServer(agent_script(decide)) as server:
+    with ResponsesServer(agent_script(wrong_then_right)) as server:
         outcome = run_once(tmp_path, server)
         turns = agent_turns(server)
         requests = list(server.requests)
