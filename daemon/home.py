@@ -78,6 +78,7 @@ EXAMPLE_CONFIG = """\
 
 # [listen]                   # webhooks of GitHub, Gitea/Forgejo, GitLab; /metrics; /healthz
 # bind = "127.0.0.1:8787"    # plain HTTP: a reverse proxy does TLS (docs/hosted.md)
+# trusted_proxies = ["127.0.0.1"]  # that proxy: its X-Forwarded-For names the client
 #
 # [remotes.app]              # a hosted repository; a loop follows it: hosted = "app"
 # kind = "github"            # github | gitea (Forgejo too) | gitlab
@@ -151,7 +152,7 @@ max_attempts = 3
 attempt_timeout = "45m"
 stall_after = "5m"
 max_nudges = 2
-critic = "off"                    # on: the model at [verifier] judges each attempt too
+critic = "off"                    # auto (default): [verifier] judges attempts when there is one
 # critic_threshold = 7
 notify_on = ["escalated"]
 # runs_on = ""                    # [engine] kind = "temporal": `loopd worker --queue NAME`

@@ -19,6 +19,7 @@ and nothing an agent writes there leaves the run.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -45,6 +46,15 @@ class DeskAccess:
     command: list[str]  # argv of `loopd mcp`
     env: dict[str, str] = field(default_factory=dict)  # the run's token and socket
     cli_dir: Path | None = None  # holds `loopd-tool`, put first on the agent's PATH
+
+
+def mcp_installed() -> bool:
+    """Whether `loopd mcp` can start: the `mcp` extra importable by loopd's interpreter, which
+    the agent's `loopd mcp` runs on."""
+    try:
+        return importlib.util.find_spec("mcp") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def desk_access(socket_path: Path, token: str, bin_dir: Path) -> DeskAccess:

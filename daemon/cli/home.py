@@ -12,6 +12,7 @@ from daemon.cli.common import CommandError, daemon_pid, home_of
 from daemon.cli.jsonout import print_json
 from daemon.config import LoadedConfig
 from daemon.config.errors import ConfigError
+from daemon.config.secrets import missing_from_env_file
 from daemon.engine import missing_extra
 from daemon.home import Home, init_home, is_home
 from daemon.model.probe import Probe
@@ -71,6 +72,7 @@ def _print_check_json(
         {
             "home": str(home.root),
             "loops": sorted(loaded.loops),
+            "loops_unchecked": loaded.unchecked,
             "errors": [
                 {"file": str(e.file), "key": e.key, "message": e.message, "fix": e.fix}
                 for e in loaded.errors
@@ -86,6 +88,25 @@ def _print_check_json(
             },
             "limits": limits,
         }
+    )
+
+
+def critic_line(loaded: LoadedConfig) -> str:
+    """What judges the attempts of `critic = "auto"` loops, said once here (not a warning on
+    every command): the verifier's model, or their checks alone."""
+    auto = sorted(
+        name
+        for name, loop in loaded.loops.items()
+        if loop.config.enabled and loop.config.critic == "auto"
+    )
+    if not auto or not loaded.daemon_ok:
+        return ""
+    verifier = loaded.daemon.verifier
+    if verifier.configured:
+        return f"critic: the verifier's model judges the attempts of {', '.join(auto)} (auto)"
+    return (
+        f"critic: attempts of {', '.join(auto)} are judged by their checks alone (auto: no "
+        "[verifier] in loopd.toml; add one to have a model judge them)"
     )
 
 
@@ -107,16 +128,21 @@ def _print_check_text(
     print(f"warning: {sandbox.summary()}" if loud else sandbox.summary())
     if limits:
         print(limits)
+    judged = critic_line(loaded)
+    if judged:
+        print(judged)
     for name, lines in sorted(shows.items()):
         if lines:
             print(f"  {name}: the sandbox also shows, read-only, of what it hides:")
             for line in lines:
                 print(f"    {line}")
     names = ", ".join(sorted(loaded.loops)) or "none"
-    print(
-        f"{len(loaded.loops)} valid loop(s): {names}; {len(loaded.errors)} error(s), "
-        f"{len(loaded.warnings)} warning(s)"
-    )
+    counted = f"{len(loaded.errors)} error(s), {len(loaded.warnings)} warning(s)"
+    if loaded.unchecked:
+        unchecked = ", ".join(loaded.unchecked)
+        print(f"loop files not checked until loopd.toml loads: {unchecked}; {counted}")
+    else:
+        print(f"{len(loaded.loops)} valid loop(s): {names}; {counted}")
 
 
 def check(args: argparse.Namespace) -> int:
@@ -132,6 +158,8 @@ def check(args: argparse.Namespace) -> int:
     if loaded.daemon_ok:
         config = loaded.daemon
         loaded.warnings.extend(calibration_warnings(home.state_dir, config, home.config_path))
+        if getattr(args, "env_file", ""):
+            loaded.warnings.extend(missing_from_env_file(loaded, Path(args.env_file)))
     probe = preflight.probe  # the verifier tried: what answered, or the warning says
     sandbox = choose(loaded.daemon.sandbox)
     shows: dict[str, list[str]] = {}

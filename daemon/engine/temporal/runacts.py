@@ -137,7 +137,7 @@ class RunActivities:
                 heartbeat_seconds=engine.heartbeat_timeout.total_seconds(),
                 remote=remote_for(engine.remote, loop.name, cfg.repo_path),
                 trigger_kind=run.trigger.kind,
-                critic=cfg.critic == "on" and verifier.configured,
+                critic=cfg.critic != "off" and verifier.configured,
                 learns=verifier.configured,
                 verifier=verifier.model_dump(mode="json"),
                 verifier_timeout=verifier.timeout.total_seconds(),
