@@ -75,6 +75,10 @@ def hit_of(tmp_path: Path, adapter_name: str, stream: str, exit_code: int = 1) -
         ("claude", "claude-quota-text.jsonl", datetime(2026, 12, 1, 2, 50, tzinfo=UTC)),
         # Codex: "try again at 12:16 PM", in the agent's own (here UTC) zone, tomorrow.
         ("codex", "codex-quota.jsonl", datetime(2026, 12, 1, 12, 16, tzinfo=UTC)),
+        # Recorded: Codex 0.171 on the ChatGPT backend's 429 `usage_limit_reached` ("try again
+        # at 5:47 AM.", its zone UTC), and on the API's 429 `insufficient_quota` (no reset).
+        ("codex", "codex-usage-limit.real.jsonl", datetime(2026, 12, 1, 5, 47, tzinfo=UTC)),
+        ("codex", "codex-insufficient-quota.real.jsonl", None),
         ("gemini", "gemini-quota.jsonl", NOW + timedelta(hours=2, minutes=52, seconds=39)),
         # opencode's 429 says so by its status; the server's Retry-After is kept in the text.
         ("opencode", "opencode-quota.jsonl", NOW + timedelta(seconds=3600)),
@@ -114,6 +118,8 @@ def test_each_adapter_recognises_its_quota_ending_and_the_reset(
         ("codex", "codex-plan.jsonl", 1),
         # Codex could not reach its endpoint (recorded): "Reconnecting..." then a 404.
         ("codex", "../streams/codex-noroute.real.jsonl", 1),
+        # Codex's key was refused (recorded): a login to fix, not a limit to wait out.
+        ("codex", "../streams/codex-401.real.jsonl", 1),
         # Gemini warned of a short quota, retried by itself, and finished.
         ("gemini", "gemini-warning.jsonl", 0),
         # A command agent that finished (exit 0) and talks about quotas in its summary.

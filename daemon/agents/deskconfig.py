@@ -114,22 +114,27 @@ def claude_config(path: Path, access: DeskAccess) -> Path:
     return path
 
 
-def codex_config(path: Path, access: DeskAccess) -> None:
-    """Codex's config.toml with `[mcp_servers.loopd]` (other tables kept when it parses)."""
+def codex_config(
+    path: Path, access: DeskAccess | None, settings: dict[str, Any] | None = None
+) -> None:
+    """Codex's config.toml with `[mcp_servers.loopd]` when there is a desk, and `settings` (the
+    adapter's own top-level keys) over what the file holds (other tables kept when it parses)."""
     data: dict[str, Any] = {}
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         data = {}
-    servers = data.get("mcp_servers") if isinstance(data.get("mcp_servers"), dict) else {}
-    servers[SERVER] = {
-        "command": access.command[0],
-        "args": access.command[1:],
-        "env": dict(access.env),
-        "startup_timeout_sec": 60,
-        "tool_timeout_sec": TOOL_TIMEOUT_MS // 1000,
-    }
-    data["mcp_servers"] = servers
+    data.update(settings or {})
+    if access is not None:
+        servers = data.get("mcp_servers") if isinstance(data.get("mcp_servers"), dict) else {}
+        servers[SERVER] = {
+            "command": access.command[0],
+            "args": access.command[1:],
+            "env": dict(access.env),
+            "startup_timeout_sec": 60,
+            "tool_timeout_sec": TOOL_TIMEOUT_MS // 1000,
+        }
+        data["mcp_servers"] = servers
     _write(path, tomli_w.dumps(data))
 
 

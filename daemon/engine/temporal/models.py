@@ -259,6 +259,8 @@ class AttemptOutput(Payload):
     start_error: str = ""
     over_budget: bool = False
     tokens: int = 0
+    input_tokens: int = 0  # the run's, as tokens: run.toml keeps both parts
+    output_tokens: int = 0
     cost_usd: float = 0.0
     worker: str = ""  # identity of the worker process
     own_queue: str = ""  # that worker's own queue: checks and post-mortem go there

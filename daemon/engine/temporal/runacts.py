@@ -238,6 +238,7 @@ class RunActivities:
         record = out.record
         run.attempts = [a for a in run.attempts if a.n < record.n] + [record]
         run.tokens = out.tokens
+        run.input_tokens, run.output_tokens = out.input_tokens, out.output_tokens
         run.cost_usd = out.cost_usd
         run.sandbox = out.sandbox or run.sandbox  # as a local run records the one it ran in
         run.rules_fired += [r for r in out.rules_fired if r not in run.rules_fired]

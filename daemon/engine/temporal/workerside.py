@@ -258,6 +258,8 @@ class WorkerSide(Configured):
             start_error=result.start_error,
             over_budget=result.over_budget,
             tokens=run.tokens,
+            input_tokens=run.input_tokens,
+            output_tokens=run.output_tokens,
             cost_usd=run.cost_usd,
             worker=self.identity,
             own_queue=self.own_queue,
