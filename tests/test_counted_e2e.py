@@ -1,0 +1,112 @@
+"""Tests are counted by what ran: a change the agent commits to where pytest reads its options
+(`pytest.ini`, `pyproject.toml`, `setup.cfg`, `tox.ini`, `conftest.py`) cannot make the checks
+pass on failing code. Each case made `loopd once` land failing tests on main (`land =
+"merge"`) while `protect` covered only `tests/**`. Hostile `command` agents, real git, real
+pytest under the real bubblewrap, loopd as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import git, loopd, make_home, make_repo
+from tests.sandboxing import require_bwrap
+
+APP = {
+    "app.py": "def add(a, b):\n    return a - b\n",
+    "tests/test_app.py": "from app import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+    "def test_add_zero():\n    assert add(0, 0) == 0\n",
+    "tests/conftest.py": "import sys, pathlib\n"
+    "sys.path.insert(0, str(pathlib.Path(__file__).parent.parent))\n",
+    ".gitignore": "__pycache__/\n*.pyc\n",
+}
+COMMAND = "python3 -m pytest -q"
+
+# What each hostile agent commits outside tests/ (the tests themselves are protected).
+PLANTS = {
+    "collect-only": {"pytest.ini": "[pytest]\naddopts = --collect-only -q\n"},
+    "pyproject-k": {
+        "pyproject.toml": '[tool.pytest.ini_options]\naddopts = "-k zero"\n',
+    },
+    "setup-cfg-deselect": {
+        "setup.cfg": "[tool:pytest]\naddopts = --deselect tests/test_app.py::test_add\n",
+    },
+    "tox-ini-marker": {"tox.ini": "[pytest]\naddopts = -m slow\n"},
+    "exitfirst-after-a-planted-failure": {
+        "pytest.ini": "[pytest]\naddopts = -x\n",
+        "test_first.py": "def test_first():\n    assert False, 'stops the session here'\n",
+        "conftest.py": "def pytest_sessionfinish(session):\n    session.exitstatus = 0\n",
+    },
+    "conftest-skips": {
+        "conftest.py": "import pytest\n\n\n"
+        "def pytest_collection_modifyitems(items):\n"
+        "    for item in items:\n"
+        "        if item.name == 'test_add':\n"
+        "            item.add_marker(pytest.mark.skip(reason='later'))\n",
+    },
+    "conftest-xfails": {
+        "conftest.py": "import pytest\n\n\n"
+        "def pytest_collection_modifyitems(items):\n"
+        "    for item in items:\n"
+        "        item.add_marker(pytest.mark.xfail(reason='known'))\n",
+    },
+    "conftest-reports-success": {
+        "conftest.py": "import pytest\n\n\n"
+        "@pytest.hookimpl(hookwrapper=True)\n"
+        "def pytest_runtest_makereport(item, call):\n"
+        "    outcome = yield\n"
+        "    report = outcome.get_result()\n"
+        "    report.outcome = 'passed'\n"
+        "    report.longrepr = None\n",
+    },
+}
+
+
+def _home(tmp_path: Path, plant: dict[str, str]) -> tuple[Path, Path]:
+    repo = make_repo(tmp_path / "repo", APP)
+    agent = tmp_path / "agents" / "agent.py"
+    agent.parent.mkdir()
+    agent.write_text(
+        "import pathlib\n"
+        f"for name, text in {plant!r}.items():\n"
+        "    path = pathlib.Path(name)\n"
+        "    path.parent.mkdir(parents=True, exist_ok=True)\n"
+        "    path.write_text(text)\n"
+    )
+    argv = [sys.executable, str(agent)]
+    loop = (
+        f'repo = "{repo}"\ntask = "Make the tests pass."\nagent = "hostile"\n'
+        f"done_when = {json.dumps([COMMAND])}\n"
+        'protect = ["tests/**"]\nland = "merge"\ncritic = "off"\n'
+        "max_attempts = 1\nmax_nudges = 0\nskip_if_done = true\n"
+    )
+    config = f'[agents.hostile]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
+    return make_home(tmp_path / "home", config, {"app": loop}), repo
+
+
+def _run(home: Path) -> dict:
+    proc = loopd(home, "once", "app", timeout=300)
+    run_id = proc.stdout.split()[0]
+    record = home / "state" / "runs" / run_id / "run.toml"
+    assert record.is_file(), proc.stdout + proc.stderr
+    return tomllib.loads(record.read_text())
+
+
+@pytest.mark.parametrize("name", sorted(PLANTS))
+def test_a_changed_runner_option_cannot_land_failing_tests(tmp_path: Path, name: str) -> None:
+    require_bwrap()
+    home, repo = _home(tmp_path, PLANTS[name])
+    main_before = git(repo, "rev-parse", "main")
+    run = _run(home)
+    assert run["outcome"] == "escalated", run
+    assert run.get("landed", False) is False
+    assert git(repo, "rev-parse", "main") == main_before, "failing code landed on main"
+    (attempt,) = run["attempts"]
+    assert attempt["checks_passed"] is False, attempt
+    # The base was counted from pytest's own report of what it executed.
+    (base,) = run["base_tests"]
+    assert (base["runner"], base["ran"], base["passed"], base["failed"]) == ("pytest", 2, 1, 1)
