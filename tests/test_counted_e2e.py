@@ -110,3 +110,5 @@ def test_a_changed_runner_option_cannot_land_failing_tests(tmp_path: Path, name:
     # The base was counted from pytest's own report of what it executed.
     (base,) = run["base_tests"]
     assert (base["runner"], base["ran"], base["passed"], base["failed"]) == ("pytest", 2, 1, 1)
+    weak = [v for v in attempt["violations"] if v["kind"] == "checks_weakened"]
+    print(name, attempt.get("exit_code"), run["cause"], weak)

@@ -241,6 +241,13 @@ class TestCounts(Record):
     failed: int = 0
     skipped: int = 0
     deselected: int = 0
+    # From a report of what the runner executed (testreports.py), by test id: those that ran
+    # (passed or failed) and those reported skipped or xfailed; empty from a printed summary.
+    executed: list[str] = []
+    not_run: list[str] = []
+    # Tests that raised in loopd's witness but that the runner's report calls passed.
+    tampered: list[str] = []
+    unreadable: str = ""  # why a recognised runner's count could not be read (fails closed)
 
     def text(self) -> str:
         parts = [f"{self.passed} passed", f"{self.failed} failed", f"{self.skipped} skipped"]
