@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "excerpt",
                 "checktree",
                 "testcounts",
+                "testreports",
                 "setup",
                 "confinement",
                 "exposure",

@@ -241,12 +241,9 @@ class TestCounts(Record):
     failed: int = 0
     skipped: int = 0
     deselected: int = 0
-    # From a report of what the runner executed (testreports.py), by test id: those that ran
-    # (passed or failed) and those reported skipped or xfailed; empty from a printed summary.
-    executed: list[str] = []
-    not_run: list[str] = []
-    # Tests that raised in loopd's witness but that the runner's report calls passed.
-    tampered: list[str] = []
+    executed: list[str] = []  # ids that passed or failed, from a report (testreports.py)
+    not_run: list[str] = []  # ids skipped or xfailed, from a report
+    tampered: list[str] = []  # ids whose report does not match what loopd's witness saw
     unreadable: str = ""  # why a recognised runner's count could not be read (fails closed)
 
     def text(self) -> str:
