@@ -10,11 +10,17 @@ import json
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.helpers import git, loopd, make_home, make_repo
+from tests.machines import Machine, command_agent, loop_toml
 from tests.sandboxing import require_bwrap
+from tests.test_engines import machines
+from tests.test_parity import on_both
+
+__all__ = ["machines"]  # a fixture, imported for pytest
 
 APP = {
     "app.py": "def add(a, b):\n    return a - b\n",
@@ -107,3 +113,46 @@ def test_a_changed_runner_option_cannot_land_failing_tests(tmp_path: Path, name:
     assert weak["target"] == COMMAND and said in weak["detail"], weak
     escalation = (home / "state" / "escalations" / f"{run['id']}.md").read_text()
     assert said in escalation
+
+
+def test_both_engines_weigh_a_check_by_what_ran_alike(
+    tmp_path: Path, temporal: Any, machines: list
+) -> None:
+    """The reported case and a plugin rewriting outcomes, on the local engine and on
+    Temporal: the same cause, the same reason, the same record (tests/parity.py)."""
+    plant = {**PLANTS["collect-only"][0], **PLANTS["conftest-reports-success"][0]}
+
+    def setup(folder: Path, engine: str) -> Machine:
+        root = folder / "machine"
+        repo = make_repo(root / "src" / "app", APP)
+        script = "import pathlib\n" + "".join(
+            f"pathlib.Path({name!r}).write_text({text!r})\n" for name, text in plant.items()
+        )
+        text = command_agent("a", script) + f'\n[limits]\nworktrees = "{root / "worktrees"}"\n'
+        loop = loop_toml(
+            repo,
+            task="Make the tests pass.",
+            agent="a",
+            done_when=[COMMAND],
+            protect=["tests/**"],
+            land="merge",
+            critic="off",
+            max_attempts=1,
+            max_nudges=0,
+            attempt_timeout="120s",
+        )
+        home = make_home(root / "loopd-home", text + engine, {"calc": loop})
+        return Machine("machine", root, home, repo)
+
+    def scenario(machine: Machine) -> int:
+        machine.start("run")
+        assert machine.loopd("trigger", "calc").returncode == 0
+        return 1
+
+    (run,) = on_both(tmp_path, temporal, machines, setup, scenario)
+    assert run["outcome"] == "escalated" and run["cause"] == "checks-weakened", run
+    (attempt,) = run["attempts"]
+    (weak,) = [v for v in attempt["violations"] if v["kind"] == "checks_weakened"]
+    assert weak["detail"] == "no tests ran (pytest)"
+    for machine in machines:
+        assert git(machine.repo, "show", "main:app.py") == APP["app.py"].rstrip("\n")
