@@ -7,6 +7,7 @@ The runners loopd recognises in a check command, and the summary each prints:
 - go test: with `-v` the `--- PASS/FAIL/SKIP` lines; without, only `[no tests to run]` and
   `[no test files]` say something;
 - cargo test: each `test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 2 filtered out`;
+  cargo nextest: `Summary [   0.01s] 3 tests run: 2 passed, 1 failed, 1 skipped`;
 - jest (`Tests: 1 skipped, 2 passed, 3 total`) and vitest (`Tests  2 passed | 1 skipped (3)`).
 
 A check whose command names none of them, or whose output has no summary, is not counted.
@@ -134,10 +135,13 @@ def _go(output: str) -> TestCounts | None:
     return None
 
 
+_NEXTEST = re.compile(r"^\s*Summary \[[^\]]*\]\s+(\d+) tests? run: (.*)$", re.M)
+
+
 def _cargo(output: str) -> TestCounts | None:
     found = _CARGO.findall(output)
     if not found:
-        return None
+        return _nextest(output)
     passed = sum(int(f[0]) for f in found)
     failed = sum(int(f[1]) for f in found)
     return TestCounts(
@@ -147,6 +151,23 @@ def _cargo(output: str) -> TestCounts | None:
         failed=failed,
         skipped=sum(int(f[2]) for f in found),
         deselected=sum(int(f[3]) for f in found),
+    )
+
+
+def _nextest(output: str) -> TestCounts | None:
+    found = _NEXTEST.findall(output)
+    if not found:
+        return None
+    words = dict.fromkeys(("passed", "failed", "timed out", "skipped"), 0)
+    for number, word in re.findall(r"(\d+) (passed|failed|timed out|skipped)", found[-1][1]):
+        words[word] = int(number)
+    passed, failed = words["passed"], words["failed"] + words["timed out"]
+    return TestCounts(
+        runner="cargo",
+        ran=passed + failed,
+        passed=passed,
+        failed=failed,
+        skipped=words["skipped"],
     )
 
 
