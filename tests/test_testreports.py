@@ -31,7 +31,9 @@ APP = {
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONPATH"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONPATH", "LOOPD_"))
+    }
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # xdist and the rest: a faster start
     env.update(extra or {})
@@ -302,3 +304,27 @@ def test_jests_json_report_is_counted_by_outcome(tmp_path: Path) -> None:
     asked.report.write_text("{not json")
     counted = read(asked, "Tests: 3 passed, 3 total")
     assert counted is not None and "cannot be read" in counted.unreadable
+
+
+def test_two_pytests_in_one_command_and_a_pytest_a_test_starts_are_counted_right(
+    repo: Path,
+) -> None:
+    """`pytest a && pytest b` counts both; a pytest that a test starts in a subprocess (it
+    inherits PYTEST_ADDOPTS) is not the check's, and its failing tests are not counted."""
+    plant(
+        repo,
+        {
+            "app.py": "def add(a, b):\n    return a + b\n",
+            "more/test_more.py": "import subprocess, sys, pathlib\n\n\n"
+            "def test_inner_pytest_fails_on_purpose(tmp_path):\n"
+            "    (tmp_path / 'test_inner.py').write_text('def test_no():\\n    assert False\\n')\n"
+            "    proc = subprocess.run([sys.executable, '-m', 'pytest', '-q', str(tmp_path)])\n"
+            "    assert proc.returncode == 1\n",
+        },
+    )
+    now = measure(repo, f"{PY} tests && {PY} more")
+    assert now.exit_code == 0, now.output[-3000:]
+    tests = now.tests
+    assert tests is not None and not tests.unreadable and not tests.tampered, tests
+    assert (tests.ran, tests.passed, tests.failed) == (4, 4, 0)
+    assert "more.test_more::test_inner_pytest_fails_on_purpose" in tests.executed

@@ -121,20 +121,25 @@ def read(asked: Ask, output: str) -> TestCounts | None:
         if counted is not None or asked.runner == "go":
             return counted
         return TestCounts(runner=asked.runner, unreadable="no summary of the runner's found")
-    try:
-        size = asked.report.stat().st_size
-    except OSError:
+    if asked.runner == "pytest" and asked.folder is not None:
+        # One per pytest process that loopd's witness saw start at the top (`a && b`).
+        reports = sorted(asked.folder.glob("junit*.xml"))
+    else:
+        reports = [asked.report] if asked.report.exists() else []
+    if not reports:
         return _unreadable(asked, f"{asked.report.name} was not written")
-    if size > REPORT_CAP:
-        return _unreadable(asked, f"{asked.report.name} is over {REPORT_CAP} bytes")
-    try:
-        text = asked.report.read_text(encoding="utf-8", errors="replace")
-        if asked.runner == "pytest":
-            outcomes = junit_outcomes(text)
-        else:
-            outcomes = jest_outcomes(text)
-    except (ValueError, ET.ParseError, TypeError, KeyError, AttributeError) as exc:
-        return _unreadable(asked, f"{asked.report.name} cannot be read ({exc})")
+    outcomes: dict[str, str] = {}
+    for report in reports:
+        try:
+            if report.stat().st_size > REPORT_CAP:
+                return _unreadable(asked, f"{report.name} is over {REPORT_CAP} bytes")
+            text = report.read_text(encoding="utf-8", errors="replace")
+            found = junit_outcomes(text) if asked.runner == "pytest" else jest_outcomes(text)
+        except (OSError, ValueError, ET.ParseError, TypeError, KeyError, AttributeError) as exc:
+            return _unreadable(asked, f"{report.name} cannot be read ({exc})")
+        for test, outcome in found.items():
+            if _RANK[outcome] > _RANK.get(outcomes.get(test, ""), -1):
+                outcomes[test] = outcome
     counted = by_outcome(asked.runner, outcomes)
     if asked.runner == "pytest":
         deselected = _DESELECTED.findall(output)  # not in the report; 0 when not printed
@@ -169,6 +174,7 @@ def _unreadable(asked: Ask, why: str) -> TestCounts:
 # -- pytest ----------------------------------------------------------------------------------
 
 _DESELECTED = re.compile(r"(\d+) deselected")
+_RANK = {"skipped": 0, "passed": 1, "failed": 2}  # a test run twice keeps its worst outcome
 
 
 def junit_outcomes(text: str) -> dict[str, str]:
@@ -225,8 +231,10 @@ import os
 
 import pytest
 
+_FOLDER = os.path.dirname(os.path.abspath(__file__))
+_NESTED = "LOOPD_PYTEST_WITNESS"  # set in a pytest process loopd's check started
 _calls = {}
-_prefix = []
+_state = {"on": False, "prefix": None}
 
 
 def _test_id(nodeid):
@@ -237,18 +245,30 @@ def _test_id(nodeid):
     except Exception:
         names = [nodeid]
     classnames = names[:-1]
-    if _prefix and _prefix[0]:
-        classnames.insert(0, _prefix[0])
+    if _state["prefix"]:
+        classnames.insert(0, _state["prefix"])
     return ".".join(classnames) + "::" + names[-1]
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
-    _prefix.append(getattr(config.option, "junitprefix", None))
+    ours = os.path.join(_FOLDER, "junit.xml")
+    mine = getattr(config.option, "xmlpath", None) == ours
+    if os.environ.get(_NESTED) and not hasattr(config, "workerinput"):
+        # A pytest that a test started (it inherited PYTEST_ADDOPTS): not the check's own.
+        if mine:
+            config.option.xmlpath = None
+        return
+    os.environ[_NESTED] = str(os.getpid())
+    _state["on"] = True
+    _state["prefix"] = getattr(config.option, "junitprefix", None)
+    if mine:  # one report per pytest the check runs, so that `pytest a && pytest b` counts
+        config.option.xmlpath = os.path.join(_FOLDER, "junit-%d.xml" % os.getpid())
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
-    if call.when == "call":
+    if _state["on"] and call.when == "call":
         raised = call.excinfo is not None and not call.excinfo.errisinstance(
             pytest.skip.Exception
         )
@@ -257,8 +277,9 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_unconfigure(config):
-    folder = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(folder, "witness-%d.json" % os.getpid())
+    if not _state["on"]:
+        return
+    path = os.path.join(_FOLDER, "witness-%d.json" % os.getpid())
     with open(path, "w", encoding="utf-8") as out:
         json.dump({"calls": _calls}, out)
 '''
