@@ -155,6 +155,10 @@ HOSTILE = {
         },
         "tests.test_app::test_add (raised, but the report says passed)",
     ),
+    "a conftest that ends the process with status 0 before any report": (
+        {"conftest.py": "import os\n\nos._exit(0)\n"},
+        "loopd could not count what pytest ran: junit.xml was not written",
+    ),
     "the report moved elsewhere by addopts": (
         {"pytest.ini": "[pytest]\naddopts = --junitxml=/tmp/elsewhere.xml -x\n"},
         "",  # loopd's option comes later and wins: counted as usual (1 failed: exit 1)
