@@ -332,3 +332,26 @@ def test_two_pytests_in_one_command_and_a_pytest_a_test_starts_are_counted_right
     assert tests is not None and not tests.unreadable and not tests.tampered, tests
     assert (tests.ran, tests.passed, tests.failed) == (4, 4, 0)
     assert "more.test_more::test_inner_pytest_fails_on_purpose" in tests.executed
+
+
+def test_pytest_xdist_workers_each_report_to_the_witness(repo: Path) -> None:
+    """Under pytest-xdist the controller writes the JUnit XML and each worker its witness."""
+    base = measure(repo, f"{PY} -p xdist -n 2")
+    tests = base.tests
+    assert tests is not None and not tests.unreadable and not tests.tampered, tests
+    assert (tests.ran, tests.passed, tests.failed) == (3, 2, 1)
+    plant(
+        repo,
+        {
+            "conftest.py": "import pytest\n\n\n"
+            "@pytest.hookimpl(hookwrapper=True)\n"
+            "def pytest_runtest_makereport(item, call):\n"
+            "    report = (yield).get_result()\n"
+            "    report.outcome, report.longrepr = 'passed', None\n",
+        },
+    )
+    now = measure(repo, f"{PY} -p xdist -n 2")
+    assert now.exit_code == 0
+    why, allowable = weaker(base.tests, now)
+    assert "tests.test_app::test_add (raised, but the report says passed)" in why
+    assert allowable is False
