@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "checks",
                 "checktree",
                 "testcounts",
+                "testreports",
                 "setup",
                 "confinement",
                 "exposure",

@@ -173,7 +173,8 @@ class LoopConfig(StrictModel, RunEnds):
         description=(
             "checks not weighed by the weakened-tests rule (see [Checks](#checks)): "
             "for a check whose test count may drop by design. Each time one would "
-            "have failed, the event `checks_weakened_allowed` says so"
+            "have failed, the event `checks_weakened_allowed` says so. A report that "
+            "does not match what ran, or failed tests in a check that exited 0, fail even so"
         ),
         json_schema_extra={"allowed": "commands of `done_when`, as written there"},
     )

@@ -319,10 +319,12 @@ class Confinement:
         exposure = replace(exposure, agent=True, gated=gated and self.gated)
         return self.sandbox.launch(argv, env, exposure)
 
-    def launch_check(self, command: str, env: Mapping[str, str]) -> Launch:
+    def launch_check(
+        self, command: str, env: Mapping[str, str], writable: tuple[Path, ...] = ()
+    ) -> Launch:
         """One check or setup command, `/bin/sh -c COMMAND`: each program it starts visible
         with its installation (through the PATH, links and `#!` lines), and absolute paths
-        among its words."""
+        among its words; `writable`: loopd's folder for its test runner's report."""
         extra: list[Path] = []
         venvs: list[Path] = []
         if self.sandbox.confines:
@@ -337,4 +339,5 @@ class Confinement:
                 words = []
             extra += value_paths([w for w in words if w.startswith("/")], self.homes)
         argv = ["/bin/sh", "-c", command]
-        return self.sandbox.launch(argv, env, self.exposure.adding(readable=extra, tools=venvs))
+        exposure = self.exposure.adding(readable=extra, writable=writable, tools=venvs)
+        return self.sandbox.launch(argv, env, exposure)

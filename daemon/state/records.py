@@ -241,6 +241,10 @@ class TestCounts(Record):
     failed: int = 0
     skipped: int = 0
     deselected: int = 0
+    executed: list[str] = []  # ids that passed or failed, from a report (testreports.py)
+    not_run: list[str] = []  # ids skipped or xfailed, from a report
+    tampered: list[str] = []  # ids whose report does not match what loopd's witness saw
+    unreadable: str = ""  # why a recognised runner's count could not be read (fails closed)
 
     def text(self) -> str:
         parts = [f"{self.passed} passed", f"{self.failed} failed", f"{self.skipped} skipped"]
