@@ -1,6 +1,7 @@
 """The agent's environment: an allowlist of loopd's own, plus the profile's and the agent's key.
 
-Nothing else of loopd's environment reaches an agent: not LOOPD_*, not NOTIFY_SOCKET (the
+PATH loses loopd's own venv's `bin` (`without_loopd_venv`). Nothing else of loopd's
+environment reaches an agent: not LOOPD_*, not NOTIFY_SOCKET (the
 agent could report readiness for loopd), not the verifier's key, not the user's other
 tokens. What the profile and the adapter set explicitly is the user's choice and is kept,
 except LOOPD_* and NOTIFY_SOCKET, which no agent ever gets.
@@ -9,13 +10,38 @@ except LOOPD_* and NOTIFY_SOCKET, which no agent ever gets.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Collection, Mapping
+from functools import cache
 from pathlib import Path
 
 ALLOWED = frozenset({"PATH", "LANG", "TERM", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL"})
 ALLOWED_PREFIXES = ("LC_",)
 FORBIDDEN = frozenset({"NOTIFY_SOCKET"})
 FORBIDDEN_PREFIXES = ("LOOPD_",)
+
+
+@cache
+def loopd_venv() -> Path | None:
+    """loopd's own virtual environment (None when loopd runs outside one)."""
+    if sys.prefix == sys.base_prefix:
+        return None
+    return Path(os.path.realpath(sys.prefix))
+
+
+def is_loopd_venv_bin(entry: str) -> bool:
+    """Whether a PATH entry is loopd's own venv's `bin`."""
+    venv = loopd_venv()
+    return venv is not None and bool(entry) and os.path.realpath(entry) == str(venv / "bin")
+
+
+def without_loopd_venv(search_path: str) -> str:
+    """`search_path` without loopd's own venv's `bin`: however a person puts loopd on their
+    PATH, its interpreter (which has no pytest) never takes the place of theirs in an agent's
+    or a check's PATH. `loopd mcp` and `loopd-tool` are started by absolute path."""
+    entries = search_path.split(os.pathsep)
+    kept = [e for e in entries if not is_loopd_venv_bin(e)]
+    return search_path if len(kept) == len(entries) else os.pathsep.join(kept)
 
 
 def is_forbidden(name: str) -> bool:
@@ -43,6 +69,8 @@ def agent_environment(
         for name, value in base.items()
         if name in ALLOWED or name.startswith(ALLOWED_PREFIXES)
     }
+    if "PATH" in env:
+        env["PATH"] = without_loopd_venv(env["PATH"])
     env.update(profile_env)
     for name in withhold:
         if name:

@@ -120,6 +120,14 @@ SUGGESTIONS: dict[Cause, str] = {
         "in state/runs/{rid}/setup.log. Fix `setup` in loops/{loop}.toml (or what it needs: "
         "a package index, a tool), then {plain_retry}."
     ),
+    Cause.ENVIRONMENT: (
+        "A check cannot run where loopd runs it (the reason above names the check, what is "
+        "missing and the interpreter the sandbox found); no agent was started, no nudge "
+        "spent. Make the program reachable in the checks' environment (install it, or put "
+        "its venv first with `env = {{ PATH = \"/path/to/venv/bin:{{PATH}}\" }}` or `setup` "
+        "in loops/{loop}.toml), see it pass with `loopd check --run-checks`, then "
+        "{plain_retry}."
+    ),
     Cause.GIT_FAILED: (
         "A git command on the run's tree failed or hung ({reason}). Look for a stale lock or "
         "a very large file in the tree and for `run_error` in state/events.jsonl, then "

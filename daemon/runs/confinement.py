@@ -13,7 +13,8 @@ agent writes into a tree or a git folder can widen what a later attempt sees.
 Environments are allowlists. The agent gets PATH, LANG, TERM and the like, the profile's
 `env`, the loop's `env` and its key; the checks get the same allowlist, the loop's `env`, the
 variables `checks_env` names, a fresh HOME, PYTHONNOUSERSITE=1 and PYTHONDONTWRITEBYTECODE=1.
-Neither gets anything else of loopd's (LOOPD_*, NOTIFY_SOCKET, the verifier's key).
+Neither gets anything else of loopd's (LOOPD_*, NOTIFY_SOCKET, the verifier's key), nor
+loopd's own venv's `bin` on their PATH: its `python3` would take the place of the person's.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from daemon.agents.environment import (
     ALLOWED_PREFIXES,
     agent_environment,
     is_forbidden,
+    without_loopd_venv,
 )
 from daemon.config import LoopConfig
 from daemon.git.tree import scratch_dir
@@ -174,7 +176,7 @@ class Confinement:
         if choice.refusal:
             raise SandboxUnavailable(choice.refusal)
         scratch = ensure_dir(scratch_dir(services.config.limits.worktrees_path, run.loop, run.id))
-        search_path = environ.get("PATH", os.defpath)
+        search_path = without_loopd_venv(environ.get("PATH", os.defpath))
         loop_env = {k: expand(v, tree, search_path) for k, v in cfg.env.items()}
         homes = home_folders(environ)
         if run.exposure is None:
@@ -243,11 +245,14 @@ class Confinement:
     # -- environments ---------------------------------------------------------------------
 
     def _allowlisted(self) -> dict[str, str]:
-        return {
+        env = {
             name: value
             for name, value in self.environ.items()
             if name in ALLOWED or name.startswith(ALLOWED_PREFIXES)
         }
+        if "PATH" in env:
+            env["PATH"] = without_loopd_venv(env["PATH"])
+        return env
 
     def agent_env(
         self,

@@ -22,6 +22,7 @@ from daemon.runs import decisions
 from daemon.runs.attempt import Attempt, commit_attempt
 from daemon.runs.checktree import done_already
 from daemon.runs.confinement import choose_sandbox
+from daemon.runs.envprobe import base_failure
 from daemon.runs.finish import (
     end_without_agent,
     finish_interrupted,
@@ -334,6 +335,9 @@ class RunExecutor:
         )
         if checks.passed:
             self._end("skipped", already_done_reason(tree.base_commit), Cause.ALREADY_DONE)
+        failure = base_failure(self.journal, tree.path, cfg, checks)
+        if failure is not None:  # no agent can mend it: said now, with no attempt spent
+            self._end("escalated", failure.reason(), Cause.ENVIRONMENT)
 
     def _relabel(self, attempt: AttemptRecord) -> None:
         """The attempt's commit says what it holds now that it is judged."""

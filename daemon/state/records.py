@@ -119,12 +119,12 @@ class Cause(StrEnum):
     SANDBOX_UNAVAILABLE = "sandbox-unavailable"  # [sandbox] says runs must not go unconfined
     ALREADY_DONE = "already-done"  # skipped: done_when passed where the run would start
     LANDING_BLOCKED = "landing-blocked"  # succeeded, but its work could not land
-    # Succeeded, but setup or the checks fail on the commit that would land: escalated.
-    LANDING_CHECKS_FAILED = "landing-checks-failed"
+    LANDING_CHECKS_FAILED = "landing-checks-failed"  # succeeded; checks fail where it lands
     TOO_LARGE = "too-large"  # a file over [limits] max_file_size: kept out of the repository
     RESOURCE_LIMIT = "resource-limit"  # the agent ran into [limits] max_processes or max_memory
     CHECK_CHANGED_TREE = "check-changed-tree"  # a check changed files the commit holds
     CHECKS_WEAKENED = "checks-weakened"  # fewer tests passed, more skipped, or none ran
+    ENVIRONMENT = "environment"  # a check cannot run here: a program or module not found
     # A new member here, its next step in people/next_steps.py.
 
 
