@@ -31,6 +31,9 @@ APP = {
     ".gitignore": "__pycache__/\n*.pyc\n",
 }
 COMMAND = "python3 -m pytest -q"
+# The venv that has pytest, named in the loop as a person names theirs: loopd's own venv is
+# never on the checks' PATH unless a loop's `env` names it.
+PYTEST_ENV = f'env = {{ PATH = "{Path(sys.executable).parent}:{{PATH}}" }}\n'
 
 # What each hostile agent commits outside tests/ (the tests themselves are protected), and
 # what loopd says of it. The other places pytest reads options from, and more attacks, are
@@ -79,7 +82,7 @@ def _home(tmp_path: Path, plant: dict[str, str]) -> tuple[Path, Path]:
         f'repo = "{repo}"\ntask = "Make the tests pass."\nagent = "hostile"\n'
         f"done_when = {json.dumps([COMMAND])}\n"
         'protect = ["tests/**"]\nland = "merge"\ncritic = "off"\n'
-        "max_attempts = 1\nmax_nudges = 0\nskip_if_done = true\n"
+        "max_attempts = 1\nmax_nudges = 0\nskip_if_done = true\n" + PYTEST_ENV
     )
     config = f'[agents.hostile]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
     return make_home(tmp_path / "home", config, {"app": loop}), repo
@@ -130,17 +133,20 @@ def test_both_engines_weigh_a_check_by_what_ran_alike(
             f"pathlib.Path({name!r}).write_text({text!r})\n" for name, text in plant.items()
         )
         text = command_agent("a", script) + f'\n[limits]\nworktrees = "{root / "worktrees"}"\n'
-        loop = loop_toml(
-            repo,
-            task="Make the tests pass.",
-            agent="a",
-            done_when=[COMMAND],
-            protect=["tests/**"],
-            land="merge",
-            critic="off",
-            max_attempts=1,
-            max_nudges=0,
-            attempt_timeout="120s",
+        loop = (
+            loop_toml(
+                repo,
+                task="Make the tests pass.",
+                agent="a",
+                done_when=[COMMAND],
+                protect=["tests/**"],
+                land="merge",
+                critic="off",
+                max_attempts=1,
+                max_nudges=0,
+                attempt_timeout="120s",
+            )
+            + PYTEST_ENV
         )
         home = make_home(root / "loopd-home", text + engine, {"calc": loop})
         return Machine("machine", root, home, repo)

@@ -124,7 +124,7 @@ SUGGESTIONS: dict[Cause, str] = {
         "A check cannot run where loopd runs it (the reason above names the check, what is "
         "missing and the interpreter the sandbox found); no agent was started, no nudge "
         "spent. Make the program reachable in the checks' environment (install it, or put "
-        "its venv first with `env = {{ PATH = \"/path/to/venv/bin:{{PATH}}\" }}` or `setup` "
+        'its venv first with `env = {{ PATH = "/path/to/venv/bin:{{PATH}}" }}` or `setup` '
         "in loops/{loop}.toml), see it pass with `loopd check --run-checks`, then "
         "{plain_retry}."
     ),

@@ -31,7 +31,9 @@ from daemon.sandbox.commandline import programs
 NO_MODULE = re.compile(r"^(?P<interp>\S+): No module named (?P<module>[\w.]+)\s*$", re.M)
 ANY_NO_MODULE = re.compile(r"No module named '?(?P<module>[\w.]+)'?")
 NOT_FOUND = re.compile(r": (?P<program>[^\s/:]+): (?:command )?not found\s*$", re.M)
-DENIED = re.compile(r"(?P<path>/[^\s:'\"]+)'?: Permission denied|Permission denied: '(?P<p2>/[^']+)'")
+DENIED = re.compile(
+    r"(?P<path>/[^\s:'\"]+)'?: Permission denied|Permission denied: '(?P<p2>/[^']+)'"
+)
 PATH_FIX = 'env = { PATH = "/path/to/venv/bin:{PATH}" }'
 
 

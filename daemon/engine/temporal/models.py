@@ -202,6 +202,7 @@ class SetupOutput(Payload):
     done_log: str = ""
     worker: str = ""
     base_tests: list[TestCounts] = []  # what the done check's test runners counted
+    environment: str = ""  # a check that failed for the environment: the run's reason
 
 
 class SetupEnded(Payload):

@@ -46,6 +46,9 @@ class SetupActivities:
             results=out.results,
             worker=out.worker,
         )
+        if out.environment:
+            ended = EndOfRun(outcome="escalated", reason=out.environment, cause=Cause.ENVIRONMENT)
+            return Prepared(ended=ended)
         if not out.done_passed:
             return Prepared()
         reason = already_done_reason(run.base_commit)

@@ -1,5 +1,6 @@
 """Before a run's first attempt, on a worker of the loop's queue: `setup` in a new tree at the
-commit the run starts from, then (for `skip_if_done`) `done_when` there.
+commit the run starts from, then (for `skip_if_done`) `done_when` there, judged for a failure
+of the environment's (`runs/envprobe.py`), as the local engine judges it.
 
 The tree is removed afterwards, since the first attempt may run on another machine; every
 tree a worker makes for an attempt, or for checks elsewhere, runs `setup` again
@@ -25,6 +26,7 @@ from daemon.git.safe import GitError
 from daemon.git.tree import TreeError
 from daemon.runs.checktree import done_already
 from daemon.runs.confinement import SandboxUnavailable
+from daemon.runs.envprobe import base_failure
 from daemon.runs.journal import RunJournal
 from daemon.runs.setup import DONE_LOG, setup_tail
 from daemon.runs.stop import RunStopped, StopToken
@@ -66,6 +68,8 @@ class SetupStep:
                     ]
                     out.done_log = setup_tail(folder, name=DONE_LOG)
                     out.base_tests = list(journal.run.base_tests)
+                    broken = base_failure(journal, tree.path, config, checks)
+                    out.environment = broken.reason() if broken is not None else ""
                     journal.event(Event.DONE_CHECK, passed=checks.passed, commit=inp.head)
         except RunStopped as stopped:
             raise _stopped(stopped) from None

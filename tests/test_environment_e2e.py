@@ -1,0 +1,106 @@
+"""Environment failures are named, not nudged: a check that cannot run where loopd runs it (a
+module or a program not found) ends the run before any agent starts, with cause
+`environment`; loopd's own venv never takes the place of the person's `python3`. Real venvs
+on a real PATH, real git, real pytest where it is installed, loopd as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from tests.helpers import git, loopd, make_home, make_repo
+
+APP = {
+    "app.py": "def add(a, b):\n    return a - b\n",
+    "tests/test_app.py": "import sys, pathlib\n"
+    "sys.path.insert(0, str(pathlib.Path(__file__).parent.parent))\n"
+    "from app import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+}
+# The agent fixes the bug, and says where its `python3` and `loopd-tool` are.
+AGENT = (
+    "import os, pathlib, shutil\n"
+    "p = pathlib.Path('app.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
+    "pathlib.Path('seen.json').write_text(__import__('json').dumps({\n"
+    "    'python3': shutil.which('python3') or '', 'tool': shutil.which('loopd-tool') or '',\n"
+    "    'path': os.environ.get('PATH', '')}))\n"
+)
+
+
+def _home(tmp_path: Path, done_when: str, **keys: object) -> tuple[Path, Path]:
+    repo = make_repo(tmp_path / "repo", APP)
+    argv = [sys.executable, "-c", AGENT]
+    config = f'[agents.fixer]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
+    loop = (
+        f'repo = "{repo}"\ntask = "Make the tests pass."\nagent = "fixer"\n'
+        f'done_when = {json.dumps([done_when])}\ncritic = "off"\nmax_attempts = 3\n'
+    )
+    loop += "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items())
+    return make_home(tmp_path / "home", config, {"app": loop}), repo
+
+
+def _venv_without_pytest(folder: Path) -> Path:
+    """A real venv of the person's (no pytest in it): its bin folder."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    return folder / "bin"
+
+
+def _once(home: Path, path: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    proc = loopd(home, "once", "app", timeout=300, env={"PATH": path})
+    run_id = proc.stdout.split()[0]
+    record = home / "state" / "runs" / run_id / "run.toml"
+    assert record.is_file(), proc.stdout + proc.stderr
+    return proc, tomllib.loads(record.read_text())
+
+
+def test_a_module_the_checks_interpreter_lacks_ends_the_run_before_any_agent(
+    tmp_path: Path,
+) -> None:
+    home, repo = _home(tmp_path, "python3 -m pytest -q")
+    bin_dir = _venv_without_pytest(tmp_path / "their-venv")
+    proc, run = _once(home, f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert (run["outcome"], run["cause"]) == ("escalated", "environment"), run
+    assert run.get("attempts", []) == [], "an agent ran (and was nudged) on an environment failure"
+    reason = run["reason"]
+    assert "done_when[0] `python3 -m pytest -q`" in reason, reason
+    assert f"module `pytest` not found by {bin_dir}/python3" in reason, reason
+    assert "Fix: install `pytest`" in reason and "PATH" in reason, reason
+    assert "escalated (environment)" in proc.stdout or reason in proc.stdout, proc.stdout
+    escalation = (home / "state" / "escalations" / f"{run['id']}.md").read_text()
+    assert "no agent was started, no nudge spent" in escalation
+    assert "loopd check --run-checks" in escalation
+    assert git(repo, "branch", "--list", "loopd/*") == ""
+
+
+def test_a_program_not_on_the_path_ends_the_run_and_a_failing_test_does_not(
+    tmp_path: Path,
+) -> None:
+    missing = f"no-such-runner-{tmp_path.name}"
+    home, _ = _home(tmp_path / "a", f"{missing} -q")
+    _, run = _once(home, os.environ["PATH"])
+    assert (run["outcome"], run["cause"]) == ("escalated", "environment"), run
+    assert f"`{missing}` is not on the checks' PATH" in run["reason"], run["reason"]
+    # A check that fails with an assertion on the base is the agent's work: it runs.
+    check = "python3 -c 'import app; assert app.add(2, 3) == 5'"
+    home, _ = _home(tmp_path / "b", check)
+    _, run = _once(home, os.environ["PATH"])
+    assert (run["outcome"], run["cause"]) == ("succeeded", "passed"), run
+
+
+def test_loopds_own_venv_never_shadows_the_persons_python(tmp_path: Path) -> None:
+    """The README's "put .venv/bin on your PATH": loopd's own venv is first on the PATH
+    `loopd once` starts with, yet neither the checks nor the agent get its `python3`."""
+    own_bin = str(Path(sys.prefix) / "bin")
+    assert sys.prefix != sys.base_prefix, "loopd's tests run in its venv (.ci/run makes it)"
+    # The check passes only where `python3` is not loopd's own.
+    check = f'test "$(command -v python3)" != "{own_bin}/python3" && test -s seen.json'
+    home, repo = _home(tmp_path, check)
+    _, run = _once(home, f"{own_bin}{os.pathsep}{os.environ['PATH']}")
+    assert (run["outcome"], run["cause"]) == ("succeeded", "passed"), run
+    seen = json.loads(git(repo, "show", f"{run['branch']}:seen.json"))
+    assert own_bin not in seen["path"].split(os.pathsep), seen
+    assert not seen["python3"].startswith(own_bin), seen
+    assert seen["tool"].endswith("loopd-tool"), seen  # loopd's tools stay reachable
