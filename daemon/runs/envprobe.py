@@ -7,7 +7,8 @@ agent is started and no nudge spent. Only failures no edit of the repository's f
 mend count, so a failing test never stops real work:
 
 - an interpreter's `-m MODULE` that is not installed (`.../python3: No module named pytest`),
-  or any missing module when the interpreter is loopd's own venv;
+  said to be loopd's own venv when it is (a module a script imports is not: the agent may
+  be meant to write it);
 - a program looked up on the PATH that is not there (`sh: 1: pytest: not found`, exit 127);
   a path such as `./run.sh` is not: the agent may be meant to write it;
 - permission denied on a path the sandbox hides (the deny list, loopd's home).
@@ -29,7 +30,6 @@ from daemon.runs.journal import RunJournal
 from daemon.sandbox.commandline import programs
 
 NO_MODULE = re.compile(r"^(?P<interp>\S+): No module named (?P<module>[\w.]+)\s*$", re.M)
-ANY_NO_MODULE = re.compile(r"No module named '?(?P<module>[\w.]+)'?")
 NOT_FOUND = re.compile(r": (?P<program>[^\s/:]+): (?:command )?not found\s*$", re.M)
 DENIED = re.compile(
     r"(?P<path>/[^\s:'\"]+)'?: Permission denied|Permission denied: '(?P<p2>/[^']+)'"
@@ -109,9 +109,6 @@ def _classify(
     missing = NO_MODULE.search(output)
     if missing is not None and missing.group("interp").endswith(("Error", "Error:")):
         missing = None  # a traceback's line, not an interpreter's `-m`
-    own = is_loopd_own(interpreter)
-    if missing is None and own:
-        missing = ANY_NO_MODULE.search(output)
     if missing is not None:
         module = missing.group("module")
         interp = missing.groupdict().get("interp") or interpreter
