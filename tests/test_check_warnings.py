@@ -5,6 +5,7 @@ records the same warnings when it starts."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -179,3 +180,27 @@ def test_a_fresh_home_is_quiet_about_the_critic_and_check_says_once_what_judges(
     judged = make_home(tmp_path / "judged", agent + verifier, {"plain": loops["plain"]})
     said = loopd(judged, "check").stdout
     assert "critic: the verifier's model judges the attempts of plain (auto)" in said, said
+
+
+def test_check_warns_when_a_checks_python3_is_loopds_own_venv(tmp_path: Path) -> None:
+    """loopd's venv first on the person's PATH is left out of the checks' (no warning, and
+    `check` does not say the checks get it); a loop whose `env` names it is warned."""
+    repo = make_repo(tmp_path / "repo", FILES)
+    own_bin = Path(sys.prefix) / "bin"
+    assert sys.prefix != sys.base_prefix, "loopd's tests run in its venv (.ci/run makes it)"
+    path = f"{own_bin}:{os.environ['PATH']}"
+    loop = _loop(repo, done_when=["python3 -m pytest -q"])
+    home = make_home(tmp_path / "home", AGENT, {"app": loop})
+    proc = loopd(home, "check", env={"PATH": path})
+    assert "loopd's own venv" not in proc.stdout, proc.stdout
+    assert f"{own_bin}/python3" not in proc.stdout, proc.stdout
+    named = loop + f'env = {{ PATH = "{own_bin}:{{PATH}}" }}\n'
+    (home / "loops" / "app.toml").write_text(named)
+    proc = loopd(home, "check", env={"PATH": path})
+    warned = [line for line in proc.stdout.splitlines() if "loopd's own venv" in line]
+    assert warned == [
+        f"warning: {home / 'loops' / 'app.toml'}: done_when[0]: 'python3' resolves to "
+        f"{own_bin}/python3, loopd's own venv, not your project's: its checks would miss your "
+        "packages (pytest); name your project's venv in the loop's env instead "
+        '(env = { PATH = "/path/to/venv/bin:{PATH}" })'
+    ], proc.stdout

@@ -17,7 +17,7 @@ from daemon.engine import missing_extra
 from daemon.home import Home, init_home, is_home
 from daemon.model.probe import Probe
 from daemon.runs.budget import budget_warnings
-from daemon.runs.exposure import FIX, describe, loop_programs
+from daemon.runs.exposure import FIX, describe, loop_programs, own_venv_programs
 from daemon.sandbox.limits import describe as describe_limits
 from daemon.sandbox.limits import run_limits
 from daemon.sandbox.registry import Choice, choose
@@ -168,6 +168,9 @@ def check(args: argparse.Namespace) -> int:
         limits = describe_limits(run_limits(loaded.daemon.limits))
     if loaded.daemon_ok and not sandbox.refusal and sandbox.name != "off":
         shows = _sandbox_shows(loaded, daemon_path(pid)[0])
+    for _name, loop in sorted(loaded.loops.items()):
+        if loop.config.enabled:
+            loaded.warnings.extend(_own_venv(loop, daemon_path(pid)[0]))
     notes = loaded.warnings + _inside_home(home.root, loaded.daemon)
     warnings = [w for w in (sandbox.warning, sandbox.refusal) if w] + notes
     if args.json:
@@ -192,6 +195,16 @@ def _sandbox_shows(loaded: Any, search_path: str) -> dict[str, list[str]]:
                 loaded.errors.append(ConfigError(loop.path, item.key, message, FIX[5:]))
         out[name] = describe(started)
     return out
+
+
+def _own_venv(loop: Any, search_path: str) -> list[str]:
+    """A warning per program of the loop's checks found in loopd's own venv."""
+    return [
+        f"{loop.path}: {key}: {name!r} resolves to {where}, loopd's own venv, not your "
+        "project's: its checks would miss your packages (pytest); name your project's venv "
+        'in the loop\'s env instead (env = { PATH = "/path/to/venv/bin:{PATH}" })'
+        for key, name, where in own_venv_programs(loop.config, search_path)
+    ]
 
 
 def _inside_home(root: Path, config: object) -> list[str]:

@@ -10,6 +10,7 @@ the attempt fails with the same words instead of reaching bubblewrap.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from functools import cache
 from pathlib import Path
 
 import daemon
+from daemon.agents.environment import loopd_venv, without_loopd_venv
 from daemon.agents.registry import adapter_class
 from daemon.config import ADAPTERS, DaemonConfig, LoopConfig
 from daemon.sandbox.commandline import programs
@@ -91,14 +93,43 @@ def loop_programs(
     denied = denied_for(homes)
     out: list[Started] = []
     program = agent_program(cfg, daemon)
+    checks = checks_path(cfg, search_path)  # loopd's own venv is not on it
     if program:
-        out.append(Started("agent", resolve_program(program, search_path, homes, denied)))
+        out.append(Started("agent", resolve_program(program, checks, homes, denied)))
     for key in ("setup", "done_when"):
         for i, command in enumerate(getattr(cfg, key, None) or []):
             for name in programs(command):
-                resolved = resolve_program(name, search_path, homes, denied)
+                resolved = resolve_program(name, checks, homes, denied)
                 out.append(Started(f"{key}[{i}]", resolved))
     return out
+
+
+def checks_path(cfg: LoopConfig, search_path: str) -> str:
+    """The PATH the loop's checks get: the daemon's without loopd's own venv, as the loop's
+    `env` writes it."""
+    search_path = without_loopd_venv(search_path)
+    written = cfg.env.get("PATH")
+    return search_path if written is None else written.replace("{PATH}", search_path)
+
+
+def own_venv_programs(cfg: LoopConfig, search_path: str) -> list[tuple[str, str, str]]:
+    """(key, program, where) for each check or setup program, and `python3`, that the loop's
+    checks would find in loopd's own venv: its interpreter is not the project's."""
+    venv = loopd_venv()
+    if venv is None:
+        return []
+    path = checks_path(cfg, search_path)
+    asked = []
+    for key in ("setup", "done_when"):
+        for i, command in enumerate(getattr(cfg, key, None) or []):
+            asked += [(f"{key}[{i}]", name) for name in programs(command)]
+    asked.append(("env", "python3"))  # the project's interpreter, named by no check
+    out: dict[str, tuple[str, str, str]] = {}
+    for key, name in asked:
+        where = name if "/" in name else shutil.which(name, path=path)
+        if where and Path(os.path.abspath(where)).parent.resolve() == venv / "bin":
+            out.setdefault(name, (key, name, where))
+    return list(out.values())
 
 
 def describe(started: list[Started]) -> list[str]:
