@@ -11,8 +11,14 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from tests.helpers import git, loopd, make_home, make_repo
+from tests.machines import Machine, command_agent, loop_toml
+from tests.test_engines import machines
+from tests.test_parity import on_both
+
+__all__ = ["machines"]  # a fixture, imported for pytest
 
 APP = {
     "app.py": "def add(a, b):\n    return a - b\n",
@@ -104,3 +110,37 @@ def test_loopds_own_venv_never_shadows_the_persons_python(tmp_path: Path) -> Non
     assert own_bin not in seen["path"].split(os.pathsep), seen
     assert not seen["python3"].startswith(own_bin), seen
     assert seen["tool"].endswith("loopd-tool"), seen  # loopd's tools stay reachable
+
+
+def test_both_engines_name_an_environment_failure_alike(
+    tmp_path: Path, temporal: Any, machines: list
+) -> None:
+    """The base's checks judged before any agent, on the local engine and on a Temporal
+    worker: the same cause, the same reason, the same record (tests/parity.py)."""
+    bin_dir = _venv_without_pytest(tmp_path / "their-venv")
+
+    def setup(folder: Path, engine: str) -> Machine:
+        root = folder / "machine"
+        repo = make_repo(root / "src" / "app", APP)
+        text = command_agent("a", AGENT) + f'\n[limits]\nworktrees = "{root / "worktrees"}"\n'
+        loop = loop_toml(
+            repo,
+            task="Make the tests pass.",
+            agent="a",
+            done_when=["python3 -m pytest -q"],
+            critic="off",
+            max_attempts=2,
+        )
+        loop += f'env = {{ PATH = "{bin_dir}:{{PATH}}" }}\n'
+        home = make_home(root / "loopd-home", text + engine, {"calc": loop})
+        return Machine("machine", root, home, repo)
+
+    def scenario(machine: Machine) -> int:
+        machine.start("run")
+        assert machine.loopd("trigger", "calc").returncode == 0
+        return 1
+
+    (run,) = on_both(tmp_path, temporal, machines, setup, scenario)
+    assert (run["outcome"], run["cause"]) == ("escalated", "environment"), run
+    assert run.get("attempts", []) == [], run
+    assert f"module `pytest` not found by {bin_dir}/python3" in run["reason"], run
