@@ -144,3 +144,33 @@ def test_both_engines_name_an_environment_failure_alike(
     assert (run["outcome"], run["cause"]) == ("escalated", "environment"), run
     assert run.get("attempts", []) == [], run
     assert f"module `pytest` not found by {bin_dir}/python3" in run["reason"], run
+
+
+def test_check_run_checks_reports_the_environment_failure_as_the_loops_error(
+    tmp_path: Path,
+) -> None:
+    home, repo = _home(tmp_path, "python3 -m pytest -q")
+    bin_dir = _venv_without_pytest(tmp_path / "their-venv")
+    path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    assert loopd(home, "check", env={"PATH": path}).returncode == 0  # not run: no error
+    proc = loopd(home, "check", "--run-checks", timeout=300, env={"PATH": path})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "app: running setup and done_when on HEAD in the sandbox" in proc.stderr
+    errors = [line for line in proc.stdout.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, proc.stdout
+    assert errors[0].startswith(
+        f"error: {home / 'loops' / 'app.toml'}: done_when[0]: `python3 -m pytest -q`: "
+        f"module `pytest` not found by {bin_dir}/python3"
+    ), errors
+    assert "Fix: install `pytest`" in errors[0]
+    # A failing test on the base is not an error of the file; nothing is left behind.
+    (home / "loops" / "app.toml").write_text(
+        (home / "loops" / "app.toml")
+        .read_text()
+        .replace("python3 -m pytest -q", "python3 -c 'import app; assert app.add(2, 3) == 5'")
+    )
+    proc = loopd(home, "check", "--run-checks", timeout=300, env={"PATH": path})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "app: 0 of 1 check(s) pass on its base" in proc.stderr
+    assert list((tmp_path / "worktrees" / "app").iterdir()) == []
+    assert git(repo, "status", "--porcelain") == ""

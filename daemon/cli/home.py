@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,12 @@ from daemon.config import LoadedConfig
 from daemon.config.errors import ConfigError
 from daemon.config.secrets import missing_from_env_file
 from daemon.engine import missing_extra
+from daemon.git.safe import GitError
 from daemon.home import Home, init_home, is_home
 from daemon.model.probe import Probe
 from daemon.runs.budget import budget_warnings
+from daemon.runs.checkprobe import probe_loop
+from daemon.runs.confinement import SandboxUnavailable
 from daemon.runs.exposure import FIX, describe, loop_programs, own_venv_programs
 from daemon.sandbox.limits import describe as describe_limits
 from daemon.sandbox.limits import run_limits
@@ -171,6 +175,8 @@ def check(args: argparse.Namespace) -> int:
     for _name, loop in sorted(loaded.loops.items()):
         if loop.config.enabled:
             loaded.warnings.extend(_own_venv(loop, daemon_path(pid)[0]))
+    if getattr(args, "run_checks", False) and loaded.daemon_ok and not sandbox.refusal:
+        _run_checks(home, loaded)
     notes = loaded.warnings + _inside_home(home.root, loaded.daemon)
     warnings = [w for w in (sandbox.warning, sandbox.refusal) if w] + notes
     if args.json:
@@ -205,6 +211,32 @@ def _own_venv(loop: Any, search_path: str) -> list[str]:
         'in the loop\'s env instead (env = { PATH = "/path/to/venv/bin:{PATH}" })'
         for key, name, where in own_venv_programs(loop.config, search_path)
     ]
+
+
+def _run_checks(home: Home, loaded: LoadedConfig) -> None:
+    """Each enabled loop's checks on its base, in its sandbox: environment failures are
+    errors of the loop's file (said on stderr as they run: they take a while)."""
+    for name, loop in sorted(loaded.loops.items()):
+        cfg = loop.config
+        if not (cfg.enabled and cfg.done_when):
+            continue
+        print(f"{name}: running setup and done_when on {cfg.base} in the sandbox", file=sys.stderr)
+        try:
+            probed = probe_loop(home, loaded.daemon, name, cfg)
+        except (GitError, OSError, SandboxUnavailable) as exc:
+            problem = f"the checks could not run on its base: {exc}"[:500]
+            loaded.errors.append(ConfigError(loop.path, "base", problem, "see `loopd once`"))
+            continue
+        if probed.setup_failed:
+            problem = f"setup failed on {probed.base[:12]}: {probed.setup_failed}"
+            loaded.errors.append(ConfigError(loop.path, "setup", problem, "fix `setup`"))
+        for found in probed.failures:
+            problem = f"`{found.command}`: {found.why} (on {probed.base[:12]})"
+            loaded.errors.append(ConfigError(loop.path, found.key, problem, found.fix))
+        passed = sum(r.passed for r in probed.checks.results)
+        print(
+            f"{name}: {passed} of {len(cfg.done_when)} check(s) pass on its base", file=sys.stderr
+        )
 
 
 def _inside_home(root: Path, config: object) -> list[str]:

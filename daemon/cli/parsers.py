@@ -57,6 +57,13 @@ def _home(sub: Any) -> None:
         help="also warn for each key the home names that FILE (KEY=value lines, e.g. the "
         "systemd unit's EnvironmentFile) does not set",
     )
+    check.add_argument(
+        "--run-checks",
+        action="store_true",
+        help="also run each loop's setup and done_when on its base, in the sandbox a run "
+        "gets, and report each check that fails for the environment (a module or program "
+        "not found) as an error of the loop's file",
+    )
 
 
 def _runs(sub: Any) -> None:

@@ -71,13 +71,22 @@ def environment_failure(
     checks: ChecksResult, search_path: str, hidden: tuple[Path, ...] = ()
 ) -> EnvironmentFailure | None:
     """The first check whose failure is the environment's (None: none is)."""
+    found = environment_failures(checks, search_path, hidden)
+    return found[0] if found else None
+
+
+def environment_failures(
+    checks: ChecksResult, search_path: str, hidden: tuple[Path, ...] = ()
+) -> list[EnvironmentFailure]:
+    """Each check whose failure is the environment's."""
+    out = []
     for i, result in enumerate(checks.results):
         if result.passed or result.timed_out or result.command.startswith("setup: "):
             continue
         found = _classify(f"done_when[{i}]", result, search_path, hidden)
         if found is not None:
-            return found
-    return None
+            out.append(found)
+    return out
 
 
 def resolved_program(command: str, search_path: str) -> str:
