@@ -17,7 +17,7 @@ import pytest
 
 from daemon.agents.base import AgentAdapter, AgentEvent, Invocation, Resume
 from daemon.agents.command import CommandAdapter
-from daemon.agents.environment import agent_environment
+from daemon.agents.environment import agent_environment, without_loopd_venv
 from daemon.agents.processes import (
     descendants,
     kill_leftovers,
@@ -237,7 +237,9 @@ def test_environment_is_an_allowlist(
     for name in ("LOOPD_X", "LOOPD_SNEAKY", "NOTIFY_SOCKET", "VERIFIER_KEY", "SOME_OTHER_TOKEN"):
         assert name not in child
     assert child["HOME"] == str(home)
-    assert child["PATH"] == os.environ["PATH"]
+    # The PATH the agent gets: the daemon's, without loopd's own venv (its python3 would
+    # take the place of the person's).
+    assert child["PATH"] == without_loopd_venv(os.environ["PATH"])
     assert child["LC_ALL"] == "C.UTF-8"
     assert child["AGENT_MODE"] == "fast"
     assert child["OPENAI_API_KEY"] == "agent-key"
