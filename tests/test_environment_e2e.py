@@ -78,6 +78,8 @@ def test_a_module_the_checks_interpreter_lacks_ends_the_run_before_any_agent(
     escalation = (home / "state" / "escalations" / f"{run['id']}.md").read_text()
     assert "no agent was started, no nudge spent" in escalation
     assert "loopd check --run-checks" in escalation
+    assert "## The checks on the base (done-check.log)" in escalation
+    assert f"{bin_dir}/python3: No module named pytest" in escalation
     assert git(repo, "branch", "--list", "loopd/*") == ""
 
 

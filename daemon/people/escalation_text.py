@@ -128,6 +128,11 @@ def _failure_lines(store: StateStore, run: RunRecord) -> list[str]:
         text = setup_log.read_text(encoding="utf-8", errors="replace")
         tail = text if len(text) <= 3000 else "[...]\n" + text[-3000:]
         out += ["## Setup (tail of setup.log)", "", _fence(tail.rstrip()), ""]
+    done_log = store.run_dir(run.id) / "done-check.log"
+    if cause_of(run) == Cause.ENVIRONMENT and done_log.is_file():
+        text = done_log.read_text(encoding="utf-8", errors="replace")
+        tail = text if len(text) <= 3000 else "[...]\n" + text[-3000:]
+        out += ["## The checks on the base (done-check.log)", "", _fence(tail.rstrip()), ""]
     failure = last_checks_failure(store, run)
     if failure is not None:
         out += [

@@ -46,6 +46,7 @@ CAUSES = (
     "resource-limit",
     "check-changed-tree",
     "checks-weakened",
+    "environment",
 )
 VIOLATION_KINDS = (
     "protected",
