@@ -57,7 +57,7 @@ def base_failure(
     journal: RunJournal, tree: Path, cfg: LoopConfig, checks: ChecksResult
 ) -> EnvironmentFailure | None:
     """Whether the checks' run on the base failed for the environment, judged with the PATH
-    and the hidden places of the run's sandbox; an event names it."""
+    and the hidden places of the run's sandbox."""
     if checks.passed:
         return None
     confinement = Confinement.for_run(journal.services, cfg, journal.run, tree)
