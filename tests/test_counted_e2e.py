@@ -133,21 +133,19 @@ def test_both_engines_weigh_a_check_by_what_ran_alike(
             f"pathlib.Path({name!r}).write_text({text!r})\n" for name, text in plant.items()
         )
         text = command_agent("a", script) + f'\n[limits]\nworktrees = "{root / "worktrees"}"\n'
-        loop = (
-            loop_toml(
-                repo,
-                task="Make the tests pass.",
-                agent="a",
-                done_when=[COMMAND],
-                protect=["tests/**"],
-                land="merge",
-                critic="off",
-                max_attempts=1,
-                max_nudges=0,
-                attempt_timeout="120s",
-            )
-            + PYTEST_ENV
+        loop = loop_toml(
+            repo,
+            task="Make the tests pass.",
+            agent="a",
+            done_when=[COMMAND],
+            protect=["tests/**"],
+            land="merge",
+            critic="off",
+            max_attempts=1,
+            max_nudges=0,
+            attempt_timeout="120s",
         )
+        loop += PYTEST_ENV
         home = make_home(root / "loopd-home", text + engine, {"calc": loop})
         return Machine("machine", root, home, repo)
 
