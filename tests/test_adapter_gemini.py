@@ -154,7 +154,11 @@ def test_a_local_server_gets_the_api_key_login_selected_and_the_persons_settings
 ) -> None:
     settings = tmp_path / ".gemini" / "settings.json"
     settings.parent.mkdir()
-    person = {"ui": {"theme": "GitHub"}, "security": {"auth": {"selectedType": "oauth-personal"}}}
+    person = {
+        "ui": {"theme": "GitHub"},
+        "security": {"auth": {"selectedType": "oauth-personal"}},
+        "tools": {"sandbox": "docker", "core": ["run_shell_command"]},
+    }
     settings.write_text(json.dumps(person))
     gemini = adapter(base_url="http://127.0.0.1:9/", api_key_env="K")
     gemini.desk = DeskAccess(["/venv/bin/python", "-m", "daemon.cli.main", "mcp"], {"T": "t"})
@@ -163,6 +167,7 @@ def test_a_local_server_gets_the_api_key_login_selected_and_the_persons_settings
     assert data["security"] == {"auth": {"selectedType": "gemini-api-key"}}
     assert data["ui"] == {"theme": "GitHub"}
     assert data["general"]["enableAutoUpdate"] is False
+    assert data["tools"] == {"sandbox": False, "core": ["run_shell_command"]}
     assert data["mcpServers"]["loopd"]["args"][-1] == "mcp"
     env = gemini.invocation("go").env
     assert (

@@ -76,10 +76,12 @@ class GeminiAdapter(AgentAdapter):
     def write_tool_config(self, home: Path) -> None:
         """`loopd mcp` and what a run needs of Gemini CLI's settings, merged into the copied
         settings.json (the person's keys kept): the login method that takes the profile's key
-        and endpoint, and no update check (the installation is read-only in the sandbox)."""
+        and endpoint, no update check (the installation is read-only in the sandbox), and no
+        sandbox of its own (`tools.sandbox`: docker or podman cannot nest inside loopd's)."""
         path = home / ".gemini" / "settings.json"
         changes: dict[str, Any] = {
-            "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False}
+            "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+            "tools": {"sandbox": False},
         }
         if self.profile.base_url or self.profile.api_key_env:
             changes["security"] = {"auth": {"selectedType": API_KEY_AUTH}}
