@@ -107,28 +107,6 @@ def merge_settings(path: Path, access: DeskAccess, **extra: Any) -> None:
     _write(path, json.dumps(data, indent=2) + "\n")
 
 
-def update_settings(path: Path, changes: dict[str, Any]) -> None:
-    """Set keys of a settings.json (nested objects merged key by key), keeping the rest."""
-    data: dict[str, Any] = {}
-    try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(loaded, dict):
-            data = loaded
-    except (OSError, ValueError):
-        pass
-    _write(path, json.dumps(_merged(data, changes), indent=2) + "\n")
-
-
-def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in changes.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merged(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 def claude_config(path: Path, access: DeskAccess) -> Path:
     """The file `claude --mcp-config FILE` reads."""
     entry = {"command": access.command[0], "args": access.command[1:], "env": dict(access.env)}
@@ -169,6 +147,28 @@ def opencode_server(access: DeskAccess) -> dict[str, Any]:
         "enabled": True,
         "timeout": TOOL_TIMEOUT_MS,
     }
+
+
+def update_settings(path: Path, changes: dict[str, Any]) -> None:
+    """Set keys of a settings.json (nested objects merged key by key), keeping the rest."""
+    data: dict[str, Any] = {}
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(loaded, dict):
+            data = loaded
+    except (OSError, ValueError):
+        pass
+    _write(path, json.dumps(_merged(data, changes), indent=2) + "\n")
+
+
+def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def _write(path: Path, text: str) -> None:
