@@ -189,3 +189,13 @@ def test_without_a_key_or_endpoint_the_persons_login_method_stays(tmp_path: Path
 def test_a_keyless_local_server_gets_a_placeholder_key() -> None:
     env = adapter(base_url="http://127.0.0.1:9").invocation("go", Resume("s", "go")).env
     assert env["GEMINI_API_KEY"] and env["GOOGLE_GEMINI_BASE_URL"] == "http://127.0.0.1:9"
+
+
+def test_an_absurd_error_message_is_read_in_bounded_work() -> None:
+    deep = "[API Error: " + '{"error":' * 50_000 + "]"
+    line = json.dumps({"type": "result", "status": "error", "error": {"message": deep}})
+    (error,) = [e for e in adapter().parse_line(line) if e.type == "error"]
+    assert not error.login and not error.quota
+    braces = "{" * 100_000
+    line = json.dumps({"type": "result", "status": "error", "error": {"message": braces}})
+    assert [e.type for e in adapter().parse_line(line)] == ["usage", "error", "final"]

@@ -45,6 +45,8 @@ _RATE_LIMIT_SUFFIX = re.compile(
     r"|Possible quota limitations in place or slow response times detected)"
 )
 _QUOTA_TYPES = ("TerminalQuotaError", "RetryableQuotaError")
+_QUOTED_CHARS = 20_000  # where in an error's message its quoted API error is looked for
+_QUOTED_TRIES = 20  # how many `{` of it are tried as the start of one
 # The API's statuses and reasons for credentials it does not take.
 _LOGIN_STATUSES = ("UNAUTHENTICATED", "PERMISSION_DENIED")
 _LOGIN_REASONS = ("API_KEY_INVALID", "ACCESS_TOKEN_EXPIRED", "ACCESS_TOKEN_TYPE_UNSUPPORTED")
@@ -198,13 +200,15 @@ def _tool_result(data: dict[str, Any]) -> AgentEvent:
 def _api_error(text: str) -> dict[str, Any]:
     """The API's error object quoted in Gemini CLI's message (`[API Error: {"error": ...}]`),
     or an empty dict when the message quotes none."""
+    text = text[:_QUOTED_CHARS]  # the agent's output is untrusted: bounded work per line
     start = text.find("{")
-    while start != -1:
+    for _ in range(_QUOTED_TRIES):
+        if start == -1:
+            break
         try:
-            value, _ = json.JSONDecoder().raw_decode(text, start)
-        except ValueError:
-            start = text.find("{", start + 1)
-            continue
+            value, _end = json.JSONDecoder().raw_decode(text, start)
+        except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
+            value = None
         if isinstance(value, dict) and isinstance(value.get("error"), dict):
             return value["error"]
         start = text.find("{", start + 1)
