@@ -18,6 +18,7 @@ from daemon.agents.quota import quota_of
 from daemon.agents.results import ProcessResult
 from daemon.agents.transcript import Transcript
 from daemon.config import AgentProfile
+from daemon.model.evidence import build_evidence
 from daemon.people.transcript_text import render_lines
 
 DATA = Path(__file__).parent / "data"
@@ -98,6 +99,23 @@ def test_logs_show_the_words_whole_the_tool_calls_and_no_echoed_prompt(tmp_path:
     assert "Make the failing test pass" not in shown and '"type":"message"' not in shown
     full = "\n".join(line.text for line in render_lines(lines, full=True))
     assert "<< asked: Make the failing test pass without weakening it." in full
+
+
+def test_the_critic_reads_the_echoed_prompt_once_not_as_the_agents_output(tmp_path: Path) -> None:
+    attempt = tmp_path / "attempt-1"
+    attempt.mkdir()
+    gemini = adapter()
+    transcript = Transcript(attempt / "transcript.jsonl", 10_000_000)
+    for line in (DATA / "streams" / "gemini.jsonl").read_text().splitlines():
+        transcript.write_line(NOW, "stdout", line, gemini.parse_line(line))
+    transcript.close()
+    task = "Make the failing test pass without weakening it."
+    evidence = build_evidence(attempt, task, "Fixed the off-by-one.", 20_000)
+    transcript_parts = [p for p in evidence.parts if p.title.startswith("line")]
+    assert transcript_parts and not any("line 2:" in p.title for p in transcript_parts)
+    assert evidence.render().count(task) == 1  # in the task's own part only
+    said = "Fixed the off-by-one in app.py: first() returns the whole list now, and the test"
+    assert said in evidence.render()  # the streamed pieces read as the message they make
 
 
 # --- failures, by the structure of gemini's `result` -----------------------------------------
