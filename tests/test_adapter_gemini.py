@@ -217,3 +217,21 @@ def test_an_absurd_error_message_is_read_in_bounded_work() -> None:
     braces = "{" * 100_000
     line = json.dumps({"type": "result", "status": "error", "error": {"message": braces}})
     assert [e.type for e in adapter().parse_line(line)] == ["usage", "error", "final"]
+
+
+def test_a_start_without_the_tools_has_the_settings_too(tmp_path: Path) -> None:
+    # `loopd check`'s login try seeds a HOME and starts the agent without a desk.
+    gemini = GeminiAdapter(
+        AgentProfile(adapter="gemini", base_url="http://127.0.0.1:9"), private_home=tmp_path
+    )
+    gemini.invocation("Reply OK.")
+    data = json.loads((tmp_path / ".gemini" / "settings.json").read_text())
+    assert data["security"]["auth"]["selectedType"] == "gemini-api-key"
+    assert "mcpServers" not in data
+    # A desk's tools written first stay when a later start writes the settings again.
+    gemini.desk = DeskAccess(["/venv/bin/python", "-m", "daemon.cli.main", "mcp"], {"T": "t"})
+    gemini.write_tool_config(tmp_path)
+    gemini.invocation("go on", Resume("s", "go on"))
+    data = json.loads((tmp_path / ".gemini" / "settings.json").read_text())
+    assert data["mcpServers"]["loopd"]["env"] == {"T": "t"}
+    assert GeminiAdapter(AgentProfile(adapter="gemini")).invocation("x").home is None

@@ -80,16 +80,20 @@ class GeminiAdapter(AgentAdapter):
         settings.json (the person's keys kept): the login method that takes the profile's key
         and endpoint, no update check (the installation is read-only in the sandbox), and no
         sandbox of its own (`tools.sandbox`: docker or podman cannot nest inside loopd's)."""
-        path = home / ".gemini" / "settings.json"
+        self._write_settings(home)
+        if self.desk is not None:
+            merge_settings(home / ".gemini" / "settings.json", self.desk)
+
+    def _write_settings(self, home: Path) -> None:
+        """The settings a run needs (see `write_tool_config`), without the tools: written at
+        every start too, so a start without a desk (`loopd check`'s login try) has them."""
         changes: dict[str, Any] = {
             "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
             "tools": {"sandbox": False},
         }
         if self.profile.base_url or self.profile.api_key_env:
             changes["security"] = {"auth": {"selectedType": API_KEY_AUTH}}
-        update_settings(path, changes)
-        if self.desk is not None:
-            merge_settings(path, self.desk)
+        update_settings(home / ".gemini" / "settings.json", changes)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -118,7 +122,10 @@ class GeminiAdapter(AgentAdapter):
             env["GEMINI_API_KEY"] = key
         elif self.profile.base_url:
             env["GEMINI_API_KEY"] = PLACEHOLDER_KEY
-        return Invocation(argv=argv, env=env, home=self.home())
+        home = self.home()
+        if home is not None:
+            self._write_settings(home)
+        return Invocation(argv=argv, env=env, home=home)
 
     def parse_line(self, line: str) -> list[AgentEvent]:
         data = self.loads(line)
