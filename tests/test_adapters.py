@@ -54,9 +54,10 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "usage": (1450 + 9000 + 300 + 10400, 62 + 40, 0.0021 + 0.0012),
     },
     "gemini": {
-        "session": "c6b1e2a4-5d3f-4e8a-9b7c-2f1e0d9c8b7a",
-        "final": "Fixed the off-by-one in app.py; all tests pass.",
-        "usage": (8900, 230, 0.0),
+        "session": "d0390a5b-8999-4524-8190-a97dbcfd5b12",
+        "final": "Fixed the off-by-one in app.py: first() returns the whole list now, and the "
+        "test passes.",
+        "usage": (1200 + 1640 + 2210, 30 + 61 + 24, 0.0),
     },
     "aider": {"final_contains": "Applied edit to app.py", "usage": (2300, 118, 0.0041)},
     "command": {"final_contains": "Fixed the off-by-one in first() in app.py."},

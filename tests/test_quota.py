@@ -80,6 +80,10 @@ def hit_of(tmp_path: Path, adapter_name: str, stream: str, exit_code: int = 1) -
         ("codex", "codex-usage-limit.real.jsonl", datetime(2026, 12, 1, 5, 47, tzinfo=UTC)),
         ("codex", "codex-insufficient-quota.real.jsonl", None),
         ("gemini", "gemini-quota.jsonl", NOW + timedelta(hours=2, minutes=52, seconds=39)),
+        # Recorded from Gemini CLI 0.61.0: a 429 RESOURCE_EXHAUSTED whose RetryInfo says 3600s.
+        ("gemini", "gemini-quota.real.jsonl", NOW + timedelta(seconds=3600)),
+        # Recorded: a spent daily quota (QuotaFailure ...PerDay...): no reset named.
+        ("gemini", "gemini-daily.real.jsonl", None),
         # opencode's 429 says so by its status; the server's Retry-After is kept in the text.
         ("opencode", "opencode-quota.jsonl", NOW + timedelta(seconds=3600)),
         # A step finished, then the next request hit the limit: the error is the last word.
@@ -122,6 +126,10 @@ def test_each_adapter_recognises_its_quota_ending_and_the_reset(
         ("codex", "../streams/codex-401.real.jsonl", 1),
         # Gemini warned of a short quota, retried by itself, and finished.
         ("gemini", "gemini-warning.jsonl", 0),
+        # Gemini's refused credentials (recorded: 401, 403, a key the API rejects).
+        ("gemini", "../streams/gemini-401.real.jsonl", 145),
+        ("gemini", "../streams/gemini-403.real.jsonl", 147),
+        ("gemini", "../streams/gemini-badkey.real.jsonl", 144),
         # A command agent that finished (exit 0) and talks about quotas in its summary.
         ("command", "command-done-mentions-quota.txt", 0),
         # The same words with exit 1 are the agent failing on the quota: see the next test.

@@ -149,6 +149,28 @@ def opencode_server(access: DeskAccess) -> dict[str, Any]:
     }
 
 
+def update_settings(path: Path, changes: dict[str, Any]) -> None:
+    """Set keys of a settings.json (nested objects merged key by key), keeping the rest."""
+    data: dict[str, Any] = {}
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(loaded, dict):
+            data = loaded
+    except (OSError, ValueError):
+        pass
+    _write(path, json.dumps(_merged(data, changes), indent=2) + "\n")
+
+
+def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 def _write(path: Path, text: str) -> None:
     """Write a config file in the run's HOME: a link the agent left on the way (its folder
     or the file) is removed first, so loopd's write never lands outside the HOME."""
