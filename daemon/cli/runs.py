@@ -191,7 +191,7 @@ def once(args: argparse.Namespace) -> int:
         hold = _hold(services, loop, now)
         if hold is not None:
             lock.release()
-            print(f"not run: {hold.why}; new runs of {loop.name} wait until {hold.until}")
+            print(f"not run: {hold.why}; new runs of {loop.name} wait {hold.wait_text()}")
             return 1
         run = _new_run(services, loop, args, now)
         print(run.id, flush=True)
