@@ -20,6 +20,8 @@ from daemon.scheduling.cron import parse_timezone
 from daemon.state.holds import load_logins, load_quota
 from daemon.state.store import StateStore
 
+# How a refused login's hold begins (the engine's view tells it from a dated one by it).
+LOGIN_HOLD = "the provider refused the login of agent profile"
 LOOKBACK = timedelta(days=3)  # runs started this long ago may still spend today
 
 
@@ -135,7 +137,7 @@ def holds(
         refused = logins.get(loop.config.agent)
         if refused is not None:
             why = (
-                f"the provider refused the login of agent profile {loop.config.agent!r} "
+                f"{LOGIN_HOLD} {loop.config.agent!r} "
                 f"(run {refused.run}); log in again, then `loopd check`"
             )
             out[name] = Hold(why, None, "login")

@@ -70,7 +70,7 @@ from daemon.state.records import AttemptRecord, Cause, Outcome, RunRecord
 
 # A refused login holds its profile's loops with no end time: the controller asks admission
 # again this often, and `loopd check` lifting the hold lets the next ask through.
-LOGIN_RECHECK = timedelta(minutes=1)
+LOGIN_RECHECK = timedelta(seconds=30)
 
 
 class _Bundle:
