@@ -15,6 +15,11 @@ speaks MCP gets the server in its documented per-user format:
 
 The run's HOME is the run's own (agents/homes.py): none of this reaches the person's files,
 and nothing an agent writes there leaves the run.
+
+Only when loopd's interpreter can import the `mcp` extra (`mcp_installed`, which every writer
+here checks, and which an adapter that writes its own may call): without it `loopd mcp` could
+not start, and the CLI would report a failed server (Claude Code's `"status":"failed"`, Gemini
+CLI's "MCP issues detected"); the agent still has `loopd-tool`.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import stat
 import sys
 import tomllib
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +51,18 @@ class DeskAccess:
     command: list[str]  # argv of `loopd mcp`
     env: dict[str, str] = field(default_factory=dict)  # the run's token and socket
     cli_dir: Path | None = None  # holds `loopd-tool`, put first on the agent's PATH
+
+
+@cache
+def mcp_installed() -> bool:
+    """Whether `loopd mcp` can serve: loopd's interpreter imports the MCP SDK (the `mcp`
+    extra); imported as `loopd mcp` does, so a broken or shadowed install counts as missing."""
+    try:
+        import anyio  # noqa: F401
+        import mcp  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def desk_access(socket_path: Path, token: str, bin_dir: Path) -> DeskAccess:
@@ -84,7 +102,9 @@ def settings_server(access: DeskAccess) -> dict[str, Any]:
 
 def merge_settings(path: Path, access: DeskAccess, **extra: Any) -> None:
     """Add the server to a settings.json (`mcpServers`), keeping what the file holds; `extra`:
-    keys of the CLI's own for the entry."""
+    keys of the CLI's own for the entry. Without the `mcp` extra the file is left as it is."""
+    if not mcp_installed():
+        return
     data: dict[str, Any] = {}
     try:
         loaded = json.loads(path.read_text(encoding="utf-8"))
@@ -98,14 +118,18 @@ def merge_settings(path: Path, access: DeskAccess, **extra: Any) -> None:
 
 
 def claude_config(path: Path, access: DeskAccess) -> Path:
-    """The file `claude --mcp-config FILE` reads."""
+    """The file `claude --mcp-config FILE` reads (no server in it without the `mcp` extra)."""
     entry = {"command": access.command[0], "args": access.command[1:], "env": dict(access.env)}
-    _write(path, json.dumps({"mcpServers": {SERVER: entry}}, indent=2) + "\n")
+    servers = {SERVER: entry} if mcp_installed() else {}
+    _write(path, json.dumps({"mcpServers": servers}, indent=2) + "\n")
     return path
 
 
 def codex_config(path: Path, access: DeskAccess) -> None:
-    """Codex's config.toml with `[mcp_servers.loopd]` (other tables kept when it parses)."""
+    """Codex's config.toml with `[mcp_servers.loopd]` (other tables kept when it parses); left
+    as it is without the `mcp` extra."""
+    if not mcp_installed():
+        return
     data: dict[str, Any] = {}
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
