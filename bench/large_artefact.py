@@ -12,21 +12,27 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+# Run alone as `python3 bench/large_artefact.py`: the checkout (daemon/, tests/) and bench/
+# itself are importable however it is started.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 from verdict import verdict  # noqa: E402
 
-from daemon.git.diffs import record_diff
-from daemon.git.safe import Git
-from daemon.model.evidence import build_evidence
-from daemon.people.digest import attempt_diffstat, format_stat
-from daemon.people.escalation import write_escalation
-from daemon.state.records import AttemptRecord, Cause, RunRecord, RunTrigger
-from daemon.state.store import StateStore
-from tests.helpers import commit_all, make_repo
+from daemon.git.diffs import record_diff  # noqa: E402
+from daemon.git.safe import Git  # noqa: E402
+from daemon.model.evidence import build_evidence  # noqa: E402
+from daemon.people.digest import attempt_diffstat, format_stat  # noqa: E402
+from daemon.people.escalation import write_escalation  # noqa: E402
+from daemon.state.records import AttemptRecord, Cause, RunRecord, RunTrigger  # noqa: E402
+from daemon.state.store import StateStore  # noqa: E402
+from tests.helpers import commit_all, make_repo  # noqa: E402
 
 CHUNK = 1 << 20
 

@@ -8,8 +8,9 @@ pushes (default 30) is delivered as GitHub signs it and waits for its run to end
 from the POST being sent to the agent's first statement. The trigger is in the inbox before
 the 202; the fetch of the pushed commit runs meanwhile, and the run, set up as
 docs/hosted.md shows (`base = "REMOTE/main"`: each run starts from its push, checked), waits
-for it before making its tree. The burst: 1,000 deliveries of
-distinct ids paced over 10 s from 8 connections; then every one must appear as a trigger.
+for it before making its tree. The burst: 1,000 deliveries of distinct ids and bodies (a
+body sent twice is a replay) paced over 10 s from 8 connections; then every one must appear
+as a trigger.
 Usage: python bench/webhook_latency.py [--deliveries N] [--burst N] [--keep]
 """
 
@@ -123,7 +124,9 @@ def burst(home: Path, port: int, work: Path, count: int, seconds: float) -> dict
             pause = due - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
-            headers, body = delivery("github", "refs/heads/main", before, after)
+            # Bodies of their own: the same signed body twice is a replay (409).
+            extra = {"bench_delivery": i}
+            headers, body = delivery("github", "refs/heads/main", before, after, extra=extra)
             status = send(conn, headers, body)
             with lock:
                 statuses.append(status)

@@ -78,6 +78,7 @@ EXAMPLE_CONFIG = """\
 
 # [listen]                   # webhooks of GitHub, Gitea/Forgejo, GitLab; /metrics; /healthz
 # bind = "127.0.0.1:8787"    # plain HTTP: a reverse proxy does TLS (docs/hosted.md)
+# trusted_proxies = ["127.0.0.1"]  # that proxy: its X-Forwarded-For names the client
 #
 # [remotes.app]              # a hosted repository; a loop follows it: hosted = "app"
 # kind = "github"            # github | gitea (Forgejo too) | gitlab

@@ -175,7 +175,8 @@ NotifyAccess=main
 ExecStart={exec_start}
 ExecReload=/bin/kill -HUP $MAINPID
 WorkingDirectory={home_q}
-# Keys named by api_key_env go here (KEY=value lines, chmod 600); the file is optional.
+# Every variable the home names (api_key_env, secret_env, checks_env) goes here: KEY=value
+# lines, chmod 600; `loopd check --env-file FILE` says which are missing. The file is optional.
 EnvironmentFile=-{env_file}
 {environment}WatchdogSec={watchdog}
 Restart=on-failure

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,16 @@ from tests.model_server import ScriptedModelServer
 # Every event loopd writes in a test (and in the loopd processes the tests start) must fit its
 # type's model: a mismatch raises here, where in production it is only a warning.
 os.environ["LOOPD_STRICT_EVENTS"] = "1"
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# SIGTERM (an interrupted .ci/run, a CI timeout) ends the session as Ctrl-C does: fixtures tear
+# down, so the servers and daemons they started are stopped, not left behind.
+if threading.current_thread() is threading.main_thread():
+    signal.signal(signal.SIGTERM, _interrupt)
 
 # Where a test may skip even in CI: it is about another platform than the one CI runs on.
 PLATFORM_SKIPS = ("inotify is Linux's",)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.state.stored import open_stored
+from tests.orphans import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -95,6 +96,7 @@ def start_daemon(home: Path, env: dict[str, str] | None = None) -> subprocess.Po
             env=full_env,
             cwd=ROOT,
             text=True,
+            preexec_fn=die_with_parent,  # an interrupted session leaves no daemon behind
         )
     status = home / "state" / "status.toml"
     deadline = time.monotonic() + 30

@@ -77,12 +77,18 @@ def loop_file(repo: Path, remote: str, branches: str = '["main"]', extra: str = 
 
 
 def delivery(
-    kind: str, ref: str, before: str, after: str, delivery_id: str | None = None
+    kind: str,
+    ref: str,
+    before: str,
+    after: str,
+    delivery_id: str | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> tuple[dict[str, str], bytes]:
-    """The recorded delivery of `kind` for this push, signed with SECRET."""
+    """The recorded delivery of `kind` for this push, signed with SECRET; `extra`: more keys
+    in its body (a body sent twice is a replay, whatever its delivery id)."""
     recorded = json.loads((PAYLOADS / f"{kind}-push.json").read_text())
     body = recorded["body"]
-    body.update(ref=ref, before=before, after=after)
+    body.update(ref=ref, before=before, after=after, **(extra or {}))
     if kind == "gitlab":
         body["checkout_sha"] = after
     raw = json.dumps(body).encode()

@@ -17,6 +17,8 @@ import sysconfig
 import time
 from pathlib import Path
 
+from tests.orphans import die_with_parent
+
 TEMPORAL = os.path.join(sysconfig.get_path("scripts"), "temporal")  # the binary, not a shim
 NAMESPACES = 48
 READY_TIMEOUT = 60.0
@@ -92,6 +94,7 @@ class DevServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=die_with_parent,  # an interrupted session leaves no server behind
             )
         _ready_in_child(self.address, f"t{NAMESPACES - 1}", READY_TIMEOUT)
         return self

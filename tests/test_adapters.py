@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from daemon.agents.base import AgentAdapter, AgentEvent, Resume, is_denial
+from daemon.agents.deskconfig import DeskAccess
 from daemon.agents.endings import (
     ended_on_question,
     final_text,
@@ -36,10 +38,9 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "usage": (2500, 42, 0.0),
     },
     "claude": {
-        "session": "f18f49de-5b8f-4261-99c4-dbbaa6ae0e24",
-        "final": "I need permission to edit app.py. Please grant write access so I can fix the "
-        "off-by-one in `first()`.",
-        "usage": (8 + 192 + 17004, 32, 0.34641974999999997),
+        "session": "73399597-5926-49b6-9d37-639422d52656",
+        "final": "Changed hello.txt: it says hi now.",
+        "usage": (8624, 68, 0.035856),
     },
     "codex": {
         "session": "0199a213-81c0-7800-8aa1-bbab2a035a53",
@@ -231,9 +232,40 @@ def test_qwen_denied_permission_is_marked() -> None:
 
 
 def test_claude_denied_permission_is_marked() -> None:
-    events = parse_all(make("claude"), stream_lines("claude"))
+    events = parse_all(make("claude"), stream_lines("claude-denied"))
     denied = [event.call_id for event in events if event.type == "tool_result" and event.denied]
     assert denied == ["toolu_01YYFVhDQ23gEi3n4XxGxZyz"]
+
+
+def test_claude_resumed_session_keeps_its_id() -> None:
+    events = parse_all(make("claude"), stream_lines("claude-resume.real"))
+    assert {e.session_id for e in events if e.type == "session"} == {EXPECTED["claude"]["session"]}
+    assert final_text(events) == "Continued: hello.txt already says hi."
+
+
+def test_claude_refused_key_is_a_login_error_and_its_retries_are_notices() -> None:
+    # Recorded: a 401 `authentication_error` from the API, with CLAUDE_CODE_MAX_RETRIES=2.
+    events = parse_all(make("claude"), stream_lines("claude-401.real"))
+    notices = [event.text for event in events if event.type == "notice"]
+    assert len(notices) == 2
+    assert notices[0].startswith("API request failed (authentication_failed, HTTP 401)")
+    assert "retry 1 of 2 in 0.6s" in notices[0]
+    errors = [event for event in events if event.type == "error"]
+    assert [(e.text, e.login, e.quota) for e in errors] == [
+        ("Invalid API key · Fix external API key", True, False)
+    ]
+    assert [(e.text, e.is_error) for e in events if e.type == "final"] == [
+        ("Invalid API key · Fix external API key", True)
+    ]
+    assert not [event for event in events if event.type == "raw" and event.text != GARBAGE]
+
+
+def test_claude_retry_that_worked_is_a_notice_and_no_error() -> None:
+    events = parse_all(make("claude"), stream_lines("claude-retry.real"))
+    assert [e.type for e in events if e.type in ("notice", "error")] == ["notice"]
+    assert [(e.text, e.is_error) for e in events if e.type == "final"] == [
+        ("Done after a retry.", False)
+    ]
 
 
 def test_qwen_resumed_session_keeps_its_id_and_ends_on_a_question() -> None:
@@ -837,3 +869,35 @@ def test_aider_keeps_its_chat_history_in_the_scratch_folder_outside_the_tree(
     resumed = adapter.invocation("go on", Resume("", "go on")).argv
     assert "--restore-chat-history" in resumed
     assert resumed[resumed.index("--chat-history-file") + 1] == history
+
+
+def test_without_the_mcp_extra_claude_gets_no_mcp_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    access = DeskAccess([sys.executable, "-m", "daemon.cli.main", "mcp"], {"T": "1"}, None)
+    adapter = adapter_class("claude")(AgentProfile(adapter="claude"), private_home=home, environ={})
+    adapter.desk = access
+    adapter.write_tool_config(home)
+    assert (home / adapter_class("claude").MCP_FILE).is_file()
+    assert "--mcp-config" in adapter.invocation("x").argv
+
+    class NoMcp:
+        """A finder that says the `mcp` package is not installed, as on an install without
+        the extra."""
+
+        def find_spec(self, name: str, *args: Any) -> None:
+            if name == "mcp" or name.startswith("mcp."):
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    for name in [m for m in sys.modules if m == "mcp" or m.startswith("mcp.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [NoMcp(), *sys.meta_path])
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    adapter = adapter_class("claude")(AgentProfile(adapter="claude"), private_home=bare, environ={})
+    adapter.desk = access
+    adapter.write_tool_config(bare)
+    assert list(bare.iterdir()) == []
+    assert "--mcp-config" not in adapter.invocation("x").argv

@@ -63,6 +63,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "daemon.stats",
             "daemon.homepath",
             "daemon.sizes",
+            "daemon.extras",
             "daemon",
         ),
     ),

@@ -100,3 +100,57 @@ def test_the_daemon_records_the_warnings_when_it_starts(tmp_path: Path, daemons:
         assert any("'test/**' matches no file" in w for w in status["daemon"]["warnings"])
     finally:
         assert stop_daemon(daemon) == 0
+
+
+def test_a_loopd_toml_that_does_not_parse_is_the_only_error(tmp_path: Path) -> None:
+    """Loops are not judged against a configuration that did not load: no false `no
+    [remotes.gh]`, no agent or verifier errors; check and status name the loops unchecked."""
+    repo = make_repo(tmp_path / "repo")
+    loops = {
+        "pushed": f'repo = "{repo}"\ntask = "t"\nagent = "mine"\nremote = "gh"\n'
+        'on_remote_push = ["main"]\ncritic = "on"\n',
+        "nightly": f'repo = "{repo}"\ntask = "t"\nschedule = ["0 2 * * *"]\n',
+    }
+    home = make_home(tmp_path / "home", "", loops)
+    (home / "loopd.toml").write_text('[remotes.gh\nkind = "github"\n')
+    proc = loopd(home, "check")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "loopd.toml: TOML syntax error" in errors[0], out
+    assert "loop files not checked until loopd.toml loads: nightly, pushed" in out
+    assert "valid loop(s)" not in out
+    checked = json.loads(loopd(home, "check", "--json").stdout)
+    assert checked["loops_unchecked"] == ["nightly", "pushed"] and len(checked["errors"]) == 1
+    status = json.loads(loopd(home, "status", "--json").stdout)
+    assert len(status["errors"]) == 1
+    for name in ("nightly", "pushed"):
+        assert status["loops"][name]["phase"] == "not-loaded"
+        assert "loopd.toml does not load" in status["loops"][name]["note"]
+
+
+def test_every_bad_schedule_expression_is_reported(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    loops = {
+        "l": f'repo = "{repo}"\ntask = "t"\nschedule = ["61 * * * *", "0 2 * * *", "* 25 * * *"]\n'
+    }
+    proc = loopd(make_home(tmp_path / "home", "", loops), "check")
+    out = proc.stdout + proc.stderr
+    assert "l.toml: schedule[0]: cron expression '61 * * * *'" in out, out
+    assert "l.toml: schedule[2]: cron expression '* 25 * * *'" in out
+    assert "schedule[1]" not in out
+
+
+def test_a_listener_bound_beyond_loopback_is_warned_about(tmp_path: Path) -> None:
+    """`bind = "0.0.0.0:..."` serves plain HTTP and /metrics to the network: said by `check`."""
+    for bind, warned in (("0.0.0.0:8787", True), ("[::]:8787", True), ("127.0.0.1:8787", False),
+                         ("[::1]:8787", False), ("localhost:8787", False)):  # fmt: skip
+        home = make_home(
+            tmp_path / f"home-{bind.replace(':', '_')}", f'[listen]\nbind = "{bind}"\n'
+        )
+        proc = loopd(home, "check")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        found = [line for line in proc.stdout.splitlines() if "listen.bind" in line]
+        assert bool(found) == warned, (bind, proc.stdout)
+        if warned:
+            assert "beyond this machine" in found[0] and "trusted_proxies" in found[0]

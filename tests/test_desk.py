@@ -32,6 +32,7 @@ from daemon.agents.deskwire import (
     validated,
 )
 from daemon.cli.tool import parse
+from daemon.extras import install_command
 from daemon.rules.decisionlog import Decision
 from daemon.runs.desk import Desk, DeskError, RateLimit
 from daemon.state.agentrecords import (
@@ -366,7 +367,7 @@ def test_loopd_mcp_without_the_sdk_names_the_extra(tmp_path: Path) -> None:
         timeout=60,
     )
     assert proc.returncode == 2, proc.stderr
-    assert "pip install 'loopd[mcp]'" in proc.stderr and "Traceback" not in proc.stderr
+    assert install_command("mcp") in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_one_run_cannot_write_into_another(tmp_path: Path) -> None:

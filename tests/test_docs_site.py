@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from daemon.extras import install_command
 from tests.helpers import ROOT
 
 README_MAX_BYTES = 12_000
@@ -150,7 +151,7 @@ def test_loopd_docs_without_mkdocs_names_the_folder_and_how_to_build(tmp_path: P
     proc = _loopd_docs(tmp_path / "cache", PYTHONPATH=f"{hidden}{os.pathsep}{ROOT}")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(ROOT / "docs")
-    assert "pip install 'loopd[docs]'" in proc.stderr
+    assert install_command("docs") in proc.stderr
     assert not (tmp_path / "cache").exists()
 
 

@@ -412,7 +412,10 @@ def test_check_errors_for_landing_without_a_branch_and_in_place(tmp_path: Path) 
         "inplace": f'repo = "{repo}"\ntask = "t"\nisolation = "in-place"\nland = "push"\n',
         "named": f'repo = "{repo}"\ntask = "t"\nbase = "v1"\nland = "merge"\ntarget = "main"\n',
     }
-    home = make_home(tmp_path / "home", "", loops)
+    # A command agent found on every machine: only the landing settings may be reported.
+    agent = '[agents.shell]\nadapter = "command"\ncommand = ["true"]\n'
+    loops = {name: text + 'agent = "shell"\n' for name, text in loops.items()}
+    home = make_home(tmp_path / "home", agent, loops)
     proc = loopd(home, "check")
     assert proc.returncode == 2
     assert "tagged.toml: target" in proc.stderr + proc.stdout

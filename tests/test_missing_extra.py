@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from daemon.extras import install_command
 from tests.helpers import loopd, make_home
 
 TEMPORAL = '[engine]\nkind = "temporal"\naddress = "127.0.0.1:1"\n'
-INSTALL = "pip install 'loopd[temporal]'"
+INSTALL = install_command("temporal")
 
 
 def without_temporalio(tmp_path: Path) -> dict[str, str]:

@@ -67,6 +67,10 @@ def hit_of(tmp_path: Path, adapter_name: str, stream: str, exit_code: int = 1) -
         ("qwen", "qwen-429.real.jsonl", NOW + timedelta(seconds=20)),
         # Claude Code: the rejected rate_limit_event's resetsAt wins over the words.
         ("claude", "claude-quota.jsonl", datetime.fromtimestamp(2_000_000_000, UTC)),
+        # Recorded from Claude Code 2.1.332 with an API key: the API's 429 rate_limit_error
+        # (its reset headers never reach the stream), the synthetic assistant line and the
+        # result marked api_error_status 429: no reset named.
+        ("claude", "claude-429.real.jsonl", None),
         # A build without that event: "resets 2:50am (UTC)" is the next 2:50 in UTC.
         ("claude", "claude-quota-text.jsonl", datetime(2026, 12, 1, 2, 50, tzinfo=UTC)),
         # Codex: "try again at 12:16 PM", in the agent's own (here UTC) zone, tomorrow.
@@ -102,6 +106,10 @@ def test_each_adapter_recognises_its_quota_ending_and_the_reset(
         ("qwen", "qwen-retrying.real.jsonl", 0),
         # Claude retried a transient 429 by itself and finished.
         ("claude", "claude-retry.jsonl", 0),
+        # The same, recorded from Claude Code 2.1.332.
+        ("claude", "../streams/claude-retry.real.jsonl", 0),
+        # A refused key is no usage limit (recorded).
+        ("claude", "../streams/claude-401.real.jsonl", 1),
         # Codex's plan does not include it: waiting does not help.
         ("codex", "codex-plan.jsonl", 1),
         # Codex could not reach its endpoint (recorded): "Reconnecting..." then a 404.

@@ -123,7 +123,15 @@ def test_a_listen_change_waits_for_a_restart() -> None:
     off = DaemonConfig()
     on = DaemonConfig.model_validate({"listen": {"bind": "127.0.0.1:9000"}})
     assert restart_pending(off, on) == {
-        "listen": ["table", "bind", "max_body", "rate_limit", "worker_bind"]
+        "listen": [
+            "table",
+            "bind",
+            "max_body",
+            "rate_limit",
+            "trusted_proxies",
+            "read_timeout",
+            "worker_bind",
+        ]  # fmt: skip
     }
     assert restart_pending(on, on) == {}
     assert keep_running(off, on).listen is None

@@ -18,7 +18,7 @@ from daemon.systemd import (
     render_unit,
     unit_home,
 )
-from tests.helpers import ROOT, loopd, make_home
+from tests.helpers import ROOT, loopd, make_home, make_repo
 
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 
@@ -213,3 +213,41 @@ def test_systemd_install_writes_the_unit_and_prints_the_commands(tmp_path: Path)
 
     printed = loopd(home, "systemd", "install", "--print", env=env)
     assert printed.stdout.startswith(f"# loopd user unit for the home {home}")
+
+
+def test_systemd_install_lists_every_named_variable_and_check_finds_the_missing(
+    tmp_path: Path,
+) -> None:
+    """Keys, webhook secrets and variables passed to checks: under systemd loopd sees only the
+    unit's environment file, so install names each one and `check --env-file` warns per gap."""
+    repo = make_repo(tmp_path / "repo")
+    config = (
+        '[agents.claude]\nadapter = "claude"\napi_key_env = "ANTHROPIC_KEY_FOR_LOOPD"\n'
+        '[remotes.gh]\nkind = "github"\nrepository = "me/app"\n'
+        'clone_url = "https://example.invalid/me/app.git"\nsecret_env = "LOOPD_GH_SECRET"\n'
+    )
+    loops = {
+        "nightly": f'repo = "{repo}"\ntask = "t"\nagent = "claude"\nchecks_env = ["DATABASE_URL"]\n'
+    }
+    home = make_home(tmp_path / "home", config, loops)
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_RUNTIME_DIR": str(tmp_path / "r")}
+    proc = loopd(home, "systemd", "install", "--no-enable", env=env)
+    assert proc.returncode == 0, proc.stderr
+    for name, where in (
+        ("ANTHROPIC_KEY_FOR_LOOPD", "[agents.claude] api_key_env"),
+        ("LOOPD_GH_SECRET", "[remotes.gh] secret_env"),
+        ("DATABASE_URL", "loops/nightly.toml checks_env"),
+    ):
+        assert any(name in line and where in line for line in proc.stdout.splitlines()), name
+    assert "check --env-file" in proc.stdout
+
+    env_file = tmp_path / "loopd-home.env"
+    env_file.write_text("# the service's keys\nANTHROPIC_KEY_FOR_LOOPD=sk-test\n")
+    checked = loopd(home, "check", "--env-file", str(env_file))
+    said = checked.stdout + checked.stderr
+    assert "LOOPD_GH_SECRET (named by loopd.toml [remotes.gh] secret_env)" in said, said
+    assert "DATABASE_URL (named by loops/nightly.toml checks_env)" in said
+    assert "ANTHROPIC_KEY_FOR_LOOPD (named" not in said
+    assert "sk-test" not in said  # values are never read out
+    missing = loopd(home, "check", "--env-file", str(tmp_path / "absent.env"))
+    assert "no such environment file" in missing.stdout + missing.stderr

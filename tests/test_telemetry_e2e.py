@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from daemon.extras import install_command
 from tests.helpers import loopd, make_home, make_repo, runs, start_daemon, stop_daemon, wait_for
 
 pytest.importorskip("opentelemetry.sdk.trace", reason="needs loopd's telemetry extra")
@@ -170,10 +171,10 @@ def test_without_the_packages_check_warns_and_the_run_goes_on(tmp_path: Path) ->
     checked = loopd(home, "check", env=env)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     said = checked.stdout + checked.stderr
-    assert "pip install 'loopd[telemetry]'" in said and "otlp_endpoint" in said
+    assert install_command("telemetry") in said and "otlp_endpoint" in said
     proc = loopd(home, "once", "calc", env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "loopd[telemetry]" in proc.stderr and "Traceback" not in proc.stderr
+    assert install_command("telemetry") in proc.stderr and "Traceback" not in proc.stderr
     assert runs(home)[0]["outcome"] == "succeeded"
 
 

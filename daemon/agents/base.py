@@ -17,7 +17,11 @@ from pydantic import BaseModel, ConfigDict
 from daemon.agents.deskconfig import DeskAccess
 from daemon.config import AgentProfile
 
-EventType = Literal["session", "text", "tool_call", "tool_result", "usage", "final", "error", "raw"]
+# `notice`: something the agent's program itself said (a request it will retry), neither the
+# model's words nor an error the session ended on.
+EventType = Literal[
+    "session", "text", "tool_call", "tool_result", "usage", "final", "error", "notice", "raw"
+]
 
 
 class AgentEvent(BaseModel):
@@ -27,7 +31,7 @@ class AgentEvent(BaseModel):
 
     type: EventType
     session_id: str = ""
-    text: str = ""  # text, final, error, raw
+    text: str = ""  # text, final, error, notice, raw
     tool: str = ""  # tool_call, tool_result
     call_id: str = ""  # pairs a tool_call with its tool_result
     arguments: Any = None  # tool_call: the arguments as the agent sent them
@@ -97,6 +101,9 @@ class AgentAdapter(ABC):
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
         # How this attempt's agent reaches loopd's desk (set by the caller; None: no tools).
         self.desk: DeskAccess | None = None
+        # loopd's own sandbox confines the agent (set by the caller): its CLI's own checks
+        # for running unconfined (as root) need not hold it back.
+        self.sandboxed = False
 
     def write_tool_config(self, home: Path) -> None:
         """Write `loopd mcp` into the agent's configuration under `home` (its CLI's format);

@@ -17,10 +17,17 @@ from daemon.agents.base import (
     positional,
     raw,
 )
-from daemon.agents.deskconfig import claude_config
+from daemon.agents.deskconfig import claude_config, mcp_installed
 
 # What a keyless local endpoint gets: the CLI refuses to start without some key.
 PLACEHOLDER_KEY = "loopd-no-key"
+# Claude Code retries a failed request 10 times by default, for minutes: a refused key would
+# hold the run that long. loopd nudges and parks by itself, so a few retries are enough.
+MAX_RETRIES = "2"
+# The `error` of Claude Code's synthetic assistant line (and `api_error_status`) that say a
+# usage limit, and a refused login.
+QUOTA_ERRORS = frozenset({"rate_limit"})
+LOGIN_ERRORS = frozenset({"authentication_failed", "oauth_org_not_allowed"})
 
 
 def parse_stream_json(line: str, *, cache_is_extra: bool) -> list[AgentEvent]:
@@ -41,6 +48,8 @@ def parse_stream_json(line: str, *, cache_is_extra: bool) -> list[AgentEvent]:
         session = data.get("session_id")
         if data.get("subtype") == "init" and isinstance(session, str) and session:
             return [AgentEvent(type="session", session_id=session)]
+        if data.get("subtype") == "api_retry":
+            return [_retry_notice(data)]
         return raw(line)
     if kind == "assistant":
         return _assistant(data) or raw(line)
@@ -70,6 +79,32 @@ def _rate_limit(data: dict[str, Any]) -> list[AgentEvent]:
     ]
 
 
+def _retry_notice(data: dict[str, Any]) -> AgentEvent:
+    """A request Claude Code will send again (`system/api_retry`): a notice, not an error:
+    the session goes on, and its ending says whether the retries helped."""
+    status = as_int(data.get("error_status"))
+    why = str(data.get("error") or "") or (f"HTTP {status}" if status else "an error")
+    delay = as_float(data.get("retry_delay_ms")) / 1000
+    text = f"API request failed ({why}"
+    text += f", HTTP {status})" if status and why != f"HTTP {status}" else ")"
+    text += f"; retry {as_int(data.get('attempt'))} of {as_int(data.get('max_retries'))}"
+    text += f" in {delay:.1f}s" if delay else ""
+    return AgentEvent(type="notice", text=text)
+
+
+def api_error(data: dict[str, Any], text: str) -> AgentEvent | None:
+    """The error event of a line that carries Claude Code's API error (its synthetic assistant
+    line, its `result`), marked a usage limit or a refused login by its structure; None when
+    the line carries none."""
+    status = as_int(data.get("api_error_status"))
+    kind = data.get("error") if isinstance(data.get("error"), str) else ""
+    if not status and not kind:
+        return None
+    quota = status == 429 or kind in QUOTA_ERRORS
+    login = status in (401, 403) or kind in LOGIN_ERRORS
+    return AgentEvent(type="error", text=text or kind or f"HTTP {status}", quota=quota, login=login)
+
+
 def _blocks(data: dict[str, Any]) -> list[dict[str, Any]]:
     message = data.get("message")
     content = message.get("content") if isinstance(message, dict) else None
@@ -79,6 +114,12 @@ def _blocks(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _assistant(data: dict[str, Any]) -> list[AgentEvent]:
+    if data.get("is_api_error_message") or isinstance(data.get("error"), str):
+        # Claude Code's own line, not the model's words: the error its API call ended on.
+        text = "\n".join(as_text(b.get("text")) for b in _blocks(data) if b.get("type") == "text")
+        event = api_error(data, text)
+        if event is not None:
+            return [event]
     events = []
     for block in _blocks(data):
         if block.get("type") == "text" and isinstance(block.get("text"), str) and block["text"]:
@@ -132,7 +173,7 @@ def _result(data: dict[str, Any], *, cache_is_extra: bool) -> list[AgentEvent]:
     text = data.get("result") if isinstance(data.get("result"), str) else ""
     if failed:
         message = _error_message(data) or text or str(data.get("subtype") or "error")
-        events.append(AgentEvent(type="error", text=message))
+        events.append(api_error(data, message) or AgentEvent(type="error", text=message))
     events.append(AgentEvent(type="final", text=text, is_error=failed))
     return events
 
@@ -161,8 +202,14 @@ class ClaudeAdapter(AgentAdapter):
     speaks_mcp = True
     MCP_FILE = ".loopd-mcp.json"  # in the run's HOME, given with --mcp-config
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._api_error = ""  # the text of the last API error its synthetic line said
+
     def write_tool_config(self, home: Path) -> None:
-        if self.desk is not None:
+        # Without the MCP SDK `loopd mcp` cannot start, and Claude Code would report the
+        # server failed: it gets none, and `loopd-tool` alone.
+        if self.desk is not None and mcp_installed():
             claude_config(home / self.MCP_FILE, self.desk)
 
     def invocation(self, prompt: str, resume: Resume | None = None) -> Invocation:
@@ -170,16 +217,27 @@ class ClaudeAdapter(AgentAdapter):
         argv = ["claude", "-p", positional(text), "--output-format", "stream-json", "--verbose"]
         if resume:
             argv += ["--resume", resume.session_id]
-        # Unattended: no tool waits for a person. Claude Code refuses this as root unless
-        # IS_SANDBOX=1 is in the profile's env.
+        # Unattended: no tool waits for a person (refused as root unless IS_SANDBOX=1, below).
         argv += ["--permission-mode", "bypassPermissions"]
         home = self.home()
-        if self.desk is not None and home is not None:
+        if self.desk is not None and home is not None and mcp_installed():
             argv += ["--mcp-config", str(home / self.MCP_FILE)]
         if self.profile.model:
             argv += ["--model", self.profile.model]
         argv += list(self.profile.args)
-        env: dict[str, str] = {}  # the profile's env is added by the caller
+        return Invocation(argv=argv, env=self._env(), home=self.home())
+
+    def _env(self) -> dict[str, str]:
+        """What the adapter sets; the profile's env is added by the caller and wins."""
+        env: dict[str, str] = {
+            # A run's HOME is its own: an update there is lost with it, and slows the start.
+            "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CODE_MAX_RETRIES": MAX_RETRIES,
+        }
+        if self.sandboxed:
+            # Claude Code refuses bypassPermissions as root unless told it runs in a sandbox:
+            # loopd's sandbox is one (an agent run unconfined as root stays refused).
+            env["IS_SANDBOX"] = "1"
         # Claude Code speaks the Anthropic Messages API, so its base URL is an Anthropic-compatible
         # endpoint (vLLM, llama.cpp server and LiteLLM offer one), not an OpenAI-compatible one.
         if self.profile.base_url:
@@ -189,7 +247,15 @@ class ClaudeAdapter(AgentAdapter):
             env["ANTHROPIC_API_KEY"] = key
         elif self.profile.base_url:
             env["ANTHROPIC_API_KEY"] = PLACEHOLDER_KEY
-        return Invocation(argv=argv, env=env, home=self.home())
+        return {name: value for name, value in env.items() if name not in self.profile.env}
 
     def parse_line(self, line: str) -> list[AgentEvent]:
-        return parse_stream_json(line, cache_is_extra=True)
+        events = parse_stream_json(line, cache_is_extra=True)
+        if len(events) == 1 and events[0].type == "error":  # the synthetic assistant line
+            self._api_error = events[0].text
+        elif self._api_error and any(e.type == "final" for e in events):
+            # The result repeats the error its synthetic line said (the flags are said once
+            # already): its final event keeps the words.
+            events = [e for e in events if not (e.type == "error" and e.text == self._api_error)]
+            self._api_error = ""
+        return events

@@ -81,6 +81,7 @@ def config_facts(home: Any, loaded: Any) -> dict[str, Any]:
             "refusal": choice.refusal,
         },
         "limits": _limits_line(loaded),
+        "unchecked": list(loaded.unchecked),
         "loops": {
             name: {
                 "enabled": loop.config.enabled,

@@ -11,8 +11,9 @@ import webbrowser
 from pathlib import Path
 
 from daemon.cli.common import CommandError
+from daemon.extras import install_command
 
-INSTALL = "pip install 'loopd[docs]' (or the dev extra: pip install -e '.[dev]')"
+INSTALL = install_command("docs")
 BUILD_TIMEOUT = 300.0
 
 

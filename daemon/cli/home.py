@@ -14,6 +14,7 @@ from daemon.cli.jsonout import print_json
 from daemon.clock import utc_now
 from daemon.config import LoadedConfig
 from daemon.config.errors import ConfigError
+from daemon.config.secrets import missing_from_env_file
 from daemon.engine import missing_extra
 from daemon.home import Home, init_home, is_home
 from daemon.model.probe import Probe
@@ -77,6 +78,7 @@ def _print_check_json(
         {
             "home": str(home.root),
             "loops": sorted(loaded.loops),
+            "loops_unchecked": loaded.unchecked,
             "errors": [
                 {"file": str(e.file), "key": e.key, "message": e.message, "fix": e.fix}
                 for e in loaded.errors
@@ -127,10 +129,12 @@ def _print_check_text(
     for login in logins:
         print(login["line"] if login["works"] else f"warning: {login['line']}")
     names = ", ".join(sorted(loaded.loops)) or "none"
-    print(
-        f"{len(loaded.loops)} valid loop(s): {names}; {len(loaded.errors)} error(s), "
-        f"{len(loaded.warnings)} warning(s)"
-    )
+    counted = f"{len(loaded.errors)} error(s), {len(loaded.warnings)} warning(s)"
+    if loaded.unchecked:
+        unchecked = ", ".join(loaded.unchecked)
+        print(f"loop files not checked until loopd.toml loads: {unchecked}; {counted}")
+    else:
+        print(f"{len(loaded.loops)} valid loop(s): {names}; {counted}")
 
 
 def check(args: argparse.Namespace) -> int:
@@ -146,6 +150,8 @@ def check(args: argparse.Namespace) -> int:
     if loaded.daemon_ok:
         config = loaded.daemon
         loaded.warnings.extend(calibration_warnings(home.state_dir, config, home.config_path))
+        if getattr(args, "env_file", ""):
+            loaded.warnings.extend(missing_from_env_file(loaded, Path(args.env_file)))
     probe = preflight.probe  # the verifier tried: what answered, or the warning says
     sandbox = choose(loaded.daemon.sandbox)
     shows: dict[str, list[str]] = {}

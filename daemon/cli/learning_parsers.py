@@ -81,6 +81,11 @@ def _rules_deciding(actions: Any) -> None:
         choices=("all",),
         help="all: the rule applies to every repository, not only the one it was learned in",
     )
+    p.add_argument(
+        "--broad",
+        action="store_true",
+        help="promote it although a trigger pattern matches every task",
+    )
     p = command(
         actions,
         "retire",
@@ -108,12 +113,17 @@ def _rules_sharing(actions: Any) -> None:
         actions,
         "import",
         "rules:import_cmd",
-        "Check a bundle whole, then file its rules in rules/trial/, firing nowhere until widened.",
+        "Check a bundle, then file its rules in rules/trial/, firing nowhere until widened.",
         json_flag=True,
     )
     p.add_argument("src", metavar="SRC", help="a bundle's folder, or a git repository holding one")
     p.add_argument(
         "--no-model", action="store_true", help="skip the contradiction check with the verifier"
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse the whole bundle when any rule is refused (default: skip it, take the rest)",
     )
 
 

@@ -24,8 +24,9 @@ from daemon.agents.deskwire import (
     validated,
 )
 from daemon.cli.common import CommandError
+from daemon.extras import install_command
 
-INSTALL = "pip install 'loopd[mcp]' (or the dev extra: pip install -e '.[dev]')"
+INSTALL = install_command("mcp")
 
 
 class ToolFailed(Exception):

@@ -47,7 +47,16 @@ def register(sub: Any) -> None:
 def _home(sub: Any) -> None:
     parser = command(sub, "init", "home:init", "Make a home with commented examples.")
     parser.add_argument("dir", nargs="?", help="the folder to make a home in (default: .)")
-    command(sub, "check", "home:check", "Validate loopd.toml and loops/*.toml.", json_flag=True)
+    check = command(
+        sub, "check", "home:check", "Validate loopd.toml and loops/*.toml.", json_flag=True
+    )
+    check.add_argument(
+        "--env-file",
+        default="",
+        metavar="FILE",
+        help="also warn for each key the home names that FILE (KEY=value lines, e.g. the "
+        "systemd unit's EnvironmentFile) does not set",
+    )
 
 
 def _runs(sub: Any) -> None:

@@ -16,6 +16,7 @@ from daemon.clock import utc_now
 from daemon.model.client import ModelClient, ModelUnavailable
 from daemon.rules.evaluator import JudgeCache, select_rules
 from daemon.rules.library import RuleLibrary
+from daemon.rules.patterns import matches_everything
 from daemon.rules.rulefile import KIND_WORDS, LIVE, STATUSES, Rule, RuleFileError
 from daemon.rules.sharing import (
     BundleError,
@@ -247,6 +248,13 @@ def promote_cmd(args: argparse.Namespace) -> int:
     stored = _get(library, args.id)
     rule = stored.rule
     now = utc_now()
+    broad = [p for p in rule.trigger_patterns if matches_everything(p)]
+    if broad and not args.broad:
+        raise CommandError(
+            f"{rule.id}: its trigger pattern {broad[0][:60]!r} matches every task, so active it "
+            "would fire on every run. Fix: narrow trigger_patterns in its file, or pass --broad "
+            "to promote it anyway"
+        )
     events = home.state().events
     update: dict[str, Any] = {}
     said: list[str] = []
@@ -299,7 +307,7 @@ def export_cmd(args: argparse.Namespace) -> int:
     """Write rules, with their provenance, as a bundle another home can import."""
     home, library = rule_library(args)
     try:
-        entries = export_rules(
+        exported = export_rules(
             library,
             Path(args.dest),
             home.state().home_id(),
@@ -310,8 +318,12 @@ def export_cmd(args: argparse.Namespace) -> int:
     except BundleError as exc:
         raise CommandError(str(exc)) from None
     _warn(library)
+    entries = exported.entries
+    for line in exported.left_out:
+        print(f"loopd: warning: left out {line}", file=sys.stderr)
     if args.json:
-        print_json({"dest": str(args.dest), "rules": [e.model_dump() for e in entries]})
+        rows = [e.model_dump() for e in entries]
+        print_json({"dest": str(args.dest), "rules": rows, "left_out": exported.left_out})
         return 0
     print(f"{len(entries)} rule(s) -> {args.dest}")
     for entry in entries:
@@ -320,7 +332,7 @@ def export_cmd(args: argparse.Namespace) -> int:
 
 
 def import_cmd(args: argparse.Namespace) -> int:
-    """Check a bundle whole, then file its rules in rules/trial/, firing nowhere until widened."""
+    """Check a bundle, then file its rules in rules/trial/, firing nowhere until widened."""
     home, library = rule_library(args)
     client = None if args.no_model else _client(_verifier(home))
     if client is None and not args.no_model:
@@ -334,7 +346,9 @@ def import_cmd(args: argparse.Namespace) -> int:
         if is_remote(args.src):
             src = clone_bundle(args.src, Path(scratch) / "bundle")
         try:
-            landed = import_rules(library, src, utc_now(), client, home.state().events)
+            imported = import_rules(
+                library, src, utc_now(), client, home.state().events, strict=args.strict
+            )
         except BundleError as exc:
             raise CommandError(str(exc)) from None
         except ModelUnavailable as exc:
@@ -342,6 +356,9 @@ def import_cmd(args: argparse.Namespace) -> int:
                 f"the contradiction check could not run: {exc}. Fix: start the endpoint, or "
                 "pass --no-model"
             ) from None
+    landed = imported.landed
+    for line in imported.skipped:
+        print(f"loopd: warning: skipped {line}", file=sys.stderr)
     if args.json:
         print_json([_row(s) for s in landed])
         return 0

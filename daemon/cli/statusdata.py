@@ -157,6 +157,17 @@ def _unloaded_files(facts: dict[str, Any], loops: dict[str, dict[str, Any]]) -> 
             "note": f"not loaded: {why}",
             "paused": False,
         }
+    for name in facts.get("unchecked", []):
+        if name in loops:
+            continue  # the running daemon has it, from before loopd.toml broke
+        loops[name] = {
+            "enabled": False,
+            "phase": "not-loaded",
+            "loaded": False,
+            "error": "",
+            "note": "not checked: loopd.toml does not load (its error is below)",
+            "paused": False,
+        }
     for name in sorted(loops):  # keep the rows in name order with the new ones in place
         loops[name] = loops.pop(name)
 

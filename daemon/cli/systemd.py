@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 from daemon.cli.common import CommandError, home_of
+from daemon.config import LoadedConfig
+from daemon.config.secrets import named_variables
 from daemon.systemd import (
     STOP_TIMEOUT_SEC,
     render_unit,
@@ -54,7 +56,8 @@ def install_cmd(args: argparse.Namespace) -> int:
     if os.environ.get("LANG"):
         environment["LANG"] = os.environ["LANG"]
     # systemd must wait for loopd's own shutdown: the grace for attempts, then cleanup.
-    grace = home_of(args).load().daemon.limits.shutdown_grace.total_seconds()
+    loaded = home_of(args).load()
+    grace = loaded.daemon.limits.shutdown_grace.total_seconds()
     stop_timeout = max(STOP_TIMEOUT_SEC, int(grace) + 60)
     text = render_unit(
         loopd_executable(), home, stem, environment=environment, stop_timeout=stop_timeout
@@ -99,7 +102,21 @@ def install_cmd(args: argparse.Namespace) -> int:
         "to keep it running while you are logged out and start it at boot: "
         f"loginctl enable-linger {os.environ.get('USER') or '$USER'}"
     )
-    print(
-        f"keys named by api_key_env: put KEY=value lines in ~/.config/loopd/{stem}.env (chmod 600)"
-    )
+    _print_env_file_needs(loaded, home, stem)
     return code
+
+
+def _print_env_file_needs(loaded: LoadedConfig, home: Path, stem: str) -> None:
+    """Every variable the home names, which the service sees only from its environment file."""
+    env_file = f"~/.config/loopd/{stem}.env"
+    named = named_variables(loaded)
+    if not named:
+        print(f"environment: the home names no key; variables for it go in {env_file}")
+        return
+    print(
+        "the service sees only its own environment: put these in "
+        f"{env_file} (KEY=value lines, chmod 600):"
+    )
+    for item in named:
+        print(f"  {item.name}  (named by {item.where})")
+    print(f"then check it: loopd --home {home} check --env-file {env_file}")

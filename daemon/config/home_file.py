@@ -215,8 +215,8 @@ class NotifyConfig(StrictModel):
             "[apprise](https://github.com/caronc/apprise/wiki), one URL per service, "
             'e.g. `["ntfy://ntfy.sh/my-topic", "mailtos://user:pass@example.com"]`: '
             "the same message text, titled `loopd: KIND`, an escalation's file linked"
-            " below it (`file://...`). Needs the `notify` extra (`pip install "
-            "'loopd[notify]'`); without it `loopd run` stops with exit 2 saying so"
+            " below it (`file://...`). Needs the `notify` extra (`.venv/bin/pip install -e "
+            "'.[notify]'` in loopd's checkout); without it `loopd run` stops with exit 2 saying so"
         ),
         json_schema_extra={"allowed": "apprise URLs (`SCHEME://...`)"},
     )

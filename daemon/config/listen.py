@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Literal
 
 from pydantic import Field, field_validator
 
 from daemon.config.base import StrictModel
-from daemon.units import size
+from daemon.units import duration, size
 
 REMOTE_KINDS = ("github", "gitea", "gitlab")
 RemoteKind = Literal[REMOTE_KINDS]  # type: ignore[valid-type]
@@ -45,10 +46,28 @@ class ListenConfig(StrictModel):
         le=1_000_000,
         description=(
             "deliveries per source address per minute (a token bucket); more are "
-            "refused with 429. Behind a proxy every delivery comes from the proxy's "
-            "address"
+            "refused with 429. The address is the connection's peer; behind a proxy, name "
+            "it in `trusted_proxies` so that the client's address it forwards is used"
         ),
     )  # deliveries per source address per minute
+    trusted_proxies: list[str] = Field(
+        [],
+        examples=[["127.0.0.1", "::1"]],
+        description=(
+            "the reverse proxies whose `X-Forwarded-For` is believed: a delivery whose peer is "
+            "one of them is counted (rate limit, events) under the last address of that header "
+            "that is not a trusted proxy. Empty: the header is ignored, every delivery is its "
+            "peer's"
+        ),
+        json_schema_extra={"allowed": "IP addresses or networks (`10.0.0.0/8`)"},
+    )
+    read_timeout: duration("1s", "5m") = Field(  # type: ignore[valid-type]
+        "10s",
+        description=(
+            "a connection must send a request's headers, and then its whole body, within this; "
+            "a slower one is closed (headers) or refused with 408 (body)"
+        ),
+    )
     # Apart from `bind`: the home's daemon and a worker may share one loopd.toml on one machine.
     worker_bind: str = Field(
         "",
@@ -62,6 +81,18 @@ class ListenConfig(StrictModel):
     )
 
     _bind = field_validator("bind")(_bind)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _trusted_proxies(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f'{item!r} is not an IP address or network, e.g. "127.0.0.1" or "10.0.0.0/8"'
+                ) from None
+        return value
 
     @field_validator("worker_bind")
     @classmethod

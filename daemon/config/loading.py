@@ -57,6 +57,9 @@ class LoadedConfig:
     daemon_ok: bool = True
     # Problems of loop files that say `enabled = false` but do not load: warnings, not errors.
     disabled_errors: list[ConfigError] = field(default_factory=list)
+    # Loop files left unjudged because loopd.toml did not load: judged against defaults they
+    # would only gather false errors (a remote, a profile, a verifier that loopd.toml names).
+    unchecked: list[str] = field(default_factory=list)
 
 
 def _section_keys(model: type[BaseModel], where: str) -> dict[str, str]:
@@ -338,11 +341,13 @@ def load_home(home: Path) -> LoadedConfig:
     loaded = LoadedConfig(daemon=daemon or DaemonConfig(), errors=list(errors))
     loaded.daemon_ok = daemon is not None
     loops_dir = home / "loops"
-    for path in sorted(loops_dir.glob("*.toml")) if loops_dir.is_dir() else []:
+    paths = sorted(loops_dir.glob("*.toml")) if loops_dir.is_dir() else []
+    if not loaded.daemon_ok:
+        # One error, once: the loops are judged when loopd.toml loads.
+        loaded.unchecked = [path.stem for path in paths]
+        return loaded
+    for path in paths:
         loop, loop_errors = load_loop(path, loaded.daemon)
-        if not loaded.daemon_ok:
-            # Profiles live in the broken loopd.toml: "no profile" would only mislead.
-            loop_errors = [e for e in loop_errors if e.key != "agent"]
         if loop_errors and _says_disabled(path):
             loaded.disabled_errors.extend(loop_errors)
             loaded.warnings.extend(f"{e} (the loop is disabled)" for e in loop_errors)

@@ -6,9 +6,16 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import (
+    Field,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from daemon.config.base import StrictModel, _queue_name
 from daemon.config.errors import ConfigError
@@ -308,12 +315,27 @@ class LoopConfig(StrictModel, RunEnds):
             raise ValueError("task is empty; say what the agent should do")
         return value
 
-    @field_validator("schedule")
+    @field_validator("schedule", mode="wrap")
     @classmethod
-    def _valid_cron(cls, value: list[str]) -> list[str]:
-        for expression in value:
-            CronExpression.parse(expression)
-        return value
+    def _valid_cron(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> list[str]:
+        expressions = handler(value)
+        # Every bad expression is reported, each at its place (schedule[N]), not the first alone.
+        problems = []
+        for n, expression in enumerate(expressions):
+            try:
+                CronExpression.parse(expression)
+            except ValueError as exc:
+                problems.append(
+                    InitErrorDetails(
+                        type=PydanticCustomError("value_error", "{error}", {"error": str(exc)}),
+                        loc=(n,),
+                        input=expression,
+                        ctx={"error": str(exc)},
+                    )
+                )
+        if problems:
+            raise ValidationError.from_exception_data("schedule", problems)
+        return expressions
 
     @field_validator("timezone")
     @classmethod

@@ -7,8 +7,9 @@ import importlib.util
 from pydantic import Field, field_validator
 
 from daemon.config.base import StrictModel, _http_url
+from daemon.extras import install_command
 
-# The Python packages `otlp_endpoint` needs; `loopd[telemetry]` installs them.
+# The Python packages `otlp_endpoint` needs; loopd's `telemetry` extra installs them.
 TELEMETRY_MODULES = (
     ("opentelemetry.sdk.trace", "opentelemetry-sdk"),
     (
@@ -67,6 +68,6 @@ def telemetry_warnings(telemetry: TelemetryConfig) -> list[str]:
         return []
     return [
         f"loopd.toml: [telemetry] otlp_endpoint is set but the Python package {missing!r} is "
-        "not installed, so no trace is sent. Fix: pip install 'loopd[telemetry]', or remove "
+        f"not installed, so no trace is sent. Fix: {install_command('telemetry')}, or remove "
         "otlp_endpoint"
     ]

@@ -6,6 +6,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from daemon.engine.base import Engine, EngineError
+from daemon.extras import install_command
 
 if TYPE_CHECKING:
     from daemon.config import LoadedConfig
@@ -48,7 +49,7 @@ def missing_extra(kind: str) -> tuple[str, str] | None:
         # `exc.name` is what is missing: the SDK itself, or a module the SDK needs.
         missing = exc.name or module
         what = f"the Python package {module}" + ("" if missing == module else f" ({missing})")
-        return f"{what}, which is not installed", f"pip install 'loopd[{extra}]'"
+        return f"{what}, which is not installed", install_command(extra)
     return None
 
 

@@ -137,6 +137,8 @@ def render_record(record: dict[str, Any], full: bool = False) -> list[Line]:
         return _block(head, text, "red" if record.get("is_error") else "green") if text else []
     if kind == "error":
         return _block(f"{when} !! error: ", str(record.get("text", "")), "red")
+    if kind == "notice":
+        return _block(f"{when} -- ", str(record.get("text", "")), "yellow")
     if kind == "session":
         return [Line(f"{when} ── session {clean(str(record.get('session_id', '')))}", "dim")]
     if kind == "usage":

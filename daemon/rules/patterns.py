@@ -93,3 +93,20 @@ def required_literal(pattern: str) -> str:
         return ""  # not Python syntax (RE2's \pL, say): such a pattern runs on every task
     found = _literals(parsed)
     return max(found, key=len).lower() if found else ""
+
+
+# -- breadth -------------------------------------------------------------------------------
+# Texts that share nothing: a pattern that matches the empty text, or every one of these,
+# matches every task whatever its words.
+_UNRELATED = ("0", "Z", " ", "-", "\u00e9", "\u4e2d")
+
+
+def matches_everything(pattern: str) -> bool:
+    """Whether `pattern` fires on every task (`.*`, `^`, `(?s).`, an empty pattern)."""
+    try:
+        compiled = compile_pattern(pattern)
+    except PatternError:
+        return False
+    if compiled.search("") is not None:
+        return True
+    return all(compiled.search(text) is not None for text in _UNRELATED)

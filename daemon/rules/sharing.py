@@ -6,11 +6,16 @@ with a `provenance` table (the home it came from, its repositories and runs, wha
 and when, what the grounding found) and an `expires` date (90 days after its last
 verification unless it had an earlier one).
 
+Export never writes an expired rule: one whose `expires`, its own or the one export would
+stamp, has passed is left out and named.
+
 Import trusts nothing in a bundle. Every entry is checked before anything is written (its
 file is a regular file named after its id inside the bundle, no larger than MAX_RULE_BYTES,
 its sha256 matches, it parses, its id appears once, it has not expired, each trigger pattern
-runs on RE2), then the model's contradiction check runs against the home's live rules. Any
-refusal refuses the bundle with its reasons and writes nothing. What is accepted lands in
+runs on RE2), then the model's contradiction check runs against the home's live rules. A
+refused entry is skipped with its reason and the rest are taken; with `strict`, any refusal
+refuses the bundle and nothing is written. A manifest that cannot be read refuses the
+bundle whatever. What is accepted lands in
 `rules/trial/` only, under a new id of this home, keeping its provenance, scoped to nowhere
 (`scope.nowhere = true`): it fires for no loop until a person widens it (`loopd rules promote ID
 --scope all`, or its `scope` edited), and this home's own promotion then judges it by its
@@ -114,6 +119,22 @@ def _provenance(rule: Rule, home_id: str, now: datetime) -> Provenance:
     )
 
 
+@dataclass
+class Exported:
+    """What an export wrote, and the rules it left out, each with why."""
+
+    entries: list[BundleEntry]
+    left_out: list[str]
+
+
+def _shared(rule: Rule, home_id: str, now: datetime) -> Rule:
+    """The rule as it leaves its home: its provenance filled in, an `expires` date stamped."""
+    provenance = _provenance(rule, home_id, now)
+    verified = provenance.verified or now
+    expires = rule.expires or verified + DEFAULT_LIFETIME
+    return rule.model_copy(update={"provenance": provenance, "expires": expires})
+
+
 def export_rules(
     library: RuleLibrary,
     dest: Path,
@@ -121,8 +142,9 @@ def export_rules(
     now: datetime,
     kinds: tuple[str, ...] = (),
     statuses: tuple[Status, ...] = ("active",),
-) -> list[BundleEntry]:
-    """Write the chosen rules as a bundle into `dest` (new, empty, or an earlier bundle)."""
+) -> Exported:
+    """Write the chosen rules as a bundle into `dest` (new, empty, or an earlier bundle);
+    a rule whose `expires` (its own, or verified + 90 days) has passed is left out."""
     if dest.exists() and not dest.is_dir():
         raise BundleError(f"{dest}: not a folder. Fix: give a new or empty folder")
     if dest.is_dir() and not (dest / MANIFEST).is_file():
@@ -133,21 +155,22 @@ def export_rules(
                 "folder, or an earlier bundle"
             )
     chosen = [
-        s
-        for s in library.scan()
-        if s.status in statuses and (not kinds or s.rule.kind in kinds) and not s.rule.expired(now)
+        s for s in library.scan() if s.status in statuses and (not kinds or s.rule.kind in kinds)
     ]
     folder = dest / "rules"
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("*.md"):
         old.unlink()
     entries = []
+    left_out = []
     for stored in sorted(chosen, key=lambda s: s.rule.id):
         rule = stored.rule
-        provenance = _provenance(rule, home_id, now)
-        verified = provenance.verified or now
-        expires = rule.expires or verified + DEFAULT_LIFETIME
-        shared = rule.model_copy(update={"provenance": provenance, "expires": expires})
+        shared = _shared(rule, home_id, now)
+        if shared.expired(now):
+            assert shared.expires is not None  # stamped by _shared
+            how = "its expires" if rule.expires else "90 days after its last verification"
+            left_out.append(f"{rule.id}: expired on {shared.expires:%Y-%m-%d} ({how})")
+            continue
         text = dump_rule(shared)
         _write(folder / f"{rule.id}.md", text)
         entries.append(
@@ -157,7 +180,7 @@ def export_rules(
         )
     manifest = Manifest(exported=now, home=home_id, rules=entries)
     _write(dest / MANIFEST, tomli_w.dumps(manifest.model_dump(mode="json")))
-    return entries
+    return Exported(entries, left_out)
 
 
 # import --------------------------------------------------------------------------------
@@ -257,9 +280,14 @@ def _checked_entry(src: Path, entry: BundleEntry, now: datetime, refusals: Refus
 
 
 def check_bundle(
-    library: RuleLibrary, src: Path, now: datetime, client: StructuredModel | None
-) -> list[Rule]:
-    """Every rule of the bundle, checked; BundleError with every reason when any fails."""
+    library: RuleLibrary,
+    src: Path,
+    now: datetime,
+    client: StructuredModel | None,
+    strict: bool = False,
+) -> tuple[list[Rule], list[str]]:
+    """The bundle's rules that pass every check, and why each other one is skipped;
+    BundleError when `strict` and any fails, or when none passes and some failed."""
     manifest = read_manifest(src)
     refusals = Refusals()
     seen: set[str] = set()
@@ -267,20 +295,33 @@ def check_bundle(
     for entry in manifest.rules:
         if entry.id in seen:
             refusals.add(entry.id, "appears twice in the manifest")
+            rules = [r for r in rules if r.id != entry.id]  # neither copy is taken
             continue
         seen.add(entry.id)
         rule = _checked_entry(src, entry, now, refusals)
         if rule is not None:
             rules.append(rule)
-    if not refusals.lines and client is not None:
+    if client is not None and not (strict and refusals.lines):
         live = library.rules(LIVE)
+        agreeing = []
         for rule in rules:
             against = contradictions(rule, live, client)
             if against:
                 refusals.add(rule.id, f"contradicts this home's {', '.join(against)}")
-    if refusals.lines:
+            else:
+                agreeing.append(rule)
+        rules = agreeing
+    if refusals.lines and (strict or not rules):
         raise BundleError(f"{src}: refused, nothing imported:\n  " + "\n  ".join(refusals.lines))
-    return rules
+    return rules, refusals.lines
+
+
+@dataclass
+class Imported:
+    """The rules an import filed, and the bundle's entries it skipped, each with why."""
+
+    landed: list[StoredRule]
+    skipped: list[str]
 
 
 def import_rules(
@@ -289,9 +330,10 @@ def import_rules(
     now: datetime,
     client: StructuredModel | None,
     events: EventLog | None,
-) -> list[StoredRule]:
-    """Check the whole bundle, then file each rule in `rules/trial/`, firing nowhere."""
-    rules = check_bundle(library, src, now, client)
+    strict: bool = False,
+) -> Imported:
+    """Check the bundle, then file each rule that passed in `rules/trial/`, firing nowhere."""
+    rules, skipped = check_bundle(library, src, now, client, strict)
     landed = []
     for rule in rules:
         provenance = (rule.provenance or Provenance()).model_copy(
@@ -324,14 +366,13 @@ def import_rules(
                 home=provenance.home,
                 bundle=str(src),
             )
-    return landed
+    return Imported(landed, skipped)
 
 
 def is_remote(src: str) -> bool:
-    """Whether SRC names a git repository to clone rather than a folder here."""
-    return (
-        "://" in src or (src.endswith(".git") and not Path(src).is_dir()) or src.startswith("git@")
-    )
+    """Whether SRC names a git repository to clone rather than a folder here: a URL, or a
+    path ending in `.git` (a bare repository a team shares is a folder too, yet no bundle)."""
+    return "://" in src or src.rstrip("/").endswith(".git") or src.startswith("git@")
 
 
 def clone_bundle(src: str, into: Path) -> Path:
@@ -339,7 +380,10 @@ def clone_bundle(src: str, into: Path) -> Path:
     try:
         Git(into.parent, plain=True).run("clone", "--quiet", "--depth=1", "--", src, str(into))
     except GitError as exc:
-        raise BundleError(f"{src}: cannot clone: {exc}") from None
+        raise BundleError(
+            f"{src}: cannot clone: {exc}. Fix: give a git repository holding a bundle (a path "
+            "ending in .git is cloned), or the bundle's folder by a path not ending in .git"
+        ) from None
     return into
 
 

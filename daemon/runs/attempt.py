@@ -154,6 +154,7 @@ class Attempt:
         cls = adapter_class(profile.adapter)
         adapter = cls(profile, self._agent_home(cls))
         adapter.scratch = self.confinement.scratch
+        adapter.sandboxed = self.confinement.sandbox.confines
         transcript = Transcript(folder / "transcript.jsonl", limits.transcript_cap)
         result = AttemptResult(record=attempt)
         stopped_parked = False

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.config import Loop, RemoteConfig
+from daemon.git.refname import branch_problem
 from daemon.git.safe import Git, GitError
 from daemon.globs import wildmatch
 from daemon.state.eventtypes import Event
@@ -236,10 +237,15 @@ class RemoteFeed:
         # plain: fetch, rev-parse and update-ref check nothing out and diff nothing, so no
         # filter or diff program can run; it spares a `git config` read before each command,
         # on the way from a delivery to its run.
+        bad = [b for b in branches if branch_problem(b)]
+        if bad:  # the desk and the poller let none through: never a refspec of another's
+            return f"branch {bad[0][:120]!r} is not a valid branch name: {branch_problem(bad[0])}"
         git = Git(repo, user_config=True, plain=True)
         try:
             fetch_head, common = self._paths_of(git)
-            # Objects and FETCH_HEAD only: no ref of the repository moves unrecorded.
+            # Objects and FETCH_HEAD only: no ref of the repository moves unrecorded. loopd
+            # builds each refspec from a checked branch name (no ':', '*' or leading '-'),
+            # then moves refs/remotes/NAME/B itself, in the ledger first.
             git.run(
                 "fetch", "--no-tags", "--quiet", "--", remote.clone_url,
                 *[f"refs/heads/{b}" for b in branches],
@@ -381,8 +387,10 @@ class RemotePoller:
         heads: dict[str, str] = {}
         for line in out.stdout.decode("utf-8", "replace").splitlines():
             sha, _, ref = line.partition("\t")
-            if ref.startswith("refs/heads/"):
-                heads[ref.removeprefix("refs/heads/")] = sha
+            branch = ref.removeprefix("refs/heads/")
+            # A remote may advertise any name: only one git accepts becomes a refspec.
+            if ref.startswith("refs/heads/") and not branch_problem(branch):
+                heads[branch] = sha
         loops = self.feed.loops()
         seen = self.seen.setdefault(name, {})
         for branch, sha in sorted(heads.items()):

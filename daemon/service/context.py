@@ -15,6 +15,7 @@ import daemon as package
 from daemon import example
 from daemon.config import LoadedConfig, Loop, LoopConfig
 from daemon.example.prepare import prepare_examples
+from daemon.extras import install_command
 from daemon.home import Home
 from daemon.people.notify import Notifications
 from daemon.runs.budget import budget_warnings
@@ -77,7 +78,7 @@ def _require_extras(loaded: LoadedConfig) -> None:
         except ImportError:
             raise ConfigFatal(
                 f"loopd.toml: {key} needs the Python package {module!r}, which is not "
-                f"installed; install loopd's `{extra}` extra: pip install 'loopd[{extra}]', "
+                f"installed; install loopd's `{extra}` extra: {install_command(extra)}, "
                 f"or remove {key}"
             ) from None
 

@@ -5,11 +5,19 @@ so a taken port is a clear error at start. TLS is the reverse proxy's job (docs/
 routes: POST /hooks/github, /hooks/gitea (also /hooks/forgejo), /hooks/gitlab; GET /metrics
 and /healthz. Webhook bodies are capped at `max_body` and deliveries rate-limited per source
 address before anything else is read.
+
+The source address is the connection's peer. Only when the peer is one of `trusted_proxies`
+is its `X-Forwarded-For` believed: the source is then the last address of that header that
+is not a trusted proxy (a proxy appends the client's address; what the client wrote comes
+before it). uvicorn's own reading of proxy headers is off, so that nothing else decides it.
+A connection must send its headers within `read_timeout` (else it is closed) and then its
+body within `read_timeout` (else 408); at most `MAX_CONNECTIONS` are open at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import threading
 from collections.abc import Callable
@@ -17,7 +25,10 @@ from typing import Any
 
 from daemon.config import ListenConfig
 from daemon.service.context import ConfigFatal
+from daemon.service.refusals import shown
 from daemon.service.webhook_desk import Answer, RateLimit, WebhookDesk
+
+MAX_CONNECTIONS = 256  # open at once; more are closed as they come
 
 ROUTES = {
     "/hooks/github": "github",
@@ -45,6 +56,8 @@ class Listener:
         self.metrics = metrics
         self.healthy = healthy
         self.limit = RateLimit(config.rate_limit, monotonic)
+        self.trusted = [ipaddress.ip_network(p, strict=False) for p in config.trusted_proxies]
+        self.read_timeout = config.read_timeout.total_seconds()
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self.port = config.port
@@ -69,13 +82,20 @@ class Listener:
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
             self.app,
-            http="h11",
+            http=_deadline_protocol(self.read_timeout),
+            # Who sent a delivery is decided here (`source_of`), from `trusted_proxies` alone:
+            # uvicorn would otherwise believe X-Forwarded-For from 127.0.0.1.
+            proxy_headers=False,
+            forwarded_allow_ips="",
+            h11_max_incomplete_event_size=16_384,  # headers over 16 KB: 400
             loop="asyncio",
             lifespan="off",
             ws="none",
             interface="asgi3",
             access_log=False,
-            log_level="warning",
+            # Not "warning": uvicorn says "Invalid HTTP request received." per bad request, a
+            # line a client could have the log grow by without bound.
+            log_level="error",
             server_header=False,
             date_header=False,
             timeout_keep_alive=5,
@@ -119,33 +139,116 @@ class Listener:
 
     async def _webhook(self, kind: str, scope: dict[str, Any], receive: Any) -> Answer:
         assert self.desk is not None  # no route leads here without one
-        source = (scope.get("client") or ("?", 0))[0]
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        peer = (scope.get("client") or ("?", 0))[0]
+        source = source_of(peer, headers.get("x-forwarded-for", ""), self.trusted)
         cap = self.config.max_body
         if not self.limit.allow(source):
             return self.desk.refuse(kind, 429, "too many deliveries from this address", source)
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
             declared = int(headers.get("content-length", "0"))
         except ValueError:
             declared = 0
         if declared > cap:
             return self.desk.refuse(kind, 413, f"body over {cap} bytes", source)
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return Answer(400, "")
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > cap:
-                return self.desk.refuse(kind, 413, f"body over {cap} bytes", source)
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                break
+        try:
+            async with asyncio.timeout(self.read_timeout):
+                body = await _body(receive, cap)
+        except TimeoutError:
+            why = f"the body did not arrive within {self.config.read_timeout.total_seconds():g} s"
+            return self.desk.refuse(kind, 408, why, source)
+        if body is None:
+            return Answer(400, "")  # the client went away
+        if len(body) > cap:
+            return self.desk.refuse(kind, 413, f"body over {cap} bytes", source)
         # On a thread: the desk's writes (the replay store, the event, the trigger) wait on the
         # disk, and the server's loop reads the other connections' deliveries meanwhile.
-        return await asyncio.to_thread(self.desk.handle, kind, headers, b"".join(chunks), source)
+        try:
+            return await asyncio.to_thread(self.desk.handle, kind, headers, body, source)
+        except Exception as exc:  # noqa: BLE001 - one delivery never takes the listener down
+            # An event and its type, no traceback: the log holds nothing a client sent.
+            return self.desk.refuse(kind, 500, f"loopd failed on it ({type(exc).__name__})", source)
+
+
+async def _body(receive: Any, cap: int) -> bytes | None:
+    """The request's body, or the first `cap + 1` bytes of it; None when the client left."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        chunks.append(chunk)
+        if size > cap or not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def source_of(peer: str, forwarded: str, trusted: list[Any]) -> str:
+    """Whom a delivery is counted as: its peer, unless the peer is a trusted proxy; then the
+    last address of `X-Forwarded-For` that is not one (capped: the header is the client's)."""
+    if not _trusted(peer, trusted):
+        return peer
+    for hop in reversed([h.strip() for h in forwarded.split(",")]):
+        if hop and not _trusted(hop, trusted):
+            return shown(hop, 64)
+    return peer
+
+
+def _trusted(address: str, trusted: list[Any]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in trusted)
+
+
+def _deadline_protocol(timeout: float) -> Any:
+    """uvicorn's h11 protocol, with a deadline for each request's headers: a connection that
+    has not sent them all `timeout` seconds after it opened, or after its data began to come
+    (keep-alive), is closed. uvicorn has none: a client trickling a byte at a time held a
+    connection for ever. A connection beyond `MAX_CONNECTIONS` open is closed at once."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class DeadlineProtocol(H11Protocol):
+        _deadline: Any = None
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > MAX_CONNECTIONS:
+                # Each would hold a descriptor the daemon's runs need, for read_timeout.
+                transport.close()
+                return
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._deadline is None and self._waiting():
+                self._arm()
+            super().data_received(data)
+            if self._deadline is not None and not self._waiting():
+                self._deadline.cancel()
+                self._deadline = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+            super().connection_lost(exc)
+
+        def _waiting(self) -> bool:
+            """No request under way: its headers are still to come."""
+            return self.cycle is None or self.cycle.response_complete
+
+        def _arm(self) -> None:
+            self._deadline = self.loop.call_later(timeout, self._late)
+
+        def _late(self) -> None:
+            self._deadline = None
+            if self._waiting() and not self.transport.is_closing():
+                self.transport.close()
+
+    return DeadlineProtocol
 
 
 async def _reply(

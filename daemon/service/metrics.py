@@ -100,7 +100,10 @@ class Metrics:
                     (event.get("run") or "", int(event.get("attempt") or 0)), None
                 )
                 if event.get("judged"):
-                    self.counts["judge"][(loop, str(event.get("verdict") or ""))] += 1
+                    # A closed vocabulary: the verdict's text is the model's (the agent can
+                    # steer it), so a label of it would publish it and grow without bound.
+                    verdict = "pass" if event.get("passed") else "fail"
+                    self.counts["judge"][(loop, verdict)] += 1
                     if checked is not None:
                         seconds = (datetime.fromisoformat(event["ts"]) - checked).total_seconds()
                         self.judge_seconds.observe(max(0.0, seconds))
@@ -185,7 +188,10 @@ class Metrics:
             yield counter("loopd_attempts", "Agent attempts started.", ["loop"], "attempts")
             yield counter("loopd_nudges", "Nudges sent to stalled agents.", ["loop"], "nudges")
             yield counter(
-                "loopd_judge_calls", "Attempts judged by the critic.", ["loop", "verdict"], "judge"
+                "loopd_judge_calls",
+                "Attempts judged by the critic, by loop and pass or fail.",
+                ["loop", "verdict"],
+                "judge",
             )
             what = "attempts" if self.per_attempt else "runs"
             yield counter("loopd_tokens", f"Agent tokens of finished {what}.", ["loop"], "tokens")

@@ -35,6 +35,7 @@ class Outside:
         self.listener: Any = None
         self.metrics: Any = None
         self.tracing: Any = None
+        self.desk: WebhookDesk | None = None
         self.last_tick = time.monotonic()
 
     @classmethod
@@ -71,7 +72,9 @@ class Outside:
                 feed=feed,
                 clock=ctx.clock,
                 event=ctx.event,
+                monotonic=ctx.monotonic,
             )
+            outside.desk = desk
 
             def all_gauges() -> dict[str, float]:
                 return {**gauges(), "heartbeat_age_seconds": time.monotonic() - outside.last_tick}
@@ -88,8 +91,11 @@ class Outside:
         return outside
 
     def ticked(self) -> None:
-        """The daemon ticked: /metrics' heartbeat age starts again."""
+        """The daemon ticked: /metrics' heartbeat age starts again; the refusals counted in
+        a minute that is over are written."""
         self.last_tick = time.monotonic()
+        if self.desk is not None:
+            self.desk.flush()
 
     def alive(self) -> bool:
         return self.listener is None or self.listener.alive()

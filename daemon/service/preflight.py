@@ -5,13 +5,15 @@ untriggered or unheard. `loopd check` prints them (exit 0 when they are all ther
 Each names the file and the key: a `done_when` or `setup` program not on the daemon's PATH,
 a `protect` or `on_change` glob that matches no file at the loop's base, an `on_push` glob
 that matches no branch, a glob with an unclosed `[`, a `[notify] command` not on the PATH,
-a followed `[remotes.NAME]` that no webhook can reach or whose secret is not set,
+a followed `[remotes.NAME]` that no webhook can reach or whose secret is not set, a
+`[listen] bind` beyond loopback,
 a `[verifier]` that does not answer `/models` or does not list its `model`, an `on_push` loop
 whose repository lacks loopd's hooks.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 from collections.abc import Iterable
@@ -103,6 +105,13 @@ class Preflight:
         listen = daemon.listen
         # A [listen] naming only worker_bind is for `loopd worker`s, which serve it.
         for_workers = listen is not None and listen.model_fields_set == {"worker_bind"}
+        if listen is not None and not for_workers and not _loopback(listen.host):
+            self.warnings.append(
+                f"{self.config_path}: listen.bind: {listen.bind!r} listens beyond this machine, "
+                "and the listener speaks plain HTTP with /metrics open to whoever reaches it. "
+                'Fix: bind = "127.0.0.1:8787" behind a reverse proxy that holds TLS '
+                "(docs/hosted.md), and name it in trusted_proxies"
+            )
         if daemon.engine.kind != "local" and (
             (listen is not None and not for_workers) or daemon.remotes
         ):
@@ -236,6 +245,16 @@ def _folder_hint(pattern: str, files: Iterable[str]) -> str:
     tops = sorted({f.split("/", 1)[0] for f in files if "/" in f})
     guess = did_you_mean(head, tops)
     return f"; did you mean '{guess}/{rest}'?" if guess and guess != head else ""
+
+
+def _loopback(host: str) -> bool:
+    """Whether a [listen] host is this machine alone."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: whatever it resolves to, it may be reached from elsewhere
 
 
 def preflight_warnings(

@@ -1,15 +1,19 @@
 """A webhook delivery judged: signed, not replayed, for a known repository and a watched ref.
 
 Synchronous and free of HTTP: the listener hands it the path's service, the headers, the
-body and the source address, and answers with the status it returns. Every refusal and every
-ignored delivery is an event; an accepted push goes to the RemoteFeed (its fetch and its
-triggers, in the inbox before the 202 on the local engine).
+body and the source address, and answers with the status it returns. Every ignored delivery
+is an event, and so is every refusal up to a sample (daemon/service/refusals.py: what a
+client sent is capped in events and answers, and a flood writes a bounded number of events);
+an accepted push goes to the RemoteFeed (its fetch and its triggers, in the inbox before the
+202 on the local engine).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -17,8 +21,10 @@ from datetime import datetime
 from typing import Any
 
 from daemon.config import Loop, RemoteConfig
+from daemon.git.refname import branch_problem
 from daemon.scheduling import webhooks
 from daemon.scheduling.remotes import RemoteFeed, RemotePush, watching
+from daemon.service.refusals import RefusalSampler, shown
 from daemon.state.deliveries import Deliveries
 from daemon.state.eventtypes import Event
 
@@ -67,6 +73,7 @@ class WebhookDesk:
         clock: Callable[[], datetime],
         event: EventSink,
         environ: Mapping[str, str] = os.environ,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.loops = loops
         self.remotes = remotes
@@ -76,13 +83,35 @@ class WebhookDesk:
         self.event = event
         self.environ = environ
         self.counts: Counter[tuple[str, str]] = Counter()  # (kind, result) -> deliveries
+        self.sampler = RefusalSampler(monotonic, clock)
         self._lock = threading.Lock()
 
-    def refuse(self, kind: str, status: int, why: str, source: str, **more: Any) -> Answer:
-        """Record a refused delivery and answer it."""
+    def refuse(self, kind: str, status: int, why: str, source: str, **more: str) -> Answer:
+        """Count a refused delivery, record it when the sample takes it, and answer it.
+
+        `why` is loopd's own text with any client string in it already `shown`; `source` and
+        `more` (a delivery id, a remote) are capped here."""
         self._count(kind, "refused")
-        self.event(Event.WEBHOOK_REFUSED, kind=kind, status=status, why=why, source=source, **more)
+        write, over = self.sampler.admit(kind, status)
+        self._write_counted(over)
+        if write:
+            capped = {k: shown(v) for k, v in more.items()}
+            self.event(
+                Event.WEBHOOK_REFUSED, kind=kind, status=status, why=why, source=shown(source),
+                **capped,
+            )  # fmt: skip
         return Answer(status, why + "\n")
+
+    def flush(self) -> None:
+        """Write the counts of the refusal windows that are over (the daemon's tick)."""
+        self._write_counted(self.sampler.due())
+
+    def _write_counted(self, over: list[Any]) -> None:
+        for counted in over:
+            self.event(
+                Event.WEBHOOK_REFUSALS_COUNTED, kind=counted.kind, status=counted.status,
+                count=counted.count, since=counted.since.isoformat(),
+            )  # fmt: skip
 
     def _count(self, kind: str, result: str) -> None:
         with self._lock:
@@ -94,15 +123,18 @@ class WebhookDesk:
         delivery = webhooks.header(headers, kind, webhooks.DELIVERY)[:200]
         try:
             payload, repository = webhooks.parse(kind, body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deep
             return self.refuse(kind, 400, "the body is not JSON", source, delivery=delivery)
+        if not isinstance(payload, dict):
+            why = "the body is not a JSON object"
+            return self.refuse(kind, 400, why, source, delivery=delivery)
         found = [
             (name, remote)
             for name, remote in sorted(self.remotes().items())
             if remote.kind == kind and remote.repository.lower() == repository.lower()
         ]
         if not found:
-            why = f"no [remotes.NAME] of kind {kind!r} has repository {repository!r}"
+            why = f"no [remotes.NAME] of kind {kind!r} has repository {shown(repository)!r}"
             return self.refuse(kind, 404, why, source, delivery=delivery)
         given = webhooks.header(headers, kind, webhooks.SIGNATURE)
         if not given:
@@ -120,19 +152,25 @@ class WebhookDesk:
         if not delivery:
             why = "no delivery id header: a replay could not be told apart"
             return self.refuse(kind, 400, why, source, remote=name)
-        if not self.deliveries.first_time(kind, delivery, received):
+        digest = hashlib.sha256(body).hexdigest()
+        if not self.deliveries.first_time(kind, delivery, received, digest):
             return self.refuse(
                 kind, 409, "replayed delivery", source, remote=name, delivery=delivery
             )
         event_name = webhooks.header(headers, kind, webhooks.EVENT)
         if event_name != webhooks.PUSH_EVENTS[kind]:
-            return self._ignored(kind, name, delivery, f"event {event_name!r} is not a push")
+            why = f"event {shown(event_name)!r} is not a push"
+            return self._ignored(kind, name, shown(delivery), why)
         push = webhooks.push_of(kind, payload)
         if not push.ref.startswith("refs/heads/"):
-            return self._ignored(
-                kind, name, delivery, f"ref {push.ref!r} is not a branch", push.ref
-            )
+            why = f"ref {shown(push.ref)!r} is not a branch"
+            return self._ignored(kind, name, shown(delivery), why, shown(push.ref))
         branch = push.ref.removeprefix("refs/heads/")
+        problem = branch_problem(branch)
+        if problem:
+            # Signed, yet no service sends it: git itself refuses such a branch.
+            why = f"ref {shown(push.ref)!r} is not a valid branch name: {problem}"
+            return self.refuse(kind, 400, why, source, remote=name, delivery=delivery)
         if not push.after or push.after == webhooks.ZERO:
             return self._ignored(kind, name, delivery, "the branch was deleted", push.ref)
         loops = watching(self.loops(), name, branch)

@@ -1,7 +1,10 @@
-"""`state/deliveries.log`: webhook delivery ids seen in the last 24 h, so a replay is refused.
+"""`state/deliveries.log`: webhook deliveries seen in the last 24 h, so a replay is refused.
 
-One line per delivery, `EPOCH_SECONDS KIND:ID`, appended as each is accepted; a start keeps
-only the lines younger than `KEEP` and rewrites the file, so it stays small.
+A service signs a delivery's body, not its delivery id: the same signed body sent again
+under a new id is a replay too. So each delivery is remembered twice, by its id and by its
+body's sha256: lines `EPOCH_SECONDS KIND:ID` and `EPOCH_SECONDS body:KIND:SHA256`, appended
+as each is accepted; a start keeps only the lines younger than `KEEP` and rewrites the file,
+so it stays small. Only signed deliveries reach it.
 """
 
 from __future__ import annotations
@@ -40,21 +43,25 @@ class Deliveries:
                 self._seen[key] = when
         write_atomic(path, "".join(f"{t:.3f} {k}\n" for k, t in self._seen.items()))
 
-    def first_time(self, kind: str, delivery: str, now: datetime) -> bool:
-        """Record the delivery; False when it was seen within `KEEP` (a replay)."""
+    def first_time(self, kind: str, delivery: str, now: datetime, digest: str = "") -> bool:
+        """Record the delivery; False when its id, or its body's sha256 `digest`, was seen
+        within `KEEP` (a replay)."""
         key = f"{kind}:{''.join(c for c in delivery[:MAX_ID] if c.isprintable() and c != ' ')}"
+        keys = [key] + ([f"body:{kind}:{digest}"] if digest else [])
         stamp = now.timestamp()
         with self._lock:
-            seen = self._seen.get(key)
-            if seen is not None and stamp - seen < KEEP.total_seconds():
-                return False
-            self._seen[key] = stamp
+            for one in keys:
+                seen = self._seen.get(one)
+                if seen is not None and stamp - seen < KEEP.total_seconds():
+                    return False
+            for one in keys:
+                self._seen[one] = stamp
             if len(self._seen) > 100_000:  # a flood: forget what has expired
                 cutoff = stamp - KEEP.total_seconds()
                 self._seen = {k: t for k, t in self._seen.items() if t >= cutoff}
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
-                os.write(fd, f"{stamp:.3f} {key}\n".encode())
+                os.write(fd, "".join(f"{stamp:.3f} {one}\n" for one in keys).encode())
             finally:
                 os.close(fd)
         return True

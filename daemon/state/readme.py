@@ -143,7 +143,7 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   not valid triggers. `inbox/.seen/` holds the hooks' markers: one push (ref, commit)
   triggers a loop once
 - `deliveries.log`: the webhook deliveries `[listen]` accepted in the last 24 hours (time,
-  service, delivery id), so a replayed delivery is refused
+  service, delivery id; and the sha256 of each body), so a replayed delivery is refused
 - `hooks.log`: errors of the git hooks `loopd hooks install` wrote (a hook never fails git)
 - `live/RUN_ID`: an empty marker per run without an outcome yet, so a restart finds the runs
   to resume or end

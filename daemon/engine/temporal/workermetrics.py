@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from daemon.config import LoadedConfig
+from daemon.extras import install_command
 from daemon.service.context import ConfigFatal
 from daemon.state.eventtypes import Event
 from daemon.state.store import StateStore
@@ -40,7 +41,7 @@ def start_metrics(
         except ImportError:
             raise ConfigFatal(
                 f"{key} needs the Python package {module!r}, which is not installed; install "
-                "loopd's `listen` extra: pip install 'loopd[listen]', or serve no /metrics"
+                f"loopd's `listen` extra: {install_command('listen')}, or serve no /metrics"
             ) from None
     from daemon.config import ListenConfig
     from daemon.service.listener import Listener

@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from daemon.extras import install_command
 from daemon.people.notify.base import Notifier, NotifyError
 
-EXTRA_HINT = "install loopd's `notify` extra: pip install 'loopd[notify]'"
+EXTRA_HINT = f"install loopd's `notify` extra: {install_command('notify')}"
 
 
 def where(url: str) -> str:

@@ -118,6 +118,7 @@ class Event(StrEnum):
     WEBHOOK_ACCEPTED = "webhook_accepted"
     WEBHOOK_IGNORED = "webhook_ignored"
     WEBHOOK_REFUSED = "webhook_refused"
+    WEBHOOK_REFUSALS_COUNTED = "webhook_refusals_counted"
     REMOTE_FEED_ERROR = "remote_feed_error"
     REMOTE_FETCH_FAILED = "remote_fetch_failed"
     REMOTE_POLL_FAILED = "remote_poll_failed"

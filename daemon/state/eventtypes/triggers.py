@@ -141,7 +141,9 @@ class WebhookIgnored(EventFields):
 
 @fields_of(Event.WEBHOOK_REFUSED)
 class WebhookRefused(EventFields):
-    """A delivery was refused: unsigned, a bad signature, replayed, unknown."""
+    """A delivery was refused: unsigned, a bad signature, replayed, unknown, malformed, slow.
+    Sampled: the first 10 per service and status each minute; what a client sent is cut to
+    120 characters."""
 
     kind: str
     status: int
@@ -149,6 +151,16 @@ class WebhookRefused(EventFields):
     source: str
     delivery: str = ""
     remote: str = ""
+
+
+@fields_of(Event.WEBHOOK_REFUSALS_COUNTED)
+class WebhookRefusalsCounted(EventFields):
+    """Refusals of one service and status past the minute's first 10: counted, not written."""
+
+    kind: str
+    status: int
+    count: int
+    since: str = described("when the minute they were counted in began")
 
 
 @fields_of(Event.REMOTE_FEED_ERROR)
