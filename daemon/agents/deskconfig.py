@@ -31,7 +31,6 @@ import stat
 import sys
 import tomllib
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +52,10 @@ class DeskAccess:
     cli_dir: Path | None = None  # holds `loopd-tool`, put first on the agent's PATH
 
 
-@cache
 def mcp_installed() -> bool:
     """Whether `loopd mcp` can serve: loopd's interpreter imports the MCP SDK (the `mcp`
-    extra); imported as `loopd mcp` does, so a broken or shadowed install counts as missing."""
+    extra); imported as `loopd mcp` does, so a broken or shadowed install counts as missing
+    (once imported, asking again is a lookup in sys.modules)."""
     try:
         import anyio  # noqa: F401
         import mcp  # noqa: F401
