@@ -238,6 +238,8 @@ class SupervisedRun:
         self.sup.transcript.write_line(now, stream, text, events)
         for event in events:
             self.result.events += 1
+            if event.type != "raw":
+                self.result.stream_events += 1
             self._account(event)
             if self.sup.on_event is not None:
                 self.sup.on_event(event)

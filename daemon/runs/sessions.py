@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from daemon.agents.base import Resume
 from daemon.agents.endings import Ending, SessionEnd, classify_ending
+from daemon.agents.logins import failed_at_start, login_of
 from daemon.agents.quota import quota_of
 from daemon.agents.supervisor import Supervisor
 from daemon.clock import local_zone
@@ -73,6 +74,7 @@ class AttemptResult:
     start_error: str = ""  # the agent could not be started
     over_budget: bool = False  # the run's tokens passed max_tokens
     quota_exceeded: str = ""  # why the usage limit outlasts max_wait: the run escalates
+    login_refused: str = ""  # the agent's words for its refused login: the run escalates
     checked: CheckedCommit | None = None
     parked: bool = False  # parked on a usage limit, the wait left to the engine (engine_waits)
     quota_hold: Any = None  # the QuotaHold of the usage limit it ended on, if any
@@ -166,10 +168,17 @@ class Sessions:
             return self._over_budget()
         if session.stopped or session.timed_out:
             return None  # stopped (cancel, max_tokens mid-session) or out of time
-        hit = self._quota(self.adapter, session)
+        refused = login_of(self.adapter, session)
+        # A refusal the stream marks by its structure wins over quota words in its message.
+        hit = None if refused and session.login_hint else self._quota(self.adapter, session)
         if hit is not None:
             return self._usage_limit(hit)
         self.parking.passed()
+        if refused is not None:
+            return self._login_refused(refused.message)
+        early = failed_at_start(self.adapter, session)
+        if early:
+            return self._not_started_stream(early)
         return self._ended(session)
 
     def _before_start(self) -> None:
@@ -260,6 +269,14 @@ class Sessions:
 
     def _not_started(self, session: Any) -> None:
         self.result.start_error = session.error
+
+    def _login_refused(self, message: str) -> None:
+        """Never nudged: a nudge would send the same credentials again."""
+        self.result.login_refused = redact(message)
+
+    def _not_started_stream(self, why: str) -> None:
+        """The program failed before its stream began: no session to resume or nudge."""
+        self.result.start_error = redact(why)
 
     def _over_budget(self) -> None:
         self.result.over_budget = True

@@ -105,7 +105,8 @@ class Cause(StrEnum):
     STALLED = "stalled"  # the agent was stopped for silence or a repeated tool call
     TOKEN_CAP = "token-cap"
     VERIFIER_UNAVAILABLE = "verifier-unavailable"
-    AGENT_FAILED = "agent-failed"  # the agent could not be started
+    AGENT_FAILED = "agent-failed"  # the agent could not be started, or failed before its stream
+    AGENT_LOGIN = "agent-login"  # the agent's provider refused its credentials (401/403)
     SETUP_FAILED = "setup-failed"  # the run's tree could not be made
     GIT_FAILED = "git-failed"  # a git command on the run's tree failed or hung
     REFUSED = "refused"
