@@ -61,9 +61,9 @@ def _words(adapter: AgentAdapter, result: ProcessResult) -> str:
     """The text that may say the session hit a quota, by where each adapter puts it."""
     if result.killed or result.error:
         return ""
+    if result.final_ok:
+        return ""  # a successful result (aider: an answer) came after any error: it went on
     if adapter.structured_stream:
-        if result.final_ok:
-            return ""  # a successful result came after any error: the session went on
         if result.quota_hint:
             return result.last_error or "usage limit reached"
         return result.last_error
