@@ -8,7 +8,8 @@ whatever it read):
   their structure (`quota_hint`);
 - aider and `command` agents, which print plain text: the last lines of their output
   (`tail`); a `command` agent must also have exited non-zero, so a run whose agent finishes
-  and mentions a quota in its summary is not mistaken for one that hit it.
+  and mentions a quota in its summary is not mistaken for one that hit it, and an aider that
+  answered after its rate limit (its `final`) got past it.
 A session loopd itself ended (timeout, stall, stop) is not a quota ending.
 """
 
