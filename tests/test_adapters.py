@@ -1045,6 +1045,7 @@ def test_aider_is_started_quiet_and_offline(tmp_path: Path) -> None:
     ):
         assert flag in invocation.argv
     assert invocation.env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+    assert invocation.env["PYTHONUNBUFFERED"] == "1"  # print() reaches loopd as it happens
     home = tmp_path / "agent-home"
     # aider downloads litellm's price list when ~/.aider/caches has none: the run's HOME has one.
     cache = home / ".aider" / "caches" / "model_prices_and_context_window.json"

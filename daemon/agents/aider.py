@@ -144,8 +144,14 @@ class AiderAdapter(AgentAdapter):
             argv += ["--input-history-file", str(keep / ".aider.input.history")]
         if home is not None:
             _quiet_home(home)
-        # Rich wraps aider's console at 80 columns without a terminal: one line per line.
-        env: dict[str, str] = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "COLUMNS": "100000"}
+        # Rich wraps aider's console at 80 columns without a terminal: one line per line. Its
+        # history summarizer reports errors and retries with print(), buffered into a pipe:
+        # unbuffered, they reach loopd as they happen instead of looking like silence.
+        env: dict[str, str] = {
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "COLUMNS": "100000",
+            "PYTHONUNBUFFERED": "1",
+        }
         model = self.profile.model
         key = self.api_key()
         if self.profile.base_url:
