@@ -95,6 +95,9 @@ class AgentAdapter(ABC):
     # Its CLI reaches MCP servers from its configuration: it gets `loopd mcp` there
     # (agents/deskconfig.py); every agent also finds `loopd-tool` on its PATH.
     speaks_mcp: ClassVar[bool] = False
+    # Its CLI retries a usage limit on its own for long (aider: a minute): the supervisor ends
+    # the process at the adapter's usage-limit error event, and the run parks as on any other.
+    stop_at_limit: ClassVar[bool] = False
 
     def __init__(
         self,
