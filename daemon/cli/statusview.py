@@ -4,6 +4,7 @@ Drawn by cli/textout.py, not rich: `status` must answer at once."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from daemon.cli.textout import Column, Terminal, table
@@ -11,15 +12,34 @@ from daemon.people.terminal import clean
 from daemon.sizes import human_size
 
 
-def _state_line(usage: dict[str, Any]) -> str:
-
-    line = f"state: {human_size(usage['total'])} of {human_size(usage['limit'])} (state_max)"
+def _state_line(usage: dict[str, Any], now: datetime | None = None) -> str:
+    """The home's size as last measured, and how long ago (it is measured hourly, and as
+    soon as `state/` grows past `state_max`)."""
+    line = f"state: {human_size(usage['total'])} of {human_size(usage['limit'])} (state_max"
+    age = _age(usage.get("measured"), now or datetime.now(UTC))
+    line += f", measured {age} ago)" if age else ")"
     loops = usage.get("loops") or {}
     if loops:
         line += "; largest loops: " + ", ".join(
             f"{name} {human_size(size)}" for name, size in loops.items()
         )
     return line
+
+
+def _age(measured: Any, now: datetime) -> str:
+    """How long ago `measured` (ISO 8601) was: "40 s", "12 min", "3 h"; "" when unreadable."""
+    try:
+        when = datetime.fromisoformat(str(measured))
+    except ValueError:
+        return ""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    seconds = max(0, int((now - when).total_seconds()))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h"
 
 
 def _escalation_line(name: str, info: dict[str, Any]) -> str:

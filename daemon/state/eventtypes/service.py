@@ -219,12 +219,14 @@ class TranscriptsCompressed(EventFields):
 
 @fields_of(Event.STATE_EVICTED)
 class StateEvicted(EventFields):
-    """`state/` was over `state_max`: the oldest finished runs' transcripts went first."""
+    """`state/` was over `state_max`: the oldest finished runs' transcripts went first, then
+    their attempt folders, then the oldest rotated event files."""
 
     runs: list[str]
     count: int
     total: int
     limit: int
+    events: list[str] = described("rotated event files deleted, oldest first", [])
 
 
 @fields_of(Event.STATE_CAP_FAILED)
