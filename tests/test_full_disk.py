@@ -152,3 +152,56 @@ def test_the_daemon_outlives_a_full_disk_and_resumes_by_itself(full_home) -> Non
     wait_for(lambda: [r for r in runs(home) if r["trigger"].get("new") == after], 60)
     wait_for(lambda: of_type(home, "state_full"), what="the event state_full")
     assert proc.poll() is None
+
+
+CHATTY = (
+    "import base64, os, sys, uuid\n"
+    "for _ in range(700):\n"
+    "    sys.stdout.write(base64.b64encode(os.urandom(1500)).decode() + '\\n')\n"
+    "open(f'note-{uuid.uuid4().hex}.txt', 'w').write('done')\n"
+)
+
+
+def test_state_max_holds_while_runs_write(tmp_path: Path) -> None:
+    """state/ on a 16 MB disk: no state_max written, so a quarter of it (4 MB). Runs that
+    each write 1.4 MB of transcript take it past that within minutes, not an hour: the cap
+    comes while they write, and `loopd status` says how old its measure is."""
+    import tomllib
+
+    from tests.helpers import loopd
+
+    origin, work, loop_repo = hosted(tmp_path)
+    agent = json.dumps([sys.executable, "-I", "-S", "-c", CHATTY])
+    home = make_home(
+        tmp_path / "home",
+        home_config(origin, agent=agent),
+        {"chatty": loop_file(loop_repo, "github-r")},
+    )
+    with tmpfs(home / "state", "16m") as state:
+        proc = start_daemon(home, env={SECRET_ENV: SECRET})
+        try:
+            port = wait_for(lambda: listening_port(home), what="the listener")
+            wait_for(lambda: (state / "usage.toml").exists(), what="the first measure")
+            first = tomllib.loads((state / "usage.toml").read_text())
+            limit = first["limit"]
+            assert limit == 4 * 1024 * 1024, first
+            for i in range(5):
+                before, after = push_commit(work, f"run {i}")
+                headers, body = delivery("github", "refs/heads/main", before, after)
+                assert post(port, "/hooks/github", headers, body)[0] == 202
+                wait_for(
+                    lambda a=after: [
+                        r for r in runs(home) if r["trigger"].get("new") == a and "outcome" in r
+                    ],
+                    120,
+                    what=f"run {i}",
+                )
+            evicted = wait_for(lambda: of_type(home, "state_evicted"), 60, what="state_evicted")
+            assert evicted[0]["total"] <= limit
+            usage = tomllib.loads((state / "usage.toml").read_text())
+            assert usage["measured"] > first["measured"] and usage["total"] <= limit
+            shown = " ".join(loopd(home, "status", env={"COLUMNS": "200"}).stdout.split())
+            assert "(state_max, measured " in shown, shown
+            assert proc.poll() is None, daemon_log(home)
+        finally:
+            stop_daemon(proc)

@@ -9,6 +9,7 @@ lesson cites. The measure is kept in `state/usage.toml` for `loopd status` (walk
 
 from __future__ import annotations
 
+import bisect
 import os
 import shutil
 import tomllib
@@ -168,29 +169,42 @@ def _drop_rotated_events(store: StateStore, over: int) -> tuple[int, list[str]]:
 
 class Growth:
     """What `state/` grew by since it was last measured, estimated cheaply: the event files'
-    sizes (a stat each) and the folders of the runs live since (walked while live, their
-    last size kept once they end), against the same at the measure. Run transcripts and
-    events are most of what a night writes."""
+    sizes (a stat each) and the folders of the runs live at the measure or begun since
+    (walked while live; a run that has ended is walked once more, then its size is kept),
+    against the same at the measure. Run folders and events are most of what a night
+    writes; the hourly measure counts the rest."""
 
     def __init__(self) -> None:
         self.total = 0  # bytes at the measure
         self.events = 0
+        self.newest = ""  # the newest run id at the measure: later ones are new
         self.base: dict[str, int] = {}  # live runs' folders at the measure
-        self.last: dict[str, int] = {}  # runs live since: their folders when last seen
+        self.sizes: dict[str, int] = {}  # runs since: their folders when last walked
+        self.ended: set[str] = set()  # ... and those walked after they ended
 
     def measured(self, store: StateStore, total: int) -> None:
         """`state/` was just measured at `total` bytes."""
         self.total = total
         self.events = events_bytes(store)
+        ids = store.run_ids()
+        self.newest = ids[-1] if ids else ""
         self.base = {r: tree_size(store.run_dir(r)) for r in store.live_runs()}
-        self.last = dict(self.base)
+        self.sizes = dict(self.base)
+        self.ended = set()
 
     def estimate(self, store: StateStore) -> int:
         """`state/`'s bytes now, as estimated from the measure."""
-        for run_id in store.live_runs():
-            self.last[run_id] = tree_size(store.run_dir(run_id))
+        live = set(store.live_runs())
+        ids = store.run_ids()
+        new = ids[bisect.bisect_right(ids, self.newest) :] if self.newest else ids
+        for run_id in [*live, *new, *(set(self.sizes) - live)]:
+            if run_id in self.ended:
+                continue
+            self.sizes[run_id] = tree_size(store.run_dir(run_id))
+            if run_id not in live:
+                self.ended.add(run_id)
         grown = events_bytes(store) - self.events
-        grown += sum(size - self.base.get(r, 0) for r, size in self.last.items())
+        grown += sum(size - self.base.get(r, 0) for r, size in self.sizes.items())
         return self.total + grown
 
 
