@@ -205,3 +205,59 @@ def test_state_max_holds_while_runs_write(tmp_path: Path) -> None:
             assert proc.poll() is None, daemon_log(home)
         finally:
             stop_daemon(proc)
+
+
+@pytest.fixture(params=["local", "temporal"])
+def engine(request: pytest.FixtureRequest) -> str:
+    """The engine's part of loopd.toml ("" for the local engine)."""
+    if request.param == "local":
+        return ""
+    from tests.machines import engine_toml
+
+    server, namespace = request.getfixturevalue("temporal")
+    return engine_toml(server.address, namespace)
+
+
+def test_both_engines_outlive_a_full_disk_and_run_once_there_is_room(
+    tmp_path: Path, engine: str
+) -> None:
+    """Idle on a full state/: the home stays up and says so once; room again: a run."""
+    from tests.helpers import make_repo
+    from tests.machines import BUGGY, TASK, Machine, command_agent, loop_toml
+
+    root = tmp_path / "machine"
+    repo = make_repo(root / "src" / "app", BUGGY)
+    fix = (
+        "import pathlib; p = pathlib.Path('calc.py'); "
+        "p.write_text(p.read_text().replace('a - b', 'a + b'))"
+    )
+    notified = tmp_path / "notified.log"
+    text = (
+        command_agent("a", fix)
+        + notifier(notified)
+        + f'\n[limits]\nworktrees = "{root / "worktrees"}"\n'
+        + engine
+    )
+    loop = {"task": TASK, "agent": "a", "done_when": ["python3 check.py"], "max_attempts": 1,
+            "critic": "off", "max_nudges": 0}  # fmt: skip
+    home = make_home(root / "loopd-home", text, {"calc": loop_toml(repo, **loop)})
+    machine = Machine("machine", root, home, repo)
+    with tmpfs(home / "state", "8m") as state:
+        proc = machine.start("run")
+        try:
+            wait_for(lambda: machine.events("daemon_started") or machine.events("worker_started"))
+            fill(state)
+            message = wait_for(lambda: notified.exists() and notified.read_text(), 60)
+            assert "state/ is full" in message
+            assert proc.poll() is None, machine.log.read_text()
+            free(state)
+            wait_for(lambda: machine.events("state_full"), 30, what="the event state_full")
+            assert machine.loopd("trigger", "calc", "--reason", "room again").returncode == 0
+            runs_ = wait_for(
+                lambda: [r for r in machine.runs() if r.get("outcome")], 120, what="the run"
+            )
+            assert runs_[0]["outcome"] == "succeeded", runs_
+            assert notified.read_text().count("state/ is full") == 1
+            assert proc.poll() is None
+        finally:
+            machine.stop()
