@@ -54,6 +54,7 @@ from daemon.service.reload import (
     restart_messages,
     restart_pending,
 )
+from daemon.service.skips import SKIPS_FILE
 from daemon.service.status import StatusBoard
 from daemon.service.stopdeadline import StopDeadline, agent_grace
 from daemon.service.verifier import VerifierWatch
@@ -129,7 +130,7 @@ class Daemon:
         queue = RunQueue()
         timer = CronTimer(store.root / "schedule.toml", warn=store.report_unreadable)
         pool = WorkerPool(ctx, queue)
-        intake = Intake(ctx, queue, timer, pool.running)
+        intake = Intake(ctx, queue, timer, pool.running, store.root / SKIPS_FILE)
         intake.restore()
         # Recovery first: a retry of an interrupted run is queued before any catch-up fire,
         # so the overlap policy never skips it for the catch-up's sake.
