@@ -27,19 +27,20 @@ def _state_line(usage: dict[str, Any], now: datetime | None = None) -> str:
 
 
 def _age(measured: Any, now: datetime) -> str:
-    """How long ago `measured` (ISO 8601) was: "40 s", "12 min", "3 h"; "" when unreadable."""
+    """How long ago `measured` (ISO 8601) was: "moments", "12 min", "3 h"; "" when unreadable.
+    Whole minutes: two readings a second apart say the same."""
     try:
         when = datetime.fromisoformat(str(measured))
     except ValueError:
         return ""
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    seconds = max(0, int((now - when).total_seconds()))
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 7200:
-        return f"{seconds // 60} min"
-    return f"{seconds // 3600} h"
+    minutes = max(0, int((now - when).total_seconds() // 60))
+    if minutes < 1:
+        return "moments"
+    if minutes < 120:
+        return f"{minutes} min"
+    return f"{minutes // 60} h"
 
 
 def _escalation_line(name: str, info: dict[str, Any]) -> str:
