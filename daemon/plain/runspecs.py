@@ -28,6 +28,7 @@ CAUSES = (
     "token-cap",
     "verifier-unavailable",
     "agent-failed",
+    "agent-login",
     "setup-failed",
     "git-failed",
     "refused",
