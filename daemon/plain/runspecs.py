@@ -205,6 +205,7 @@ RUN: Spec = {  # state/records.RunRecord
     "refs_at": (opt("datetime"), None),
     "pid": ("int", 0),
     "agent_pids": (many("int"), []),
+    "pid_marks": ("strings", {}),
     "judging_since": (opt("datetime"), None),
     "exposure": (opt(EXPOSURE), None),
     "resume_at": (opt("datetime"), None),

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from daemon.agents.base import Resume
 from daemon.agents.endings import Ending, SessionEnd, classify_ending
+from daemon.agents.processes import process_mark
 from daemon.agents.quota import quota_of
 from daemon.agents.supervisor import Supervisor
 from daemon.clock import local_zone
@@ -174,6 +175,7 @@ class Sessions:
 
     def _on_start(self, pid: int) -> None:
         self.run_record.agent_pids = [pid]
+        self.run_record.pid_marks = {str(pid): process_mark(pid)}
         self.journal.save()
 
     def _on_event(self, event: Any) -> None:

@@ -401,6 +401,9 @@ class RunRecord(Record):
     refs_at: datetime | None = None  # when that was
     pid: int = 0  # the daemon (or `loopd once`) that ran it
     agent_pids: list[int] = []  # process groups of the running attempt, for a restart to kill
+    # Per recorded pid (agent_pids, push_pid): its boot id and start time (/proc/PID/stat
+    # field 22), so a restart acts on it only while it is still that process.
+    pid_marks: dict[str, str] = {}
     judging_since: datetime | None = None
     exposure: RunExposure | None = None
     resume_at: datetime | None = None  # parked (phase `waiting`): when the agent goes on
