@@ -46,6 +46,7 @@ CAUSES = (
     "resource-limit",
     "check-changed-tree",
     "checks-weakened",
+    "link-out-of-tree",
 )
 VIOLATION_KINDS = (
     "protected",
@@ -58,6 +59,7 @@ VIOLATION_KINDS = (
     "check_changed_tree",
     "checks_weakened",
     "too_large",
+    "link_out_of_tree",
 )
 ISOLATIONS = ("clone", "worktree", "in-place")
 

@@ -23,6 +23,7 @@ from daemon.git.tree import (
     RunTree,
     branch_name,
     check_folders,
+    checks_scratch_dir,
     own_dir_for,
     remove_tree,
     reopen_tree,
@@ -299,6 +300,7 @@ def _remove_tree(services: RunServices, journal: RunJournal, tree: RunTree | Non
     root = services.config.limits.worktrees_path
     _return_credentials(journal)
     shutil.rmtree(scratch_dir(root, run.loop, run.id), ignore_errors=True)
+    shutil.rmtree(checks_scratch_dir(root, run.loop, run.id), ignore_errors=True)
     if tree is None:
         # The tree is gone; loopd's git directory beside it goes too.
         own = Path(run.own_git_dir) if run.own_git_dir else own_dir_for(root, run.loop, run.id)

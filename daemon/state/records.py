@@ -125,6 +125,7 @@ class Cause(StrEnum):
     RESOURCE_LIMIT = "resource-limit"  # the agent ran into [limits] max_processes or max_memory
     CHECK_CHANGED_TREE = "check-changed-tree"  # a check changed files the commit holds
     CHECKS_WEAKENED = "checks-weakened"  # fewer tests passed, more skipped, or none ran
+    LINK_OUT_OF_TREE = "link-out-of-tree"  # the commit links out of the check tree
     # A new member here, its next step in people/next_steps.py.
 
 
@@ -142,6 +143,8 @@ def violation_cause(kind: str) -> Cause:
         return Cause.CHECKS_WEAKENED
     if kind == "too_large":
         return Cause.TOO_LARGE
+    if kind == "link_out_of_tree":
+        return Cause.LINK_OUT_OF_TREE
     return Cause.GIT_VIOLATION
 
 
@@ -180,9 +183,11 @@ ViolationKind = Literal[
     "check_changed_tree",
     "checks_weakened",
     "too_large",
+    "link_out_of_tree",
 ]
-# Violations that are the checks' own failing: a check changed the tree, tests were weakened.
-CHECK_KINDS = frozenset({"check_changed_tree", "checks_weakened"})
+# Violations that are the checks' own failing: a check changed the tree, tests were weakened,
+# a link of the commit led the checks out of their tree.
+CHECK_KINDS = frozenset({"check_changed_tree", "checks_weakened", "link_out_of_tree"})
 # Violations that fail the attempt whatever its checks say, named first when a run gives up.
 FAILING_KINDS = CHECK_KINDS | {"too_large"}
 # Violations in the user's repository itself: the run ends and a person looks.
@@ -198,6 +203,7 @@ _HEADS = {
     "check_changed_tree": "a check changed files the commit holds",
     "checks_weakened": "the checks test less than on the base",
     "too_large": "a file over max_file_size",
+    "link_out_of_tree": "a symbolic link out of the check tree",
 }
 
 

@@ -41,7 +41,14 @@ from daemon.engine.temporal.workerstore import WorkerStore
 from daemon.git.guards import restore_paths, snapshot_refs
 from daemon.git.integrity import ledger_writer, publish
 from daemon.git.safe import Git, GitError
-from daemon.git.tree import RunTree, TreeError, record_tree, scratch_dir, tree_of_record
+from daemon.git.tree import (
+    RunTree,
+    TreeError,
+    checks_scratch_dir,
+    record_tree,
+    scratch_dir,
+    tree_of_record,
+)
 from daemon.home import Home
 from daemon.model.client import ModelClient
 from daemon.model.evidence import build_evidence
@@ -334,6 +341,7 @@ class WorkerSide(Configured):
             pass  # a tree left behind is removed when the run's branch is taken again
         worktrees = services.config.limits.worktrees_path
         shutil.rmtree(scratch_dir(worktrees, ref.loop, ref.run_id), ignore_errors=True)
+        shutil.rmtree(checks_scratch_dir(worktrees, ref.loop, ref.run_id), ignore_errors=True)
 
     def _mirror(self, record: RunRecord, cfg: LoopConfig, repo: Path) -> RunRecord:
         """This machine's record of the run. What its agent may see is fixed again for each
