@@ -5,6 +5,7 @@ the attempt with a violation that names it. Real git, real bubblewrap, `loopd on
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -92,3 +93,63 @@ def test_the_checks_get_a_home_and_tmpdir_of_their_own(tmp_path: Path) -> None:
     proc = loopd(home, "once", "calc", timeout=300)
     run = only_run(home)
     assert run["outcome"] == "succeeded", (run.get("reason"), proc.stderr[-2000:])
+
+
+FIX = "pathlib.Path('calc.py').write_text('def add(a, b):\\n    return a + b\\n')\n"
+
+
+def limit_events(home: Path) -> list[dict]:
+    lines = (home / "state" / "events.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["type"] == "resource_limit"]
+
+
+def set_limits(home: Path, text: str) -> None:
+    config = home / "loopd.toml"
+    config.write_text(config.read_text().replace("[limits]\n", f"[limits]\n{text}\n", 1))
+
+
+def test_max_tree_counts_entries_and_a_tree_over_it_never_reaches_the_repository(
+    tmp_path: Path,
+) -> None:
+    """6,000 empty files under max_tree = "20MB": each counts as a 4 KiB block on disk."""
+    script = (
+        "import os, pathlib\n"
+        + FIX
+        + "os.mkdir('junk')\n"
+        + "for i in range(6000):\n"
+        + "    open(f'junk/{i}', 'w').close()\n"
+    )
+    home = home_for(tmp_path, script)
+    set_limits(home, 'max_tree = "20MB"')
+    proc = loopd(home, "once", "calc", timeout=300)
+    run = only_run(home)
+    assert run["outcome"] != "succeeded", proc.stderr[-2000:]
+    assert [e["limit"] for e in limit_events(home)] == ["tree"]
+    (attempt,) = run["attempts"]
+    assert attempt["limit_hit"] == "tree"
+    [kept_out] = [v for v in attempt["violations"] if v["kind"] == "too_large"]
+    assert kept_out["target"] == "the whole tree" and "max_tree" in kept_out["detail"]
+    repo = tmp_path / "repo"
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "ls-tree", "-r", "--name-only", run["branch"]],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    assert "junk/" not in listed, "a tree over max_tree reached the user's repository"
+
+
+def test_the_agents_scratch_folder_is_bounded_by_max_tmp(tmp_path: Path) -> None:
+    """3 MB written into TMPDIR (on disk, not the sandbox's tmpfs) with max_tmp = "2MB"."""
+    script = (
+        "import os, pathlib\n"
+        + FIX
+        + "(pathlib.Path(os.environ['TMPDIR']) / 'big').write_bytes(b'x' * (3 << 20))\n"
+    )
+    home = home_for(tmp_path, script)
+    set_limits(home, 'max_tmp = "2MB"')
+    proc = loopd(home, "once", "calc", timeout=300)
+    run = only_run(home)
+    assert [e["limit"] for e in limit_events(home)] == ["tmp"], proc.stderr[-2000:]
+    (attempt,) = run["attempts"]
+    assert attempt["limit_hit"] == "tmp"

@@ -80,8 +80,9 @@ SUGGESTIONS: dict[Cause, str] = {
     ),
     Cause.TOO_LARGE: (
         "The agent committed {too_large}; loopd kept it out of your repository and the run's "
-        "branch. If the task needs such files, raise `[limits] max_file_size` in "
-        "loopd.toml (or use git-lfs); otherwise {retry} saying not to add them.{branch}"
+        "branch. If the task needs such files, raise `[limits] max_file_size` (a file) or "
+        "`max_tree` (the whole tree) in loopd.toml (or use git-lfs); otherwise {retry} "
+        "saying not to add them.{branch}"
     ),
     Cause.RESOURCE_LIMIT: (
         "The agent ran into the {limit} limit of the run (`[limits]` max_processes, "

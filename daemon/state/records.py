@@ -192,6 +192,8 @@ CHECK_KINDS = frozenset({"check_changed_tree", "checks_weakened", "link_out_of_t
 FAILING_KINDS = CHECK_KINDS | {"too_large"}
 # Violations in the user's repository itself: the run ends and a person looks.
 REPOSITORY_KINDS = frozenset({"ref_moved", "repo_config", "repo_hook", "repo_info"})
+# The target of a `too_large` violation for a commit whose whole tree is over max_tree.
+WHOLE_TREE = "the whole tree"
 _HEADS = {
     "protected": "protected path changed",
     "ref_moved": "ref moved",
@@ -202,7 +204,7 @@ _HEADS = {
     "git_dir": "the tree's git directory was replaced",
     "check_changed_tree": "a check changed files the commit holds",
     "checks_weakened": "the checks test less than on the base",
-    "too_large": "a file over max_file_size",
+    "too_large": "too large to keep (max_file_size, max_tree)",
     "link_out_of_tree": "a symbolic link out of the check tree",
 }
 
