@@ -140,11 +140,13 @@ def test_max_tree_counts_entries_and_a_tree_over_it_never_reaches_the_repository
 
 
 def test_the_agents_scratch_folder_is_bounded_by_max_tmp(tmp_path: Path) -> None:
-    """3 MB written into TMPDIR (on disk, not the sandbox's tmpfs) with max_tmp = "2MB"."""
+    """3 MB written into TMPDIR (on disk, not the sandbox's tmpfs) with max_tmp = "2MB", then
+    the agent goes on: the session is ended while it runs, not at attempt_timeout."""
     script = (
-        "import os, pathlib\n"
+        "import os, pathlib, time\n"
         + FIX
         + "(pathlib.Path(os.environ['TMPDIR']) / 'big').write_bytes(b'x' * (3 << 20))\n"
+        + "time.sleep(600)\n"
     )
     home = home_for(tmp_path, script)
     set_limits(home, 'max_tmp = "2MB"')
@@ -152,4 +154,5 @@ def test_the_agents_scratch_folder_is_bounded_by_max_tmp(tmp_path: Path) -> None
     run = only_run(home)
     assert [e["limit"] for e in limit_events(home)] == ["tmp"], proc.stderr[-2000:]
     (attempt,) = run["attempts"]
-    assert attempt["limit_hit"] == "tmp"
+    assert attempt["limit_hit"] == "tmp" and not attempt.get("timed_out")
+    assert not attempt.get("stalls"), attempt.get("stalls")

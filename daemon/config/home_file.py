@@ -362,9 +362,9 @@ class LimitsConfig(StrictModel):
         description=(
             "size of each tmpfs the sandbox mounts (its `/tmp`, the empty folders "
             "over homes and `/run`): they live in memory; and of the agent's scratch "
-            "folder on disk (its HOME and TMPDIR), measured as each agent session ends "
-            "(each file, folder and link at least 4KiB): over it, a `resource_limit` "
-            "event and the attempt ends at once (no nudge)"
+            "folder on disk (its HOME and TMPDIR), measured every 5 seconds while the "
+            "agent runs (each file, folder and link at least 4KiB): over it, a "
+            "`resource_limit` event and the attempt ends at once (no nudge)"
         ),
     )
     max_file_size: size("1MB", "1TB") = Field(  # type: ignore[valid-type]

@@ -222,6 +222,7 @@ class Sessions:
             before_start=self._before_start,
             on_event=self._on_event,
             launcher=self._launch,
+            over_limit=self._scratch_over_limit,
         )
         self.current = supervisor
         if attempt.stop.stopped:
@@ -366,6 +367,12 @@ class Sessions:
         # Codex prints its local time without a zone: the zone the agent process runs in.
         agent_zone = local_zone({**os.environ, **adapter.profile.env})
         return quota_of(adapter, session, self.journal.now(), zone, agent_zone)
+
+    def _scratch_over_limit(self) -> str:
+        """ "tmp" when the agent's scratch folder (HOME, TMPDIR) is over `[limits] max_tmp`:
+        asked while the agent runs, so its disk use is bounded during a session too."""
+        limit = self.attempt.services.config.limits.max_tmp
+        return "tmp" if tree_size(self.attempt.confinement.scratch, limit) > limit else ""
 
     def _tree_over_limit(self) -> str:
         """ "tree" when the run's tree is over `[limits] max_tree`, "tmp" when the agent's
