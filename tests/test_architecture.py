@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "checks",
                 "excerpt",
                 "checktree",
+                "treelinks",
                 "testcounts",
                 "setup",
                 "confinement",
