@@ -4,14 +4,16 @@ Two sets, each a file of candidates and a folder of evidence:
 - `qwen`: candidates.toml about attempts/ (real `loopd once` runs of the qwen CLI on loopd's
   own test repositories);
 - `world`: world.toml about world/ (failure output posted in public projects: compilers,
-  test runners and type checkers of many languages), frozen with its sha256 in the file.
+  test runners and type checkers of many languages), frozen with its sha256 in the file;
+- `tools`: tools.toml about tools/ (sizes and counts printed by wc, ls -l, stat and du, and
+  test runners' summary lines, as posted in public projects), frozen the same way.
 
 Each candidate goes through the rule verifier without a model and without writing anything,
 with its folder as the evidence. A candidate counts as rejected when the verifier rejects it
 for grounding. Prints, per set and per claim kind, the share of grounded candidates rejected
 (false reject) and of hallucinated ones accepted (false accept), against their targets (at
 most 3% each), and each candidate it got wrong.
-Usage: python bench/grounding.py [--set qwen|world] [--verbose] [--smoke]
+Usage: python bench/grounding.py [--set qwen|world|tools] [--verbose] [--smoke]
 """
 
 from __future__ import annotations
@@ -40,7 +42,12 @@ DATA = ROOT / "tests" / "data" / "grounding"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 KINDS = ("line", "path", "identifier", "quote")
 # set name -> (candidates file, evidence folders)
-SETS = {"qwen": ("candidates.toml", "attempts"), "world": ("world.toml", "world")}
+SETS = {
+    "qwen": ("candidates.toml", "attempts"),
+    "world": ("world.toml", "world"),
+    "tools": ("tools.toml", "tools"),
+}
+FROZEN = ("world", "tools")  # sets whose file records their sha256
 TARGET = 0.03  # at most 3% of grounded rejected, and of hallucinated accepted, on each set
 HOW = "Read the failure output before changing the code."
 _DIGEST_LINE = re.compile(r'^sha256 = "[0-9a-f]*"$', re.MULTILINE)
@@ -62,8 +69,11 @@ class Outcome:
 
 
 def candidates(data: Path = DATA, name: str = "qwen") -> list[dict]:
+    """The set's candidates, but those a later case `corrects` (it replaces them)."""
     with (data / SETS[name][0]).open("rb") as fh:
-        return tomllib.load(fh)["candidate"]
+        every = tomllib.load(fh)["candidate"]
+    corrected = {c["corrects"] for c in every if c.get("corrects")}
+    return [c for c in every if c["id"] not in corrected]
 
 
 def digest(data: Path = DATA, name: str = "world") -> str:
@@ -176,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     worst_reject = worst_accept = 0.0
     for name in args.set or list(SETS):
-        if name == "world" and digest(name=name) != recorded_digest(name=name):
-            print("world: the frozen set was changed (its sha256 differs from the recorded one)")
+        if name in FROZEN and digest(name=name) != recorded_digest(name=name):
+            print(f"{name}: the frozen set was changed (its sha256 differs from the recorded one)")
         fr, fa = report(name, evaluate(name=name), args.verbose)
         worst_reject, worst_accept = max(worst_reject, fr), max(worst_accept, fa)
     figure = (

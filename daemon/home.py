@@ -152,7 +152,7 @@ max_attempts = 3
 attempt_timeout = "45m"
 stall_after = "5m"
 max_nudges = 2
-critic = "off"                    # on: the model at [verifier] judges each attempt too
+critic = "off"                    # auto (default): [verifier] judges attempts when there is one
 # critic_threshold = 7
 notify_on = ["escalated"]
 # runs_on = ""                    # [engine] kind = "temporal": `loopd worker --queue NAME`

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import tomllib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ from daemon.agents.endings import (
 from daemon.agents.registry import adapter_class
 from daemon.config import ADAPTERS, AgentProfile
 
-STREAMS = Path(__file__).parent / "data" / "streams"
+ROOT_DATA = Path(__file__).parent / "data"
+STREAMS = ROOT_DATA / "streams"
 GARBAGE = "this is not json {"
 ALL = sorted(ADAPTERS)
 AGENTS = [name for name in ALL if name != "command"]
@@ -43,9 +45,9 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "usage": (8624, 68, 0.035856),
     },
     "codex": {
-        "session": "0199a213-81c0-7800-8aa1-bbab2a035a53",
-        "final": "Fixed the off-by-one in `first()` in app.py; all 4 tests pass.",
-        "usage": (24763, 122, 0.0),
+        "session": "01a24e9c-f885-7032-9d87-684deb6e1e81",
+        "final": "Changed add() in calc.py.",
+        "usage": (2400, 60, 0.0),  # two model calls of 1200 in, 30 out
     },
     "opencode": {
         "session": "ses_494719016ffe85dkDMj0FPRbHK",
@@ -53,11 +55,17 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "usage": (1450 + 9000 + 300 + 10400, 62 + 40, 0.0021 + 0.0012),
     },
     "gemini": {
-        "session": "c6b1e2a4-5d3f-4e8a-9b7c-2f1e0d9c8b7a",
-        "final": "Fixed the off-by-one in app.py; all tests pass.",
-        "usage": (8900, 230, 0.0),
+        "session": "d0390a5b-8999-4524-8190-a97dbcfd5b12",
+        "final": "Fixed the off-by-one in app.py: first() returns the whole list now, and the "
+        "test passes.",
+        "usage": (1200 + 1640 + 2210, 30 + 61 + 24, 0.0),
     },
-    "aider": {"final_contains": "Applied edit to app.py", "usage": (2300, 118, 0.0041)},
+    # The model's answer, not aider's last line ("Applied edit to hello.txt").
+    "aider": {
+        "final": "I will change hello.txt.\n\nhello.txt\n```\nhello, world\n```\n\n"
+        "hello.txt now says hello, world.",
+        "usage": (728, 25, 0.0),
+    },
     "command": {"final_contains": "Fixed the off-by-one in first() in app.py."},
 }
 
@@ -123,7 +131,8 @@ def test_structured_stream_is_declared_truthfully(recorded: tuple) -> None:
         assert {"session", "final"} <= {event.type for event in normalized}
     else:
         assert not [event for event in events if event.type == "raw"]
-        assert {event.type for event in events} <= {"text", "usage", "error"}
+        # A plain agent's `final` is the answer it found among its lines (aider).
+        assert {event.type for event in events} <= {"text", "usage", "error", "final"}
 
 
 def test_session_id_found(recorded: tuple) -> None:
@@ -345,9 +354,19 @@ def test_first_run_has_the_design_shape(name: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", AGENTS)
 def test_model_base_url_and_key_reach_the_agent(name: str, tmp_path: Path) -> None:
-    inv = local_adapter(name, tmp_path).invocation(PROMPT)
+    adapter = local_adapter(name, tmp_path)
+    inv = adapter.invocation(PROMPT)
     assert any("qwen3-coder" in part for part in inv.argv)
-    assert any(LOCAL in part for part in inv.argv) or LOCAL in json.dumps(inv.env)
+    # The endpoint is in argv, the environment, or the configuration the adapter writes into
+    # the run's HOME before the agent starts (codex: a provider in ~/.codex/config.toml).
+    home = tmp_path / "agent-home"
+    adapter.write_tool_config(home)
+    written = [path.read_text() for path in home.rglob("*") if path.is_file()]
+    assert (
+        any(LOCAL in part for part in inv.argv)
+        or LOCAL in json.dumps(inv.env)
+        or any(LOCAL in text for text in written)
+    )
     assert inv.env[KEY_VAR[name]] == KEY
     assert not any(KEY in part for part in inv.argv), "the key must not be visible in argv"
 
@@ -393,11 +412,39 @@ def test_keyless_local_endpoint_gets_a_placeholder_key_for_qwen() -> None:
     assert "OPENAI_API_KEY" not in make("qwen").invocation(PROMPT).env
 
 
-def test_codex_custom_provider_and_opencode_config_are_well_formed() -> None:
-    codex = make("codex", model="m", base_url=LOCAL).invocation(PROMPT).argv
-    overrides = [codex[i + 1] for i, part in enumerate(codex) if part == "-c"]
-    assert f'model_providers.loopd.base_url="{LOCAL}"' in overrides
-    assert 'model_provider="loopd"' in overrides
+def test_codex_custom_provider_and_opencode_config_are_well_formed(tmp_path: Path) -> None:
+    codex = adapter_class("codex")(
+        AgentProfile(adapter="codex", model="m", base_url=LOCAL, api_key_env="MY_AGENT_KEY"),
+        private_home=tmp_path / "agent-home",
+        environ={"MY_AGENT_KEY": KEY},
+    )
+    assert codex.invocation(PROMPT).argv[:3] == ["codex", "exec", "--json"]
+    codex.write_tool_config(tmp_path / "agent-home")
+    config = tomllib.loads((tmp_path / "agent-home" / ".codex" / "config.toml").read_text())
+    assert config["model_provider"] == "loopd"
+    assert config["model_providers"]["loopd"] == {
+        "name": "loopd",
+        "base_url": LOCAL,
+        "wire_api": "responses",
+        "env_key": "OPENAI_API_KEY",
+    }
+    assert KEY not in json.dumps(config)  # the key stays in the environment
+    assert config["check_for_update_on_startup"] is False
+    assert config["analytics"] == {"enabled": False}
+
+
+def test_codex_started_without_a_desk_still_gets_its_endpoint(tmp_path: Path) -> None:
+    # `loopd check`'s login try starts the agent with no desk and writes no tool config: the
+    # invocation itself leaves the provider in the HOME codex starts with.
+    home = tmp_path / "agent-home"
+    codex = adapter_class("codex")(
+        AgentProfile(adapter="codex", base_url=LOCAL), private_home=home, environ={}
+    )
+    assert codex.invocation(PROMPT).home == home
+    config = tomllib.loads((home / ".codex" / "config.toml").read_text())
+    assert config["model_providers"]["loopd"]["base_url"] == LOCAL
+    assert "env_key" not in config["model_providers"]["loopd"]  # no key named: none sent
+    assert "mcp_servers" not in config
     opencode = make("opencode", model="m", base_url=LOCAL).invocation(PROMPT)
     config = json.loads(opencode.env["OPENCODE_CONFIG_CONTENT"])
     assert config["provider"]["loopd"]["options"]["baseURL"] == LOCAL
@@ -701,7 +748,8 @@ def test_real_recordings_pass_the_shared_suite(real_recorded: tuple) -> None:
 
 @pytest.mark.parametrize(
     "stream",
-    [*sorted(REAL), "codex-resume.real", "codex-noroute.real"]
+    [*sorted(REAL), "codex-resume.real", "codex-noroute.real", "codex-nudged.real"]
+    + ["codex-401.real"]
     + ["opencode-resume.real", "opencode-denied.real", "opencode-error.real"],
 )
 def test_real_recordings_keep_every_line(stream: str) -> None:
@@ -728,6 +776,45 @@ def test_real_codex_without_a_responses_route_fails_after_its_retries() -> None:
     }  # the five "Reconnecting... n/5" notices before it are not errors
     finals = [event for event in events if event.type == "final"]
     assert len(finals) == 1 and finals[0].is_error
+
+
+def test_real_codex_refused_key_is_a_login_error_after_its_retries() -> None:
+    # Recorded through loopd: the provider answered 401 invalid_api_key to every request.
+    events = parse_all(make("codex"), stream_lines("codex-401.real"))
+    errors = [event for event in events if event.type == "error"]
+    assert len(errors) == 2 and all(event.login for event in errors)  # `error`, `turn.failed`
+    assert errors[0].text.startswith("unexpected status 401 Unauthorized: Incorrect API key")
+    retries = [event.text for event in events if event.type == "raw" and "/5" in event.text]
+    assert [text[:24] for text in retries] == [f"codex: Reconnecting... {n}" for n in range(1, 6)]
+    finals = [event for event in events if event.type == "final"]
+    assert len(finals) == 1 and finals[0].is_error
+    # Not a refused login: an endpoint without the route, a usage limit.
+    assert not any(e.login for e in parse_all(make("codex"), stream_lines("codex-noroute.real")))
+
+
+def test_real_codex_nudged_thread_counts_only_the_new_calls() -> None:
+    # The first session, then the same thread resumed by loopd's nudge (recorded through loopd).
+    adapter = make("codex")
+    first = parse_all(adapter, stream_lines("codex"))
+    second = parse_all(adapter, stream_lines("codex-nudged.real"))
+    assert {e.session_id for e in first + second if e.type == "session"} == {
+        EXPECTED["codex"]["session"]
+    }
+    assert [(e.input_tokens, e.output_tokens) for e in second if e.type == "usage"] == [(2400, 60)]
+    assert final_text(second) == "Fixed add() in calc.py: it returns a + b now."
+    assert [e.tool for e in second if e.type == "tool_call"] == ["file_change"]
+
+
+def test_real_codex_notices_read_as_words() -> None:
+    # The model-metadata warning, the turn's start and the retries are notes, not JSON lines.
+    events = parse_all(make("codex"), stream_lines("codex-401.real"))
+    notes = [event.text for event in events if event.type == "raw"]
+    assert notes[0] == (
+        "codex: no metadata for model `gpt-test-codex` in its catalogue; it goes on with "
+        "default metadata (usual for a local model)"
+    )
+    assert notes[1] == "codex: turn started"
+    assert not any(text.startswith("{") for text in notes[:-1])
 
 
 def test_real_codex_resume_reports_only_the_new_turn() -> None:
@@ -901,3 +988,70 @@ def test_without_the_mcp_extra_claude_gets_no_mcp_server(
     adapter.write_tool_config(bare)
     assert list(bare.iterdir()) == []
     assert "--mcp-config" not in adapter.invocation("x").argv
+
+
+# --- aider: lines recorded from the real aider 0.86.2 (see tests/data/streams/README.md) -----
+
+
+def aider_events(name: str) -> tuple[AgentAdapter, list[AgentEvent]]:
+    adapter = make("aider")
+    return adapter, parse_all(adapter, (STREAMS / name).read_text().splitlines())
+
+
+def test_aider_summary_is_the_models_answer_not_its_last_line() -> None:
+    _, events = aider_events("aider.txt")
+    assert [e.text for e in events if e.type == "text"][-2] == "Applied edit to hello.txt"
+    (final,) = [e for e in events if e.type == "final"]
+    # The file name aider printed when it added the file the message named is not the answer.
+    assert final.text.startswith("I will change hello.txt.")
+    assert final_text(events).endswith("hello.txt now says hello, world.")
+    _, resumed = aider_events("aider-resume.txt")
+    assert final_text(resumed) == "Checked again: the greeting is hello, world. Nothing else to do."
+
+
+def test_aider_refused_key_is_a_login_error_and_the_summary_says_so() -> None:
+    _, events = aider_events("aider-401.txt")
+    (error,) = [e for e in events if e.type == "error"]
+    assert error.login and not error.quota
+    assert error.text.startswith("litellm.AuthenticationError: ")
+    # aider's last line is the URL it offered; the summary is the error.
+    assert [e.text for e in events if e.type == "text" and e.text][-1].startswith("https://")
+    assert final_text(events) == error.text
+
+
+def test_aider_rate_limit_is_a_usage_limit_once_its_retries_reach_the_cap() -> None:
+    adapter = make("aider")
+    lines = (ROOT_DATA / "quota" / "aider-quota.txt").read_text().splitlines()
+    flagged = []
+    for line in lines:
+        events = adapter.parse_line(line)
+        if any(e.type == "error" and e.quota for e in events):
+            flagged.append(line)
+    assert flagged and flagged[0] == "Retrying in 2.0 seconds..."
+    errors = parse_all(make("aider"), lines)
+    limit = next(e for e in errors if e.quota)
+    assert limit.text.startswith("litellm.RateLimitError: ")
+    assert "You exceeded your current quota" in limit.text  # the provider's body
+
+
+def test_aider_is_started_quiet_and_offline(tmp_path: Path) -> None:
+    adapter = make("aider", tmp_path, model="test-model", base_url="http://127.0.0.1:9/v1")
+    invocation = adapter.invocation("fix it")
+    for flag in (
+        "--no-check-update",
+        "--no-analytics",
+        "--no-show-release-notes",
+        "--no-show-model-warnings",
+        "--no-pretty",
+    ):
+        assert flag in invocation.argv
+    assert invocation.env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+    assert invocation.env["PYTHONUNBUFFERED"] == "1"  # print() reaches loopd as it happens
+    home = tmp_path / "agent-home"
+    # aider downloads litellm's price list when ~/.aider/caches has none: the run's HOME has one.
+    cache = home / ".aider" / "caches" / "model_prices_and_context_window.json"
+    assert json.loads(cache.read_text())
+    assert "max_retries: 0" in (home / ".aider.model.settings.yml").read_text()
+    # Without a run's HOME nothing is written into the person's own.
+    bare = make("aider", None, model="gpt-4o")
+    assert bare.invocation("fix it").home is None

@@ -154,3 +154,28 @@ def test_a_listener_bound_beyond_loopback_is_warned_about(tmp_path: Path) -> Non
         assert bool(found) == warned, (bind, proc.stdout)
         if warned:
             assert "beyond this machine" in found[0] and "trusted_proxies" in found[0]
+
+
+def test_a_fresh_home_is_quiet_about_the_critic_and_check_says_once_what_judges(
+    tmp_path: Path,
+) -> None:
+    """critic = "auto" (the default): no warning on every command without a [verifier];
+    `check` says once that the checks alone judge; an explicit "on" still warns."""
+    repo = make_repo(tmp_path / "repo")
+    agent = '[agents.a]\nadapter = "command"\ncommand = ["true"]\n'
+    loops = {
+        "plain": f'repo = "{repo}"\ntask = "t"\nagent = "a"\n',
+        "asked": f'repo = "{repo}"\ntask = "t"\nagent = "a"\ncritic = "on"\n',
+    }
+    home = make_home(tmp_path / "home", agent, loops)
+    out = loopd(home, "check").stdout
+    assert "critic: attempts of plain are judged by their checks alone (auto" in out, out
+    warnings = [line for line in out.splitlines() if line.startswith("warning:")]
+    assert any("'asked'" in w and 'critic = "on"' in w for w in warnings), out
+    assert not any("'plain'" in w for w in warnings), out
+    status = json.loads(loopd(home, "status", "--json").stdout)
+    assert not any("'plain'" in w for w in status["daemon"]["warnings"])
+    verifier = '[verifier]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "judge"\n'
+    judged = make_home(tmp_path / "judged", agent + verifier, {"plain": loops["plain"]})
+    said = loopd(judged, "check").stdout
+    assert "critic: the verifier's model judges the attempts of plain (auto)" in said, said

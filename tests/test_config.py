@@ -158,7 +158,8 @@ def test_a_notify_command_with_an_empty_argument_is_an_error(tmp_path: Path) -> 
         (AGENT, 'max_attempts = "three"\n', "max_attempts", "whole number, e.g. max_attempts = 3"),
         (AGENT, "critic_threshold = 11\n", "critic_threshold", "from 0 to 10"),
         (AGENT, 'schedule = "0 2 * * *"\n', "schedule", 'schedule = ["0 2 * * *"]'),
-        (AGENT, 'schedule = ["0 2 * *"]\n', "schedule", 'schedule = ["0 2 * * *"]'),
+        # each bad expression at its place (schedule[N]), every one of them
+        (AGENT, 'schedule = ["0 2 * *"]\n', "schedule[0]", 'schedule = ["0 2 * * *"]'),
         (AGENT, 'timezone = "Berlin"\n', "timezone", 'timezone = "Europe/Berlin"'),
         (AGENT, 'task = " "\n', "task", 'task = "Make the failing tests'),
         ("verifier = 'http://x'\n" + AGENT, "", "verifier", "a line [verifier]"),

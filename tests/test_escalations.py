@@ -166,10 +166,12 @@ def test_escalation_file_tells_a_person_everything(tmp_path: Path) -> None:
     assert "1 nudge, 1 stall" in body.split("### Attempt 1:", 1)[1]
     assert "2 nudges, 0 stalls" in body.split("### Attempt 2:", 1)[1]
     assert "stall (silence)" in body and "no output for 5m" in body
-    # the checks' last failure: the tail of attempt 3's log, not the whole log
+    # the checks' last failure: attempt 3's log (short: whole; a long one is cut to its
+    # failures and its end, tests/test_check_excerpts_e2e.py)
     failure = body.split("## Last failure of the checks (attempt 3", 1)[1]
     assert "FAILED tests/test_app.py::test_add - assert -1 == 3 (attempt 3)" in failure
-    assert "collecting line 99" in failure and "collecting line 0\n" not in failure
+    assert "(attempt 1)" not in failure and "(attempt 2)" not in failure
+    assert "collecting line 99" in failure
     assert "`r-0001-run-pytest-first`" in body
     # the diff summary, computed from diff.patch
     assert "app.py (+1 -1)" in body

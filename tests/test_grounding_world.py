@@ -136,7 +136,7 @@ def test_a_rejection_names_the_claim_its_kind_and_the_files_looked_in(
     ]
 
 
-def test_both_labelled_sets_meet_their_targets() -> None:
+def test_the_labelled_sets_meet_their_targets() -> None:
     for name in bench.SETS:
         outcomes = bench.evaluate(name=name)
         figures = bench.rates(outcomes)

@@ -218,3 +218,47 @@ def test_a_run_parked_on_a_usage_limit_is_recorded_alike(
     (run,) = on_both(tmp_path, temporal, machines, setup, scenario)
     assert (run["outcome"], len(run["attempts"]), run["waited"]) == ("succeeded", 1, True)
     assert all(machine.runs()[0]["waited"] >= 60 for machine in machines)
+
+
+def test_a_refused_login_holds_the_profile_alike_until_check_lifts_it(
+    tmp_path: Path, temporal: Any, machines: list
+) -> None:
+    import json
+
+    from tests.helpers import talk, wait_for
+
+    def setup(folder: Path, engine: str) -> Machine:
+        folder.mkdir(parents=True, exist_ok=True)
+        talked, writable = talk(folder)
+        # Refused while the flag is there: a 401 on stderr before any output, as a CLI with
+        # an expired key; `loopd check`'s try has no calc.py and only answers.
+        script = (
+            "import pathlib, sys\n"
+            f"if pathlib.Path({str(talked / 'refuse')!r}).exists():\n"
+            "    sys.stderr.write('Error: 401 Unauthorized: invalid x-api-key\\n')\n"
+            "    sys.exit(1)\n"
+            "if pathlib.Path('calc.py').exists():\n"
+            "    " + FIX.replace("; ", "\n    ") + "\n"
+            "print('OK')\n"
+        )
+        (talked / "refuse").write_text("")
+        return make_machine(folder, engine, script_agent(script), writable)
+
+    def held(machine: Machine) -> str:
+        status = json.loads(machine.loopd("status", "--json").stdout)
+        return status["loops"]["calc"].get("waiting_for", "")
+
+    def scenario(machine: Machine) -> int:
+        machine.start("run")
+        assert machine.loopd("trigger", "calc", "--wait").returncode != 0
+        wait_for(lambda: "refused the login" in held(machine), what="the hold in status")
+        assert machine.loopd("trigger", "calc").returncode == 0
+        (talk(machine.root.parent)[0] / "refuse").unlink()
+        check = machine.loopd("check")
+        assert "its login works again" in check.stdout, check.stdout
+        return 2
+
+    first, second = on_both(tmp_path, temporal, machines, setup, scenario)
+    assert (first["outcome"], first["cause"]) == ("escalated", "agent-login")
+    assert first["attempts"][0]["nudges"] == 0
+    assert second["outcome"] == "succeeded"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from daemon.runs.prompt import PromptParts, build_prompt, fenced
 
 ORDER = [
@@ -31,13 +33,17 @@ def test_sections_come_in_order_and_only_with_content() -> None:
     assert build_prompt(PromptParts(task="Fix it."), 100_000) == "# Task\n\nFix it.\n"
 
 
-def test_the_cap_cuts_the_checks_output_first_keeping_its_tail() -> None:
-    failed = "".join(f"line {i}\n" for i in range(5000)) + "THE LAST ERROR\n"
+def test_the_cap_cuts_the_checks_output_first_keeping_its_failure_and_tail() -> None:
+    lines = [f"line {i}\n" for i in range(5000)]
+    lines[2500] = "FAILED tests/test_x.py::test_y - the first failure\n"
+    failed = fenced("".join(lines) + "THE LAST ERROR\n")
     parts = PromptParts(task="Fix it.", feedback="keep this feedback", failed=failed)
     text = build_prompt(parts, 4000)
     assert len(text.encode()) <= 4000
-    assert "THE LAST ERROR" in text and "line 0\n" not in text
-    assert "bytes cut to fit the prompt cap" in text
+    assert "FAILED tests/test_x.py::test_y - the first failure" in text
+    assert "THE LAST ERROR" in text and "line 2000\n" not in text
+    assert re.search(r"\[\.\.\. \d+ lines, \d+ characters cut \.\.\.\]", text)
+    assert text.count("```") == 2  # still fenced
     assert "keep this feedback" in text and text.startswith("# Task\n\nFix it.")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,16 @@ from daemon.agents.base import (
 )
 from daemon.agents.deskconfig import codex_config
 
-# The provider loopd defines with `-c` overrides when a profile names its own endpoint.
+# The provider loopd defines in the run's config.toml when a profile names its own endpoint.
 PROVIDER = "loopd"
+# What the run's config.toml always says: no update check, no analytics or feedback upload,
+# no OpenTelemetry export (keys checked with `codex exec --strict-config`, Codex CLI 0.171).
+QUIET = {
+    "check_for_update_on_startup": False,
+    "analytics": {"enabled": False},
+    "feedback": {"enabled": False},
+    "otel": {"exporter": "none"},
+}
 
 # Item types that are the agent acting on the world; the rest (messages, reasoning, to-do
 # lists) are text or nothing.
@@ -32,9 +39,23 @@ _TOOL_ITEMS = {
     "collab_tool_call",
 }
 
-# Codex's notice that it is retrying a dropped model stream ("Reconnecting... 2/5 (...)"): a
-# top-level `error` line, yet not a failure; a retry that runs out ends in `turn.failed`.
-_RETRY = re.compile(r"^Reconnecting\.\.\. \d+/\d+")
+# Codex's notice that it is retrying a dropped model stream ("Reconnecting... 2/5 (...)",
+# "Reconnecting... waiting for network (...)"): a top-level `error` line, yet not a failure; a
+# retry that runs out ends in `turn.failed`.
+_RETRY = re.compile(r"^Reconnecting\.\.\. ")
+# How Codex words refused credentials in the error a turn fails on: an API key the provider
+# refuses ("unexpected status 401 Unauthorized: ..."; 403 alike) and a ChatGPT login that
+# cannot be refreshed ("Your access token could not be refreshed ... Please log out and sign
+# in again.", "Run codex login again ...").
+_LOGIN = re.compile(
+    r"^unexpected status 40[13]\b"
+    r"|\b(?:access token|authentication session) could not be refreshed"
+    r"|\bplease (?:log out and )?sign in again|\bcodex login again",
+    re.IGNORECASE,
+)
+# The warning item Codex starts every thread with on a model its catalogue lacks (a local
+# model): harmless, it goes on with default metadata.
+_NO_METADATA = re.compile(r"^Model metadata for `([^`]*)` not found")
 
 
 class CodexAdapter(AgentAdapter):
@@ -59,8 +80,21 @@ class CodexAdapter(AgentAdapter):
     speaks_mcp = True
 
     def write_tool_config(self, home: Path) -> None:
-        if self.desk is not None:
-            codex_config(home / ".codex" / "config.toml", self.desk)
+        """The run's `~/.codex/config.toml`: telemetry off, the profile's endpoint as the
+        `loopd` provider (Responses API), and `loopd mcp` when the attempt has a desk."""
+        codex_config(home / ".codex" / "config.toml", self.desk, self.settings())
+
+    def settings(self) -> dict[str, Any]:
+        """The top-level keys of the run's config.toml that loopd owns."""
+        settings: dict[str, Any] = dict(QUIET)
+        if self.profile.base_url:
+            provider = {"name": PROVIDER, "base_url": self.profile.base_url}
+            provider["wire_api"] = "responses"  # the only API Codex 0.171 speaks
+            if self.api_key():
+                provider["env_key"] = "OPENAI_API_KEY"
+            settings["model_provider"] = PROVIDER
+            settings["model_providers"] = {PROVIDER: provider}
+        return settings
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -71,6 +105,10 @@ class CodexAdapter(AgentAdapter):
         self._totals: dict[str, tuple[int, int]] = {}
 
     def invocation(self, prompt: str, resume: Resume | None = None) -> Invocation:
+        if self.private_home is not None:
+            # The endpoint lives in the run's config.toml, not in argv: whoever starts codex (a
+            # run's attempt, `loopd check`'s login try) starts it with that file written.
+            self.write_tool_config(self.private_home)
         argv = ["codex", "exec", "--json"]
         # Unattended: exec never asks; loopd isolates the run in its own worktree.
         argv.append("--dangerously-bypass-approvals-and-sandbox")
@@ -79,14 +117,10 @@ class CodexAdapter(AgentAdapter):
         env: dict[str, str] = {}  # the profile's env is added by the caller
         key = self.api_key()
         if self.profile.base_url:
-            # `-c` values are TOML; a JSON string is a valid TOML basic string.
-            table = f"model_providers.{PROVIDER}"
-            argv += ["-c", f"{table}.name={json.dumps(PROVIDER)}"]
-            argv += ["-c", f"{table}.base_url={json.dumps(self.profile.base_url)}"]
+            # The endpoint is the `loopd` provider of the run's config.toml (`settings`),
+            # which reads its key from this variable.
             if key:
-                argv += ["-c", f'{table}.env_key="OPENAI_API_KEY"']
                 env["OPENAI_API_KEY"] = key
-            argv += ["-c", f"model_provider={json.dumps(PROVIDER)}"]
         elif key:
             env["CODEX_API_KEY"] = key  # the key `codex exec` reads for OpenAI itself
         argv += list(self.profile.args)
@@ -106,7 +140,7 @@ class CodexAdapter(AgentAdapter):
             return [AgentEvent(type="session", session_id=self._thread)]
         if kind == "turn.started":
             self._last_message = ""
-            return raw(line)
+            return [AgentEvent(type="raw", text="codex: turn started")]
         if kind == "turn.completed":
             usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
             # cached_input_tokens are a part of input_tokens, not extra.
@@ -122,11 +156,13 @@ class CodexAdapter(AgentAdapter):
                 AgentEvent(type="final", text=self._last_message),
             ]
         if kind == "error" and _RETRY.match(as_text(data.get("message"))):
-            return raw(line)
+            # A retry, not the session's error: shown as the words, not the JSON line.
+            return [AgentEvent(type="raw", text=f"codex: {as_text(data.get('message'))}")]
         if kind in {"turn.failed", "error"}:
             error = data.get("error") if kind == "turn.failed" else data
-            message = error.get("message") if isinstance(error, dict) else None
-            events = [AgentEvent(type="error", text=as_text(message) or line)]
+            message = as_text(error.get("message") if isinstance(error, dict) else None)
+            login = bool(_LOGIN.search(message))
+            events = [AgentEvent(type="error", text=message or line, login=login)]
             if kind == "turn.failed":
                 events.append(AgentEvent(type="final", text=self._last_message, is_error=True))
             return events
@@ -142,7 +178,9 @@ class CodexAdapter(AgentAdapter):
             self._last_message = as_text(item.get("text"))
             return [AgentEvent(type="text", text=self._last_message)]
         # An `error` item is a warning (unknown model metadata, an ignored config key): the
-        # turn goes on, so it stays in the transcript as it was and is not the session's error.
+        # turn goes on, so it is a note in the transcript, not the session's error.
+        if item_type == "error" and kind == "item.completed":
+            return [AgentEvent(type="raw", text=_notice(as_text(item.get("message"))))]
         if item_type not in _TOOL_ITEMS:
             return []
         events = []
@@ -173,6 +211,17 @@ class CodexAdapter(AgentAdapter):
                 )
             )
         return events
+
+
+def _notice(message: str) -> str:
+    """A warning item as a person reads it; the model-metadata one says it is harmless."""
+    unknown = _NO_METADATA.match(message)
+    if unknown:
+        return (
+            f"codex: no metadata for model `{unknown.group(1)}` in its catalogue; it goes on "
+            "with default metadata (usual for a local model)"
+        )
+    return f"codex: {message}"
 
 
 def _tool_name(item: dict[str, Any]) -> str:

@@ -192,6 +192,16 @@ class SupervisedRun:
         self.sup.transcript.write_loopd(self.sup.clock(), "stall", **self.stalls.details(kind))
         self._start_kill("stall")
 
+    def _limit_reached(self) -> None:
+        """End an agent that would retry its usage limit for long: its own ending, not loopd's
+        (not `killed`), so the limit is read as if it had given up at once."""
+        if self.killer is None:
+            self.sup.transcript.write_loopd(
+                self.sup.clock(), "process", event="stopping", reason="usage limit"
+            )
+            self._start_kill(None)
+            self.end_reason = "usage limit"
+
     def _start_kill(self, reason: str | None) -> None:
         if self.killer is not None:
             return
@@ -246,6 +256,8 @@ class SupervisedRun:
         self.sup.transcript.write_line(now, stream, text, events)
         for event in events:
             self.result.events += 1
+            if event.type != "raw":
+                self.result.stream_events += 1
             self._account(event)
             if self.sup.on_event is not None:
                 self.sup.on_event(event)
@@ -267,6 +279,8 @@ class SupervisedRun:
             result.quota_hint = result.quota_hint or event.quota
             result.reset_at = event.reset_at or result.reset_at
             result.login_hint = result.login_hint or event.login
+            if event.quota and self.sup.adapter.stop_at_limit:
+                self._limit_reached()
         elif event.type == "tool_result":
             result.denied = result.denied or event.denied
         elif event.type == "usage":

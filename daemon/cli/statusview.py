@@ -51,7 +51,8 @@ def _status_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
         if info.get("waiting_for"):
             # Why it waits belongs next to "waiting"; the queue count follows.
             until = str(info.get("resume_at") or "")[:16].replace("T", " ")
-            phase += f" (held until {until}: {info['waiting_for']})"
+            held = f"held until {until}" if until else "held"  # a refused login has no end
+            phase += f" ({held}: {info['waiting_for']})"
         if info.get("pending") and info.get("enabled", True) and not info.get("paused"):
             phase += f", {info['pending']} queued"
         if info.get("loaded") is False:

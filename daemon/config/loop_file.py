@@ -173,7 +173,8 @@ class LoopConfig(StrictModel, RunEnds):
         description=(
             "checks not weighed by the weakened-tests rule (see [Checks](#checks)): "
             "for a check whose test count may drop by design. Each time one would "
-            "have failed, the event `checks_weakened_allowed` says so"
+            "have failed, the event `checks_weakened_allowed` says so. A report that "
+            "does not match what ran, or failed tests in a check that exited 0, fail even so"
         ),
         json_schema_extra={"allowed": "commands of `done_when`, as written there"},
     )
@@ -230,8 +231,14 @@ class LoopConfig(StrictModel, RunEnds):
             "progress finishes. 0: no budget"
         ),
     )
-    critic: Literal["on", "off"] = Field(
-        "on", description="whether the verifier's model scores each attempt"
+    critic: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description=(
+            "whether the verifier's model scores each attempt: `auto` when loopd.toml has "
+            "a `[verifier]` (without one, attempts are judged by their checks alone, said "
+            "once by `loopd check`); `on` asks for it (a warning when there is no "
+            "`[verifier]`); `off` never"
+        ),
     )
     critic_threshold: int = Field(
         7,

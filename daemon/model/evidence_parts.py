@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from daemon.excerpt import excerpt
 from daemon.model.citations import Citation, weigh
 from daemon.redact import redact
 from daemon.state.stored import open_stored
@@ -75,7 +76,15 @@ class Source:
         return "".join(_event_text(_loads(line)) for line in data.splitlines())
 
     def load_trimmed(self, allot: int) -> tuple[str, int]:
-        """At most about `allot` characters of the part, redacted, with the cut marked."""
+        """At most about `allot` characters of the part, redacted, with the cut marked.
+
+        The checks' output is cut as everywhere it is shown (daemon/excerpt.py): the lines
+        naming failures, the first failure and the end; other parts keep their two ends.
+        """
+        if self.section == "checks":
+            whole = redact(self.load())
+            kept = excerpt(whole, allot)
+            return kept, max(0, len(whole) - len(kept))
         if not self.json_lines and len(self.ranges) == 1 and self.size > 4 * allot + 4096:
             # A huge plain file: read only its two ends, with a margin for redaction.
             offset, length = self.ranges[0]
@@ -132,6 +141,8 @@ def _event_text(event: dict[str, Any]) -> str:
         output = str(event.get("output") or event.get("text") or "")
         return f"{mark}{output}" + ("" if output.endswith("\n") else "\n")
     text = str(event.get("text") or event.get("detail") or event.get("raw") or "")
+    if kind == "text" and event.get("delta") is True:
+        return text  # a piece of a message streamed in pieces: the next piece goes on its line
     if not text:
         extra = {k: v for k, v in event.items() if k not in ("ts", "stream", "type", "raw")}
         text = f"{kind} {json.dumps(extra, ensure_ascii=False)}" if extra else kind
@@ -169,7 +180,7 @@ def index_transcript(path: Path, cites: list[Citation], order: int) -> list[Sour
         event = _loads(raw)
         kind = str(event.get("type", "raw"))
         stream = str(event.get("stream", ""))
-        if kind in ("session", "usage"):
+        if kind in ("session", "usage", "prompt"):  # prompt: the task echoed, in its own part
             continue
         text = _event_text(event)
         if kind == "tool_call":

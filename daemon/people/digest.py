@@ -7,13 +7,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from daemon.excerpt import excerpt
 from daemon.people.terminal import checks_word as checks_word  # its readers import it here
 from daemon.redact import redact
 from daemon.state.records import AttemptRecord, DiffStat, FileChange, RunRecord
 from daemon.state.store import StateStore
 
-TAIL_LINES = 40
-TAIL_BYTES = 16_000
+CHECKS_EXCERPT = 6_000  # characters of a failing checks.log shown to a person
+CHECKS_READ = 16_000_000  # bytes of checks.log read for it: its two ends past that
 
 
 def _unquote_path(text: str) -> str:
@@ -83,22 +84,6 @@ def format_stat(stat: DiffStat, limit: int = 30) -> list[str]:
     return lines
 
 
-def read_tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = TAIL_BYTES) -> str:
-    """The last `lines` lines of a file without reading all of it; '' when absent."""
-    try:
-        with path.open("rb") as fh:
-            size = fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, size - max_bytes))
-            data = fh.read()
-    except OSError:
-        return ""
-    text = data.decode("utf-8", "replace")
-    if len(data) == max_bytes and "\n" in text:
-        text = text.split("\n", 1)[1]  # drop a line cut in the middle
-    kept = text.rstrip("\n").splitlines()[-lines:]
-    return redact("\n".join(kept))
-
-
 @dataclass
 class LastDiff:
     """The most recent attempt that left a diff."""
@@ -140,12 +125,31 @@ class ChecksFailure:
 
 
 def last_checks_failure(store: StateStore, run: RunRecord) -> ChecksFailure | None:
-    """The tail of checks.log of the last attempt whose checks failed."""
+    """checks.log of the last attempt whose checks failed, as an excerpt (daemon/excerpt.py:
+    the lines naming failures, the first failure, the end), within CHECKS_EXCERPT."""
     for attempt in reversed(run.attempts):
         if attempt.checks_passed is False:
             log = store.run_dir(run.id) / f"attempt-{attempt.n}" / "checks.log"
-            return ChecksFailure(attempt=attempt.n, tail=read_tail(log))
+            text = excerpt(_read_ends(log, CHECKS_READ), CHECKS_EXCERPT).rstrip("\n")
+            return ChecksFailure(attempt=attempt.n, tail=redact(text))
     return None
+
+
+def _read_ends(path: Path, most: int) -> str:
+    """A file's text; past `most` bytes, its first and last halves of that; '' when absent."""
+    try:
+        with path.open("rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(0)
+            if size <= most:
+                return fh.read().decode("utf-8", "replace")
+            head = fh.read(most // 2)
+            fh.seek(size - most // 2)
+            tail = fh.read()
+    except OSError:
+        return ""
+    cut = f"\n[... {size - len(head) - len(tail)} bytes cut ...]\n"
+    return head.decode("utf-8", "replace") + cut + tail.decode("utf-8", "replace")
 
 
 def best_score(attempts: list[AttemptRecord]) -> int | None:

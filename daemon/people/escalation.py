@@ -64,9 +64,14 @@ def _front_matter(meta: Escalation) -> str:
 
 
 def write_escalation(
-    store: StateStore, run: RunRecord, now: datetime, suggestion: str | None = None
+    store: StateStore,
+    run: RunRecord,
+    now: datetime,
+    suggestion: str | None = None,
+    profile: str = "",
 ) -> Path:
-    """Write `state/escalations/RUN_ID.md` for `run` (the caller records the event `escalated`)."""
+    """Write `state/escalations/RUN_ID.md` for `run` (the caller records the event `escalated`);
+    `profile`: the agent profile a refused login's escalation stands for."""
     cause = cause_of(run)
     meta = Escalation(
         run=run.id,
@@ -80,6 +85,7 @@ def write_escalation(
         attempts=len(run.attempts),
         best_score=best_score(run.attempts),
         notified=now,  # an escalation is always notified as it is filed
+        profile=profile,
     )
     body = render(store, run, meta.cause, suggestion or suggest(run, cause))
     path = store.escalation_path(run.id)

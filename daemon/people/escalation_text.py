@@ -131,7 +131,8 @@ def _failure_lines(store: StateStore, run: RunRecord) -> list[str]:
     failure = last_checks_failure(store, run)
     if failure is not None:
         out += [
-            f"## Last failure of the checks (attempt {failure.attempt}, tail of checks.log)",
+            "## Last failure of the checks "
+            f"(attempt {failure.attempt}, checks.log: its failures and its end)",
             "",
             _fence(failure.tail or "(checks.log is empty)"),
             "",

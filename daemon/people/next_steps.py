@@ -31,6 +31,14 @@ SUGGESTIONS: dict[Cause, str] = {
         "Environment=PATH), run `loopd once {loop}` in a terminal to see the error, then "
         "{plain_retry}."
     ),
+    Cause.AGENT_LOGIN: (
+        "The agent's provider refused its login ({reason}). Nudging would send the same "
+        "credentials again, so loopd held every loop of the same agent profile (`agent` in "
+        "loops/{loop}.toml; `loopd status` says why they wait). Log in again as the user "
+        "loopd runs as (run the agent's program in a terminal: `claude` then /login, "
+        "`codex login`, `gemini`), or fix the key the profile's `env` or `api_key_env` names; "
+        "then `loopd check` tries the login, lifts the hold and resolves this escalation."
+    ),
     Cause.STALLED: (
         "loopd stopped the agent for a stall (silence past `stall_after`, or one tool call "
         "repeated). Read `loopd logs {rid}` for what it was doing; raise `stall_after` in "

@@ -118,7 +118,7 @@ def _failing_checks(store: StateStore, last: RunRecord) -> list[str]:
     tail = failure.tail.replace("```", "'''")
     if last.worktree:  # the run's tree is removed as it ends: paths into it name nothing
         tail = tail.replace(last.worktree.rstrip("/") + "/", "")
-    out = [f"Run {last.id}, attempt {failure.attempt}, tail of checks.log:", ""]
+    out = [f"Run {last.id}, attempt {failure.attempt}, checks.log (its failures and end):", ""]
     return out + ["```text", tail, "```"]
 
 

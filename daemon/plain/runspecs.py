@@ -118,6 +118,10 @@ TEST_COUNTS: Spec = {
     "failed": ("int", 0),
     "skipped": ("int", 0),
     "deselected": ("int", 0),
+    "executed": (many("str"), []),
+    "not_run": (many("str"), []),
+    "tampered": (many("str"), []),
+    "unreadable": ("str", ""),
 }
 ATTEMPT: Spec = {  # state/records.AttemptRecord
     "n": ("int", REQUIRED),

@@ -19,6 +19,9 @@ Choices written down here because the design leaves them open:
   unit is a duration, size or percentage (`1.5s`, `512MiB`, `93%`); a hex id is `0x...` or a
   run of seven or more hex digits holding a digit and a letter (a commit).
 - A quoted string holding a code span is one quoted claim, backticks and all.
+- A number followed by "lines" or "words" (`30 lines`, `3 matching lines`) is a count, and a
+  quoted string holding counts of a test runner's outcomes and a duration
+  (`"1 failed, 3 passed in 0.12s"`) is a summary: one claim, in Rule and in Why.
 - A command that the Rule prescribes may be new: a code span in **Rule** whose first word is
   a program (a known developer tool, or a name found on PATH) is a command. Its program
   name, its options (`-n`, `--stat`), its numbers and its placeholders (`FILE`, `<path>`,
@@ -35,6 +38,8 @@ from typing import Literal
 
 ClaimKind = Literal[
     "number",
+    "count",
+    "summary",
     "version",
     "duration",
     "size",
@@ -65,9 +70,16 @@ _NUMBER = re.compile(
     r"|\d+(?:\.\d+)?)(?![\w])(?!\.\d)"
 )
 _DURATION_UNITS = "ns|us|µs|ms|s|sec|secs|seconds?|min|mins|minutes?|h|hrs?|hours?|d|days?"
-_SIZE_UNITS = "B|bytes|[kKMGT]i?B|[kKMGT]"
+_SIZE_UNITS = "B|bytes?|[kKMGT]i?B|[kKMGT]"
 QUANTITY = re.compile(
     rf"(?<![\w.])(?P<n>\d+(?:\.\d+)?)(?: ?(?P<unit>{_DURATION_UNITS}|{_SIZE_UNITS}|%)(?![\w%]))"
+)
+# A count of lines or words, as wc and grep -c print them: never a line number.
+COUNT = re.compile(r"(?<![\w.])(?P<n>\d+) (?:matching )?(?P<noun>lines?|words?)\b")
+# A test runner's summary: a count of what passed or failed, and how long the run took.
+_RUNNER_COUNT = re.compile(
+    r"\b\d+ (?:passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?|tests?"
+    r"|examples?|failures?|passing|failing|pending|ignored)\b"
 )
 _HEX = re.compile(
     r"(?<![\w.])(?:0x[0-9a-fA-F]+|(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,64}"
@@ -127,6 +139,8 @@ def _blank(text: str, span: tuple[int, int]) -> str:
 
 def is_identifier(token: str, followed_by_paren: bool = False) -> bool:
     name = token.rstrip("(").strip()
+    if re.fullmatch(r"[kKMGT]i?B", name):
+        return False  # a unit of size (MiB), not a name
     return (
         followed_by_paren
         or "_" in name
@@ -192,6 +206,14 @@ def _paths_and_identifiers(text: str, where: str) -> tuple[list[Claim], str]:
     return claims, text
 
 
+def is_summary(quoted: str) -> bool:
+    """A quoted line of a test runner's summary: counts of outcomes and a duration."""
+    durations = [
+        m for m in QUANTITY.finditer(quoted) if quantity_kind(m.group("unit")) == "duration"
+    ]
+    return bool(durations) and _RUNNER_COUNT.search(quoted) is not None
+
+
 def quantity_kind(unit: str) -> ClaimKind:
     """What a number's unit makes of it: a duration, a size or a percentage."""
     if unit == "%":
@@ -204,6 +226,9 @@ def _numbers(text: str, where: str) -> list[Claim]:
     claims = []
     for match in list(_HEX.finditer(text)):
         claims.append(Claim("hex", match.group(0), where))
+        text = _blank(text, match.span())
+    for match in list(COUNT.finditer(text)):
+        claims.append(Claim("count", match.group(0), where))
         text = _blank(text, match.span())
     for match in list(QUANTITY.finditer(text)):
         unit = match.group("unit")
@@ -272,7 +297,9 @@ def claims_of(text: str, where: str, facts_only: bool = False) -> list[Claim]:
     )
     for match in list(_QUOTED.finditer(text)):
         quoted = next(g for g in match.groups() if g is not None)
-        if facts_only:
+        if is_summary(quoted):
+            claims.append(Claim("summary", quoted, where))
+        elif facts_only:
             claims.extend(_facts(quoted, where))
         else:
             claims.append(Claim("quoted", quoted, where))

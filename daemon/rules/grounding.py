@@ -27,6 +27,16 @@ here because the design leaves them open:
   `File "fetch.py", line 22`, `Program.cs(22,5)`), a line of a diff hunk of that file, or a
   numbered listing of it (`cat -n`, `grep -n`, `nl` output of a command naming the file).
   Which file: daemon/rules/locations.py.
+- Sizes and counts as tools print them (daemon/rules/measures.py): `31 bytes` also where
+  `wc -c`, `ls -l`, `stat` or `du -b` printed 31 as a size; `30 lines` where `wc -l` or
+  `grep -c` printed 30; the units of bytes (`B`, `byte`, `bytes`) are one, and a bare
+  letter is binary, as du -h prints it (`132M` is `132 MiB`, not `132 MB`). A line location
+  also holds where `cat`, `head` or `sed -n` printed that file's line; a count's output
+  (`grep -c`'s `app.py:3`) is never a line location.
+- A test runner's summary (`"=== 1 failed, 3 passed in 0.12s ==="`) holds where the
+  evidence has the same words, counts and duration in that order, the `=` around it aside:
+  the evidence is the run the lesson was learned from. A terminal's colour codes are not
+  text: they are left out of the evidence before matching.
 - A claim not found is named with its kind and the evidence files looked in.
 """
 
@@ -41,7 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from daemon.rules import locations as where
-from daemon.rules.claims import QUANTITY, Claim, claims_of
+from daemon.rules import measures
+from daemon.rules.claims import COUNT, QUANTITY, Claim, claims_of
 from daemon.rules.rulefile import Evidence
 from daemon.state.stored import is_stored, open_stored
 
@@ -67,13 +78,14 @@ METADATA = frozenset(
     "permission_mode qwen_code_version".split()
 )
 _SPACE = re.compile(r"\s+")
+_COLOUR = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # a terminal's colour and style codes
 _WORD_CLAIM = re.compile(r"^[A-Za-z][A-Za-z.]*(?:'s|\u2019s)?$")
 _SUFFIXES = ("'s", "\u2019s", "es", "s")
 
 
 def normalize(text: str) -> str:
-    """Runs of whitespace, line breaks included, as one space."""
-    return _SPACE.sub(" ", text).strip()
+    """Runs of whitespace, line breaks included, as one space; colour codes left out."""
+    return _SPACE.sub(" ", _COLOUR.sub("", text)).strip()
 
 
 def word_pattern(word: str) -> str:
@@ -98,8 +110,15 @@ def claim_pattern(kind: str, needle: str) -> str:
     if kind in ("duration", "size", "percent"):
         found = QUANTITY.fullmatch(needle)
         if found is not None:
-            number, unit = re.escape(found.group("n")), re.escape(found.group("unit"))
+            number, unit = re.escape(found.group("n")), _units(kind, found.group("unit"))
             return rf"(?<![\w.]){number} ?{unit}(?![\w%])"
+    if kind == "count":
+        found = COUNT.fullmatch(needle)
+        if found is not None:
+            noun = found.group("noun").rstrip("s")
+            return rf"(?<![\w.]){found.group('n')} (?:matching )?{noun}s?\b"
+    if kind == "summary":
+        return summary_pattern(needle)
     if kind == "hex":
         if needle.lower().startswith("0x"):
             return rf"(?i)(?<![\w]){re.escape(needle)}(?![0-9a-f])"
@@ -113,6 +132,23 @@ def claim_pattern(kind: str, needle: str) -> str:
         end = r"(?![\w])" if needle[-1:].isalnum() or needle[-1:] == "_" else ""
         return rf"(?<![\w-]){re.escape(needle)}{end}"
     return re.escape(needle)
+
+
+def _units(kind: str, unit: str) -> str:
+    """A unit and the ways of writing the same one: bytes as B, byte or bytes; a bare letter
+    (du -h's `132M`, powers of 1024) as that letter with iB (`132 MiB`), not with B alone."""
+    if kind != "size":
+        return re.escape(unit)
+    if unit in ("B", "byte", "bytes"):
+        return "(?:bytes?|B)"
+    if unit[0] in "KMGT" and unit[1:] in ("", "iB"):
+        return rf"{unit[0]}(?:iB)?"
+    return re.escape(unit)
+
+
+def summary_pattern(quoted: str) -> str:
+    """A runner's summary as quoted, its words, counts and duration, the `=` around it aside."""
+    return rf"(?<![\w.]){re.escape(normalize(quoted).strip('= '))}(?![\w.])"
 
 
 def _strings(
@@ -209,6 +245,7 @@ class EvidenceSet:
     _text: str = ""  # the content of every file, whitespace normalized
     _paths: str = ""  # the same with `\\` as `/`, where paths are looked for
     locations: where.Locations = field(default_factory=where.Locations)
+    measures: measures.Measures = field(default_factory=measures.Measures)
 
     @classmethod
     def from_dir(cls, root: Path) -> EvidenceSet:
@@ -240,7 +277,12 @@ class EvidenceSet:
             if raw is not None:
                 evidence._add(path.relative_to(root).as_posix(), raw, searched, select)
         whole = "\n".join(item.content for item in evidence.files.values() if item.searched)
-        where.written(whole, evidence.locations)
+        counted = evidence.measures.counted
+        # A count's output (`grep -c`'s `app.py:3`) is not a line location.
+        shown = "\n".join(row for row in whole.split("\n") if row.strip() not in counted)
+        where.written(shown, evidence.locations)
+        for path, lines, _ in evidence.measures.shown:
+            evidence.locations.add(path, lines)
         evidence._text = normalize(whole)
         return evidence
 
@@ -259,6 +301,9 @@ class EvidenceSet:
             content = "\n".join(_joined(value, METADATA) for value in parsed)
             if searched:
                 where.listed(parsed, self.locations)
+                measures.read_transcript(parsed, name, self.measures)
+        elif searched:
+            measures.read_session(raw, name, self.measures)
         if searched and name.endswith((".patch", ".diff")):
             where.hunks(lines, self.locations)
         self.files[name] = EvidenceFile(name, lines, decoded, content, searched)
@@ -280,7 +325,25 @@ class EvidenceSet:
                 and re.search(rf"\b{re.escape(claim.alt)}(?!\d)", self._text, re.IGNORECASE)
                 is not None
             )
-        return re.search(claim_pattern(claim.kind, needle), self._search_in(claim)) is not None
+        found = re.search(claim_pattern(claim.kind, needle), self._search_in(claim))
+        return found is not None or self.measured(claim) is not None
+
+    def measured(self, claim: Claim) -> measures.Where | None:
+        """Where a tool printed the size or count `claim` states, or the line it locates."""
+        if claim.kind == "size":
+            found = QUANTITY.fullmatch(normalize(claim.text))
+            return self.measures.size(found["n"], found["unit"]) if found else None
+        if claim.kind == "count":
+            found = COUNT.fullmatch(normalize(claim.text))
+            return self.measures.count(int(found["n"]), found["noun"]) if found else None
+        if claim.kind == "line":
+            path, _, number = claim.text.rpartition(":")
+            key = where.file_key(path)
+            for shown, lines, at in self.measures.shown:
+                named = where.file_key(shown)
+                if int(number) in lines and (named == key or named.endswith("/" + key)):
+                    return at
+        return None
 
     def _search_in(self, claim: Claim) -> str:
         if claim.kind != "path":

@@ -16,15 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.agents.processes import claim, kill_tree, release, spawning
+from daemon.excerpt import NAMES_FAILURE, excerpt
 from daemon.redact import redact
-from daemon.runs.excerpt import excerpt
 from daemon.runs.stop import StopToken
 from daemon.runs.testcounts import TestCounts
 from daemon.sandbox.base import Launch
 from daemon.state.atomic import write_atomic
 
-TAIL_BYTES = 8000
-OUTPUT_CAP = 2_000_000  # per command, in checks.log
+TAIL_BYTES = 8000  # the failing checks' output the next attempt's prompt reads
+HEAD_CAP = 256_000  # of a check's output, its first bytes are kept whatever follows
+OUTPUT_CAP = 2_000_000  # per command, in checks.log: its last bytes
+NAMED_CAP = 256_000  # bytes of the lines naming failures kept from what falls between
 STOP_POLL = 0.2  # seconds between looks at the stop token while a check runs
 KILL_GRACE = 3.0  # seconds a killed check gets between SIGTERM and SIGKILL
 LINK_OUT = "a symbolic link out of the check tree"
@@ -75,20 +77,24 @@ class ChecksResult:
         return "".join(parts)
 
     def failure_tail(self, limit: int = TAIL_BYTES) -> str:
-        """The output of the failing checks; when long, its head, first failure and tail."""
+        """The output of the failing checks within `limit` characters, each an excerpt
+        (daemon/excerpt.py: the lines naming failures, the first failure, the end)."""
         parts = [
             f"$ {command}   (tests less than on the base: {why})\n"
             for command, why in self.weakened
         ]
         parts += [f"{LINK_OUT}: {path} -> {target}\n" for path, target in self.links_out]
-        for r in self.results:
-            if r.passed:
-                continue
+        failing = [r for r in self.results if not r.passed]
+        heads = []
+        for r in failing:
             status = "timed out" if r.timed_out else f"exit {r.exit_code}"
             if r.changed:
                 status += f"; changed {', '.join(r.changed[:5])}"
-            out = excerpt(r.output, limit)
-            parts.append(f"$ {r.command}   ({status})\n{out.rstrip()}\n")
+            heads.append(f"$ {r.command}   ({status})\n")
+        room = limit - sum(map(len, parts + heads)) - 2 * len(failing)
+        share = max(0, room) // max(1, len(failing))
+        for r, head in zip(failing, heads, strict=True):
+            parts.append(f"{head}{excerpt(r.output, share).rstrip()}\n")
         return "\n".join(parts)
 
 
@@ -147,27 +153,65 @@ def run_check(
 
 
 class _Tail:
-    """Reads a pipe to its end in a thread, keeping only the last OUTPUT_CAP bytes."""
+    """Reads a pipe to its end in a thread, keeping its first HEAD_CAP bytes, its last
+    OUTPUT_CAP bytes and, of what falls between, the lines that name failures.
+
+    A runner that prints megabytes after its first failure would otherwise leave only the
+    end: the failing test is kept, at its place, with the size of what was cut around it.
+    """
 
     def __init__(self, pipe) -> None:  # noqa: ANN001 - a binary file object
+        self.head = bytearray()
         self.data = bytearray()
         self.dropped = 0
+        self.named: list[bytes] = []  # lines naming failures among the dropped bytes
+        self._named_bytes = 0
+        self._partial = b""  # a dropped line's start whose end was dropped later
         self._pipe = pipe
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
         for chunk in iter(lambda: self._pipe.read1(65536), b""):
+            room = HEAD_CAP - len(self.head)
+            if room > 0:
+                self.head += chunk[:room]
+                chunk = chunk[room:]
             self.data += chunk
             if len(self.data) > OUTPUT_CAP:
                 cut = len(self.data) - OUTPUT_CAP
-                self.dropped += cut
+                self._drop(bytes(self.data[:cut]))
                 del self.data[:cut]
+
+    def _drop(self, data: bytes) -> None:
+        """Count dropped bytes; keep their lines that name failures, while NAMED_CAP lasts."""
+        self.dropped += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()[-NAMED_CAP:]
+        for line in lines:
+            if self._named_bytes + len(line) > NAMED_CAP:
+                continue
+            if NAMES_FAILURE.search(line.decode("utf-8", "replace")):
+                self.named.append(line)
+                self._named_bytes += len(line) + 1
 
     def text(self, wait: float) -> str:
         self._thread.join(wait)
-        head = f"[... {self.dropped} bytes of earlier output cut ...]\n" if self.dropped else ""
-        return head + bytes(self.data).decode("utf-8", "replace")
+        head, tail = bytes(self.head), bytes(self.data)
+        if not self.dropped:
+            return (head + tail).decode("utf-8", "replace")
+        # Whole lines either side of the cut: the partial ones count as cut.
+        head_end, tail_start = head.rfind(b"\n") + 1, tail.find(b"\n") + 1
+        dropped = self.dropped + len(head) - head_end + tail_start
+        head = head[:head_end].decode("utf-8", "replace")
+        tail = tail[tail_start:].decode("utf-8", "replace")
+        cut = (
+            f"[... {dropped} bytes of output cut here; "
+            f"the {len(self.named)} lines among them that name failures follow ...]\n"
+        )
+        named = "".join(line.decode("utf-8", "replace") + "\n" for line in self.named)
+        end = "[... the cut ends here ...]\n"
+        return head + cut + named + end + tail
 
 
 def _wait(

@@ -12,24 +12,28 @@ and cleared of every untracked and ignored file (`git clean -ffdx`), except what
 After each check command the tracked files must still be the commit's: a check that changed
 one (a `conftest.py` rewriting `app.py`) fails, the files are put back before the next
 check, and the attempt fails with cause `check-changed-tree`. Ignored build outputs are fine.
-Each check's test runner summary is counted (`testcounts.py`) for the weakened-tests rule.
+Each check's test runner is asked to report what it executed into a folder of loopd's in the
+check tree's git directory (`testreports.py`), made empty before each check; that report (or
+the runner's printed summary) is counted for the weakened-tests rule.
 """
 
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 from daemon.config import LoopConfig
 from daemon.git.own import OwnGit, remove_path
 from daemon.git.setupmade import anchored
 from daemon.git.tree import RunTree, check_folders
+from daemon.redact import redact
 from daemon.runs.checks import CheckResult, ChecksResult, run_check
 from daemon.runs.confinement import Confinement
 from daemon.runs.journal import RunJournal
 from daemon.runs.setup import DONE_LOG, SetupResult, run_setup
 from daemon.runs.stop import StopToken
-from daemon.runs.testcounts import count
+from daemon.runs.testreports import ask, read
 from daemon.runs.treelinks import links_out
 from daemon.state.atomic import write_atomic
 from daemon.state.records import TestCounts
@@ -37,6 +41,7 @@ from daemon.state.records import TestCounts
 BRANCH = "loopd-check"
 MADE = "loopd-setup-made.json"  # in the check tree's git directory: what setup made there
 CHECK_SETUP_LOG = "check-setup.log"
+REPORTS = "loopd-reports"  # in the check tree's git directory: the runners' reports
 
 
 class CheckTree:
@@ -128,11 +133,15 @@ class CheckTree:
         result = ChecksResult(links_out=outside)
         timeout = self.cfg.check_timeout.total_seconds()
         for command in commands:
+            asked = ask(command, self.git_dir / REPORTS, env)
+            writable = (asked.folder,) if asked.folder is not None else ()
+            launcher = partial(confinement.launch_check, writable=writable)
             done = run_check(
-                command, self.path, timeout, env, stop, launcher=confinement.launch_check
+                asked.command, self.path, timeout, {**env, **asked.env}, stop, launcher=launcher
             )
             stop.raise_if_stopped()
-            done.tests = count(command, done.output)
+            done.command = redact(command)  # as the loop writes it (allow_fewer_tests, the logs)
+            done.tests = read(asked, done.output)
             changed = self.changed(own)
             if changed:
                 done.changed = changed

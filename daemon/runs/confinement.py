@@ -326,10 +326,12 @@ class Confinement:
         exposure = replace(exposure, agent=True, gated=gated and self.gated)
         return self.sandbox.launch(argv, env, exposure)
 
-    def launch_check(self, command: str, env: Mapping[str, str]) -> Launch:
+    def launch_check(
+        self, command: str, env: Mapping[str, str], writable: tuple[Path, ...] = ()
+    ) -> Launch:
         """One check or setup command, `/bin/sh -c COMMAND`: each program it starts visible
         with its installation (through the PATH, links and `#!` lines), and absolute paths
-        among its words."""
+        among its words; `writable`: loopd's folder for its test runner's report."""
         extra: list[Path] = []
         venvs: list[Path] = []
         if self.sandbox.confines:
@@ -344,15 +346,15 @@ class Confinement:
                 words = []
             extra += value_paths([w for w in words if w.startswith("/")], self.homes)
         argv = ["/bin/sh", "-c", command]
-        return self.sandbox.launch(argv, env, self._checks_exposure(extra, venvs))
+        exposure = self._checks_exposure().adding(readable=extra, writable=writable, tools=venvs)
+        return self.sandbox.launch(argv, env, exposure)
 
-    def _checks_exposure(self, readable: list[Path], tools: list[Path]) -> Exposure:
+    def _checks_exposure(self) -> Exposure:
         """The run's exposure for a check or setup: its own scratch folder writable, the
         agent's hidden (HOME, TMPDIR, the desk's socket)."""
         writable = [p for p in self.exposure.writable if p != self.scratch]
-        exposure = replace(
+        return replace(
             self.exposure,
             writable=(*writable, self.checks_scratch),
             hidden=(*self.exposure.hidden, self.scratch),
         )
-        return exposure.adding(readable=readable, tools=tools)

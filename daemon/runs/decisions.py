@@ -148,12 +148,22 @@ def success_reason(attempt: AttemptRecord) -> str:
 
 
 def cut_short(
-    start_error: str, over_budget: bool, tokens: int, max_tokens: int, quota_exceeded: str = ""
+    start_error: str,
+    over_budget: bool,
+    tokens: int,
+    max_tokens: int,
+    quota_exceeded: str = "",
+    login_refused: str = "",
 ) -> Ending | None:
-    """An attempt that ends the run before judging: its usage limit lasts past `max_wait`, the
-    agent did not start, or the budget is spent. None when the attempt goes on to be judged."""
+    """An attempt that ends the run before judging: its usage limit lasts past `max_wait`, its
+    provider refused the agent's login, the agent did not start (or failed before its stream
+    began), or the budget is spent. None when the attempt goes on to be judged."""
     if quota_exceeded:
         return Ending("escalated", quota_exceeded, Cause.QUOTA_WAIT_EXCEEDED)
+    if login_refused:
+        words = " ".join(login_refused.split())
+        reason = f"the agent's provider refused its login: {words}"[:300]
+        return Ending("escalated", reason, Cause.AGENT_LOGIN)
     if start_error:
         reason = f"agent failed to start: {start_error}"[:300]
         return Ending("escalated", reason, Cause.AGENT_FAILED)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from daemon.excerpt import excerpt
 from daemon.git.integrity import commit_work
 from daemon.git.messages import commit_message
 from daemon.model.client import ModelUnavailable
@@ -27,7 +28,6 @@ from daemon.rules.evaluator import select_rules
 from daemon.rules.kinds import NoVerifier, submit_candidate
 from daemon.runs.checktree import CheckTree
 from daemon.runs.desk import DeskError
-from daemon.runs.excerpt import excerpt
 from daemon.runs.learning import rule_library
 from daemon.state.agentrecords import (
     OUTPUT_TAIL,

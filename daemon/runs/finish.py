@@ -23,11 +23,10 @@ from daemon.git.tree import (
     RunTree,
     branch_name,
     check_folders,
-    checks_scratch_dir,
     own_dir_for,
+    remove_scratch,
     remove_tree,
     reopen_tree,
-    scratch_dir,
     tree_of_record,
 )
 from daemon.git.userrepo import UserRepo
@@ -45,6 +44,7 @@ from daemon.runs.journal import RunJournal
 from daemon.runs.learning import learn_run_decisions, rule_attribution, rule_library
 from daemon.runs.services import RunServices
 from daemon.state.eventtypes import Event
+from daemon.state.holds import LoginHold, hold_login
 from daemon.state.records import (
     JUDGED_OUTCOMES,
     STOPPED_OUTCOMES,
@@ -216,8 +216,11 @@ def _finish_work(
         steps.done("decisions")
 
 
-def _finish_for_people(services: RunServices, steps: _Steps, notify_on: list[str] | None) -> None:
-    """The escalation, superseded ones, progress notes, notifications and `run_finished`."""
+def _finish_for_people(
+    services: RunServices, steps: _Steps, notify_on: list[str] | None, profile: str = ""
+) -> None:
+    """The escalation, superseded ones, progress notes, notifications and `run_finished`;
+    `profile`: the loop's agent profile (a refused login holds it)."""
     journal, run = steps.journal, steps.journal.run
     # An experiment's run is read in its report: no escalation, no notification, and the
     # loop's progress notes stay as they were for the experiment's other runs.
@@ -225,8 +228,12 @@ def _finish_for_people(services: RunServices, steps: _Steps, notify_on: list[str
     escalate = escalates(run.outcome, run.cause) and not experiment
     if steps.todo("escalation"):
         if escalate:
-            _write_escalation(services, journal)
+            _write_escalation(services, journal, profile)
         steps.done("escalation")
+    if steps.todo("login_hold"):
+        if run.cause == Cause.AGENT_LOGIN and profile:
+            _hold_login(services, journal, profile)
+        steps.done("login_hold")
     if steps.todo("escalated"):
         if escalate:
             _escalated_event(services, journal)
@@ -273,7 +280,7 @@ def complete_finish(
         run.cause = DEFAULT_CAUSE.get(run.outcome)
     steps = _Steps(journal)
     _finish_work(services, steps, tree, config)
-    _finish_for_people(services, steps, notify_on)
+    _finish_for_people(services, steps, notify_on, config.agent if config else "")
     services.store.clear_cancel(run.id)
     services.store.unmark_live(run.id)
     return run
@@ -299,8 +306,7 @@ def _remove_tree(services: RunServices, journal: RunJournal, tree: RunTree | Non
     run = journal.run
     root = services.config.limits.worktrees_path
     _return_credentials(journal)
-    shutil.rmtree(scratch_dir(root, run.loop, run.id), ignore_errors=True)
-    shutil.rmtree(checks_scratch_dir(root, run.loop, run.id), ignore_errors=True)
+    remove_scratch(root, run.loop, run.id)
     if tree is None:
         # The tree is gone; loopd's git directory beside it goes too.
         own = Path(run.own_git_dir) if run.own_git_dir else own_dir_for(root, run.loop, run.id)
@@ -341,12 +347,27 @@ def _count_rules(services: RunServices, run: RunRecord) -> None:
     )
 
 
-def _write_escalation(services: RunServices, journal: RunJournal) -> None:
+def _write_escalation(services: RunServices, journal: RunJournal, profile: str = "") -> None:
 
     # Filed once: after a crash the file may be there already, perhaps resolved since; a
     # repeat of an open escalation's task counts in that one (escalate says which).
-    journal.run.escalation, _ = file_escalation(services.store, journal.run, journal.now())
+    journal.run.escalation, _ = file_escalation(services.store, journal.run, journal.now(), profile)
     journal.save()
+
+
+def _hold_login(services: RunServices, journal: RunJournal, profile: str) -> None:
+    """New runs of every loop using `profile` wait until `loopd check` finds its login works
+    (an experiment's refused login holds them too: the credentials are the profile's)."""
+    run = journal.run
+    hold = LoginHold(
+        since=journal.now(),
+        run=run.id,
+        loop=run.loop,
+        message=run.reason[-300:],
+        escalation=run.escalation,
+    )
+    hold_login(services.store, profile, hold)
+    journal.event(Event.LOGIN_HELD, profile=profile)
 
 
 def _escalated_event(services: RunServices, journal: RunJournal) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from daemon.excerpt import excerpt
+
 SECTION_ORDER = (
     ("task", "# Task"),
     ("progress", "# Progress so far"),
@@ -48,13 +50,17 @@ class PromptParts:
         return "\n".join(sections)
 
 
-def _cut_head(text: str, drop: int) -> str:
-    """Drop `drop` bytes from the start (the tail of a log matters most), with a marker."""
-    data = text.encode("utf-8")
-    if drop >= len(data):
+def _cut_checks(text: str, drop: int) -> str:
+    """The checks' output `drop` bytes shorter: its excerpt (daemon/excerpt.py: the lines
+    naming failures, the first failure, the end), inside its fence when it has one."""
+    lines = text.splitlines(keepends=True)
+    fence = lines[0] if lines and lines[0].startswith("```") else ""
+    body = "".join(lines[1:-1]) if fence and len(lines) > 1 else text
+    room = len(body.encode("utf-8")) - drop
+    if room <= len(CUT_MARK) + 16:
         return ""
-    kept = data[drop:].decode("utf-8", "ignore")
-    return CUT_MARK.format(n=drop) + kept
+    cut = excerpt(body, room)
+    return fenced(cut, fence.strip("`\n")) if fence else cut
 
 
 def _cut_tail(text: str, drop: int) -> str:
@@ -75,7 +81,7 @@ def build_prompt(parts: PromptParts, cap_bytes: int) -> str:
         if not current:
             continue
         margin = over + len(CUT_MARK) + 16
-        cut = _cut_head(current, margin) if key == "failed" else _cut_tail(current, margin)
+        cut = _cut_checks(current, margin) if key == "failed" else _cut_tail(current, margin)
         setattr(parts, key, cut)
         text = parts.render()
     data = text.encode("utf-8")

@@ -4,6 +4,7 @@ timed out or stopped, parked on a usage limit, out of tokens, over a run limit, 
 
 from __future__ import annotations
 
+import copy
 import os
 import stat
 import time
@@ -13,6 +14,7 @@ from typing import Any, Protocol
 
 from daemon.agents.base import Resume
 from daemon.agents.endings import Ending, SessionEnd, classify_ending
+from daemon.agents.logins import failed_at_start, login_of
 from daemon.agents.processes import process_mark
 from daemon.agents.quota import quota_of
 from daemon.agents.supervisor import Supervisor
@@ -35,6 +37,10 @@ from daemon.sizes import ENTRY_BYTES, on_disk
 from daemon.state.atomic import ensure_dir
 from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord, StallRecord
+
+NUDGE_CHECKS = 16_000  # characters of the checks' output a nudge carries at most
+NUDGE_FLOOR = 2_000  # and at least, whatever prompt_cap leaves (the prompt is cut then)
+NUDGE_OVERHEAD = 400  # the nudge's heading, "The checks still fail:", the fence
 
 
 @dataclass
@@ -71,6 +77,7 @@ class AttemptResult:
     start_error: str = ""  # the agent could not be started
     over_budget: bool = False  # the run's tokens passed max_tokens
     quota_exceeded: str = ""  # why the usage limit outlasts max_wait: the run escalates
+    login_refused: str = ""  # the agent's words for its refused login: the run escalates
     checked: CheckedCommit | None = None
     parked: bool = False  # parked on a usage limit, the wait left to the engine (engine_waits)
     quota_hold: Any = None  # the QuotaHold of the usage limit it ended on, if any
@@ -164,10 +171,17 @@ class Sessions:
             return self._over_budget()
         if session.stopped or session.timed_out:
             return None  # stopped (cancel, max_tokens mid-session) or out of time
-        hit = self._quota(self.adapter, session)
+        refused = login_of(self.adapter, session)
+        # A refusal the stream marks by its structure wins over quota words in its message.
+        hit = None if refused and session.login_hint else self._quota(self.adapter, session)
         if hit is not None:
             return self._usage_limit(hit)
         self.parking.passed()
+        if refused is not None:
+            return self._login_refused(refused.message)
+        early = failed_at_start(self.adapter, session)
+        if early:
+            return self._not_started_stream(early)
         return self._ended(session)
 
     def _before_start(self) -> None:
@@ -262,6 +276,14 @@ class Sessions:
     def _not_started(self, session: Any) -> None:
         self.result.start_error = session.error
 
+    def _login_refused(self, message: str) -> None:
+        """Never nudged: a nudge would send the same credentials again."""
+        self.result.login_refused = redact(message)
+
+    def _not_started_stream(self, why: str) -> None:
+        """The program failed before its stream began: no session to resume or nudge."""
+        self.result.start_error = redact(why)
+
     def _over_budget(self) -> None:
         self.result.over_budget = True
 
@@ -310,10 +332,24 @@ class Sessions:
             # Stopping while the checks fail is stopping early.
             self.result.checked = self._checks_now()
             if not self.result.checked.checks.passed:
-                tail = self.result.checked.checks.failure_tail()
+                tail = self.result.checked.checks.failure_tail(self._nudge_room())
                 end = SessionEnd(final_text=end.final_text, checks_failed=True, checks_tail=tail)
                 ending = classify_ending(end)
         return end, ending
+
+    def _nudge_room(self) -> int:
+        """Characters of the checks' output a nudge may carry: at most NUDGE_CHECKS, and
+        within `prompt_cap` beside the nudge's words and (for an agent that takes the whole
+        prompt again) the prompt's other parts; the previous attempt's failure is cut first."""
+        cap = self.attempt.services.config.limits.prompt_cap
+        rest = len(self.cfg.nudge) + NUDGE_OVERHEAD
+        if not (
+            self.adapter.session_resume and (self.session_id or not self.adapter.resume_needs_id)
+        ):
+            others = copy.copy(self.parts)
+            others.nudge = others.failed = ""
+            rest += len(others.render().encode("utf-8"))
+        return max(NUDGE_FLOOR, min(NUDGE_CHECKS, cap - rest))
 
     def _record_stall(self, session: Any, ending: Ending) -> None:
         journal, n = self.journal, self.attempt.n

@@ -7,6 +7,7 @@ The runners loopd recognises in a check command, and the summary each prints:
 - go test: with `-v` the `--- PASS/FAIL/SKIP` lines; without, only `[no tests to run]` and
   `[no test files]` say something;
 - cargo test: each `test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 2 filtered out`;
+  cargo nextest: `Summary [   0.01s] 3 tests run: 2 passed, 1 failed, 1 skipped`;
 - jest (`Tests: 1 skipped, 2 passed, 3 total`) and vitest (`Tests  2 passed | 1 skipped (3)`).
 
 A check whose command names none of them, or whose output has no summary, is not counted.
@@ -134,10 +135,13 @@ def _go(output: str) -> TestCounts | None:
     return None
 
 
+_NEXTEST = re.compile(r"^\s*Summary \[[^\]]*\]\s+(\d+) tests? run: (.*)$", re.M)
+
+
 def _cargo(output: str) -> TestCounts | None:
     found = _CARGO.findall(output)
     if not found:
-        return None
+        return _nextest(output)
     passed = sum(int(f[0]) for f in found)
     failed = sum(int(f[1]) for f in found)
     return TestCounts(
@@ -147,6 +151,23 @@ def _cargo(output: str) -> TestCounts | None:
         failed=failed,
         skipped=sum(int(f[2]) for f in found),
         deselected=sum(int(f[3]) for f in found),
+    )
+
+
+def _nextest(output: str) -> TestCounts | None:
+    found = _NEXTEST.findall(output)
+    if not found:
+        return None
+    words = dict.fromkeys(("passed", "failed", "timed out", "skipped"), 0)
+    for number, word in re.findall(r"(\d+) (passed|failed|timed out|skipped)", found[-1][1]):
+        words[word] = int(number)
+    passed, failed = words["passed"], words["failed"] + words["timed out"]
+    return TestCounts(
+        runner="cargo",
+        ran=passed + failed,
+        passed=passed,
+        failed=failed,
+        skipped=words["skipped"],
     )
 
 
@@ -179,20 +200,44 @@ _READERS = {
 }
 
 
+SHOWN = 5  # test ids named in a reason; the rest are counted
+
+
+def _named(tests: list[str]) -> str:
+    shown = ", ".join(tests[:SHOWN])
+    return shown + (f" and {len(tests) - SHOWN} more" if len(tests) > SHOWN else "")
+
+
 def weakened(base: TestCounts | None, now: TestCounts | None) -> str:
-    """Why `now` tests less than `base` ("" when it does not): no test ran, fewer passed,
-    more skipped or deselected."""
+    """Why `now` tests less than `base` ("" when it does not): its count is unreadable, its
+    report was tampered with, no test ran, fewer ran or passed, more skipped or deselected, or
+    tests the base executed were skipped, xfailed or not run (by id, where both were reports)."""
     if now is None:
         return ""
+    if now.unreadable:
+        return f"loopd could not count what {now.runner} ran: {now.unreadable}"
+    if now.tampered:
+        return f"{now.runner}'s report does not match what ran: {_named(now.tampered)}"
     if now.ran == 0:
         return f"no tests ran ({now.runner})"
-    if base is None:
+    if base is None or base.unreadable:
         return ""
     why = []
+    if now.ran < base.ran:
+        why.append(f"{now.ran} ran where the base ran {base.ran}")
     if now.passed < base.passed:
         why.append(f"{now.passed} passed where the base had {base.passed}")
     if now.skipped > base.skipped:
         why.append(f"{now.skipped} skipped where the base had {base.skipped}")
     if now.deselected > base.deselected:
         why.append(f"{now.deselected} deselected where the base had {base.deselected}")
+    if base.executed and (now.executed or now.not_run):
+        ran, not_run = set(now.executed), set(now.not_run)
+        lost = [t for t in base.executed if t not in ran]
+        skipped = [t for t in lost if t in not_run]
+        gone = [t for t in lost if t not in not_run]
+        if skipped:
+            why.append(f"{len(skipped)} the base ran now skipped or xfailed: {_named(skipped)}")
+        if gone:
+            why.append(f"{len(gone)} the base ran did not run: {_named(gone)}")
     return "; ".join(why)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from daemon.config import LoopConfig
 from daemon.git.tree import RunTree
-from daemon.runs.checks import ChecksResult
+from daemon.runs.checks import CheckResult, ChecksResult
 from daemon.runs.checktree import CheckTree
 from daemon.runs.journal import RunJournal
 from daemon.runs.stop import StopToken
@@ -31,7 +31,8 @@ def counts_of(checks: ChecksResult) -> list[TestCounts]:
 def record_base(journal: RunJournal, checks: ChecksResult) -> None:
     """Keep what the checks counted where the run starts."""
     journal.run.base_tests = counts_of(checks)
-    counted = [t.model_dump() for t in journal.run.base_tests if t.runner]
+    ids = {"executed", "not_run", "tampered"}  # kept in the record, too long for an event
+    counted = [t.model_dump(exclude=ids) for t in journal.run.base_tests if t.runner]
     if counted:
         journal.event(Event.BASE_TESTS, counts=counted)
 
@@ -49,16 +50,32 @@ def weigh_tests(
         journal.save()
     for i, result in enumerate(checks.results[: len(cfg.done_when)]):
         counted = run.base_tests[i]
-        base = counted if counted.runner else None
-        if base is not None and base.ran == 0:
-            continue  # the base ran no test either: nothing was taken away
-        why = weakened(base, result.tests)
+        why, allowable = weaker(counted if counted.runner else None, result)
         if not why:
             continue
-        if result.command in cfg.allow_fewer_tests:
+        if allowable and result.command in cfg.allow_fewer_tests:
             journal.event(Event.CHECKS_WEAKENED_ALLOWED, command=result.command, why=why)
             continue
         checks.weakened.append((result.command, why))
+
+
+def weaker(base: TestCounts | None, result: CheckResult) -> tuple[str, bool]:
+    """Why `result` tests less than `base` ("" when it does not), and whether
+    `allow_fewer_tests` may let that pass: a report that does not match what ran, or failed
+    tests in a check that exited 0, fail whatever the loop allows."""
+    tests = result.tests
+    if tests is None:
+        return "", True
+    if result.exit_code == 0 and tests.tampered:
+        return weakened(None, tests), False
+    if result.exit_code == 0 and not tests.unreadable and tests.failed:
+        return f"{tests.failed} failed in {tests.runner}'s report, but the command exited 0", False
+    if tests.unreadable:
+        # Where the check failed anyway, its failure says more than a missing count.
+        return (weakened(None, tests) if result.exit_code == 0 else ""), True
+    if base is not None and base.ran == 0 and not base.unreadable:
+        return "", True  # the base ran no test either: nothing was taken away
+    return weakened(base, tests), True
 
 
 def check_violations(checks: ChecksResult) -> list[Violation]:

@@ -63,9 +63,11 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   secrets redacted). `loopd show RUN_ID --diff` prints it
 - `attempt-N/diffstat.json`: the files the attempt changed with +/- counts
 - `attempt-N/checks.log`: each `done_when` command, its exit code and its output, as loopd
-  ran it after the attempt
-- `attempt-N/checks-failed.txt`: the tail of the checks that failed (empty when they
-  passed): what the next attempt's prompt shows under `# What failed last time`
+  ran it after the attempt (a long output: its first 256 KB, the lines naming failures,
+  its last 2 MB)
+- `attempt-N/checks-failed.txt`: the output of the checks that failed, cut to its failures
+  and its end (empty when they passed): what the next attempt's prompt shows under
+  `# What failed last time`
 - `attempt-N/verdict.toml`: the critic's judgement: score, verdict, unsupported claims,
   feedback (or "not judged by a model")
 - `attempt-N/asked.md`: what the agent was last asked when its usage limit stopped it (the
@@ -148,7 +150,7 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `live/RUN_ID`: an empty marker per run without an outcome yet, so a restart finds the runs
   to resume or end
 - `locks/LOOP.lock`: held by whoever runs the loop now (the daemon or `loopd once`);
-  `locks/quota.lock`: taken while `quota.toml` is written
+  `locks/quota.lock`: taken while `quota.toml` or `logins.toml` is written
 - `loopd.lock`: held by the daemon of this home; one daemon per home
 - `home-id`: this home's id, made on first use; rules exported from this home name it as
   their source (`loopd rules export`)
@@ -163,6 +165,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   match`, `loopd replay`); safe to delete
 - `quota.toml`: per agent profile, when the usage limit it ran into resets; runs parked on
   it wait until then
+- `logins.toml`: per agent profile whose provider refused its login, the run that found it
+  and its escalation; that profile's runs wait until `loopd check` finds the login working
 - `budget.toml`: per token budget (the home's, a loop's), the last day its exhaustion was
   announced, so it is announced once a day
 - `ref-ledger.jsonl`: every ref loopd itself moved in your repositories (run branches,

@@ -9,6 +9,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from daemon.state.violations import CHECK_KINDS as CHECK_KINDS
+from daemon.state.violations import FAILING_KINDS as FAILING_KINDS
+from daemon.state.violations import REPOSITORY_KINDS as REPOSITORY_KINDS
+from daemon.state.violations import WHOLE_TREE as WHOLE_TREE
+from daemon.state.violations import Violation as Violation
+from daemon.state.violations import ViolationKind as ViolationKind
+
 TriggerKind = Literal["schedule", "push", "change", "manual", "catch-up", "retry", "experiment"]
 Outcome = Literal[
     "succeeded", "escalated", "refused", "interrupted", "cancelled", "error", "skipped"
@@ -105,7 +112,8 @@ class Cause(StrEnum):
     STALLED = "stalled"  # the agent was stopped for silence or a repeated tool call
     TOKEN_CAP = "token-cap"
     VERIFIER_UNAVAILABLE = "verifier-unavailable"
-    AGENT_FAILED = "agent-failed"  # the agent could not be started
+    AGENT_FAILED = "agent-failed"  # the agent could not be started, or failed before its stream
+    AGENT_LOGIN = "agent-login"  # the agent's provider refused its credentials (401/403)
     SETUP_FAILED = "setup-failed"  # the run's tree could not be made
     GIT_FAILED = "git-failed"  # a git command on the run's tree failed or hung
     REFUSED = "refused"
@@ -172,72 +180,6 @@ def escalates(outcome: Outcome | None, cause: Cause | None) -> bool:
     )
 
 
-ViolationKind = Literal[
-    "protected",
-    "ref_moved",
-    "repo_config",
-    "repo_hook",
-    "repo_info",
-    "detached_head",
-    "git_dir",
-    "check_changed_tree",
-    "checks_weakened",
-    "too_large",
-    "link_out_of_tree",
-]
-# Violations that are the checks' own failing: a check changed the tree, tests were weakened,
-# a link of the commit led the checks out of their tree.
-CHECK_KINDS = frozenset({"check_changed_tree", "checks_weakened", "link_out_of_tree"})
-# Violations that fail the attempt whatever its checks say, named first when a run gives up.
-FAILING_KINDS = CHECK_KINDS | {"too_large"}
-# Violations in the user's repository itself: the run ends and a person looks.
-REPOSITORY_KINDS = frozenset({"ref_moved", "repo_config", "repo_hook", "repo_info"})
-# The target of a `too_large` violation for a commit whose whole tree is over max_tree.
-WHOLE_TREE = "the whole tree"
-_HEADS = {
-    "protected": "protected path changed",
-    "ref_moved": "ref moved",
-    "repo_config": "repository config changed",
-    "repo_hook": "repository hook changed",
-    "repo_info": "repository info file changed",
-    "detached_head": "commits off the run's base",
-    "git_dir": "the tree's git directory was replaced",
-    "check_changed_tree": "a check changed files the commit holds",
-    "checks_weakened": "the checks test less than on the base",
-    "too_large": "too large to keep (max_file_size, max_tree)",
-    "link_out_of_tree": "a symbolic link out of the check tree",
-}
-
-
-class Violation(Record):
-    """Something an attempt may not do that it did: a protected path changed, a ref moved,
-    the user's repository config, hooks or info files changed, HEAD left on commits that do
-    not descend from the base, the tree's `.git` replaced."""
-
-    kind: ViolationKind
-    target: str  # the protected path, the ref, the file under the git directory, the commit
-    detail: str = ""
-
-    def text(self) -> str:
-        """One line for people and models."""
-        head = f"{_HEADS[self.kind]}: {self.target}"
-        return f"{head} ({self.detail})" if self.detail else head
-
-    def __str__(self) -> str:
-        return self.text()
-
-    @classmethod
-    def from_legacy(cls, text: str) -> Violation:
-        """A violation as run.toml files written before violations were records hold it."""
-        for prefix, kind in (
-            ("protected path changed: ", "protected"),
-            ("ref moved: ", "ref_moved"),
-        ):
-            if text.startswith(prefix):
-                return cls(kind=kind, target=text[len(prefix) :])  # type: ignore[arg-type]
-        return cls(kind="protected", target="", detail=text)
-
-
 class TestCounts(Record):
     """What one check's test runner says it did."""
 
@@ -249,6 +191,10 @@ class TestCounts(Record):
     failed: int = 0
     skipped: int = 0
     deselected: int = 0
+    executed: list[str] = []  # ids that passed or failed, from a report (testreports.py)
+    not_run: list[str] = []  # ids skipped or xfailed, from a report
+    tampered: list[str] = []  # ids whose report does not match what loopd's witness saw
+    unreadable: str = ""  # why a recognised runner's count could not be read (fails closed)
 
     def text(self) -> str:
         parts = [f"{self.passed} passed", f"{self.failed} failed", f"{self.skipped} skipped"]

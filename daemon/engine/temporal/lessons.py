@@ -55,6 +55,11 @@ def excerpts(folder: Path, rule: Rule, budget: int = BUDGET) -> list[SparseFile]
             if found:
                 wanted[name].update(found)
                 break
+        else:
+            # A size, count or line a tool printed: its command's line and its output's.
+            measured = evidence.measured(claim)
+            if measured is not None and measured[0] in wanted:
+                wanted[measured[0]].update(measured[1])
     checks = evidence.files.get("checks.log")
     if checks is not None:
         total = len(checks.lines)

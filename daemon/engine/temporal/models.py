@@ -259,6 +259,8 @@ class AttemptOutput(Payload):
     start_error: str = ""
     over_budget: bool = False
     tokens: int = 0
+    input_tokens: int = 0  # the run's, as tokens: run.toml keeps both parts
+    output_tokens: int = 0
     cost_usd: float = 0.0
     worker: str = ""  # identity of the worker process
     own_queue: str = ""  # that worker's own queue: checks and post-mortem go there
@@ -269,6 +271,7 @@ class AttemptOutput(Payload):
     park: Park | None = None
     resume_at: datetime | None = None
     quota_exceeded: str = ""
+    login_refused: str = ""  # the agent's provider refused its login: the run escalates
     # The run's fired rules as the attempt left them: the ones the agent asked for with
     # `rules_for` are added (runs/deskwork.py), for the home's run.toml.
     rules_fired: list[str] = []

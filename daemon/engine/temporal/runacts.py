@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import CancelledError
 
+from daemon.clock import utc_now
 from daemon.config import LoopConfig
 from daemon.engine.temporal import branches
 from daemon.engine.temporal.deskrecords import land
@@ -65,6 +67,10 @@ from daemon.state.eventtypes import Event
 from daemon.state.holds import hold_profile
 from daemon.state.queuefile import PendingRun
 from daemon.state.records import AttemptRecord, Cause, Outcome, RunRecord
+
+# A refused login holds its profile's loops with no end time: the controller asks admission
+# again this often, and `loopd check` lifting the hold lets the next ask through.
+LOGIN_RECHECK = timedelta(seconds=30)
 
 
 class _Bundle:
@@ -126,7 +132,9 @@ class RunActivities:
         except FileNotFoundError:
             hold = side.hold(loop.name)
             if hold is not None:  # new runs of the loop wait, as with the local engine
-                return Admitted(held_until=hold.until, held_why=hold.why)
+                # A refused login has no end: admission is asked again after a while.
+                until = hold.until or utc_now() + LOGIN_RECHECK
+                return Admitted(held_until=until, held_why=hold.why)
             run = new_run(side.services, loop, pending)
         cfg = loop.config
         return Admitted(
@@ -137,7 +145,7 @@ class RunActivities:
                 heartbeat_seconds=engine.heartbeat_timeout.total_seconds(),
                 remote=remote_for(engine.remote, loop.name, cfg.repo_path),
                 trigger_kind=run.trigger.kind,
-                critic=cfg.critic == "on" and verifier.configured,
+                critic=cfg.critic != "off" and verifier.configured,
                 learns=verifier.configured,
                 verifier=verifier.model_dump(mode="json"),
                 verifier_timeout=verifier.timeout.total_seconds(),
@@ -238,6 +246,7 @@ class RunActivities:
         record = out.record
         run.attempts = [a for a in run.attempts if a.n < record.n] + [record]
         run.tokens = out.tokens
+        run.input_tokens, run.output_tokens = out.input_tokens, out.output_tokens
         run.cost_usd = out.cost_usd
         run.sandbox = out.sandbox or run.sandbox  # as a local run records the one it ran in
         run.rules_fired += [r for r in out.rules_fired if r not in run.rules_fired]

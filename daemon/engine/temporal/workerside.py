@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextvars
 import os
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -38,17 +37,11 @@ from daemon.engine.temporal.models import (
     SparseFile,
 )
 from daemon.engine.temporal.workerstore import WorkerStore
+from daemon.excerpt import kept_lines
 from daemon.git.guards import restore_paths, snapshot_refs
 from daemon.git.integrity import ledger_writer, publish
 from daemon.git.safe import Git, GitError
-from daemon.git.tree import (
-    RunTree,
-    TreeError,
-    checks_scratch_dir,
-    record_tree,
-    scratch_dir,
-    tree_of_record,
-)
+from daemon.git.tree import RunTree, TreeError, record_tree, remove_scratch, tree_of_record
 from daemon.home import Home
 from daemon.model.client import ModelClient
 from daemon.model.evidence import build_evidence
@@ -69,8 +62,7 @@ from daemon.state.stored import is_stored
 if TYPE_CHECKING:
     from daemon.runs.sessions import AttemptResult
 
-LOG_WHOLE = 256_000  # checks.log travels whole up to this size, else its head and tail
-LOG_HEAD_LINES, LOG_TAIL_LINES = 200, 2000
+LOG_WHOLE = 256_000  # checks.log travels whole up to this size, else its excerpt
 
 
 def failure(exc: BaseException) -> ApplicationError:
@@ -265,6 +257,8 @@ class WorkerSide(Configured):
             start_error=result.start_error,
             over_budget=result.over_budget,
             tokens=run.tokens,
+            input_tokens=run.input_tokens,
+            output_tokens=run.output_tokens,
             cost_usd=run.cost_usd,
             worker=self.identity,
             own_queue=self.own_queue,
@@ -273,6 +267,7 @@ class WorkerSide(Configured):
             park=run.park if result.parked else None,
             resume_at=run.resume_at if result.parked else None,
             quota_exceeded=result.quota_exceeded,
+            login_refused=result.login_refused,
             rules_fired=list(run.rules_fired),
         )
 
@@ -340,8 +335,7 @@ class WorkerSide(Configured):
         except (GitError, OSError):
             pass  # a tree left behind is removed when the run's branch is taken again
         worktrees = services.config.limits.worktrees_path
-        shutil.rmtree(scratch_dir(worktrees, ref.loop, ref.run_id), ignore_errors=True)
-        shutil.rmtree(checks_scratch_dir(worktrees, ref.loop, ref.run_id), ignore_errors=True)
+        remove_scratch(worktrees, ref.loop, ref.run_id)
 
     def _mirror(self, record: RunRecord, cfg: LoopConfig, repo: Path) -> RunRecord:
         """This machine's record of the run. What its agent may see is fixed again for each
@@ -492,13 +486,10 @@ def _read(path: Path) -> str:
 
 
 def _log_file(path: Path) -> SparseFile:
-    """checks.log for the home: whole when small, else its head and tail at their lines."""
+    """checks.log for the home: whole when small, else the lines its excerpt keeps (the lines
+    naming failures, the first failure, the end: daemon/excerpt.py) at their numbers."""
     lines = _read(path).split("\n")
-    if sum(len(line) + 1 for line in lines) <= LOG_WHOLE:
-        keep = range(len(lines))
-    else:
-        tail_start = max(LOG_HEAD_LINES, len(lines) - LOG_TAIL_LINES)
-        keep = [*range(min(LOG_HEAD_LINES, len(lines))), *range(tail_start, len(lines))]
+    keep = kept_lines([line[:4000] + "\n" for line in lines], LOG_WHOLE)
     return SparseFile(
         name="checks.log", total=len(lines), lines={i + 1: lines[i][:4000] for i in keep}
     )

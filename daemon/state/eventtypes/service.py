@@ -132,6 +132,15 @@ class BudgetExhausted(EventFields):
     until: str
 
 
+@fields_of(Event.LOGIN_LIFTED)
+class LoginLifted(EventFields):
+    """`loopd check` found a held agent profile's login working: its loops run again."""
+
+    profile: str
+    held_by: str = described("the run whose refused login held it")
+    escalation: str = described("the escalation resolved with it")
+
+
 @fields_of(Event.VERIFIER_DOWN)
 class VerifierDown(EventFields):
     """The verifier's model stopped answering."""
