@@ -38,6 +38,7 @@ from daemon.service.context import (
     unreadable_reporter,
 )
 from daemon.service.first_run import FirstRun
+from daemon.service.floor import Floor
 from daemon.service.holds import Holds
 from daemon.service.housekeeper import Housekeeper
 from daemon.service.intake import Intake
@@ -54,6 +55,7 @@ from daemon.service.reload import (
     restart_messages,
     restart_pending,
 )
+from daemon.service.skips import SKIPS_FILE
 from daemon.service.status import StatusBoard
 from daemon.service.stopdeadline import StopDeadline, agent_grace
 from daemon.service.verifier import VerifierWatch
@@ -96,6 +98,7 @@ class Daemon:
         self.first_run = first_run
         self.holds = holds
         self.verifier = verifier
+        self.floor = Floor(ctx)  # a full state/: the tick waits, the person is told once
         intake.reload = self.reload  # a trigger for a loop file newer than the configuration
 
     @property
@@ -128,7 +131,7 @@ class Daemon:
         queue = RunQueue()
         timer = CronTimer(store.root / "schedule.toml", warn=store.report_unreadable)
         pool = WorkerPool(ctx, queue)
-        intake = Intake(ctx, queue, timer, pool.running)
+        intake = Intake(ctx, queue, timer, pool.running, store.root / SKIPS_FILE)
         intake.restore()
         # Recovery first: a retry of an interrupted run is queued before any catch-up fire,
         # so the overlap policy never skips it for the catch-up's sake.
@@ -438,7 +441,10 @@ def run_daemon(home: Home) -> int:
 
 def _tick(home: Home, daemon: Daemon, failures: int) -> int:
     """One tick, and the first run's end when it came; a failed tick is recorded (the third
-    in a row notifies). The failures in a row after it."""
+    in a row notifies). The failures in a row after it. A full `state/` is no failure: the
+    tick waits for room (daemon/service/floor.py)."""
+    if daemon.floor.blocked(utc_now()):
+        return failures
     try:
         daemon.tick(utc_now())
         failures = 0
@@ -446,8 +452,13 @@ def _tick(home: Home, daemon: Daemon, failures: int) -> int:
             for line in daemon.first_run.ended(utc_now()):
                 print(line, flush=True)
     except Exception as exc:  # noqa: BLE001 - a bad tick is recorded; the daemon goes on
+        if daemon.floor.hit(exc, utc_now(), "the daemon's tick"):
+            return failures
         failures += 1
-        daemon.ctx.event(Event.TICK_ERROR, error=f"{type(exc).__name__}: {exc}"[:1000])
+        try:
+            daemon.ctx.event(Event.TICK_ERROR, error=f"{type(exc).__name__}: {exc}"[:1000])
+        except OSError as written:  # the record of a failure must not be the daemon's end
+            daemon.floor.hit(written, utc_now(), "the event tick_error")
         notifications = daemon.ctx.services.notifications
         if failures == 3 and notifications is not None:
             notifications.daemon_failed(

@@ -293,13 +293,14 @@ class LimitsConfig(StrictModel):
     state_max: size("100MB", "100TB") = Field(  # type: ignore[valid-type]
         "20GB",
         description=(
-            "how large `state/` may grow as a whole; unset, the smaller of 20GB and a "
-            "quarter of the disk it is on. Measured hourly: over it, the transcripts of "
-            "the oldest finished runs are deleted first (each run's `evicted.toml` says "
-            "so, and the event `state_evicted`), then the rest of their attempt folders; "
-            "never a live run's, nor the evidence an open escalation, a live rule or a "
-            "deferred lesson cites. `loopd status` shows the home's size and its largest "
-            "loops"
+            "how large `state/` may grow as a whole, event files included; unset, the "
+            "smaller of 20GB and a quarter of the disk it is on. Measured hourly, and at "
+            "once when the growth estimated every 10 s passes it: over it, the transcripts "
+            "of the oldest finished runs are deleted first (each run's `evicted.toml` says "
+            "so, and the event `state_evicted`), then the rest of their attempt folders, "
+            "then the oldest rotated event files; never a live run's, nor the evidence an "
+            "open escalation, a live rule or a deferred lesson cites. `loopd status` shows "
+            "the home's size, the measure's age and its largest loops"
         ),
     )
     max_wait: duration("0s", "30d") = Field(  # type: ignore[valid-type]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from daemon.config import Loop
@@ -43,6 +44,7 @@ class Intake:
         queue: RunQueue,
         timer: CronTimer,
         is_running: Callable[[str], bool],
+        skips_file: Path | None = None,
     ) -> None:
         self.ctx = ctx
         self.queue = queue
@@ -55,7 +57,9 @@ class Intake:
         # configuration (the watcher's reload may not have come yet).
         self.reload: Callable[[datetime], object] | None = None
         self._reloaded_for: dict[str, float] = {}  # loop -> monotonic time of that reload
-        self.skips = Skips(ctx)  # timer fires skipped in a row are recorded once a streak
+        # Timer fires skipped in a row are recorded once a streak; the daemon keeps the
+        # streaks in `skips_file` across a kill -9.
+        self.skips = Skips(ctx, skips_file)
 
     # start -------------------------------------------------------------------------------
     def restore(self) -> None:

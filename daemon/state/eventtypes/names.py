@@ -132,6 +132,7 @@ class Event(StrEnum):
     WORKER_STOPPED = "worker_stopped"
     LISTENING = "listening"
     TICK_ERROR = "tick_error"
+    STATE_FULL = "state_full"
     CONFIG_ERROR = "config_error"
     CONFIG_WARNING = "config_warning"
     CONFIG_CHANGED_DURING_ATTEMPT = "config_changed_during_attempt"
