@@ -24,6 +24,7 @@ from daemon.config import DaemonConfig, Loop
 from daemon.home import Home
 from daemon.people.escalation import open_escalations
 from daemon.people.notify import Notifications
+from daemon.sandbox.limits import sweep_stale_groups
 from daemon.sandbox.registry import choose
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import CronTimer
@@ -135,6 +136,7 @@ class Daemon:
         # Recovery first: a retry of an interrupted run is queued before any catch-up fire,
         # so the overlap policy never skips it for the catch-up's sake.
         recover_live_runs(ctx, now, pool.resume, intake.offer)
+        sweep_stale_groups()  # what a daemon killed with -9 left in the control groups
         intake.start_schedule(now)
         first_run = FirstRun(ctx, now)
         first_run.start(intake, now)

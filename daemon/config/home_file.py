@@ -362,7 +362,10 @@ class LimitsConfig(StrictModel):
         "1GB",
         description=(
             "size of each tmpfs the sandbox mounts (its `/tmp`, the empty folders "
-            "over homes and `/run`): they live in memory"
+            "over homes and `/run`): they live in memory; and of the agent's scratch "
+            "folder on disk (its HOME and TMPDIR), measured every 5 seconds while the "
+            "agent runs (each file, folder and link at least 4KiB): over it, a "
+            "`resource_limit` event and the attempt ends at once (no nudge)"
         ),
     )
     max_file_size: size("1MB", "1TB") = Field(  # type: ignore[valid-type]
@@ -375,10 +378,12 @@ class LimitsConfig(StrictModel):
     max_tree: size("1MB", "100TB") = Field(  # type: ignore[valid-type]
         "10GB",
         description=(
-            "the size of a run's tree (the agent's files, its `.git` included), "
+            "the size of a run's tree (the agent's files, its `.git` included; each "
+            "file, folder and link at least 4KiB, so entries count as well as bytes), "
             "measured as each agent session ends: over it, the attempt ends at once "
             "(no nudge) and a run whose checks still fail ends with cause "
-            "`resource-limit`"
+            "`resource-limit`; a commit whose tree is over it (and larger than the "
+            "base's) is kept out of your repository (a `too_large` violation)"
         ),
     )
 

@@ -47,6 +47,7 @@ CAUSES = (
     "resource-limit",
     "check-changed-tree",
     "checks-weakened",
+    "link-out-of-tree",
 )
 VIOLATION_KINDS = (
     "protected",
@@ -59,6 +60,7 @@ VIOLATION_KINDS = (
     "check_changed_tree",
     "checks_weakened",
     "too_large",
+    "link_out_of_tree",
 )
 ISOLATIONS = ("clone", "worktree", "in-place")
 
@@ -210,6 +212,7 @@ RUN: Spec = {  # state/records.RunRecord
     "refs_at": (opt("datetime"), None),
     "pid": ("int", 0),
     "agent_pids": (many("int"), []),
+    "pid_marks": ("strings", {}),
     "judging_since": (opt("datetime"), None),
     "exposure": (opt(EXPOSURE), None),
     "resume_at": (opt("datetime"), None),

@@ -99,6 +99,7 @@ class Intake:
                 self.ctx.event(Event.SCHEDULE_MISSED, **miss)
             if trigger is not None:
                 self.offer(trigger, now)
+        self._record_steps()
 
     # each tick -----------------------------------------------------------------------------
     def take_inbox(self, now: datetime) -> bool:
@@ -126,6 +127,11 @@ class Intake:
             self.offer(trigger, now)
         for miss in self.timer.take_missed():
             self.ctx.event(Event.SCHEDULE_MISSED, **miss)
+        self._record_steps()
+
+    def _record_steps(self) -> None:
+        for step in self.timer.take_stepped():
+            self.ctx.event(Event.CLOCK_STEPPED_BACK, **step)
 
     def offer(self, trigger: Trigger, now: datetime) -> None:
         """A trigger arrives: filter it, apply the loop's overlap policy, record it."""

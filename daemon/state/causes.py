@@ -41,6 +41,7 @@ class Cause(StrEnum):
     RESOURCE_LIMIT = "resource-limit"  # the agent ran into [limits] max_processes or max_memory
     CHECK_CHANGED_TREE = "check-changed-tree"  # a check changed files the commit holds
     CHECKS_WEAKENED = "checks-weakened"  # fewer tests passed, more skipped, or none ran
+    LINK_OUT_OF_TREE = "link-out-of-tree"  # the commit links out of the check tree
     # A new member here, its next step in people/next_steps.py.
 
 
@@ -58,4 +59,6 @@ def violation_cause(kind: str) -> Cause:
         return Cause.CHECKS_WEAKENED
     if kind == "too_large":
         return Cause.TOO_LARGE
+    if kind == "link_out_of_tree":
+        return Cause.LINK_OUT_OF_TREE
     return Cause.GIT_VIOLATION

@@ -9,6 +9,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from daemon.state.causes import Cause, violation_cause  # noqa: F401 - re-exported
+from daemon.state.violations import CHECK_KINDS as CHECK_KINDS
+from daemon.state.violations import FAILING_KINDS as FAILING_KINDS
+from daemon.state.violations import REPOSITORY_KINDS as REPOSITORY_KINDS
+from daemon.state.violations import WHOLE_TREE as WHOLE_TREE
+from daemon.state.violations import Violation as Violation
+from daemon.state.violations import ViolationKind as ViolationKind
 
 TriggerKind = Literal["schedule", "push", "change", "manual", "catch-up", "retry", "experiment"]
 Outcome = Literal[
@@ -114,67 +120,6 @@ def escalates(outcome: Outcome | None, cause: Cause | None) -> bool:
         Cause.INTERRUPTED_RETRY,
         Cause.LANDING_CHECKS_FAILED,
     )
-
-
-ViolationKind = Literal[
-    "protected",
-    "ref_moved",
-    "repo_config",
-    "repo_hook",
-    "repo_info",
-    "detached_head",
-    "git_dir",
-    "check_changed_tree",
-    "checks_weakened",
-    "too_large",
-]
-# Violations that are the checks' own failing: a check changed the tree, tests were weakened.
-CHECK_KINDS = frozenset({"check_changed_tree", "checks_weakened"})
-# Violations that fail the attempt whatever its checks say, named first when a run gives up.
-FAILING_KINDS = CHECK_KINDS | {"too_large"}
-# Violations in the user's repository itself: the run ends and a person looks.
-REPOSITORY_KINDS = frozenset({"ref_moved", "repo_config", "repo_hook", "repo_info"})
-_HEADS = {
-    "protected": "protected path changed",
-    "ref_moved": "ref moved",
-    "repo_config": "repository config changed",
-    "repo_hook": "repository hook changed",
-    "repo_info": "repository info file changed",
-    "detached_head": "commits off the run's base",
-    "git_dir": "the tree's git directory was replaced",
-    "check_changed_tree": "a check changed files the commit holds",
-    "checks_weakened": "the checks test less than on the base",
-    "too_large": "a file over max_file_size",
-}
-
-
-class Violation(Record):
-    """Something an attempt may not do that it did: a protected path changed, a ref moved,
-    the user's repository config, hooks or info files changed, HEAD left on commits that do
-    not descend from the base, the tree's `.git` replaced."""
-
-    kind: ViolationKind
-    target: str  # the protected path, the ref, the file under the git directory, the commit
-    detail: str = ""
-
-    def text(self) -> str:
-        """One line for people and models."""
-        head = f"{_HEADS[self.kind]}: {self.target}"
-        return f"{head} ({self.detail})" if self.detail else head
-
-    def __str__(self) -> str:
-        return self.text()
-
-    @classmethod
-    def from_legacy(cls, text: str) -> Violation:
-        """A violation as run.toml files written before violations were records hold it."""
-        for prefix, kind in (
-            ("protected path changed: ", "protected"),
-            ("ref moved: ", "ref_moved"),
-        ):
-            if text.startswith(prefix):
-                return cls(kind=kind, target=text[len(prefix) :])  # type: ignore[arg-type]
-        return cls(kind="protected", target="", detail=text)
 
 
 class TestCounts(Record):
@@ -352,6 +297,9 @@ class RunRecord(Record):
     refs_at: datetime | None = None  # when that was
     pid: int = 0  # the daemon (or `loopd once`) that ran it
     agent_pids: list[int] = []  # process groups of the running attempt, for a restart to kill
+    # Per recorded pid (agent_pids, push_pid): its boot id and start time (/proc/PID/stat
+    # field 22), so a restart acts on it only while it is still that process.
+    pid_marks: dict[str, str] = {}
     judging_since: datetime | None = None
     exposure: RunExposure | None = None
     resume_at: datetime | None = None  # parked (phase `waiting`): when the agent goes on

@@ -41,6 +41,7 @@ from daemon.engine.temporal.setupacts import SetupActivities
 from daemon.engine.temporal.workersetup import SetupStep
 from daemon.engine.temporal.workerside import WorkerSide
 from daemon.home import Home
+from daemon.sandbox.limits import sweep_stale_groups
 from daemon.scheduling.inbox_watch import InboxWatcher
 from daemon.service.context import ConfigFatal, Context, Flags, load_config
 from daemon.service.floor import Floor
@@ -448,6 +449,7 @@ def serve(home: Home, role: str, queue: str | None = None, metrics: str = "") ->
     lock = store.lock if role == "home" else _worker_lock(store)
     lock.acquire()  # LockHeld: exit 2 naming the pid
     set_child_subreaper()
+    sweep_stale_groups()  # what a process killed with -9 left in the control groups
     started = time.monotonic()
     store.events.append(
         Event.DAEMON_STARTED if role == "home" else Event.WORKER_STARTED,

@@ -108,6 +108,7 @@ class Event(StrEnum):
     RETRY_NOT_RUN = "retry_not_run"
     TRIGGER_REJECTED = "trigger_rejected"
     SCHEDULE_MISSED = "schedule_missed"
+    CLOCK_STEPPED_BACK = "clock_stepped_back"
     QUEUE_UNREADABLE = "queue_unreadable"
     QUEUE_ENTRY_DROPPED = "queue_entry_dropped"
     LOOP_PAUSED = "loop_paused"
