@@ -21,7 +21,16 @@ from daemon.scheduling.hooks import (
     uninstall_hooks,
 )
 from daemon.state.store import StateStore
-from tests.helpers import git, loopd, make_home, make_repo, take_triggers
+from tests.helpers import (
+    git,
+    loopd,
+    make_home,
+    make_repo,
+    start_daemon,
+    stop_daemon,
+    take_triggers,
+    wait_for,
+)
 
 AGENT = '[agents.a]\nadapter = "command"\ncommand = ["true"]\n'
 
@@ -350,3 +359,53 @@ def test_without_reference_transaction_the_commit_hooks_report_it(setup) -> None
     triggers = inbox(home)
     assert [t["new"] for t in triggers][-1] == git(repo, "rev-parse", "HEAD")
     assert all(t["ref"] == "refs/heads/main" for t in triggers)
+
+
+def test_a_record_still_being_written_waits_until_it_is_whole(setup) -> None:
+    home, repo = setup
+    install_hooks(home, repo, {"app": ["main"]})
+    git(repo, "commit", "-q", "--allow-empty", "-m", "one")
+    (record,) = (home / "state" / "inbox").glob("*.hook")
+    whole = record.read_text()
+    record.write_text(whole[: -len("end\n")])  # as the hook leaves it midway through
+    assert hook_script.take_records(str(record.parent)) == []
+    assert record.exists()
+    record.write_text(whole)
+    assert [t["new"] for t in inbox(home)] == [git(repo, "rev-parse", "HEAD")]
+    assert not record.exists()
+
+
+def test_an_older_loopds_wrappers_are_replaced_not_chained(setup) -> None:
+    home, repo = setup
+    folder = hooks_dir(repo)
+    for hook in HOOK_NAMES:  # as loopd before the sh records left them
+        (folder / hook).write_text("#!/bin/sh\n# loopd-hook-wrapper v1\nexit 0\n")
+        os.chmod(folder / hook, 0o755)
+    install_hooks(home, repo, {"app": ["main"]})
+    assert sorted(p.name for p in folder.iterdir() if "loopd-orig" in p.name) == []
+    assert not (folder / "post-commit").exists()
+    assert "loopd-hook-wrapper v2" in (folder / "reference-transaction").read_text()
+    git(repo, "commit", "-q", "--allow-empty", "-m", "after the upgrade")
+    assert [t["new"] for t in inbox(home)] == [git(repo, "rev-parse", "HEAD")]
+
+
+def test_a_running_daemon_takes_the_hooks_record_as_a_push(setup) -> None:
+    home, repo = setup
+    install_hooks(home, repo, {"app": ["main"]})
+    daemon = start_daemon(home)
+    try:
+        git(repo, "commit", "-q", "--allow-empty", "-m", "while loopd runs")
+        new = git(repo, "rev-parse", "HEAD")
+        events = home / "state" / "events.jsonl"
+        pushes = wait_for(
+            lambda: [
+                e
+                for e in map(json.loads, events.read_text().splitlines())
+                if e["type"] == "trigger" and e.get("kind") == "push"
+            ],
+            what="the push trigger",
+        )
+        assert [e.get("new") for e in pushes] == [new]
+        wait_for(lambda: not list((home / "state" / "inbox").glob("*.hook")), what="no record")
+    finally:
+        assert stop_daemon(daemon) == 0
