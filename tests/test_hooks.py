@@ -409,3 +409,13 @@ def test_a_running_daemon_takes_the_hooks_record_as_a_push(setup) -> None:
         wait_for(lambda: not list((home / "state" / "inbox").glob("*.hook")), what="no record")
     finally:
         assert stop_daemon(daemon) == 0
+
+
+def test_a_record_left_after_an_uninstall_is_dropped_and_logged(setup) -> None:
+    home, repo = setup
+    install_hooks(home, repo, {"app": ["main"]})
+    git(repo, "commit", "-q", "--allow-empty", "-m", "then the hooks go")
+    uninstall_hooks(home, repo)
+    assert inbox(home) == []
+    assert not list((home / "state" / "inbox").glob("*.hook"))
+    assert "FileNotFoundError" in (home / "state" / "hooks.log").read_text()

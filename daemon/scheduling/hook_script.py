@@ -318,11 +318,12 @@ def take_records(inbox: str) -> list[str]:
         try:
             with open(path, encoding="utf-8", errors="replace") as fh:
                 text = fh.read(1 << 20)
+        except FileNotFoundError:
+            continue  # taken by another caller meanwhile
+        try:
             record, updates = _parse_record(text)
             when = datetime.fromtimestamp(mtime, timezone.utc)  # noqa: UP017
             written.extend(_take_record(record, updates, home, when))
-        except FileNotFoundError:
-            continue  # taken by another caller meanwhile
         except Incomplete as exc:
             if time.time() - mtime < INCOMPLETE_SECONDS:
                 continue  # the hook is writing it: its close wakes the daemon again
@@ -433,11 +434,13 @@ def _trigger_once(
 
 
 def _log_failure(hooks_dir: str, hook: str, exc: BaseException, home: str | None = None) -> None:
-    """Log a failure: in the home's `state/hooks.log` when the hooks serve one home (or the
-    record names no hooks folder), else in the hooks folder's `loopd-hooks.log`."""
-    log = os.path.join(hooks_dir, LOG_NAME) if hooks_dir else None
+    """Log a failure: in the home's `state/hooks.log` when the hooks serve one home (or a
+    record's hooks folder holds no configuration), else in the hooks folder's log."""
+    config = os.path.join(hooks_dir, CONFIG_NAME) if hooks_dir else ""
+    # No configuration there (the hooks were removed since): nothing to write beside it.
+    log = os.path.join(hooks_dir, LOG_NAME) if os.path.exists(config) else None
     try:
-        if hooks_dir:
+        if log is not None:
             with open(os.path.join(hooks_dir, CONFIG_NAME), encoding="utf-8") as fh:
                 homes = list(json.load(fh).get("homes", {}))
             home = homes[0] if len(homes) == 1 else None
