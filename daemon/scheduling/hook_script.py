@@ -1,9 +1,10 @@
 """Hook records become inbox triggers: what loopd's git hooks saw, matched to the loops.
 
 loopd's hook wrappers (hooks.py) are plain sh that start no Python: each writes a record of
-what moved into every hooked home's `state/inbox/` as `hook-PID-N.hook` (a temporary file,
-then a rename) and returns to git. The daemon's intake calls `take_records` before it reads
-the inbox: each record becomes the `Trigger` files of the loops it concerns, then goes.
+what moved into every hooked home's `state/inbox/` as `hook-PID-N.hook` (in place, its last
+line `end` once it is whole) and returns to git. The daemon's intake (either engine's) calls
+`take_records` before it reads the inbox: each record becomes the `Trigger` files of the
+loops it concerns, then goes.
 The same file still runs as `python3 -I -S hook_script.py HOOKS_DIR HOOK_NAME [ARGS...]` for
 wrappers written by an older loopd (until `loopd hooks install` runs again). Standard library
 only, and no import of the rest of loopd. Errors never reach git: they go to a log
@@ -69,13 +70,12 @@ _globs = None
 
 
 # ---------------------------------------------------------------------------- repository
-def _worktree_git_dir(cwd: str | None = None, env: str | None = None) -> str | None:
+def _worktree_git_dir() -> str | None:
     """The git folder of the work tree the hook runs in (per worktree), found without git."""
-    if cwd is None:
-        cwd, env = os.getcwd(), os.environ.get("GIT_DIR")
+    env = os.environ.get("GIT_DIR")
     if env:
-        return os.path.normpath(os.path.join(cwd, env))
-    here = cwd
+        return os.path.abspath(env)
+    here = os.getcwd()
     while True:
         dot = os.path.join(here, ".git")
         if os.path.isdir(dot):
@@ -97,7 +97,8 @@ def _worktree_git_dir(cwd: str | None = None, env: str | None = None) -> str | N
 
 
 def _git_dir_of_cwd(git_dir: str | None = None) -> str | None:
-    """The repository's common git folder (shared by its worktrees), found without git."""
+    """The repository's common git folder (shared by its worktrees), found without git: of
+    `git_dir` (a work tree's git folder), else of where this process runs."""
     if git_dir is None:
         git_dir = _worktree_git_dir()
     if git_dir is None:
