@@ -419,3 +419,16 @@ def test_a_record_left_after_an_uninstall_is_dropped_and_logged(setup) -> None:
     assert inbox(home) == []
     assert not list((home / "state" / "inbox").glob("*.hook"))
     assert "FileNotFoundError" in (home / "state" / "hooks.log").read_text()
+
+
+def test_a_record_just_created_and_still_empty_is_left_for_its_hook(setup) -> None:
+    home, repo = setup
+    install_hooks(home, repo, {"app": ["main"]})
+    git(repo, "commit", "-q", "--allow-empty", "-m", "one")
+    (record,) = (home / "state" / "inbox").glob("*.hook")
+    whole = record.read_text()
+    record.write_text("")  # created by the hook's redirection, nothing written yet
+    assert hook_script.take_records(str(record.parent)) == []
+    assert record.exists()
+    record.write_text(whole)
+    assert len(inbox(home)) == 1

@@ -339,13 +339,14 @@ def take_records(inbox: str) -> list[str]:
 
 
 def _parse_record(text: str) -> tuple[dict[str, str], list[tuple[str, str, str]]]:
+    # First, whether it is whole: a record just created is empty, one midway cut anywhere.
+    if not text.endswith("\nend\n"):
+        raise Incomplete("the hook is still writing it, or was killed before its end")
     head, sep, body = text.partition("\n\n")
     lines = head.split("\n")
-    if lines[0] != RECORD_HEADER:
+    if lines[0] != RECORD_HEADER or not sep:
         raise ValueError(f"not a hook record of this loopd (first line {lines[0][:40]!r})")
     body_lines = body.split("\n")
-    if not sep or body_lines[-2:] != ["end", ""]:
-        raise Incomplete("the hook is still writing it")
     record = {}
     for line in lines[1:]:
         key, _, value = line.partition(" ")
