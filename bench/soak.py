@@ -345,7 +345,7 @@ def rss_windows(samples: list[Sample], window: float) -> list[str]:
 
 def drained(home: Path) -> bool:
     state = home / "state"
-    inbox = [n for n in os.listdir(state / "inbox") if n.endswith(".json")]
+    inbox = [n for n in os.listdir(state / "inbox") if n.endswith((".json", ".hook"))]
     live = os.listdir(state / "live") if (state / "live").is_dir() else []
     queue = state / "queue.toml"
     pending = tomllib.loads(queue.read_text()).get("pending", []) if queue.exists() else []

@@ -69,6 +69,9 @@ from daemon.systemd import Heartbeat, SystemdNotifier
 
 __all__ = ["ConfigFatal", "Daemon", "Flags", "report_failure", "run_daemon"]
 
+# The driver ticks at least this often (watchers, reaping, status) when nothing wakes it.
+POLL_SECONDS = 1.0
+
 
 class Daemon:
     """One started daemon per home; every part exists from `start()` on."""
@@ -99,6 +102,7 @@ class Daemon:
         self.holds = holds
         self.verifier = verifier
         self.floor = Floor(ctx)  # a full state/: the tick waits, the person is told once
+        self._ticked: datetime | None = None  # the `now` of the last tick begun
         intake.reload = self.reload  # a trigger for a loop file newer than the configuration
 
     @property
@@ -173,6 +177,7 @@ class Daemon:
     # the tick ----------------------------------------------------------------------------
     def tick(self, now: datetime) -> None:
         """Take due work: inbox, cron, file changes, cancels; start ready runs; write status."""
+        self._ticked = now
         more = self.intake.take_inbox(now)
         self.intake.take_schedule(now)
         for trigger in self.watchers.poll(now):
@@ -190,6 +195,19 @@ class Daemon:
         self.outside.ticked()
         if more:
             self.flags.wake.set()  # the rest of a burst: the next tick comes at once
+
+    def sleep_for(self, now: datetime) -> float:
+        """Seconds the driver may sleep: until the next poll or the next cron fire, if sooner.
+
+        A fire is a timer of its own, not a poll: its run starts at the scheduled second,
+        not up to a poll interval later. Signals, reloads and the inbox set `wake` sooner.
+        """
+        fire = self.timer.next_wake()
+        if fire is None or (self._ticked is not None and fire <= self._ticked):
+            # No schedule, or a tick saw this fire and could not take it (a failing tick):
+            # the poll's pace, never a spin.
+            return POLL_SECONDS
+        return max(0.0, min(POLL_SECONDS, (fire - now).total_seconds()))
 
     # health, reload, stop ------------------------------------------------------------------
     def healthy(self) -> bool:
@@ -406,7 +424,8 @@ def run_daemon(home: Home) -> int:
     heartbeat = Heartbeat(notifier, healthy=daemon.healthy)
     failures = 0
     while not flags.stop.is_set():
-        flags.wake.wait(timeout=1.0)
+        # Re-armed each time round: a reload or a tick that handled a fire moves the next one.
+        flags.wake.wait(timeout=daemon.sleep_for(utc_now()))
         flags.wake.clear()
         if flags.reload.is_set():
             flags.reload.clear()

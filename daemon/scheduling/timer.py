@@ -168,6 +168,12 @@ class CronTimer:
             if after != before:
                 self._write()
 
+    def next_wake(self) -> datetime | None:
+        """The earliest next fire of any loop (UTC): the driver's timer is armed for it."""
+        with self._lock:
+            fires = [e.next_fire for e in self._entries.values() if e.next_fire is not None]
+        return min(fires, default=None)
+
     def next_fire(self, loop: str) -> datetime | None:
         """The loop's next scheduled fire (UTC), for status; None when it has no schedule."""
         with self._lock:

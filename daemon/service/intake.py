@@ -19,6 +19,7 @@ from typing import Any
 from daemon.config import Loop
 from daemon.globs import wildmatch
 from daemon.people.escalation import blocking_escalation
+from daemon.scheduling.hook_script import take_records
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import CronTimer
 from daemon.service.context import Context
@@ -106,6 +107,8 @@ class Intake:
         """Offer waiting inbox files (a bounded batch); True when more wait."""
         store = self.ctx.store
         stop = self.ctx.flags.stop
+        # The git hooks leave records of what moved; they become trigger files here.
+        take_records(str(store.inbox_dir))
         deadline = self.ctx.monotonic() + BATCH_SECONDS
         offered = 0
         for name in store.inbox_names():

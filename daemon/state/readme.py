@@ -146,9 +146,10 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `schedule.toml`: per loop, `handled_until`: every scheduled fire up to then was run,
   caught up or reported missed, so a restart never fires twice
 - `inbox/`: triggers waiting for the daemon, one JSON file each, written by `loopd trigger`,
-  `loopd escalations resolve --retry` and the git hooks. `inbox/bad/` keeps files that were
-  not valid triggers. `inbox/.seen/` holds the hooks' markers: one push (ref, commit)
-  triggers a loop once
+  `loopd escalations resolve --retry` and the daemon from the git hooks' records
+  (`hook-PID-N.hook`: what moved, as the hooks saw it; a record goes once it is made into
+  triggers). `inbox/bad/` keeps files that were not valid triggers. `inbox/.seen/` holds
+  the hooks' markers: one push (ref, commit) triggers a loop once
 - `deliveries.log`: the webhook deliveries `[listen]` accepted in the last 24 hours (time,
   service, delivery id; and the sha256 of each body), so a replayed delivery is refused;
   written once the delivery's triggers are, so a delivery answered 503 (a full disk) is

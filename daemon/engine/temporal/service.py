@@ -42,6 +42,7 @@ from daemon.engine.temporal.workersetup import SetupStep
 from daemon.engine.temporal.workerside import WorkerSide
 from daemon.home import Home
 from daemon.sandbox.limits import sweep_stale_groups
+from daemon.scheduling.hook_script import take_records
 from daemon.scheduling.inbox_watch import InboxWatcher
 from daemon.service.context import ConfigFatal, Context, Flags, load_config
 from daemon.service.floor import Floor
@@ -284,7 +285,11 @@ class Process:
     async def _forward_once(self, client: Any, taker: Any) -> None:
         triggers = self.watchers.poll(utc_now()) if self.watchers else []
         # One process per home forwards the inbox: a file is sent once.
-        names = self.store.inbox_names()[:INBOX_BATCH] if taker.may_take() else []
+        names = []
+        if taker.may_take():
+            # The git hooks leave records of what moved: they become trigger files.
+            take_records(str(self.store.inbox_dir))
+            names = self.store.inbox_names()[:INBOX_BATCH]
         for name in names:
             trigger = self.store.read_trigger(name)
             if trigger is not None:
