@@ -26,7 +26,8 @@ from daemon.agents.endings import (
 from daemon.agents.registry import adapter_class
 from daemon.config import ADAPTERS, AgentProfile
 
-STREAMS = Path(__file__).parent / "data" / "streams"
+ROOT_DATA = Path(__file__).parent / "data"
+STREAMS = ROOT_DATA / "streams"
 GARBAGE = "this is not json {"
 ALL = sorted(ADAPTERS)
 AGENTS = [name for name in ALL if name != "command"]
@@ -54,11 +55,17 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "usage": (1450 + 9000 + 300 + 10400, 62 + 40, 0.0021 + 0.0012),
     },
     "gemini": {
-        "session": "c6b1e2a4-5d3f-4e8a-9b7c-2f1e0d9c8b7a",
-        "final": "Fixed the off-by-one in app.py; all tests pass.",
-        "usage": (8900, 230, 0.0),
+        "session": "d0390a5b-8999-4524-8190-a97dbcfd5b12",
+        "final": "Fixed the off-by-one in app.py: first() returns the whole list now, and the "
+        "test passes.",
+        "usage": (1200 + 1640 + 2210, 30 + 61 + 24, 0.0),
     },
-    "aider": {"final_contains": "Applied edit to app.py", "usage": (2300, 118, 0.0041)},
+    # The model's answer, not aider's last line ("Applied edit to hello.txt").
+    "aider": {
+        "final": "I will change hello.txt.\n\nhello.txt\n```\nhello, world\n```\n\n"
+        "hello.txt now says hello, world.",
+        "usage": (728, 25, 0.0),
+    },
     "command": {"final_contains": "Fixed the off-by-one in first() in app.py."},
 }
 
@@ -124,7 +131,8 @@ def test_structured_stream_is_declared_truthfully(recorded: tuple) -> None:
         assert {"session", "final"} <= {event.type for event in normalized}
     else:
         assert not [event for event in events if event.type == "raw"]
-        assert {event.type for event in events} <= {"text", "usage", "error"}
+        # A plain agent's `final` is the answer it found among its lines (aider).
+        assert {event.type for event in events} <= {"text", "usage", "error", "final"}
 
 
 def test_session_id_found(recorded: tuple) -> None:
@@ -980,3 +988,70 @@ def test_without_the_mcp_extra_claude_gets_no_mcp_server(
     adapter.write_tool_config(bare)
     assert list(bare.iterdir()) == []
     assert "--mcp-config" not in adapter.invocation("x").argv
+
+
+# --- aider: lines recorded from the real aider 0.86.2 (see tests/data/streams/README.md) -----
+
+
+def aider_events(name: str) -> tuple[AgentAdapter, list[AgentEvent]]:
+    adapter = make("aider")
+    return adapter, parse_all(adapter, (STREAMS / name).read_text().splitlines())
+
+
+def test_aider_summary_is_the_models_answer_not_its_last_line() -> None:
+    _, events = aider_events("aider.txt")
+    assert [e.text for e in events if e.type == "text"][-2] == "Applied edit to hello.txt"
+    (final,) = [e for e in events if e.type == "final"]
+    # The file name aider printed when it added the file the message named is not the answer.
+    assert final.text.startswith("I will change hello.txt.")
+    assert final_text(events).endswith("hello.txt now says hello, world.")
+    _, resumed = aider_events("aider-resume.txt")
+    assert final_text(resumed) == "Checked again: the greeting is hello, world. Nothing else to do."
+
+
+def test_aider_refused_key_is_a_login_error_and_the_summary_says_so() -> None:
+    _, events = aider_events("aider-401.txt")
+    (error,) = [e for e in events if e.type == "error"]
+    assert error.login and not error.quota
+    assert error.text.startswith("litellm.AuthenticationError: ")
+    # aider's last line is the URL it offered; the summary is the error.
+    assert [e.text for e in events if e.type == "text" and e.text][-1].startswith("https://")
+    assert final_text(events) == error.text
+
+
+def test_aider_rate_limit_is_a_usage_limit_once_its_retries_reach_the_cap() -> None:
+    adapter = make("aider")
+    lines = (ROOT_DATA / "quota" / "aider-quota.txt").read_text().splitlines()
+    flagged = []
+    for line in lines:
+        events = adapter.parse_line(line)
+        if any(e.type == "error" and e.quota for e in events):
+            flagged.append(line)
+    assert flagged and flagged[0] == "Retrying in 2.0 seconds..."
+    errors = parse_all(make("aider"), lines)
+    limit = next(e for e in errors if e.quota)
+    assert limit.text.startswith("litellm.RateLimitError: ")
+    assert "You exceeded your current quota" in limit.text  # the provider's body
+
+
+def test_aider_is_started_quiet_and_offline(tmp_path: Path) -> None:
+    adapter = make("aider", tmp_path, model="test-model", base_url="http://127.0.0.1:9/v1")
+    invocation = adapter.invocation("fix it")
+    for flag in (
+        "--no-check-update",
+        "--no-analytics",
+        "--no-show-release-notes",
+        "--no-show-model-warnings",
+        "--no-pretty",
+    ):
+        assert flag in invocation.argv
+    assert invocation.env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+    assert invocation.env["PYTHONUNBUFFERED"] == "1"  # print() reaches loopd as it happens
+    home = tmp_path / "agent-home"
+    # aider downloads litellm's price list when ~/.aider/caches has none: the run's HOME has one.
+    cache = home / ".aider" / "caches" / "model_prices_and_context_window.json"
+    assert json.loads(cache.read_text())
+    assert "max_retries: 0" in (home / ".aider.model.settings.yml").read_text()
+    # Without a run's HOME nothing is written into the person's own.
+    bare = make("aider", None, model="gpt-4o")
+    assert bare.invocation("fix it").home is None

@@ -346,8 +346,14 @@ def test_each_adapter_gets_the_server_where_its_cli_reads_it(name: str, tmp_path
     elif name == "opencode":
         config = json.loads(inv.env["OPENCODE_CONFIG_CONTENT"])
         assert config["mcp"]["loopd"]["type"] == "local"
-    else:  # aider: loopd-tool on its PATH only
-        assert not cls.speaks_mcp and list(tmp_path.iterdir()) == []
+    else:  # aider: loopd-tool on its PATH only; its HOME holds only its offline seeds
+        assert not cls.speaks_mcp
+        files = sorted(
+            p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()
+        )
+        seeds = [".aider.model.settings.yml", ".aider/caches/model_prices_and_context_window.json"]
+        assert files == seeds
+        assert not any("mcp" in (tmp_path / p).read_text() for p in seeds)
 
 
 def test_loopd_mcp_without_the_sdk_names_the_extra(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ never count.
 
 from __future__ import annotations
 
+import json
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -80,11 +81,16 @@ def hit_of(tmp_path: Path, adapter_name: str, stream: str, exit_code: int = 1) -
         ("codex", "codex-usage-limit.real.jsonl", datetime(2026, 12, 1, 5, 47, tzinfo=UTC)),
         ("codex", "codex-insufficient-quota.real.jsonl", None),
         ("gemini", "gemini-quota.jsonl", NOW + timedelta(hours=2, minutes=52, seconds=39)),
+        # Recorded from Gemini CLI 0.61.0: a 429 RESOURCE_EXHAUSTED whose RetryInfo says 3600s.
+        ("gemini", "gemini-quota.real.jsonl", NOW + timedelta(seconds=3600)),
+        # Recorded: a spent daily quota (QuotaFailure ...PerDay...): no reset named.
+        ("gemini", "gemini-daily.real.jsonl", None),
         # opencode's 429 says so by its status; the server's Retry-After is kept in the text.
         ("opencode", "opencode-quota.jsonl", NOW + timedelta(seconds=3600)),
         # A step finished, then the next request hit the limit: the error is the last word.
         ("opencode", "opencode-quota-after-step.jsonl", NOW + timedelta(seconds=3600)),
-        # aider prints litellm's RateLimitError and gives up: no reset named.
+        # aider prints litellm's RateLimitError with the body, retries, gives up (recorded,
+        # exit 0): no reset named ("Retrying in 0.2 seconds" is aider's wait, not a reset).
         ("aider", "aider-quota.txt", None),
         # A command agent's last lines: HTTP 429 with a Retry-After.
         ("command", "command-quota.txt", NOW + timedelta(seconds=120)),
@@ -122,8 +128,14 @@ def test_each_adapter_recognises_its_quota_ending_and_the_reset(
         ("codex", "../streams/codex-401.real.jsonl", 1),
         # Gemini warned of a short quota, retried by itself, and finished.
         ("gemini", "gemini-warning.jsonl", 0),
+        # Gemini's refused credentials (recorded: 401, 403, a key the API rejects).
+        ("gemini", "../streams/gemini-401.real.jsonl", 145),
+        ("gemini", "../streams/gemini-403.real.jsonl", 147),
+        ("gemini", "../streams/gemini-badkey.real.jsonl", 144),
         # A command agent that finished (exit 0) and talks about quotas in its summary.
         ("command", "command-done-mentions-quota.txt", 0),
+        # aider got past a rate limit on its first retry and answered (recorded lines).
+        ("aider", "aider-429-answered.txt", 0),
         # The same words with exit 1 are the agent failing on the quota: see the next test.
     ],
 )
@@ -198,3 +210,32 @@ def test_the_wait_is_the_reset_plus_a_minute_else_30_minutes_doubling_to_4_hours
     minutes = [int(w.total_seconds() // 60) for w in waits]
     assert minutes == [30, 60, 120, 240, 240, 240]
     assert resume_time(None, 1, NOW)[1] is False
+
+
+def test_aider_retrying_its_rate_limit_is_ended_at_the_cap_and_parks(tmp_path: Path) -> None:
+    """aider would retry a 429 for a minute (no flag or variable shortens it): the supervisor
+    ends it at the adapter's usage-limit event, as its own ending, and the limit is read."""
+    lines = (DATA / "aider-quota.txt").read_text().splitlines()
+    cap = lines.index("Retrying in 2.0 seconds...")
+    adapter = adapter_class("aider")(AgentProfile(adapter="aider"), environ={})
+    program = "import sys, time; sys.stdout.write(sys.argv[1]); sys.stdout.flush(); time.sleep(600)"
+    text = "\n".join(lines[: cap + 1]) + "\n"
+    transcript = Transcript(tmp_path / "transcript.jsonl", 10_000_000)
+    try:
+        supervisor = Supervisor(adapter, transcript, tmp_path, {"PATH": "/usr/bin:/bin"})
+        argv = [sys.executable, "-c", program, text]
+        result = supervisor.run(Invocation(argv=argv), timeout=300, stall_after=0)
+    finally:
+        transcript.close()
+    assert not result.timed_out and not result.killed and result.stall is None
+    assert result.exit_code is not None and result.exit_code < 0  # ended by loopd's signal
+    assert result.quota_hint and result.final_ok is False
+    assert result.final_text.startswith("litellm.RateLimitError")
+    hit = quota_of(adapter, result, NOW, BERLIN, ZoneInfo("UTC"))
+    assert hit is not None and "exceeded your current quota" in hit.message
+    assert hit.reset_at is None
+    records = [
+        json.loads(line) for line in (tmp_path / "transcript.jsonl").read_text().splitlines()
+    ]
+    exits = [r for r in records if r.get("type") == "process" and r.get("event") == "exited"]
+    assert [e["reason"] for e in exits] == ["usage limit"]

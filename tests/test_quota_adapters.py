@@ -58,11 +58,11 @@ CASES: dict[str, tuple[str, str, datetime | None, list[str]]] = {
         datetime(2026, 11, 30, 12, 16, tzinfo=UTC),
         ["resume", "0199a213-81c0-7800-8aa1-bbab2a035a53"],
     ),
-    "gemini": (
-        "quota/gemini-quota.jsonl",
+    "gemini": (  # recorded from Gemini CLI 0.61.0: a 429 whose RetryInfo says 3600s
+        "quota/gemini-quota.real.jsonl",
         "streams/gemini.jsonl",
-        NOW + timedelta(hours=2, minutes=52, seconds=39),
-        ["--resume", "c6b1e2a4-5d3f-4e8a-9b7c-2f1e0d9c8b7a"],
+        NOW + timedelta(seconds=3600),
+        ["--resume", "2e4f19f4-b1c6-42d5-b735-6a69860b8be7"],
     ),
     "opencode": (
         "quota/opencode-quota.jsonl",

@@ -18,9 +18,19 @@ from daemon.agents.deskconfig import DeskAccess
 from daemon.config import AgentProfile
 
 # `notice`: something the agent's program itself said (a request it will retry), neither the
-# model's words nor an error the session ended on.
+# model's words nor an error the session ended on. `prompt`: the agent's echo of what it was
+# asked (loopd's prompt or nudge), not its own words.
 EventType = Literal[
-    "session", "text", "tool_call", "tool_result", "usage", "final", "error", "notice", "raw"
+    "session",
+    "text",
+    "tool_call",
+    "tool_result",
+    "usage",
+    "final",
+    "error",
+    "notice",
+    "raw",
+    "prompt",
 ]
 
 
@@ -31,7 +41,7 @@ class AgentEvent(BaseModel):
 
     type: EventType
     session_id: str = ""
-    text: str = ""  # text, final, error, notice, raw
+    text: str = ""  # text, final, error, notice, raw, prompt
     tool: str = ""  # tool_call, tool_result
     call_id: str = ""  # pairs a tool_call with its tool_result
     arguments: Any = None  # tool_call: the arguments as the agent sent them
@@ -44,6 +54,7 @@ class AgentEvent(BaseModel):
     quota: bool = False  # error: its structure says a usage limit was hit
     reset_at: float = 0.0  # error: epoch seconds when that limit resets, where given
     login: bool = False  # error: its structure says the credentials were refused (401/403)
+    delta: bool = False  # text: one piece of a message streamed in pieces (Gemini CLI)
 
 
 @dataclass
@@ -84,6 +95,9 @@ class AgentAdapter(ABC):
     # Its CLI reaches MCP servers from its configuration: it gets `loopd mcp` there
     # (agents/deskconfig.py); every agent also finds `loopd-tool` on its PATH.
     speaks_mcp: ClassVar[bool] = False
+    # Its CLI retries a usage limit on its own for long (aider: a minute): the supervisor ends
+    # the process at the adapter's usage-limit error event, and the run parks as on any other.
+    stop_at_limit: ClassVar[bool] = False
 
     def __init__(
         self,

@@ -15,11 +15,15 @@ speaks MCP gets the server in its documented per-user format:
 
 The run's HOME is the run's own (agents/homes.py): none of this reaches the person's files,
 and nothing an agent writes there leaves the run.
+
+Only when loopd's interpreter can import the `mcp` extra (`mcp_installed`, which every writer
+here checks, and which an adapter that writes its own may call): without it `loopd mcp` could
+not start, and the CLI would report a failed server (Claude Code's `"status":"failed"`, Gemini
+CLI's "MCP issues detected"); the agent still has `loopd-tool`.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -49,12 +53,15 @@ class DeskAccess:
 
 
 def mcp_installed() -> bool:
-    """Whether `loopd mcp` can start: the `mcp` extra importable by loopd's interpreter, which
-    the agent's `loopd mcp` runs on."""
+    """Whether `loopd mcp` can serve: loopd's interpreter imports the MCP SDK (the `mcp`
+    extra); imported as `loopd mcp` does, so a broken or shadowed install counts as missing
+    (once imported, asking again is a lookup in sys.modules)."""
     try:
-        return importlib.util.find_spec("mcp") is not None
-    except (ImportError, ValueError):
+        import anyio  # noqa: F401
+        import mcp  # noqa: F401
+    except ImportError:
         return False
+    return True
 
 
 def desk_access(socket_path: Path, token: str, bin_dir: Path) -> DeskAccess:
@@ -94,7 +101,9 @@ def settings_server(access: DeskAccess) -> dict[str, Any]:
 
 def merge_settings(path: Path, access: DeskAccess, **extra: Any) -> None:
     """Add the server to a settings.json (`mcpServers`), keeping what the file holds; `extra`:
-    keys of the CLI's own for the entry."""
+    keys of the CLI's own for the entry. Without the `mcp` extra the file is left as it is."""
+    if not mcp_installed():
+        return
     data: dict[str, Any] = {}
     try:
         loaded = json.loads(path.read_text(encoding="utf-8"))
@@ -108,9 +117,10 @@ def merge_settings(path: Path, access: DeskAccess, **extra: Any) -> None:
 
 
 def claude_config(path: Path, access: DeskAccess) -> Path:
-    """The file `claude --mcp-config FILE` reads."""
+    """The file `claude --mcp-config FILE` reads (no server in it without the `mcp` extra)."""
     entry = {"command": access.command[0], "args": access.command[1:], "env": dict(access.env)}
-    _write(path, json.dumps({"mcpServers": {SERVER: entry}}, indent=2) + "\n")
+    servers = {SERVER: entry} if mcp_installed() else {}
+    _write(path, json.dumps({"mcpServers": servers}, indent=2) + "\n")
     return path
 
 
@@ -125,7 +135,7 @@ def codex_config(
     except (OSError, ValueError):
         data = {}
     data.update(settings or {})
-    if access is not None:
+    if access is not None and mcp_installed():  # no MCP server without the `mcp` extra
         servers = data.get("mcp_servers") if isinstance(data.get("mcp_servers"), dict) else {}
         servers[SERVER] = {
             "command": access.command[0],
@@ -147,6 +157,28 @@ def opencode_server(access: DeskAccess) -> dict[str, Any]:
         "enabled": True,
         "timeout": TOOL_TIMEOUT_MS,
     }
+
+
+def update_settings(path: Path, changes: dict[str, Any]) -> None:
+    """Set keys of a settings.json (nested objects merged key by key), keeping the rest."""
+    data: dict[str, Any] = {}
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(loaded, dict):
+            data = loaded
+    except (OSError, ValueError):
+        pass
+    _write(path, json.dumps(_merged(data, changes), indent=2) + "\n")
+
+
+def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def _write(path: Path, text: str) -> None:

@@ -17,7 +17,7 @@ from daemon.agents.base import (
     positional,
     raw,
 )
-from daemon.agents.deskconfig import SERVER, opencode_server
+from daemon.agents.deskconfig import SERVER, mcp_installed, opencode_server
 
 # The provider loopd defines in OPENCODE_CONFIG_CONTENT when a profile names its own endpoint.
 PROVIDER = "loopd"
@@ -87,7 +87,7 @@ class OpencodeAdapter(AgentAdapter):
         elif key:
             provider = model.split("/", 1)[0] if "/" in model else "openai"
             env[_KEY_VARS.get(provider, f"{provider.upper().replace('-', '_')}_API_KEY")] = key
-        if self.desk is not None:
+        if self.desk is not None and mcp_installed():
             config["mcp"] = {SERVER: opencode_server(self.desk)}
         env["OPENCODE_CONFIG_CONTENT"] = json.dumps(config)
         if model:

@@ -8,7 +8,8 @@ whatever it read):
   their structure (`quota_hint`);
 - aider and `command` agents, which print plain text: the last lines of their output
   (`tail`); a `command` agent must also have exited non-zero, so a run whose agent finishes
-  and mentions a quota in its summary is not mistaken for one that hit it.
+  and mentions a quota in its summary is not mistaken for one that hit it, and an aider that
+  answered after its rate limit (its `final`) got past it.
 A session loopd itself ended (timeout, stall, stop) is not a quota ending.
 """
 
@@ -61,9 +62,9 @@ def _words(adapter: AgentAdapter, result: ProcessResult) -> str:
     """The text that may say the session hit a quota, by where each adapter puts it."""
     if result.killed or result.error:
         return ""
+    if result.final_ok:
+        return ""  # a successful result (aider: an answer) came after any error: it went on
     if adapter.structured_stream:
-        if result.final_ok:
-            return ""  # a successful result came after any error: the session went on
         if result.quota_hint:
             return result.last_error or "usage limit reached"
         return result.last_error

@@ -28,6 +28,7 @@ class ProcessResult:
     session_id: str = ""  # the last one seen
     final_text: str = ""  # the last `final` event's text, else the last `text` event's
     events: int = 0  # events parsed from stdout plus stderr lines
+    stream_events: int = 0  # events parsed from stdout, raw lines not counted
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_count: int = 0
     input_tokens: int = 0

@@ -132,7 +132,7 @@ def experiment_cmd(args: argparse.Namespace) -> int:
     hold = loop_hold(store, loaded.daemon, loop, utc_now())
     if hold is not None:
         # As `loopd once`: nothing started yet, so say so now rather than wait unseen.
-        print(f"not run: {hold.why}; new runs of {loop.name} wait until {hold.until}")
+        print(f"not run: {hold.why}; new runs of {loop.name} wait {hold.wait_text()}")
         return 1
     lock = lock_loop(store, loop)
     set_child_subreaper()
@@ -146,7 +146,7 @@ def experiment_cmd(args: argparse.Namespace) -> int:
         print(f"  {arm}: {run.id} {run.outcome} ({len(run.attempts)} attempts)", flush=True)
 
     def held(hold: Any) -> None:
-        print(f"  waiting until {hold.until}: {hold.why}", flush=True)
+        print(f"  waiting {hold.wait_text()}: {hold.why}", flush=True)
 
     runner = ExperimentRunner(services, experiment, on_run=told, on_hold=held)
     print(experiment.id, flush=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 from daemon.calibration.warnings import calibration_warnings
 from daemon.cli.common import CommandError, daemon_pid, home_of
 from daemon.cli.jsonout import print_json
+from daemon.clock import utc_now
 from daemon.config import LoadedConfig
 from daemon.config.errors import ConfigError
 from daemon.config.secrets import missing_from_env_file
@@ -21,9 +23,11 @@ from daemon.model.probe import Probe
 from daemon.runs.budget import budget_warnings
 from daemon.runs.checkprobe import probe_loop
 from daemon.runs.confinement import SandboxUnavailable
-from daemon.runs.exposure import FIX, describe, loop_programs, own_venv_programs
+from daemon.runs.exposure import FIX, agent_program, describe, loop_programs, own_venv_programs
 from daemon.sandbox.limits import describe as describe_limits
 from daemon.sandbox.limits import run_limits
+from daemon.sandbox.paths import home_folders
+from daemon.sandbox.programs import resolve_program, shown
 from daemon.sandbox.registry import Choice, choose
 from daemon.service.preflight import Preflight, daemon_path
 
@@ -71,6 +75,8 @@ def _print_check_json(
     sandbox: Choice,
     shows: dict[str, list[str]],
     limits: str,
+    agents: dict[str, dict[str, str]],
+    logins: list[dict[str, Any]],
 ) -> None:
     print_json(
         {
@@ -91,6 +97,8 @@ def _print_check_json(
                 "shows": shows,
             },
             "limits": limits,
+            "agents": agents,
+            "logins": logins,
         }
     )
 
@@ -121,6 +129,8 @@ def _print_check_text(
     sandbox: Choice,
     shows: dict[str, list[str]],
     limits: str,
+    agents: dict[str, dict[str, str]],
+    logins: list[dict[str, Any]],
 ) -> None:
     for error in loaded.errors:
         print(f"error: {error}")
@@ -140,6 +150,10 @@ def _print_check_text(
             print(f"  {name}: the sandbox also shows, read-only, of what it hides:")
             for line in lines:
                 print(f"    {line}")
+    for name, agent in sorted(agents.items()):
+        print(f"  {name}: agent {agent['line']}")
+    for login in logins:
+        print(login["line"] if login["works"] else f"warning: {login['line']}")
     names = ", ".join(sorted(loaded.loops)) or "none"
     counted = f"{len(loaded.errors)} error(s), {len(loaded.warnings)} warning(s)"
     if loaded.unchecked:
@@ -179,11 +193,78 @@ def check(args: argparse.Namespace) -> int:
         _run_checks(home, loaded)
     notes = loaded.warnings + _inside_home(home.root, loaded.daemon)
     warnings = [w for w in (sandbox.warning, sandbox.refusal) if w] + notes
+    agents = _agent_programs(loaded, daemon_path(pid)[0]) if loaded.daemon_ok else {}
+    logins = _held_logins(home, loaded) if loaded.daemon_ok else []
     if args.json:
-        _print_check_json(home, loaded, warnings, probe, sandbox, shows, limits)
+        _print_check_json(home, loaded, warnings, probe, sandbox, shows, limits, agents, logins)
     else:
-        _print_check_text(loaded, notes, probe, sandbox, shows, limits)
+        _print_check_text(loaded, notes, probe, sandbox, shows, limits, agents, logins)
     return 2 if loaded.errors else 0
+
+
+VERSION_TIMEOUT = 10.0  # seconds `PROGRAM --version` may take
+
+
+def _agent_programs(loaded: Any, search_path: str) -> dict[str, dict[str, str]]:
+    """Per enabled loop: its agent's program as the sandbox finds it (on the daemon's PATH,
+    through links and `#!` lines), and what `PROGRAM --version` says."""
+    out: dict[str, dict[str, str]] = {}
+    homes = home_folders(os.environ)
+    for name, loop in sorted(loaded.loops.items()):
+        if not loop.config.enabled:
+            continue
+        program = agent_program(loop.config, loaded.daemon)
+        if not program:
+            continue
+        resolved = resolve_program(program, search_path, homes, ())
+        found = str(resolved.found) if resolved.found is not None else ""
+        profile = loaded.daemon.profile(loop.config.agent)
+        # A `command` agent's program may be the agent itself, which might take --version
+        # for a task: it is not asked.
+        asked = found and profile is not None and profile.adapter != "command"
+        version = _version(found) if asked else ""
+        if not found:
+            line = f"{program!r} not found on the daemon's PATH"
+        else:
+            line = f"{shown(found)}" + (f" ({version})" if version else "")
+        out[name] = {"program": program, "found": found, "version": version, "line": line}
+    return out
+
+
+def _version(program: str) -> str:
+    """The first line `PROGRAM --version` prints, within VERSION_TIMEOUT; "" if none."""
+    try:
+        done = subprocess.run(
+            [program, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = [line.strip() for line in (done.stdout or done.stderr).splitlines() if line.strip()]
+    return lines[0][:100] if done.returncode == 0 and lines else ""
+
+
+def _held_logins(home: Home, loaded: LoadedConfig) -> list[dict[str, Any]]:
+    """Each agent profile held for a refused login, tried once (runs/logincheck.py): lifted
+    when its login works again."""
+    from daemon.runs.logincheck import check_logins
+
+    store = home.state(loaded.daemon.limits.events_rotate)
+    out = []
+    for lifted in check_logins(store, loaded.daemon, home.root, utc_now()):
+        profile, tried = lifted.profile, lifted.tried
+        if tried.works:
+            line = f"agent profile {profile!r}: its login works again; its loops run again"
+            if lifted.escalation:
+                line += f"; escalation {lifted.escalation} resolved"
+        else:
+            line = f"agent profile {profile!r} stays held (its loops wait): {tried.said}"
+        out.append({"profile": profile, "works": tried.works, "said": tried.said, "line": line})
+    return out
 
 
 def _sandbox_shows(loaded: Any, search_path: str) -> dict[str, list[str]]:

@@ -191,10 +191,12 @@ def once(args: argparse.Namespace) -> int:
         hold = _hold(services, loop, now)
         if hold is not None:
             lock.release()
-            print(f"not run: {hold.why}; new runs of {loop.name} wait until {hold.until}")
+            print(f"not run: {hold.why}; new runs of {loop.name} wait {hold.wait_text()}")
             return 1
         run = _new_run(services, loop, args, now)
         print(run.id, flush=True)
+    told: list[str] = []
+    services.on_park = lambda parked: told.append(_tell_parked(parked, loop.name))
     tracing = start_tracing(loaded.daemon.telemetry, store)  # [telemetry]: the run's trace
     try:
         run = _execute(services, loaded, loop, run, lock)
@@ -202,13 +204,25 @@ def once(args: argparse.Namespace) -> int:
         if tracing is not None:
             tracing.close()
     if run.outcome is None and run.phase == "waiting":
-        print(
-            f"parked: {run.id} waits for a usage limit until {run.resume_at}; the daemon "
-            f"or the next `loopd once {loop.name}` resumes it"
-        )
+        if not told:
+            print(
+                f"parked: {run.id} waits for a usage limit until {run.resume_at}; the daemon "
+                f"or the next `loopd once {loop.name}` resumes it"
+            )
         return 1
     print_outcome(run)
     return exit_code(run)
+
+
+def _tell_parked(run: Any, loop: str) -> str:
+    """The `parked:` line, printed as the run parks: the wait is in the foreground."""
+    line = (
+        f"parked: {run.id} waits for a usage limit until {run.resume_at}; this `loopd once` "
+        f"waits for it (Ctrl-C stops waiting and leaves the run parked; the daemon or the "
+        f"next `loopd once {loop}` resumes it)"
+    )
+    print(line, flush=True)
+    return line
 
 
 def _hold(services: Any, loop: Loop, now: Any) -> Any:

@@ -154,6 +154,10 @@ class ExperimentRunner:
             hold = self._hold(now)
             if hold is None:
                 return True
+            if hold.until is None:  # a refused login: waiting does not lift it
+                with self._lock:
+                    self._stopped = self._stopped or f"{hold.why}; {hold.wait_text()}"
+                return False
             until = f"{hold.until:%Y-%m-%d %H:%M %Z}".strip()
             why = ""
             if hold.kind != "quota":

@@ -141,6 +141,8 @@ def _event_text(event: dict[str, Any]) -> str:
         output = str(event.get("output") or event.get("text") or "")
         return f"{mark}{output}" + ("" if output.endswith("\n") else "\n")
     text = str(event.get("text") or event.get("detail") or event.get("raw") or "")
+    if kind == "text" and event.get("delta") is True:
+        return text  # a piece of a message streamed in pieces: the next piece goes on its line
     if not text:
         extra = {k: v for k, v in event.items() if k not in ("ts", "stream", "type", "raw")}
         text = f"{kind} {json.dumps(extra, ensure_ascii=False)}" if extra else kind
@@ -178,7 +180,7 @@ def index_transcript(path: Path, cites: list[Citation], order: int) -> list[Sour
         event = _loads(raw)
         kind = str(event.get("type", "raw"))
         stream = str(event.get("stream", ""))
-        if kind in ("session", "usage"):
+        if kind in ("session", "usage", "prompt"):  # prompt: the task echoed, in its own part
             continue
         text = _event_text(event)
         if kind == "tool_call":

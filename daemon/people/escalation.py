@@ -29,6 +29,7 @@ from daemon.people.escalation_file import (
 from daemon.people.escalation_text import cause_of, quote, render
 from daemon.people.next_steps import suggest
 from daemon.people.progress import update_progress
+from daemon.people.terminal import clean
 from daemon.plain.escalations import escalation_file, split_front_matter
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
@@ -63,9 +64,14 @@ def _front_matter(meta: Escalation) -> str:
 
 
 def write_escalation(
-    store: StateStore, run: RunRecord, now: datetime, suggestion: str | None = None
+    store: StateStore,
+    run: RunRecord,
+    now: datetime,
+    suggestion: str | None = None,
+    profile: str = "",
 ) -> Path:
-    """Write `state/escalations/RUN_ID.md` for `run` (the caller records the event `escalated`)."""
+    """Write `state/escalations/RUN_ID.md` for `run` (the caller records the event `escalated`);
+    `profile`: the agent profile a refused login's escalation stands for."""
     cause = cause_of(run)
     meta = Escalation(
         run=run.id,
@@ -79,10 +85,11 @@ def write_escalation(
         attempts=len(run.attempts),
         best_score=best_score(run.attempts),
         notified=now,  # an escalation is always notified as it is filed
+        profile=profile,
     )
     body = render(store, run, meta.cause, suggestion or suggest(run, cause))
     path = store.escalation_path(run.id)
-    write_atomic(path, _front_matter(meta) + "\n" + redact(body))
+    write_atomic(path, _front_matter(meta) + "\n" + clean(redact(body)))
     return path
 
 
@@ -107,7 +114,7 @@ def write_question(
         f'`loopd escalations resolve {path.stem} --note "..."` (add --retry to run the task '
         "again with your note).\n"
     )
-    write_atomic(path, _front_matter(meta) + "\n" + redact(body))
+    write_atomic(path, _front_matter(meta) + "\n" + clean(redact(body)))
 
 
 def blocking_escalation(

@@ -51,6 +51,9 @@ class Escalation(BaseModel):
     latest_reason: str = ""
     notified: datetime | None = None  # when a person was last told of it (or of its repeats)
     notified_count: int = 1  # the count they were told then
+    # Cause agent-login: the agent profile whose login was refused. One escalation stands for
+    # the profile: later refused runs of any loop using it count here.
+    profile: str = ""
 
     def newest_run(self) -> str:
         """The newest run it stands for: the one whose evidence is freshest."""

@@ -1,5 +1,7 @@
 """Repeats: a run that escalates while an escalation of its loop and task is open counts in
-that escalation (count, latest run, latest evidence) instead of filing one of its own.
+that escalation (count, latest run, latest evidence) instead of filing one of its own. A run
+whose agent's login was refused (cause agent-login) counts in the open agent-login escalation
+of its agent profile, whichever loop filed it: one per profile, not one per run.
 
 A push-triggered loop whose agent never succeeds would otherwise file an escalation, and
 send a notification, for every push. The person is told once; later repeats are told at
@@ -16,11 +18,12 @@ from daemon.people import escalation as filing
 from daemon.people.escalation import _front_matter, _same_task
 from daemon.people.escalation_file import Escalation, open_escalations, read_escalation
 from daemon.people.escalation_text import cause_of
+from daemon.people.terminal import clean
 from daemon.plain.escalations import split_front_matter
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
-from daemon.state.records import RunRecord
+from daemon.state.records import Cause, RunRecord
 from daemon.state.store import StateStore
 
 DIGEST_EVERY = timedelta(days=1)
@@ -31,21 +34,45 @@ SECTION = "## Failed again"
 _LOCK = threading.Lock()
 
 
-def open_for(store: StateStore, run: RunRecord) -> Escalation | None:
-    """The newest open escalation an earlier run of `run`'s loop and task filed."""
+def open_for(store: StateStore, run: RunRecord, profile: str = "") -> Escalation | None:
+    """The newest open escalation an earlier run of `run`'s loop and task filed; for a refused
+    login (with its agent `profile`), the open one of that profile, of any loop."""
+    if run.cause == Cause.AGENT_LOGIN and profile:
+        return _open_login(store, run, profile)
     redacted = redact(run.task)
     found = None
     for meta in open_escalations(store, run.loop):
-        if meta.cause == "question":
-            continue  # an agent's question (ask_person) is no run handed to a person
+        if meta.cause in ("question", Cause.AGENT_LOGIN):
+            continue  # an agent's question (ask_person) is no run handed to a person; a
+            # refused login stands for its profile, not for the task
         same = _same_task(meta.task, run.task) or _same_task(meta.task, redacted)
         if same and meta.run < run.id:
             found = meta
     return found
 
 
-def escalate(store: StateStore, run: RunRecord, now: datetime) -> tuple[str, bool]:
-    """File `run`'s escalation, or count it in the open one of its loop and task.
+def _open_login(store: StateStore, run: RunRecord, profile: str) -> Escalation | None:
+    """The newest open agent-login escalation of `profile` an earlier run filed."""
+    found = None
+    for meta in open_escalations(store):
+        if meta.cause == Cause.AGENT_LOGIN and meta.profile == profile and meta.run < run.id:
+            found = meta
+    return found
+
+
+def open_login(store: StateStore, profile: str) -> Escalation | None:
+    """The open agent-login escalation of `profile`, if any (the oldest)."""
+    for meta in open_escalations(store):
+        if meta.cause == Cause.AGENT_LOGIN and meta.profile == profile:
+            return meta
+    return None
+
+
+def escalate(
+    store: StateStore, run: RunRecord, now: datetime, profile: str = ""
+) -> tuple[str, bool]:
+    """File `run`'s escalation, or count it in the open one of its loop and task (of its agent
+    `profile`, for a refused login).
 
     Returns the run id of the escalation file that holds it and whether it was a repeat.
     Done again after a crash, it neither files twice nor counts twice.
@@ -53,10 +80,14 @@ def escalate(store: StateStore, run: RunRecord, now: datetime) -> tuple[str, boo
     with _LOCK:
         if store.escalation_path(run.id).exists():
             return run.id, False
-        meta = open_for(store, run)
+        meta = open_for(store, run, profile)
         if meta is None:
+            login = run.cause == Cause.AGENT_LOGIN
             # Looked up on its module at the call: tests stand in for it to crash here.
-            filing.write_escalation(store, run, now)
+            if login and profile:
+                filing.write_escalation(store, run, now, profile=profile)
+            else:
+                filing.write_escalation(store, run, now)
             return run.id, False
         if meta.latest_run != run.id:
             _count(store, meta, run, now)
@@ -77,18 +108,21 @@ def _count(store: StateStore, meta: Escalation, run: RunRecord, now: datetime) -
     # The section is rewritten, not appended to: the file stays one screen however many
     # times the task fails again.
     body = body.split("\n" + SECTION + "\n", 1)[0].rstrip("\n") + "\n"
-    write_atomic(path, _front_matter(meta) + redact(body + "\n".join(_section(store, meta))))
+    write_atomic(path, _front_matter(meta) + clean(redact(body + "\n".join(_section(store, meta)))))
 
 
 def _section(store: StateStore, meta: Escalation) -> list[str]:
     """What the latest repeat says: its run, when, why, and where its evidence is."""
     again = meta.count - 1
     times = "once" if again == 1 else f"{again} times"
+    what = "later runs of the same task escalated too"
+    if meta.profile:
+        what = f"later runs of loops using agent profile `{meta.profile}` had their login refused"
     lines = [
         "",
         SECTION,
         "",
-        f"While this escalation was open, later runs of the same task escalated too: "
+        f"While this escalation was open, {what}: "
         f"{times}, so {meta.count} runs in all. Each counts here instead of filing its own.",
         "",
         f"The latest, run {meta.latest_run}, escalated {iso(meta.latest or meta.escalated)} "

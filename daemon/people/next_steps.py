@@ -31,6 +31,14 @@ SUGGESTIONS: dict[Cause, str] = {
         "Environment=PATH), run `loopd once {loop}` in a terminal to see the error, then "
         "{plain_retry}."
     ),
+    Cause.AGENT_LOGIN: (
+        "The agent's provider refused its login ({reason}). Nudging would send the same "
+        "credentials again, so loopd held every loop of the same agent profile (`agent` in "
+        "loops/{loop}.toml; `loopd status` says why they wait). Log in again as the user "
+        "loopd runs as (run the agent's program in a terminal: `claude` then /login, "
+        "`codex login`, `gemini`), or fix the key the profile's `env` or `api_key_env` names; "
+        "then `loopd check` tries the login, lifts the hold and resolves this escalation."
+    ),
     Cause.STALLED: (
         "loopd stopped the agent for a stall (silence past `stall_after`, or one tool call "
         "repeated). Read `loopd logs {rid}` for what it was doing; raise `stall_after` in "
@@ -80,8 +88,9 @@ SUGGESTIONS: dict[Cause, str] = {
     ),
     Cause.TOO_LARGE: (
         "The agent committed {too_large}; loopd kept it out of your repository and the run's "
-        "branch. If the task needs such files, raise `[limits] max_file_size` in "
-        "loopd.toml (or use git-lfs); otherwise {retry} saying not to add them.{branch}"
+        "branch. If the task needs such files, raise `[limits] max_file_size` (a file) or "
+        "`max_tree` (the whole tree) in loopd.toml (or use git-lfs); otherwise {retry} "
+        "saying not to add them.{branch}"
     ),
     Cause.RESOURCE_LIMIT: (
         "The agent ran into the {limit} limit of the run (`[limits]` max_processes, "
@@ -99,6 +108,12 @@ SUGGESTIONS: dict[Cause, str] = {
         "branch's code. loopd runs the checks on a clean tree of each commit; look for code "
         "the agent added that runs during the checks (a conftest.py, a plugin, a build "
         "step), then {retry}.{branch}"
+    ),
+    Cause.LINK_OUT_OF_TREE: (
+        "The agent committed a symbolic link that leads out of the tree ({links_out}): the "
+        "checks would read through it what the branch does not hold (a copy in the agent's "
+        "HOME or TMPDIR, a file of this machine). Look at the branch, then {retry} saying "
+        "to commit the files themselves.{branch}"
     ),
     Cause.CHECKS_WEAKENED: (
         "The checks pass but test less than on the base ({weakened}): tests skipped, "
@@ -177,6 +192,7 @@ def _violation_fields(last: AttemptRecord | None) -> dict[str, str]:
     large = kind("too_large")
     changed = kind("check_changed_tree")
     weakened = kind("checks_weakened")
+    links = kind("link_out_of_tree")
     return {
         "protected": _named(kind("protected"), 10, "protected paths"),
         "refs": _named(kind("ref_moved"), 10, "refs of your repository"),
@@ -187,6 +203,7 @@ def _violation_fields(last: AttemptRecord | None) -> dict[str, str]:
         "too_large": ", ".join(f"`{v.target}` ({v.detail})" for v in large[:5]) or "a file",
         "changed": "; ".join(f"`{v.target}` changed {v.detail}" for v in changed[:3]) or "a check",
         "weakened": "; ".join(f"`{v.target}`: {v.detail}" for v in weakened[:3]) or "the checks",
+        "links_out": "; ".join(f"`{v.target}` {v.detail}" for v in links[:3]) or "a link",
     }
 
 

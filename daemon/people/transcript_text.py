@@ -141,6 +141,10 @@ def render_record(record: dict[str, Any], full: bool = False) -> list[Line]:
         return _block(f"{when} -- ", str(record.get("text", "")), "yellow")
     if kind == "session":
         return [Line(f"{when} ── session {clean(str(record.get('session_id', '')))}", "dim")]
+    if kind == "prompt":  # what loopd asked, echoed by the agent: the prompt or the nudge
+        if not full:
+            return []
+        return _block(f"{when} << asked: ", str(record.get("text", "")), "dim")
     if kind == "usage":
         if not full:
             return []
@@ -161,7 +165,29 @@ def parse_line(raw: str) -> dict[str, Any]:
 
 
 def render_lines(lines: Iterable[str], full: bool = False) -> Iterator[Line]:
-    """Every line of a transcript, rendered."""
+    """Every line of a transcript, rendered; the pieces of a message an agent streams in
+    pieces (`delta` text records in a row, of one stream) as the one message they make."""
+    pieces: list[dict[str, Any]] = []
     for raw in lines:
-        if raw.strip():
-            yield from render_record(parse_line(raw), full)
+        if not raw.strip():
+            continue
+        record = parse_line(raw)
+        piece = record.get("type") == "text" and record.get("delta") is True
+        if piece and (not pieces or pieces[0].get("stream") == record.get("stream")):
+            pieces.append(record)
+            continue
+        if pieces:
+            yield from _joined(pieces, full)
+            pieces = []
+        if piece:
+            pieces.append(record)
+        else:
+            yield from render_record(record, full)
+    if pieces:
+        yield from _joined(pieces, full)
+
+
+def _joined(pieces: list[dict[str, Any]], full: bool) -> list[Line]:
+    """Streamed pieces as one text record, at the time of the first."""
+    text = "".join(str(piece.get("text", "")) for piece in pieces)
+    return render_record({**pieces[0], "text": text}, full)

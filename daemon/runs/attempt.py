@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from daemon.agents.deskconfig import desk_access
+from daemon.agents.deskconfig import desk_access, mcp_installed
 from daemon.agents.homes import seed_home
 from daemon.agents.registry import adapter_class
 from daemon.agents.transcript import Transcript
@@ -201,7 +201,7 @@ class Attempt:
         adapter.desk = desk_access(desk.path, desk.token, self.confinement.scratch / "bin")
         if adapter.private_home is not None:
             adapter.write_tool_config(adapter.private_home)
-        ways = ["mcp", "cli"] if adapter.speaks_mcp else ["cli"]
+        ways = ["mcp", "cli"] if adapter.speaks_mcp and mcp_installed() else ["cli"]
         self.journal.event(Event.DESK_OPENED, attempt=self.n, tools=ways)
         return desk
 

@@ -17,9 +17,11 @@ from daemon.agents.registry import adapter_class
 from daemon.clock import local_zone
 from daemon.config import DaemonConfig, LoadedConfig, Loop
 from daemon.scheduling.cron import parse_timezone
-from daemon.state.holds import load_quota
+from daemon.state.holds import load_logins, load_quota
 from daemon.state.store import StateStore
 
+# How a refused login's hold begins (the engine's view tells it from a dated one by it).
+LOGIN_HOLD = "the provider refused the login of agent profile"
 LOOKBACK = timedelta(days=3)  # runs started this long ago may still spend today
 
 
@@ -28,8 +30,14 @@ class Hold:
     """Why a loop's new runs wait, and until when."""
 
     why: str
-    until: datetime
-    kind: str  # "quota" | "budget"
+    until: datetime | None  # None: a refused login, lifted by `loopd check`, not by a time
+    kind: str  # "quota" | "budget" | "login"
+
+    def wait_text(self) -> str:
+        """How long new runs wait, for a sentence: "until TIME", or what lifts a login's."""
+        if self.until is None:
+            return "until `loopd check` finds the login working again"
+        return f"until {self.until}"
 
 
 @dataclass(frozen=True)
@@ -117,14 +125,23 @@ def holds(
     days: list[BudgetDay],
     now: datetime,
 ) -> dict[str, Hold]:
-    """Each loop whose new runs wait now, and why (a usage limit first, then budgets)."""
+    """Each loop whose new runs wait now, and why (a refused login first, a usage limit,
+    then budgets)."""
     quota = load_quota(store).profiles
+    logins = load_logins(store).profiles
     home = next((d for d in days if d.scope == "home" and d.exhausted), None)
     out: dict[str, Hold] = {}
     for name, loop in loops.items():
         limit = quota.get(loop.config.agent)
         own = next((d for d in days if d.scope == f"loop:{name}" and d.exhausted), None)
-        if limit is not None and limit.resume_at > now:
+        refused = logins.get(loop.config.agent)
+        if refused is not None:
+            why = (
+                f"{LOGIN_HOLD} {loop.config.agent!r} "
+                f"(run {refused.run}); log in again, then `loopd check`"
+            )
+            out[name] = Hold(why, None, "login")
+        elif limit is not None and limit.resume_at > now:
             why = f"the usage limit of agent profile {loop.config.agent!r}"
             out[name] = Hold(why, limit.resume_at, "quota")
         elif home is not None:

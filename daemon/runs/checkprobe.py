@@ -18,7 +18,7 @@ from daemon.clock import utc_now
 from daemon.config import DaemonConfig, LoopConfig
 from daemon.git.own import remove_path
 from daemon.git.safe import Git
-from daemon.git.tree import scratch_dir
+from daemon.git.tree import remove_scratch
 from daemon.home import Home
 from daemon.runs.checks import ChecksResult, run_check
 from daemon.runs.confinement import Confinement
@@ -64,9 +64,7 @@ def probe_loop(home: Home, config: DaemonConfig, name: str, cfg: LoopConfig) -> 
         return _probe(confinement, cfg, base)
     finally:
         remove_path(folder)
-        scratch = scratch_dir(config.limits.worktrees_path, name, run.id)
-        if scratch.exists():
-            remove_path(scratch)
+        remove_scratch(config.limits.worktrees_path, name, run.id)
 
 
 def _probe(confinement: Confinement, cfg: LoopConfig, base: str) -> Probed:

@@ -13,6 +13,7 @@ from typing import Literal, NamedTuple
 from daemon.state.records import (
     FAILING_KINDS,
     REPOSITORY_KINDS,
+    WHOLE_TREE,
     AttemptRecord,
     Cause,
     Outcome,
@@ -23,7 +24,12 @@ from daemon.state.records import (
 
 StopWhy = Literal["cancelled", "interrupted"]
 # The `[limits]` key of each run limit an attempt can run into (AttemptRecord.limit_hit).
-LIMIT_KEYS = {"processes": "max_processes", "memory": "max_memory", "tree": "max_tree"}
+LIMIT_KEYS = {
+    "processes": "max_processes",
+    "memory": "max_memory",
+    "tree": "max_tree",
+    "tmp": "max_tmp",
+}
 
 
 class Ending(NamedTuple):
@@ -142,12 +148,22 @@ def success_reason(attempt: AttemptRecord) -> str:
 
 
 def cut_short(
-    start_error: str, over_budget: bool, tokens: int, max_tokens: int, quota_exceeded: str = ""
+    start_error: str,
+    over_budget: bool,
+    tokens: int,
+    max_tokens: int,
+    quota_exceeded: str = "",
+    login_refused: str = "",
 ) -> Ending | None:
-    """An attempt that ends the run before judging: its usage limit lasts past `max_wait`, the
-    agent did not start, or the budget is spent. None when the attempt goes on to be judged."""
+    """An attempt that ends the run before judging: its usage limit lasts past `max_wait`, its
+    provider refused the agent's login, the agent did not start (or failed before its stream
+    began), or the budget is spent. None when the attempt goes on to be judged."""
     if quota_exceeded:
         return Ending("escalated", quota_exceeded, Cause.QUOTA_WAIT_EXCEEDED)
+    if login_refused:
+        words = " ".join(login_refused.split())
+        reason = f"the agent's provider refused its login: {words}"[:300]
+        return Ending("escalated", reason, Cause.AGENT_LOGIN)
     if start_error:
         reason = f"agent failed to start: {start_error}"[:300]
         return Ending("escalated", reason, Cause.AGENT_FAILED)
@@ -196,7 +212,12 @@ def _failing_given_up(attempts: Sequence[AttemptRecord], last: AttemptRecord) ->
             f"attempts used up; {protected[0].text()}; {fails}",
             Cause.PROTECT_VIOLATION,
         )
-    failing = [v for v in last.violations if v.kind in FAILING_KINDS]
+    # A tree kept out for max_tree is the tree limit the attempt ran into: said as such below.
+    failing = [
+        v
+        for v in last.violations
+        if v.kind in FAILING_KINDS and not (last.limit_hit == "tree" and v.target == WHOLE_TREE)
+    ]
     if failing:
         return Ending(
             "escalated", f"attempts used up; {failing[0].text()}", violation_cause(failing[0].kind)

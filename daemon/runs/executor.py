@@ -217,6 +217,7 @@ class RunExecutor:
                 run.tokens,
                 self.cfg.max_tokens,
                 result.quota_exceeded,
+                result.login_refused,
             )
             if ending is not None:
                 self._commit(result.record)

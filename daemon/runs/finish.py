@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from daemon.agents.homes import return_credentials
-from daemon.agents.processes import kill_leftovers
+from daemon.agents.processes import kill_leftovers, same_process
 from daemon.config import Loop, LoopConfig
 from daemon.git.agent import UnsafeTree
 from daemon.git.safe import GitError
@@ -24,9 +24,9 @@ from daemon.git.tree import (
     branch_name,
     check_folders,
     own_dir_for,
+    remove_scratch,
     remove_tree,
     reopen_tree,
-    scratch_dir,
     tree_of_record,
 )
 from daemon.git.userrepo import UserRepo
@@ -44,6 +44,7 @@ from daemon.runs.journal import RunJournal
 from daemon.runs.learning import learn_run_decisions, rule_attribution, rule_library
 from daemon.runs.services import RunServices
 from daemon.state.eventtypes import Event
+from daemon.state.holds import LoginHold, hold_login
 from daemon.state.records import (
     JUDGED_OUTCOMES,
     STOPPED_OUTCOMES,
@@ -215,8 +216,11 @@ def _finish_work(
         steps.done("decisions")
 
 
-def _finish_for_people(services: RunServices, steps: _Steps, notify_on: list[str] | None) -> None:
-    """The escalation, superseded ones, progress notes, notifications and `run_finished`."""
+def _finish_for_people(
+    services: RunServices, steps: _Steps, notify_on: list[str] | None, profile: str = ""
+) -> None:
+    """The escalation, superseded ones, progress notes, notifications and `run_finished`;
+    `profile`: the loop's agent profile (a refused login holds it)."""
     journal, run = steps.journal, steps.journal.run
     # An experiment's run is read in its report: no escalation, no notification, and the
     # loop's progress notes stay as they were for the experiment's other runs.
@@ -224,8 +228,12 @@ def _finish_for_people(services: RunServices, steps: _Steps, notify_on: list[str
     escalate = escalates(run.outcome, run.cause) and not experiment
     if steps.todo("escalation"):
         if escalate:
-            _write_escalation(services, journal)
+            _write_escalation(services, journal, profile)
         steps.done("escalation")
+    if steps.todo("login_hold"):
+        if run.cause == Cause.AGENT_LOGIN and profile:
+            _hold_login(services, journal, profile)
+        steps.done("login_hold")
     if steps.todo("escalated"):
         if escalate:
             _escalated_event(services, journal)
@@ -272,7 +280,7 @@ def complete_finish(
         run.cause = DEFAULT_CAUSE.get(run.outcome)
     steps = _Steps(journal)
     _finish_work(services, steps, tree, config)
-    _finish_for_people(services, steps, notify_on)
+    _finish_for_people(services, steps, notify_on, config.agent if config else "")
     services.store.clear_cancel(run.id)
     services.store.unmark_live(run.id)
     return run
@@ -298,7 +306,7 @@ def _remove_tree(services: RunServices, journal: RunJournal, tree: RunTree | Non
     run = journal.run
     root = services.config.limits.worktrees_path
     _return_credentials(journal)
-    shutil.rmtree(scratch_dir(root, run.loop, run.id), ignore_errors=True)
+    remove_scratch(root, run.loop, run.id)
     if tree is None:
         # The tree is gone; loopd's git directory beside it goes too.
         own = Path(run.own_git_dir) if run.own_git_dir else own_dir_for(root, run.loop, run.id)
@@ -339,12 +347,27 @@ def _count_rules(services: RunServices, run: RunRecord) -> None:
     )
 
 
-def _write_escalation(services: RunServices, journal: RunJournal) -> None:
+def _write_escalation(services: RunServices, journal: RunJournal, profile: str = "") -> None:
 
     # Filed once: after a crash the file may be there already, perhaps resolved since; a
     # repeat of an open escalation's task counts in that one (escalate says which).
-    journal.run.escalation, _ = file_escalation(services.store, journal.run, journal.now())
+    journal.run.escalation, _ = file_escalation(services.store, journal.run, journal.now(), profile)
     journal.save()
+
+
+def _hold_login(services: RunServices, journal: RunJournal, profile: str) -> None:
+    """New runs of every loop using `profile` wait until `loopd check` finds its login works
+    (an experiment's refused login holds them too: the credentials are the profile's)."""
+    run = journal.run
+    hold = LoginHold(
+        since=journal.now(),
+        run=run.id,
+        loop=run.loop,
+        message=run.reason[-300:],
+        escalation=run.escalation,
+    )
+    hold_login(services.store, profile, hold)
+    journal.event(Event.LOGIN_HELD, profile=profile)
 
 
 def _escalated_event(services: RunServices, journal: RunJournal) -> None:
@@ -404,7 +427,10 @@ def kill_run_leftovers(services: RunServices, run: RunRecord, grace: float = 5.0
     # Only processes started since the attempt began: an in-place tree is the user's
     # repository, where an editor's helpers may be working.
     tree = Path(run.worktree) if run.worktree else None
-    kill_leftovers(run.agent_pids, tree, grace, started_after=started)
+    # A recorded group whose leader is no longer the process loopd started (a pid reused
+    # since, another boot) is someone else's: left alone.
+    groups = [pid for pid in run.agent_pids if same_process(pid, run.pid_marks.get(str(pid), ""))]
+    kill_leftovers(groups, tree, grace, started_after=started)
 
 
 def finish_interrupted(

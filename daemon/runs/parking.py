@@ -137,6 +137,8 @@ class Parking:
         self.transcript.write_loopd(now, "quota", message=message[-300:], **fields)
         if self.holds_here:
             self._notify()
+        if self.services.on_park is not None:
+            self.services.on_park(run)
         return ""
 
     def _notify(self) -> None:

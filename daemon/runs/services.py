@@ -43,6 +43,8 @@ class RunServices:
     # False on a Temporal worker whose state/ and rules/ are not the home's: the agent's
     # note_knowledge is refused there (a note would land in that machine's rules/ only).
     notes_taken: bool = True
+    # Called with the run as it parks on a usage limit (`loopd once` says so at once).
+    on_park: Callable[[Any], None] | None = None
 
     def event(self, type: Event, loop: str | None = None, run: str | None = None, **fields: Any):
         return self.store.events.append(type, self.clock(), loop=loop, run=run, **fields)

@@ -1,10 +1,12 @@
-"""What holds new runs back, kept across restarts: a profile's usage limit and the spent
-token budgets already announced.
+"""What holds new runs back, kept across restarts: a profile's usage limit, a profile's
+refused login, and the spent token budgets already announced.
 
 `state/quota.toml`: per agent profile, the moment its usage limit resets (written by whoever
 runs into it: a daemon's run or `loopd once`, under a file lock). `state/budget.toml`: per
 budget scope, the last day whose exhaustion was announced (the daemon's alone), so that
-`budget_exhausted` is recorded once a day however often loopd restarts.
+`budget_exhausted` is recorded once a day however often loopd restarts. `state/logins.toml`:
+per agent profile whose provider refused its login, the run that found it and its escalation;
+held until `loopd check` finds the login working (no time lifts it).
 """
 
 from __future__ import annotations
@@ -36,6 +38,20 @@ class QuotaHold(Record):
 
 class QuotaFile(Record):
     profiles: dict[str, QuotaHold] = {}
+
+
+class LoginHold(Record):
+    """A profile whose provider refused its login: its runs wait until `loopd check` lifts it."""
+
+    since: datetime
+    run: str = ""
+    loop: str = ""
+    message: str = ""
+    escalation: str = ""  # the run id of the escalation that stands for it
+
+
+class LoginFile(Record):
+    profiles: dict[str, LoginHold] = {}
 
 
 class BudgetMarks(Record):
@@ -82,6 +98,35 @@ def hold_profile(store: StateStore, profile: str, hold: QuotaHold) -> None:
             return
         current.profiles[profile] = hold
         write_atomic(_quota_path(store), dump_toml(current))
+
+
+def _logins_path(store: StateStore) -> Path:
+    return store.root / "logins.toml"
+
+
+def load_logins(store: StateStore) -> LoginFile:
+    """Every profile held for its refused login; empty when none (or unreadable, reported)."""
+    return _read(store, _logins_path(store), LoginFile)
+
+
+def hold_login(store: StateStore, profile: str, hold: LoginHold) -> None:
+    """Hold `profile`'s new runs until its login works again (a hold already there is kept)."""
+    with _locked(store):
+        current = load_logins(store)
+        if profile in current.profiles:
+            return
+        current.profiles[profile] = hold
+        write_atomic(_logins_path(store), dump_toml(current))
+
+
+def lift_login(store: StateStore, profile: str) -> LoginHold | None:
+    """`profile`'s login works again: its runs go on. Returns the hold lifted, if any."""
+    with _locked(store):
+        current = load_logins(store)
+        hold = current.profiles.pop(profile, None)
+        if hold is not None:
+            write_atomic(_logins_path(store), dump_toml(current))
+        return hold
 
 
 def load_budget_marks(store: StateStore) -> BudgetMarks:

@@ -96,7 +96,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   task, trigger, started, finished, outcome, reason, attempts, branch and whether it was
   deleted, how it landed, when it was pruned); its folder is gone. `loopd runs` lists them
   after the kept runs and `loopd show RUN_ID` prints its line. Runs an open escalation, a
-  live rule or a deferred lesson cites are never pruned
+  live rule or a deferred lesson cites are never pruned. A line is kept `retain_days` after
+  its run was pruned
 - `runs/RUN_ID/worker.toml`: with the Temporal engine, a worker's own view of the run it
   works on (the home keeps run.toml)
 - `runs/RUN_ID/notes.jsonl`: the knowledge and skills the agent noted during the run
@@ -119,14 +120,18 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   every trigger, run, attempt, check, verdict, rule change, escalation, notification (each
   type and its fields: docs/events.md in loopd's source). Past `events_rotate` it is
   renamed `events-N.jsonl` (N counts up) and a new one starts; a rotated file whose last
-  event is older than `retain_days` is deleted.
+  event is older than `retain_days` is deleted, and the oldest go first when `state/` is
+  over `state_max` and no finished run has more to give.
   `events.jsonl.not-a-file` is what stood in its place and was no regular file (a FIFO, a
   link), set aside
 - `queue.toml`: runs waiting to start, each with its RUN_ID and trigger (kept across
   restarts), and `taken`: inbox files the queue accounts for. `queue.unreadable.toml` is one
   loopd could not read, set aside
 - `usage.toml`: the size of `state/` and of its largest loops, as the housekeeper last
-  measured it (hourly) against `state_max`; `loopd status` shows it
+  measured it (hourly, and at once when its estimate of the growth since passes it)
+  against `state_max`; `loopd status` shows it and its age
+- `skips.json`: per loop, the streak of scheduled fires skipped in a row for one reason
+  (held by an escalation, ...), so that its count outlives a kill -9
 - `runs-index.json`: a cache of a few fields of each run record (outcome, branch, landing),
   each with the identity of the `run.toml` it was read from, so `loopd branches` need not
   parse thousands of records; the daemon refreshes it hourly, and any reader rebuilds what
@@ -141,16 +146,21 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `schedule.toml`: per loop, `handled_until`: every scheduled fire up to then was run,
   caught up or reported missed, so a restart never fires twice
 - `inbox/`: triggers waiting for the daemon, one JSON file each, written by `loopd trigger`,
-  `loopd escalations resolve --retry` and the git hooks. `inbox/bad/` keeps files that were
-  not valid triggers. `inbox/.seen/` holds the hooks' markers: one push (ref, commit)
-  triggers a loop once
+  `loopd escalations resolve --retry` and the daemon from the git hooks' records
+  (`hook-PID-N.hook`: what moved, as the hooks saw it; a record goes once it is made into
+  triggers). `inbox/bad/` keeps files that were not valid triggers. `inbox/.seen/` holds
+  the hooks' markers: one push (ref, commit) triggers a loop once
 - `deliveries.log`: the webhook deliveries `[listen]` accepted in the last 24 hours (time,
-  service, delivery id; and the sha256 of each body), so a replayed delivery is refused
+  service, delivery id; and the sha256 of each body), so a replayed delivery is refused;
+  written once the delivery's triggers are, so a delivery answered 503 (a full disk) is
+  taken when its sender retries it
+- `.space-probe`: written and removed at once, every second while `state/` is full, to
+  see whether there is room again
 - `hooks.log`: errors of the git hooks `loopd hooks install` wrote (a hook never fails git)
 - `live/RUN_ID`: an empty marker per run without an outcome yet, so a restart finds the runs
   to resume or end
 - `locks/LOOP.lock`: held by whoever runs the loop now (the daemon or `loopd once`);
-  `locks/quota.lock`: taken while `quota.toml` is written
+  `locks/quota.lock`: taken while `quota.toml` or `logins.toml` is written
 - `loopd.lock`: held by the daemon of this home; one daemon per home
 - `home-id`: this home's id, made on first use; rules exported from this home name it as
   their source (`loopd rules export`)
@@ -165,6 +175,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   match`, `loopd replay`); safe to delete
 - `quota.toml`: per agent profile, when the usage limit it ran into resets; runs parked on
   it wait until then
+- `logins.toml`: per agent profile whose provider refused its login, the run that found it
+  and its escalation; that profile's runs wait until `loopd check` finds the login working
 - `budget.toml`: per token budget (the home's, a loop's), the last day its exhaustion was
   announced, so it is announced once a day
 - `ref-ledger.jsonl`: every ref loopd itself moved in your repositories (run branches,

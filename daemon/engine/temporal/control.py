@@ -27,6 +27,7 @@ from daemon.engine.temporal.names import (
     worker_queue,
 )
 from daemon.home import Home
+from daemon.runs.budget import LOGIN_HOLD, loop_hold
 from daemon.state.records import RunRecord, Trigger
 from daemon.state.runids import loop_of
 
@@ -126,12 +127,28 @@ class EngineControl:
             if view.held_why and not view.running:
                 info.update(phase="waiting", waiting_for=view.held_why)
                 info["resume_at"] = view.held_until.isoformat() if view.held_until else None
+                if view.held_why.startswith(LOGIN_HOLD):
+                    info["resume_at"] = None  # the controller's next ask, not a resume time
+            elif not view.running:
+                self._hold(name, loop, info)
             if view.running:
                 run = await self._run_view(client, name, view.running)
                 if run is not None:
                     info.update(phase=run.phase, attempt=run.attempt, worker=run.worker)
                 info["worker"] = await self._working(client, name, view.running) or info["worker"]
         return info
+
+    def _hold(self, name: str, loop: Loop, info: dict[str, Any]) -> None:
+        """What holds an idle loop's new runs (a refused login, a usage limit, a budget), as
+        the local daemon's status says it before a run is asked for."""
+        hold = loop_hold(self.home.state(), self.loaded.daemon, loop, utc_now())
+        if hold is not None:
+            info["waiting_for"] = hold.why
+            if hold.until is not None:
+                info["resume_at"] = hold.until.isoformat()
+            if hold.kind == "login":
+                # The controller asks again on a timer: no resume time to show.
+                info["resume_at"] = None
 
     async def _pollers(self, client: Any) -> list[dict[str, Any]]:
         """Who polls the home's queue and the loops' worker queues, and when they last did."""

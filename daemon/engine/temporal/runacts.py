@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import CancelledError
 
+from daemon.clock import utc_now
 from daemon.config import LoopConfig
 from daemon.engine.temporal import branches
 from daemon.engine.temporal.deskrecords import land
@@ -65,6 +67,10 @@ from daemon.state.eventtypes import Event
 from daemon.state.holds import hold_profile
 from daemon.state.queuefile import PendingRun
 from daemon.state.records import AttemptRecord, Cause, Outcome, RunRecord
+
+# A refused login holds its profile's loops with no end time: the controller asks admission
+# again this often, and `loopd check` lifting the hold lets the next ask through.
+LOGIN_RECHECK = timedelta(seconds=30)
 
 
 class _Bundle:
@@ -126,7 +132,9 @@ class RunActivities:
         except FileNotFoundError:
             hold = side.hold(loop.name)
             if hold is not None:  # new runs of the loop wait, as with the local engine
-                return Admitted(held_until=hold.until, held_why=hold.why)
+                # A refused login has no end: admission is asked again after a while.
+                until = hold.until or utc_now() + LOGIN_RECHECK
+                return Admitted(held_until=until, held_why=hold.why)
             run = new_run(side.services, loop, pending)
         cfg = loop.config
         return Admitted(

@@ -192,7 +192,12 @@ class RunWorkflow:
             self._view.worker = out.worker
             head = out.head
             cut = decisions.cut_short(
-                out.start_error, out.over_budget, out.tokens, cfg.max_tokens, out.quota_exceeded
+                out.start_error,
+                out.over_budget,
+                out.tokens,
+                cfg.max_tokens,
+                out.quota_exceeded,
+                out.login_refused,
             )
             if cut is not None:
                 return _end(cut)

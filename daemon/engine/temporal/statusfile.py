@@ -61,6 +61,8 @@ class EngineStatusBoard:
         phase = info.get("phase") or "idle"
         waiting_for = info.get("waiting_for") or (hold.why if hold else "")
         resume_at = _when(info.get("resume_at")) or (hold.until if hold else None)
+        if hold is not None and hold.until is None:
+            resume_at = None  # a refused login: the engine's next ask is no resume time
         if info.get("run") and phase == "waiting":  # a run parked on its agent's usage limit
             try:
                 run = ctx.store.load_run(info["run"])

@@ -196,6 +196,14 @@ class ResourceLimit(EventFields):
     limit: str
 
 
+@fields_of(Event.LOGIN_HELD)
+class LoginHeld(EventFields):
+    """The agent's provider refused its login: new runs of every loop using its profile wait
+    until `loopd check` finds the login working."""
+
+    profile: str
+
+
 @fields_of(Event.QUOTA_WAIT)
 class QuotaWait(EventFields):
     """The run parks on its agent's usage limit until `resume_at`."""
