@@ -14,6 +14,8 @@ import json
 import os
 import shlex
 import shutil
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,8 @@ import pytest
 from daemon.runs.checks import CheckResult
 from daemon.runs.testreports import GO_JSON, ask, go_outcomes, read, shown
 from daemon.runs.testweigh import weaker
-from tests.helpers import make_repo
+from tests.helpers import git, loopd, make_home, make_repo
+from tests.sandboxing import require_bwrap
 from tests.test_testreports import measure, plant
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -334,3 +337,43 @@ def test_a_hostile_vitest_change_is_weighed_as_weaker(vitest_repo, name: str) ->
         now.tests,
         now.output[-2000:],
     )
+
+
+# -- through `loopd once` --------------------------------------------------------------------
+
+
+def test_loopd_once_weighs_go_test_by_its_json_events(tmp_path: Path) -> None:
+    """A hostile agent adds a TestMain that exits 0 before any test: under the real sandbox,
+    `loopd once` counts the base's three tests from go's events, none on the attempt, and
+    the run ends `checks-weakened` with failing code kept off main."""
+    require_bwrap()
+    go_bin = go()
+    repo = make_repo(tmp_path / "repo", {**GO_APP, ".gitignore": ".gocache/\n"})
+    agent = tmp_path / "agents" / "agent.py"
+    agent.parent.mkdir()
+    main_test = GO_HOSTILE["a TestMain that exits 0 before any test"][1]["main_test.go"]
+    agent.write_text(f"import pathlib\npathlib.Path('main_test.go').write_text({main_test!r})\n")
+    command = f"{go_bin} test ./..."
+    loop = (
+        f'repo = "{repo}"\ntask = "Make the tests pass."\nagent = "hostile"\n'
+        f"done_when = {json.dumps([command])}\n"
+        'env = { GOCACHE = "{tree}/.gocache", GOFLAGS = "", GOPROXY = "off" }\n'
+        'land = "merge"\ncritic = "off"\n'
+        "max_attempts = 1\nmax_nudges = 0\nskip_if_done = true\n"
+    )
+    argv = [sys.executable, str(agent)]
+    config = f'[agents.hostile]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
+    home = make_home(tmp_path / "home", config, {"app": loop})
+    main_before = git(repo, "rev-parse", "main")
+    proc = loopd(home, "once", "app", timeout=300)
+    run_id = proc.stdout.split()[0]
+    record = home / "state" / "runs" / run_id / "run.toml"
+    assert record.is_file(), proc.stdout + proc.stderr
+    run = tomllib.loads(record.read_text())
+    (base,) = run["base_tests"]
+    assert (base["runner"], base["ran"], base["passed"], base["failed"]) == ("go", 3, 2, 1), run
+    assert run["cause"] == "checks-weakened", run
+    (attempt,) = run["attempts"]
+    (weak,) = [v for v in attempt["violations"] if v["kind"] == "checks_weakened"]
+    assert "no tests ran (go)" in weak["detail"], weak
+    assert git(repo, "rev-parse", "main") == main_before
