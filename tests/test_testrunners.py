@@ -377,3 +377,19 @@ def test_loopd_once_weighs_go_test_by_its_json_events(tmp_path: Path) -> None:
     (weak,) = [v for v in attempt["violations"] if v["kind"] == "checks_weakened"]
     assert "no tests ran (go)" in weak["detail"], weak
     assert git(repo, "rev-parse", "main") == main_before
+
+
+@pytest.mark.parametrize("runner", ["jest", "vitest"])
+def test_skipping_only_the_failing_test_is_named_by_id(tmp_path: Path, runner: str) -> None:
+    """The likelier attack: the one failing test skipped, the rest pass, the command exits 0.
+    The base's report named that test as executed; the attempt's names it skipped."""
+    app = JEST_APP if runner == "jest" else VITEST_APP
+    command = f"{shlex.quote(js(runner))} " + ("--ci" if runner == "jest" else "run")
+    repo = make_repo(tmp_path / "repo", app)
+    base = measure(repo, command, JEST_ENV)
+    plant(repo, {"sum.test.js": app["sum.test.js"].replace("test('adds',", "test.skip('adds',")})
+    now = measure(repo, command, JEST_ENV)
+    assert now.exit_code == 0, now.output[-2000:]
+    why = weighed(base, now)
+    assert "2 ran where the base ran 3" in why and "1 skipped where the base had 0" in why
+    assert "1 the base ran now skipped or xfailed: " in why and "sum adds" in why, why
