@@ -393,3 +393,14 @@ def test_skipping_only_the_failing_test_is_named_by_id(tmp_path: Path, runner: s
     why = weighed(base, now)
     assert "2 ran where the base ran 3" in why and "1 skipped where the base had 0" in why
     assert "1 the base ran now skipped or xfailed: " in why and "sum adds" in why, why
+
+
+def test_go_is_asked_for_json_before_its_args_and_only_on_a_simple_command(tmp_path: Path) -> None:
+    asked = ask("GOFLAGS='-count=1 -v' /usr/bin/go test ./... -args -x", tmp_path / "g", {})
+    assert asked.report is not None
+    assert asked.command == (
+        f"GOFLAGS='-count=1 -v' /usr/bin/go test -json ./... -args -x > {asked.report}"
+    )
+    for compound in ("go test ./... | tee log", "cd x && go test ./...", "go test ./... > log"):
+        asked = ask(compound, tmp_path / "g", {})
+        assert asked.command == compound and asked.report is None

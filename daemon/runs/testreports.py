@@ -123,10 +123,8 @@ def ask(command: str, folder: Path, env: dict[str, str]) -> Ask:
 
 def _ask_go(command: str, words: list[str] | None, folder: Path) -> Ask:
     """`go test` asked for `-json` into the report folder, when the command is simple."""
-    at = next(
-        (i for i, w in enumerate(words or []) if w == "test" and i and words[i - 1].endswith("go")),
-        None,
-    )
+    names = [w.rsplit("/", 1)[-1] for w in words or []]
+    at = next((i for i in range(1, len(names)) if names[i - 1 : i + 1] == ["go", "test"]), None)
     if words is None or at is None:
         return Ask(runner="go", command=command)
     fresh(folder)
