@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from daemon.runs.checks import CheckResult
-from daemon.runs.testreports import ask, jest_outcomes, read, simple_words
+from daemon.runs.testreports import ask, jest_outcomes, read, shown, simple_words
 from daemon.runs.testweigh import weaker
 from daemon.state.records import TestCounts
 from tests.helpers import git, make_repo
@@ -54,8 +54,8 @@ def measure(repo: Path, command: str, env: dict[str, str] | None = None) -> Chec
         text=True,
         timeout=120,
     )
-    result = CheckResult(command, proc.returncode, 0.0, False, proc.stdout)
-    result.tests = read(asked, proc.stdout)
+    result = CheckResult(command, proc.returncode, 0.0, False, shown(asked, proc.stdout))
+    result.tests = read(asked, result.output)
     return result
 
 

@@ -33,7 +33,7 @@ from daemon.runs.confinement import Confinement
 from daemon.runs.journal import RunJournal
 from daemon.runs.setup import DONE_LOG, SetupResult, run_setup
 from daemon.runs.stop import StopToken
-from daemon.runs.testreports import ask, read
+from daemon.runs.testreports import ask, read, shown
 from daemon.runs.treelinks import links_out
 from daemon.state.atomic import write_atomic
 from daemon.state.records import TestCounts
@@ -141,6 +141,7 @@ class CheckTree:
             )
             stop.raise_if_stopped()
             done.command = redact(command)  # as the loop writes it (allow_fewer_tests, the logs)
+            done.output = shown(asked, done.output)  # go's -json report, as text
             done.tests = read(asked, done.output)
             changed = self.changed(own)
             if changed:

@@ -14,12 +14,18 @@ tree names no part of its path. What loopd adds to a check command, by runner:
 - jest: `--json --outputFile=FILE`; vitest: `--reporter=default --reporter=json
   --outputFile.json=FILE`, appended to a simple command (a compound one is counted from its
   printed summary).
-- cargo test and cargo nextest, go test, python -m unittest: their printed output (stable
-  cargo has no machine-readable report; `go test -json` would replace what a person reads).
+- go test: `-json` put right after `test` (before any `-args`) and its standard output sent to
+  FILE (`> FILE`), on a simple command. What a person reads of the check stays text: the
+  events' `Output` fields in order, which are what `go test -v` prints, after whatever went to
+  standard error (build errors); one source, where a tee of the text would be a second one
+  that the count could disagree with. A compound go command is counted from its printed
+  output, as before.
+- cargo test and cargo nextest, python -m unittest: their printed output (stable cargo has no
+  machine-readable report).
 
 Counts come from the report's test cases, each by its outcome, never from the totals a report
 states. A recognised runner whose count cannot be read is `unreadable` and fails closed,
-except go test without `-v`, which prints no count at all.
+except go test without `-v` in a compound command, which prints no count at all.
 """
 
 from __future__ import annotations
@@ -34,12 +40,14 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from daemon.runs.checks import OUTPUT_CAP
 from daemon.runs.testcounts import count, runner_of
 from daemon.state.records import TestCounts
 
 REPORT_CAP = 64_000_000  # bytes of a report loopd reads; a bigger one is unreadable
 JUNIT = "junit.xml"
 JEST_JSON = "report.json"
+GO_JSON = "go-test.json"
 WITNESS_GLOB = "witness-*.json"
 
 _OPERATORS = set(";&|<>()`$\n")
@@ -82,10 +90,12 @@ def fresh(folder: Path) -> Path:
 def ask(command: str, folder: Path, env: dict[str, str]) -> Ask:
     """What to run for `command` so that its runner reports into `folder` (made empty now)."""
     runner = runner_of(command)
-    if runner not in ("pytest", "jest", "vitest"):
+    if runner not in ("pytest", "jest", "vitest", "go"):
         return Ask(runner=runner, command=command)
-    fresh(folder)
     words = simple_words(command)
+    if runner == "go":
+        return _ask_go(command, words, folder)
+    fresh(folder)
     appendable = words is not None and "--" not in words
     if runner == "pytest":
         report = folder / JUNIT
@@ -111,6 +121,61 @@ def ask(command: str, folder: Path, env: dict[str, str]) -> Ask:
     return Ask(runner=runner, command=run, folder=folder, report=report)
 
 
+def _ask_go(command: str, words: list[str] | None, folder: Path) -> Ask:
+    """`go test` asked for `-json` into the report folder, when the command is simple."""
+    names = [w.rsplit("/", 1)[-1] for w in words or []]
+    at = next((i for i in range(1, len(names)) if names[i - 1 : i + 1] == ["go", "test"]), None)
+    if words is None or at is None:
+        return Ask(runner="go", command=command)
+    fresh(folder)
+    report = folder / GO_JSON
+    head = [_word(w) for w in words[: at + 1]]
+    run = " ".join([*head, "-json", *(shlex.quote(w) for w in words[at + 1 :])])
+    return Ask(
+        runner="go", command=f"{run} > {shlex.quote(str(report))}", folder=folder, report=report
+    )
+
+
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _word(word: str) -> str:
+    """`word` quoted for the shell; an assignment (`GOFLAGS=-v`) stays one."""
+    name = _ASSIGNMENT.match(word)
+    if name:
+        return name.group(0) + shlex.quote(word[name.end() :])
+    return shlex.quote(word)
+
+
+def shown(asked: Ask, output: str) -> str:
+    """The check's output as a person reads it: for go test asked for `-json`, what went to
+    standard error, then the text of the report's events (what `go test -v` prints)."""
+    if asked.runner != "go" or asked.report is None or not asked.report.is_file():
+        return output
+    try:
+        if asked.report.stat().st_size > REPORT_CAP:
+            return output + f"\n[loopd: {asked.report.name} is over {REPORT_CAP} bytes]\n"
+        text = asked.report.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return output + f"\n[loopd: {asked.report.name} cannot be read ({exc})]\n"
+    printed = []
+    for line in text.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            printed.append(line + "\n")  # shown as it is; the count fails closed on it
+            continue
+        if isinstance(event, dict) and isinstance(event.get("Output"), str):
+            printed.append(event["Output"])
+    text = "".join(printed)
+    if len(text) > OUTPUT_CAP:  # as run_check keeps a long output: its end
+        text = (
+            f"[loopd: the first {len(text) - OUTPUT_CAP} characters left out]\n"
+            + text[-OUTPUT_CAP:]
+        )
+    return output + text
+
+
 def read(asked: Ask, output: str) -> TestCounts | None:
     """What the check's runner executed: from its report where loopd asked for one, else
     from its printed summary; None when no runner was recognised."""
@@ -134,7 +199,7 @@ def read(asked: Ask, output: str) -> TestCounts | None:
             if report.stat().st_size > REPORT_CAP:
                 return _unreadable(asked, f"{report.name} is over {REPORT_CAP} bytes")
             text = report.read_text(encoding="utf-8", errors="replace")
-            found = junit_outcomes(text) if asked.runner == "pytest" else jest_outcomes(text)
+            found = _READERS[asked.runner](text)
         except (OSError, ValueError, ET.ParseError, TypeError, KeyError, AttributeError) as exc:
             return _unreadable(asked, f"{report.name} cannot be read ({exc})")
         for test, outcome in found.items():
@@ -310,3 +375,51 @@ def jest_outcomes(text: str) -> dict[str, str]:
         if suite.get("status") == "failed" and not suite.get("assertionResults"):
             outcomes[f"{name}::"] = "failed"  # the file failed to load
     return outcomes
+
+
+# -- go test ---------------------------------------------------------------------------------
+
+_GO_ENDS = {"pass": "passed", "fail": "failed", "skip": "skipped"}
+
+
+def go_outcomes(text: str) -> dict[str, str]:
+    """Each test (and subtest) of `go test -json`'s events by id (`package::name`): passed,
+    failed or skipped, by its last `pass`/`fail`/`skip` event. A package that failed without
+    a test failing (a build error, a TestMain that exits 1) counts as one failed; a package
+    with no test files, or where `-run` matched nothing, adds none. A line that is no event,
+    or no event at all, cannot be read."""
+    outcomes: dict[str, str] = {}
+    failed_packages: set[str] = set()
+    events = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if not isinstance(event, dict) or not isinstance(event.get("Action"), str):
+            raise ValueError(f"line {number} is not a go test event")
+        events += 1
+        action, package = event["Action"], str(event.get("Package", ""))
+        if action not in _GO_ENDS:
+            continue
+        test = event.get("Test")
+        if test:
+            outcomes[f"{package}::{test}"] = _GO_ENDS[action]
+        elif action == "fail":
+            failed_packages.add(package)
+    if not events:
+        raise ValueError("it holds no go test event")
+    for package in failed_packages:
+        if not any(t.startswith(f"{package}::") for t in outcomes):
+            outcomes[f"{package}::"] = "failed"
+    return outcomes
+
+
+_READERS = {
+    "pytest": junit_outcomes,
+    "jest": jest_outcomes,
+    "vitest": jest_outcomes,
+    "go": go_outcomes,
+}
