@@ -159,13 +159,15 @@ def starts(outcome: Outcome) -> list[list[str]]:
     return [shlex.split(s["argv"]) for s in loopd_lines(outcome, "process", event="started")]
 
 
+def edit_then_answer(body: dict[str, Any]) -> Spec:
+    """The edit and an answer; after the nudge, an answer that edits nothing."""
+    return SECOND_ANSWER if nudged(body) else EDIT_REPLY
+
+
 def test_aider_edits_answers_and_the_nudge_carries_the_history(
     tmp_path: Path, model_server: ScriptedModelServer
 ) -> None:
-    def reply(body: dict[str, Any]) -> Spec:
-        return SECOND_ANSWER if nudged(body) else EDIT_REPLY
-
-    model_server.script(reply)
+    model_server.script(edit_then_answer)
     outcome = run_loop(tmp_path, model_server)
 
     assert outcome.run["outcome"] == "escalated", outcome.explain()

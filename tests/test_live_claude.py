@@ -279,19 +279,21 @@ def logs(outcome: Outcome) -> str:
 # --- the scenarios -------------------------------------------------------------------------
 
 
+def wrong_then_right(turn: Turn) -> Spec:
+    """A wrong edit and an answer; after the nudge, the right edit and an answer."""
+    if not turn.nudged:
+        if turn.answered == "toolu_edit_1":
+            return "I changed add() in calc.py."
+        return edit(turn, "toolu_edit_1", "a - b", "a * b", "I will fix add().")
+    if turn.answered == "toolu_edit_2":
+        return "Fixed: add() returns a + b now."
+    return edit(turn, "toolu_edit_2", "a * b", "a + b", "The checks say 6, not 5.")
+
+
 def test_an_edit_that_leaves_the_checks_failing_is_nudged_into_the_same_session(
     tmp_path: Path, anthropic: AnthropicServer
 ) -> None:
-    def decide(turn: Turn) -> Spec:
-        if not turn.nudged:
-            if turn.answered == "toolu_edit_1":
-                return "I changed add() in calc.py."
-            return edit(turn, "toolu_edit_1", "a - b", "a * b", "I will fix add().")
-        if turn.answered == "toolu_edit_2":
-            return "Fixed: add() returns a + b now."
-        return edit(turn, "toolu_edit_2", "a * b", "a + b", "The checks say 6, not 5.")
-
-    anthropic.script(agent_script(decide))
+    anthropic.script(agent_script(wrong_then_right))
     outcome = run_loop(tmp_path, anthropic)
 
     assert outcome.exit_code == 0, outcome.explain()
