@@ -41,6 +41,7 @@ from tests.helpers import (
 from tests.model_server import ScriptedModelServer, Spec
 from tests.sandboxing import require_bwrap
 from tests.test_e2e_qwen import Outcome, loopd_lines, stdout_events, text_of
+from tests.test_login_e2e import assert_refused_login_held
 
 AIDER_PACKAGE = "aider-chat==0.86.2"
 
@@ -225,9 +226,10 @@ def test_aider_refused_key_is_a_login_error_not_a_summary_url(
         }
     }
     model_server.script(lambda request: {"status": 401, "body": body})
-    outcome = run_loop(tmp_path, model_server, max_nudges=0)
+    outcome = run_loop(tmp_path, model_server)  # a nudge allowed, and not spent
 
-    assert outcome.run["outcome"] != "succeeded", outcome.explain()
+    assert_refused_login_held(outcome, "aider", LOOP)
+    assert "Incorrect API key" in outcome.run["reason"]
     attempt = outcome.attempt
     assert attempt["exit_code"] == 0  # aider exits 0 on a refused key
     errors = stdout_events(outcome, "error")

@@ -46,6 +46,7 @@ from tests.helpers import ROOT, git, loopd, make_home, make_repo, transcript_tex
 from tests.providers.anthropic import AnthropicServer, Spec, rate_limited, unauthorized
 from tests.sandboxing import require_bwrap
 from tests.test_e2e_qwen import Outcome, loopd_lines, stdout_events
+from tests.test_login_e2e import assert_refused_login_held
 
 CLAUDE_PACKAGE = "@anthropic-ai/claude-code@2.1.332"
 
@@ -372,9 +373,10 @@ def test_a_refused_key_is_marked_a_login_failure_after_two_retries(
     tmp_path: Path, anthropic: AnthropicServer
 ) -> None:
     anthropic.script(lambda body: unauthorized())
-    outcome = run_loop(tmp_path, anthropic, max_nudges=0)
+    outcome = run_loop(tmp_path, anthropic)  # a nudge allowed, and not spent
 
-    assert outcome.run["outcome"] != "succeeded"
+    assert_refused_login_held(outcome, "claude", LOOP)
+    assert "Invalid API key" in outcome.run["reason"]
     # One request and the two retries loopd allows (CLAUDE_CODE_MAX_RETRIES), not ten.
     assert len(anthropic.messages_requests()) == 3
     errors = stdout_events(outcome, "error")
