@@ -23,9 +23,12 @@ Then, checked and printed:
 `--smoke`: 5 loops (one of each behaviour), a push every 2 s for 60 s; CI runs it.
 `--tracemalloc`: the daemon runs under tracemalloc and writes a snapshot when the middle third
 begins (after the restart) and when the pushes stop (SIGUSR2); the growth between them is
-printed, by line (RSS is then the traced daemon's, larger).
+printed, by line (RSS is then the traced daemon's, larger); and one every `--window` minutes
+between them, each window's top growth printed by line, so that a long soak says where
+memory grows and when. Without it, RSS is printed per window (its median, and the change
+from the window before) for each life of the daemon.
 Usage: python bench/soak.py [--minutes 60] [--loops 20] [--push-every 15] [--tracemalloc]
-       [--keep] [--smoke]
+       [--window 10] [--keep] [--smoke]
 """
 
 from __future__ import annotations
@@ -215,11 +218,15 @@ def reload_home(soak: Soak, daemon: subprocess.Popen[str]) -> None:
     daemon.send_signal(signal.SIGHUP)
 
 
-def drive(soak: Soak, seconds: float, every: float, sample_every: float) -> subprocess.Popen[str]:
-    """Pushes in turn, the kill -9 at 30%, the reload at 45%, samples throughout."""
+def drive(
+    soak: Soak, seconds: float, every: float, sample_every: float, window: float = 600.0
+) -> subprocess.Popen[str]:
+    """Pushes in turn, the kill -9 at 30%, the reload at 45%, samples throughout; with
+    --tracemalloc a snapshot when the middle third begins, then every `window` seconds."""
     daemon = start(soak.home, soak.snapshots)
     began = time.monotonic()
     life, killed, reloaded, snapped, n = 1, False, False, False, 0
+    next_snap = float("inf")
     next_push = next_sample = began
     loops = list(soak.repos)
     while (now := time.monotonic()) - began < seconds:
@@ -249,6 +256,10 @@ def drive(soak: Soak, seconds: float, every: float, sample_every: float) -> subp
         if soak.snapshots is not None and killed and not snapped and elapsed >= seconds / 3:
             snapshot(soak.snapshots, daemon)  # the middle third begins (after the restart)
             snapped = True
+            next_snap = time.monotonic() + window
+        if soak.snapshots is not None and snapped and now >= next_snap:
+            snapshot(soak.snapshots, daemon)  # a window's end: its growth is printed
+            next_snap = time.monotonic() + window
         if now >= next_push:
             push(soak, loops[n % len(loops)], n)
             n += 1
@@ -295,9 +306,46 @@ def traced_growth(folder: Path) -> tuple[list[str], float]:
     return out, total / 1e6
 
 
+def window_growth(folder: Path, top: int = 3) -> list[str]:
+    """Each window between consecutive snapshots: its traced growth and its top lines."""
+    snaps = sorted(folder.glob("*.snap"), key=lambda p: float(p.stem))
+    if len(snaps) < 3:
+        return []  # one window: the whole comparison says it
+    out = ["tracemalloc by window (growth, then its largest lines):"]
+    start = float(snaps[0].stem)
+    before = tracemalloc.Snapshot.load(str(snaps[0]))
+    for path in snaps[1:]:
+        after = tracemalloc.Snapshot.load(str(path))
+        diffs = after.compare_to(before, "lineno")
+        total = sum(d.size_diff for d in diffs)
+        out.append(f"  at {(float(path.stem) - start) / 60:6.1f} min: {total / 1e6:+.2f} MB")
+        for d in diffs[:top]:
+            out.append(f"    {d.size_diff / 1e3:+9.1f} KB  {d.count_diff:+6d}  {d.traceback[0]}")
+        before = after
+    return out
+
+
+def rss_windows(samples: list[Sample], window: float) -> list[str]:
+    """RSS per `window` seconds of each life: the median, and its change from the last."""
+    out = [
+        "RSS by window (median of the window's samples):",
+        "  life  from (min)  RSS (MB)  change",
+    ]
+    last: dict[int, float] = {}
+    rows: dict[tuple[int, int], list[int]] = {}
+    for s in samples:
+        rows.setdefault((s.life, int(s.at // window)), []).append(s.rss_kb)
+    for (life, index), values in sorted(rows.items()):
+        mb = statistics.median(values) / 1024
+        change = f"{mb - last[life]:+7.1f}" if life in last else "      -"
+        last[life] = mb
+        out.append(f"  {life:4d}  {index * window / 60:10.1f}  {mb:8.1f}  {change}")
+    return out
+
+
 def drained(home: Path) -> bool:
     state = home / "state"
-    inbox = [n for n in os.listdir(state / "inbox") if n.endswith(".json")]
+    inbox = [n for n in os.listdir(state / "inbox") if n.endswith((".json", ".hook"))]
     live = os.listdir(state / "live") if (state / "live").is_dir() else []
     queue = state / "queue.toml"
     pending = tomllib.loads(queue.read_text()).get("pending", []) if queue.exists() else []
@@ -447,10 +495,14 @@ def main() -> int:
     parser.add_argument(
         "--tracemalloc", action="store_true", help="trace the daemon's allocations; top growth"
     )
+    parser.add_argument(
+        "--window", type=float, default=10.0, help="minutes between memory snapshots"
+    )
     parser.add_argument("--smoke", action="store_true", help="5 loops, a push every 2 s, 60 s")
     args = parser.parse_args()
     if args.smoke:
         args.minutes, args.loops, args.push_every, args.drain = 1.0, 5, 2.0, 300.0
+        args.window = min(args.window, 0.25)
     seconds = args.minutes * 60
     tmp = Path(tempfile.mkdtemp(prefix="loopd-soak-"))
     daemon = None
@@ -460,7 +512,7 @@ def main() -> int:
             soak.snapshots = tmp / "snapshots"
             soak.snapshots.mkdir()
         print(f"soak: {args.loops} loops, a push every {args.push_every:g} s for {seconds:.0f} s")
-        daemon = drive(soak, seconds, args.push_every, 1.0 if args.smoke else 5.0)
+        daemon = drive(soak, seconds, args.push_every, 1.0 if args.smoke else 5.0, args.window * 60)
         print(f"  pushes stopped; draining (up to {args.drain:.0f} s)", flush=True)
         deadline = time.monotonic() + args.drain
         while not drained(soak.home) and time.monotonic() < deadline:
@@ -490,8 +542,9 @@ def main() -> int:
         for key, value in figures.items():
             print(f"  {key}: {value}")
         print(f"  {growth}")
+        print("\n".join(rss_windows(soak.samples, args.window * 60)))
         if soak.snapshots is not None:
-            print("\n".join(traced))
+            print("\n".join(traced + window_growth(soak.snapshots)))
         for note in soak.notes[:5]:
             print(f"  note: {note}")
         for problem in problems:

@@ -24,6 +24,7 @@ from daemon.config import DaemonConfig, Loop
 from daemon.home import Home
 from daemon.people.escalation import open_escalations
 from daemon.people.notify import Notifications
+from daemon.sandbox.limits import sweep_stale_groups
 from daemon.sandbox.registry import choose
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import CronTimer
@@ -37,6 +38,7 @@ from daemon.service.context import (
     unreadable_reporter,
 )
 from daemon.service.first_run import FirstRun
+from daemon.service.floor import Floor
 from daemon.service.holds import Holds
 from daemon.service.housekeeper import Housekeeper
 from daemon.service.intake import Intake
@@ -53,6 +55,7 @@ from daemon.service.reload import (
     restart_messages,
     restart_pending,
 )
+from daemon.service.skips import SKIPS_FILE
 from daemon.service.status import StatusBoard
 from daemon.service.stopdeadline import StopDeadline, agent_grace
 from daemon.service.verifier import VerifierWatch
@@ -65,6 +68,9 @@ from daemon.state.store import StateStore
 from daemon.systemd import Heartbeat, SystemdNotifier
 
 __all__ = ["ConfigFatal", "Daemon", "Flags", "report_failure", "run_daemon"]
+
+# The driver ticks at least this often (watchers, reaping, status) when nothing wakes it.
+POLL_SECONDS = 1.0
 
 
 class Daemon:
@@ -95,6 +101,8 @@ class Daemon:
         self.first_run = first_run
         self.holds = holds
         self.verifier = verifier
+        self.floor = Floor(ctx)  # a full state/: the tick waits, the person is told once
+        self._ticked: datetime | None = None  # the `now` of the last tick begun
         intake.reload = self.reload  # a trigger for a loop file newer than the configuration
 
     @property
@@ -127,11 +135,12 @@ class Daemon:
         queue = RunQueue()
         timer = CronTimer(store.root / "schedule.toml", warn=store.report_unreadable)
         pool = WorkerPool(ctx, queue)
-        intake = Intake(ctx, queue, timer, pool.running)
+        intake = Intake(ctx, queue, timer, pool.running, store.root / SKIPS_FILE)
         intake.restore()
         # Recovery first: a retry of an interrupted run is queued before any catch-up fire,
         # so the overlap policy never skips it for the catch-up's sake.
         recover_live_runs(ctx, now, pool.resume, intake.offer)
+        sweep_stale_groups()  # what a daemon killed with -9 left in the control groups
         intake.start_schedule(now)
         first_run = FirstRun(ctx, now)
         first_run.start(intake, now)
@@ -168,6 +177,7 @@ class Daemon:
     # the tick ----------------------------------------------------------------------------
     def tick(self, now: datetime) -> None:
         """Take due work: inbox, cron, file changes, cancels; start ready runs; write status."""
+        self._ticked = now
         more = self.intake.take_inbox(now)
         self.intake.take_schedule(now)
         for trigger in self.watchers.poll(now):
@@ -185,6 +195,19 @@ class Daemon:
         self.outside.ticked()
         if more:
             self.flags.wake.set()  # the rest of a burst: the next tick comes at once
+
+    def sleep_for(self, now: datetime) -> float:
+        """Seconds the driver may sleep: until the next poll or the next cron fire, if sooner.
+
+        A fire is a timer of its own, not a poll: its run starts at the scheduled second,
+        not up to a poll interval later. Signals, reloads and the inbox set `wake` sooner.
+        """
+        fire = self.timer.next_wake()
+        if fire is None or (self._ticked is not None and fire <= self._ticked):
+            # No schedule, or a tick saw this fire and could not take it (a failing tick):
+            # the poll's pace, never a spin.
+            return POLL_SECONDS
+        return max(0.0, min(POLL_SECONDS, (fire - now).total_seconds()))
 
     # health, reload, stop ------------------------------------------------------------------
     def healthy(self) -> bool:
@@ -401,7 +424,8 @@ def run_daemon(home: Home) -> int:
     heartbeat = Heartbeat(notifier, healthy=daemon.healthy)
     failures = 0
     while not flags.stop.is_set():
-        flags.wake.wait(timeout=1.0)
+        # Re-armed each time round: a reload or a tick that handled a fire moves the next one.
+        flags.wake.wait(timeout=daemon.sleep_for(utc_now()))
         flags.wake.clear()
         if flags.reload.is_set():
             flags.reload.clear()
@@ -436,7 +460,10 @@ def run_daemon(home: Home) -> int:
 
 def _tick(home: Home, daemon: Daemon, failures: int) -> int:
     """One tick, and the first run's end when it came; a failed tick is recorded (the third
-    in a row notifies). The failures in a row after it."""
+    in a row notifies). The failures in a row after it. A full `state/` is no failure: the
+    tick waits for room (daemon/service/floor.py)."""
+    if daemon.floor.blocked(utc_now()):
+        return failures
     try:
         daemon.tick(utc_now())
         failures = 0
@@ -444,8 +471,13 @@ def _tick(home: Home, daemon: Daemon, failures: int) -> int:
             for line in daemon.first_run.ended(utc_now()):
                 print(line, flush=True)
     except Exception as exc:  # noqa: BLE001 - a bad tick is recorded; the daemon goes on
+        if daemon.floor.hit(exc, utc_now(), "the daemon's tick"):
+            return failures
         failures += 1
-        daemon.ctx.event(Event.TICK_ERROR, error=f"{type(exc).__name__}: {exc}"[:1000])
+        try:
+            daemon.ctx.event(Event.TICK_ERROR, error=f"{type(exc).__name__}: {exc}"[:1000])
+        except OSError as written:  # the record of a failure must not be the daemon's end
+            daemon.floor.hit(written, utc_now(), "the event tick_error")
         notifications = daemon.ctx.services.notifications
         if failures == 3 and notifications is not None:
             notifications.daemon_failed(

@@ -106,9 +106,9 @@ max_concurrent_runs = 1
 # timezone = ""              # whose midnight starts that day (default: this machine's zone)
 # max_processes = 1024       # each run's processes at once (the agent's, setup's, checks')
 # max_memory = "8GB"         # each run's memory (unset: the smaller of 8GB and half the RAM)
-# max_tmp = "1GB"            # each tmpfs of the sandbox (its /tmp): they live in memory
+# max_tmp = "1GB"            # each tmpfs of the sandbox, and the agent's HOME and TMPDIR
 # max_file_size = "100MB"    # the largest file the agent may write
-# max_tree = "10GB"          # a run's tree; `loopd check` says how this host enforces these
+# max_tree = "10GB"          # a run's tree (each entry 4KB at least); `loopd check` says how
 
 # [rules]
 # max_breadth = 0.3          # a learned rule firing on more of other loops' runs stays in trial

@@ -29,7 +29,7 @@ from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
 from daemon.state.eventtypes import Event
 from daemon.state.ledger import ledger_of
-from daemon.state.pruned import PrunedRun, append_pruned
+from daemon.state.pruned import PrunedRun, append_pruned, trim_pruned
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
 
@@ -267,6 +267,7 @@ def prune(
         _prune_run(store, run, repos, retain_days, now, result, fold)
 
     ledger_of(store.root).trim(now)
+    result["index_lines_removed"] = trim_pruned(store.root, retain_days, now)
     result["reports_removed"] += _remove_old_reports(store, cutoff)
     result["cutoff"] = iso(cutoff)
     return result

@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "stop",
                 "checks",
                 "checktree",
+                "treelinks",
                 "testcounts",
                 "testreports",
                 "setup",

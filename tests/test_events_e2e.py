@@ -14,6 +14,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+from daemon.scheduling.hook_script import take_records
 from tests.helpers import (
     daemon_log,
     events,
@@ -285,7 +286,12 @@ def test_user_hooks_still_run_and_uninstall_restores_them_byte_for_byte(tmp_path
     install(home)
     assert hooks_state(folder) != before
     installed = hooks_state(folder)
-    assert (folder / "post-commit.loopd-orig").read_bytes() == before["post-commit"][0]
+    # git 2.28+ reports each update to reference-transaction: the user's post-commit stays
+    # as it was, and loopd's wrapper chains the user's reference-transaction.
+    assert installed["post-commit"] == before["post-commit"]
+    assert (folder / "reference-transaction.loopd-orig").read_bytes() == before[
+        "reference-transaction"
+    ][0]
     again = loopd(home, "hooks", "install", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["repos"][0]["changed"] == []
     assert hooks_state(folder) == installed
@@ -297,6 +303,8 @@ def test_user_hooks_still_run_and_uninstall_restores_them_byte_for_byte(tmp_path
     # The user's reference-transaction hook got each state and git's stdin, unchanged.
     assert "rt prepared" in lines and "rt committed" in lines
     assert any(line.strip().endswith(f"{sha} refs/heads/main") for line in lines)
+    # The hook left a record; the daemon's intake makes the trigger of it.
+    take_records(str(home / "state" / "inbox"))
     inbox = sorted((home / "state" / "inbox").glob("*.json"))
     assert [json.loads(p.read_text())["new"] for p in inbox] == [sha]
 
@@ -306,6 +314,7 @@ def test_user_hooks_still_run_and_uninstall_restores_them_byte_for_byte(tmp_path
     seen.unlink()
     git(repo, "commit", "-q", "--allow-empty", "-m", "after uninstall")
     assert "post-commit 0" in seen.read_text().splitlines()
+    assert not list((home / "state" / "inbox").glob("*.hook"))
     assert len(list((home / "state" / "inbox").glob("*.json"))) == 1
 
 

@@ -109,3 +109,37 @@ def test_each_inbox_trigger_held_keeps_its_own_event(tmp_path: Path) -> None:
         intake.offer(trigger, clocks.wall())
     skipped = [e for e in taken(ctx) if e["type"] == "trigger_skipped"]
     assert len(skipped) == 3 and len({e["inbox"] for e in skipped}) == 3
+
+
+def test_a_held_count_outlives_a_daemon_that_was_killed(tmp_path: Path) -> None:
+    """The daemon keeps its streaks in state/skips.json: a second life, after a kill -9
+    that recorded nothing, goes on counting the same hold and records it whole once."""
+    from daemon.scheduling.queue import RunQueue
+    from daemon.scheduling.timer import CronTimer
+    from daemon.service.skips import SKIPS_FILE
+
+    clocks = Clocks()
+    home = home_with(tmp_path, paused=False, schedule=["* * * * *"])
+
+    def life() -> tuple[Any, Intake]:
+        ctx = context(home, clocks)
+        timer = CronTimer(ctx.store.root / "schedule.toml")
+        intake = Intake(ctx, RunQueue(), timer, lambda _: False, ctx.store.root / SKIPS_FILE)
+        intake.start_schedule(clocks.wall())
+        return ctx, intake
+
+    ctx, intake = life()
+    run = RunRecord(id=ctx.store.new_run_id("app", NOW), loop="app", task="t",
+                    trigger=RunTrigger(kind="schedule"), started=NOW, outcome="escalated",
+                    reason="attempts used up")  # fmt: skip
+    write_escalation(ctx.store, run, NOW)
+    fires(ctx, intake, clocks, 30)
+    # kill -9: no end_all, nothing recorded; the next life reads what the first one kept.
+    ctx, intake = life()
+    fires(ctx, intake, clocks, 10)
+    resolve(ctx.store, run.id, clocks.wall())
+    fires(ctx, intake, clocks, 1)
+    events = taken(ctx)
+    assert [e["type"] for e in events] == ["held", "skips_counted", "trigger"], events
+    assert events[1]["count"] == 40 and events[1]["since"][:16] == events[0]["ts"][:16]
+    assert (ctx.store.root / SKIPS_FILE).read_text().strip() == "{}"  # recorded: forgotten

@@ -14,13 +14,23 @@ from daemon.globs import any_branch_matches
 from daemon.scheduling import hook_script
 from daemon.scheduling.hooks import (
     HOOK_NAMES,
+    REFS_HOOKS,
     HookError,
     hooks_dir,
     install_hooks,
     uninstall_hooks,
 )
 from daemon.state.store import StateStore
-from tests.helpers import git, loopd, make_home, make_repo, take_triggers
+from tests.helpers import (
+    git,
+    loopd,
+    make_home,
+    make_repo,
+    start_daemon,
+    stop_daemon,
+    take_triggers,
+    wait_for,
+)
 
 AGENT = '[agents.a]\nadapter = "command"\ncommand = ["true"]\n'
 
@@ -30,9 +40,11 @@ def loop_toml(repo: Path, on_push: list[str]) -> str:
 
 
 def inbox(home: Path) -> list[dict]:
+    """The triggers the hooks' records make, as the daemon's intake makes them."""
     folder = home / "state" / "inbox"
     if not folder.is_dir():
         return []
+    hook_script.take_records(str(folder))
     return [
         json.loads(p.read_text())
         for p in sorted(folder.iterdir())
@@ -59,7 +71,9 @@ def setup(tmp_path: Path) -> tuple[Path, Path]:
 def test_commit_on_watched_branch_is_one_trigger_and_other_branch_none(setup) -> None:
     home, repo = setup
     changed = install_hooks(home, repo, {"app": ["main", "release/*"]})
-    assert {p.name for p in changed} >= set(HOOK_NAMES) | {"loopd-hooks.json"}
+    assert {p.name for p in changed} >= set(REFS_HOOKS) | {"loopd-hooks.json"}
+    # git 2.28+ reports each update to reference-transaction: no commit hook costs a process.
+    assert not (hooks_dir(repo) / "post-commit").exists()
     old = git(repo, "rev-parse", "HEAD")
     (repo / "a.txt").write_text("a\n")
     git(repo, "add", "a.txt")
@@ -96,7 +110,11 @@ def test_trigger_waits_in_inbox_and_parses_as_trigger(setup) -> None:
     home, repo = setup
     install_hooks(home, repo, {"app": ["main"]})
     git(repo, "commit", "-q", "--allow-empty", "-m", "no daemon runs")
+    waiting = list((home / "state" / "inbox").glob("*.hook"))
+    assert len(waiting) == 1 and waiting[0].read_text().endswith("\nend\n")  # whole, at once
     store = StateStore(home / "state")
+    hook_script.take_records(str(store.inbox_dir))
+    assert not list((home / "state" / "inbox").glob("*.hook"))
     taken = take_triggers(store)
     assert [(t.loop, t.kind, t.ref) for t in taken] == [("app", "push", "refs/heads/main")]
     assert taken[0].ts.tzinfo is not None
@@ -204,10 +222,10 @@ def test_install_twice_changes_nothing_and_uninstall_leaves_no_trace(setup) -> N
 def test_a_conflicting_leftover_is_refused_without_touching_anything(setup) -> None:
     home, repo = setup
     folder = hooks_dir(repo)
-    (folder / "post-commit").write_text("#!/bin/sh\nexit 0\n")
-    (folder / "post-commit.loopd-orig").write_text("#!/bin/sh\nexit 0\n")
+    (folder / "reference-transaction").write_text("#!/bin/sh\nexit 0\n")
+    (folder / "reference-transaction.loopd-orig").write_text("#!/bin/sh\nexit 0\n")
     before = folder_state(folder)
-    with pytest.raises(HookError, match="post-commit.loopd-orig"):
+    with pytest.raises(HookError, match="reference-transaction.loopd-orig"):
         install_hooks(home, repo, {"app": ["main"]})
     assert folder_state(folder) == before
 
@@ -260,8 +278,8 @@ def test_core_hooks_path_is_respected_and_shared_folders_match_their_repository(
         git(repo, "config", "core.hooksPath", str(shared))
     home = make_home(tmp_path / "home", AGENT, {"app": loop_toml(one, ["main"])})
     install_hooks(home, one, {"app": ["main"]})
-    assert (shared / "post-commit").is_file()
-    assert not (one / ".git" / "hooks" / "post-commit").exists()
+    assert (shared / "reference-transaction").is_file()
+    assert not (one / ".git" / "hooks" / "reference-transaction").exists()
     git(two, "commit", "-q", "--allow-empty", "-m", "another repository, same hooks")
     assert inbox(home) == []
     git(one, "commit", "-q", "--allow-empty", "-m", "the loop's repository")
@@ -328,22 +346,89 @@ def test_hook_script_reads_globs_like_daemon_globs() -> None:
 
 def test_without_reference_transaction_the_commit_hooks_report_it(setup) -> None:
     """An older git (before 2.28) runs no reference-transaction hook; post-commit, post-merge
-    and post-rewrite then carry the update, from the background."""
-    import time
-
+    and post-rewrite, installed for it, then carry the update."""
     home, repo = setup
-    install_hooks(home, repo, {"app": ["main"]})
-    (hooks_dir(repo) / "reference-transaction").unlink()
-
-    def wait_for_count(n: int) -> list[dict]:
-        end = time.monotonic() + 10
-        while time.monotonic() < end and len(inbox(home)) < n:
-            time.sleep(0.02)
-        return inbox(home)
+    install_hooks(home, repo, {"app": ["main"]}, reference_transaction=False)
+    assert all((hooks_dir(repo) / hook).is_file() for hook in HOOK_NAMES)
+    (hooks_dir(repo) / "reference-transaction").unlink()  # as the older git never runs it
 
     git(repo, "commit", "-q", "--allow-empty", "-m", "one")
-    assert [t["new"] for t in wait_for_count(1)] == [git(repo, "rev-parse", "HEAD")]
+    assert [t["new"] for t in inbox(home)] == [git(repo, "rev-parse", "HEAD")]
+    git(repo, "pack-refs", "--all")  # a packed ref: the record leaves its commit to be read
     git(repo, "commit", "-q", "--amend", "--allow-empty", "-m", "one, amended")
-    triggers = wait_for_count(2)
+    triggers = inbox(home)
     assert [t["new"] for t in triggers][-1] == git(repo, "rev-parse", "HEAD")
     assert all(t["ref"] == "refs/heads/main" for t in triggers)
+
+
+def test_a_record_still_being_written_waits_until_it_is_whole(setup) -> None:
+    home, repo = setup
+    install_hooks(home, repo, {"app": ["main"]})
+    git(repo, "commit", "-q", "--allow-empty", "-m", "one")
+    (record,) = (home / "state" / "inbox").glob("*.hook")
+    whole = record.read_text()
+    record.write_text(whole[: -len("end\n")])  # as the hook leaves it midway through
+    assert hook_script.take_records(str(record.parent)) == []
+    assert record.exists()
+    record.write_text(whole)
+    assert [t["new"] for t in inbox(home)] == [git(repo, "rev-parse", "HEAD")]
+    assert not record.exists()
+
+
+def test_an_older_loopds_wrappers_are_replaced_not_chained(setup) -> None:
+    home, repo = setup
+    folder = hooks_dir(repo)
+    for hook in HOOK_NAMES:  # as loopd before the sh records left them
+        (folder / hook).write_text("#!/bin/sh\n# loopd-hook-wrapper v1\nexit 0\n")
+        os.chmod(folder / hook, 0o755)
+    install_hooks(home, repo, {"app": ["main"]})
+    assert sorted(p.name for p in folder.iterdir() if "loopd-orig" in p.name) == []
+    assert not (folder / "post-commit").exists()
+    assert "loopd-hook-wrapper v2" in (folder / "reference-transaction").read_text()
+    git(repo, "commit", "-q", "--allow-empty", "-m", "after the upgrade")
+    assert [t["new"] for t in inbox(home)] == [git(repo, "rev-parse", "HEAD")]
+
+
+def test_a_running_daemon_takes_the_hooks_record_as_a_push(setup) -> None:
+    home, repo = setup
+    install_hooks(home, repo, {"app": ["main"]})
+    daemon = start_daemon(home)
+    try:
+        git(repo, "commit", "-q", "--allow-empty", "-m", "while loopd runs")
+        new = git(repo, "rev-parse", "HEAD")
+        events = home / "state" / "events.jsonl"
+        pushes = wait_for(
+            lambda: [
+                e
+                for e in map(json.loads, events.read_text().splitlines())
+                if e["type"] == "trigger" and e.get("kind") == "push"
+            ],
+            what="the push trigger",
+        )
+        assert [e.get("new") for e in pushes] == [new]
+        wait_for(lambda: not list((home / "state" / "inbox").glob("*.hook")), what="no record")
+    finally:
+        assert stop_daemon(daemon) == 0
+
+
+def test_a_record_left_after_an_uninstall_is_dropped_and_logged(setup) -> None:
+    home, repo = setup
+    install_hooks(home, repo, {"app": ["main"]})
+    git(repo, "commit", "-q", "--allow-empty", "-m", "then the hooks go")
+    uninstall_hooks(home, repo)
+    assert inbox(home) == []
+    assert not list((home / "state" / "inbox").glob("*.hook"))
+    assert "FileNotFoundError" in (home / "state" / "hooks.log").read_text()
+
+
+def test_a_record_just_created_and_still_empty_is_left_for_its_hook(setup) -> None:
+    home, repo = setup
+    install_hooks(home, repo, {"app": ["main"]})
+    git(repo, "commit", "-q", "--allow-empty", "-m", "one")
+    (record,) = (home / "state" / "inbox").glob("*.hook")
+    whole = record.read_text()
+    record.write_text("")  # created by the hook's redirection, nothing written yet
+    assert hook_script.take_records(str(record.parent)) == []
+    assert record.exists()
+    record.write_text(whole)
+    assert len(inbox(home)) == 1

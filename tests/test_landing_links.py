@@ -48,11 +48,6 @@ CASES = {
     # `.github` linked to a folder holding workflows/: the workflows run from there.
     "github": (_links((".github", "ci"), folders={"ci/workflows/x.yml": "on: push\n"}),
                "", ".github (a symlink standing for a folder that holds guarded files"),
-    # Links that leave the repository: absolute, and `..` past the top through another link.
-    "absolute": (_links(("docs/passwd", "/etc/passwd")), "",
-                 "docs/passwd (a symlink to /etc/passwd, outside the repository"),
-    "dotdot": (_links(("docs/up", ".."), ("docs/out", "up/../x")), "",
-               "docs/out (a symlink to up/../x, outside the repository"),
     # Into a guarded path by a link of an innocent name.
     "into": (_links(("notes", ".githooks/pre-commit")), "",
              "notes (a symlink to .githooks/pre-commit, a guarded path"),
@@ -81,6 +76,34 @@ def test_a_symlink_into_a_guarded_path_or_out_of_the_repository_blocks_merge(
     assert named.split(" ")[0] in proc.stdout  # `loopd once` says so too
     assert git(case.repo, "rev-parse", "main") == before
     assert not (case.repo / named.split(" ")[0]).is_symlink()
+
+
+# Links that leave the repository: absolute, and `..` past the top through another link. The
+# checks would read through them what the branch does not hold: the attempt fails at its
+# checks (runs/treelinks.py), before landing's own rule would block it.
+OUT = {
+    "absolute": (_links(("docs/passwd", "/etc/passwd")), "docs/passwd", "-> /etc/passwd"),
+    "dotdot": (_links(("docs/up", ".."), ("docs/out", "up/../x")), "docs/out", "-> up/../x"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OUT))
+def test_a_symlink_out_of_the_repository_fails_the_attempt_and_lands_nothing(
+    tmp_path: Path, name: str
+) -> None:
+    agent, link, detail = OUT[name]
+    case = land_case(tmp_path, agent, land="merge")
+    before = git(case.repo, "rev-parse", "main")
+    proc = loopd(case.home.root, "once", "calc", timeout=180)
+    out = proc.stdout + proc.stderr
+    run_id = proc.stdout.splitlines()[0]
+    record = tomllib.loads((case.store.run_dir(run_id) / "run.toml").read_text())
+    assert record["outcome"] == "escalated" and record["cause"] == "link-out-of-tree", out
+    [violation] = record["attempts"][-1]["violations"]
+    assert (violation["kind"], violation["target"]) == ("link_out_of_tree", link)
+    assert violation["detail"] == detail
+    assert link in record["reason"]
+    assert git(case.repo, "rev-parse", "main") == before
 
 
 def test_a_symlink_within_the_repository_to_an_ordinary_file_lands(tmp_path: Path) -> None:

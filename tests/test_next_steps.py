@@ -66,8 +66,9 @@ EXPECTED: list[tuple[Cause, RunRecord, str]] = [
         Cause.TOO_LARGE,
         worked_run(),
         "The agent committed `t-too_large` (d-too_large); loopd kept it out of your repository "
-        "and the run's branch. If the task needs such files, raise `[limits] max_file_size` in "
-        f"loopd.toml (or use git-lfs); otherwise {RETRY} saying not to add them.{BRANCH}",
+        "and the run's branch. If the task needs such files, raise `[limits] max_file_size` (a "
+        "file) or `max_tree` (the whole tree) in loopd.toml (or use git-lfs); otherwise "
+        f"{RETRY} saying not to add them.{BRANCH}",
     ),
     (
         Cause.PROTECT_VIOLATION,

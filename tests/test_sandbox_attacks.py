@@ -406,7 +406,8 @@ def test_a_conftest_the_agent_wrote_cannot_read_loopds_secrets(tmp_path: Path) -
     assert ran, log
     _, checks_home, nousersite = ran[0].split()
     assert nousersite == "1"
-    assert checks_home.endswith("/checks-home") and f"{run['id']}.agent" in checks_home
+    # A HOME of their own, outside the agent's scratch folder (runs/confinement.py).
+    assert checks_home.endswith(f"/{run['id']}.checks/home"), checks_home
     assert canary not in state_text(home) + branch_text(repo, run["branch"])
 
 
@@ -443,7 +444,9 @@ def test_env_and_checks_env_reach_whom_they_should(tmp_path: Path) -> None:
     for env in (agent, checks):
         assert env["LOOP_PATH"] == "/opt/x:/usr/bin:/bin"
         assert "NOT_NAMED" not in env and "NOT_SET_ANYWHERE" not in env
-        assert env["TMPDIR"].endswith(f"{run['id']}.agent/tmp")
+    # Each its own TMPDIR: the agent's in its scratch folder, the checks' outside it.
+    assert agent["TMPDIR"].endswith(f"{run['id']}.agent/tmp")
+    assert checks["TMPDIR"].endswith(f"{run['id']}.checks/tmp")
     assert agent["PROFILE_VAR"] == "p" and "CHECK_ONLY" not in agent
     assert checks["CHECK_ONLY"] == "c" and "PROFILE_VAR" not in checks
     assert checks["PYTHONNOUSERSITE"] == "1"

@@ -73,7 +73,8 @@ def test_the_oldest_transcripts_go_first_and_protected_runs_keep_theirs(tmp_path
     status = json.loads(loopd(root, "status", "--json").stdout)
     assert status["state"]["total"] == usage.total and status["state"]["limit"] == limit
     shown = " ".join(loopd(root, "status", env={"COLUMNS": "200"}).stdout.split())
-    assert "state: " in shown and "(state_max); largest loops: big " in shown
+    assert "state: " in shown and "(state_max, measured " in shown  # its age: hourly
+    assert " ago); largest loops: big " in shown
 
     # Far over the cap even without transcripts: whole attempt folders go, oldest first,
     # still never the protected ones.
@@ -94,3 +95,44 @@ def test_state_max_defaults_to_the_smaller_of_20gb_and_a_quarter_of_the_disk(
     assert limits.state_limit(tmp_path) == min(20 * 10**9, disk.f_frsize * disk.f_blocks // 4)
     (root / "loopd.toml").write_text((root / "loopd.toml").read_text() + 'state_max = "5GB"\n')
     assert Home(root).load().daemon.limits.state_limit(tmp_path) == 5 * 10**9
+
+
+def test_rotated_event_files_count_and_go_last_oldest_first(tmp_path: Path) -> None:
+    """Events are under state_max too: once no finished run has more to give, the oldest
+    rotated event files go (never the current log)."""
+    store = StateStore(tmp_path / "state", events_rotate=50_000)
+    line = "e" * 999
+    for _ in range(260):  # about five rotations of 50 KB
+        store.events.append("config_warning", NOW, message=line)
+    rotated = sorted(store.root.glob("events-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
+    assert len(rotated) >= 4
+    total = sum(f.stat().st_size for f in store.root.rglob("*") if f.is_file())
+    events: list[str] = []
+    usage, evicted = enforce(store, total - 60_000, NOW, protected=set(), events_removed=events)
+    assert evicted == []
+    assert events == [rotated[0].name, rotated[1].name]  # 100 KB freed: the two oldest
+    assert not rotated[0].exists() and rotated[2].exists() and store.events.path.exists()
+    on_disk = sum(
+        f.stat().st_size for f in store.root.rglob("*") if f.is_file() and f.name != "usage.toml"
+    )
+    assert usage.total == on_disk <= usage.limit
+
+
+def test_the_pruned_index_follows_retention(tmp_path: Path) -> None:
+    from daemon.state.pruned import PrunedRun, append_pruned, newest_pruned, trim_pruned
+
+    store = StateStore(tmp_path / "state")
+    ids = []
+    for days in (100, 40, 5):
+        started = NOW - timedelta(days=days + 30)
+        run = RunRecord(id=store.new_run_id("l", started), loop="l", task="t",
+                        trigger=RunTrigger(kind="push"), started=started, outcome="succeeded",
+                        finished=started)  # fmt: skip
+        append_pruned(store.root, PrunedRun.of(run, NOW - timedelta(days=days), 30, "", False))
+        ids.append(run.id)
+    with (store.root / "pruned-runs.jsonl").open("ab") as fh:
+        fh.write(b'{"cut by a crash\n')
+    assert trim_pruned(store.root, 30, NOW) == 3  # two older than 30 days, one unreadable
+    assert [p.run for p in newest_pruned(store.root)] == [ids[2]]
+    assert trim_pruned(store.root, 30, NOW) == 0
+    assert trim_pruned(store.root, 0, NOW + timedelta(days=999)) == 0  # 0 keeps them all

@@ -812,3 +812,36 @@ def test_setup_runs_on_the_worker_in_each_tree_it_makes_and_a_failure_there_is_e
             assert "## Setup (tail of setup.log)" in escalation and said in escalation
     finally:
         cluster.stop()
+
+
+def test_a_commit_through_the_hooks_is_a_push_run_on_temporal(
+    tmp_path: Path, temporal: Any
+) -> None:
+    """The hooks leave a record in the home's inbox; the Temporal engine's forwarder makes the
+    push trigger of it, as the local daemon's intake does."""
+    server, namespace = temporal
+    shared, sandbox = talk(tmp_path)
+    loop = {**LOOP, "on_push": ["main"], "done_when": []}
+    script = f"import pathlib\npathlib.Path({str(shared / 'ran')!r}).write_text('x')\n"
+    cluster = make_cluster(
+        tmp_path,
+        server.address,
+        namespace,
+        BUGGY,
+        command_agent("a", script),
+        loop,
+        workers=1,
+        config=sandbox,
+    )
+    try:
+        installed = cluster.home.loopd("hooks", "install")
+        assert installed.returncode == 0, installed.stderr
+        cluster.home.start("run")
+        cluster.workers[0].start("worker", "--queue", "gpu")
+        git(cluster.home.repo, "commit", "-q", "--allow-empty", "-m", "through the hooks")
+        new = git(cluster.home.repo, "rev-parse", "HEAD")
+        (run,) = wait_for(lambda: finished(cluster.home, 1), timeout=90, what="the push run")
+        assert run["trigger"]["kind"] == "push" and run["trigger"]["new"] == new
+        assert not list((cluster.home.home / "state" / "inbox").glob("*.hook"))
+    finally:
+        cluster.stop()

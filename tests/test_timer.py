@@ -303,3 +303,14 @@ def test_update_keeps_the_cursor_of_an_unchanged_schedule(tmp_path: Path) -> Non
     # the reload lands a second after the fire, before the tick that would take it
     timer.update({"a": loop(["0 2 * * *"], catch_up="2h")}, utc(2026, 5, 1, 2, 0, 1))
     assert [t.kind for t in triggers(tick(timer, utc(2026, 5, 1, 2, 0, 2)))] == ["schedule"]
+
+
+def test_next_wake_is_the_earliest_fire_of_any_loop(tmp_path: Path) -> None:
+    timer = CronTimer(state(tmp_path))
+    assert timer.next_wake() is None
+    timer.start({"a": loop(["0 2 * * *"]), "b": loop(["*/15 * * * *"])}, utc(2026, 5, 1, 1, 50))
+    assert timer.next_wake() == utc(2026, 5, 1, 2, 0)
+    tick(timer, utc(2026, 5, 1, 2, 0))
+    assert timer.next_wake() == utc(2026, 5, 1, 2, 15)
+    timer.update({"a": loop(["0 2 * * *"])}, utc(2026, 5, 1, 2, 1))
+    assert timer.next_wake() == utc(2026, 5, 2, 2, 0)

@@ -389,6 +389,29 @@ def reap_orphans() -> int:
     return reaped
 
 
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def process_mark(pid: int) -> str:
+    """Who `pid` is: this boot's id and the process's start (clock ticks after boot).
+
+    Recorded beside every pid loopd may act on after a restart; "" when it is gone.
+    """
+    info = proc_info(pid)
+    if info is None:
+        return ""
+    try:
+        boot = BOOT_ID.read_text().strip()
+    except OSError:
+        boot = ""
+    return f"{boot}/{info.start}"
+
+
+def same_process(pid: int, mark: str) -> bool:
+    """Whether `pid` is still the process its recorded `mark` names (not a reused pid)."""
+    return pid > 1 and bool(mark) and process_mark(pid) == mark
+
+
 def boot_time() -> float:
     """When the machine booted (seconds since the epoch)."""
     with open("/proc/stat") as fh:

@@ -46,6 +46,7 @@ TAIL_KEPT = 20  # the last lines of output kept for a plain agent's quota messag
 TAIL_LINE_CHARS = 2000
 TOOL_CALLS_KEPT = 500  # the result keeps the first calls; `tool_call_count` counts all
 SAMPLE_EVERY = 0.5  # seconds between samples of the process tree (about 2 ms each)
+LIMIT_EVERY = 5.0  # seconds between looks at what the agent's files count (`over_limit`)
 DRAIN_AFTER_EXIT = 2.0  # seconds to read what is left in the pipes once the tree is gone
 _EXIT_POLL = 0.1  # where pidfd_open is missing
 
@@ -108,6 +109,7 @@ class SupervisedRun:
         except (AttributeError, OSError):
             self.pidfd = None
         next_sample = time.monotonic() + SAMPLE_EVERY
+        next_limit = time.monotonic() + LIMIT_EVERY
         exit_seen_at: float | None = None
         tree_gone_at: float | None = None
 
@@ -128,6 +130,12 @@ class SupervisedRun:
                 if self.killer is None and now >= next_sample:
                     self.tree.refresh()
                     next_sample = now + SAMPLE_EVERY
+                if self.killer is None and self.sup.over_limit and now >= next_limit:
+                    next_limit = now + LIMIT_EVERY
+                    hit = self.sup.over_limit()
+                    if hit:
+                        self.result.limit_hit = hit
+                        self._start_kill("limit")
             wait = self._next_wait(now, next_sample, exit_seen_at)
             for key, _ in self.sel.select(wait):
                 if key.data == "out":

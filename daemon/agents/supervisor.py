@@ -61,6 +61,7 @@ class Supervisor:
         clock: Callable[[], datetime] = utc_now,
         repeat_limit: int = REPEAT_LIMIT,
         launcher: Callable[[list[str], dict[str, str]], Launch] | None = None,
+        over_limit: Callable[[], str] | None = None,
     ) -> None:
         self.adapter = adapter
         # Turns argv and environment into what to start: the run's sandbox (None: as they are).
@@ -73,6 +74,9 @@ class Supervisor:
         # Called once the process is started, before a gated launch's command may run.
         self.before_start = before_start
         self.on_event = on_event
+        # Asked every few seconds while the agent runs: a run limit its files are over ("" when
+        # none); the session is ended at once when one is (its scratch folder on disk).
+        self.over_limit = over_limit
         self.clock = clock
         self.repeat_limit = repeat_limit
         self._lock = threading.Lock()
@@ -213,5 +217,5 @@ class Supervisor:
                 why = run.last_stderr or f"exit {result.exit_code}"
                 result.error = redact(f"could not start {invocation.argv[:1]}: {why}")
             launch.close()
-            result.limit_hit = launch.limit_hit
+            result.limit_hit = launch.limit_hit or result.limit_hit
         return run

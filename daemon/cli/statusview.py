@@ -4,6 +4,7 @@ Drawn by cli/textout.py, not rich: `status` must answer at once."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from daemon.cli.textout import Column, Terminal, table
@@ -11,15 +12,35 @@ from daemon.people.terminal import clean
 from daemon.sizes import human_size
 
 
-def _state_line(usage: dict[str, Any]) -> str:
-
-    line = f"state: {human_size(usage['total'])} of {human_size(usage['limit'])} (state_max)"
+def _state_line(usage: dict[str, Any], now: datetime | None = None) -> str:
+    """The home's size as last measured, and how long ago (it is measured hourly, and as
+    soon as `state/` grows past `state_max`)."""
+    line = f"state: {human_size(usage['total'])} of {human_size(usage['limit'])} (state_max"
+    age = _age(usage.get("measured"), now or datetime.now(UTC))
+    line += f", measured {age} ago)" if age else ")"
     loops = usage.get("loops") or {}
     if loops:
         line += "; largest loops: " + ", ".join(
             f"{name} {human_size(size)}" for name, size in loops.items()
         )
     return line
+
+
+def _age(measured: Any, now: datetime) -> str:
+    """How long ago `measured` (ISO 8601) was: "moments", "12 min", "3 h"; "" when unreadable.
+    Whole minutes: two readings a second apart say the same."""
+    try:
+        when = datetime.fromisoformat(str(measured))
+    except ValueError:
+        return ""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    minutes = max(0, int((now - when).total_seconds() // 60))
+    if minutes < 1:
+        return "moments"
+    if minutes < 120:
+        return f"{minutes} min"
+    return f"{minutes // 60} h"
 
 
 def _escalation_line(name: str, info: dict[str, Any]) -> str:

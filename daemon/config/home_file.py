@@ -293,13 +293,14 @@ class LimitsConfig(StrictModel):
     state_max: size("100MB", "100TB") = Field(  # type: ignore[valid-type]
         "20GB",
         description=(
-            "how large `state/` may grow as a whole; unset, the smaller of 20GB and a "
-            "quarter of the disk it is on. Measured hourly: over it, the transcripts of "
-            "the oldest finished runs are deleted first (each run's `evicted.toml` says "
-            "so, and the event `state_evicted`), then the rest of their attempt folders; "
-            "never a live run's, nor the evidence an open escalation, a live rule or a "
-            "deferred lesson cites. `loopd status` shows the home's size and its largest "
-            "loops"
+            "how large `state/` may grow as a whole, event files included; unset, the "
+            "smaller of 20GB and a quarter of the disk it is on. Measured hourly, and at "
+            "once when the growth estimated every 10 s passes it: over it, the transcripts "
+            "of the oldest finished runs are deleted first (each run's `evicted.toml` says "
+            "so, and the event `state_evicted`), then the rest of their attempt folders, "
+            "then the oldest rotated event files; never a live run's, nor the evidence an "
+            "open escalation, a live rule or a deferred lesson cites. `loopd status` shows "
+            "the home's size, the measure's age and its largest loops"
         ),
     )
     max_wait: duration("0s", "30d") = Field(  # type: ignore[valid-type]
@@ -361,7 +362,10 @@ class LimitsConfig(StrictModel):
         "1GB",
         description=(
             "size of each tmpfs the sandbox mounts (its `/tmp`, the empty folders "
-            "over homes and `/run`): they live in memory"
+            "over homes and `/run`): they live in memory; and of the agent's scratch "
+            "folder on disk (its HOME and TMPDIR), measured every 5 seconds while the "
+            "agent runs (each file, folder and link at least 4KiB): over it, a "
+            "`resource_limit` event and the attempt ends at once (no nudge)"
         ),
     )
     max_file_size: size("1MB", "1TB") = Field(  # type: ignore[valid-type]
@@ -374,10 +378,12 @@ class LimitsConfig(StrictModel):
     max_tree: size("1MB", "100TB") = Field(  # type: ignore[valid-type]
         "10GB",
         description=(
-            "the size of a run's tree (the agent's files, its `.git` included), "
+            "the size of a run's tree (the agent's files, its `.git` included; each "
+            "file, folder and link at least 4KiB, so entries count as well as bytes), "
             "measured as each agent session ends: over it, the attempt ends at once "
             "(no nudge) and a run whose checks still fail ends with cause "
-            "`resource-limit`"
+            "`resource-limit`; a commit whose tree is over it (and larger than the "
+            "base's) is kept out of your repository (a `too_large` violation)"
         ),
     )
 

@@ -27,9 +27,10 @@ from daemon.git.safe import GIT_IDENTITY
 from daemon.git.setupmade import setup_paths
 from daemon.git.tree import RunTree
 from daemon.git.userrepo import LedgerWriter
+from daemon.sizes import human_size, on_disk
 from daemon.state.eventtypes import Event
 from daemon.state.ledger import ledger_of
-from daemon.state.records import AttemptRecord, Violation
+from daemon.state.records import WHOLE_TREE, AttemptRecord, Violation
 
 KEPT_PREFIX = "refs/loopd/kept"
 GUARD_FILE = "repo-guard.json"
@@ -172,7 +173,9 @@ def commit_work(
     if new != tip:
         own.set_tip(new, tip)
     kept_refs = _keep_commits(journal, own, kept, violations)
-    large = too_large(own, new, run.base_commit, journal.services.config.limits.max_file_size)
+    limits = journal.services.config.limits
+    large = too_large(own, new, run.base_commit, limits.max_file_size)
+    large += tree_too_large(own, new, run.base_commit, limits.max_tree)
     if large:
         # Kept out of the person's repository: the run's branch stays where it was.
         if new != tip:
@@ -227,6 +230,30 @@ def too_large(own: OwnGit, new: str, base: str, limit: int) -> list[Violation]:
             detail = f"{int(size) >> 20} MB, over [limits] max_file_size"
             found.append(Violation(kind="too_large", target=path or "?", detail=detail))
     return found[:20]
+
+
+def _tree_count(own: OwnGit, commit: str) -> tuple[int, int]:
+    """Entries of `commit`'s tree and what they count (each at least 4 KiB: `sizes.on_disk`)."""
+    listed = own.bare.run("ls-tree", "-r", "-t", "-l", "-z", "--full-tree", commit, check=False)
+    entries = total = 0
+    for entry in listed.stdout.split(b"\0") if listed.returncode == 0 else []:
+        if not entry:
+            continue
+        words = entry.partition(b"\t")[0].split()
+        size = words[3] if len(words) == 4 else b"-"
+        entries += 1
+        total += on_disk(int(size) if size.isdigit() else 0)
+    return entries, total
+
+
+def tree_too_large(own: OwnGit, new: str, base: str, limit: int) -> list[Violation]:
+    """The tree of `new` as a violation when it is over `[limits] max_tree` (and larger than
+    the base's: a repository already over it may still change), 100,000 empty files too."""
+    entries, total = _tree_count(own, new)
+    if total <= limit or (base and total <= _tree_count(own, base)[1]):
+        return []
+    detail = f"{entries} entries, {human_size(total)} as counted, over [limits] max_tree"
+    return [Violation(kind="too_large", target=WHOLE_TREE, detail=detail)]
 
 
 def _report_heads(journal: RunLog, tree: RunTree, heads: AgentHeads, taken: list[str]) -> None:

@@ -82,6 +82,20 @@ def scratch_dir(worktrees_root: Path, loop: str, run_id: str) -> Path:
     return worktrees_root / loop / f"{run_id}.agent"
 
 
+def checks_scratch_dir(worktrees_root: Path, loop: str, run_id: str) -> Path:
+    """The checks' HOME and TMPDIR: beside the agent's scratch folder, never inside it."""
+    return worktrees_root / loop / f"{run_id}.checks"
+
+
+def remove_scratch(worktrees_root: Path, loop: str, run_id: str) -> None:
+    """Remove the run's scratch folders: the agent's and the checks'."""
+    for path in (
+        scratch_dir(worktrees_root, loop, run_id),
+        checks_scratch_dir(worktrees_root, loop, run_id),
+    ):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def own_dir_for(worktrees_root: Path, loop: str, run_id: str) -> Path:
     """loopd's git directory for a run: beside its tree."""
     return worktrees_root / loop / f"{run_id}.git"

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from daemon.agents.processes import run_in_own_group
+from daemon.agents.processes import process_mark, run_in_own_group, same_process
 from daemon.config import LoopConfig
 from daemon.config.land import PR_FIELDS
 from daemon.git.integrity import ledger_writer
@@ -278,6 +278,7 @@ def _push(journal: RunJournal, cfg: LoopConfig) -> str:
         argv = ["git", "-c", "core.hooksPath=/dev/null", "push", "--no-verify", "--porcelain",
                 cfg.remote, f"{branch_ref}:{branch_ref}"]  # fmt: skip
         text = _run(argv, Path(run.repo), env, log, "", on_start=_journaled(journal))
+        run.pid_marks.pop(str(run.push_pid), None)
         run.push_pid = 0
         journal.save()
         if text is not None:
@@ -310,6 +311,7 @@ def _journaled(journal: RunJournal) -> Callable[[int], None]:
 
     def record(pid: int) -> None:
         journal.run.push_pid = pid
+        journal.run.pid_marks[str(pid)] = process_mark(pid)
         journal.save()
         journal.event(Event.PUSH_STARTED, pid=pid)
 
@@ -322,6 +324,14 @@ def _reap_push(journal: RunJournal) -> None:
     run = journal.run
     pgid = run.push_pid
     if not pgid:
+        return
+    mark = run.pid_marks.pop(str(pgid), "")
+    if not same_process(pgid, mark):
+        # Gone, or the pid names another process now (reused after a reboot or a wrap):
+        # never signal a group loopd did not start.
+        journal.event(Event.PUSH_REAPED, pid=pgid, left="not the push loopd started")
+        run.push_pid = 0
+        journal.save()
         return
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:

@@ -29,6 +29,7 @@ from daemon.people.escalation_file import (
 from daemon.people.escalation_text import cause_of, quote, render
 from daemon.people.next_steps import suggest
 from daemon.people.progress import update_progress
+from daemon.people.terminal import clean
 from daemon.plain.escalations import escalation_file, split_front_matter
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
@@ -88,7 +89,7 @@ def write_escalation(
     )
     body = render(store, run, meta.cause, suggestion or suggest(run, cause))
     path = store.escalation_path(run.id)
-    write_atomic(path, _front_matter(meta) + "\n" + redact(body))
+    write_atomic(path, _front_matter(meta) + "\n" + clean(redact(body)))
     return path
 
 
@@ -113,7 +114,7 @@ def write_question(
         f'`loopd escalations resolve {path.stem} --note "..."` (add --retry to run the task '
         "again with your note).\n"
     )
-    write_atomic(path, _front_matter(meta) + "\n" + redact(body))
+    write_atomic(path, _front_matter(meta) + "\n" + clean(redact(body)))
 
 
 def blocking_escalation(

@@ -18,6 +18,7 @@ from daemon.people import escalation as filing
 from daemon.people.escalation import _front_matter, _same_task
 from daemon.people.escalation_file import Escalation, open_escalations, read_escalation
 from daemon.people.escalation_text import cause_of
+from daemon.people.terminal import clean
 from daemon.plain.escalations import split_front_matter
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
@@ -107,7 +108,7 @@ def _count(store: StateStore, meta: Escalation, run: RunRecord, now: datetime) -
     # The section is rewritten, not appended to: the file stays one screen however many
     # times the task fails again.
     body = body.split("\n" + SECTION + "\n", 1)[0].rstrip("\n") + "\n"
-    write_atomic(path, _front_matter(meta) + redact(body + "\n".join(_section(store, meta))))
+    write_atomic(path, _front_matter(meta) + clean(redact(body + "\n".join(_section(store, meta)))))
 
 
 def _section(store: StateStore, meta: Escalation) -> list[str]:

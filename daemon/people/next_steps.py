@@ -88,8 +88,9 @@ SUGGESTIONS: dict[Cause, str] = {
     ),
     Cause.TOO_LARGE: (
         "The agent committed {too_large}; loopd kept it out of your repository and the run's "
-        "branch. If the task needs such files, raise `[limits] max_file_size` in "
-        "loopd.toml (or use git-lfs); otherwise {retry} saying not to add them.{branch}"
+        "branch. If the task needs such files, raise `[limits] max_file_size` (a file) or "
+        "`max_tree` (the whole tree) in loopd.toml (or use git-lfs); otherwise {retry} "
+        "saying not to add them.{branch}"
     ),
     Cause.RESOURCE_LIMIT: (
         "The agent ran into the {limit} limit of the run (`[limits]` max_processes, "
@@ -107,6 +108,12 @@ SUGGESTIONS: dict[Cause, str] = {
         "branch's code. loopd runs the checks on a clean tree of each commit; look for code "
         "the agent added that runs during the checks (a conftest.py, a plugin, a build "
         "step), then {retry}.{branch}"
+    ),
+    Cause.LINK_OUT_OF_TREE: (
+        "The agent committed a symbolic link that leads out of the tree ({links_out}): the "
+        "checks would read through it what the branch does not hold (a copy in the agent's "
+        "HOME or TMPDIR, a file of this machine). Look at the branch, then {retry} saying "
+        "to commit the files themselves.{branch}"
     ),
     Cause.CHECKS_WEAKENED: (
         "The checks pass but test less than on the base ({weakened}): tests skipped, "
@@ -177,6 +184,7 @@ def _violation_fields(last: AttemptRecord | None) -> dict[str, str]:
     large = kind("too_large")
     changed = kind("check_changed_tree")
     weakened = kind("checks_weakened")
+    links = kind("link_out_of_tree")
     return {
         "protected": _named(kind("protected"), 10, "protected paths"),
         "refs": _named(kind("ref_moved"), 10, "refs of your repository"),
@@ -187,6 +195,7 @@ def _violation_fields(last: AttemptRecord | None) -> dict[str, str]:
         "too_large": ", ".join(f"`{v.target}` ({v.detail})" for v in large[:5]) or "a file",
         "changed": "; ".join(f"`{v.target}` changed {v.detail}" for v in changed[:3]) or "a check",
         "weakened": "; ".join(f"`{v.target}`: {v.detail}" for v in weakened[:3]) or "the checks",
+        "links_out": "; ".join(f"`{v.target}` {v.detail}" for v in links[:3]) or "a link",
     }
 
 

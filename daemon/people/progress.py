@@ -20,6 +20,7 @@ from daemon.people.digest import (
     one_line,
 )
 from daemon.people.escalation_file import open_escalations
+from daemon.people.terminal import clean
 from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
@@ -176,7 +177,7 @@ def build_progress(
 
 def update_progress(store: StateStore, loop: str, now: datetime) -> str:
     """Rewrite `state/progress/LOOP.md` from state; returns its text."""
-    text = redact(build_progress(store, loop, now))
+    text = clean(redact(build_progress(store, loop, now)))  # agent text: no escapes
     write_atomic(store.progress_path(loop), text)
     return text
 

@@ -28,6 +28,7 @@ CAUSES = (
     "token-cap",
     "verifier-unavailable",
     "agent-failed",
+    "agent-login",
     "setup-failed",
     "git-failed",
     "refused",
@@ -46,6 +47,7 @@ CAUSES = (
     "resource-limit",
     "check-changed-tree",
     "checks-weakened",
+    "link-out-of-tree",
 )
 VIOLATION_KINDS = (
     "protected",
@@ -58,6 +60,7 @@ VIOLATION_KINDS = (
     "check_changed_tree",
     "checks_weakened",
     "too_large",
+    "link_out_of_tree",
 )
 ISOLATIONS = ("clone", "worktree", "in-place")
 
@@ -209,6 +212,7 @@ RUN: Spec = {  # state/records.RunRecord
     "refs_at": (opt("datetime"), None),
     "pid": ("int", 0),
     "agent_pids": (many("int"), []),
+    "pid_marks": ("strings", {}),
     "judging_since": (opt("datetime"), None),
     "exposure": (opt(EXPOSURE), None),
     "resume_at": (opt("datetime"), None),

@@ -29,6 +29,7 @@ OUTPUT_CAP = 2_000_000  # per command, in checks.log: its last bytes
 NAMED_CAP = 256_000  # bytes of the lines naming failures kept from what falls between
 STOP_POLL = 0.2  # seconds between looks at the stop token while a check runs
 KILL_GRACE = 3.0  # seconds a killed check gets between SIGTERM and SIGKILL
+LINK_OUT = "a symbolic link out of the check tree"
 
 
 @dataclass
@@ -51,10 +52,13 @@ class ChecksResult:
     results: list[CheckResult] = field(default_factory=list)
     # Checks that test less than on the base (`testcounts.weakened`): (command, why).
     weakened: list[tuple[str, str]] = field(default_factory=list)
+    # Symbolic links of the commit that lead out of the check tree (`treelinks.py`): (path,
+    # target). The checks may have read through them what the branch does not hold.
+    links_out: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.results) and not self.weakened
+        return all(r.passed for r in self.results) and not self.weakened and not self.links_out
 
     def log(self) -> str:
         """The text of checks.log."""
@@ -69,6 +73,7 @@ class ChecksResult:
             parts.append(f"[{status} after {r.seconds:.1f}s]\n\n")
         for command, why in self.weakened:
             parts.append(f"[loopd: `{command}` tests less than on the base: {why}]\n")
+        parts += [f"[loopd: {LINK_OUT}: {path} -> {target}]\n" for path, target in self.links_out]
         return "".join(parts)
 
     def failure_tail(self, limit: int = TAIL_BYTES) -> str:
@@ -78,6 +83,7 @@ class ChecksResult:
             f"$ {command}   (tests less than on the base: {why})\n"
             for command, why in self.weakened
         ]
+        parts += [f"{LINK_OUT}: {path} -> {target}\n" for path, target in self.links_out]
         failing = [r for r in self.results if not r.passed]
         heads = []
         for r in failing:

@@ -34,6 +34,7 @@ from daemon.runs.journal import RunJournal
 from daemon.runs.setup import DONE_LOG, SetupResult, run_setup
 from daemon.runs.stop import StopToken
 from daemon.runs.testreports import ask, read
+from daemon.runs.treelinks import links_out
 from daemon.state.atomic import write_atomic
 from daemon.state.records import TestCounts
 
@@ -124,11 +125,12 @@ class CheckTree:
         if setup is not None and not setup.passed:
             return _setup_failed(setup, log_path)
         own = OwnGit(self.git_dir, self.path)
+        outside = links_out(self.path, own, commit, self.journal.run.base_commit)
         confinement = Confinement.for_run(
             self.journal.services, self.cfg, self.journal.run, self.path
         )
         env = confinement.checks_env()
-        result = ChecksResult()
+        result = ChecksResult(links_out=outside)
         timeout = self.cfg.check_timeout.total_seconds()
         for command in commands:
             asked = ask(command, self.git_dir / REPORTS, env)

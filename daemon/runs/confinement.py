@@ -1,8 +1,9 @@
 """What a run's processes may see, write and know: the sandbox in force, its paths, environments.
 
 The agent and the checks (and later setup) run in the same sandbox, checks only after the
-agent's processes are gone. They may write the run's tree, the run's scratch folder (which
-holds the agent's HOME, a HOME for the checks and the run's temporary folder) and
+agent's processes are gone. They may write the run's tree, the agent its scratch folder (its
+HOME and temporary folder), the checks and setup a scratch folder of their own beside it
+(their HOME and TMPDIR; the agent's is hidden from them), and
 `[sandbox] writable`; with `isolation = "worktree"` or `"in-place"` also the git folder of the
 user's repository, which those trees need to commit. They may read the user's repository,
 its git folder, `[sandbox] readable`, the installation of the program they start and the
@@ -33,7 +34,7 @@ from daemon.agents.environment import (
     is_forbidden,
 )
 from daemon.config import LoopConfig
-from daemon.git.tree import scratch_dir
+from daemon.git.tree import checks_scratch_dir, scratch_dir
 from daemon.runs.exposure import ProgramHidden, denied_for, loopd_itself, refusal
 from daemon.runs.services import RunServices
 from daemon.sandbox.base import Exposure, Launch, Sandbox
@@ -152,6 +153,7 @@ class Confinement:
     sandbox: Sandbox
     exposure: Exposure
     scratch: Path
+    checks_scratch: Path  # the checks' and setup's HOME and TMPDIR, outside the agent's
     tree: Path
     loop_env: dict[str, str]
     checks_names: tuple[str, ...]
@@ -173,7 +175,9 @@ class Confinement:
         choice = choose(config)
         if choice.refusal:
             raise SandboxUnavailable(choice.refusal)
-        scratch = ensure_dir(scratch_dir(services.config.limits.worktrees_path, run.loop, run.id))
+        worktrees = services.config.limits.worktrees_path
+        scratch = ensure_dir(scratch_dir(worktrees, run.loop, run.id))
+        checks_scratch = ensure_dir(checks_scratch_dir(worktrees, run.loop, run.id))
         search_path = environ.get("PATH", os.defpath)
         loop_env = {k: expand(v, tree, search_path) for k, v in cfg.env.items()}
         homes = home_folders(environ)
@@ -207,6 +211,7 @@ class Confinement:
             sandbox=choice.sandbox(),
             exposure=exposure,
             scratch=scratch,
+            checks_scratch=checks_scratch,
             tree=tree,
             loop_env=loop_env,
             checks_names=tuple(cfg.checks_env),
@@ -275,11 +280,13 @@ class Confinement:
         for name in self.checks_names:
             if name in self.environ:
                 env[name] = self.environ[name]
-        env["HOME"] = str(_fresh_dir(self.scratch / "checks-home"))
+        # Their own, never the agent's: a fixed copy it keeps in its HOME or TMPDIR must not
+        # be what a check finds.
+        env["HOME"] = str(_fresh_dir(self.checks_scratch / "home"))
         env["PYTHONNOUSERSITE"] = "1"
         # Bytecode the checks write would land in the tree, and in the next attempt's commit.
         env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
-        env["TMPDIR"] = str(self.tmpdir())
+        env["TMPDIR"] = str(ensure_dir(self.checks_scratch / "tmp"))
         return {k: v for k, v in env.items() if not is_forbidden(k)}
 
     # -- launches -------------------------------------------------------------------------
@@ -339,5 +346,15 @@ class Confinement:
                 words = []
             extra += value_paths([w for w in words if w.startswith("/")], self.homes)
         argv = ["/bin/sh", "-c", command]
-        exposure = self.exposure.adding(readable=extra, writable=writable, tools=venvs)
+        exposure = self._checks_exposure().adding(readable=extra, writable=writable, tools=venvs)
         return self.sandbox.launch(argv, env, exposure)
+
+    def _checks_exposure(self) -> Exposure:
+        """The run's exposure for a check or setup: its own scratch folder writable, the
+        agent's hidden (HOME, TMPDIR, the desk's socket)."""
+        writable = [p for p in self.exposure.writable if p != self.scratch]
+        return replace(
+            self.exposure,
+            writable=(*writable, self.checks_scratch),
+            hidden=(*self.exposure.hidden, self.scratch),
+        )

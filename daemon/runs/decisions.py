@@ -13,6 +13,7 @@ from typing import Literal, NamedTuple
 from daemon.state.records import (
     FAILING_KINDS,
     REPOSITORY_KINDS,
+    WHOLE_TREE,
     AttemptRecord,
     Cause,
     Outcome,
@@ -23,7 +24,12 @@ from daemon.state.records import (
 
 StopWhy = Literal["cancelled", "interrupted"]
 # The `[limits]` key of each run limit an attempt can run into (AttemptRecord.limit_hit).
-LIMIT_KEYS = {"processes": "max_processes", "memory": "max_memory", "tree": "max_tree"}
+LIMIT_KEYS = {
+    "processes": "max_processes",
+    "memory": "max_memory",
+    "tree": "max_tree",
+    "tmp": "max_tmp",
+}
 
 
 class Ending(NamedTuple):
@@ -206,7 +212,12 @@ def _failing_given_up(attempts: Sequence[AttemptRecord], last: AttemptRecord) ->
             f"attempts used up; {protected[0].text()}; {fails}",
             Cause.PROTECT_VIOLATION,
         )
-    failing = [v for v in last.violations if v.kind in FAILING_KINDS]
+    # A tree kept out for max_tree is the tree limit the attempt ran into: said as such below.
+    failing = [
+        v
+        for v in last.violations
+        if v.kind in FAILING_KINDS and not (last.limit_hit == "tree" and v.target == WHOLE_TREE)
+    ]
     if failing:
         return Ending(
             "escalated", f"attempts used up; {failing[0].text()}", violation_cause(failing[0].kind)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from daemon.agents.homes import return_credentials
-from daemon.agents.processes import kill_leftovers
+from daemon.agents.processes import kill_leftovers, same_process
 from daemon.config import Loop, LoopConfig
 from daemon.git.agent import UnsafeTree
 from daemon.git.safe import GitError
@@ -24,9 +24,9 @@ from daemon.git.tree import (
     branch_name,
     check_folders,
     own_dir_for,
+    remove_scratch,
     remove_tree,
     reopen_tree,
-    scratch_dir,
     tree_of_record,
 )
 from daemon.git.userrepo import UserRepo
@@ -306,7 +306,7 @@ def _remove_tree(services: RunServices, journal: RunJournal, tree: RunTree | Non
     run = journal.run
     root = services.config.limits.worktrees_path
     _return_credentials(journal)
-    shutil.rmtree(scratch_dir(root, run.loop, run.id), ignore_errors=True)
+    remove_scratch(root, run.loop, run.id)
     if tree is None:
         # The tree is gone; loopd's git directory beside it goes too.
         own = Path(run.own_git_dir) if run.own_git_dir else own_dir_for(root, run.loop, run.id)
@@ -427,7 +427,10 @@ def kill_run_leftovers(services: RunServices, run: RunRecord, grace: float = 5.0
     # Only processes started since the attempt began: an in-place tree is the user's
     # repository, where an editor's helpers may be working.
     tree = Path(run.worktree) if run.worktree else None
-    kill_leftovers(run.agent_pids, tree, grace, started_after=started)
+    # A recorded group whose leader is no longer the process loopd started (a pid reused
+    # since, another boot) is someone else's: left alone.
+    groups = [pid for pid in run.agent_pids if same_process(pid, run.pid_marks.get(str(pid), ""))]
+    kill_leftovers(groups, tree, grace, started_after=started)
 
 
 def finish_interrupted(

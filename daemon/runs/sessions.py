@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from daemon.agents.base import Resume
 from daemon.agents.endings import Ending, SessionEnd, classify_ending
 from daemon.agents.logins import failed_at_start, login_of
+from daemon.agents.processes import process_mark
 from daemon.agents.quota import quota_of
 from daemon.agents.supervisor import Supervisor
 from daemon.clock import local_zone
@@ -32,6 +33,7 @@ from daemon.runs.prompt import PromptParts, build_prompt, fenced
 from daemon.runs.services import RunServices
 from daemon.runs.stop import StopToken
 from daemon.scheduling.cron import parse_timezone
+from daemon.sizes import ENTRY_BYTES, on_disk
 from daemon.state.atomic import ensure_dir
 from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord, StallRecord
@@ -50,19 +52,20 @@ class CheckedCommit:
 
 
 def tree_size(path: Path, stop_past: int) -> int:
-    """The bytes of the regular files under `path` (links not followed), counting stopped
-    once past `stop_past`."""
+    """What the files, folders and links under `path` count against a size bound (each
+    entry at least 4 KiB: `sizes.on_disk`; links not followed), counting stopped once past
+    `stop_past`."""
     total = 0
-    for root, _dirs, files in os.walk(path):
+    for root, dirs, files in os.walk(path):
+        total += ENTRY_BYTES * len(dirs)
         for name in files:
             try:
                 info = os.lstat(os.path.join(root, name))
             except OSError:
                 continue
-            if stat.S_ISREG(info.st_mode):
-                total += info.st_size
-                if total > stop_past:
-                    return total
+            total += on_disk(info.st_size if stat.S_ISREG(info.st_mode) else 0)
+            if total > stop_past:
+                return total
     return total
 
 
@@ -188,6 +191,7 @@ class Sessions:
 
     def _on_start(self, pid: int) -> None:
         self.run_record.agent_pids = [pid]
+        self.run_record.pid_marks = {str(pid): process_mark(pid)}
         self.journal.save()
 
     def _on_event(self, event: Any) -> None:
@@ -232,6 +236,7 @@ class Sessions:
             before_start=self._before_start,
             on_event=self._on_event,
             launcher=self._launch,
+            over_limit=self._scratch_over_limit,
         )
         self.current = supervisor
         if attempt.stop.stopped:
@@ -255,7 +260,8 @@ class Sessions:
             return False
         self.record.limit_hit = limit_hit
         self.journal.event(Event.RESOURCE_LIMIT, attempt=self.record.n, limit=limit_hit)
-        return limit_hit == "tree"  # no nudge: the tree itself is over the run's bound
+        # No nudge: the tree or the scratch folder itself is over the run's bound.
+        return limit_hit in ("tree", "tmp")
 
     def _record(self, session: Any) -> None:
         """Keep the session's id, final text and tokens."""
@@ -398,10 +404,21 @@ class Sessions:
         agent_zone = local_zone({**os.environ, **adapter.profile.env})
         return quota_of(adapter, session, self.journal.now(), zone, agent_zone)
 
+    def _scratch_over_limit(self) -> str:
+        """ "tmp" when the agent's scratch folder (HOME, TMPDIR) is over `[limits] max_tmp`:
+        asked while the agent runs, so its disk use is bounded during a session too."""
+        limit = self.attempt.services.config.limits.max_tmp
+        return "tmp" if tree_size(self.attempt.confinement.scratch, limit) > limit else ""
+
     def _tree_over_limit(self) -> str:
-        """ "tree" when the run's tree holds more than `[limits] max_tree` bytes, else ""."""
-        limit = self.attempt.services.config.limits.max_tree
-        return "tree" if tree_size(self.attempt.tree.path, limit) > limit else ""
+        """ "tree" when the run's tree is over `[limits] max_tree`, "tmp" when the agent's
+        scratch folder (its HOME and TMPDIR, on disk) is over `max_tmp`, else ""."""
+        limits = self.attempt.services.config.limits
+        if tree_size(self.attempt.tree.path, limits.max_tree) > limits.max_tree:
+            return "tree"
+        if tree_size(self.attempt.confinement.scratch, limits.max_tmp) > limits.max_tmp:
+            return "tmp"
+        return ""
 
     def _checks_now(self) -> CheckedCommit:
         """Commit the work so far and run the checks on it."""

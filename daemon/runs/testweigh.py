@@ -89,4 +89,8 @@ def check_violations(checks: ChecksResult) -> list[Violation]:
         Violation(kind="checks_weakened", target=command, detail=why)
         for command, why in checks.weakened
     ]
+    found += [
+        Violation(kind="link_out_of_tree", target=path, detail=f"-> {target}")
+        for path, target in checks.links_out
+    ]
     return found

@@ -264,6 +264,48 @@ class Bounds:
                 pass
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: alive
+    return True
+
+
+def sweep_stale_groups() -> list[Path]:
+    """Remove the empty control groups a dead loopd left (killed with -9: no `release()`).
+
+    Groups are named `loopd-PID-N` after the process that made them; one whose PID no longer
+    runs belongs to a dead daemon, worker or `loopd once`. A group with processes still in it
+    is left: recovery ends what a dead run left, and the next start removes the group. Called
+    at start, after recovery; returns the groups removed.
+    """
+    found = backend()
+    if found.kind not in ("cgroup2", "cgroup1"):
+        return []  # systemd removes a transient scope once it is empty
+    removed: list[Path] = []
+    for parent in dict.fromkeys(p for p in (found.pids, found.memory) if p is not None):
+        try:
+            names = [entry.name for entry in os.scandir(parent) if entry.is_dir()]
+        except OSError:
+            continue
+        for name in names:
+            parts = name.split("-")
+            if len(parts) != 3 or parts[0] != "loopd" or not parts[1].isdigit():
+                continue
+            pid = int(parts[1])
+            if pid == os.getpid() or _alive(pid):
+                continue
+            try:
+                (parent / name).rmdir()  # refused while a process is inside (EBUSY)
+            except OSError:
+                continue
+            removed.append(parent / name)
+    return removed
+
+
 def _user_manager() -> list[str]:
     """`--user` where loopd is not root: the person's own systemd manager holds the scope."""
     return [] if os.geteuid() == 0 else ["--user"]

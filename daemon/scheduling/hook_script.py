@@ -1,12 +1,19 @@
-"""The program loopd's git hooks run: a ref update becomes an inbox trigger.
+"""Hook records become inbox triggers: what loopd's git hooks saw, matched to the loops.
 
-Run as `python3 -I -S hook_script.py HOOKS_DIR HOOK_NAME [HOOK ARGS...]` by the shell
-wrapper that `loopd hooks install` writes. Standard library only, and no import of the
-rest of loopd, so that it starts in milliseconds. It never fails git: every error goes to
-a log (`state/hooks.log` of the home, else `HOOKS_DIR/loopd-hooks.log`) and it exits 0.
+loopd's hook wrappers (hooks.py) are plain sh that start no Python: each writes a record of
+what moved into every hooked home's `state/inbox/` as `hook-PID-N.hook` (in place, its last
+line `end` once it is whole) and returns to git. The daemon's intake (either engine's) calls
+`take_records` before it reads the inbox: each record becomes the `Trigger` files of the
+loops it concerns, then goes.
+The same file still runs as `python3 -I -S hook_script.py HOOKS_DIR HOOK_NAME [ARGS...]` for
+wrappers written by an older loopd (until `loopd hooks install` runs again). Standard library
+only, and no import of the rest of loopd. Errors never reach git: they go to a log
+(`state/hooks.log` of the home, else `HOOKS_DIR/loopd-hooks.log`).
 
 What it reads: `HOOKS_DIR/loopd-hooks.json`, written by `loopd hooks install`:
   {"version": 1, "homes": {HOME: {"loops": {LOOP: {"git_dir": DIR, "globs": [GLOB...]}}}}}
+A record: `loopd-hook-record 1`, lines `hook|hooks_dir|cwd|git_dir|head VALUE`, a blank line,
+then one `OLD NEW REF` line per branch that moved (NEW `?`: read REF when the record is taken).
 What it writes: `HOME/state/inbox/STAMP-HEX.json`, the JSON of a `Trigger` of kind "push",
 once per (loop, ref, new commit): a marker in `state/inbox/.seen/` remembers what was sent,
 because one commit runs both reference-transaction and post-commit.
@@ -23,6 +30,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 CONFIG_NAME = "loopd-hooks.json"
@@ -33,6 +41,14 @@ PRUNE_EVERY_SECONDS = 3600
 STDIN_REF_HOOKS = ("reference-transaction", "post-receive")
 # Hooks after which HEAD's branch holds the new work.
 HEAD_HOOKS = ("post-commit", "post-merge", "post-rewrite")
+RECORD_SUFFIX = ".hook"
+RECORD_HEADER = "loopd-hook-record 1"
+# A record still without its last line this long after it was made: its hook was killed.
+INCOMPLETE_SECONDS = 60
+
+
+class Incomplete(Exception):
+    """A hook record whose last line is not written yet."""
 
 
 # ---------------------------------------------------------------------------- globs
@@ -80,9 +96,11 @@ def _worktree_git_dir() -> str | None:
         here = parent
 
 
-def _git_dir_of_cwd() -> str | None:
-    """The repository's common git folder (shared by its worktrees), found without git."""
-    git_dir = _worktree_git_dir()
+def _git_dir_of_cwd(git_dir: str | None = None) -> str | None:
+    """The repository's common git folder (shared by its worktrees), found without git: of
+    `git_dir` (a work tree's git folder), else of where this process runs."""
+    if git_dir is None:
+        git_dir = _worktree_git_dir()
     if git_dir is None:
         return None
     common = os.path.join(git_dir, "commondir")
@@ -179,8 +197,8 @@ def _prune_seen(seen: str) -> None:
             continue
 
 
-def _write_trigger(inbox: str, trigger: dict) -> str:
-    now = datetime.now(timezone.utc)  # noqa: UP017 - stays importable by older python3
+def _write_trigger(inbox: str, trigger: dict, ts: datetime | None = None) -> str:
+    now = ts or datetime.now(timezone.utc)  # noqa: UP017 - stays importable by older python3
     name = f"{now.strftime('%Y%m%dT%H%M%S%fZ')}-{os.urandom(4).hex()}.json"
     tmp = os.path.join(inbox, f".{name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -206,17 +224,35 @@ def _log(path: str, message: str) -> None:
 
 # ---------------------------------------------------------------------------- main
 def handle(hooks_dir: str, hook: str, args: list[str]) -> list[str]:
-    """Write the triggers for this hook call; the inbox files written."""
+    """Write the triggers for this hook call, run inside git (an older wrapper); the files."""
     if hook == "reference-transaction" and (not args or args[0] != "committed"):
         return []
-    with open(os.path.join(hooks_dir, CONFIG_NAME), encoding="utf-8") as fh:
-        config = json.load(fh)
     if hook in STDIN_REF_HOOKS:
         updates = _stdin_updates()
     elif hook in HEAD_HOOKS:
         updates = _head_update()
     else:
         return []
+    if _in_run_worktree():
+        return []
+    return _write_for(hooks_dir, hook, updates, _git_dir_of_cwd)
+
+
+def _write_for(
+    hooks_dir: str,
+    hook: str,
+    updates: list[tuple[str, str, str]],
+    here_of: Callable[[], str | None],
+    only_home: str | None = None,
+    ts: datetime | None = None,
+) -> list[str]:
+    """The push triggers of `updates` for every loop they concern; the inbox files written.
+
+    `here_of` finds the repository the hook ran in, asked only for a shared hooks folder;
+    `only_home` limits the homes (a record in one home's inbox is that home's alone).
+    """
+    with open(os.path.join(hooks_dir, CONFIG_NAME), encoding="utf-8") as fh:
+        config = json.load(fh)
     updates = [
         (old, new, ref)
         for old, new, ref in updates
@@ -227,12 +263,14 @@ def handle(hooks_dir: str, hook: str, args: list[str]) -> list[str]:
         # pushed in does, and post-receive reports it.
         and not (hook == "reference-transaction" and _zero(old))
     ]
-    if not updates or _in_run_worktree():
+    if not updates:
         return []
     here = None
     written = []
     own_hooks = os.path.realpath(hooks_dir)
     for home, entry in sorted(config.get("homes", {}).items()):
+        if only_home is not None and os.path.realpath(home) != os.path.realpath(only_home):
+            continue
         state = os.path.join(home, "state")
         if not os.path.isdir(home):
             continue
@@ -243,21 +281,134 @@ def handle(hooks_dir: str, hook: str, args: list[str]) -> list[str]:
             # them; only the loop's own repository counts.
             if own_hooks != os.path.realpath(os.path.join(git_dir, "hooks")):
                 if here is None:
-                    here = _git_dir_of_cwd() or ""
+                    here = here_of() or ""
                 if here != os.path.realpath(git_dir):
                     continue
             for old, new, ref in updates:
                 branch = ref[len("refs/heads/") :]
                 if not branch_matches(list(spec.get("globs", [])), branch):
                     continue
-                path = _trigger_once(state, inbox, loop, hook, (old, new, ref))
+                path = _trigger_once(state, inbox, loop, hook, (old, new, ref), ts)
                 if path is not None:
                     written.append(path)
     return written
 
 
+# ---------------------------------------------------------------------------- records
+def take_records(inbox: str) -> list[str]:
+    """Turn the hook records waiting in `inbox` into trigger files, oldest first; the files.
+
+    A record goes once handled, whatever came of it (a bad one is logged): the `.seen`
+    markers make a record handled twice (a crash between) give its triggers once.
+    """
+    try:
+        names = [n for n in os.listdir(inbox) if n.endswith(RECORD_SUFFIX) and n[:1] != "."]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    home = os.path.dirname(os.path.dirname(os.path.abspath(inbox)))
+    found = []
+    for name in names:
+        path = os.path.join(inbox, name)
+        try:
+            found.append((os.stat(path).st_mtime, name, path))
+        except FileNotFoundError:
+            continue
+    written: list[str] = []
+    for mtime, _name, path in sorted(found):
+        record: dict[str, str] = {}
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read(1 << 20)
+        except FileNotFoundError:
+            continue  # taken by another caller meanwhile
+        try:
+            record, updates = _parse_record(text)
+            when = datetime.fromtimestamp(mtime, timezone.utc)  # noqa: UP017
+            written.extend(_take_record(record, updates, home, when))
+        except Incomplete as exc:
+            if time.time() - mtime < INCOMPLETE_SECONDS:
+                continue  # the hook is writing it: its close wakes the daemon again
+            _log_failure(record.get("hooks_dir", ""), "?", exc, home)  # a hook killed midway
+        except Exception as exc:  # noqa: BLE001 - one bad record must not stop the others
+            _log_failure(record.get("hooks_dir", ""), record.get("hook", "?"), exc, home)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    return written
+
+
+def _parse_record(text: str) -> tuple[dict[str, str], list[tuple[str, str, str]]]:
+    # First, whether it is whole: a record just created is empty, one midway cut anywhere.
+    if not text.endswith("\nend\n"):
+        raise Incomplete("the hook is still writing it, or was killed before its end")
+    head, sep, body = text.partition("\n\n")
+    lines = head.split("\n")
+    if lines[0] != RECORD_HEADER or not sep:
+        raise ValueError(f"not a hook record of this loopd (first line {lines[0][:40]!r})")
+    body_lines = body.split("\n")
+    record = {}
+    for line in lines[1:]:
+        key, _, value = line.partition(" ")
+        record[key] = value
+    for key in ("hook", "hooks_dir", "cwd"):
+        if not record.get(key):
+            raise ValueError(f"hook record without {key!r}")
+    # The wrapper writes them as git gave them: relative to where the hook ran.
+    record["hooks_dir"] = os.path.join(record["cwd"], record["hooks_dir"])
+    record["git_dir"] = os.path.join(record["cwd"], record.get("git_dir") or ".")
+    updates = []
+    for line in body_lines[:-2]:
+        parts = line.split(" ", 2)
+        if len(parts) == 3:
+            updates.append((parts[0], parts[1], parts[2]))
+    return record, updates
+
+
+def _take_record(
+    record: dict[str, str], updates: list[tuple[str, str, str]], home: str, when: datetime
+) -> list[str]:
+    hooks_dir = record["hooks_dir"]
+    worktree_git_dir = record["git_dir"]
+    if record.get("head", "").startswith("ref: refs/heads/loopd/"):
+        return []  # a run's worktree (the wrapper skips it too)
+    resolved = []
+    for old, new, ref in updates:
+        if new == "?":  # a packed ref the wrapper could not read: its commit now
+            new = _resolve(_git_dir_of_cwd(worktree_git_dir) or worktree_git_dir, ref)
+            if not new:
+                continue
+        resolved.append((old, new, ref))
+    return _write_for(
+        hooks_dir,
+        record["hook"],
+        resolved,
+        lambda: _git_dir_of_cwd(worktree_git_dir),
+        only_home=home,
+        ts=when,
+    )
+
+
+def _resolve(git_dir: str, ref: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    proc = subprocess.run(
+        ["git", f"--git-dir={git_dir}", "rev-parse", "--verify", "-q", f"{ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        timeout=10,
+    )
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
 def _trigger_once(
-    state: str, inbox: str, loop: str, hook: str, update: tuple[str, str, str]
+    state: str,
+    inbox: str,
+    loop: str,
+    hook: str,
+    update: tuple[str, str, str],
+    ts: datetime | None = None,
 ) -> str | None:
     """The push trigger of one update for one loop, unless a hook sent it already; its path."""
     old, new, ref = update
@@ -275,13 +426,32 @@ def _trigger_once(
         "ref": ref,
         "old": "" if _zero(old) else old,
         "new": new,
-        "ts": datetime.now(timezone.utc).isoformat(),  # noqa: UP017
+        "ts": (ts or datetime.now(timezone.utc)).isoformat(),  # noqa: UP017
     }
     try:
-        return _write_trigger(inbox, trigger)
+        return _write_trigger(inbox, trigger, ts)
     except BaseException:
         os.unlink(marker)  # not sent: a later hook for this update may try again
         raise
+
+
+def _log_failure(hooks_dir: str, hook: str, exc: BaseException, home: str | None = None) -> None:
+    """Log a failure: in the home's `state/hooks.log` when the hooks serve one home (or a
+    record's hooks folder holds no configuration), else in the hooks folder's log."""
+    config = os.path.join(hooks_dir, CONFIG_NAME) if hooks_dir else ""
+    # No configuration there (the hooks were removed since): nothing to write beside it.
+    log = os.path.join(hooks_dir, LOG_NAME) if os.path.exists(config) else None
+    try:
+        if log is not None:
+            with open(os.path.join(hooks_dir, CONFIG_NAME), encoding="utf-8") as fh:
+                homes = list(json.load(fh).get("homes", {}))
+            home = homes[0] if len(homes) == 1 else None
+        if home is not None and os.path.isdir(os.path.join(home, "state")):
+            log = os.path.join(home, "state", "hooks.log")
+    except Exception:  # noqa: BLE001
+        pass
+    if log is not None:
+        _log(log, f"{hook}: {type(exc).__name__}: {exc}")
 
 
 def main(argv: list[str]) -> int:
@@ -291,15 +461,7 @@ def main(argv: list[str]) -> int:
     try:
         handle(hooks_dir, hook, args)
     except BaseException as exc:  # noqa: BLE001 - a hook must never fail git
-        log = os.path.join(hooks_dir, LOG_NAME)
-        try:
-            with open(os.path.join(hooks_dir, CONFIG_NAME), encoding="utf-8") as fh:
-                homes = list(json.load(fh).get("homes", {}))
-            if len(homes) == 1 and os.path.isdir(os.path.join(homes[0], "state")):
-                log = os.path.join(homes[0], "state", "hooks.log")
-        except Exception:  # noqa: BLE001
-            pass
-        _log(log, f"{hook}: {type(exc).__name__}: {exc}")
+        _log_failure(hooks_dir, hook, exc)
     return 0
 
 

@@ -2,8 +2,9 @@
 
 The daemon's loop waits on a threading.Event with a 1 s timeout, then clears it and takes
 the inbox; this watcher sets the event when a `*.json` file is created or renamed into the
-inbox (the hooks and `loopd trigger` write a temporary dot-file and rename it), so a trigger
-is taken within milliseconds instead of at the next second.
+inbox (`loopd trigger` writes a temporary dot-file and renames it), or a git hook's record
+is closed there (written in place, see hooks.py), so a trigger is taken within milliseconds
+instead of at the next second.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import errno
 import threading
 from pathlib import Path
 from typing import Any
+
+from daemon.scheduling.hook_script import RECORD_SUFFIX
 
 INOTIFY_LIMIT_FIX = (
     "raise it, e.g. `echo fs.inotify.max_user_watches=524288 | sudo tee "
@@ -38,8 +41,9 @@ def is_inotify_limit(exc: BaseException) -> bool:
 
 
 def _is_trigger_file(path: str | bytes) -> bool:
+    """A trigger file, or a git hook's record (hook_script.py) the daemon makes triggers of."""
     name = Path(path.decode() if isinstance(path, bytes) else path).name
-    return name.endswith(".json") and not name.startswith(".")
+    return name.endswith((".json", RECORD_SUFFIX)) and not name.startswith(".")
 
 
 def _is_inotify(observer: Any) -> bool:
@@ -71,6 +75,11 @@ class InboxWatcher:
                 if not event.is_directory and _is_trigger_file(event.src_path):
                     wake.set()
 
+            def on_closed(self, event: Any) -> None:
+                # A hook's record is written in place (no rename): whole when it is closed.
+                if not event.is_directory and event.src_path.endswith(RECORD_SUFFIX):
+                    wake.set()
+
             def on_moved(self, event: Any) -> None:
                 if not event.is_directory and _is_trigger_file(event.dest_path):
                     wake.set()
@@ -79,14 +88,14 @@ class InboxWatcher:
 
     def start(self) -> None:
         """Start watching; falls back to polling (and sets `warning`) at the inotify limit."""
-        from watchdog.events import FileCreatedEvent, FileMovedEvent
+        from watchdog.events import FileClosedEvent, FileCreatedEvent, FileMovedEvent
         from watchdog.observers import Observer
         from watchdog.observers.polling import PollingObserver
 
         self.inbox.mkdir(mode=0o700, parents=True, exist_ok=True)
-        # Only creations and renames: the daemon's own reads and deletions of a burst of
-        # ten thousand files must not wake watchdog's thread for each one.
-        only = [FileCreatedEvent, FileMovedEvent]
+        # Only creations, renames and closes after writing: the daemon's own reads and
+        # deletions of a burst of ten thousand files must not wake watchdog's thread for each.
+        only = [FileCreatedEvent, FileMovedEvent, FileClosedEvent]
         observer = Observer()
         try:
             observer.schedule(self._handler(), str(self.inbox), recursive=False, event_filter=only)

@@ -27,6 +27,11 @@ from daemon.state.store import UnreadableFile, warn_on_stderr
 # A fire this late at a tick still runs as `schedule`; later than this the daemon was
 # stalled or the machine slept, and the fire is a miss that `catch_up` may run once.
 LATE_GRACE = timedelta(minutes=1)
+# A cursor further ahead of now than this means the wall clock stepped back (an NTP
+# correction, a wrong clock set right): the schedule goes on from the new now, with a
+# `clock_stepped_back` event. A smaller step keeps the cursor, so a fire just handled is never
+# fired again by a clock that wobbled back a few minutes.
+STEP_BACK_TOLERANCE = timedelta(minutes=15)
 # At most this many misses are listed per loop per call; the last one listed says `more`.
 MISSED_LIMIT = 1000
 # Windows searched backwards for the latest fire before now; each holds few fires.
@@ -76,6 +81,7 @@ class CronTimer:
         self.warn = warn  # told when the cursor file cannot be read
         self._entries: dict[str, _Entry] = {}
         self._missed: list[dict[str, Any]] = []
+        self._stepped: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
     # the daemon's calls ----------------------------------------------------------
@@ -93,10 +99,11 @@ class CronTimer:
             for name, config in loops.items():
                 if not (config.enabled and config.schedule):
                     continue
-                # A new loop starts from now. A cursor ahead of now (the clock went back)
-                # is kept: those fires were handled already.
+                # A new loop starts from now. A cursor a little ahead of now (the clock went
+                # back a few minutes) is kept: those fires were handled already.
                 entry = _Entry(config, stored.get(name, now))
                 self._entries[name] = entry
+                self._step_back(name, entry, now)
                 fired = self._handle(name, entry, now, on_time=False)
                 if fired.trigger is not None or fired.missed:
                     out.append(fired)
@@ -116,6 +123,7 @@ class CronTimer:
         with self._lock:
             handled = False
             for name, entry in self._entries.items():
+                handled = self._step_back(name, entry, now) or handled
                 if entry.next_fire is None or entry.next_fire > now:
                     continue
                 fired = self._handle(name, entry, now, on_time=True)
@@ -133,6 +141,12 @@ class CronTimer:
         with self._lock:
             missed, self._missed = self._missed, []
         return missed
+
+    def take_stepped(self) -> list[dict[str, Any]]:
+        """Cursors moved back to a clock that stepped back: one `clock_stepped_back` event each."""
+        with self._lock:
+            stepped, self._stepped = self._stepped, []
+        return stepped
 
     def update(self, loops: Mapping[str, LoopConfig], now: datetime) -> None:
         """The configuration was reloaded: new or changed schedules start from now."""
@@ -154,6 +168,12 @@ class CronTimer:
             if after != before:
                 self._write()
 
+    def next_wake(self) -> datetime | None:
+        """The earliest next fire of any loop (UTC): the driver's timer is armed for it."""
+        with self._lock:
+            fires = [e.next_fire for e in self._entries.values() if e.next_fire is not None]
+        return min(fires, default=None)
+
     def next_fire(self, loop: str) -> datetime | None:
         """The loop's next scheduled fire (UTC), for status; None when it has no schedule."""
         with self._lock:
@@ -161,6 +181,17 @@ class CronTimer:
             return entry.next_fire if entry else None
 
     # internals -------------------------------------------------------------------
+    def _step_back(self, name: str, entry: _Entry, now: datetime) -> bool:
+        """A cursor far ahead of now: the clock stepped back; go on from now (True if so)."""
+        if entry.handled_until - now <= STEP_BACK_TOLERANCE:
+            return False
+        self._stepped.append(
+            {"loop": name, "handled_until": iso(entry.handled_until), "clock": iso(now)}
+        )
+        entry.handled_until = now
+        entry.next_fire = entry.schedule.next_fire(now)
+        return True
+
     def _handle(self, name: str, entry: _Entry, now: datetime, on_time: bool) -> Fired:
         """Fires in (handled_until, now]: at most one trigger, every other one a miss."""
         since = entry.handled_until

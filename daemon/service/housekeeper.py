@@ -1,5 +1,7 @@
 """Chores off the tick's thread: pruning old runs and retiring stale rules (at start, then
-daily), and retrying lessons deferred while the verifier was down."""
+daily), retrying lessons deferred while the verifier was down, and `state_max` (hourly with
+the tidying, and at once when the estimate of what `state/` grew since its last measure,
+checked every CAP_CHECK_EVERY seconds, says it is over)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from daemon.landing.branches import list_branches
 from daemon.rules.promotion import retire_stale
 from daemon.runs.learning import retry_deferred_lessons, rule_library
 from daemon.service.context import Context
+from daemon.service.statecap import Growth
+from daemon.service.tidy import cap_state
 from daemon.service.tidy import tidy as tidy_up
 from daemon.state.eventtypes import Event
 from daemon.state.runindex import refresh as refresh_run_index
@@ -18,6 +22,7 @@ from daemon.state.runindex import refresh as refresh_run_index
 PRUNE_EVERY = 86400.0  # seconds of the monotonic clock
 LESSONS_EVERY = 300.0
 TIDY_EVERY = 3600.0  # landed branches, repository maintenance, rotated event files
+CAP_CHECK_EVERY = 10.0  # the estimate of state/'s growth: a stat per event file, live runs
 
 
 class Housekeeper:
@@ -28,6 +33,8 @@ class Housekeeper:
         self._pruned_at = float("-inf")
         self._lessons_at = float("-inf")
         self._tidied_at = float("-inf")
+        self._capped_at = float("-inf")
+        self.growth = Growth()
         self._thread: threading.Thread | None = None
 
     def tick(self, now: datetime, keep: set[str]) -> None:
@@ -38,7 +45,8 @@ class Housekeeper:
         prune = mono - self._pruned_at >= PRUNE_EVERY
         lessons = mono - self._lessons_at >= LESSONS_EVERY
         tidy = mono - self._tidied_at >= TIDY_EVERY
-        if not (prune or lessons or tidy):
+        cap = not tidy and self._over(mono)
+        if not (prune or lessons or tidy or cap):
             return
         if prune:
             self._pruned_at = mono
@@ -53,13 +61,35 @@ class Housekeeper:
             if prune:
                 self.prune(now, keep)
             if tidy:
-                tidy_up(self.ctx, now, keep)
+                tidy_up(self.ctx, now, keep, self.growth)
                 self.refresh_run_index(now)
+            elif cap:
+                self.cap(now, keep)
             if lessons:
                 self.retry_deferred_lessons()
 
         self._thread = threading.Thread(target=chores, name="housekeeping", daemon=True)
         self._thread.start()
+
+    def _over(self, mono: float) -> bool:
+        """Whether `state/` has grown past `state_max` since its last measure (estimated at
+        most every CAP_CHECK_EVERY seconds)."""
+        if mono - self._capped_at < CAP_CHECK_EVERY:
+            return False
+        self._capped_at = mono
+        store = self.ctx.store
+        try:
+            limit = self.ctx.config.daemon.limits.state_limit(store.root)
+            return self.growth.estimate(store) > limit
+        except OSError:
+            return False  # the hourly measure still comes
+
+    def cap(self, now: datetime, keep: set[str]) -> None:
+        """`state_max` now: `state/` grew past it since the last measure."""
+        try:
+            cap_state(self.ctx, now, keep, self.growth)
+        except OSError as exc:
+            self.ctx.event(Event.STATE_CAP_FAILED, error=str(exc)[:500])
 
     def prune(self, now: datetime, keep: set[str]) -> None:
         """`retain_days`: prune old runs, then retire rules that stopped earning their place."""

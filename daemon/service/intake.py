@@ -13,11 +13,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from daemon.config import Loop
 from daemon.globs import wildmatch
 from daemon.people.escalation import blocking_escalation
+from daemon.scheduling.hook_script import take_records
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import CronTimer
 from daemon.service.context import Context
@@ -43,6 +45,7 @@ class Intake:
         queue: RunQueue,
         timer: CronTimer,
         is_running: Callable[[str], bool],
+        skips_file: Path | None = None,
     ) -> None:
         self.ctx = ctx
         self.queue = queue
@@ -55,7 +58,9 @@ class Intake:
         # configuration (the watcher's reload may not have come yet).
         self.reload: Callable[[datetime], object] | None = None
         self._reloaded_for: dict[str, float] = {}  # loop -> monotonic time of that reload
-        self.skips = Skips(ctx)  # timer fires skipped in a row are recorded once a streak
+        # Timer fires skipped in a row are recorded once a streak; the daemon keeps the
+        # streaks in `skips_file` across a kill -9.
+        self.skips = Skips(ctx, skips_file)
 
     # start -------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -95,12 +100,15 @@ class Intake:
                 self.ctx.event(Event.SCHEDULE_MISSED, **miss)
             if trigger is not None:
                 self.offer(trigger, now)
+        self._record_steps()
 
     # each tick -----------------------------------------------------------------------------
     def take_inbox(self, now: datetime) -> bool:
         """Offer waiting inbox files (a bounded batch); True when more wait."""
         store = self.ctx.store
         stop = self.ctx.flags.stop
+        # The git hooks leave records of what moved; they become trigger files here.
+        take_records(str(store.inbox_dir))
         deadline = self.ctx.monotonic() + BATCH_SECONDS
         offered = 0
         for name in store.inbox_names():
@@ -122,6 +130,11 @@ class Intake:
             self.offer(trigger, now)
         for miss in self.timer.take_missed():
             self.ctx.event(Event.SCHEDULE_MISSED, **miss)
+        self._record_steps()
+
+    def _record_steps(self) -> None:
+        for step in self.timer.take_stepped():
+            self.ctx.event(Event.CLOCK_STEPPED_BACK, **step)
 
     def offer(self, trigger: Trigger, now: datetime) -> None:
         """A trigger arrives: filter it, apply the loop's overlap policy, record it."""

@@ -27,6 +27,7 @@ from daemon.config import ListenConfig
 from daemon.service.context import ConfigFatal
 from daemon.service.refusals import shown
 from daemon.service.webhook_desk import Answer, RateLimit, WebhookDesk
+from daemon.state.space import no_space
 
 MAX_CONNECTIONS = 256  # open at once; more are closed as they come
 
@@ -166,6 +167,8 @@ class Listener:
         try:
             return await asyncio.to_thread(self.desk.handle, kind, headers, body, source)
         except Exception as exc:  # noqa: BLE001 - one delivery never takes the listener down
+            if no_space(exc):
+                return self.desk.full(kind, source)  # the sender retries a 503
             # An event and its type, no traceback: the log holds nothing a client sent.
             return self.desk.refuse(kind, 500, f"loopd failed on it ({type(exc).__name__})", source)
 

@@ -73,6 +73,7 @@ class Outside:
                 clock=ctx.clock,
                 event=ctx.event,
                 monotonic=ctx.monotonic,
+                space=ctx.store.space,
             )
             outside.desk = desk
 

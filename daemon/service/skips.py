@@ -4,16 +4,25 @@ held by an escalation) for a reason, one `skips_counted` when the streak ends.
 A cron every minute on a held loop would otherwise write an event every minute, 1,440 a day.
 Only triggers without an inbox file stream: one from the inbox may have a person waiting
 for its own event (`loopd trigger --wait`), and each is recorded as before.
+
+The daemon's streaks are kept in `state/skips.json` as they change (not synced: a kill -9
+keeps the page cache), so a streak and its count outlive a kill -9: the next start goes on
+counting it, and a stop or a changed reason records it whole.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 from datetime import datetime
+from pathlib import Path
 
 from daemon.service.context import Context
+from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
 from daemon.state.eventtypes import Event
+
+SKIPS_FILE = "skips.json"
 
 
 @dataclass
@@ -31,9 +40,44 @@ class Streak:
 class Skips:
     """Per loop, the streak of timer triggers skipped for the same reason."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, path: Path | None = None) -> None:
         self.ctx = ctx
-        self._streaks: dict[str, Streak] = {}
+        self.path = path  # where the streaks are kept across a kill -9 (None: memory only)
+        self._streaks: dict[str, Streak] = self._load()
+
+    def _load(self) -> dict[str, Streak]:
+        """The streaks a daemon left (killed, or it would have recorded them); {} if none."""
+        if self.path is None:
+            return {}
+        try:
+            saved = json.loads(self.path.read_text(encoding="utf-8"))
+            return {
+                loop: Streak(
+                    type=str(one["type"]),
+                    why=str(one["why"]),
+                    escalation=str(one["escalation"]),
+                    since=datetime.fromisoformat(one["since"]),
+                    last=datetime.fromisoformat(one["last"]),
+                    count=int(one["count"]),
+                )
+                for loop, one in saved.items()
+            }
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return {}  # torn or hand-edited: the counts start again
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        data = {
+            loop: {**asdict(s), "since": s.since.isoformat(), "last": s.last.isoformat()}
+            for loop, s in self._streaks.items()
+        }
+        try:
+            write_atomic(self.path, json.dumps(data, indent=1) + "\n", durable=False)
+        except OSError:
+            pass  # a full disk: the count goes on in memory, and is written on the next change
 
     def first(self, loop: str, type: str, why: str, escalation: str, now: datetime) -> bool:
         """A timer trigger of `loop` is skipped: True when its event is to be written (a
@@ -46,16 +90,22 @@ class Skips:
         ):
             streak.count += 1
             streak.last = now
+            self._save()
             return False
         self.end(loop)
         self._streaks[loop] = Streak(type, why, escalation, since=now, last=now)
+        self._save()
         return True
 
     def end(self, loop: str) -> None:
         """`loop`'s streak is over (a fire went through, or the reason changed): record how
         many fires it skipped, when more than the one its first event recorded."""
-        streak = self._streaks.pop(loop, None)
-        if streak is None or streak.count < 2:
+        streak = self._streaks.get(loop)
+        if streak is None:
+            return
+        if streak.count < 2:
+            del self._streaks[loop]
+            self._save()
             return
         fields = {"escalation": streak.escalation} if streak.escalation else {}
         self.ctx.event(
@@ -68,6 +118,9 @@ class Skips:
             until=iso(streak.last),
             **fields,
         )
+        # Forgotten once recorded: a write that failed keeps it for the next try.
+        self._streaks.pop(loop, None)
+        self._save()
 
     def end_all(self) -> None:
         """loopd stops: every streak's count is recorded before the counts are lost."""

@@ -1,12 +1,15 @@
 """`[limits] state_max`: `state/` as a whole stays under a size. Measured by the housekeeper
-(hourly); over it, the transcripts of the oldest finished runs go first (they are most of
-the bytes), then the rest of their attempt folders. Never a live run's files, nor a run an
-open escalation, a live rule or a deferred lesson cites. The measure is kept in
-`state/usage.toml` for `loopd status` (walking `state/` on every status would be slow).
+(hourly, and at once when its estimate of the growth since says it is over: `Growth`); over
+it, the transcripts of the oldest finished runs go first (they are most of the bytes), then
+the rest of their attempt folders, then the oldest rotated event files (never the current
+log). Never a live run's files, nor a run an open escalation, a live rule or a deferred
+lesson cites. The measure is kept in `state/usage.toml` for `loopd status` (walking
+`state/` on every status would be slow), which shows its age.
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 import shutil
 import tomllib
@@ -16,6 +19,7 @@ from pathlib import Path
 import tomli_w
 
 from daemon.state.atomic import write_atomic
+from daemon.state.events import rotated_numbers
 from daemon.state.records import Record
 from daemon.state.runids import loop_of
 from daemon.state.store import StateStore, UnreadableFile, dump_toml, read_model
@@ -95,10 +99,15 @@ def _finished(store: StateStore, run_id: str) -> bool:
 
 
 def enforce(
-    store: StateStore, limit: int, now: datetime, protected: set[str]
+    store: StateStore,
+    limit: int,
+    now: datetime,
+    protected: set[str],
+    events_removed: list[str] | None = None,
 ) -> tuple[StateUsage, list[str]]:
-    """Evict from the oldest finished runs until `state/` is under `limit`; the usage
-    measured after, and the runs something was evicted from."""
+    """Evict from the oldest finished runs, then the oldest rotated event files, until
+    `state/` is under `limit`; the usage measured after, and the runs something was evicted
+    from (the event files deleted are added to `events_removed`)."""
     total, runs = measure(store)
     evicted: list[str] = []
     if total > limit:
@@ -114,9 +123,89 @@ def enforce(
                     runs[run_id] -= freed
                     if run_id not in evicted:
                         evicted.append(run_id)
+        if total > limit:
+            freed, names = _drop_rotated_events(store, total - limit)
+            total -= freed
+            if events_removed is not None:
+                events_removed.extend(names)
     usage = StateUsage(measured=now, total=total, limit=limit, loops=_largest(runs))
     write_atomic(store.root / USAGE_FILE, dump_toml(usage))
     return usage, evicted
+
+
+def events_bytes(store: StateStore) -> int:
+    """Bytes of the event log and its rotated files (a stat each)."""
+    current = store.events.path
+    total = 0
+    for n in [None, *rotated_numbers(current)]:
+        name = current.name if n is None else f"{current.stem}-{n}{current.suffix}"
+        try:
+            total += os.lstat(current.with_name(name)).st_size
+        except FileNotFoundError:
+            continue
+    return total
+
+
+def _drop_rotated_events(store: StateStore, over: int) -> tuple[int, list[str]]:
+    """Delete the oldest rotated event files until `over` bytes are freed (the current log
+    stays); the bytes freed and the names."""
+    current = store.events.path
+    freed, names = 0, []
+    for n in sorted(rotated_numbers(current)):
+        if freed >= over:
+            break
+        path = current.with_name(f"{current.stem}-{n}{current.suffix}")
+        try:
+            if path.is_symlink():
+                continue
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        freed += size
+        names.append(path.name)
+    return freed, names
+
+
+class Growth:
+    """What `state/` grew by since it was last measured, estimated cheaply: the event files'
+    sizes (a stat each) and the folders of the runs live at the measure or begun since
+    (walked while live; a run that has ended is walked once more, then its size is kept),
+    against the same at the measure. Run folders and events are most of what a night
+    writes; the hourly measure counts the rest."""
+
+    def __init__(self) -> None:
+        self.total = 0  # bytes at the measure
+        self.events = 0
+        self.newest = ""  # the newest run id at the measure: later ones are new
+        self.base: dict[str, int] = {}  # live runs' folders at the measure
+        self.sizes: dict[str, int] = {}  # runs since: their folders when last walked
+        self.ended: set[str] = set()  # ... and those walked after they ended
+
+    def measured(self, store: StateStore, total: int) -> None:
+        """`state/` was just measured at `total` bytes."""
+        self.total = total
+        self.events = events_bytes(store)
+        ids = store.run_ids()
+        self.newest = ids[-1] if ids else ""
+        self.base = {r: tree_size(store.run_dir(r)) for r in store.live_runs()}
+        self.sizes = dict(self.base)
+        self.ended = set()
+
+    def estimate(self, store: StateStore) -> int:
+        """`state/`'s bytes now, as estimated from the measure."""
+        live = set(store.live_runs())
+        ids = store.run_ids()
+        new = ids[bisect.bisect_right(ids, self.newest) :] if self.newest else ids
+        for run_id in [*live, *new, *(set(self.sizes) - live)]:
+            if run_id in self.ended:
+                continue
+            self.sizes[run_id] = tree_size(store.run_dir(run_id))
+            if run_id not in live:
+                self.ended.add(run_id)
+        grown = events_bytes(store) - self.events
+        grown += sum(size - self.base.get(r, 0) for r, size in self.sizes.items())
+        return self.total + grown
 
 
 def _largest(runs: dict[str, int]) -> dict[str, int]:

@@ -15,7 +15,7 @@ from daemon.git.userrepo import UserRepo
 from daemon.housekeeping import cited_by_deferred_lessons, cited_by_open_escalations, cited_by_rules
 from daemon.landing.tidy import delete_landed_branches
 from daemon.service.context import Context
-from daemon.service.statecap import compress_finished, enforce
+from daemon.service.statecap import Growth, compress_finished, enforce
 from daemon.state.events import rotated_numbers
 from daemon.state.eventtypes import Event
 from daemon.state.store import StateStore
@@ -24,7 +24,7 @@ from daemon.state.tidymarks import load_maintenance, save_maintenance
 MAINTAIN_EVERY = timedelta(days=1)
 
 
-def tidy(ctx: Context, now: datetime, keep: set[str]) -> None:
+def tidy(ctx: Context, now: datetime, keep: set[str], growth: Growth | None = None) -> None:
     """Branches, repositories, rotated event files, `state_max`."""
     try:
         delete_branches(ctx, now)
@@ -40,13 +40,16 @@ def tidy(ctx: Context, now: datetime, keep: set[str]) -> None:
         if removed:
             ctx.event(Event.EVENTS_PRUNED, files=removed, retain_days=retain_days)
     try:
-        cap_state(ctx, now, keep)
+        cap_state(ctx, now, keep, growth)
     except OSError as exc:
         ctx.event(Event.STATE_CAP_FAILED, error=str(exc)[:500])
 
 
-def cap_state(ctx: Context, now: datetime, keep: set[str]) -> list[str]:
-    """Keep `state/` under `state_max`; the runs something was evicted from."""
+def cap_state(
+    ctx: Context, now: datetime, keep: set[str], growth: Growth | None = None
+) -> list[str]:
+    """Keep `state/` under `state_max`; the runs something was evicted from. `growth` is
+    told the measure (the housekeeper's estimate starts from it)."""
 
     store = ctx.store
     files, saved = compress_finished(store)
@@ -55,14 +58,18 @@ def cap_state(ctx: Context, now: datetime, keep: set[str]) -> list[str]:
     protected = set(keep) | cited_by_open_escalations(store) | cited_by_deferred_lessons(store)
     protected |= cited_by_rules(ctx.home.rules_dir)
     limit = ctx.config.daemon.limits.state_limit(store.root)
-    usage, evicted = enforce(store, limit, now, protected)
-    if evicted:
+    events: list[str] = []
+    usage, evicted = enforce(store, limit, now, protected, events)
+    if growth is not None:
+        growth.measured(store, usage.total)
+    if evicted or events:
         ctx.event(
             Event.STATE_EVICTED,
             runs=evicted[:50],
             count=len(evicted),
             total=usage.total,
             limit=limit,
+            events=events,
         )
     return evicted
 

@@ -27,6 +27,7 @@ from daemon.scheduling.remotes import RemoteFeed, RemotePush, watching
 from daemon.service.refusals import RefusalSampler, shown
 from daemon.state.deliveries import Deliveries
 from daemon.state.eventtypes import Event
+from daemon.state.space import StateSpace, no_space
 
 EventSink = Callable[..., None]
 
@@ -74,8 +75,10 @@ class WebhookDesk:
         event: EventSink,
         environ: Mapping[str, str] = os.environ,
         monotonic: Callable[[], float] = time.monotonic,
+        space: StateSpace | None = None,
     ) -> None:
         self.loops = loops
+        self.space = space  # state/'s room: a delivery it has none for is answered 503
         self.remotes = remotes
         self.deliveries = deliveries
         self.feed = feed
@@ -96,10 +99,16 @@ class WebhookDesk:
         self._write_counted(over)
         if write:
             capped = {k: shown(v) for k, v in more.items()}
-            self.event(
-                Event.WEBHOOK_REFUSED, kind=kind, status=status, why=why, source=shown(source),
-                **capped,
-            )  # fmt: skip
+            try:
+                self.event(
+                    Event.WEBHOOK_REFUSED, kind=kind, status=status, why=why,
+                    source=shown(source), **capped,
+                )  # fmt: skip
+            except OSError as exc:  # a refusal is answered whatever the disk says
+                if not no_space(exc):
+                    raise
+                if self.space is not None:
+                    self.space.hit(self.clock(), "the event webhook_refused")
         return Answer(status, why + "\n")
 
     def flush(self) -> None:
@@ -152,11 +161,47 @@ class WebhookDesk:
         if not delivery:
             why = "no delivery id header: a replay could not be told apart"
             return self.refuse(kind, 400, why, source, remote=name)
+        if self.space is not None and self.space.full:
+            # Nothing it leads to could be written: the sender retries a 503.
+            return self.full(kind, source, remote=name, delivery=delivery)
         digest = hashlib.sha256(body).hexdigest()
-        if not self.deliveries.first_time(kind, delivery, received, digest):
+        keys = self.deliveries.claim(kind, delivery, received, digest)
+        if not keys:
             return self.refuse(
                 kind, 409, "replayed delivery", source, remote=name, delivery=delivery
             )
+        try:
+            answer = self._judge(kind, name, delivery, headers, payload, source, received)
+        except BaseException as exc:
+            # Not recorded: the delivery is forgotten, so that the sender's retry is taken.
+            self.deliveries.release(keys)
+            if no_space(exc) and self.space is not None:
+                self.space.hit(self.clock(), f"webhook delivery {shown(delivery)}")
+                return self.full(kind, source, remote=name, delivery=delivery)
+            raise
+        try:
+            self.deliveries.keep(keys)
+        except OSError as exc:  # its triggers are written: a replay is refused until a restart
+            if no_space(exc) and self.space is not None:
+                self.space.hit(self.clock(), "state/deliveries.log")
+        return answer
+
+    def full(self, kind: str, source: str, **more: str) -> Answer:
+        """A delivery `state/` has no room for: 503, so that the sender sends it again."""
+        why = "state/ is full: loopd cannot record this delivery now; send it again later"
+        return self.refuse(kind, 503, why, source, **more)
+
+    def _judge(
+        self,
+        kind: str,
+        name: str,
+        delivery: str,
+        headers: Mapping[str, str],
+        payload: dict[str, Any],
+        source: str,
+        received: datetime,
+    ) -> Answer:
+        """A signed, first-time delivery of remote `name`: ignored, refused or accepted."""
         event_name = webhooks.header(headers, kind, webhooks.EVENT)
         if event_name != webhooks.PUSH_EVENTS[kind]:
             why = f"event {shown(event_name)!r} is not a push"

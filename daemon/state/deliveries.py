@@ -2,9 +2,11 @@
 
 A service signs a delivery's body, not its delivery id: the same signed body sent again
 under a new id is a replay too. So each delivery is remembered twice, by its id and by its
-body's sha256: lines `EPOCH_SECONDS KIND:ID` and `EPOCH_SECONDS body:KIND:SHA256`, appended
-as each is accepted; a start keeps only the lines younger than `KEEP` and rewrites the file,
-so it stays small. Only signed deliveries reach it.
+body's sha256: lines `EPOCH_SECONDS KIND:ID` and `EPOCH_SECONDS body:KIND:SHA256`. They are
+appended once what the delivery led to (its triggers, or the event that ignores it) is
+written: a delivery that could not be recorded (a full disk) is forgotten, and the sender's
+retry is taken. A start keeps only the lines younger than `KEEP` and rewrites the file, so
+it stays small. Only signed deliveries reach it.
 """
 
 from __future__ import annotations
@@ -43,9 +45,11 @@ class Deliveries:
                 self._seen[key] = when
         write_atomic(path, "".join(f"{t:.3f} {k}\n" for k, t in self._seen.items()))
 
-    def first_time(self, kind: str, delivery: str, now: datetime, digest: str = "") -> bool:
-        """Record the delivery; False when its id, or its body's sha256 `digest`, was seen
-        within `KEEP` (a replay)."""
+    def claim(self, kind: str, delivery: str, now: datetime, digest: str = "") -> list[str]:
+        """Hold the delivery's keys in memory (a concurrent copy is a replay); [] when its id,
+        or its body's sha256 `digest`, was seen within `KEEP`. Nothing is written: `keep`
+        writes the keys once what the delivery led to is recorded, `release` forgets them
+        when it could not be (the sender's retry must be taken)."""
         key = f"{kind}:{''.join(c for c in delivery[:MAX_ID] if c.isprintable() and c != ' ')}"
         keys = [key] + ([f"body:{kind}:{digest}"] if digest else [])
         stamp = now.timestamp()
@@ -53,15 +57,34 @@ class Deliveries:
             for one in keys:
                 seen = self._seen.get(one)
                 if seen is not None and stamp - seen < KEEP.total_seconds():
-                    return False
+                    return []
             for one in keys:
                 self._seen[one] = stamp
             if len(self._seen) > 100_000:  # a flood: forget what has expired
                 cutoff = stamp - KEEP.total_seconds()
                 self._seen = {k: t for k, t in self._seen.items() if t >= cutoff}
+        return keys
+
+    def keep(self, keys: list[str]) -> None:
+        """Append the claimed keys to the file: the delivery is taken for good (an OSError
+        leaves them in memory only: a replay is refused until the daemon restarts)."""
+        with self._lock:
+            lines = "".join(f"{self._seen.get(k, 0.0):.3f} {k}\n" for k in keys)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
-                os.write(fd, "".join(f"{stamp:.3f} {one}\n" for one in keys).encode())
+                os.write(fd, lines.encode())
             finally:
                 os.close(fd)
-        return True
+
+    def release(self, keys: list[str]) -> None:
+        """Forget claimed keys: what the delivery led to was not recorded."""
+        with self._lock:
+            for one in keys:
+                self._seen.pop(one, None)
+
+    def first_time(self, kind: str, delivery: str, now: datetime, digest: str = "") -> bool:
+        """Claim and keep at once; False for a replay (see `claim`)."""
+        keys = self.claim(kind, delivery, now, digest)
+        if keys:
+            self.keep(keys)
+        return bool(keys)

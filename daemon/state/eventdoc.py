@@ -114,9 +114,20 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
-    """Write docs/events.md (or the path given)."""
-    path = Path(argv[0]) if argv else DOC
-    path.write_text(render(), encoding="utf-8")
+    """Write docs/events.md (or the path given); --check: exit 1 when it is not current."""
+    check = "--check" in argv
+    rest = [arg for arg in argv if arg != "--check"]
+    if any(arg.startswith("-") for arg in rest) or len(rest) > 1:
+        # Never a file named after an option (`--help` once wrote one).
+        print("usage: python -m daemon.state.eventdoc [--check] [PATH]", file=sys.stderr)
+        return 2
+    path = Path(rest[0]) if rest else DOC
+    text = render()
+    if check:
+        current = path.exists() and path.read_text(encoding="utf-8") == text
+        print(f"{path} is current" if current else f"{path} is stale: run without --check")
+        return 0 if current else 1
+    path.write_text(text, encoding="utf-8")
     print(f"wrote {path}")
     return 0
 

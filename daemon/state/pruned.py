@@ -5,18 +5,19 @@ line here keeps what it was: its loop, trigger, outcome and reason, its times, i
 whether it was deleted, and when it was pruned. `loopd runs` lists these lines after the
 runs still kept, and `loopd show RUN_ID` of a pruned run prints its line. A line is written
 (and synced) before the folder goes, so a crash between the two leaves the folder to be
-folded again: readers take the last line of a run.
+folded again: readers take the last line of a run. A line is kept `retain_days` after its
+run was pruned (`trim_pruned`, with each prune), then dropped: the index follows retention.
 """
 
 from __future__ import annotations
 
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from daemon.state.atomic import open_private
+from daemon.state.atomic import open_private, write_atomic
 from daemon.state.prunedindex import PRUNED_INDEX as PRUNED_INDEX  # its readers import it here
 from daemon.state.prunedindex import index_path, lines_backwards, pruned_line
 from daemon.state.records import RunRecord
@@ -80,6 +81,30 @@ def append_pruned(root: Path, entry: PrunedRun) -> None:
         fh.write((entry.model_dump_json(exclude_defaults=True) + "\n").encode("utf-8"))
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def trim_pruned(root: Path, retain_days: int, now: datetime) -> int:
+    """Drop the lines of runs pruned more than `retain_days` ago (0 keeps them all), and
+    lines no longer readable: the index follows retention too. How many lines went."""
+    path = index_path(root)
+    if retain_days <= 0 or not path.is_file():
+        return 0
+    cutoff = now - timedelta(days=retain_days)
+    kept: list[bytes] = []
+    dropped = 0
+    with path.open("rb") as fh:
+        for raw in fh:
+            entry = _parse(raw.rstrip(b"\n"))
+            when = entry.pruned if entry is not None else None
+            if when is not None and when.tzinfo is None:
+                when = when.replace(tzinfo=cutoff.tzinfo)
+            if when is None or when < cutoff:
+                dropped += 1
+            else:
+                kept.append(raw if raw.endswith(b"\n") else raw + b"\n")
+    if dropped:
+        write_atomic(path, b"".join(kept))
+    return dropped
 
 
 def _parse(raw: bytes) -> PrunedRun | None:

@@ -96,7 +96,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   task, trigger, started, finished, outcome, reason, attempts, branch and whether it was
   deleted, how it landed, when it was pruned); its folder is gone. `loopd runs` lists them
   after the kept runs and `loopd show RUN_ID` prints its line. Runs an open escalation, a
-  live rule or a deferred lesson cites are never pruned
+  live rule or a deferred lesson cites are never pruned. A line is kept `retain_days` after
+  its run was pruned
 - `runs/RUN_ID/worker.toml`: with the Temporal engine, a worker's own view of the run it
   works on (the home keeps run.toml)
 - `runs/RUN_ID/notes.jsonl`: the knowledge and skills the agent noted during the run
@@ -119,14 +120,18 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   every trigger, run, attempt, check, verdict, rule change, escalation, notification (each
   type and its fields: docs/events.md in loopd's source). Past `events_rotate` it is
   renamed `events-N.jsonl` (N counts up) and a new one starts; a rotated file whose last
-  event is older than `retain_days` is deleted.
+  event is older than `retain_days` is deleted, and the oldest go first when `state/` is
+  over `state_max` and no finished run has more to give.
   `events.jsonl.not-a-file` is what stood in its place and was no regular file (a FIFO, a
   link), set aside
 - `queue.toml`: runs waiting to start, each with its RUN_ID and trigger (kept across
   restarts), and `taken`: inbox files the queue accounts for. `queue.unreadable.toml` is one
   loopd could not read, set aside
 - `usage.toml`: the size of `state/` and of its largest loops, as the housekeeper last
-  measured it (hourly) against `state_max`; `loopd status` shows it
+  measured it (hourly, and at once when its estimate of the growth since passes it)
+  against `state_max`; `loopd status` shows it and its age
+- `skips.json`: per loop, the streak of scheduled fires skipped in a row for one reason
+  (held by an escalation, ...), so that its count outlives a kill -9
 - `runs-index.json`: a cache of a few fields of each run record (outcome, branch, landing),
   each with the identity of the `run.toml` it was read from, so `loopd branches` need not
   parse thousands of records; the daemon refreshes it hourly, and any reader rebuilds what
@@ -141,11 +146,16 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `schedule.toml`: per loop, `handled_until`: every scheduled fire up to then was run,
   caught up or reported missed, so a restart never fires twice
 - `inbox/`: triggers waiting for the daemon, one JSON file each, written by `loopd trigger`,
-  `loopd escalations resolve --retry` and the git hooks. `inbox/bad/` keeps files that were
-  not valid triggers. `inbox/.seen/` holds the hooks' markers: one push (ref, commit)
-  triggers a loop once
+  `loopd escalations resolve --retry` and the daemon from the git hooks' records
+  (`hook-PID-N.hook`: what moved, as the hooks saw it; a record goes once it is made into
+  triggers). `inbox/bad/` keeps files that were not valid triggers. `inbox/.seen/` holds
+  the hooks' markers: one push (ref, commit) triggers a loop once
 - `deliveries.log`: the webhook deliveries `[listen]` accepted in the last 24 hours (time,
-  service, delivery id; and the sha256 of each body), so a replayed delivery is refused
+  service, delivery id; and the sha256 of each body), so a replayed delivery is refused;
+  written once the delivery's triggers are, so a delivery answered 503 (a full disk) is
+  taken when its sender retries it
+- `.space-probe`: written and removed at once, every second while `state/` is full, to
+  see whether there is room again
 - `hooks.log`: errors of the git hooks `loopd hooks install` wrote (a hook never fails git)
 - `live/RUN_ID`: an empty marker per run without an outcome yet, so a restart finds the runs
   to resume or end

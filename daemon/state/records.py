@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import secrets
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from daemon.state.causes import Cause, violation_cause  # noqa: F401 - re-exported
+from daemon.state.violations import CHECK_KINDS as CHECK_KINDS
+from daemon.state.violations import FAILING_KINDS as FAILING_KINDS
+from daemon.state.violations import REPOSITORY_KINDS as REPOSITORY_KINDS
+from daemon.state.violations import WHOLE_TREE as WHOLE_TREE
+from daemon.state.violations import Violation as Violation
+from daemon.state.violations import ViolationKind as ViolationKind
 
 TriggerKind = Literal["schedule", "push", "change", "manual", "catch-up", "retry", "experiment"]
 Outcome = Literal[
@@ -91,61 +98,6 @@ class RunTrigger(Record):
     remote: str = ""  # the [remotes.NAME] a push came from
 
 
-class Cause(StrEnum):
-    """Why a run ended the way it did, in `run.toml` as `cause`; the escalation's next step
-    follows from it."""
-
-    CHECKS_FAILED = "checks-failed"
-    CRITIC_REJECTED = "critic-rejected"
-    PROTECT_VIOLATION = "protect-violation"
-    REF_VIOLATION = "ref-violation"
-    REPO_VIOLATION = "repo-violation"  # the user's repository config, hooks or info changed
-    GIT_VIOLATION = "git-violation"  # HEAD's commits off the base, or the tree's .git replaced
-    TIMEOUTS = "timeouts"  # every attempt hit attempt_timeout
-    STALLED = "stalled"  # the agent was stopped for silence or a repeated tool call
-    TOKEN_CAP = "token-cap"
-    VERIFIER_UNAVAILABLE = "verifier-unavailable"
-    AGENT_FAILED = "agent-failed"  # the agent could not be started, or failed before its stream
-    AGENT_LOGIN = "agent-login"  # the agent's provider refused its credentials (401/403)
-    SETUP_FAILED = "setup-failed"  # the run's tree could not be made
-    GIT_FAILED = "git-failed"  # a git command on the run's tree failed or hung
-    REFUSED = "refused"
-    RULE_ESCALATE = "rule-escalate"
-    CANCELLED = "cancelled"
-    INTERRUPTED = "interrupted"
-    INTERRUPTED_RETRY = "interrupted-retry"  # the retry of an interrupted run was interrupted
-    QUOTA_WAIT_EXCEEDED = "quota-wait-exceeded"  # a usage limit outlasted [limits] max_wait
-    LOOPD_ERROR = "loopd-error"
-    PASSED = "passed"
-    SANDBOX_UNAVAILABLE = "sandbox-unavailable"  # [sandbox] says runs must not go unconfined
-    ALREADY_DONE = "already-done"  # skipped: done_when passed where the run would start
-    LANDING_BLOCKED = "landing-blocked"  # succeeded, but its work could not land
-    # Succeeded, but setup or the checks fail on the commit that would land: escalated.
-    LANDING_CHECKS_FAILED = "landing-checks-failed"
-    TOO_LARGE = "too-large"  # a file over [limits] max_file_size: kept out of the repository
-    RESOURCE_LIMIT = "resource-limit"  # the agent ran into [limits] max_processes or max_memory
-    CHECK_CHANGED_TREE = "check-changed-tree"  # a check changed files the commit holds
-    CHECKS_WEAKENED = "checks-weakened"  # fewer tests passed, more skipped, or none ran
-    # A new member here, its next step in people/next_steps.py.
-
-
-def violation_cause(kind: str) -> Cause:
-    """The cause of a run given up on (or ended) for a violation of this kind."""
-    if kind == "protected":
-        return Cause.PROTECT_VIOLATION
-    if kind == "ref_moved":
-        return Cause.REF_VIOLATION
-    if kind in ("repo_config", "repo_hook", "repo_info"):
-        return Cause.REPO_VIOLATION
-    if kind == "check_changed_tree":
-        return Cause.CHECK_CHANGED_TREE
-    if kind == "checks_weakened":
-        return Cause.CHECKS_WEAKENED
-    if kind == "too_large":
-        return Cause.TOO_LARGE
-    return Cause.GIT_VIOLATION
-
-
 # Outcomes that hand the run to a person; an interrupted retry does too (it is not retried).
 ESCALATING_OUTCOMES: frozenset[Outcome] = frozenset({"escalated", "refused", "error"})
 # The task is done: the run succeeded, or it was skipped because the checks already pass.
@@ -168,67 +120,6 @@ def escalates(outcome: Outcome | None, cause: Cause | None) -> bool:
         Cause.INTERRUPTED_RETRY,
         Cause.LANDING_CHECKS_FAILED,
     )
-
-
-ViolationKind = Literal[
-    "protected",
-    "ref_moved",
-    "repo_config",
-    "repo_hook",
-    "repo_info",
-    "detached_head",
-    "git_dir",
-    "check_changed_tree",
-    "checks_weakened",
-    "too_large",
-]
-# Violations that are the checks' own failing: a check changed the tree, tests were weakened.
-CHECK_KINDS = frozenset({"check_changed_tree", "checks_weakened"})
-# Violations that fail the attempt whatever its checks say, named first when a run gives up.
-FAILING_KINDS = CHECK_KINDS | {"too_large"}
-# Violations in the user's repository itself: the run ends and a person looks.
-REPOSITORY_KINDS = frozenset({"ref_moved", "repo_config", "repo_hook", "repo_info"})
-_HEADS = {
-    "protected": "protected path changed",
-    "ref_moved": "ref moved",
-    "repo_config": "repository config changed",
-    "repo_hook": "repository hook changed",
-    "repo_info": "repository info file changed",
-    "detached_head": "commits off the run's base",
-    "git_dir": "the tree's git directory was replaced",
-    "check_changed_tree": "a check changed files the commit holds",
-    "checks_weakened": "the checks test less than on the base",
-    "too_large": "a file over max_file_size",
-}
-
-
-class Violation(Record):
-    """Something an attempt may not do that it did: a protected path changed, a ref moved,
-    the user's repository config, hooks or info files changed, HEAD left on commits that do
-    not descend from the base, the tree's `.git` replaced."""
-
-    kind: ViolationKind
-    target: str  # the protected path, the ref, the file under the git directory, the commit
-    detail: str = ""
-
-    def text(self) -> str:
-        """One line for people and models."""
-        head = f"{_HEADS[self.kind]}: {self.target}"
-        return f"{head} ({self.detail})" if self.detail else head
-
-    def __str__(self) -> str:
-        return self.text()
-
-    @classmethod
-    def from_legacy(cls, text: str) -> Violation:
-        """A violation as run.toml files written before violations were records hold it."""
-        for prefix, kind in (
-            ("protected path changed: ", "protected"),
-            ("ref moved: ", "ref_moved"),
-        ):
-            if text.startswith(prefix):
-                return cls(kind=kind, target=text[len(prefix) :])  # type: ignore[arg-type]
-        return cls(kind="protected", target="", detail=text)
 
 
 class TestCounts(Record):
@@ -406,6 +297,9 @@ class RunRecord(Record):
     refs_at: datetime | None = None  # when that was
     pid: int = 0  # the daemon (or `loopd once`) that ran it
     agent_pids: list[int] = []  # process groups of the running attempt, for a restart to kill
+    # Per recorded pid (agent_pids, push_pid): its boot id and start time (/proc/PID/stat
+    # field 22), so a restart acts on it only while it is still that process.
+    pid_marks: dict[str, str] = {}
     judging_since: datetime | None = None
     exposure: RunExposure | None = None
     resume_at: datetime | None = None  # parked (phase `waiting`): when the agent goes on

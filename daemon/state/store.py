@@ -25,6 +25,7 @@ from daemon.state.lock import HomeLock
 from daemon.state.queuefile import PendingRun, QueueFile
 from daemon.state.records import RunRecord, StatusFile, Trigger, make_run_id
 from daemon.state.runids import listed_run_ids, loop_of
+from daemon.state.space import StateSpace
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -97,6 +98,7 @@ class StateStore:
             ensure_dir(root / sub)
         self.events = EventLog(root / "events.jsonl", rotate_bytes=events_rotate)
         self.lock = HomeLock(root / "loopd.lock")
+        self.space = StateSpace(root)  # marked full by a write that found no room
         self.warn = warn  # told once per unreadable file (and again when it changes)
         self._warned: set[tuple[Path, int]] = set()
         # Called with each run record saved: its phase changes here on both engines (the

@@ -41,14 +41,18 @@ from daemon.engine.temporal.setupacts import SetupActivities
 from daemon.engine.temporal.workersetup import SetupStep
 from daemon.engine.temporal.workerside import WorkerSide
 from daemon.home import Home
+from daemon.sandbox.limits import sweep_stale_groups
+from daemon.scheduling.hook_script import take_records
 from daemon.scheduling.inbox_watch import InboxWatcher
 from daemon.service.context import ConfigFatal, Context, Flags, load_config
+from daemon.service.floor import Floor
 from daemon.service.holds import Holds
 from daemon.service.housekeeper import Housekeeper
 from daemon.service.reload import changed_loops, first_load, keep_last_good
 from daemon.service.watchers import Watchers
 from daemon.state.eventtypes import Event
 from daemon.state.lock import HomeLock
+from daemon.state.space import no_space
 from daemon.state.store import StateStore
 from daemon.systemd import SystemdNotifier
 
@@ -75,6 +79,7 @@ class Process:
         self.workers: list[Any] = []
         self.ctx: Any = None  # the home's daemon context (watchers, housekeeping)
         self.watchers: Any = None
+        self.floor: Floor | None = None  # the home's: a full state/ (daemon/service/floor.py)
         self.metrics = metrics  # `loopd worker --metrics HOST:PORT`
 
     # the whole life ------------------------------------------------------------------------
@@ -258,24 +263,41 @@ class Process:
             watcher.start()
         loop = asyncio.get_running_loop()
         taker = InboxTaker(self.store, self.role)
+        # A full state/ stops nothing: the forwarding waits for room, as the local tick does.
+        self.floor = Floor(self.ctx) if self.ctx is not None else None
         try:
             while not self.stop.is_set():
                 await loop.run_in_executor(None, self.wake.wait, 0.5)
                 self.wake.clear()
-                triggers = self.watchers.poll(utc_now()) if self.watchers else []
-                # One process per home forwards the inbox: a file is sent once.
-                names = self.store.inbox_names()[:INBOX_BATCH] if taker.may_take() else []
-                for name in names:
-                    trigger = self.store.read_trigger(name)
-                    if trigger is not None:
-                        triggers.append(trigger)
-                await self._send(client, triggers)
-                self.store.remove_inbox(names)
-                if len(names) == INBOX_BATCH:
-                    self.wake.set()
+                if self.floor is not None and self.floor.blocked(utc_now()):
+                    continue
+                try:
+                    await self._forward_once(client, taker)
+                except OSError as exc:
+                    if not no_space(exc):
+                        raise
+                    if self.floor is not None:
+                        self.floor.hit(exc, utc_now(), "the inbox's forwarding")
         finally:
             taker.release()
             watcher.stop()
+
+    async def _forward_once(self, client: Any, taker: Any) -> None:
+        triggers = self.watchers.poll(utc_now()) if self.watchers else []
+        # One process per home forwards the inbox: a file is sent once.
+        names = []
+        if taker.may_take():
+            # The git hooks leave records of what moved: they become trigger files.
+            take_records(str(self.store.inbox_dir))
+            names = self.store.inbox_names()[:INBOX_BATCH]
+        for name in names:
+            trigger = self.store.read_trigger(name)
+            if trigger is not None:
+                triggers.append(trigger)
+        await self._send(client, triggers)
+        self.store.remove_inbox(names)
+        if len(names) == INBOX_BATCH:
+            self.wake.set()
 
     async def _send(self, client: Any, triggers: list[Any]) -> None:
         by_loop: dict[str, list[Any]] = {}
@@ -318,6 +340,8 @@ class Process:
                 await board.write(client, utc_now())
                 failed = ""
             except Exception as exc:  # noqa: BLE001 - status.toml never stops loopd
+                if self.floor is not None:
+                    self.floor.hit(exc, utc_now(), "state/status.toml")
                 if str(exc) != failed:
                     failed = str(exc)
                     print(f"loopd: status.toml not written: {exc}", file=sys.stderr, flush=True)
@@ -430,6 +454,7 @@ def serve(home: Home, role: str, queue: str | None = None, metrics: str = "") ->
     lock = store.lock if role == "home" else _worker_lock(store)
     lock.acquire()  # LockHeld: exit 2 naming the pid
     set_child_subreaper()
+    sweep_stale_groups()  # what a process killed with -9 left in the control groups
     started = time.monotonic()
     store.events.append(
         Event.DAEMON_STARTED if role == "home" else Event.WORKER_STARTED,

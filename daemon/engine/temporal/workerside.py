@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextvars
 import os
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -42,7 +41,7 @@ from daemon.excerpt import kept_lines
 from daemon.git.guards import restore_paths, snapshot_refs
 from daemon.git.integrity import ledger_writer, publish
 from daemon.git.safe import Git, GitError
-from daemon.git.tree import RunTree, TreeError, record_tree, scratch_dir, tree_of_record
+from daemon.git.tree import RunTree, TreeError, record_tree, remove_scratch, tree_of_record
 from daemon.home import Home
 from daemon.model.client import ModelClient
 from daemon.model.evidence import build_evidence
@@ -336,7 +335,7 @@ class WorkerSide(Configured):
         except (GitError, OSError):
             pass  # a tree left behind is removed when the run's branch is taken again
         worktrees = services.config.limits.worktrees_path
-        shutil.rmtree(scratch_dir(worktrees, ref.loop, ref.run_id), ignore_errors=True)
+        remove_scratch(worktrees, ref.loop, ref.run_id)
 
     def _mirror(self, record: RunRecord, cfg: LoopConfig, repo: Path) -> RunRecord:
         """This machine's record of the run. What its agent may see is fixed again for each

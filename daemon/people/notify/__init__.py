@@ -24,6 +24,7 @@ from daemon.people.notify.messages import (
     question_message,
     quota_wait_message,
     repeat_digest_message,
+    state_full_message,
     verifier_down_message,
     verifier_up_message,
 )
@@ -117,23 +118,27 @@ class Notifications:
     ) -> None:
         loop, run = payload.get("loop"), payload.get("run")
         try:
-            notifier.send(message, payload)
-        except Exception as exc:  # noqa: BLE001 - any failure of a notifier is reported
-            error = str(exc) if isinstance(exc, NotifyError) else f"{type(exc).__name__}: {exc}"
-            self.events.append(
-                Event.NOTIFY_FAILED,
-                self._clock(),
-                loop=loop,
-                run=run,
-                kind=kind,
-                notifier=notifier.name,
-                error=redact(error),
-                asked=iso(asked),
-            )
-        else:
-            self.events.append(
-                Event.NOTIFIED, self._clock(), loop=loop, run=run, kind=kind, notifier=notifier.name
-            )
+            try:
+                notifier.send(message, payload)
+            except Exception as exc:  # noqa: BLE001 - any failure of a notifier is reported
+                error = str(exc) if isinstance(exc, NotifyError) else f"{type(exc).__name__}: {exc}"
+                self.events.append(
+                    Event.NOTIFY_FAILED,
+                    self._clock(),
+                    loop=loop,
+                    run=run,
+                    kind=kind,
+                    notifier=notifier.name,
+                    error=redact(error),
+                    asked=iso(asked),
+                )
+            else:
+                self.events.append(
+                    Event.NOTIFIED, self._clock(), loop=loop, run=run, kind=kind,
+                    notifier=notifier.name,
+                )  # fmt: skip
+        except OSError:
+            pass  # a full state/: the notification itself went out, or was tried
         finally:
             with self._lock:
                 self._pending.discard(threading.current_thread())
@@ -210,6 +215,11 @@ class Notifications:
         """Notify the end of an outage that was notified."""
         message, payload = verifier_up_message(base_url, since, now)
         self.notify("verifier-up", message, payload, now)
+
+    def state_full(self, home: Path, what: str, now: datetime) -> None:
+        """Notify that `state/` is full (always: nothing is recorded until there is room)."""
+        message, payload = state_full_message(home, what)
+        self.notify("state-full", message, payload, now)
 
     def daemon_failed(self, home: Path, error: str, now: datetime, wait: float = 10.0) -> None:
         """Notify that the daemon failed, and wait (bounded) since it is about to exit."""

@@ -118,6 +118,17 @@ def daemon_failure_message(home: Path, error: str) -> tuple[str, dict[str, Any]]
     return text, {"kind": "daemon-failed", "home": str(home), "error": error}
 
 
+def state_full_message(home: Path, what: str) -> tuple[str, dict[str, Any]]:
+    """The notification for `state/` full: loopd stays up and waits for room."""
+    text = (
+        f"loopd for {home}: state/ is full (writing {one_line(what, 120)} found no room). "
+        "loopd stays up: deliveries are answered 503 (their senders retry) and no run starts "
+        "until there is room; free space on the disk of state/ (or lower state_max) and it "
+        "goes on by itself"
+    )
+    return text, {"kind": "state-full", "home": str(home), "what": what}
+
+
 def quota_wait_message(run: RunRecord) -> tuple[str, dict[str, Any]]:
     """The notification for a run parked on its agent's usage limit (`notify_on` "waiting")."""
     park = run.park

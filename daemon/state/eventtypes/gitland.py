@@ -142,9 +142,10 @@ class PushStarted(EventFields):
 
 @fields_of(Event.PUSH_REAPED)
 class PushReaped(EventFields):
-    """A landing push a dead loopd left running was ended."""
+    """A landing push a dead loopd left running was ended (or left: no longer that process)."""
 
     pid: int
+    left: str = described("why nothing was signalled: the pid is gone or names another process", "")
 
 
 @fields_of(Event.LANDING_MERGE)

@@ -61,6 +61,17 @@ class TickError(Failed):
     """A daemon tick raised; the next tick goes on."""
 
 
+@fields_of(Event.STATE_FULL)
+class StateFull(EventFields):
+    """`state/` was full (a write found no room) and has room again: written once space
+    returned, since nothing could be written meanwhile."""
+
+    since: str = described("when a write first found no room (ISO 8601)")
+    what: str = described("the write that failed first")
+    seconds: float = described("how long `state/` was full")
+    refused: int = described("writes refused meanwhile (deliveries answered 503, ticks)")
+
+
 @fields_of(Event.CONFIG_ERROR)
 class ConfigErrorEvent(EventFields):
     """A configuration file is broken."""
@@ -217,12 +228,14 @@ class TranscriptsCompressed(EventFields):
 
 @fields_of(Event.STATE_EVICTED)
 class StateEvicted(EventFields):
-    """`state/` was over `state_max`: the oldest finished runs' transcripts went first."""
+    """`state/` was over `state_max`: the oldest finished runs' transcripts went first, then
+    their attempt folders, then the oldest rotated event files."""
 
     runs: list[str]
     count: int
     total: int
     limit: int
+    events: list[str] = described("rotated event files deleted, oldest first", [])
 
 
 @fields_of(Event.STATE_CAP_FAILED)

@@ -66,6 +66,14 @@ class ScheduleMissed(EventFields):
     unlisted_until: str = described("more misses up to then are not listed one by one", "")
 
 
+@fields_of(Event.CLOCK_STEPPED_BACK)
+class ClockSteppedBack(EventFields):
+    """The wall clock stepped back past a loop's schedule cursor: it goes on from the new now."""
+
+    handled_until: str = described("the cursor before: fires up to then had been handled")
+    clock: str = described("the clock's new time, where the schedule goes on from")
+
+
 @fields_of(Event.QUEUE_UNREADABLE)
 class QueueUnreadable(EventFields):
     """queue.toml could not be read: set aside."""
