@@ -17,7 +17,7 @@ from tests.machines import Machine
 # Where the run's processes and files were, and when: the machine's, not the lifecycle's.
 MACHINE_FIELDS = {
     "started", "finished", "ts", "refs_at", "judging_since", "resume_at", "pid",
-    "agent_pids", "worktree", "own_git_dir", "repo_git_dir", "agent_git_dir", "repo",
+    "agent_pids", "pid_marks", "worktree", "own_git_dir", "repo_git_dir", "agent_git_dir", "repo",
     "refs_before", "exposure", "session_id", "inbox", "created", "until", "reset_at",
     # The sandbox is the machine's that runs the attempt: on Temporal a worker's, unknown to
     # the home until an attempt reports it (a refused run has none there).
