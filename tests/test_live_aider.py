@@ -41,6 +41,7 @@ from tests.helpers import (
 from tests.model_server import ScriptedModelServer, Spec
 from tests.sandboxing import require_bwrap
 from tests.test_e2e_qwen import Outcome, loopd_lines, stdout_events, text_of
+from tests.test_login_e2e import assert_refused_login_held
 
 AIDER_PACKAGE = "aider-chat==0.86.2"
 
@@ -159,13 +160,15 @@ def starts(outcome: Outcome) -> list[list[str]]:
     return [shlex.split(s["argv"]) for s in loopd_lines(outcome, "process", event="started")]
 
 
+def edit_then_answer(body: dict[str, Any]) -> Spec:
+    """The edit and an answer; after the nudge, an answer that edits nothing."""
+    return SECOND_ANSWER if nudged(body) else EDIT_REPLY
+
+
 def test_aider_edits_answers_and_the_nudge_carries_the_history(
     tmp_path: Path, model_server: ScriptedModelServer
 ) -> None:
-    def reply(body: dict[str, Any]) -> Spec:
-        return SECOND_ANSWER if nudged(body) else EDIT_REPLY
-
-    model_server.script(reply)
+    model_server.script(edit_then_answer)
     outcome = run_loop(tmp_path, model_server)
 
     assert outcome.run["outcome"] == "escalated", outcome.explain()
@@ -223,9 +226,10 @@ def test_aider_refused_key_is_a_login_error_not_a_summary_url(
         }
     }
     model_server.script(lambda request: {"status": 401, "body": body})
-    outcome = run_loop(tmp_path, model_server, max_nudges=0)
+    outcome = run_loop(tmp_path, model_server)  # a nudge allowed, and not spent
 
-    assert outcome.run["outcome"] != "succeeded", outcome.explain()
+    assert_refused_login_held(outcome, "aider", LOOP)
+    assert "Incorrect API key" in outcome.run["reason"]
     attempt = outcome.attempt
     assert attempt["exit_code"] == 0  # aider exits 0 on a refused key
     errors = stdout_events(outcome, "error")

@@ -46,6 +46,7 @@ from tests.helpers import ROOT, git, loopd, make_home, make_repo, transcript_tex
 from tests.providers.anthropic import AnthropicServer, Spec, rate_limited, unauthorized
 from tests.sandboxing import require_bwrap
 from tests.test_e2e_qwen import Outcome, loopd_lines, stdout_events
+from tests.test_login_e2e import assert_refused_login_held
 
 CLAUDE_PACKAGE = "@anthropic-ai/claude-code@2.1.332"
 
@@ -279,19 +280,21 @@ def logs(outcome: Outcome) -> str:
 # --- the scenarios -------------------------------------------------------------------------
 
 
+def wrong_then_right(turn: Turn) -> Spec:
+    """A wrong edit and an answer; after the nudge, the right edit and an answer."""
+    if not turn.nudged:
+        if turn.answered == "toolu_edit_1":
+            return "I changed add() in calc.py."
+        return edit(turn, "toolu_edit_1", "a - b", "a * b", "I will fix add().")
+    if turn.answered == "toolu_edit_2":
+        return "Fixed: add() returns a + b now."
+    return edit(turn, "toolu_edit_2", "a * b", "a + b", "The checks say 6, not 5.")
+
+
 def test_an_edit_that_leaves_the_checks_failing_is_nudged_into_the_same_session(
     tmp_path: Path, anthropic: AnthropicServer
 ) -> None:
-    def decide(turn: Turn) -> Spec:
-        if not turn.nudged:
-            if turn.answered == "toolu_edit_1":
-                return "I changed add() in calc.py."
-            return edit(turn, "toolu_edit_1", "a - b", "a * b", "I will fix add().")
-        if turn.answered == "toolu_edit_2":
-            return "Fixed: add() returns a + b now."
-        return edit(turn, "toolu_edit_2", "a * b", "a + b", "The checks say 6, not 5.")
-
-    anthropic.script(agent_script(decide))
+    anthropic.script(agent_script(wrong_then_right))
     outcome = run_loop(tmp_path, anthropic)
 
     assert outcome.exit_code == 0, outcome.explain()
@@ -370,9 +373,10 @@ def test_a_refused_key_is_marked_a_login_failure_after_two_retries(
     tmp_path: Path, anthropic: AnthropicServer
 ) -> None:
     anthropic.script(lambda body: unauthorized())
-    outcome = run_loop(tmp_path, anthropic, max_nudges=0)
+    outcome = run_loop(tmp_path, anthropic)  # a nudge allowed, and not spent
 
-    assert outcome.run["outcome"] != "succeeded"
+    assert_refused_login_held(outcome, "claude", LOOP)
+    assert "Invalid API key" in outcome.run["reason"]
     # One request and the two retries loopd allows (CLAUDE_CODE_MAX_RETRIES), not ten.
     assert len(anthropic.messages_requests()) == 3
     errors = stdout_events(outcome, "error")

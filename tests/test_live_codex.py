@@ -53,6 +53,7 @@ from tests.providers.openai_responses import (
     usage_limit_reached,
 )
 from tests.sandboxing import require_bwrap
+from tests.test_login_e2e import assert_refused_login_held
 
 CODEX_PACKAGE = "@openai/codex@0.171.0"
 
@@ -463,19 +464,20 @@ def test_codex_usage_limit_parks_the_run_and_resumes_its_thread_after_the_reset(
     assert types.count("quota_wait") == 1 and "quota_resumed" in types
 
 
-def test_codex_refused_key_is_a_login_error(tmp_path: Path) -> None:
+def test_codex_refused_key_is_a_login_error_that_holds_its_profile(tmp_path: Path) -> None:
     with ResponsesServer(lambda body: invalid_api_key("sk-test")) as server:
-        outcome = run_once(tmp_path, server, max_nudges=0)
+        outcome = run_once(tmp_path, server)  # a nudge allowed, and not spent
         requests = server.responses_requests()
 
-    # Codex tries six times (its five reconnects), then fails the turn.
+    assert_refused_login_held(outcome, "codex", LOOP)
+    # Codex tries six times (its five reconnects), then fails the turn: one session.
     assert len(requests) == 6
     errors = stdout_events(outcome, "error")
     assert errors and all(e.get("login") for e in errors), errors
     assert all("401 Unauthorized" in e["text"] for e in errors)
     retries = [e for e in stdout_events(outcome, "raw") if "Reconnecting..." in e["text"]]
     assert len(retries) == 5 and not any(e.get("login") for e in retries)
-    assert outcome.run["outcome"] == "escalated", outcome.run.get("reason")
+    assert "401 Unauthorized" in outcome.run["reason"]
 
 
 def run_codex_directly(tmp_path: Path, script: Any, *extra: str) -> tuple[Any, list[str]]:

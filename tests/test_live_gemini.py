@@ -52,6 +52,7 @@ from tests.providers.gemini import (
 )
 from tests.sandboxing import require_bwrap
 from tests.test_e2e_qwen import Outcome, loopd_lines, stdout_events
+from tests.test_login_e2e import assert_refused_login_held
 
 GEMINI_PACKAGE = "@google/gemini-cli@0.61.0"
 
@@ -388,14 +389,15 @@ def test_refused_credentials_are_a_login_error_not_a_quota(
 ) -> None:
     require_bwrap()
     gemini_server.script(agent_script(lambda call: refusal()))
-    outcome = run_loop(tmp_path, gemini_server, max_nudges=0)
+    outcome = run_loop(tmp_path, gemini_server)  # nudges allowed, and none spent
 
-    assert outcome.run["outcome"] != "succeeded"
+    assert_refused_login_held(outcome, "gemini", LOOP)
     assert outcome.run.get("phase") != "waiting" and not outcome.run.get("park")
     errors = stdout_events(outcome, "error")
     assert len(errors) == 1, errors
     assert errors[0].get("login") is True and not errors[0].get("quota")
     assert status in errors[0]["text"]
+    assert errors[0]["text"][:80] in outcome.run["reason"]  # the reason quotes it, cut short
     exits = loopd_lines(outcome, "process", event="exited")
     assert [e["exit_code"] for e in exits] == [refusal()["status"] % 256]
     assert outcome.events("quota_wait") == []

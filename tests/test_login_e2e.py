@@ -39,7 +39,7 @@ from tests.helpers import (
 )
 from tests.model_server import ScriptedModelServer, Spec
 from tests.sandboxing import require_bwrap
-from tests.test_e2e_qwen import QWEN
+from tests.test_e2e_qwen import QWEN, loopd_lines
 
 BUGGY = {
     "calc.py": "def add(a, b):\n    return a - b\n",
@@ -89,6 +89,33 @@ def escalations(home: Path) -> list[Any]:
 def held_profiles(home: Path) -> dict[str, Any]:
     path = home / "state" / "logins.toml"
     return tomllib.loads(path.read_text())["profiles"] if path.exists() else {}
+
+
+def assert_refused_login_held(outcome: Any, profile: str, loop: str) -> None:
+    """A `loopd once` run of a real program whose key was refused: it ended `agent-login`
+    in one session (no nudge spent on the same key), and its profile is held, as a daemon's
+    `loopd status --json` shows for its loop."""
+    run = outcome.run
+    assert (run["outcome"], run["cause"]) == ("escalated", "agent-login"), outcome.explain()
+    (attempt,) = run["attempts"]
+    assert attempt["nudges"] == 0
+    assert len(loopd_lines(outcome, "process", event="started")) == 1
+    assert outcome.events("nudge") == []
+    assert set(held_profiles(outcome.home)) == {profile}
+    (filed,) = escalations(outcome.home)
+    assert (filed.cause, filed.profile, filed.run) == ("agent-login", profile, run["id"])
+    daemon = start_daemon(outcome.home)
+    try:
+
+        def held() -> str:
+            status = json.loads(loopd(outcome.home, "status", "--json").stdout)
+            return status["loops"][loop].get("waiting_for", "")
+
+        why = wait_for(held, timeout=60, interval=0.5, what="status to show the login's hold")
+        assert f"refused the login of agent profile '{profile}'" in why
+        assert run["id"] in why and "loopd check" in why
+    finally:
+        assert stop_daemon(daemon) == 0
 
 
 def test_qwen_refused_login_holds_its_profile_until_check_finds_it_working(
