@@ -1,8 +1,10 @@
 """Issue 20, item 3: `loopd calibrate` against the real llama.cpp server with SmolLM2-135M.
 
-Ten shipped cases (five bugs: the good fix and one bad attempt of another kind each) judged
+Four shipped cases (two bugs: the good fix and one bad attempt of another kind each) judged
 twice by a 135M model. Its figures are printed, not judged: a model that small is expected to
-be poor; the test asserts that every figure is computed and in range.
+be poor; the test asserts that every figure is computed and in range. Four, not more: each
+judge call of the 135M model takes tens of seconds on 2 cores, and the suite has 20 minutes;
+`bench/calibration.py` covers the whole shipped set with the scripted endpoint.
 """
 
 from __future__ import annotations
@@ -23,13 +25,10 @@ pytestmark = [pytest.mark.realmodel, pytest.mark.xdist_group("llama")]
 SUBSET = [
     ("humanize-negative-size", "reverted"),
     ("windowed-empty", "skipped"),
-    ("camelcase-all-caps", "partial"),
-    ("toolz-no-pad-sentinel", "ignored"),
-    ("mitmproxy-empty-binary", "unrelated"),
 ]
 
 
-def test_smollm2_is_calibrated_on_ten_cases(
+def test_smollm2_is_calibrated_on_four_cases(
     llama_server: str,  # noqa: F811 - the fixture imported above
     tmp_path: Path,
 ) -> None:
@@ -45,12 +44,13 @@ def test_smollm2_is_calibrated_on_ten_cases(
     done = loopd(home, "calibrate", "--json", "--cases", str(cases), timeout=3600)
     assert done.returncode == 0, done.stderr
     [figures] = json.loads(done.stdout)["models"]
-    print(f"\nSmolLM2-135M on 10 cases: {json.dumps(figures, indent=2)}")
-    assert figures["cases"] == 10
+    print(f"\nSmolLM2-135M on {2 * len(SUBSET)} cases: {json.dumps(figures, indent=2)}")
+    assert figures["cases"] == 2 * len(SUBSET)
     for rate, ci in (("false_pass_rate", "false_pass_ci"), ("false_fail_rate", "false_fail_ci")):
         low, high = figures[ci]
         assert 0.0 <= low <= figures[rate] <= high <= 1.0, (rate, figures)
-        assert figures[rate] * 5 == pytest.approx(round(figures[rate] * 5))  # of 5 cases
+        share = figures[rate] * len(SUBSET)  # of one good and one bad case per bug
+        assert share == pytest.approx(round(share))
     assert 0.0 <= figures["order_disagreement"] <= 1.0
     assert figures["latency_ms_mean"] > 0 and figures["tokens"] > 0
     kept = list((home / "state" / "calibration").glob("*.toml"))
