@@ -228,7 +228,7 @@ def test_loop_config_reports_a_bad_cron_on_the_schedule_key() -> None:
             {"repo": "/tmp", "task": "t", "schedule": ["0 2 * * *", "0 0 * * 8"]}
         )
     errors = info.value.errors()
-    assert [e["loc"] for e in errors] == [("schedule",)]
+    assert [e["loc"] for e in errors] == [("schedule", 1)]  # the bad one, at its place
     assert "day-of-week field" in errors[0]["msg"]
 
 
@@ -239,7 +239,7 @@ def test_loop_file_with_bad_cron_names_file_key_and_field(tmp_path: Path) -> Non
     assert loop is None
     assert len(errors) == 1
     text = str(errors[0])
-    assert errors[0].key == "schedule"
+    assert errors[0].key == "schedule[0]"
     assert str(path) in text and "minute field" in text and "61" in text
 
 

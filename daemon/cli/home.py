@@ -251,6 +251,8 @@ def _version(program: str) -> str:
 def _held_logins(home: Home, loaded: LoadedConfig) -> list[dict[str, Any]]:
     """Each agent profile held for a refused login, tried once (runs/logincheck.py): lifted
     when its login works again."""
+    if not (home.state_dir / "logins.toml").is_file():
+        return []  # nothing held; and `check` makes no state/ folders in a home
     from daemon.runs.logincheck import check_logins
 
     store = home.state(loaded.daemon.limits.events_rotate)

@@ -50,6 +50,7 @@ FIELDS: dict[str, tuple[Any, Any]] = {
     "latest_reason": ("str", ""),
     "notified": ("datetime", None),
     "notified_count": ("int", 1),
+    "profile": ("str", ""),
 }
 
 
