@@ -31,7 +31,8 @@ from typing import Any
 import pytest
 import tomli_w
 
-from tests.helpers import ROOT, git, loopd, make_home, make_repo, transcript_text
+from tests.agent_programs import find_program
+from tests.helpers import git, loopd, make_home, make_repo, transcript_text
 from tests.model_server import ScriptedModelServer, Spec
 from tests.sandboxing import require_bwrap
 
@@ -40,14 +41,7 @@ QWEN_PACKAGE = "@qwen-code/qwen-code@0.24.4"
 
 def find_qwen() -> Path | None:
     """The qwen executable: $LOOPD_QWEN_BIN, the repository's node_modules, or PATH."""
-    for candidate in (
-        os.environ.get("LOOPD_QWEN_BIN", ""),
-        str(ROOT / "node_modules" / ".bin" / "qwen"),
-        shutil.which("qwen") or "",
-    ):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return Path(candidate)
-    return None
+    return find_program("qwen", "LOOPD_QWEN_BIN")
 
 
 QWEN = find_qwen()

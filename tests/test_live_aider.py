@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import sys
 import tomllib
 from datetime import UTC, datetime, timedelta
@@ -25,6 +24,7 @@ from typing import Any
 import pytest
 import tomli_w
 
+from tests.agent_programs import find_program
 from tests.helpers import (
     ROOT,
     daemon_log,
@@ -48,15 +48,7 @@ AIDER_PACKAGE = "aider-chat==0.86.2"
 
 def find_aider() -> Path | None:
     """The aider executable: $LOOPD_AIDER_BIN, the repository's links or venv, or PATH."""
-    for candidate in (
-        os.environ.get("LOOPD_AIDER_BIN", ""),
-        str(ROOT / "node_modules" / ".bin" / "aider"),
-        str(ROOT / ".venv-aider" / "bin" / "aider"),
-        shutil.which("aider") or "",
-    ):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return Path(candidate)
-    return None
+    return find_program("aider", "LOOPD_AIDER_BIN", ROOT / ".venv-aider" / "bin" / "aider")
 
 
 AIDER = find_aider()

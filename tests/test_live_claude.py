@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import threading
@@ -42,7 +41,8 @@ from daemon.runs.services import RunServices
 from daemon.runs.slots import RunSlots
 from daemon.scheduling.queue import PendingRun
 from daemon.state.records import Trigger
-from tests.helpers import ROOT, git, loopd, make_home, make_repo, transcript_text, wait_for
+from tests.agent_programs import find_program
+from tests.helpers import git, loopd, make_home, make_repo, transcript_text, wait_for
 from tests.providers.anthropic import AnthropicServer, Spec, rate_limited, unauthorized
 from tests.sandboxing import require_bwrap
 from tests.test_e2e_qwen import Outcome, loopd_lines, stdout_events
@@ -53,14 +53,7 @@ CLAUDE_PACKAGE = "@anthropic-ai/claude-code@2.1.332"
 
 def find_claude() -> Path | None:
     """The claude executable: $LOOPD_CLAUDE_BIN, the repository's node_modules, or PATH."""
-    for candidate in (
-        os.environ.get("LOOPD_CLAUDE_BIN", ""),
-        str(ROOT / "node_modules" / ".bin" / "claude"),
-        shutil.which("claude") or "",
-    ):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return Path(candidate)
-    return None
+    return find_program("claude", "LOOPD_CLAUDE_BIN")
 
 
 CLAUDE = find_claude()

@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 import tomli_w
 
+from tests.agent_programs import find_program
 from tests.helpers import (
-    ROOT,
     daemon_log,
     events,
     git,
@@ -60,14 +60,7 @@ CODEX_PACKAGE = "@openai/codex@0.171.0"
 
 def find_codex() -> Path | None:
     """The codex executable: $LOOPD_CODEX_BIN, the repository's node_modules, or PATH."""
-    for candidate in (
-        os.environ.get("LOOPD_CODEX_BIN", ""),
-        str(ROOT / "node_modules" / ".bin" / "codex"),
-        shutil.which("codex") or "",
-    ):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return Path(candidate)
-    return None
+    return find_program("codex", "LOOPD_CODEX_BIN")
 
 
 CODEX = find_codex()

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 import tomli_w
 
+from tests.agent_programs import find_program
 from tests.helpers import (
-    ROOT,
     daemon_log,
     events,
     git,
@@ -59,14 +59,7 @@ GEMINI_PACKAGE = "@google/gemini-cli@0.61.0"
 
 def find_gemini() -> Path | None:
     """The gemini executable: $LOOPD_GEMINI_BIN, the repository's node_modules, or PATH."""
-    for candidate in (
-        os.environ.get("LOOPD_GEMINI_BIN", ""),
-        str(ROOT / "node_modules" / ".bin" / "gemini"),
-        shutil.which("gemini") or "",
-    ):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return Path(candidate)
-    return None
+    return find_program("gemini", "LOOPD_GEMINI_BIN")
 
 
 GEMINI = find_gemini()
