@@ -58,7 +58,7 @@ class Guess(BaseModel):
     checks: list[Found] = []  # the first is the one chosen
     setup: list[Found] = []
     protect: list[Found] = []
-    venv: Found | None = None  # its bin folder
+    venv: Found | None = None  # a Python project's own venv: its bin folder
 
 
 class NotARepository(Exception):
@@ -81,8 +81,10 @@ def guess(path: Path) -> Guess:
     files = [name.decode("utf-8", "replace") for name in listing.split(b"\0") if name]
     tree = _Tree(git, set(files))
     out = Guess(repo=repo, branch=branch)
-    out.venv = _venv(repo)
-    out.checks = _checks(tree, out.venv)
+    venv = _venv(repo)
+    out.checks = _checks(tree, venv)
+    if any(check.value.startswith("python3 ") for check in out.checks):
+        out.venv = venv  # its python3 first for the checks and the agent: a Python project's
     out.setup = _setup(tree, out.checks)
     out.protect = _protect(files)
     return out
@@ -132,7 +134,7 @@ def _venv(repo: Path) -> Found | None:
     for name in VENVS:
         bin_dir = repo / name / "bin"
         if (bin_dir / "python3").exists() or (bin_dir / "python").exists():
-            return Found(value=str(bin_dir), source=f"{repo / name} (the project's venv)")
+            return Found(value=str(bin_dir), source=f"{repo / name}, the project's venv")
     return None
 
 

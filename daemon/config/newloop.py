@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from daemon.config.loading import check_loop_name
 from daemon.config.loop_file import LoopConfig
 from daemon.state.atomic import write_atomic
 
+COMMENT_WIDTH = 96
 DEFAULT_TASK = "Make the failing tests pass without weakening them."
 
 
@@ -66,7 +68,15 @@ def _toml(value: object) -> str:
 
 
 def _comment(text: str) -> str:
-    return "# " + " ".join(text.split())
+    """A comment of one or more lines, each under COMMENT_WIDTH."""
+    return textwrap.fill(
+        " ".join(text.split()),
+        width=COMMENT_WIDTH,
+        initial_indent="# ",
+        subsequent_indent="# ",
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
 
 
 def loop_text(name: str, guess: Guess, agent: Found, task: str, command_line: str) -> str:
@@ -77,16 +87,19 @@ def loop_text(name: str, guess: Guess, agent: Found, task: str, command_line: st
         "# Each guessed key says where it came from: read them, change what is wrong, then",
         "# `loopd check --run-checks` (it runs the checks on the base, as a run does first).",
         "enabled = true",
-        _comment(f"the repository's top folder; a run starts from {guess.branch or 'HEAD'}"),
+        _comment(
+            "the repository's top folder; a run starts from its HEAD"
+            + (f" (now {guess.branch})" if guess.branch else "")
+        ),
         f"repo = {_toml(str(guess.repo))}",
         _comment("what the agent should do: say what you want done (--task)"),
         f"task = {_toml(task)}",
-        _comment(f"from {agent.source}"),
+        _comment(f"who does it: {agent.source}"),
         f"agent = {_toml(agent.value)}",
         "# When to run (none yet: `loopd once " + name + "` runs it now):",
         '# schedule = ["0 2 * * *"]        # five-field cron; timezone = "Europe/Berlin"',
-        f"# on_push = [{_toml(guess.branch or 'main')}]"
-        f"               # branch globs, fired by `loopd hooks install {name}`",
+        f"# on_push = [{_toml(guess.branch or 'main')}]   # branches whose pushes start a run;"
+        f" `loopd hooks install {name}`",
         '# land = "branch"                 # keep the branch for review | "merge" | "push"',
         _comment(f"the checks, all must exit 0: from {chosen[0].source}"),
         f"done_when = {_toml([c.value for c in chosen])}",
