@@ -134,6 +134,15 @@ def test_pytest_is_found_where_a_python_project_says_so(tmp_path: Path) -> None:
             "python3 -m pytest -q",
             source,
         ), name
+    # A pytest installed in the project's venv (in its folder, never committed)
+    venv = make_repo(tmp_path / "venv", {"a.py": "", ".gitignore": ".venv/\n"})
+    (venv / ".venv" / "lib" / "python3.11" / "site-packages" / "pytest").mkdir(parents=True)
+    (venv / ".venv" / "bin").mkdir()
+    (venv / ".venv" / "bin" / "python3").symlink_to(sys.executable)
+    found = guess(venv)
+    assert found.checks[0].value == "python3 -m pytest -q", found
+    assert found.checks[0].source == f"pytest is installed in {venv / '.venv'}, the project's venv"
+    assert found.venv is not None and found.venv.value == str(venv / ".venv" / "bin")
     # A Python project with no pytest anywhere: unittest, said so
     plain = guess(make_repo(tmp_path / "plain", {"setup.py": "", "test_x.py": ""}))
     assert plain.checks[0].value == "python3 -m unittest -q"

@@ -3,11 +3,12 @@ each guessed key under a comment saying where it came from, never over an existi
 
 from __future__ import annotations
 
-import json
 import os
 import textwrap
 from collections.abc import Iterable
 from pathlib import Path
+
+import tomli_w
 
 from daemon.config.errors import ConfigError
 from daemon.config.guess import Found, Guess
@@ -62,9 +63,11 @@ def chosen_checks(checks: list[Found]) -> list[Found]:
     return given or checks[:1]
 
 
-def _toml(value: object) -> str:
-    """A TOML value: JSON's strings and lists are TOML's basic strings and arrays."""
-    return json.dumps(value, ensure_ascii=False)
+def _toml(value: str | list[str]) -> str:
+    """A TOML string, or an array of them on one line (tomli_w's escapes)."""
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
+    return tomli_w.dumps({"v": value}).removeprefix("v = ").rstrip("\n")
 
 
 def _comment(text: str) -> str:
