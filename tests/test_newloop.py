@@ -171,7 +171,9 @@ def test_a_written_loop_runs_end_to_end_with_loopd_once(tmp_path: Path) -> None:
     home = _home(tmp_path, command_agent("fixer", FIXER))
     proc = loopd(home, "new", "calc", "--repo", str(repo), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "the checks run; 0 of 1 pass on its base" in proc.stdout, proc.stdout + proc.stderr
+    assert "the checks run in the sandbox: 0 of 1 pass on its base" in proc.stdout, (
+        proc.stdout + proc.stderr
+    )
     loop = _loop(home, "calc")
     assert loop["env"] == {"PATH": f"{bin_dir}:{{PATH}}"}, loop
     said = _said(home, "calc")
@@ -275,3 +277,16 @@ def test_init_offers_the_same_for_a_first_repository(tmp_path: Path) -> None:
     text = _said(target, "My-App")
     assert f"written by `loopd init {target} --repo '{repo}'`" in text, text
     assert _loop(target, "My-App")["done_when"] == ["python3 -m pytest -q"]
+
+
+def test_checks_that_pass_already_are_said_so(tmp_path: Path) -> None:
+    """The probe of a non-Python loop: `make test` run in the sandbox on HEAD passes, so the
+    default task has nothing to do, and the command says so."""
+    repo = make_repo(tmp_path / "mk", {"Makefile": "test:\n\ttest -f ok.txt\n", "ok.txt": ""})
+    home = _home(tmp_path)
+    proc = loopd(home, "new", "mk", "--repo", str(repo), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "done_when: make test (from Makefile, its `test:` target)" in proc.stdout
+    assert "mk: 1 of 1 check(s) pass on its base" in proc.stderr, proc.stderr
+    assert "the checks pass on its base already" in proc.stdout, proc.stdout
+    assert "protect: nothing (no test folder found" in proc.stdout

@@ -94,8 +94,8 @@ def _probe_and_next(home: Home, name: str, written: Path, args: argparse.Namespa
         print(f"{written} was written but does not load: fix it as said, then `loopd check`")
         return 2
     loop = loaded.loops[name]
-    pid = daemon_path(daemon_pid(home))[0]
-    for warning in own_venv_warnings(loop, pid):
+    search_path = daemon_path(daemon_pid(home))[0]  # the PATH a run's programs are found on
+    for warning in own_venv_warnings(loop, search_path):
         print(f"warning: {warning}")
     home_arg = f"--home {shlex.quote(str(home.root))} "
     code = 0
@@ -123,11 +123,16 @@ def _probe_and_next(home: Home, name: str, written: Path, args: argparse.Namespa
                 "to do (loopd skips it with skip_if_done); give the loop a task of its own"
             )
         else:
-            print(f"the checks run; {passed} of {len(loop.config.done_when)} pass on its base")
+            total = len(loop.config.done_when)
+            print(
+                f"the checks run in the sandbox: {passed} of {total} pass on its base; "
+                "making the rest pass is the agent's work"
+            )
     print("next:")
     print(f"  $EDITOR {written}   # the task, a schedule; each guess says where it came from")
     print(f"  loopd {home_arg}check --run-checks")
     print(f"  loopd {home_arg}once {name}   # one run now, in the foreground")
+    print(f"  loopd {home_arg}run   # the daemon: runs it on the schedule or on_push you add")
     return code
 
 
