@@ -260,11 +260,11 @@ def test_nothing_the_page_shows_escapes_redaction(night: dict) -> None:
 def test_a_busy_week_stays_light_and_lists_its_newest_runs(tmp_path: Path) -> None:
     now = datetime.now(UTC)
     runs, rules = realistic_week(now)
-    print_sizes = []
+    sizes = []
     page = tmp_path / "week.html"
     home, _, _ = build_week(tmp_path / "realistic", now, runs, rules)
     _report(home, page)
-    print_sizes.append(("a realistic week", len(runs), page.stat().st_size))
+    sizes.append(("a realistic week", len(runs), page.stat().st_size))
     outcomes = ("succeeded", "escalated", "succeeded", "error")
     busy = [
         RunSpec(night=n, hour=h, loop=f"loop-{i:02d}", outcome=o, attempts=2, tokens=30_000)
@@ -275,10 +275,32 @@ def test_a_busy_week_stays_light_and_lists_its_newest_runs(tmp_path: Path) -> No
     home, _, _ = build_week(tmp_path / "busy", now, busy, rules)
     page_busy = tmp_path / "busy.html"
     _report(home, page_busy)
-    print_sizes.append(("20 loops, 4 runs a night", len(busy), page_busy.stat().st_size))
-    for what, count, size in print_sizes:
+    sizes.append(("20 loops, 4 runs a night", len(busy), page_busy.stat().st_size))
+    for what, count, size in sizes:
         print(f"{what} ({count} runs): {size:,} bytes (limit {LIGHT:,})")
         assert size < LIGHT, (what, size)
     listed = _parse(page_busy.read_text())
     assert len([a for a in listed.links if a.startswith("#run-")]) == LISTED_MAX
     assert f"{len(busy) - LISTED_MAX} older run(s)" in page_busy.read_text()
+
+
+def test_a_window_without_runs_is_a_line_per_chart(tmp_path: Path) -> None:
+    now = datetime.now(UTC)
+    home, _, _ = build_week(tmp_path, now, [], [])
+    for since, span in (
+        ("7d", "this week"),
+        (
+            "2d",
+            f"from the night of {night_of(now - timedelta(days=2), UTC).isoformat()} "
+            f"to that of {night_of(now, UTC).isoformat()}",
+        ),
+    ):
+        page = tmp_path / f"empty-{since}.html"
+        proc = loopd(home, "report", "--html", str(page), "--since", since, env={"TZ": "UTC"})
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        text = page.read_text()
+        assert '<div class="chart">' not in text
+        assert f'<p class="empty" id="runs">No runs {span}.</p>' in text, text
+        assert f'<p class="empty" id="tokens">No tokens recorded {span}.</p>' in text
+        assert '<p class="empty" id="attempts">' in text and '<p class="empty" id="rules">' in text
+        assert '<h2 id="run-list">Runs</h2>\n<p>None.</p>' in text
