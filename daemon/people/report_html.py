@@ -5,8 +5,8 @@ is not inlined: `library()` gives it as one file, which the command writes besid
 once (`plotly-VERSION.min.js`), shared by every report in that folder, and the page loads it
 by its relative name, so it opens from file:// with no network and weighs what its data
 weighs. Its content-security policy allows only the page's own inline scripts (by hash) and
-scripts of its own place (`'self'`: the file beside it), no connection (`connect-src
-'none'`), no form, no frame. Every text that came from state (reasons, tasks, paths, loop
+scripts of its own place or of local files (`'self' file:`: the file beside it), no
+connection (`connect-src 'none'`), no form, no frame. Every text that came from state (reasons, tasks, paths, loop
 names) is redacted and HTML-escaped; the charts carry only loop names, outcomes, dates and
 numbers.
 
@@ -261,10 +261,11 @@ def render_page(data: Nights, library_name: str) -> str:
         f"'sha256-{base64.b64encode(hashlib.sha256(s.encode('utf-8')).digest()).decode()}'"
         for s in _SCRIPT.findall(body)
     )
-    # 'self': the library beside the page (a file: page may load file: scripts of its own
-    # place; a hash cannot pin it, as Subresource Integrity is refused on file: URLs).
+    # 'self' file:: the library beside the page. A hash cannot pin it (browsers refuse
+    # Subresource Integrity on file: URLs); Chromium counts any file: URL as a file: page's
+    # 'self', and `file:` says the same to a browser that does not. No http(s) source.
     csp = (
-        f"default-src 'none'; script-src 'self' {hashes}; style-src 'unsafe-inline'; "
+        f"default-src 'none'; script-src 'self' file: {hashes}; style-src 'unsafe-inline'; "
         "img-src data:; font-src data:; connect-src 'none'; base-uri 'none'; "
         "form-action 'none'"
     )
