@@ -6,9 +6,9 @@ once (`plotly-VERSION.min.js`), shared by every report in that folder, and the p
 by its relative name, so it opens from file:// with no network and weighs what its data
 weighs. Its content-security policy allows only the page's own inline scripts (by hash) and
 scripts of its own place or of local files (`'self' file:`: the file beside it), no
-connection (`connect-src 'none'`), no form, no frame. Every text that came from state (reasons, tasks, paths, loop
-names) is redacted and HTML-escaped; the charts carry only loop names, outcomes, dates and
-numbers.
+connection (`connect-src 'none'`), no form, no frame. Every text that came from state
+(reasons, tasks, paths, loop names) is redacted and HTML-escaped; the charts carry only loop
+names, outcomes, dates and numbers.
 
 The charts are report_charts.py's. The page is a list of sections (`SECTIONS`), each a
 function of the counted `Nights` giving its lines of HTML: a new section is one function
