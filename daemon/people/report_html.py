@@ -79,9 +79,9 @@ def _run_sections(data: Nights) -> list[str]:
     out = ["<h2>Each run</h2>"]
     for line in data.listed:
         cost = f", ${line.cost:.2f}" if line.cost else ""
-        landed = (
-            {True: " (landed)", False: " (not landed)"}.get(line.landed, "") if line.branch else ""
-        )
+        landed = ""
+        if line.branch and line.landed is not None:
+            landed = " (landed)" if line.landed else " (not landed)"
         out.append(
             f'<section class="run" id="run-{_e(line.id)}"><h3>{_e(line.id)}</h3>'
             f"<p>loop <b>{_e(line.loop)}</b> · {_e(line.outcome)}"
