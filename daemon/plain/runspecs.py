@@ -90,6 +90,7 @@ TRIGGER: Spec = {  # state/records.Trigger
     "id": ("str", ""),
     "force": ("bool", False),
     "remote": ("str", ""),
+    "not_before": (opt("datetime"), None),
 }
 RUN_TRIGGER: Spec = {  # state/records.RunTrigger
     "kind": (TRIGGER_KINDS, REQUIRED),
@@ -106,6 +107,7 @@ RUN_TRIGGER: Spec = {  # state/records.RunTrigger
     "merged_count": ("int", 0),
     "force": ("bool", False),
     "remote": ("str", ""),
+    "not_before": (opt("datetime"), None),
 }
 STALL: Spec = {"kind": ("str", REQUIRED), "at": ("datetime", REQUIRED), "detail": ("str", "")}
 VIOLATION: Spec = {

@@ -10,12 +10,34 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Literal
 
 StopWhy = Literal["cancelled", "interrupted"]
 # Called with (grace seconds, reason): 0 for a cancel, the shutdown grace for a stop.
 StopCallback = Callable[[float, str], None]
 CANCEL_POLL = 0.3  # seconds between looks at the cancel file
+
+
+def wait_until(
+    moment: datetime,
+    clock: Callable[[], datetime],
+    wait: Callable[[float], bool],
+    longest: float,
+) -> float:
+    """Wait (with `wait`, True when stopped) until `clock` reads `moment`, at most `longest`
+    seconds in all: a scheduled agent starts at its second, never before it, and a wall
+    clock set back never holds it longer. The seconds waited (a stop's step counted whole)."""
+    waited = 0.0
+    while waited < longest:
+        left = (moment - clock()).total_seconds()
+        if left <= 0:
+            break
+        step = min(left, longest - waited)
+        waited += step
+        if wait(step):
+            break
+    return waited
 
 
 class RunStopped(Exception):
