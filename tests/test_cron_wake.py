@@ -14,6 +14,7 @@ import pytest
 import daemon.agents.processes as processes
 from daemon.clock import utc_now
 from daemon.daemon import POLL_SECONDS, Daemon
+from daemon.home import Home
 from daemon.scheduling.timer import FIRE_LEAD
 from tests.helpers import make_home, make_repo, runs, start_daemon, stop_daemon, talk, wait_for
 from tests.test_service import NOW, home_with
@@ -123,3 +124,42 @@ def test_loopd_run_prepares_a_fire_ahead_and_starts_its_agent_at_the_second(
     assert run["trigger"]["kind"] == "schedule" and run["trigger"]["not_before"] == fire
     assert run["id"].startswith(f"{fire:%Y%m%dT%H%M%SZ}-app-")
     assert stop_daemon(daemon) == 0
+
+
+def test_a_run_stopped_while_it_waits_for_its_fire_never_starts_its_agent(
+    tmp_path: Path, no_subreaper: None
+) -> None:
+    """The wall clock stands at the hand-out (injected): the prepared run waits in its gated
+    sandbox; a stop then ends it without the agent ever running, though the stop would
+    give a running agent time to finish."""
+    repo = make_repo(tmp_path / "repo", {"README.md": "x\n"})
+    shared, sandbox = talk(tmp_path)
+    marker = shared / "agent-ran"
+    script = f"open({str(marker)!r}, 'w').write('ran')"
+    config = (
+        f'[agents.a]\nadapter = "command"\n'
+        f"command = {json.dumps([sys.executable, '-I', '-S', '-c', script])}\n{sandbox}"
+    )
+    loop = (
+        f'repo = "{repo}"\ntask = "t"\nagent = "a"\nschedule = ["10 2 * * *"]\n'
+        'max_attempts = 1\nmax_nudges = 0\ncritic = "off"\nskip_if_done = false\n'
+    )
+    home = Home(make_home(tmp_path / "home", config, {"app": loop}))
+    wake = NOW + timedelta(minutes=10) - FIRE_LEAD
+    daemon = Daemon.start(home, NOW, clock=lambda: wake)
+    try:
+        daemon.tick(wake)
+        worker = wait_for(lambda: daemon.pool.workers.get("app"), what="the run's worker")
+        transcripts = home.state_dir / "runs" / worker.run_id
+
+        def held() -> bool:  # the sandbox is up (process started), the agent not let go
+            return any('"event": "started"' in t.read_text() for t in transcripts.rglob("*.jsonl"))
+
+        wait_for(held, what="the agent's sandbox, held for the fire")
+        worker.executor.interrupt(30)  # a daemon's stop, with its grace
+        wait_for(lambda: not worker.thread.is_alive(), what="the run's end")
+        assert worker.run.outcome == "interrupted"
+        assert worker.run.trigger.not_before == wake + FIRE_LEAD
+        assert not marker.exists()
+    finally:
+        daemon.stop(wake, grace=0)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.runs.stop import RunStopped, StopToken, wait_until
+from daemon.runs.stop import FINAL_STEP, RunStopped, StopToken, wait_until
 
 
 def test_wait_returns_early_on_cancel_and_cancel_wins_over_interrupt() -> None:
@@ -79,10 +79,12 @@ FIRE = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
 def test_wait_until_lets_go_at_the_moment_never_before_it() -> None:
     wall = FakeWall(FIRE - timedelta(seconds=3, milliseconds=250))
     assert wait_until(FIRE, wall.clock, wall.wait, longest=6) == pytest.approx(3.25)
-    assert wall.waits == [pytest.approx(3.25)] and wall.now == FIRE
+    # Short of the moment first, then one step of FINAL_STEP to it.
+    assert wall.waits == [pytest.approx(3.25 - FINAL_STEP), pytest.approx(FINAL_STEP)]
+    assert wall.now == FIRE
     # Already past: no wait at all.
     assert wait_until(FIRE, wall.clock, wall.wait, longest=6) == 0.0
-    assert len(wall.waits) == 1
+    assert len(wall.waits) == 2
 
 
 def test_wait_until_is_bounded_and_ends_early_when_stopped() -> None:

@@ -205,6 +205,8 @@ class Sessions:
         longest = FIRE_LEAD.total_seconds() + 1  # an inbox file's moment holds no run longer
         waited = wait_until(moment, clock, self.attempt.stop.wait, longest)
         self.deadline += waited  # attempt_timeout counts the agent's time
+        # Stopped meanwhile: the agent never starts (a gated sandbox is killed unreleased).
+        self.attempt.stop.raise_if_stopped()
 
     def _on_start(self, pid: int) -> None:
         self.run_record.agent_pids = [pid]

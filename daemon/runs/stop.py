@@ -17,6 +17,7 @@ StopWhy = Literal["cancelled", "interrupted"]
 # Called with (grace seconds, reason): 0 for a cancel, the shutdown grace for a stop.
 StopCallback = Callable[[float, str], None]
 CANCEL_POLL = 0.3  # seconds between looks at the cancel file
+FINAL_STEP = 0.2  # `wait_until`'s last step: shorter than CANCEL_POLL, one wait to the moment
 
 
 def wait_until(
@@ -33,7 +34,9 @@ def wait_until(
         left = (moment - clock()).total_seconds()
         if left <= 0:
             break
-        step = min(left, longest - waited)
+        # A long wait wakes short of the moment (its polling steps add up late on a busy
+        # machine), then one short step to the moment itself.
+        step = min(left - FINAL_STEP if left > 2 * FINAL_STEP else left, longest - waited)
         waited += step
         if wait(step):
             break
