@@ -104,6 +104,7 @@ TRIGGER: Spec = {  # state.records.Trigger
     "id": ("str", ""),
     "force": ("bool", False),
     "remote": ("str", ""),
+    "not_before": (opt("datetime"), None),
 }
 RUN_TRIGGER: Spec = {  # state.records.RunTrigger
     "kind": (TRIGGER_KINDS, REQUIRED),
@@ -120,6 +121,7 @@ RUN_TRIGGER: Spec = {  # state.records.RunTrigger
     "merged_count": ("int", 0),
     "force": ("bool", False),
     "remote": ("str", ""),
+    "not_before": (opt("datetime"), None),
 }
 STALL: Spec = {  # state.records.StallRecord
     "kind": ("str", REQUIRED),

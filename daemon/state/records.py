@@ -69,6 +69,9 @@ class Trigger(Record):
     id: str = ""  # the inbox file's name, when it came through the inbox
     force: bool = False  # run even when done_when already passes (`--force`)
     remote: str = ""  # a push on this [remotes.NAME]: the loop's on_remote_push decides
+    # A scheduled fire handed out ahead (scheduling/timer.py): the run is prepared now, its
+    # agent starts at this moment.
+    not_before: datetime | None = None
 
     def summary(self) -> dict[str, Any]:
         """What run.toml keeps of a merged trigger."""
@@ -98,6 +101,7 @@ class RunTrigger(Record):
     merged_count: int = 0  # every trigger merged into the run
     force: bool = False  # it or a merged trigger asked to run even when already done
     remote: str = ""  # the [remotes.NAME] a push came from
+    not_before: datetime | None = None  # a scheduled fire: its agent started at this moment
 
 
 # Outcomes that hand the run to a person; an interrupted retry does too (it is not retried).
