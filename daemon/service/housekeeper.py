@@ -1,7 +1,8 @@
 """Chores off the tick's thread: pruning old runs and retiring stale rules (at start, then
-daily), following landed runs on their targets (service/aftermath.py), retrying lessons deferred while the verifier was down, and `state_max` (hourly with
+daily), retrying lessons deferred while the verifier was down, and `state_max` (hourly with
 the tidying, and at once when the estimate of what `state/` grew since its last measure,
-checked every CAP_CHECK_EVERY seconds, says it is over)."""
+checked every CAP_CHECK_EVERY seconds, says it is over); and, on a thread of its own, landed
+runs followed on their targets (service/aftermath.py)."""
 
 from __future__ import annotations
 

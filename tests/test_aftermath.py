@@ -1,0 +1,224 @@
+"""After it lands: a landed run followed on its target (docs/aftermath.md).
+
+Real git repositories: a run lands by `loopd once` (land = "merge", a command agent), then
+"a person" commits on the target as themselves: an edit, a `git revert`, a squash of the run's
+change under their own name, a rewrite without it. `loopd aftermath`, `show` and `runs` as
+real subprocesses; the windows with fixed datetimes through the daemon's Follower.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from daemon.aftermath.sweep import sweep
+from daemon.home import Home
+from daemon.service.aftermath import Follower
+from daemon.state.aftermath import load_aftermath
+from daemon.state.records import RunRecord
+from daemon.state.store import StateStore
+from tests.helpers import git, loopd
+from tests.test_landing import land_case
+from tests.test_service import Clocks, context
+
+# Fixes add() and adds a function: five lines of its own land.
+AGENT = (
+    "import pathlib\n"
+    "pathlib.Path('calc.py').write_text("
+    "'def add(a, b):\\n    total = a + b\\n    return total\\n\\n\\n"
+    "def twice(a):\\n    doubled = add(a, a)\\n    return doubled\\n')\n"
+)
+
+
+def person(repo: Path, *args: str, when: datetime | None = None) -> str:
+    """git as a person (Ann), at `when` when given."""
+    env = dict(os.environ, GIT_CONFIG_NOSYSTEM="1")
+    env.update(
+        GIT_AUTHOR_NAME="Ann",
+        GIT_AUTHOR_EMAIL="ann@example.com",
+        GIT_COMMITTER_NAME="Ann",
+        GIT_COMMITTER_EMAIL="ann@example.com",
+    )
+    if when is not None:
+        env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = when.isoformat()
+    proc = subprocess.run(
+        ["git", *args], cwd=repo, capture_output=True, text=True, env=env, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def landed(tmp_path: Path) -> tuple[Home, Path, RunRecord]:
+    """A home whose loop `calc` landed one run on main by merge, through `loopd once`."""
+    case = land_case(tmp_path, agent=AGENT, land="merge")
+    proc = loopd(case.home.root, "once", "calc", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    store = case.home.state()
+    run = next(store.iter_runs("calc"))
+    assert run.landed and run.landed_as == git(case.repo, "rev-parse", "main"), run
+    return case.home, case.repo, run
+
+
+def aftermath_of(home: Home, *which: str) -> dict[str, Any]:
+    proc = loopd(home.root, "aftermath", *which, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = json.loads(proc.stdout)["aftermath"]
+    assert len(records) == 1, records
+    return records[0]
+
+
+def edit(repo: Path, old: str, new: str, message: str, when: datetime | None = None) -> str:
+    path = repo / "calc.py"
+    path.write_text(path.read_text().replace(old, new))
+    person(repo, "commit", "-qam", message, when=when)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def test_a_landed_run_is_kept_then_edited_by_a_person_and_show_and_runs_say_so(
+    tmp_path: Path,
+) -> None:
+    home, repo, run = landed(tmp_path)
+    first = aftermath_of(home, run.id)
+    assert first["state"] == "kept" and first["commits"] == []
+    assert first["lines_landed"] == first["lines_kept"] == 5  # its new lines; blank ones do not count
+    # A person's commit in other files is not read for the run (only its files are).
+    (repo / "notes.txt").write_text("unrelated\n")
+    person(repo, "add", "notes.txt")
+    person(repo, "commit", "-qm", "notes, elsewhere")
+    assert aftermath_of(home, "calc")["state"] == "kept"
+
+    sha = edit(repo, "    return doubled", "    return int(doubled)", "twice: an int, always")
+    after = aftermath_of(home)
+    assert after["state"] == "edited"
+    assert (after["lines_landed"], after["lines_kept"]) == (5, 4)
+    assert after["commits"] == [
+        {
+            "commit": sha,
+            "author": "Ann",
+            "date": after["commits"][0]["date"],
+            "message": "twice: an int, always",
+            "revert": False,
+            "added": 1,
+            "removed": 1,
+        }
+    ]
+    shown = json.loads(loopd(home.root, "show", run.id, "--json").stdout)["aftermath"]
+    assert shown["state"] == "edited" and shown["commits"][0]["author"] == "Ann"
+    assert shown["checked_at"] and shown["window"] == ""  # the first day is not over
+    text = loopd(home.root, "show", run.id).stdout
+    assert "aftermath: edited: 4 of 5 lines kept (20% changed) by Ann" in text
+    assert "twice: an int, always" in text
+    listed = loopd(home.root, "runs", "calc").stdout
+    assert "edited" in listed
+    runs_json = json.loads(loopd(home.root, "runs", "--json").stdout)
+    assert [r["aftermath"]["state"] for r in runs_json if r["run"] == run.id] == ["edited"]
+    kinds = [json.loads(line)["type"] for line in (home.state_dir / "events.jsonl").open()]
+    assert kinds.count("aftermath_started") == 1 and kinds.count("aftermath_changed") == 1
+
+
+def test_a_git_revert_of_the_landed_commit_is_reverted_with_the_persons_message(
+    tmp_path: Path,
+) -> None:
+    home, repo, run = landed(tmp_path)
+    aftermath_of(home, run.id)
+    person(repo, "revert", "--no-edit", run.landed_as)
+    message = person(repo, "log", "-1", "--format=%s")
+    after = aftermath_of(home, run.id)
+    assert after["state"] == "reverted" and after["lines_kept"] == 0
+    assert [(c["author"], c["message"], c["revert"]) for c in after["commits"]] == [
+        ("Ann", message, True)
+    ]
+
+
+def test_a_revert_by_hand_is_found_by_its_inverse_patch(tmp_path: Path) -> None:
+    """No "This reverts commit" line: the commit's patch-id is the inverse of the run's."""
+    home, repo, run = landed(tmp_path)
+    aftermath_of(home, run.id)
+    person(repo, "checkout", "-q", f"{run.landed_as}~1", "--", "calc.py")
+    person(repo, "commit", "-qm", "back to the old calc")
+    after = aftermath_of(home, run.id)
+    assert after["state"] == "reverted"
+    commit = after["commits"][0]
+    assert commit["revert"] and commit["message"] == "back to the old calc"
+
+
+def test_a_squash_under_a_persons_name_keeps_the_run_and_a_rewrite_without_it_is_gone(
+    tmp_path: Path,
+) -> None:
+    home, repo, run = landed(tmp_path)
+    aftermath_of(home, run.id)
+    base = git(repo, "rev-parse", f"{run.landed_as}~1")
+    # The person rewrites main: the run's change again, as one commit of theirs (a rebase,
+    # a squash): the same patch-id, another commit id.
+    person(repo, "reset", "-q", "--hard", base)
+    person(repo, "cherry-pick", "--no-commit", run.landed_as)
+    person(repo, "commit", "-qm", "calc: add and twice (squashed)")
+    copy = git(repo, "rev-parse", "HEAD")
+    assert copy != run.landed_as
+    kept = aftermath_of(home, run.id)
+    assert kept["state"] == "kept" and kept["landed_commits"] == [copy]
+    assert kept["lines_kept"] == kept["lines_landed"] == 5
+    # Then main is rewritten again, without it.
+    person(repo, "reset", "-q", "--hard", base)
+    (repo / "README.md").write_text("other work\n")
+    person(repo, "add", "README.md")
+    person(repo, "commit", "-qm", "other work")
+    gone = aftermath_of(home, run.id)
+    assert gone["state"] == "gone"
+    assert "gone: main was rewritten" in loopd(home.root, "aftermath", run.id).stdout
+
+
+def test_the_daemon_keeps_each_window_by_the_clock_it_is_given(tmp_path: Path) -> None:
+    """The Follower (the daemon's tick) at fixed datetimes: the 1 and 7 day windows are kept
+    as they stood; a revert on day 10 shows at 30 days, not at 7."""
+    home, repo, run = landed(tmp_path)
+    at = run.finished
+    assert at is not None
+    clocks = Clocks()
+    follower = Follower(context(home, clocks))
+    follower.follow(at + timedelta(hours=1))
+    record = load_aftermath(home.state_dir / "runs" / run.id)
+    assert record is not None and record.state == "kept" and record.windows == {}
+
+    day3 = at + timedelta(days=3)
+    edit(repo, "    return total", "    return total  # sum", "comment", when=day3)
+    follower.follow(at + timedelta(days=1, minutes=5))  # the day-1 window, before the edit
+    follower.follow(at + timedelta(days=8))
+    person(repo, "checkout", "-q", f"{run.landed_as}~1", "--", "calc.py")
+    person(repo, "commit", "-qm", "take calc back", when=at + timedelta(days=10))
+    # Not due yet (the target moved: followed anyway), then the 30-day window.
+    follower.follow(at + timedelta(days=11))
+    follower.follow(at + timedelta(days=31))
+    record = load_aftermath(home.state_dir / "runs" / run.id)
+    assert record is not None
+    assert {k: v.state for k, v in record.windows.items()} == {
+        "1d": "kept",
+        "7d": "edited",
+        "30d": "reverted",
+    }
+    assert record.state == "reverted"
+    # Past its last window the run is followed no more: nothing read, nothing written.
+    mtime = (home.state_dir / "runs" / run.id / "aftermath.toml").stat().st_mtime_ns
+    assert follower.follow(at + timedelta(days=40)).records == []
+    assert (home.state_dir / "runs" / run.id / "aftermath.toml").stat().st_mtime_ns == mtime
+
+
+def test_a_sweep_reads_only_the_commits_new_since_the_last_check(tmp_path: Path) -> None:
+    """A second sweep with the target unmoved reads no commit; a new one, only that one."""
+    home, repo, run = landed(tmp_path)
+    store = StateStore(home.state_dir)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    sweep(store, [run], now)
+    edit(repo, "    return total", "    return total + 0", "plus zero")
+    first = sweep(store, [run], now)
+    edit(repo, "    return total + 0", "    return total", "minus zero")
+    second = sweep(store, [run], now)
+    assert [c.message for c in first.records[0].commits] == ["plus zero"]
+    assert [c.message for c in second.records[0].commits] == ["plus zero", "minus zero"]
+    assert first.records[0].state == "edited" and first.records[0].lines_kept == 4
+    assert second.records[0].state == "kept"  # every line back as it landed
+    assert second.records[0].lines_kept == 5
