@@ -17,8 +17,11 @@ from typing import Any
 
 from daemon.aftermath.sweep import sweep
 from daemon.home import Home
+from daemon.people.aftermath_view import aftermath_json
+from daemon.people.report import build_report, render_markdown
+from daemon.plain import aftermath as plain
 from daemon.service.aftermath import Follower
-from daemon.state.aftermath import load_aftermath
+from daemon.state.aftermath import AFTERMATH_FILE, load_aftermath
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
 from tests.helpers import git, loopd
@@ -84,7 +87,9 @@ def test_a_landed_run_is_kept_then_edited_by_a_person_and_show_and_runs_say_so(
     home, repo, run = landed(tmp_path)
     first = aftermath_of(home, run.id)
     assert first["state"] == "kept" and first["commits"] == []
-    assert first["lines_landed"] == first["lines_kept"] == 5  # its new lines; blank ones do not count
+    assert (
+        first["lines_landed"] == first["lines_kept"] == 5
+    )  # its new lines; blank ones do not count
     # A person's commit in other files is not read for the run (only its files are).
     (repo / "notes.txt").write_text("unrelated\n")
     person(repo, "add", "notes.txt")
@@ -201,6 +206,13 @@ def test_the_daemon_keeps_each_window_by_the_clock_it_is_given(tmp_path: Path) -
         "30d": "reverted",
     }
     assert record.state == "reverted"
+    # The report counts the 7-day window: edited then, with the person's commit.
+    report = build_report(StateStore(home.state_dir), at, at + timedelta(days=31))
+    assert report.aftermath is not None
+    lines = report.aftermath.lines()
+    assert lines[0] == "- loop calc: kept after 7 days: 0 of 1 (0%), edited 1"
+    assert lines[1].startswith(f"  - edited {run.id} by Ann: comment (")
+    assert "## After landing" in render_markdown(report)
     # Past its last window the run is followed no more: nothing read, nothing written.
     mtime = (home.state_dir / "runs" / run.id / "aftermath.toml").stat().st_mtime_ns
     assert follower.follow(at + timedelta(days=40)).records == []
@@ -222,3 +234,35 @@ def test_a_sweep_reads_only_the_commits_new_since_the_last_check(tmp_path: Path)
     assert first.records[0].state == "edited" and first.records[0].lines_kept == 4
     assert second.records[0].state == "kept"  # every line back as it landed
     assert second.records[0].lines_kept == 5
+
+
+def test_reverts_are_listed_first_and_the_plain_reading_matches_the_models(
+    tmp_path: Path,
+) -> None:
+    home, repo, run = landed(tmp_path)
+    at = run.finished
+    assert at is not None
+    edit(repo, "    return total", "    return total  # sum", "a comment", when=at)
+    person(repo, "checkout", "-q", f"{run.landed_as}~1", "--", "calc.py")
+    person(repo, "commit", "-qm", "no, take it all back", when=at + timedelta(days=2))
+    store = StateStore(home.state_dir)
+    found = sweep(store, [run], at + timedelta(days=8), lambda loop: ("origin", "a"))
+    record = found.records[0]
+    assert record.state == "reverted" and record.agent == "a"
+    report = build_report(store, at, at + timedelta(days=8))
+    assert report.aftermath is not None
+    lines = report.aftermath.lines()
+    assert lines[0] == "- loop calc: kept after 7 days: 0 of 1 (0%), reverted 1"
+    assert lines[1].startswith(f"  - reverted {run.id} by Ann: no, take it all back")
+    assert lines[2].startswith(f"  - edited {run.id} by Ann: a comment")
+    assert lines[3] == "- agent a: kept after 7 days: 0 of 1 (0%), reverted 1"
+    as_json = report.model_dump(mode="json")["aftermath"]["loops"][0]
+    assert as_json["total"] == 1 and as_json["counts"] == {"reverted": 1}
+    # The read commands' plain path reads the same file to the same object and line.
+    assert plain.FILE == AFTERMATH_FILE
+    folder = home.state_dir / "runs" / run.id
+    data = plain.read_plain(folder)
+    assert data is not None
+    assert plain.object_of(folder) == json.loads(json.dumps(aftermath_json(record), default=str))
+    text = loopd(home.root, "report").stdout
+    assert "After landing" in text and "no, take it all back" in text

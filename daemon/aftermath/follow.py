@@ -52,6 +52,9 @@ def _follow(git: Git, record: Aftermath, tip: str) -> None:
     record.lines_kept = sum(record.kept_by_file.get(p, 0) for p in files)
     record.last_seen = tip
     record.state = verdict(record)
+    if record.state == "reverted" and not record.reverts():
+        # Most of its lines removed: the commit that removed the most is the revert.
+        max(record.commits, key=lambda c: c.removed - c.added).revert = True
 
 
 def _note(git: Git, record: Aftermath, commits: list[Commit], rev_range: str) -> None:

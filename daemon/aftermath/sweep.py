@@ -55,17 +55,18 @@ def sweep(
     store: StateStore,
     runs: Iterable[RunRecord],
     now: datetime,
-    remote_of: Callable[[str], str] = lambda loop: "origin",
+    loop_keys: Callable[[str], tuple[str, str]] = lambda loop: ("origin", ""),
     due_only: bool = False,
 ) -> Sweep:
-    """Bring the aftermath of each landed run of `runs` up to date at `now`; `due_only`: only
-    those whose target moved or whose window is due (the daemon's tick)."""
+    """Bring the aftermath of each landed run of `runs` up to date at `now`; `loop_keys(loop)`:
+    its `remote` and agent profile; `due_only`: only those whose target moved or whose window
+    is due (the daemon's tick)."""
     found, repos = Sweep(), _Repos()
     for run in runs:
         if not follows(run):
             continue
         try:
-            record = _one(store, repos, run, now, remote_of(run.loop), due_only, found)
+            record = _one(store, repos, run, now, loop_keys(run.loop), due_only, found)
         except (GitError, OSError, ValueError) as exc:
             found.failed[run.id] = str(exc).splitlines()[0] if str(exc) else repr(exc)
             store.events.append(
@@ -82,7 +83,7 @@ def _one(
     repos: _Repos,
     run: RunRecord,
     now: datetime,
-    remote: str,
+    keys: tuple[str, str],
     due_only: bool,
     found: Sweep,
 ) -> Aftermath | None:
@@ -94,7 +95,7 @@ def _one(
         record = None
     git = repos.git(run.repo)
     if record is None:
-        record = _begin(store, git, run, remote)
+        record = _begin(store, git, run, keys)
     tip = repos.tip(run.repo, record.target_ref)
     if due_only and tip == record.last_seen and not due(record, now):
         return record
@@ -106,10 +107,12 @@ def _one(
     return record
 
 
-def _begin(store: StateStore, git: Git, run: RunRecord, remote: str) -> Aftermath:
+def _begin(store: StateStore, git: Git, run: RunRecord, keys: tuple[str, str]) -> Aftermath:
     """The run's identity read from git, written before anything is followed."""
+    remote, agent = keys
     ref = target_ref(run, remote)
     record = baseline(git, run, ref, run.finished or run.started)
+    record.agent = agent
     if ref.startswith("refs/remotes/"):  # pushed: on the target once merged there
         record.on_target, record.last_seen, record.state = False, "", "pending"
     save_aftermath(store.run_dir(run.id), record)

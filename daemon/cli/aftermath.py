@@ -22,8 +22,8 @@ def aftermath(args: argparse.Namespace) -> int:
     loaded = home.load()
     store = home.state(loaded.daemon.limits.events_rotate)
     runs = _chosen(store, args.which)
-    remotes = {name: loop.config.remote for name, loop in loaded.loops.items()}
-    found = sweep(store, runs, utc_now(), remote_of=lambda loop: remotes.get(loop, "origin"))
+    keys = {name: (loop.config.remote, loop.config.agent) for name, loop in loaded.loops.items()}
+    found = sweep(store, runs, utc_now(), loop_keys=lambda loop: keys.get(loop, ("origin", "")))
     if args.json:
         print_json(
             {

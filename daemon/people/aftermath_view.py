@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.plain.aftermath import aftermath_object, aftermath_text
@@ -30,55 +28,3 @@ def _commit_json(commit: LaterCommit) -> dict[str, Any]:
 def commit_line(commit: LaterCommit) -> str:
     kind = "revert" if commit.revert else f"+{commit.added}/-{commit.removed}"
     return f"{commit.commit[:12]} {commit.author} ({kind}): {commit.message}"
-
-
-@dataclass
-class Tally:
-    """A loop's or an agent's landed runs after `window`: kept, edited, reverted, gone."""
-
-    name: str
-    window: str = TALLY_WINDOW
-    counts: dict[str, int] = field(default_factory=dict)
-    reverts: list[tuple[str, LaterCommit]] = field(default_factory=list)  # (run, commit)
-    edits: list[tuple[str, LaterCommit]] = field(default_factory=list)
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-    def line(self) -> str:
-        """`kept after 7 days: 23 of 25 (92%), edited 1, reverted 1`."""
-        kept = self.counts.get("kept", 0)
-        days = self.window.rstrip("d")
-        text = f"kept after {days} days: {kept} of {self.total} ({kept / self.total:.0%})"
-        for state in ("edited", "reverted", "gone"):
-            if self.counts.get(state):
-                text += f", {state} {self.counts[state]}"
-        return text
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "window": self.window,
-            "landed": self.total,
-            **{state: self.counts.get(state, 0) for state in STATES},
-            "reverts": [{"run": run, **_commit_json(c)} for run, c in self.reverts],
-            "edits": [{"run": run, **_commit_json(c)} for run, c in self.edits],
-        }
-
-
-def tallies(
-    records: Iterable[tuple[str, Aftermath]], window: str = TALLY_WINDOW
-) -> dict[str, Tally]:
-    """Per name (a loop, an agent), the runs whose `window` was reached, by their state then."""
-    found: dict[str, Tally] = {}
-    for name, record in records:
-        mark = record.windows.get(window)
-        if mark is None or mark.state == "pending":
-            continue
-        tally = found.setdefault(name, Tally(name, window))
-        tally.counts[mark.state] = tally.counts.get(mark.state, 0) + 1
-        until = [c for c in record.commits if c.date <= mark.checked_at]
-        tally.reverts += [(record.run, c) for c in until if c.revert]
-        if mark.state == "edited":
-            tally.edits += [(record.run, c) for c in until if not c.revert]
-    return found

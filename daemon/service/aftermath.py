@@ -9,16 +9,24 @@ ended other than succeeded is never read again.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from datetime import datetime
 
 from daemon.aftermath.identity import follows
 from daemon.aftermath.sweep import Sweep, sweep
+from daemon.config import Loop
 from daemon.service.context import Context
 from daemon.state.aftermath import WINDOWS
 from daemon.state.records import RunRecord
 from daemon.state.store import UnreadableFile
 
 FOLLOW_EVERY = 300.0  # seconds of the monotonic clock between looks at the targets
+
+
+def loop_keys(loops: Mapping[str, Loop], name: str) -> tuple[str, str]:
+    """A loop's `remote` and agent profile, as the aftermath records them."""
+    loop = loops.get(name)
+    return (loop.config.remote, loop.config.agent) if loop is not None else ("origin", "")
 
 
 class Follower:
@@ -54,7 +62,7 @@ class Follower:
             self.ctx.store,
             self._followed(),
             now,
-            remote_of=lambda loop: loops[loop].config.remote if loop in loops else "origin",
+            loop_keys=lambda name: loop_keys(loops, name),
             due_only=True,
         )
         last = WINDOWS[-1][0]

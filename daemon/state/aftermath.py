@@ -50,6 +50,7 @@ class Aftermath(BaseModel):
 
     run: str
     loop: str
+    agent: str = ""  # the loop's agent profile when the run was first followed
     target: str
     target_ref: str  # the ref followed: refs/heads/T, or refs/remotes/R/T for a push
     landed_at: datetime

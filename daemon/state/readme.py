@@ -87,6 +87,9 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `runs/RUN_ID/land.log`, `land-checks.log`, `land-setup.log`, `pr-body.md`: landing a
   succeeded run (`land`): the push and `pr_command`, setup and the checks on a merge with
   the target, the pull request's body
+- `runs/RUN_ID/aftermath.toml`: a landed run followed on its target: the commits that
+  landed, their patch-ids, its lines (as hashes), its state (kept, edited, reverted, gone),
+  the person's commits that changed it, the 1, 7 and 30 day windows (docs/aftermath.md)
 - `runs/RUN_ID/repo-guard.json`: your repository's `config`, `hooks/` and `info/` as they
   were before the agent started, for a run whose agent could write them (a worktree, an
   in-place run, a clone without a sandbox); what changed is put back and reported
