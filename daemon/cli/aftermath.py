@@ -16,8 +16,8 @@ from daemon.state.store import StateStore
 
 
 def aftermath(args: argparse.Namespace) -> int:
-    """Bring what became of each landed run on its target up to date, and print it: kept,
-    edited, reverted or gone (docs/aftermath.md)."""
+    """Print what became of each landed run on its target: kept, edited, reverted or gone."""
+    # Every record is brought up to date first (docs/aftermath.md).
     home = home_of(args)
     loaded = home.load()
     store = home.state(loaded.daemon.limits.events_rotate)

@@ -354,8 +354,7 @@ def _aftermath(sub: Any) -> None:
         sub,
         "aftermath",
         "aftermath:aftermath",
-        "Bring what became of each landed run on its target up to date, and print it: kept, "
-        "edited, reverted or gone (docs/aftermath.md).",
+        "Print what became of each landed run on its target: kept, edited, reverted or gone.",
         json_flag=True,
     )
     p.add_argument("which", nargs="?", metavar="LOOP|RUN", help="one loop's runs, or one run")
