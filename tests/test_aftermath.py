@@ -26,6 +26,7 @@ from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
 from tests.helpers import git, loopd
 from tests.test_landing import land_case
+from tests.test_learning_e2e import AGREES, default_reply
 from tests.test_service import Clocks, context
 
 # Fixes add() and adds a function: five lines of its own land.
@@ -266,3 +267,52 @@ def test_reverts_are_listed_first_and_the_plain_reading_matches_the_models(
     assert plain.object_of(folder) == json.loads(json.dumps(aftermath_json(record), default=str))
     text = loopd(home.root, "report").stdout
     assert "After landing" in text and "no, take it all back" in text
+
+
+# What a revert teaches ------------------------------------------------------------------------
+
+REVERT_RULE = {
+    "kind": "failure",
+    "rule": "Do not add helpers such as `twice` to calc.py unasked: a person reverted them.",
+    "why": "The maintainer reverted the landed run that added `twice` to calc.py.",
+    "how_to_apply": "Change only what the task names in calc.py.",
+    "trigger_intent": "Tasks that fix arithmetic in calc.py",
+    "trigger_patterns": [r"(?i)\bcalc\.py\b"],
+    "severity": "remind",
+    "evidence": [{"path": "after-landing.md", "line": 1, "quote": "def twice(a):"}],
+}
+
+
+def test_a_revert_within_7_days_goes_through_a_post_mortem_into_trial(
+    tmp_path: Path, model_server: Any
+) -> None:
+    model_server.script(default_reply)
+    config = (
+        f'[verifier]\nbase_url = "{model_server.base_url}"\nmodel = "critic-model"\n'
+        'timeout = "20s"\njudge_timeout = "20s"\n'
+    )
+    case = land_case(tmp_path, agent=AGENT, land="merge", config=config)
+    proc = loopd(case.home.root, "once", "calc", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = next(case.home.state().iter_runs("calc"))
+    assert run.landed
+    assert aftermath_of(case.home, run.id)["state"] == "kept"
+    assert model_server.chat_requests("postmortem_rule") == []  # kept: nothing to teach
+    person(case.repo, "revert", "--no-edit", run.landed_as)
+    model_server.add({"json": REVERT_RULE}, name="postmortem_rule")
+    model_server.add({"json": AGREES}, name="rule_verification")
+
+    proc = loopd(case.home.root, "aftermath", run.id)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "a post-mortem of its failure after landing" in proc.stdout
+    asked = model_server.chat_requests("postmortem_rule")
+    assert len(asked) == 1
+    prompt = json.dumps(asked[0])
+    assert f"This reverts commit {run.landed_as}" in prompt
+    trial = sorted((case.home.root / "rules" / "trial").glob("*.md"))
+    assert len(trial) == 1, [p.name for p in trial]
+    text = trial[0].read_text()
+    assert f'source_run = "{run.id}"' in text and "after-landing.md" in text
+    # Once taught, never again: the next look asks no model.
+    aftermath_of(case.home, run.id)
+    assert len(model_server.chat_requests("postmortem_rule")) == 1

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from daemon.aftermath.follow import update
 from daemon.aftermath.identity import baseline, follows, target_ref
@@ -21,6 +22,9 @@ from daemon.state.eventtypes import Event
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore, UnreadableFile
 
+# What a landed run that failed after the fact teaches: (its repository's git, run, record).
+Teach = Callable[[Git, RunRecord, Aftermath], Any]
+
 
 @dataclass
 class Sweep:
@@ -29,6 +33,7 @@ class Sweep:
     records: list[Aftermath] = field(default_factory=list)
     changed: list[Aftermath] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    taught: dict[str, Any] = field(default_factory=dict)  # run: its post-mortem's result
 
 
 @dataclass
@@ -57,16 +62,23 @@ def sweep(
     now: datetime,
     loop_keys: Callable[[str], tuple[str, str]] = lambda loop: ("origin", ""),
     due_only: bool = False,
+    teach: Teach | None = None,
 ) -> Sweep:
     """Bring the aftermath of each landed run of `runs` up to date at `now`; `loop_keys(loop)`:
     its `remote` and agent profile; `due_only`: only those whose target moved or whose window
-    is due (the daemon's tick)."""
+    is due (the daemon's tick); `teach`: what a run reverted after landing teaches
+    (aftermath/lesson.py)."""
     found, repos = Sweep(), _Repos()
     for run in runs:
         if not follows(run):
             continue
         try:
             record = _one(store, repos, run, now, loop_keys(run.loop), due_only, found)
+            if record is not None and teach is not None and not record.taught:
+                taught = teach(repos.git(run.repo), run, record)
+                if record.taught:
+                    save_aftermath(store.run_dir(run.id), record)
+                    found.taught[run.id] = taught
         except (GitError, OSError, ValueError) as exc:
             found.failed[run.id] = str(exc).splitlines()[0] if str(exc) else repr(exc)
             store.events.append(

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from daemon.aftermath.lesson import teach
 from daemon.aftermath.sweep import sweep
 from daemon.cli.common import CommandError, home_of
 from daemon.cli.jsonout import print_json
 from daemon.clock import utc_now
 from daemon.people.aftermath_view import aftermath_json, aftermath_line, commit_line
 from daemon.people.terminal import clean
+from daemon.runs.services import RunServices
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
 
@@ -23,7 +25,14 @@ def aftermath(args: argparse.Namespace) -> int:
     store = home.state(loaded.daemon.limits.events_rotate)
     runs = _chosen(store, args.which)
     keys = {name: (loop.config.remote, loop.config.agent) for name, loop in loaded.loops.items()}
-    found = sweep(store, runs, utc_now(), loop_keys=lambda loop: keys.get(loop, ("origin", "")))
+    services = RunServices(home=home, config=loaded.daemon, store=store)
+    found = sweep(
+        store,
+        runs,
+        utc_now(),
+        loop_keys=lambda loop: keys.get(loop, ("origin", "")),
+        teach=lambda git, run, record: teach(services, git, run, record),
+    )
     if args.json:
         print_json(
             {
@@ -38,6 +47,9 @@ def aftermath(args: argparse.Namespace) -> int:
         sys.stdout.write(clean(f"{record.run} ({record.loop}): {aftermath_line(record)}") + "\n")
         for commit in sorted(record.commits, key=lambda c: not c.revert):
             sys.stdout.write(clean(f"  {commit_line(commit)}") + "\n")
+    for run_id, result in found.taught.items():
+        what = getattr(result, "decision", "") or "asked"
+        sys.stdout.write(f"{run_id}: a post-mortem of its failure after landing: {what}\n")
     for run_id, error in found.failed.items():
         sys.stdout.write(clean(f"{run_id}: could not be followed: {error}") + "\n")
     return 1 if found.failed else 0

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from daemon.aftermath.identity import follows
+from daemon.aftermath.lesson import teach
 from daemon.aftermath.sweep import Sweep, sweep
 from daemon.config import Loop
 from daemon.service.context import Context
@@ -64,6 +65,7 @@ class Follower:
             now,
             loop_keys=lambda name: loop_keys(loops, name),
             due_only=True,
+            teach=lambda git, run, record: teach(self.ctx.services, git, run, record),
         )
         last = WINDOWS[-1][0]
         self._done |= {r.run for r in found.records if last in r.windows}

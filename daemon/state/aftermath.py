@@ -72,6 +72,7 @@ class Aftermath(BaseModel):
     last_seen: str = ""  # the target's commit when last checked
     checked_at: datetime | None = None
     windows: dict[str, WindowMark] = {}
+    taught: bool = False  # its failure after landing went through a post-mortem
 
     @property
     def window(self) -> str:
