@@ -24,9 +24,10 @@ from daemon.service.aftermath import Follower
 from daemon.state.aftermath import AFTERMATH_FILE, load_aftermath
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
-from tests.helpers import git, loopd
+from tests.helpers import git, loopd, make_repo
 from tests.test_landing import land_case
 from tests.test_learning_e2e import AGREES, default_reply
+from tests.test_run_lifecycle import BUGGY
 from tests.test_service import Clocks, context
 
 # Fixes add() and adds a function: five lines of its own land.
@@ -316,3 +317,45 @@ def test_a_revert_within_7_days_goes_through_a_post_mortem_into_trial(
     # Once taught, never again: the next look asks no model.
     aftermath_of(case.home, run.id)
     assert len(model_server.chat_requests("postmortem_rule")) == 1
+
+
+def test_a_pushed_run_is_pending_until_its_pull_request_is_merged_there(tmp_path: Path) -> None:
+    """land = "push" to a bare remote: pending until the remote's main holds the run (a pull
+    request merged there, seen by a fetch), then followed like a merge."""
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    make_repo(tmp_path / "repo", BUGGY)
+    git(tmp_path / "repo", "remote", "add", "origin", str(remote))
+    git(tmp_path / "repo", "push", "-q", "origin", "main")
+    case = land_case(tmp_path, agent=AGENT, land="push")
+    proc = loopd(case.home.root, "once", "calc", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = next(case.home.state().iter_runs("calc"))
+    assert run.landed and run.landed_how == "push"
+    git(case.repo, "fetch", "-q", "origin")
+    assert aftermath_of(case.home, run.id)["state"] == "pending"
+    # The pull request is merged on the hosting side (a clone of the remote, a merge commit).
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(other))
+    person(other, "merge", "-q", "--no-ff", "-m", "Merge pull request #1", f"origin/{run.branch}")
+    person(other, "push", "-q", "origin", "main")
+    assert aftermath_of(case.home, run.id)["state"] == "pending"  # not fetched yet
+    git(case.repo, "fetch", "-q", "origin")
+    merged = aftermath_of(case.home, run.id)
+    assert merged["state"] == "kept" and merged["lines_kept"] == merged["lines_landed"] == 5
+
+
+def test_a_record_cut_by_a_crash_is_made_again_from_git(tmp_path: Path) -> None:
+    """A kill -9 mid-write leaves the old file (atomic writes); a file cut anyway (a disk's
+    fault) is named once and rebuilt from the run's record and git, the person's edit found."""
+    home, repo, run = landed(tmp_path)
+    aftermath_of(home, run.id)
+    edit(repo, "    return doubled", "    return int(doubled)", "twice: an int, always")
+    path = home.state_dir / "runs" / run.id / AFTERMATH_FILE
+    path.write_bytes(path.read_bytes()[:40])
+    proc = loopd(home.root, "aftermath", run.id, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert f"cannot read {path}" in proc.stderr
+    record = json.loads(proc.stdout)["aftermath"][0]
+    assert record["state"] == "edited" and record["commits"][0]["author"] == "Ann"
+    assert load_aftermath(path.parent) is not None

@@ -65,6 +65,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `attempt-N/checks.log`: each `done_when` command, its exit code and its output, as loopd
   ran it after the attempt (a long output: its first 256 KB, the lines naming failures,
   its last 2 MB)
+- `attempt-N/after-landing.md`: a landed run a person reverted (or edited past half of it)
+  within 7 days: the person's commits, messages and diff, the evidence of its post-mortem
 - `attempt-N/checks-failed.txt`: the output of the checks that failed, cut to its failures
   and its end (empty when they passed): what the next attempt's prompt shows under
   `# What failed last time`
