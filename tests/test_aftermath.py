@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from daemon.aftermath.sweep import sweep
+from daemon.aftermath.sweep import Held, sweep
 from daemon.home import Home
 from daemon.people.aftermath_view import aftermath_json
 from daemon.people.report import build_report, render_markdown
@@ -359,3 +359,28 @@ def test_a_record_cut_by_a_crash_is_made_again_from_git(tmp_path: Path) -> None:
     record = json.loads(proc.stdout)["aftermath"][0]
     assert record["state"] == "edited" and record["commits"][0]["author"] == "Ann"
     assert load_aftermath(path.parent) is not None
+
+
+def test_the_daemons_sweep_neither_reads_nor_writes_a_run_whose_files_no_commit_touched(
+    tmp_path: Path,
+) -> None:
+    home, repo, run = landed(tmp_path)
+    store = StateStore(home.state_dir)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    held: Held = {}
+    sweep(store, [run], now, due_only=True, cache=held)
+    path = home.state_dir / "runs" / run.id / AFTERMATH_FILE
+    written = path.stat().st_mtime_ns
+    (repo / "notes.txt").write_text("elsewhere\n")
+    person(repo, "add", "notes.txt")
+    person(repo, "commit", "-qm", "notes")
+    quiet = sweep(store, [run], now, due_only=True, cache=held)
+    assert quiet.records[0].last_seen == git(repo, "rev-parse", "main")
+    assert path.stat().st_mtime_ns == written  # kept in memory until something happens
+    edit(repo, "    return doubled", "    return int(doubled)", "twice: an int")
+    loud = sweep(store, [run], now, due_only=True, cache=held)
+    assert loud.records[0].state == "edited"
+    assert [c.message for c in loud.records[0].commits] == ["twice: an int"]
+    assert path.stat().st_mtime_ns != written
+    on_disk = load_aftermath(path.parent)
+    assert on_disk is not None and on_disk.state == "edited"

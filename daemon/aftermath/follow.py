@@ -20,24 +20,31 @@ def is_ancestor(git: Git, old: str, new: str) -> bool:
     return git.run("merge-base", "--is-ancestor", old, new, check=False).returncode == 0
 
 
-def update(git: Git, record: Aftermath, tip: str, now: datetime) -> bool:
-    """Bring `record` up to `tip` (the target's commit now); True when its state changed."""
+def update(git: Git, record: Aftermath, tip: str, now: datetime, moved: bool = False) -> bool:
+    """Bring `record` up to `tip` (the target's commit now); True when its state changed.
+    `moved`: the caller knows `tip` descends from the record's `last_seen`."""
     before = record.state
     if tip and tip != record.last_seen:
-        _follow(git, record, tip)
+        _follow(git, record, tip, moved)
     record.checked_at = now
     mark_windows(record, now)
     return record.state != before
 
 
-def _follow(git: Git, record: Aftermath, tip: str) -> None:
-    landed = record.landed_commits[-1]
-    if not is_ancestor(git, landed, tip) and not _find_copy(git, record, tip):
-        record.state = "gone" if record.on_target else "pending"
-        record.last_seen = tip
-        return
-    record.on_target = True
-    since = record.last_seen if record.last_seen and is_ancestor(git, record.last_seen, tip) else ""
+def _follow(git: Git, record: Aftermath, tip: str, moved: bool) -> None:
+    since = ""
+    if record.last_seen and record.on_target and record.state not in ("gone", "pending"):
+        # Its last look saw the run on the target: a target that descends from that still has it.
+        since = record.last_seen if moved or is_ancestor(git, record.last_seen, tip) else ""
+    if not since:
+        landed = record.landed_commits[-1]
+        if not is_ancestor(git, landed, tip) and not _find_copy(git, record, tip):
+            record.state = "gone" if record.on_target else "pending"
+            record.last_seen = tip
+            return
+        record.on_target = True
+        last = record.last_seen
+        since = last if last and is_ancestor(git, last, tip) else ""
     full = not since or not record.kept_by_file
     if not since:  # rewritten above the run, or a first sight of it: from the run on
         since, record.commits = record.landed_commits[-1], []
@@ -62,7 +69,11 @@ def _note(git: Git, record: Aftermath, commits: list[Commit], rev_range: str) ->
     theirs = [c for c in commits if not c.loopds]
     if not theirs:
         return
-    ids = commit_patch_ids(git, [rev_range], list(record.lines)) if record.revert_patch_ids else {}
+    # Only a commit that removes at least the run's lines can be its inverse: patch-ids of
+    # the range are read only then.
+    removes = [sum(r for p, (_, r) in c.numstat.items() if p in record.lines) for c in theirs]
+    inverse_possible = record.revert_patch_ids and max(removes) >= record.lines_landed
+    ids = commit_patch_ids(git, [rev_range], list(record.lines)) if inverse_possible else {}
     for c in theirs:
         named = any(
             x.startswith(r) or r.startswith(x) for r in c.reverted() for x in record.landed_commits

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from daemon.aftermath.identity import follows
 from daemon.aftermath.lesson import teach
-from daemon.aftermath.sweep import Sweep, sweep
+from daemon.aftermath.sweep import Held, Sweep, sweep
 from daemon.config import Loop
 from daemon.service.context import Context
 from daemon.state.aftermath import WINDOWS
@@ -37,6 +37,7 @@ class Follower:
         self.ctx = ctx
         self._at = float("-inf")
         self._done: set[str] = set()  # runs never to read again
+        self._records: Held = {}  # as the last sweep left them
         self._thread: threading.Thread | None = None
 
     def tick(self, now: datetime) -> None:
@@ -65,10 +66,14 @@ class Follower:
             now,
             loop_keys=lambda name: loop_keys(loops, name),
             due_only=True,
+            cache=self._records,
             teach=lambda git, run, record: teach(self.ctx.services, git, run, record),
         )
         last = WINDOWS[-1][0]
-        self._done |= {r.run for r in found.records if last in r.windows}
+        over = {r.run for r in found.records if last in r.windows}
+        self._done |= over
+        for run_id in over:
+            self._records.pop(run_id, None)
         return found
 
     def _followed(self) -> list[RunRecord]:

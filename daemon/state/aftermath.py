@@ -109,6 +109,7 @@ __all__ = [
     "LaterCommit",
     "UnreadableFile",
     "WindowMark",
+    "aftermath_path",
     "load_aftermath",
     "save_aftermath",
 ]
