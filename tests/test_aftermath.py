@@ -20,6 +20,8 @@ from daemon.home import Home
 from daemon.people.aftermath_view import aftermath_json
 from daemon.people.report import build_report, render_markdown
 from daemon.plain import aftermath as plain
+from daemon.rules.library import RuleLibrary
+from daemon.rules.rulefile import Rule
 from daemon.service.aftermath import Follower
 from daemon.state.aftermath import AFTERMATH_FILE, load_aftermath
 from daemon.state.records import RunRecord
@@ -295,8 +297,18 @@ def test_a_revert_within_7_days_goes_through_a_post_mortem_into_trial(
     case = land_case(tmp_path, agent=AGENT, land="merge", config=config)
     proc = loopd(case.home.root, "once", "calc", timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    run = next(case.home.state().iter_runs("calc"))
+    store = case.home.state()
+    run = next(store.iter_runs("calc"))
     assert run.landed
+    # A rule fired in the run and the critic said it was followed (as run.toml records it).
+    library = RuleLibrary(case.home.root / "rules")
+    rule = Rule(
+        rule="Read check.py first.", how_to_apply="Do it.", why="A person said so.", helped=1
+    )
+    rule_id = library.add(rule, "active").rule.id
+    run.rules_fired = [rule_id]
+    run.attempts[-1].rules_followed = [rule_id]
+    store.save_run(run)
     assert aftermath_of(case.home, run.id)["state"] == "kept"
     assert model_server.chat_requests("postmortem_rule") == []  # kept: nothing to teach
     person(case.repo, "revert", "--no-edit", run.landed_as)
@@ -314,9 +326,15 @@ def test_a_revert_within_7_days_goes_through_a_post_mortem_into_trial(
     assert len(trial) == 1, [p.name for p in trial]
     text = trial[0].read_text()
     assert f'source_run = "{run.id}"' in text and "after-landing.md" in text
-    # Once taught, never again: the next look asks no model.
+    # The rule it followed counts the run as harm now, not help.
+    recounted = library.find(rule_id)
+    assert recounted is not None
+    assert (recounted.rule.helped, recounted.rule.harmed) == (0, 1)
+    # Once taught, never again: the next look asks no model and counts nothing twice.
     aftermath_of(case.home, run.id)
     assert len(model_server.chat_requests("postmortem_rule")) == 1
+    again = library.find(rule_id)
+    assert again is not None and again.rule.harmed == 1
 
 
 def test_a_pushed_run_is_pending_until_its_pull_request_is_merged_there(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 within 7 days is a failure found after the fact. It goes through the promotion loop like any
 verified failure: a post-mortem of its last attempt whose evidence adds the person's commits,
 their messages and the revert's diff (`attempt-N/after-landing.md`), a candidate grounded in
-that evidence by the verifier, filed in trial."""
+that evidence by the verifier, filed in trial. The rules it followed lose the help it counted
+for them (`recount`)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ from daemon.git.safe import Git
 from daemon.model.client import ModelUnavailable
 from daemon.model.evidence import build_evidence
 from daemon.redact import redact
+from daemon.rules.library import LIVE
 from daemon.rules.postmortem import learn_from_attempt as post_mortem
+from daemon.rules.rulefile import Rule
 from daemon.runs.learning import rule_library
 from daemon.runs.services import RunServices
 from daemon.state.aftermath import Aftermath
 from daemon.state.atomic import write_atomic
+from daemon.state.eventtypes import Event
 from daemon.state.records import RunRecord, is_experiment
 
 EVIDENCE_FILE = "after-landing.md"  # in the run's last attempt folder (rules/grounding.py)
@@ -41,6 +45,9 @@ def teach(services: RunServices, git: Git, run: RunRecord, record: Aftermath) ->
     teach or no verifier. Marks the record taught once a post-mortem was asked."""
     if record.taught or not run.attempts or is_experiment(run) or not failed_after(record):
         return None
+    if not record.recounted:
+        recount(services, run)
+        record.recounted = True
     client = services.model_client()
     if client is None:
         return None
@@ -79,6 +86,25 @@ def teach(services: RunServices, git: Git, run: RunRecord, record: Aftermath) ->
         return None  # asked again at the next look
     record.taught = True
     return result
+
+
+def recount(services: RunServices, run: RunRecord) -> list[str]:
+    """The rules the run followed lose the help it counted for them: a person's revert makes
+    it harm instead. Returns the rules recounted."""
+    library = rule_library(services)
+    followed = set(run.attempts[-1].rules_followed) if run.attempts else set()
+    done = []
+    for rule_id in dict.fromkeys(run.rules_fired):
+        stored = library.find(rule_id)
+        if rule_id not in followed or stored is None or stored.status not in LIVE:
+            continue
+        old = stored.rule
+        fields = {**old.model_dump(), "helped": max(0, old.helped - 1), "harmed": old.harmed + 1}
+        library.save(stored, Rule.model_validate(fields))
+        done.append(rule_id)
+    if done:
+        services.event(Event.AFTERMATH_RECOUNTED, loop=run.loop, run=run.id, rules=done)
+    return done
 
 
 def _after_landing(git: Git, record: Aftermath) -> str:

@@ -73,6 +73,7 @@ class Aftermath(BaseModel):
     checked_at: datetime | None = None
     windows: dict[str, WindowMark] = {}
     taught: bool = False  # its failure after landing went through a post-mortem
+    recounted: bool = False  # the rules it followed lost the help it counted for them
 
     @property
     def window(self) -> str:

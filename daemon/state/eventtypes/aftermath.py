@@ -31,3 +31,10 @@ class AftermathFailed(EventFields):
     """A landed run could not be followed this time (its repository gone, git failed)."""
 
     error: str
+
+
+@fields_of(Event.AFTERMATH_RECOUNTED)
+class AftermathRecounted(EventFields):
+    """A person reverted a landed run: the rules it followed count it as harm, not help."""
+
+    rules: list[str]

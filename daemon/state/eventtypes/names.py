@@ -160,3 +160,4 @@ class Event(StrEnum):
     AFTERMATH_STARTED = "aftermath_started"
     AFTERMATH_CHANGED = "aftermath_changed"
     AFTERMATH_FAILED = "aftermath_failed"
+    AFTERMATH_RECOUNTED = "aftermath_recounted"
