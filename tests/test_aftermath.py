@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,14 +23,15 @@ from daemon.people.report import build_report, render_markdown
 from daemon.plain import aftermath as plain
 from daemon.rules.library import RuleLibrary
 from daemon.rules.rulefile import Rule
+from daemon.runs.executor import RunExecutor
 from daemon.service.aftermath import Follower
 from daemon.state.aftermath import AFTERMATH_FILE, load_aftermath
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
-from tests.helpers import git, loopd, make_repo
+from tests.helpers import git, loopd, make_repo, wait_for
 from tests.test_landing import land_case
 from tests.test_learning_e2e import AGREES, default_reply
-from tests.test_run_lifecycle import BUGGY
+from tests.test_run_lifecycle import BUGGY, JOIN
 from tests.test_service import Clocks, context
 
 # Fixes add() and adds a function: five lines of its own land.
@@ -402,3 +404,37 @@ def test_the_daemons_sweep_neither_reads_nor_writes_a_run_whose_files_no_commit_
     assert path.stat().st_mtime_ns != written
     on_disk = load_aftermath(path.parent)
     assert on_disk is not None and on_disk.state == "edited"
+
+
+def test_a_run_merged_onto_a_moved_target_is_its_own_commits_and_a_revert_of_the_merge_counts(
+    tmp_path: Path,
+) -> None:
+    """The target moved while the run worked: landing merged it into the run's branch. The
+    run's identity is its own commits (not the person's in between); a `git revert -m 2` of
+    the landing merge names the merge, and reverts the run."""
+    talk = tmp_path / "talk"
+    talk.mkdir()
+    agent = AGENT + (
+        f"import time\nt = pathlib.Path({str(talk)!r})\n(t / 'started').write_text('')\n"
+        "while not (t / 'go').exists(): time.sleep(0.05)\n"
+    )
+    case = land_case(tmp_path, agent, config=f'\n[sandbox]\nwritable = ["{talk}"]\n', land="merge")
+    run = case.new_run()
+    thread = threading.Thread(target=RunExecutor(case.services, case.loop, run).execute)
+    thread.start()
+    wait_for(lambda: (talk / "started").exists(), what="the agent to start")
+    (case.repo / "NOTES.md").write_text("the person's own work\n")
+    person(case.repo, "add", "NOTES.md")
+    person(case.repo, "commit", "-q", "-m", "notes")
+    (talk / "go").write_text("")
+    thread.join(JOIN)
+    ended = case.store.load_run(run.id)
+    parents = git(case.repo, "rev-list", "--parents", "-n", "1", "main").split()[1:]
+    assert ended.landed and len(parents) == 2  # landing merged the moved target
+    first = aftermath_of(case.home, run.id)
+    assert first["state"] == "kept" and first["lines_landed"] == 5
+    assert ended.landed_as not in first["landed_commits"]  # the merge is not the run's change
+    person(case.repo, "revert", "--no-edit", "-m", "2", ended.landed_as)
+    after = aftermath_of(case.home, run.id)
+    assert after["state"] == "reverted" and after["lines_kept"] == 0
+    assert after["commits"][-1]["revert"]

@@ -75,9 +75,8 @@ def _note(git: Git, record: Aftermath, commits: list[Commit], rev_range: str) ->
     inverse_possible = record.revert_patch_ids and max(removes) >= record.lines_landed
     ids = commit_patch_ids(git, [rev_range], list(record.lines)) if inverse_possible else {}
     for c in theirs:
-        named = any(
-            x.startswith(r) or r.startswith(x) for r in c.reverted() for x in record.landed_commits
-        )
+        ours = [*record.landed_commits, record.landed_as]
+        named = any(x and (x.startswith(r) or r.startswith(x)) for r in c.reverted() for x in ours)
         inverse = ids.get(c.commit, "") in record.revert_patch_ids
         added = sum(a for p, (a, _) in c.numstat.items() if p in record.lines)
         removed = sum(r for p, (_, r) in c.numstat.items() if p in record.lines)

@@ -74,6 +74,7 @@ def baseline(git: Git, run: RunRecord, ref: str, landed_at: datetime) -> Afterma
         target_ref=ref,
         landed_at=landed_at,
         landed_commits=commits,
+        landed_as=run.landed_as,
         patch_ids=[ids.get(c, "") for c in commits],
         net_patch_id=diff_patch_id(git, before, last),
         revert_patch_ids=[r for r in reverse if r],

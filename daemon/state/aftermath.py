@@ -58,6 +58,7 @@ class Aftermath(BaseModel):
     # with the patch-ids (`git patch-id --stable`) of each and of the whole change and its
     # inverse: the identity that survives a rebase or a squash, and what a revert looks like.
     landed_commits: list[str]
+    landed_as: str = ""  # the commit the target was moved to (a merge of the run, say)
     patch_ids: list[str] = []
     net_patch_id: str = ""
     revert_patch_ids: list[str] = []
