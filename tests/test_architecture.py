@@ -16,6 +16,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("daemon", ("daemon.daemon", "daemon.service", "daemon.systemd", "daemon.housekeeping")),
     ("experiments", ("daemon.experiments",)),
     ("calibration", ("daemon.calibration",)),
+    # A landed run followed on its target: reads the run's record and git, teaches through runs.
+    ("aftermath", ("daemon.aftermath",)),
     ("runs", ("daemon.runs",)),
     ("landing", ("daemon.landing",)),
     # What landing re-verifies with and records through: the run's parts below its lifecycle.

@@ -38,6 +38,7 @@ def register(sub: Any) -> None:
         _systemd,
         _docs,
         _land,
+        _aftermath,
         _verifier,
         _mcp,
     ):
@@ -393,6 +394,17 @@ def _land(sub: Any) -> None:
         "Land a succeeded run: its setup and checks run again on what lands, then merge or push.",
     )
     p.add_argument("run_id", metavar="RUN_ID", help="the succeeded run to land")
+
+
+def _aftermath(sub: Any) -> None:
+    p = command(
+        sub,
+        "aftermath",
+        "aftermath:aftermath",
+        "Print what became of each landed run on its target: kept, edited, reverted or gone.",
+        json_flag=True,
+    )
+    p.add_argument("which", nargs="?", metavar="LOOP|RUN", help="one loop's runs, or one run")
 
 
 def _mcp(sub: Any) -> None:

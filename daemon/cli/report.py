@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import html
 import os
 import tempfile
 from pathlib import Path
@@ -15,6 +16,7 @@ from daemon.clock import utc_now
 from daemon.landing.branches import notice_hand_merges
 from daemon.landing.refbatch import RepoRefs, read_refs
 from daemon.people.report import build_report, render_rich, write_report
+from daemon.people.report_aftermath import AftermathReport, aftermath_report
 from daemon.people.report_nights import count_nights
 from daemon.units import parse_duration
 
@@ -78,7 +80,7 @@ def _html(home: Any, store: Any, since: Any, now: Any, target: Path) -> int:
         tz = ZoneInfo(zone)
     data = count_nights(store, home.rules_dir, since, now, tz, BranchExists(), _judge(home))
     name, bundle = library()
-    page = render_page(data, name)
+    page = _with_aftermath(render_page(data, name), aftermath_report(store, now))
     target = target.expanduser().resolve()
     if not target.parent.is_dir():
         raise CommandError(f"--html {target}: no folder {target.parent}")
@@ -113,3 +115,13 @@ def _write_beside(target: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _with_aftermath(page: str, found: AftermathReport | None) -> str:
+    """The page with its "After landing" section (docs/aftermath.md) before its end."""
+    if found is None or "</body>" not in page:
+        return page
+    items = "".join(f"<li>{html.escape(line.strip().lstrip('- '))}</li>" for line in found.lines())
+    section = f'<section id="aftermath"><h2>After landing</h2><ul>{items}</ul></section>'
+    head, _, tail = page.rpartition("</body>")
+    return f"{head}{section}</body>{tail}"

@@ -67,7 +67,8 @@ __all__ = [
     "ungrounded",
 ]
 
-ATTEMPT_FILES = ("transcript.jsonl", "checks.log", "diff.patch", "prompt.md")
+# after-landing.md: what a person did to the landed run (daemon/aftermath/lesson.py).
+ATTEMPT_FILES = ("transcript.jsonl", "checks.log", "diff.patch", "prompt.md", "after-landing.md")
 NOT_EVIDENCE = {"verdict.toml"}
 MAX_FILE_BYTES = 64 * 1024 * 1024
 # Transcript keys that hold bookkeeping, not what the agent saw or did; `raw` repeats the
