@@ -56,7 +56,7 @@ def teach(services: RunServices, git: Git, run: RunRecord, record: Aftermath) ->
     write_atomic(folder / EVIDENCE_FILE, redact(_after_landing(git, record)))
     cfg = services.config.verifier
     evidence = build_evidence(folder, run.task, attempt.summary, cfg.evidence_tokens, [])
-    verdict = {
+    verdict: dict[str, object] = {
         "score": attempt.score,
         "verdict": attempt.verdict,
         "feedback": attempt.feedback,

@@ -131,8 +131,8 @@ def show(args: argparse.Namespace) -> int:
         print_json({"run": run.id, **run.model_dump(mode="json"), "aftermath": after})
         return 0
     run_dir = store.run_dir(run.id)
-    after = line_of(run_dir, commits=True)
-    text = run_text(run, read_evidence(run_dir), read_decisions(run_dir), Terminal.of(), after)
+    line = line_of(run_dir, commits=True)
+    text = run_text(run, read_evidence(run_dir), read_decisions(run_dir), Terminal.of(), line)
     sys.stdout.write(text)
     return 0
 
