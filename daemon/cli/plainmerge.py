@@ -1,6 +1,7 @@
 """Whether a person merged a run's branch by hand, asked of git without the models, for the
 read commands' plain path (cli/plainruns.py): `loopd runs` and `show` record such a run landed
-"by hand" (landing/branches.HandMerges) before they show it, so the plain path leaves it to
+"by hand", or already landed when the target holds its change (landing/branches.HandMerges)
+before they show it, so the plain path leaves it to
 the full one. Imported on first use: only runs that may have landed need git.
 """
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.git.safe import Git, GitError
+from daemon.landing.held import holds
 from daemon.plain.records import Unsure
 
 HEADS = "refs/heads/"
@@ -30,7 +32,17 @@ def hand_merged(runs: list[Any]) -> bool:
         merged = _git(run.repo, f"--merged={target}", "--format=%(refname)", HEADS)
         if HEADS + run.branch in merged.splitlines():
             return True
+        if target != run.base_commit and _holds(run.repo, tip, target):
+            return True  # recorded as already landed by the full path
     return False
+
+
+def _holds(repo: str, tip: str, target: str) -> bool:
+    """Whether the target holds the branch's change (landing/squash.holds)."""
+    try:
+        return holds(Git(Path(repo), plain=True), tip, target)
+    except (GitError, OSError):
+        raise Unsure(f"git in {repo}") from None
 
 
 def _branch_tips(repo: str) -> dict[str, str]:
