@@ -55,6 +55,8 @@ def _branches(args: argparse.Namespace) -> int:
                     # took 0.3 s at 10,000 (json_text changes nothing it is given).
                     "branches": [vars(row) for row in rows],
                     "deleted": [row.branch for row in deleted],
+                    # Another home's, or of a run unknown here: their names only.
+                    "not_listed": [row.branch for row in others],
                 }
             )
         )

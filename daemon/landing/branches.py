@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from daemon.git.safe import GitError
 from daemon.git.userrepo import LedgerWriter, UserRepo
 from daemon.landing.held import holds
-from daemon.landing.refbatch import HEADS, RepoRefs, count_lines, read_refs
+from daemon.landing.refbatch import HEADS, RepoRefs, count_lines, held_changes, read_refs
 from daemon.people.landstate import landing_state
 from daemon.people.since import run_ids_since
 from daemon.plain.landing import ALREADY, may_have_landed
@@ -118,23 +118,42 @@ class HandMerges:
             return ""
         return _merged_commit(run, self.refs(run.repo))
 
+    def _held_candidate(self, run: Any, refs: RepoRefs | None) -> tuple[str, str, str] | None:
+        """(base, tip, target) of a run whose target may hold its change: succeeded, not
+        landed, its target moved since its base (a target still at the base holds nothing
+        of it), its branch not contained in it (that is a merge by hand)."""
+        if refs is None or run.outcome != "succeeded" or not may_have_landed(run, self.live):
+            return None
+        tip, target = refs.tip(run.branch), refs.tip(run.target)
+        if not tip or not target or run.base_commit in ("", tip, target):
+            return None
+        return run.base_commit, tip, target
+
+    def ask_held(self, refs: RepoRefs, runs: list[Any]) -> None:
+        """Whether the targets hold the changes of `runs` (records of one repository), asked
+        of git at once: `held` answers from it."""
+        todo = {}
+        for run in runs:
+            found = self._held_candidate(run, refs)
+            if run.id not in self._held and found is not None:
+                todo[run.id] = found
+        held = held_changes(refs, list(todo.values())) if todo else set()
+        for run_id, triple in todo.items():
+            self._held[run_id] = triple[2] if triple in held else ""
+
     def held(self, run: RunRecord) -> str:
         """The target's commit when it holds the change of `run`'s branch without containing
         the branch (another run, or a person, landed the same change), else ""."""
-        if run.id in self._held:
-            return self._held[run.id]
-        found = ""
-        refs = self.refs(run.repo) if may_have_landed(run, self.live) else None
-        if refs is not None and run.outcome == "succeeded":
-            tip, target = refs.tip(run.branch), refs.tip(run.target)
-            # A target that has not moved since the run's base holds nothing of it.
-            if tip and target and run.base_commit not in ("", tip, target):
+        if run.id not in self._held:
+            refs = self.refs(run.repo) if may_have_landed(run, self.live) else None
+            found = self._held_candidate(run, refs)
+            self._held[run.id] = ""
+            if refs is not None and found is not None:
                 try:
-                    found = target if holds(refs.user.git, tip, target) else ""
+                    self._held[run.id] = found[2] if holds(refs.user.git, *found[1:]) else ""
                 except GitError:
-                    found = ""
-        self._held[run.id] = found
-        return found
+                    pass
+        return self._held[run.id]
 
     def notice(self, run: RunRecord) -> bool:
         """Record `run` (a whole record) landed by hand, or already landed, when it was; True
@@ -273,6 +292,8 @@ def _describe(
     """The rows with their runs' outcome, landing state and net +/- lines."""
     records = index.records([row.run for row in rows])
     live = hands.live
+    ended = [r for r in records.values() if r.outcome is not None and not r.landed]
+    hands.ask_held(refs, [r for r in ended if not hands.merged(r)])  # one git question
     based: list[tuple[RunBranch, str]] = []
     for row in rows:
         row.live = row.run in live

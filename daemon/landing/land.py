@@ -148,7 +148,6 @@ def _merge(journal: RunJournal, cfg: LoopConfig) -> str:
                 user.set_ref(writer, f"refs/heads/{run.branch}", new, "landed as one commit")
             _trigger_others(journal, current, new)
             return new
-        tip = user.ref(f"refs/heads/{run.branch}") or tip
     raise LandingBlocked(f"{run.target} kept moving while loopd landed the run; merge it yourself")
 
 

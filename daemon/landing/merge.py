@@ -81,7 +81,8 @@ def merge_target(
 ) -> str:
     """Merge `target_tip` into the run's branch at `tip`; the merge commit once its checks
     pass (the run's branch then points at it). With a `squash` message, the merge's files
-    are one commit on `target_tip` instead. MergeRefused when it cannot land."""
+    are one commit on `target_tip` instead (the branch is left as it is). MergeRefused when
+    it cannot land."""
     run = journal.run
     with _landing_tree(journal, user, tip) as (tree, own):
         merged = own.bare.run("merge-tree", "--write-tree", "-z", tip, target_tip, check=False)
@@ -107,7 +108,8 @@ def merge_target(
             final = own.commit_tree(tree_oid, [tip, target_tip], message)
         own.set_tip(final, tip)
         user.take_objects(own.path, [f"refs/heads/{MERGE_BRANCH}"])
-        user.set_ref(writer, f"refs/heads/{run.branch}", final, "landing merge")
+        if not squash:  # a squash moves the run's branch once the target has moved to it
+            user.set_ref(writer, f"refs/heads/{run.branch}", final, "landing merge")
         return final
 
 

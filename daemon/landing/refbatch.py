@@ -177,3 +177,40 @@ def _numstat(text: str) -> dict[Pair, tuple[int, int]]:
         minus += int(removed) if removed.isdigit() else 0
         counts[current] = (plus, minus)
     return counts
+
+
+def held_changes(refs: RepoRefs, runs: list[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
+    """The (base, tip, target) triples whose target holds the change from `base` to `tip`:
+    every path that changed from base to tip is in target as in tip (landing/held.py's
+    question for many runs at once, from their base: one `diff-tree --stdin`)."""
+    trees = _trees(refs, {c for triple in runs for c in triple})
+    pairs: set[Pair] = set()
+    for base, tip, target in runs:
+        if base in trees and tip in trees and target in trees:
+            pairs |= {(trees[base], trees[tip]), (trees[tip], trees[target])}
+    if not pairs:
+        return set()
+    query = "".join(f"{a} {b}\n" for a, b in sorted(pairs)).encode()
+    try:
+        proc = refs.user.git.run(
+            "diff-tree", "--stdin", "-r", "--no-renames", "--name-only", input=query, check=False
+        )
+    except GitError:
+        return set()
+    if proc.returncode != 0:
+        return set()
+    paths: dict[Pair, set[str]] = {pair: set() for pair in pairs}
+    current: set[str] | None = None
+    for line in proc.stdout.decode("utf-8", "surrogateescape").splitlines():
+        a, _, b = line.partition(" ")
+        if (a, b) in paths:  # "TREE TREE": the pair whose paths follow
+            current = paths[(a, b)]
+        elif current is not None:
+            current.add(line)
+    out = set()
+    for base, tip, target in runs:
+        if base in trees and tip in trees and target in trees:
+            changed = paths[(trees[base], trees[tip])]
+            if changed and not changed & paths[(trees[tip], trees[target])]:
+                out.add((base, tip, target))
+    return out
