@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.git.safe import Git, GitError
-from daemon.landing.held import holds
+from daemon.landing.held import held_many
 from daemon.plain.records import Unsure
 
 HEADS = "refs/heads/"
@@ -19,9 +19,10 @@ HEADS = "refs/heads/"
 
 def hand_merged(runs: list[Any]) -> bool:
     """Whether a person merged the branch of one of `runs` (ended, not landed, with a branch
-    and a target: plain/landing.may_have_landed) into its target, as
-    landing/branches.HandMerges tells it."""
+    and a target: plain/landing.may_have_landed) into its target, or the target holds its
+    change already, as landing/branches.HandMerges tells it."""
     tips: dict[str, dict[str, str]] = {}
+    maybe: dict[str, list[tuple[str, str, str]]] = {}  # repo -> (base, tip, target)
     for run in runs:
         if run.repo not in tips:
             tips[run.repo] = _branch_tips(run.repo)
@@ -32,17 +33,10 @@ def hand_merged(runs: list[Any]) -> bool:
         merged = _git(run.repo, f"--merged={target}", "--format=%(refname)", HEADS)
         if HEADS + run.branch in merged.splitlines():
             return True
-        if target != run.base_commit and _holds(run.repo, tip, target):
-            return True  # recorded as already landed by the full path
-    return False
-
-
-def _holds(repo: str, tip: str, target: str) -> bool:
-    """Whether the target holds the branch's change (landing/squash.holds)."""
-    try:
-        return holds(Git(Path(repo), plain=True), tip, target)
-    except (GitError, OSError):
-        raise Unsure(f"git in {repo}") from None
+        if run.base_commit and target != run.base_commit:  # else it holds nothing of it
+            maybe.setdefault(run.repo, []).append((run.base_commit, tip, target))
+    # Recorded as already landed by the full path: one git question per repository.
+    return any(held_many(Git(Path(repo), plain=True), triples) for repo, triples in maybe.items())
 
 
 def _branch_tips(repo: str) -> dict[str, str]:

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.git.safe import GitError
 from daemon.git.userrepo import LedgerWriter, UserRepo
-from daemon.landing.held import holds
-from daemon.landing.refbatch import HEADS, RepoRefs, count_lines, held_changes, read_refs
+from daemon.landing.held import held_many, holds
+from daemon.landing.refbatch import HEADS, RepoRefs, count_lines, read_refs
 from daemon.people.landstate import landing_state
 from daemon.people.since import run_ids_since
 from daemon.plain.landing import ALREADY, may_have_landed
@@ -137,7 +137,7 @@ class HandMerges:
             found = self._held_candidate(run, refs)
             if run.id not in self._held and found is not None:
                 todo[run.id] = found
-        held = held_changes(refs, list(todo.values())) if todo else set()
+        held = held_many(refs.user.git, list(todo.values()))
         for run_id, triple in todo.items():
             self._held[run_id] = triple[2] if triple in held else ""
 
