@@ -10,7 +10,9 @@ as subprocesses.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 
 from daemon.people.report import build_report, render_markdown
@@ -123,6 +125,24 @@ def test_push_pushes_the_run_as_one_commit_and_a_retry_pushes_the_same(tmp_path:
     run.landed, run.landed_as = False, ""
     land_run(RunJournal(case.services, run), case.loop.config)
     assert run.landed and run.landed_as == pushed == git(remote, "rev-parse", run.branch)
+    # The same squash made at another second (same parent, files and message) is not made
+    # again: the branch is pushed as it is.
+    message = git(case.repo, "cat-file", "commit", pushed).split("\n\n", 1)[1]
+    when = "2001-01-01T00:00:00Z"
+    env = {**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+    env |= {
+        f"GIT_{who}_{what}": "Test" for who in ("AUTHOR", "COMMITTER") for what in ("NAME", "EMAIL")
+    }
+    argv = ["git", "commit-tree", f"{pushed}^{{tree}}", "-p", base, "-m", message]
+    older = subprocess.run(argv, cwd=case.repo, env=env, capture_output=True, text=True)
+    assert older.returncode == 0, older.stderr
+    git(case.repo, "branch", "-f", run.branch, older.stdout.strip())
+    git(remote, "update-ref", "-d", f"refs/heads/{run.branch}")
+    run.landed, run.landed_as = False, ""
+    land_run(RunJournal(case.services, run), case.loop.config)
+    assert run.landed and run.landed_as == older.stdout.strip() == git(
+        remote, "rev-parse", run.branch
+    )
 
 
 # -- the same change twice ---------------------------------------------------------------------
@@ -132,8 +152,8 @@ def test_runs_whose_change_already_landed_are_recorded_so_and_never_merged_empty
     tmp_path: Path,
 ) -> None:
     case = land_case(tmp_path, FIXER, land="branch", skip_if_done=False)
-    first, second, third = (run_once(case) for _ in range(3))
-    assert all(r.outcome == "succeeded" and not r.landed for r in (first, second, third))
+    first, second, third, fourth = (run_once(case) for _ in range(4))
+    assert all(r.outcome == "succeeded" and not r.landed for r in (first, second, third, fourth))
     assert loopd(case.home.root, "land", first.id).returncode == 0
     main = git(case.repo, "rev-parse", "main")
     # `loopd land` on another: no commit, recorded as already landed.
@@ -143,20 +163,23 @@ def test_runs_whose_change_already_landed_are_recorded_so_and_never_merged_empty
     assert git(case.repo, "rev-parse", "main") == main
     record = case.store.load_run(second.id)
     assert record.landed and record.landed_how == "already" and record.landed_as == main
-    # The third is found by the read commands: branches, show, runs, the report.
-    listed = loopd(case.home.root, "branches")
-    line = next(x for x in listed.stdout.splitlines() if third.branch in x)
-    assert "already landed" in line, listed.stdout
+    # The others are found by the read commands: `show` (its quick path hands the run to the
+    # full one, which records it), `branches` (all of a repository's runs at once), `runs`.
     shown = loopd(case.home.root, "show", third.id)
     assert "landing: already landed: main already held its change" in shown.stdout
+    assert case.store.load_run(third.id).landed_how == "already"
+    listed = loopd(case.home.root, "branches")
+    line = next(x for x in listed.stdout.splitlines() if fourth.branch in x)
+    assert "already landed" in line, listed.stdout
+    assert case.store.load_run(fourth.id).landed_as == main
     runs = json.loads(loopd(case.home.root, "runs", "--json").stdout)
     states = {r["run"]: r["landing"] for r in runs}
-    assert states[third.id]["how"] == "already" and states[third.id]["state"] == "landed"
-    report = render_markdown(
-        build_report(case.store, first.started, case.store.load_run(third.id).finished)
-    )  # type: ignore[arg-type]
+    for run in (second, third, fourth):
+        assert states[run.id]["how"] == "already" and states[run.id]["state"] == "landed"
+    finished = case.store.load_run(fourth.id).finished
+    report = render_markdown(build_report(case.store, first.started, finished))  # type: ignore[arg-type]
     ready = report.split("## Ready to land", 1)[1] if "## Ready to land" in report else ""
-    assert third.branch not in ready and second.branch not in ready
+    assert not {second.branch, third.branch, fourth.branch} & set(ready.split("`"))
     # Never offered again: `loopd land` says so and moves nothing.
     again = loopd(case.home.root, "land", third.id)
     assert again.returncode == 0 and "already landed" in again.stdout

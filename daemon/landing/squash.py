@@ -37,8 +37,10 @@ def squash_commit(user: UserRepo, run: RunRecord, cfg: LoopConfig, parent: str, 
     target), its message composed; `tip` itself when it is that commit already."""
     message = squash_message(run, cfg.done_when)
     tree = tree_of(user, tip)
-    made = user.git.out("log", "-1", "--format=%P%x00%T%x00%B", tip).split("\0", 2)
-    if len(made) == 3 and made[0] == parent and made[1] == tree:
-        if made[2].strip() == message.strip():
-            return tip
+    # Plumbing (cat-file), not `log`: no config of the repository's starts gpg to read it.
+    head, _, body = user.git.out("cat-file", "commit", tip).partition("\n\n")
+    fields = [line.split(" ", 1) for line in head.splitlines() if " " in line]
+    parents = [value for key, value in fields if key == "parent"]
+    if parents == [parent] and ["tree", tree] in fields and body.strip() == message.strip():
+        return tip
     return user.git.out("commit-tree", "--no-gpg-sign", tree, "-p", parent, "-m", message)
