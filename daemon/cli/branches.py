@@ -38,7 +38,7 @@ def _branches(args: argparse.Namespace) -> int:
     if args.loop and args.loop not in repos:
         raise CommandError(f"unknown loop {args.loop!r}; known loops: {', '.join(repos) or 'none'}")
     store = home.state(loaded.daemon.limits.events_rotate)
-    lands = {name: loop.config.land for name, loop in loaded.loops.items()}
+    lands: dict[str, str] = {name: loop.config.land for name, loop in loaded.loops.items()}
     others: list[Any] = []  # another home's, or of a run unknown here: not listed
     rows = list_branches(store, repos, utc_now(), args.loop or "", lands, others)
     deleted = []

@@ -118,7 +118,9 @@ class HandMerges:
             return ""
         return _merged_commit(run, self.refs(run.repo))
 
-    def _held_candidate(self, run: Any, refs: RepoRefs | None) -> tuple[str, str, str] | None:
+    def _held_candidate(
+        self, run: RunRecord | IndexedRun, refs: RepoRefs | None
+    ) -> tuple[str, str, str] | None:
         """(base, tip, target) of a run whose target may hold its change: succeeded, not
         landed, its target moved since its base (a target still at the base holds nothing
         of it), its branch not contained in it (that is a merge by hand)."""
@@ -129,7 +131,7 @@ class HandMerges:
             return None
         return run.base_commit, tip, target
 
-    def ask_held(self, refs: RepoRefs, runs: list[Any]) -> None:
+    def ask_held(self, refs: RepoRefs, runs: list[RunRecord | IndexedRun]) -> None:
         """Whether the targets hold the changes of `runs` (records of one repository), asked
         of git at once: `held` answers from it."""
         todo = {}
@@ -141,7 +143,7 @@ class HandMerges:
         for run_id, triple in todo.items():
             self._held[run_id] = triple[2] if triple in held else ""
 
-    def held(self, run: RunRecord) -> str:
+    def held(self, run: RunRecord | IndexedRun) -> str:
         """The target's commit when it holds the change of `run`'s branch without containing
         the branch (another run, or a person, landed the same change), else ""."""
         if run.id not in self._held:
