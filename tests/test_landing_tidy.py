@@ -172,6 +172,9 @@ def test_runs_whose_change_already_landed_are_recorded_so_and_never_merged_empty
     line = next(x for x in listed.stdout.splitlines() if fourth.branch in x)
     assert "already landed" in line, listed.stdout
     assert case.store.load_run(fourth.id).landed_as == main
+    # git's answer is kept in the run index: the next listing asks git only for what moved.
+    kept = json.loads((case.store.root / "runs-index.json").read_text())["held"]
+    assert kept[fourth.id] == f"{fourth.base_commit} {fourth.attempts[-1].head_commit} {main} 1"
     runs = json.loads(loopd(case.home.root, "runs", "--json").stdout)
     states = {r["run"]: r["landing"] for r in runs}
     for run in (second, third, fourth):

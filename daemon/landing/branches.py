@@ -131,17 +131,25 @@ class HandMerges:
             return None
         return run.base_commit, tip, target
 
-    def ask_held(self, refs: RepoRefs, runs: list[RunRecord | IndexedRun]) -> None:
-        """Whether the targets hold the changes of `runs` (records of one repository), asked
-        of git at once: `held` answers from it."""
+    def ask_held(self, refs: RepoRefs, runs: list[RunRecord | IndexedRun], index: RunIndex) -> None:
+        """Whether the targets hold the changes of `runs` (records of one repository): kept
+        in the run index, asked of git at once for the runs it has no answer for (their
+        branch or target moved); `held` answers from it."""
         todo = {}
         for run in runs:
             found = self._held_candidate(run, refs)
-            if run.id not in self._held and found is not None:
+            if run.id in self._held or found is None:
+                continue
+            known = index.held(run.id, *found)
+            if known is None:
                 todo[run.id] = found
+            else:
+                self._held[run.id] = found[2] if known else ""
         held = held_many(refs.user.git, list(todo.values()))
         for run_id, triple in todo.items():
-            self._held[run_id] = triple[2] if triple in held else ""
+            self._held[run_id] = triple[2] if held and triple in held else ""
+            if held is not None:  # git's answer, kept; none is asked again next time
+                index.set_held(run_id, *triple, triple in held)
 
     def held(self, run: RunRecord | IndexedRun) -> str:
         """The target's commit when it holds the change of `run`'s branch without containing
@@ -295,7 +303,7 @@ def _describe(
     records = index.records([row.run for row in rows])
     live = hands.live
     ended = [r for r in records.values() if r.outcome is not None and not r.landed]
-    hands.ask_held(refs, [r for r in ended if not hands.merged(r)])  # one git question
+    hands.ask_held(refs, [r for r in ended if not hands.merged(r)], index)  # one git question
     based: list[tuple[RunBranch, str]] = []
     for row in rows:
         row.live = row.run in live

@@ -49,10 +49,10 @@ def _trees(git: Git, commits: set[str]) -> dict[str, str]:
     }
 
 
-def held_many(git: Git, runs: list[Triple]) -> set[Triple]:
+def held_many(git: Git, runs: list[Triple]) -> set[Triple] | None:
     """The (base, tip, target) triples whose target holds the change from `base` to `tip`
     (`holds`' question for many runs at once, from their base: one `diff-tree --stdin`, so a
-    listing of thousands of runs starts two git commands)."""
+    listing of thousands of runs starts two git commands); None when git could not say."""
     if not runs:
         return set()
     try:
@@ -65,9 +65,9 @@ def held_many(git: Git, runs: list[Triple]) -> set[Triple]:
         argv = ("diff-tree", "--stdin", "-r", "--no-renames", "--name-only")
         proc = git.run(*argv, input=query, check=False)
     except GitError:
-        return set()
+        return None
     if proc.returncode != 0:
-        return set()
+        return None
     paths: dict[tuple[str, str], set[str]] = {pair: set() for pair in pairs}
     current: set[str] | None = None
     for line in proc.stdout.decode("utf-8", "surrogateescape").splitlines():
