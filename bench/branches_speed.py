@@ -4,7 +4,8 @@ Target: under 1 s on a 2-core machine. Two real git repositories hold N `loopd/L
 branches (default 10,000) over three loops (two of them share a repository), each a commit
 on the repository's first commit that adds a few lines, written in one `git fast-import` per
 repository; the home holds a run record for each (most succeeded, some escalated or in error,
-some landed by merge, a few without a record, a few live), written through `StateStore`.
+some landed by merge, a few without a record (another home's: not listed), a few live),
+written through `StateStore`.
 `main` of the first repository merges a handful of the branches, as a person merging by hand
 would: the first listing records them landed "by hand". Then `loopd --home H branches`,
 `branches --json` and `branches LOOP` run as real subprocesses (the installed console
@@ -165,7 +166,8 @@ def build(tmp: Path, total: int) -> tuple[Path, dict[str, int]]:
     }
     home = make_home(tmp / "home", config, loops)
     store = StateStore(home / "state")
-    expect = {"branches": total, "hand": 0, "added": 0}
+    expect = {"branches": total, "hand": 0, "added": 0, "not_listed": 0}
+    live = {run_id for _, run_id, _ in branches[-LIVE:]}
     for name, repo in repos.items():
         mine = [b for b in branches if where[b[0]] == name]
         # The hand merges are of branches whose runs succeeded and did not land.
@@ -175,14 +177,17 @@ def build(tmp: Path, total: int) -> tuple[Path, dict[str, int]]:
         expect["hand"] += merged
         for n, (loop, run_id, index) in enumerate(mine):
             if index % NO_RECORD_EVERY == 5 and n >= merged:
-                continue  # no record, no base: listed without +/- lines
+                if run_id not in live:  # no record here and not running: another home's
+                    expect["branches"] -= 1
+                    expect["not_listed"] += 1
+                continue
             expect["added"] += lines_added(index)
             record = make_record(loop, run_id, index, repo, tips[""])
             if n < merged:
                 record.landed, record.landed_how, record.landed_as = False, "", ""
             store.run_dir(run_id).mkdir(mode=0o700, parents=True, exist_ok=True)
             store.save_run(record)
-    for _, run_id, _ in branches[-LIVE:]:
+    for run_id in live:
         store.mark_live(run_id)
     return home, expect
 
@@ -212,11 +217,13 @@ def check_output(home: Path, expect: dict[str, int]) -> None:
         text=True,
         timeout=600,
     )
-    rows = json.loads(proc.stdout)["branches"]
+    listing = json.loads(proc.stdout)
+    rows = listing["branches"]
     hand = sum(1 for r in rows if "(by hand)" in r["landing"])
     added = sum(r["added"] for r in rows)
     running = sum(1 for r in rows if r["live"])
     got = {"branches": len(rows), "hand": hand, "added": added}
+    got["not_listed"] = len(listing["not_listed"])
     if got != expect or running != LIVE:
         raise SystemExit(f"branches --json shows {got} (running {running}), expected {expect}")
 

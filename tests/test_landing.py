@@ -135,7 +135,9 @@ def test_a_target_that_moved_is_merged_in_a_fresh_tree_and_the_checks_run_again(
         f"import time\nt = pathlib.Path({str(talk)!r})\n(t / 'started').write_text('')\n"
         "while not (t / 'go').exists(): time.sleep(0.05)\n"
     )
-    case = land_case(tmp_path, agent, config=f'\n[sandbox]\nwritable = ["{talk}"]\n', land="merge")
+    # land_commits = "keep": the attempts' commits and a merge (one commit: test_landing_tidy)
+    writable = f'\n[sandbox]\nwritable = ["{talk}"]\n'
+    case = land_case(tmp_path, agent, config=writable, land="merge", land_commits="keep")
     run = case.new_run()
     thread = threading.Thread(target=RunExecutor(case.services, case.loop, run).execute)
     thread.start()
@@ -376,9 +378,12 @@ def test_branches_of_runs_that_changed_nothing_are_deleted(tmp_path: Path) -> No
 
 
 def test_loopd_branches_lists_and_prunes_landed_ones(tmp_path: Path) -> None:
-    case = land_case(tmp_path, ONE_FIX, files=TWO_BUGS, skip_if_done=False)
+    # The second run's change differs from the first's (else the first is already landed).
+    other = [sys.executable, "-c", ONE_FIX + "pathlib.Path('note-0.txt').write_text('b')\n"]
+    config = f'[agents.b]\nadapter = "command"\ncommand = {json.dumps(other)}\n'
+    case = land_case(tmp_path, ONE_FIX, config=config, files=TWO_BUGS, skip_if_done=False)
     kept = run_once(case)
-    with_loop(case, land="merge")
+    with_loop(case, land="merge", agent="b")
     landed = run_once(case)
     assert landed.landed and not kept.landed
     listed = loopd(case.home.root, "branches", "--json")

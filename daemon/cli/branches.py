@@ -38,7 +38,9 @@ def _branches(args: argparse.Namespace) -> int:
     if args.loop and args.loop not in repos:
         raise CommandError(f"unknown loop {args.loop!r}; known loops: {', '.join(repos) or 'none'}")
     store = home.state(loaded.daemon.limits.events_rotate)
-    rows = list_branches(store, repos, utc_now(), args.loop or "")
+    lands: dict[str, str] = {name: loop.config.land for name, loop in loaded.loops.items()}
+    others: list[Any] = []  # another home's, or of a run unknown here: not listed
+    rows = list_branches(store, repos, utc_now(), args.loop or "", lands, others)
     deleted = []
     if args.prune:
         retain = loaded.daemon.limits.retain_days
@@ -53,6 +55,8 @@ def _branches(args: argparse.Namespace) -> int:
                     # took 0.3 s at 10,000 (json_text changes nothing it is given).
                     "branches": [vars(row) for row in rows],
                     "deleted": [row.branch for row in deleted],
+                    # Another home's, or of a run unknown here: their names only.
+                    "not_listed": [row.branch for row in others],
                 }
             )
         )
@@ -61,10 +65,16 @@ def _branches(args: argparse.Namespace) -> int:
     if not rows:
         lines.append("No run branches." if not deleted else "No other run branches.")
     for row in rows:
-        state = "running" if row.live else (row.landing or "no record")
+        state = "running" if row.live else row.landing
         lines.append(
-            f"{row.branch}  {row.outcome or '(no record)'}  "
+            f"{row.branch}  {row.outcome or '(starting)'}  "
             f"+{row.added} -{row.removed}  {state}  {row.repo}"
+        )
+    if others:
+        many = len(others) != 1
+        lines.append(
+            f"{len(others)} run branch{'es' if many else ''} of another home or of a run "
+            f"unknown here not listed (no record under {store.root / 'runs'})"
         )
     _print_lines(lines)
     return 0

@@ -46,9 +46,9 @@ def land(args: argparse.Namespace) -> int:
             f"landing keys; fix it (`loopd check`), then `loopd land {run.id}` again",
             code=1,
         )
-    if run.land in ("", "branch"):
-        # The loop leaves landing to a person; asking for it is a merge unless it pushes.
-        run.land = loop.config.land if loop.config.land == "push" else "merge"
+    # The loop's `land` today, not the night's; a loop that leaves landing to a person
+    # (`branch`) asked to land merges.
+    run.land = "push" if loop.config.land == "push" else "merge"
     if not run.target:
         raise CommandError(f"run {run.id} has no target branch recorded; merge it yourself")
     run.landing = ""

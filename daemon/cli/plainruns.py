@@ -32,7 +32,7 @@ from daemon.cli.textout import Terminal
 from daemon.homepath import HomeNotFound, home_path
 from daemon.plain.aftermath import line_of, object_of
 from daemon.plain.home import reads_own_state
-from daemon.plain.landing import may_have_landed
+from daemon.plain.landing import LandsToday, may_have_landed
 from daemon.plain.records import Unsure
 from daemon.plain.runfile import (
     View,
@@ -122,15 +122,16 @@ def _runs_text(root: Path, args: argparse.Namespace) -> str | None:
         View(p) for p in newest_pruned(state, loop, max(limit - len(records), 0))
         if p["run"] not in listed
     ]  # fmt: skip
+    lands = LandsToday(root)  # texts about a landing say the loop's `land` today
     if args.json:
         return json_text(
             [queued_summary(p) for p in queued]
-            + [run_summary(r) for r in parked]
-            + [{**run_summary(r), "aftermath": object_of(runs_dir / r.id)} for r in records]
+            + [run_summary(r, lands) for r in parked]
+            + [{**run_summary(r, lands), "aftermath": object_of(runs_dir / r.id)} for r in records]
             + [pruned_summary(p) for p in pruned]
         )
-    rows = [queued_row(p) for p in queued] + [run_row(r) for r in parked]
-    rows += [run_row(r, line_of(runs_dir / r.id) if r.landed else "") for r in records]
+    rows = [queued_row(p) for p in queued] + [run_row(r, lands) for r in parked]
+    rows += [run_row(r, lands, line_of(runs_dir / r.id) if r.landed else "") for r in records]
     rows += [pruned_row(p) for p in pruned]
     return runs_table(f"runs in {root}", rows, Terminal.of())
 
@@ -160,7 +161,8 @@ def _show_text(state: Path, run_id: str, as_json: bool) -> str | None:
         decisions = read_regular(records / "decisions.md", cap=STATE_MAX).decode("utf-8", "replace")
     except OSError:
         decisions = ""
-    return run_text(run, [], decisions, Terminal.of(), line_of(run_dir, commits=True))
+    lands = LandsToday(state.parent)
+    return run_text(run, [], decisions, Terminal.of(), lands, line_of(run_dir, commits=True))
 
 
 def _hand_merged(state: Path, runs: list[View]) -> bool:

@@ -6,6 +6,7 @@ the same; it imports no pydantic.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from daemon.cli.textout import Column, Terminal, listing, panel, table, wrap
@@ -54,9 +55,13 @@ def _text(lines: list[str]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def landing_line_of(run: Any) -> str:
-    """The run's landing state in one line (people/landstate.py's LandingState.line)."""
-    return landing_line(landing_fields(run))
+Lands = Callable[[str], str] | None  # a loop's `land` today (plain/landing.LandsToday)
+
+
+def landing_line_of(run: Any, lands: Lands = None) -> str:
+    """The run's landing state in one line (people/landstate.py's LandingState.line), told by
+    the loop's `land` today when `lands` is given."""
+    return landing_line(landing_fields(run, lands(run.loop) if lands else ""))
 
 
 def queued_row(p: Any) -> RunRow:
@@ -66,7 +71,7 @@ def queued_row(p: Any) -> RunRow:
     return (p.id, p.trigger.kind, "queued", "0", "-", queued_at)
 
 
-def run_row(r: Any, aftermath: str = "") -> RunRow:
+def run_row(r: Any, lands: Lands = None, aftermath: str = "") -> RunRow:
     """A run with a record in `loopd runs`: parked ones say until when, succeeded ones where
     their work went (and, landed, what became of it: `aftermath`)."""
     last = r.attempts[-1] if r.attempts else None
@@ -76,7 +81,8 @@ def run_row(r: Any, aftermath: str = "") -> RunRow:
         parked_until = f"parked until {resume_at:%Y-%m-%d %H:%M}Z" if resume_at else "parked"
         reason = "; ".join(part for part in (parked_until, reason) if part)
     if r.outcome == "succeeded":
-        reason = "; ".join(part for part in (reason, landing_line_of(r), aftermath) if part)
+        landed = landing_line_of(r, lands)
+        reason = "; ".join(part for part in (reason, landed, aftermath) if part)
     score = "-" if last is None or last.score is None else str(last.score)
     return (r.id, r.trigger.kind, r.outcome or r.phase, str(len(r.attempts)), score, reason)
 
@@ -108,7 +114,7 @@ def queued_summary(p: Any) -> dict[str, Any]:
     }
 
 
-def run_summary(run: Any) -> dict[str, Any]:
+def run_summary(run: Any, lands: Lands = None) -> dict[str, Any]:
     """A run with a record in `loopd runs --json`."""
     return {
         "run": run.id,
@@ -123,7 +129,7 @@ def run_summary(run: Any) -> dict[str, Any]:
         "attempts": len(run.attempts),
         "branch": run.branch,
         "tokens": run.tokens,
-        "landing": landing_fields(run),
+        "landing": landing_fields(run, lands(run.loop) if lands else ""),
     }
 
 
@@ -170,7 +176,7 @@ def pruned_panel(p: Any, terminal: Terminal) -> str:
     return _text(panel(terminal, clean(p.run), clean("\n".join(head))))
 
 
-def head_lines(run: Any, aftermath: str = "") -> list[str]:
+def head_lines(run: Any, lands: Lands = None, aftermath: str = "") -> list[str]:
     """The lines of the run's panel: loop, task, trigger, times, outcome, branch, landing,
     and its retry, park and rules when it has them."""
     merged = max(run.trigger.merged_count, len(run.trigger.merged))
@@ -183,7 +189,7 @@ def head_lines(run: Any, aftermath: str = "") -> list[str]:
         f"outcome: {run.outcome or run.phase}   {run.reason}",
         f"branch: {run.branch or '-'}   tokens: {run.tokens}"
         + (f"   cost: ${run.cost_usd:.4f}" if run.cost_usd else ""),
-        f"landing: {landing_line_of(run)}",
+        f"landing: {landing_line_of(run, lands)}",
     ]
     if aftermath:
         head.append(f"aftermath: {aftermath}")
@@ -202,11 +208,17 @@ def head_lines(run: Any, aftermath: str = "") -> list[str]:
 
 
 def run_text(
-    run: Any, evidence: list[Any], decisions: str, terminal: Terminal, aftermath: str = ""
+    run: Any,
+    evidence: list[Any],
+    decisions: str,
+    terminal: Terminal,
+    lands: Lands = None,
+    aftermath: str = "",
 ) -> str:
     """What `loopd show RUN_ID` prints: the run's panel, its attempts, what the agent
     recorded (evidence lines, decisions.md), where to look next."""
-    lines = panel(terminal, clean(run.id), clean("\n".join(head_lines(run, aftermath))))
+    head = head_lines(run, lands, aftermath)
+    lines = panel(terminal, clean(run.id), clean("\n".join(head)))
     headings = ("#", "exit", "nudges", "stalls", "checks", "score", "verdict", "feedback")
     rows = [
         [

@@ -25,6 +25,7 @@ from daemon.clock import utc_now
 from daemon.landing.branches import HandMerges
 from daemon.people.terminal import clean
 from daemon.plain.aftermath import line_of, object_of
+from daemon.plain.landing import LandsToday
 from daemon.state.agentrecords import read_decisions, read_evidence
 from daemon.state.pruned import PrunedRun, find_pruned, newest_pruned
 from daemon.state.store import UnreadableFile
@@ -52,6 +53,7 @@ def runs(args: argparse.Namespace) -> int:
         if len(records) >= args.limit:
             break
     _notice_hand_merges(store, records)
+    lands = LandsToday(home.root)  # texts about a landing say the loop's `land` today
     # Then what retain_days folded away, newest first: older than every run still kept.
     room = args.limit - len(records)
     listed = {r.id for r in records}
@@ -59,14 +61,17 @@ def runs(args: argparse.Namespace) -> int:
     if args.json:
         print_json(
             [queued_summary(p) for p in queued]
-            + [run_summary(r) for r in parked]
-            + [{**run_summary(r), "aftermath": object_of(store.run_dir(r.id))} for r in records]
+            + [run_summary(r, lands) for r in parked]
+            + [
+                {**run_summary(r, lands), "aftermath": object_of(store.run_dir(r.id))}
+                for r in records
+            ]
             + [pruned_summary(p) for p in pruned]
         )
         return 0
 
-    rows = [queued_row(p) for p in queued] + [run_row(r) for r in parked]
-    rows += [run_row(r, line_of(store.run_dir(r.id)) if r.landed else "") for r in records]
+    rows = [queued_row(p) for p in queued] + [run_row(r, lands) for r in parked]
+    rows += [run_row(r, lands, line_of(store.run_dir(r.id)) if r.landed else "") for r in records]
     rows += [pruned_row(p) for p in pruned]
     sys.stdout.write(runs_table(f"runs in {home.root}", rows, Terminal.of()))
     return 0
@@ -131,8 +136,10 @@ def show(args: argparse.Namespace) -> int:
         print_json({"run": run.id, **run.model_dump(mode="json"), "aftermath": after})
         return 0
     run_dir = store.run_dir(run.id)
+    lands = LandsToday(home.root)
     line = line_of(run_dir, commits=True)
-    text = run_text(run, read_evidence(run_dir), read_decisions(run_dir), Terminal.of(), line)
+    evidence, decisions = read_evidence(run_dir), read_decisions(run_dir)
+    text = run_text(run, evidence, decisions, Terminal.of(), lands, line)
     sys.stdout.write(text)
     return 0
 

@@ -110,6 +110,17 @@ class RunEnds(BaseModel):
             'An error with `isolation = "in-place"`'
         ),
     )
+    land_commits: Literal["squash", "keep"] = Field(
+        "squash",
+        description=(
+            "how a run's work lands. `squash`: as one commit on `target` (on the branch "
+            'pushed, for `land = "push"`: see [Landing](#landing)), its message composed '
+            "from the loop, the task, the run id and the checks that passed, with `setup` "
+            "and the checks run on that very commit; the run's branch then points at it "
+            "(its old tip is in `state/ref-ledger.jsonl`). `keep`: the attempts' commits "
+            "land as they are (a fast-forward, or a merge when `target` moved)"
+        ),
+    )
     target: str = Field(
         "",
         examples=["main"],

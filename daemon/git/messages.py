@@ -48,3 +48,14 @@ def merge_message(run: RunRecord, target: str, state: str) -> str:
 
 def pr_title(run: RunRecord) -> str:
     return f"loopd({run.loop}): {short_task(run.task, 72)}"
+
+
+def squash_message(run: RunRecord, checks: list[str]) -> str:
+    """The message of the one commit a run lands as (`land_commits = "squash"`): the loop,
+    the task, the run id and the checks that passed on it."""
+    subject = f"loopd({run.loop}): {short_task(run.task)} (run {run.id})"
+    passed = [f"- {command}" for command in checks] or ["- none (the loop has no done_when)"]
+    lines = [subject, "", run.task.strip(), "", f"loopd run {run.id} of loop {run.loop}"]
+    if run.attempts:
+        lines[-1] += f", {len(run.attempts)} attempt{'s' if len(run.attempts) > 1 else ''}"
+    return "\n".join([*lines, "", "Checks that passed:", *passed]) + "\n"

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.git.safe import GitError
 from daemon.git.userrepo import LedgerWriter, UserRepo
+from daemon.landing.held import held_many, holds
 from daemon.landing.refbatch import HEADS, RepoRefs, count_lines, read_refs
 from daemon.people.landstate import landing_state
 from daemon.people.since import run_ids_since
-from daemon.plain.landing import may_have_landed
+from daemon.plain.landing import ALREADY, may_have_landed
 from daemon.state.background import Background
 from daemon.state.eventtypes import Event
 from daemon.state.ledger import ledger_of
@@ -74,15 +75,17 @@ def _merged_commit(run: RunRecord, refs: RepoRefs | None) -> str:
     return target if HEADS + run.branch in refs.merged_into(target) else ""
 
 
-def _record_by_hand(store: StateStore, run: RunRecord, commit: str, now: datetime) -> None:
-    run.landed, run.landed_as, run.landed_how, run.landing = True, commit, "by hand", ""
+def _record_by_hand(
+    store: StateStore, run: RunRecord, commit: str, now: datetime, how: str = "by hand"
+) -> None:
+    run.landed, run.landed_as, run.landed_how, run.landing = True, commit, how, ""
     store.save_run(run)
     store.events.append(
         Event.LANDED,
         now,
         loop=run.loop,
         run=run.id,
-        land="by hand",
+        land=how,
         target=run.target,
         commit=commit,
     )
@@ -97,6 +100,7 @@ class HandMerges:
         self.now = now
         self.live = set(store.live_runs())
         self._refs: dict[str, RepoRefs | None] = {}
+        self._held: dict[str, str] = {}  # run id -> the target's commit that holds its change
 
     def refs(self, repo: str) -> RepoRefs | None:
         if repo not in self._refs:
@@ -114,16 +118,68 @@ class HandMerges:
             return ""
         return _merged_commit(run, self.refs(run.repo))
 
+    def _held_candidate(
+        self, run: RunRecord | IndexedRun, refs: RepoRefs | None
+    ) -> tuple[str, str, str] | None:
+        """(base, tip, target) of a run whose target may hold its change: succeeded, not
+        landed, its target moved since its base (a target still at the base holds nothing
+        of it), its branch not contained in it (that is a merge by hand)."""
+        if refs is None or run.outcome != "succeeded" or not may_have_landed(run, self.live):
+            return None
+        tip, target = refs.tip(run.branch), refs.tip(run.target)
+        if not tip or not target or run.base_commit in ("", tip, target):
+            return None
+        return run.base_commit, tip, target
+
+    def ask_held(self, refs: RepoRefs, runs: list[RunRecord | IndexedRun], index: RunIndex) -> None:
+        """Whether the targets hold the changes of `runs` (records of one repository): kept
+        in the run index, asked of git at once for the runs it has no answer for (their
+        branch or target moved); `held` answers from it."""
+        todo = {}
+        for run in runs:
+            found = self._held_candidate(run, refs)
+            if run.id in self._held or found is None:
+                continue
+            known = index.held(run.id, *found)
+            if known is None:
+                todo[run.id] = found
+            else:
+                self._held[run.id] = found[2] if known else ""
+        held = held_many(refs.user.git, list(todo.values()))
+        for run_id, triple in todo.items():
+            self._held[run_id] = triple[2] if held and triple in held else ""
+            if held is not None:  # git's answer, kept; none is asked again next time
+                index.set_held(run_id, *triple, triple in held)
+
+    def held(self, run: RunRecord | IndexedRun) -> str:
+        """The target's commit when it holds the change of `run`'s branch without containing
+        the branch (another run, or a person, landed the same change), else ""."""
+        if run.id not in self._held:
+            refs = self.refs(run.repo) if may_have_landed(run, self.live) else None
+            found = self._held_candidate(run, refs)
+            self._held[run.id] = ""
+            if refs is not None and found is not None:
+                try:
+                    self._held[run.id] = found[2] if holds(refs.user.git, *found[1:]) else ""
+                except GitError:
+                    pass
+        return self._held[run.id]
+
     def notice(self, run: RunRecord) -> bool:
-        """Record `run` (a whole record) landed by hand when it was; True when recorded now."""
+        """Record `run` (a whole record) landed by hand, or already landed, when it was; True
+        when recorded now."""
         commit = self.merged(run)
         if commit:
             _record_by_hand(self.store, run, commit, self.now)
+            return True
+        commit = self.held(run)
+        if commit:
+            _record_by_hand(self.store, run, commit, self.now, ALREADY)
         return bool(commit)
 
     def notice_partial(self, run: RunRecord | IndexedRun) -> RunRecord | None:
         """The same for a record from the run index: the whole record, when it was recorded."""
-        if not self.merged(run):
+        if not (self.merged(run) or self.held(run)):
             return None
         try:
             whole = self.store.load_run(run.id)
@@ -170,10 +226,18 @@ class RunBranch:
 
 
 def list_branches(
-    store: StateStore, repos: dict[str, Path], now: datetime, loop: str = ""
+    store: StateStore,
+    repos: dict[str, Path],
+    now: datetime,
+    loop: str = "",
+    lands: dict[str, str] | None = None,
+    others: list[RunBranch] | None = None,
 ) -> list[RunBranch]:
-    """The run branches of the home's loops (or of `loop`) in their repositories; a branch a
-    person merged by hand is recorded landed as of `now`."""
+    """The run branches of this home's runs in its loops' repositories (or of `loop`); a
+    branch a person merged by hand is recorded landed as of `now`. A branch is this home's
+    when its run has a record under this home's `state/runs/` or is live here: another home's
+    (every home's example loop works on the same repository) or a run unknown here goes to
+    `others` instead. `lands`: each loop's `land` today, which a run not landed is told by."""
     hands = HandMerges(store, now)
     if loop in repos:
         repos = {loop: repos[loop]}  # its branches are in its repository alone
@@ -192,7 +256,10 @@ def list_branches(
             found.append((refs, rows))
     out: list[RunBranch] = []
     for refs, rows in found:
-        out += _describe(hands, index, refs, rows)
+        described = _describe(hands, index, refs, rows, lands or {})
+        out += [row for row in described if row.outcome or row.live]
+        if others is not None:
+            others += [row for row in described if not (row.outcome or row.live)]
     index.save(store.run_ids())
     return out
 
@@ -226,11 +293,17 @@ def _ask_ahead(index: RunIndex, refs: RepoRefs, rows: list[RunBranch]) -> None:
 
 
 def _describe(
-    hands: HandMerges, index: RunIndex, refs: RepoRefs, rows: list[RunBranch]
+    hands: HandMerges,
+    index: RunIndex,
+    refs: RepoRefs,
+    rows: list[RunBranch],
+    lands: dict[str, str],
 ) -> list[RunBranch]:
     """The rows with their runs' outcome, landing state and net +/- lines."""
     records = index.records([row.run for row in rows])
     live = hands.live
+    ended = [r for r in records.values() if r.outcome is not None and not r.landed]
+    hands.ask_held(refs, [r for r in ended if not hands.merged(r)], index)  # one git question
     based: list[tuple[RunBranch, str]] = []
     for row in rows:
         row.live = row.run in live
@@ -242,7 +315,7 @@ def _describe(
         row.outcome = record.outcome or f"({record.phase})"
         row.finished = record.finished
         row.landed = record.landed
-        row.landing = landing_state(record).line()
+        row.landing = landing_state(record, lands.get(row.loop, "")).line()
         if record.base_commit:
             based.append((row, record.base_commit))
     _count_lines(index, refs, based)

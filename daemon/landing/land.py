@@ -33,12 +33,15 @@ from daemon.agents.processes import process_mark, run_in_own_group, same_process
 from daemon.config import LoopConfig
 from daemon.config.land import PR_FIELDS
 from daemon.git.integrity import ledger_writer
-from daemon.git.messages import pr_title
+from daemon.git.messages import pr_title, squash_message
 from daemon.git.safe import Git, GitError, is_canonical_lfs
 from daemon.git.userrepo import UserRepo
 from daemon.globs import any_branch_matches
 from daemon.landing.guard import blocked_paths
+from daemon.landing.held import holds
 from daemon.landing.merge import MergeRefused, merge_target, verify_tip
+from daemon.landing.squash import AlreadyLanded, squash_commit
+from daemon.plain.landing import ALREADY
 from daemon.redact import redact
 from daemon.runs.journal import RunJournal
 from daemon.runs.startpoint import is_ancestor
@@ -76,6 +79,12 @@ def land_run(journal: RunJournal, cfg: LoopConfig | None) -> None:
         if cfg is None:
             raise LandingBlocked("the loop's file no longer loads, so its landing keys are gone")
         commit = _push(journal, cfg) if run.land == "push" else _merge(journal, cfg)
+    except AlreadyLanded as held:
+        # Another run (or a person) landed the same change: recorded, never merged empty.
+        run.landed, run.landed_as, run.landing = True, held.commit, ""
+        run.landed_how = ALREADY
+        journal.event(Event.LANDED, land=ALREADY, target=run.target, commit=held.commit)
+        _mark_built_on(journal, held.commit)
     except (LandingBlocked, GitError, OSError) as exc:
         why = str(exc) if isinstance(exc, LandingBlocked) else f"git failed: {exc}"
         run.landing = redact(why)[:1000]
@@ -118,28 +127,43 @@ def _merge(journal: RunJournal, cfg: LoopConfig) -> str:
     user = _user(journal)
     tip = _tip(user, run.branch)
     target_ref = f"refs/heads/{run.target}"
+    squash = cfg.land_commits == "squash"
     for _ in range(3):  # the target may move while the checks run: look again
         current = user.ref(target_ref)
         if not current:
             raise LandingBlocked(f"the target branch {run.target} does not exist")
-        if is_ancestor(user, tip, current):
-            return current  # its work is there already
+        if holds(user.git, tip, current):
+            raise AlreadyLanded(current)  # its work is there already: nothing to merge
         since = user.git.out("merge-base", current, tip)
         _check_changes(user, since, tip, cfg)
-        new = tip
         try:
-            if is_ancestor(user, current, tip):
-                verify_tip(journal, cfg, user, tip)  # a fast-forward lands `tip` itself
-            else:
-                writer = ledger_writer(journal)
-                new = merge_target(journal, cfg, user, writer, tip, run.target, current)
-                tip = new
+            new = _landing_commit(journal, cfg, user, tip, current, squash)
         except MergeRefused as exc:
             raise _refused(exc) from None
+        if new != tip and not squash:
+            tip = new  # the run's branch is the merge now
         if _move_target(journal, user, current, new):
+            if squash:  # the run's branch is what landed (its old tip: the ref ledger)
+                writer = ledger_writer(journal)
+                user.set_ref(writer, f"refs/heads/{run.branch}", new, "landed as one commit")
             _trigger_others(journal, current, new)
             return new
     raise LandingBlocked(f"{run.target} kept moving while loopd landed the run; merge it yourself")
+
+
+def _landing_commit(
+    journal: RunJournal, cfg: LoopConfig, user: UserRepo, tip: str, current: str, squash: bool
+) -> str:
+    """The commit the target moves to, its setup and checks passed on it: the run's branch
+    itself, its merge with a moved target, or (squash) one commit on the target's."""
+    run = journal.run
+    if is_ancestor(user, current, tip):
+        new = squash_commit(user, run, cfg, current, tip) if squash else tip
+        verify_tip(journal, cfg, user, new)  # the very commit that lands
+        return new
+    writer = ledger_writer(journal)
+    message = squash_message(run, cfg.done_when) if squash else ""
+    return merge_target(journal, cfg, user, writer, tip, run.target, current, message)
 
 
 def _checkouts(user: UserRepo, branch: str) -> list[Path]:
@@ -261,8 +285,13 @@ def _push(journal: RunJournal, cfg: LoopConfig) -> str:
     user = _user(journal)
     tip = _tip(user, run.branch)
     target = user.ref(f"refs/heads/{run.target}") if run.target else ""
+    if target and holds(user.git, tip, target):
+        raise AlreadyLanded(target)  # nothing to push or propose
     since = user.git.out("merge-base", target, tip) if target else run.base_commit
-    _check_changes(user, since or run.base_commit, tip, cfg)
+    since = since or run.base_commit
+    _check_changes(user, since, tip, cfg)
+    if cfg.land_commits == "squash" and since:
+        tip = _squashed_branch(journal, cfg, user, since, tip)
     try:
         verify_tip(journal, cfg, user, tip)
     except MergeRefused as exc:
@@ -298,6 +327,20 @@ def _push(journal: RunJournal, cfg: LoopConfig) -> str:
             )
         journal.event(Event.PR_COMMAND_RAN, command=cfg.pr_command[0])
     return tip
+
+
+def _squashed_branch(
+    journal: RunJournal, cfg: LoopConfig, user: UserRepo, since: str, tip: str
+) -> str:
+    """The run's branch as one commit on its merge base with the target, for the push: the
+    pull request shows one commit (made again, it is the same commit: a retried push sends
+    nothing new)."""
+    new = squash_commit(user, journal.run, cfg, since, tip)
+    if new != tip:
+        writer = ledger_writer(journal)
+        ref = f"refs/heads/{journal.run.branch}"
+        user.set_ref(writer, ref, new, "squashed to one commit for the push")
+    return new
 
 
 def _fill(part: str, fields: dict[str, str]) -> str:

@@ -77,9 +77,12 @@ def merge_target(
     tip: str,
     target: str,
     target_tip: str,
+    squash: str = "",
 ) -> str:
     """Merge `target_tip` into the run's branch at `tip`; the merge commit once its checks
-    pass (the run's branch then points at it). MergeRefused when it cannot land."""
+    pass (the run's branch then points at it). With a `squash` message, the merge's files
+    are one commit on `target_tip` instead (the branch is left as it is). MergeRefused when
+    it cannot land."""
     run = journal.run
     with _landing_tree(journal, user, tip) as (tree, own):
         merged = own.bare.run("merge-tree", "--write-tree", "-z", tip, target_tip, check=False)
@@ -98,11 +101,15 @@ def merge_target(
         own.git.run("read-tree", "-u", "--reset", tree_oid)  # the merge's files, nothing else
         journal.event(Event.LANDING_MERGE, target=target, tree=tree_oid, target_commit=target_tip)
         _setup_and_check(journal, cfg, tree, own, f"the merge with {target}")
-        message = merge_message(run, target, "checks pass")
-        final = own.commit_tree(tree_oid, [tip, target_tip], message)
+        if squash:
+            final = own.commit_tree(tree_oid, [target_tip], squash)
+        else:
+            message = merge_message(run, target, "checks pass")
+            final = own.commit_tree(tree_oid, [tip, target_tip], message)
         own.set_tip(final, tip)
         user.take_objects(own.path, [f"refs/heads/{MERGE_BRANCH}"])
-        user.set_ref(writer, f"refs/heads/{run.branch}", final, "landing merge")
+        if not squash:  # a squash moves the run's branch once the target has moved to it
+            user.set_ref(writer, f"refs/heads/{run.branch}", final, "landing merge")
         return final
 
 

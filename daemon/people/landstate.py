@@ -20,7 +20,7 @@ class LandingState(BaseModel):
     """Where a run's work went: `state`, `how` it landed, `why` not, what to `run` next."""
 
     state: State
-    how: str = ""  # merge, push, by hand
+    how: str = ""  # merge, push, by hand, already (the target held its change)
     why: str = ""
     run: str = ""  # the command a person runs next
 
@@ -29,6 +29,7 @@ class LandingState(BaseModel):
         return landing_line(self.model_dump())
 
 
-def landing_state(run: RunRecord) -> LandingState:
-    """The landing state the run's record holds."""
-    return LandingState(**landing_fields(run))
+def landing_state(run: RunRecord, land_now: str = "") -> LandingState:
+    """The landing state the run's record holds, told by the loop's `land` today (`land_now`,
+    "": the record's)."""
+    return LandingState(**landing_fields(run, land_now))

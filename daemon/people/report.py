@@ -15,6 +15,7 @@ from daemon.people.landstate import landing_state
 from daemon.people.report_aftermath import AftermathReport, aftermath_report
 from daemon.people.since import events_since, run_ids_since
 from daemon.people.verified import Verified
+from daemon.plain.landing import LandsToday
 from daemon.redact import redact
 from daemon.rules.library import RuleLibrary
 from daemon.state.atomic import write_atomic
@@ -154,10 +155,12 @@ def _run_row(run: RunRecord, now: datetime) -> RunRow:
     )
 
 
-def _ready_row(run: RunRecord, branch_exists: Callable[[str, str], bool] | None) -> ReadyRow | None:
+def _ready_row(
+    run: RunRecord, branch_exists: Callable[[str, str], bool] | None, land_now: str = ""
+) -> ReadyRow | None:
     """The run's row of "Ready to land" when its work waits on a person and its branch is
-    there, else None."""
-    landing = landing_state(run)
+    there, else None; `land_now`: the loop's `land` today."""
+    landing = landing_state(run, land_now)
     if landing.state not in ("blocked", "review"):
         return None
     if branch_exists is not None and not branch_exists(run.repo, run.branch):
@@ -167,7 +170,7 @@ def _ready_row(run: RunRecord, branch_exists: Callable[[str, str], bool] | None)
         loop=run.loop,
         branch=run.branch,
         repo=run.repo,
-        land=run.land,
+        land=landing.how,
         target=run.target,
         why=run.landing,
         next=landing.run,
@@ -184,6 +187,7 @@ def _add_runs(
 ) -> None:
     """The rows of the runs in the report's window, those ready to land, and what the clean
     checks and the judge verified among them."""
+    lands = LandsToday(store.root.parent)  # the home's: its loops' `land` today
     for run_id in run_ids_since(store, since):
         try:
             run = store.load_run(run_id)
@@ -194,7 +198,7 @@ def _add_runs(
             continue
         verified.add(run)
         report.runs.append(_run_row(run, now))
-        ready = _ready_row(run, branch_exists)
+        ready = _ready_row(run, branch_exists, lands(run.loop))
         if ready is not None:
             report.ready.append(ready)
 

@@ -4,13 +4,22 @@ commands' plain path prints them without the models."""
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
 from typing import Any
 
+ALREADY = "already"  # landing/squash.py's: the target held the run's change before it landed
 
-def landing_fields(run: Any) -> dict[str, str]:
+
+def landing_fields(run: Any, land_now: str = "") -> dict[str, str]:
     """LandingState's fields: `state` (landed, blocked, review, none), `how` it landed or
-    would, `why` not, the command to `run` next."""
+    would, `why` not, the command to `run` next. `land_now`: the loop's `land` today (its
+    file read now), which a run not landed is told by ("": the one its record holds)."""
     if run.landed:
+        if run.landed_how == ALREADY:
+            at = f" at {run.landed_as[:12]}" if run.landed_as else ""
+            held = f"{run.target or 'the target'} already held its change{at}"
+            return _fields("landed", how=ALREADY, why=held)
         where = f" on {run.target}" if run.target else ""
         if (run.landed_how or run.land) == "push":
             where = f" as branch {run.branch or run.branch_deleted} pushed for {run.target}"
@@ -23,12 +32,15 @@ def landing_fields(run: Any) -> dict[str, str]:
     if run.isolation == "in-place" or not run.branch:
         return _fields("none", why="the run left no branch")
     take = f"loopd land {run.id}"
-    if run.landing:
-        return _fields("blocked", how=run.land, why=run.landing, run=take)
-    if run.land in ("", "branch"):
+    land = land_now or run.land
+    if land in ("", "branch"):
         why = 'the loop has land = "branch": review the branch'
+        if run.landing:
+            why = f"{why} (it did not land: {run.landing})"
         return _fields("review", how="branch", why=why, run=take)
-    return _fields("review", how=run.land, why="not tried yet", run=take)
+    if run.landing:
+        return _fields("blocked", how=land, why=run.landing, run=take)
+    return _fields("review", how=land, why="not tried yet", run=take)
 
 
 def _fields(state: str, how: str = "", why: str = "", run: str = "") -> dict[str, str]:
@@ -38,6 +50,8 @@ def _fields(state: str, how: str = "", why: str = "", run: str = "") -> dict[str
 def landing_line(fields: dict[str, str]) -> str:
     """The landing state in one line for a terminal or a Markdown file."""
     state, how, why = fields["state"], fields["how"], fields["why"]
+    if state == "landed" and how == ALREADY:
+        return f"already landed: {why}"
     if state == "landed":
         return f"landed {why} ({how})".replace("  ", " ")
     text = {"blocked": "not landed", "review": "not landed"}.get(state, "nothing to land")
@@ -54,3 +68,25 @@ def may_have_landed(run: Any, live: set[str]) -> bool:
     if run.landed or run.outcome is None or not run.target or not run.branch:
         return False
     return run.isolation != "in-place" and run.id not in live
+
+
+class LandsToday:
+    """Each loop's `land` as `loops/LOOP.toml` of the home says it now, each file read once
+    ("branch" when unset; "" when the file is gone or does not parse: the record's is told)."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self._lands: dict[str, str] = {}
+
+    def __call__(self, loop: str) -> str:
+        if loop not in self._lands:
+            self._lands[loop] = self._read(loop)
+        return self._lands[loop]
+
+    def _read(self, loop: str) -> str:
+        try:
+            text = (self.home / "loops" / f"{loop}.toml").read_text(encoding="utf-8")
+            land = tomllib.loads(text).get("land", "branch")
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            return ""
+        return land if land in ("branch", "merge", "push") else ""

@@ -28,7 +28,7 @@ from daemon.state.records import RunRecord
 from daemon.state.store import StateStore, UnreadableFile
 
 INDEX_FILE = "runs-index.json"
-VERSION = 2  # the shape of "runs"; "lines" is read when present, so it needs no new version
+VERSION = 2  # the shape of "runs"; "lines" and "held" are read when present: no new version
 # What the listings read: the outcome, the landing state (people/landstate.py) and what
 # noticing a hand merge needs (landing/branches.py).
 FIELDS = (
@@ -115,6 +115,7 @@ class RunIndex:
         self.path = store.root / INDEX_FILE
         self._entries: dict[str, list[Any]] = {}
         self._lines: dict[str, str] = {}
+        self._held: dict[str, str] = {}  # whether a target held the run's change, asked once
         self._load()
         self._changed = False
 
@@ -125,9 +126,10 @@ class RunIndex:
             return
         if not isinstance(data, dict) or data.get("version") != VERSION:
             return
-        runs, lines = data.get("runs"), data.get("lines")
+        runs, lines, held = data.get("runs"), data.get("lines"), data.get("held")
         self._entries = runs if isinstance(runs, dict) else {}
         self._lines = lines if isinstance(lines, dict) else {}
+        self._held = held if isinstance(held, dict) else {}
 
     def records(self, run_ids: Iterable[str]) -> dict[str, IndexedRun]:
         """The indexed fields (FIELDS, the trigger's kind and the times) of those of `run_ids`
@@ -224,18 +226,40 @@ class RunIndex:
         self._lines[run_id] = f"{base} {tip} {counted[0]} {counted[1]} {algorithm}"
         self._changed = True
 
+    def held(self, run_id: str, base: str, tip: str, target: str) -> bool | None:
+        """Whether `target` held the change from `base` to `tip` when last asked (None: not
+        asked for these commits)."""
+        known = self._held.get(run_id)
+        if type(known) is not str:
+            return None
+        parts = known.split(" ")
+        if len(parts) != 4 or parts[:3] != [base, tip, target] or parts[3] not in ("0", "1"):
+            return None
+        return parts[3] == "1"
+
+    def set_held(self, run_id: str, base: str, tip: str, target: str, held: bool) -> None:
+        """Keep git's answer ("BASE TIP TARGET 0|1"): a listing asks again only when one of
+        the three moved."""
+        self._held[run_id] = f"{base} {tip} {target} {int(held)}"
+        self._changed = True
+
     def save(self, keep: Iterable[str] | None = None) -> None:
         """Write the cache when it changed; `keep`: the run ids worth keeping (else all)."""
         if keep is not None:
             wanted = set(keep)
-            for cache in (self._entries, self._lines):
+            for cache in (self._entries, self._lines, self._held):
                 gone = [run_id for run_id in cache if run_id not in wanted]
                 for run_id in gone:
                     del cache[run_id]
                 self._changed = self._changed or bool(gone)
         if not self._changed:
             return
-        data = {"version": VERSION, "runs": self._entries, "lines": self._lines}
+        data = {
+            "version": VERSION,
+            "runs": self._entries,
+            "lines": self._lines,
+            "held": self._held,
+        }
         try:
             write_atomic(self.path, json.dumps(data, separators=(",", ":")), durable=False)
         except OSError:

@@ -93,7 +93,7 @@ class LandingBlocked(EventFields):
 
 @fields_of(Event.LANDED)
 class Landed(EventFields):
-    """A succeeded run's work is on its target (`land`: merge, push, or by hand)."""
+    """A succeeded run's work is on its target (`land`: merge, push, by hand, or `already`)."""
 
     land: str
     target: str
