@@ -18,8 +18,11 @@ from daemon.git.safe import Git, GitError
 from daemon.globs import glob_problem
 from daemon.units import duration
 
-
 # A Protocol, not LoopConfig: loop_file.py builds LoopConfig on RunEnds from here.
+# What happens to a succeeded run's work; landing/land.py dispatches on it exhaustively.
+LandMode = Literal["branch", "merge", "push"]
+
+
 class LandingLoop(Protocol):
     """What the landing checks read of a loop: a LoopConfig."""
 
@@ -99,7 +102,7 @@ class RunEnds(BaseModel):
             " new run marks that one landed too"
         ),
     )
-    land: Literal["branch", "merge", "push"] = Field(
+    land: LandMode = Field(
         "branch",
         description=(
             "what happens to a succeeded run's work. `branch`: it stays on "

@@ -28,10 +28,11 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import assert_never, cast, get_args
 
 from daemon.agents.processes import process_mark, run_in_own_group, same_process
 from daemon.config import LoopConfig
-from daemon.config.land import PR_FIELDS
+from daemon.config.land import PR_FIELDS, LandMode
 from daemon.git.integrity import ledger_writer
 from daemon.git.messages import pr_title, squash_message
 from daemon.git.safe import Git, GitError, is_canonical_lfs
@@ -66,6 +67,30 @@ def _refused(exc: MergeRefused) -> LandingBlocked:
     return blocked
 
 
+def _mode(recorded: str) -> LandMode:
+    """The run record's `land` as a mode this loopd knows (a record written by another
+    version may name one it does not)."""
+    for mode in get_args(LandMode):
+        if recorded == mode:
+            return cast(LandMode, mode)
+    raise LandingBlocked(
+        f"the run's record names a land mode this loopd does not know: {recorded!r}"
+    )
+
+
+def _land(journal: RunJournal, cfg: LoopConfig, mode: LandMode) -> str:
+    """Land by `mode`; the landed commit. Exhaustive: a new mode fails the type check here."""
+    match mode:
+        case "merge":
+            return _merge(journal, cfg)
+        case "push":
+            return _push(journal, cfg)
+        case "branch":
+            raise LandingBlocked('land = "branch" keeps the work on its branch')
+        case _:
+            assert_never(mode)
+
+
 def land_run(journal: RunJournal, cfg: LoopConfig | None) -> None:
     """Land a succeeded run as its record says (`land`, `target`); records how it went."""
     run = journal.run
@@ -78,7 +103,7 @@ def land_run(journal: RunJournal, cfg: LoopConfig | None) -> None:
     try:
         if cfg is None:
             raise LandingBlocked("the loop's file no longer loads, so its landing keys are gone")
-        commit = _push(journal, cfg) if run.land == "push" else _merge(journal, cfg)
+        commit = _land(journal, cfg, _mode(run.land))
     except AlreadyLanded as held:
         # Another run (or a person) landed the same change: recorded, never merged empty.
         run.landed, run.landed_as, run.landing = True, held.commit, ""
