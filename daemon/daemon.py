@@ -383,7 +383,7 @@ def _announce(home: Home, daemon: Daemon) -> None:
     print(
         f"loopd {package.__version__} running for {home.root} (pid {os.getpid()}): "
         f"{len(enabled)} enabled loop(s){': ' + ', '.join(enabled) if enabled else ''}; "
-        "Ctrl-C or SIGTERM stops it",
+        f"{_listening(daemon)}; Ctrl-C or SIGTERM stops it",
         flush=True,
     )
 
@@ -396,6 +396,16 @@ def _announce(home: Home, daemon: Daemon) -> None:
         print(f"loopd: warning: {warning}", file=sys.stderr, flush=True)
     for note in daemon.ctx.config.notes:
         print(f"loopd: {note}", file=sys.stderr, flush=True)
+
+
+def _listening(daemon: Daemon) -> str:
+    """Where `[listen]` listens (the port it bound, when the file says 0), or that it is off."""
+    listener = daemon.outside.listener
+    if listener is None:
+        return "[listen] off"
+    host = listener.config.host
+    host = f"[{host}]" if ":" in host else host
+    return f"[listen] on http://{host}:{listener.port}"
 
 
 def run_daemon(home: Home) -> int:

@@ -269,6 +269,8 @@ def test_a_stale_scheduled_loop_shows_its_next_fire_as_the_others_do(
         return entry if entry.get("stale") and entry.get("next_fire") else None
 
     entry = wait_for(stale, timeout=20, what="the stale loop")
+    # No [listen]: the start banner says so.
+    assert "[listen] off; Ctrl-C" in daemon_log(home).splitlines()[0]
     text = loopd(home, "status", env={"COLUMNS": "300"}).stdout
     rows = {line.replace("│", " ").split()[0]: line for line in text.splitlines() if "│" in line}
     row, other = rows["calc"], rows["other"]
