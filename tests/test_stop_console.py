@@ -108,3 +108,41 @@ def test_ctrl_c_says_what_it_waits_for_and_a_second_one_stops_at_once(
     daemon.send_signal(signal.SIGINT)
     assert daemon.wait(timeout=WAIT) == 0, daemon_log(home)
     assert processes_with(token) == []
+
+
+class _Thread:
+    def __init__(self, alive: bool) -> None:
+        self.alive = alive
+
+    def is_alive(self) -> bool:
+        return self.alive
+
+
+def test_the_lines_count_the_grace_down_and_name_the_runs_still_live() -> None:
+    """What the driver prints every few seconds: the live runs by id and the seconds left of
+    the agents' grace, then (no run live) the seconds left of the whole stop."""
+    from types import SimpleNamespace
+
+    from daemon.service.context import Flags
+    from daemon.service.stopdeadline import agent_grace, stop_within
+    from daemon.service.stopping import StopWait
+
+    clock = [100.0]
+    workers = {
+        "a": SimpleNamespace(run_id="r-a", thread=_Thread(True)),
+        "b": SimpleNamespace(run_id="r-b", thread=_Thread(True)),
+    }
+    pool = SimpleNamespace(workers=workers)
+    wait = StopWait(pool, Flags(), 30.0, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    first = wait.line(first=True)
+    assert first.startswith("loopd: stopping: waiting for runs r-a, r-b (")
+    assert f"({agent_grace(30.0):.0f}s of shutdown_grace left" in first
+    assert first.endswith("Ctrl-C again stops at once")
+    clock[0] += 8
+    workers["a"].thread.alive = False
+    later = wait.line(first=False)
+    assert later.startswith("loopd: still waiting for run r-b (")
+    assert f"({agent_grace(30.0) - 8:.0f}s of shutdown_grace left" in later
+    workers["b"].thread.alive = False
+    last = wait.line(first=False)
+    assert f"at most {stop_within(30.0) - 8:.0f}s left" in last and "run" not in last.split("(")[0]
