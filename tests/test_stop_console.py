@@ -13,6 +13,7 @@ import re
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.helpers import (
     daemon_log,
@@ -146,3 +147,41 @@ def test_the_lines_count_the_grace_down_and_name_the_runs_still_live() -> None:
     workers["b"].thread.alive = False
     last = wait.line(first=False)
     assert f"at most {stop_within(30.0) - 8:.0f}s left" in last and "run" not in last.split("(")[0]
+
+
+def test_on_the_temporal_engine_a_second_ctrl_c_leaves_no_agent_behind(
+    tmp_path: Path, temporal: Any
+) -> None:
+    """The Temporal home says how to stop at once, and a second Ctrl-C kills what its
+    attempts started before it exits (it exited at once, leaving the agents running)."""
+    from tests.machines import Machine, engine_toml, loop_toml
+
+    server, namespace = temporal
+    root = tmp_path / "machine"
+    repo = make_repo(root / "src" / "app", BUGGY)
+    shared, sandbox = talk(tmp_path)
+    started = shared / "started"
+    token = unique_token("stubborn", tmp_path)
+    text = (
+        stubborn_agent(started, token)
+        + sandbox
+        + f'[limits]\nshutdown_grace = "{GRACE}s"\nworktrees = "{root / "worktrees"}"\n'
+        + engine_toml(server.address, namespace)
+    )
+    loop = {"task": "Make check.py pass.", "agent": "fixer", "done_when": ["python3 check.py"],
+            "max_attempts": 1, "max_nudges": 0, "critic": "off"}  # fmt: skip
+    home = make_home(root / "loopd-home", text, {"calc": loop_toml(repo, **loop)})
+    machine = Machine("machine", root, home, repo)
+    proc = machine.start("run")
+    try:
+        assert machine.loopd("trigger", "calc").returncode == 0
+        wait_for(started.exists, timeout=60, what="the agent to start")
+        wait_for(lambda: processes_with(token), what="the agent's child")
+        proc.send_signal(signal.SIGINT)
+        wait_for(lambda: "Ctrl-C again stops at once" in machine.log.read_text(), what="line")
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=WAIT)
+        wait_for(lambda: processes_with(token) == [], what="the agent's group gone")
+    finally:
+        machine.stop(signal.SIGKILL)

@@ -11,6 +11,8 @@ within MIN_STOP; a restart ends a run left live as interrupted, as after a crash
 
 from __future__ import annotations
 
+import asyncio
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -87,3 +89,21 @@ class StopWait:
             elif not hurried and self.monotonic() >= next_line:
                 say([self.line(first=False)])
                 next_line += EVERY
+
+
+def engine_waiting_line(grace: float) -> str:
+    """The Temporal home's and worker's first line after a stop signal."""
+    return (
+        f"loopd: stopping: waiting for running attempts ({agent_grace(grace):.0f}s of "
+        "shutdown_grace left for their agents; then they are killed and their runs end "
+        f"interrupted); {AGAIN}"
+    )
+
+
+async def engine_stop_at_once(hurry: asyncio.Event) -> None:
+    """The Temporal engine's second stop signal (`hurry`): kill what the attempts started,
+    and exit; the next start reaps what they left and ends their runs."""
+    await hurry.wait()
+    say(["loopd: stopping at once: killing what the running attempts started"])
+    kill_started()
+    os._exit(1)
