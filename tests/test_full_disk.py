@@ -293,3 +293,24 @@ def test_both_engines_outlive_a_full_disk_and_run_once_there_is_room(
             assert proc.poll() is None
         finally:
             machine.stop()
+
+
+def test_a_spell_left_unended_by_an_earlier_life_is_not_escalated_twice(tmp_path: Path) -> None:
+    """A daemon that stopped while state/ was full left the spell's escalation without its
+    end: the next life's spell is the same episode and takes it, until room returns."""
+    from datetime import UTC, datetime, timedelta
+
+    from daemon.people.floor_escalation import file_full, spell_ended, unended
+    from daemon.state.store import StateStore
+
+    store = StateStore(tmp_path / "state")
+    began = datetime(2026, 12, 7, 3, 0, tzinfo=UTC)
+    assert unended(store) == ""
+    eid = file_full(store, began, "the event run_started", began)
+    assert file_full(store, began, "again", began + timedelta(seconds=1)) == eid  # once
+    assert unended(store) == eid
+    spell_ended(store, eid, began + timedelta(minutes=5), 300.0, 4)
+    spell_ended(store, eid, began + timedelta(minutes=6), 360.0, 5)  # once, too
+    text = store.escalation_path(eid).read_text()
+    assert text.count("## Room again") == 1 and "300 s" in text and "4 write(s)" in text
+    assert unended(store) == ""  # the next spell is an episode of its own

@@ -35,17 +35,11 @@ def escalation_id(since: datetime) -> str:
 
 
 def file_full(store: StateStore, since: datetime, what: str, now: datetime) -> str:
-    """Write the spell's escalation unless it is there (OSError when it does not fit); its id.
-
-    One a spell left open and unended (a restart while `state/` stayed full) stands for this
-    one too: the same spell, never a second escalation."""
+    """Write the spell's escalation unless it is there (OSError when it does not fit); its id."""
     eid = escalation_id(since)
     path = store.escalation_path(eid)
     if path.exists():
         return eid
-    for meta in open_escalations(store):
-        if meta.cause == Cause.STATE_FULL and not _has_ended(store.escalation_path(meta.run)):
-            return meta.run
     meta = Escalation(
         run=eid,
         loop="",
@@ -71,6 +65,15 @@ def file_full(store: StateStore, since: datetime, what: str, now: datetime) -> s
     ]
     write_atomic(path, _front_matter(meta) + "\n" + clean(redact("\n".join(body))))
     return eid
+
+
+def unended(store: StateStore) -> str:
+    """An open escalation of a spell that has not ended ("" none): a daemon that stopped
+    while `state/` was full left it, and it stands for the spell that goes on."""
+    for meta in open_escalations(store):
+        if meta.cause == Cause.STATE_FULL and not _has_ended(store.escalation_path(meta.run)):
+            return meta.run
+    return ""
 
 
 def _has_ended(path: Path) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from datetime import datetime
 
-from daemon.people.floor_escalation import file_full, spell_ended
+from daemon.people.floor_escalation import file_full, spell_ended, unended
 from daemon.service.context import Context
 from daemon.state.eventtypes import Event
 from daemon.state.space import no_space
@@ -25,6 +25,7 @@ class Floor:
         self.ctx = ctx
         self._told = False  # this spell was notified
         self._escalation = ""  # this spell's escalation, once written
+        self._looked = False  # for one an earlier life left unended (read once per spell)
 
     @property
     def space(self):  # noqa: ANN201 - daemon.state.space.StateSpace
@@ -83,6 +84,11 @@ class Floor:
         if since is None:
             return
         try:
+            if not self._looked:  # a read: it works on a full disk
+                self._looked = True
+                self._escalation = unended(self.ctx.store)
+                if self._escalation:
+                    return
             self._escalation = file_full(self.ctx.store, since, space.what, now)
         except OSError:  # no room yet (or none to read the others): tried again, and on room
             return
@@ -101,3 +107,4 @@ class Floor:
             pass
         self._told = False
         self._escalation = ""
+        self._looked = False
