@@ -24,7 +24,7 @@ from daemon.people.escalation import open_escalations
 from daemon.people.notify import Notifications
 from daemon.sandbox.limits import sweep_stale_groups
 from daemon.scheduling.queue import RunQueue
-from daemon.scheduling.timer import CronTimer
+from daemon.scheduling.timer import FIRE_LEAD, CronTimer
 from daemon.service.banner import announce
 from daemon.service.context import (
     ConfigFatal,
@@ -132,7 +132,8 @@ class Daemon:
         set_child_subreaper()
         ctx = started_context(home, loaded, store, flags or Flags(), clock, monotonic)
         queue = RunQueue()
-        timer = CronTimer(store.root / "schedule.toml", warn=store.report_unreadable)
+        # Fires handed out FIRE_LEAD ahead: each agent is let go at its scheduled second.
+        timer = CronTimer(store.root / "schedule.toml", store.report_unreadable, FIRE_LEAD)
         pool = WorkerPool(ctx, queue)
         intake = Intake(ctx, queue, timer, pool.running, store.root / SKIPS_FILE)
         intake.restore()
@@ -196,10 +197,10 @@ class Daemon:
             self.flags.wake.set()  # the rest of a burst: the next tick comes at once
 
     def sleep_for(self, now: datetime) -> float:
-        """Seconds the driver may sleep: until the next poll or the next cron fire, if sooner.
+        """Seconds the driver may sleep: until the next poll or the timer's next wake, if sooner.
 
-        A fire is a timer of its own, not a poll: its run starts at the scheduled second,
-        not up to a poll interval later. Signals, reloads and the inbox set `wake` sooner.
+        A fire is a timer of its own, not a poll: handed out FIRE_LEAD ahead (the run prepared
+        meanwhile, its agent let go at the second). Signals, reloads, the inbox wake it sooner.
         """
         fire = self.timer.next_wake()
         if fire is None or (self._ticked is not None and fire <= self._ticked):

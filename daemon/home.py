@@ -125,8 +125,8 @@ EXAMPLE_LOOP = """\
 # runs it once, to show a whole run: loopd prepares a tiny repository at
 # ~/.cache/loopd/example (a module whose tests fail) and the built-in example agent, a
 # small script in place of a coding agent (no model needed), fixes it on the run's branch.
-# Your own loop: copy this file to loops/NAME.toml, set repo, task, agent and done_when;
-# then set enabled = false here.
+# Your own loop: `loopd new NAME --repo PATH` writes loops/NAME.toml from your repository
+# (or copy this file and set repo, task, agent and done_when); then set enabled = false here.
 enabled = true
 repo = "~/.cache/loopd/example"   # a git repository (~ is expanded; relative: to the home)
 task = "Make the failing tests pass without weakening them."

@@ -41,6 +41,8 @@ class RunSpec:
     branch_kept: bool = True  # the run's branch still exists (succeeded runs)
     landed: bool | None = None
     reason: str = ""
+    cause: str = ""  # run.toml's `cause` (a daemon.state.causes.Cause value), or none
+    task: str = ""  # the run's task; "" for "The nightly task of LOOP."
 
 
 @dataclass
@@ -97,12 +99,13 @@ def build_week(
         record = RunRecord(
             id=run_id,
             loop=spec.loop,
-            task=f"The nightly task of {spec.loop}.",
+            task=spec.task or f"The nightly task of {spec.loop}.",
             trigger=RunTrigger(kind="schedule", reason="scheduled", ts=started),
             started=started,
             finished=started + timedelta(minutes=10 * spec.attempts),
             outcome=spec.outcome,  # type: ignore[arg-type]
             reason=spec.reason or f"{spec.outcome} after {spec.attempts} attempt(s)",
+            cause=spec.cause or None,  # type: ignore[arg-type]
             branch=branch,
             tokens=spec.tokens,
             cost_usd=spec.cost,

@@ -10,11 +10,14 @@ PACKAGE = ROOT / "daemon"
 
 # Top to bottom, as DEVELOPERS.md lists them: a module may import its own layer and those below.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("commands", ("daemon.cli",)),
+    # The plain tables' generator is a command: it reads the models the plain path must not.
+    ("commands", ("daemon.cli", "daemon.plain.tables")),
     ("engines", ("daemon.engine",)),
     ("daemon", ("daemon.daemon", "daemon.service", "daemon.systemd", "daemon.housekeeping")),
     ("experiments", ("daemon.experiments",)),
     ("calibration", ("daemon.calibration",)),
+    # A landed run followed on its target: reads the run's record and git, teaches through runs.
+    ("aftermath", ("daemon.aftermath",)),
     ("runs", ("daemon.runs",)),
     ("landing", ("daemon.landing",)),
     # What landing re-verifies with and records through: the run's parts below its lifecycle.

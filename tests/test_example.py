@@ -70,6 +70,7 @@ def test_the_first_run_shows_a_whole_run_and_says_where_to_read_it(
     assert f"`loopd logs {run['id']}`" in lines[2]
     assert f"state/runs/{run['id']}/" in lines[3] and "state/progress/example.md" in lines[3]
     assert "state/README.md" in lines[3] and "state/reports/report-" in lines[3]
+    assert "`loopd new NAME --repo PATH` writes loops/NAME.toml" in lines[4]
     assert "copy loops/example.toml to loops/NAME.toml" in lines[4]
     assert "loads the files within seconds" in lines[4] and "SIGHUP" not in lines[4]
     after = log[log.index("loopd: the example ran") :].splitlines()[1:]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from daemon.people.landstate import LandingState
-from daemon.plain import runspecs
+from daemon.plain import generated
 from daemon.plain.records import Unsure
 from daemon.plain.runfile import checked
 from daemon.state import records
@@ -219,14 +219,14 @@ MODELS = {
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_the_plain_tables_of_fields_are_the_models(name: str) -> None:
-    """Each table of plain/runspecs.py: the model's fields in its order, their defaults, and
+    """Each table of plain/generated.py: the model's fields in its order, their defaults, and
     the kind each annotation names."""
-    spec, model = getattr(runspecs, name), MODELS[name]
+    spec, model = getattr(generated, name), MODELS[name]
     assert list(spec) == list(model.model_fields)
     for field, (kind, default) in spec.items():
         info = model.model_fields[field]
         if info.is_required():
-            assert default == runspecs.REQUIRED, field
+            assert default == generated.REQUIRED, field
         else:
             assert default == info.get_default(call_default_factory=True), field
         assert _kind_of(info.annotation) == _kind_name(kind), field
@@ -256,7 +256,7 @@ def _kind_of(annotation: object) -> object:
 
 def _kind_name(kind: object) -> object:
     if isinstance(kind, dict):
-        return next(m.__name__ for n, m in MODELS.items() if getattr(runspecs, n) is kind)
+        return next(m.__name__ for n, m in MODELS.items() if getattr(generated, n) is kind)
     if isinstance(kind, tuple) and kind[0] in ("opt", "list"):
         return (kind[0], _kind_name(kind[1]))
     return kind
@@ -286,14 +286,14 @@ def test_a_record_is_read_as_the_model_reads_it() -> None:
     from daemon.state.store import dump_toml
 
     data = tomllib.loads(dump_toml(run))
-    assert jsonable(checked(data, runspecs.RUN)) == run.model_dump(mode="json")
+    assert jsonable(checked(data, generated.RUN)) == run.model_dump(mode="json")
     assert LandingState(**_landing(data)) == LandingState(state="none", why="the run has not ended")
     with pytest.raises(Unsure):
-        checked({**data, "tokens": "12"}, runspecs.RUN)  # the model would make it 12
+        checked({**data, "tokens": "12"}, generated.RUN)  # the model would make it 12
 
 
 def _landing(data: dict) -> dict:
     from daemon.plain.landing import landing_fields
     from daemon.plain.runfile import View
 
-    return landing_fields(View(checked(data, runspecs.RUN)))
+    return landing_fields(View(checked(data, generated.RUN)))

@@ -300,3 +300,25 @@ def test_offers_from_many_threads_lose_nothing() -> None:
         assert 1 + run.merged_count == 400 and len(run.merged) == MERGED_KEPT
     assert queue.pending_count("loop3") == 400
     assert len({p.id for p in queue.pending()}) == 403
+
+
+def test_a_fire_handed_out_ahead_is_named_by_its_second_and_run_toml_keeps_it() -> None:
+    fire = NOW + timedelta(minutes=1)
+    early = Trigger(loop="app", kind="schedule", reason="scheduled", ts=NOW, not_before=fire)
+    queue = RunQueue()
+    queue.offer(early, config(), fire - timedelta(seconds=5))
+    [pending] = queue.pending()
+    assert pending.id.startswith("20260501T090100Z-app-")  # the fire's second, not the hand-out's
+    assert pending.queued_at == fire - timedelta(seconds=5)
+    # A restart within the lead keeps the moment: the queue file and run.toml hold it.
+    [restored] = QueueFile.model_validate(
+        tomllib.loads(dump_toml(QueueFile(pending=[pending])))
+    ).pending
+    assert restored.trigger.not_before == fire
+    record = restored.run_trigger()
+    run = RunRecord(id=pending.id, loop="app", task="t", trigger=record, started=NOW)
+    assert tomllib.loads(dump_toml(run))["trigger"]["not_before"] == fire
+    # Any other trigger keeps the time it was queued at, and has no moment.
+    queue.offer(trig(loop="b"), config(), NOW)
+    [other] = queue.pending("b")
+    assert other.id.startswith("20260501T090000Z-b-") and other.run_trigger().not_before is None

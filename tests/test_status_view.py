@@ -133,7 +133,7 @@ def test_state_readme_names_every_file_loopd_writes() -> None:
     from daemon.git import integrity
     from daemon.rules import kinds
     from daemon.runs import parking
-    from daemon.state import deliveries, ledger, pruned
+    from daemon.state import aftermath, deliveries, ledger, pruned
 
     names = [
         ledger.LEDGER_NAME,
@@ -155,6 +155,7 @@ def test_state_readme_names_every_file_loopd_writes() -> None:
         deliveries.DELIVERIES_NAME,
         f"runs/RUN_ID/{kinds.NOTES_FILE}",
         pruned.PRUNED_INDEX,
+        f"runs/RUN_ID/{aftermath.AFTERMATH_FILE}",
     ]
     for name in names:
         assert f"`{name}" in README, name

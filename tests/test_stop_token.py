@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from daemon.runs.stop import RunStopped, StopToken
+from daemon.runs.stop import FINAL_STEP, RunStopped, StopToken, wait_until
 
 
 def test_wait_returns_early_on_cancel_and_cancel_wins_over_interrupt() -> None:
@@ -54,3 +55,47 @@ def test_the_cancel_file_reaches_a_wait_and_the_watcher(tmp_path: Path) -> None:
     finally:
         token.close()
     assert token.cancelled
+
+
+class FakeWall:
+    """A wall clock moved only by the waits it is given (nothing sleeps)."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self.waits: list[float] = []
+
+    def clock(self) -> datetime:
+        return self.now
+
+    def wait(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        self.now += timedelta(seconds=seconds)
+        return False
+
+
+FIRE = datetime(2026, 11, 29, 2, 0, tzinfo=UTC)
+
+
+def test_wait_until_lets_go_at_the_moment_never_before_it() -> None:
+    wall = FakeWall(FIRE - timedelta(seconds=3, milliseconds=250))
+    assert wait_until(FIRE, wall.clock, wall.wait, longest=6) == pytest.approx(3.25)
+    # Short of the moment first, then one step of FINAL_STEP to it.
+    assert wall.waits == [pytest.approx(3.25 - FINAL_STEP), pytest.approx(FINAL_STEP)]
+    assert wall.now == FIRE
+    # Already past: no wait at all.
+    assert wait_until(FIRE, wall.clock, wall.wait, longest=6) == 0.0
+    assert len(wall.waits) == 2
+
+
+def test_wait_until_is_bounded_and_ends_early_when_stopped() -> None:
+    wall = FakeWall(FIRE - timedelta(hours=1))  # a moment far ahead: a clock set back
+    assert wait_until(FIRE, wall.clock, wall.wait, longest=6) == 6.0
+    assert wall.now == FIRE - timedelta(hours=1) + timedelta(seconds=6)
+    stopped: list[float] = []
+
+    def stop_at_once(seconds: float) -> bool:
+        stopped.append(seconds)
+        return True
+
+    assert wait_until(FIRE, wall.clock, stop_at_once, longest=6) == 6.0
+    assert len(stopped) == 1  # a stop ends the wait: the run's stop takes over

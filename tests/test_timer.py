@@ -314,3 +314,43 @@ def test_next_wake_is_the_earliest_fire_of_any_loop(tmp_path: Path) -> None:
     assert timer.next_wake() == utc(2026, 5, 1, 2, 15)
     timer.update({"a": loop(["0 2 * * *"])}, utc(2026, 5, 1, 2, 1))
     assert timer.next_wake() == utc(2026, 5, 2, 2, 0)
+
+
+# a fire handed out ahead (the daemon's lead) -----------------------------------------------
+LEAD = timedelta(seconds=5)
+
+
+def test_a_fire_within_the_lead_is_handed_out_ahead_to_run_at_its_second(tmp_path: Path) -> None:
+    timer = CronTimer(state(tmp_path), lead=LEAD)
+    timer.start({"nightly": loop(["0 2 * * *"], timezone="Europe/Berlin")}, utc(2026, 5, 1, 23))
+    fire = utc(2026, 5, 2, 0, 0)  # 02:00 in Berlin (summer time)
+    assert timer.next_wake() == fire - LEAD  # the driver's timer is armed for the hand-out
+    assert timer.due(fire - LEAD - timedelta(milliseconds=1)) == []
+    [trigger] = timer.due(fire - LEAD)
+    assert (trigger.kind, trigger.not_before, trigger.ts) == ("schedule", fire, fire - LEAD)
+    assert "2026-05-02T02:00+02:00" in trigger.reason
+    assert stored(tmp_path)["nightly"] == fire  # persisted before it left: never twice
+    assert timer.take_missed() == []
+    assert timer.due(fire) == [] and timer.due(fire + timedelta(seconds=30)) == []
+    assert timer.next_fire("nightly") == utc(2026, 5, 3, 0, 0)
+    assert timer.next_wake() == utc(2026, 5, 3, 0, 0) - LEAD
+
+
+def test_a_late_fire_is_taken_as_before_and_the_next_one_is_not_early(tmp_path: Path) -> None:
+    timer = CronTimer(state(tmp_path), lead=LEAD)
+    timer.start({"tick": loop(["* * * * *"])}, utc(2026, 5, 1, 9, 0, 30))
+    # The daemon stalled past 09:01 until 5 s before 09:02: the 09:01 fire runs now, late.
+    [late] = timer.due(utc(2026, 5, 1, 9, 1, 55))
+    assert (late.kind, late.not_before) == ("schedule", None)
+    assert "09:01" in late.reason and timer.take_missed() == []
+    [ahead] = timer.due(utc(2026, 5, 1, 9, 1, 56))
+    assert ahead.not_before == utc(2026, 5, 1, 9, 2)
+
+
+def test_without_a_lead_a_fire_waits_for_its_second(tmp_path: Path) -> None:
+    timer = CronTimer(state(tmp_path))
+    timer.start({"nightly": loop(["0 2 * * *"])}, utc(2026, 5, 1, 1))
+    assert timer.next_wake() == utc(2026, 5, 1, 2)
+    assert timer.due(utc(2026, 5, 1, 1, 59, 59, 999000)) == []
+    [trigger] = timer.due(utc(2026, 5, 1, 2))
+    assert trigger.not_before is None

@@ -5,25 +5,24 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from daemon.calibration.warnings import calibration_warnings
 from daemon.cli.common import CommandError, daemon_pid, home_of
 from daemon.cli.jsonout import print_json
+from daemon.cli.loopchecks import own_venv_warnings, run_loop_checks
+from daemon.cli.newloop import loop_name_of, make_loop
 from daemon.clock import utc_now
 from daemon.config import LoadedConfig
 from daemon.config.errors import ConfigError
+from daemon.config.home_file import DaemonConfig
 from daemon.config.secrets import missing_from_env_file
 from daemon.engine import missing_extra
-from daemon.git.safe import GitError
 from daemon.home import Home, init_home, is_home
 from daemon.model.probe import Probe
 from daemon.runs.budget import budget_warnings
-from daemon.runs.checkprobe import probe_loop
-from daemon.runs.confinement import SandboxUnavailable
-from daemon.runs.exposure import FIX, agent_program, describe, loop_programs, own_venv_programs
+from daemon.runs.exposure import FIX, agent_program, describe, loop_programs
 from daemon.sandbox.limits import describe as describe_limits
 from daemon.sandbox.limits import run_limits
 from daemon.sandbox.paths import home_folders
@@ -41,12 +40,19 @@ def init(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
     if existing:
         print(f"{target} is a home already: its loopd.toml and loops/ are left as they are")
-        return 0
-    print(
-        f"home ready at {target}: `loopd --home {target} run` runs the example once and "
-        f"says what it did; then add your loops (loops/example.toml says how) and "
-        f"`loopd --home {target} check`"
-    )
+    else:
+        print(
+            f"home ready at {target}: `loopd --home {target} run` runs the example once and "
+            "says what it did"
+        )
+    if getattr(args, "repo", None):
+        name = args.name or loop_name_of(Path(args.repo))
+        return make_loop(Home(target), args, name)
+    if not existing:
+        print(
+            f"your own repository: `loopd --home {target} new NAME --repo PATH` writes "
+            "loops/NAME.toml from it (its test command, its test folders) and tries its checks"
+        )
     return 0
 
 
@@ -188,7 +194,7 @@ def check(args: argparse.Namespace) -> int:
         shows = _sandbox_shows(loaded, daemon_path(pid)[0])
     for _name, loop in sorted(loaded.loops.items()):
         if loop.config.enabled:
-            loaded.warnings.extend(_own_venv(loop, daemon_path(pid)[0]))
+            loaded.warnings.extend(own_venv_warnings(loop, daemon_path(pid)[0]))
     if getattr(args, "run_checks", False) and loaded.daemon_ok and not sandbox.refusal:
         _run_checks(home, loaded)
     notes = loaded.warnings + _inside_home(home.root, loaded.daemon)
@@ -286,43 +292,15 @@ def _sandbox_shows(loaded: Any, search_path: str) -> dict[str, list[str]]:
     return out
 
 
-def _own_venv(loop: Any, search_path: str) -> list[str]:
-    """A warning per program of the loop's checks found in loopd's own venv."""
-    return [
-        f"{loop.path}: {key}: {name!r} resolves to {where}, loopd's own venv, not your "
-        "project's: its checks would miss your packages (pytest); name your project's venv "
-        'in the loop\'s env instead (env = { PATH = "/path/to/venv/bin:{PATH}" })'
-        for key, name, where in own_venv_programs(loop.config, search_path)
-    ]
-
-
 def _run_checks(home: Home, loaded: LoadedConfig) -> None:
     """Each enabled loop's checks on its base, in its sandbox: environment failures are
     errors of the loop's file (said on stderr as they run: they take a while)."""
     for name, loop in sorted(loaded.loops.items()):
-        cfg = loop.config
-        if not (cfg.enabled and cfg.done_when):
-            continue
-        print(f"{name}: running setup and done_when on {cfg.base} in the sandbox", file=sys.stderr)
-        try:
-            probed = probe_loop(home, loaded.daemon, name, cfg)
-        except (GitError, OSError, SandboxUnavailable) as exc:
-            problem = f"the checks could not run on its base: {exc}"[:500]
-            loaded.errors.append(ConfigError(loop.path, "base", problem, "see `loopd once`"))
-            continue
-        if probed.setup_failed:
-            problem = f"setup failed on {probed.base[:12]}: {probed.setup_failed}"
-            loaded.errors.append(ConfigError(loop.path, "setup", problem, "fix `setup`"))
-        for found in probed.failures:
-            problem = f"`{found.command}`: {found.why} (on {probed.base[:12]})"
-            loaded.errors.append(ConfigError(loop.path, found.key, problem, found.fix))
-        passed = sum(r.passed for r in probed.checks.results)
-        print(
-            f"{name}: {passed} of {len(cfg.done_when)} check(s) pass on its base", file=sys.stderr
-        )
+        if loop.config.enabled and loop.config.done_when:
+            run_loop_checks(home, loaded, name, loop)
 
 
-def _inside_home(root: Path, config: object) -> list[str]:
+def _inside_home(root: Path, config: DaemonConfig) -> list[str]:
     """`[sandbox]` paths and the worktrees folder in the home, which agents never see."""
     out = []
     home = os.path.realpath(root)

@@ -38,6 +38,7 @@ def register(sub: Any) -> None:
         _systemd,
         _docs,
         _land,
+        _aftermath,
         _verifier,
         _mcp,
     ):
@@ -47,6 +48,26 @@ def register(sub: Any) -> None:
 def _home(sub: Any) -> None:
     parser = command(sub, "init", "home:init", "Make a home with commented examples.")
     parser.add_argument("dir", nargs="?", help="the folder to make a home in (default: .)")
+    parser.add_argument(
+        "--repo",
+        metavar="PATH",
+        help="also write a loop for this git repository, as `loopd new` does (its name: "
+        "--name, else the repository's folder name)",
+    )
+    parser.add_argument("--name", help="with --repo: the loop's name")
+    _new_options(parser)
+    new = command(
+        sub,
+        "new",
+        "newloop:new",
+        "Write loops/NAME.toml from what a repository holds, and try its checks.",
+    )
+    new.add_argument("name", metavar="NAME", help="the loop's name: loops/NAME.toml")
+    new.add_argument("--repo", required=True, metavar="PATH", help="the git repository")
+    _new_options(new)
+    new.add_argument(
+        "--force", action="store_true", help="write loops/NAME.toml again when it exists"
+    )
     check = command(
         sub, "check", "home:check", "Validate loopd.toml and loops/*.toml.", json_flag=True
     )
@@ -63,6 +84,33 @@ def _home(sub: Any) -> None:
         help="also run each loop's setup and done_when on its base, in the sandbox a run "
         "gets, and report each check that fails for the environment (a module or program "
         "not found) as an error of the loop's file",
+    )
+
+
+def _new_options(parser: Any) -> None:
+    """What `loopd new` and `loopd init --repo` share."""
+    parser.add_argument(
+        "--agent",
+        metavar="NAME",
+        help="the loop's agent (default: the only or first profile of loopd.toml, else qwen)",
+    )
+    parser.add_argument(
+        "--check",
+        action="append",
+        metavar="COMMAND",
+        help="a check for done_when instead of the guessed one (repeatable); needed when "
+        "nothing in the repository says how its tests run",
+    )
+    parser.add_argument(
+        "--task",
+        help="what the agent should do (default: make the failing "
+        "tests pass without weakening them)",
+    )
+    parser.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="do not run the checks on the repository's HEAD in the sandbox (by default "
+        "they run once, as `loopd check --run-checks` does)",
     )
 
 
@@ -346,6 +394,17 @@ def _land(sub: Any) -> None:
         "Land a succeeded run: its setup and checks run again on what lands, then merge or push.",
     )
     p.add_argument("run_id", metavar="RUN_ID", help="the succeeded run to land")
+
+
+def _aftermath(sub: Any) -> None:
+    p = command(
+        sub,
+        "aftermath",
+        "aftermath:aftermath",
+        "Print what became of each landed run on its target: kept, edited, reverted or gone.",
+        json_flag=True,
+    )
+    p.add_argument("which", nargs="?", metavar="LOOP|RUN", help="one loop's runs, or one run")
 
 
 def _mcp(sub: Any) -> None:

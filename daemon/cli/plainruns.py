@@ -30,6 +30,7 @@ from daemon.cli.runlines import (
 )
 from daemon.cli.textout import Terminal
 from daemon.homepath import HomeNotFound, home_path
+from daemon.plain.aftermath import line_of, object_of
 from daemon.plain.home import reads_own_state
 from daemon.plain.landing import may_have_landed
 from daemon.plain.records import Unsure
@@ -124,10 +125,12 @@ def _runs_text(root: Path, args: argparse.Namespace) -> str | None:
     if args.json:
         return json_text(
             [queued_summary(p) for p in queued]
-            + [run_summary(r) for r in [*parked, *records]]
+            + [run_summary(r) for r in parked]
+            + [{**run_summary(r), "aftermath": object_of(runs_dir / r.id)} for r in records]
             + [pruned_summary(p) for p in pruned]
         )
-    rows = [queued_row(p) for p in queued] + [run_row(r) for r in [*parked, *records]]
+    rows = [queued_row(p) for p in queued] + [run_row(r) for r in parked]
+    rows += [run_row(r, line_of(runs_dir / r.id) if r.landed else "") for r in records]
     rows += [pruned_row(p) for p in pruned]
     return runs_table(f"runs in {root}", rows, Terminal.of())
 
@@ -149,7 +152,7 @@ def _show_text(state: Path, run_id: str, as_json: bool) -> str | None:
     if _hand_merged(state, [run]):
         return None
     if as_json:
-        return json_text({"run": run.id, **jsonable(record)})
+        return json_text({"run": run.id, **jsonable(record), "aftermath": object_of(run_dir)})
     records = state / "runs" / run.id  # the record's own folder, as the full path reads it
     if any(a.violations for a in run.attempts) or os.path.lexists(records / "evidence.jsonl"):
         return None  # their lines are the models' text
@@ -157,7 +160,7 @@ def _show_text(state: Path, run_id: str, as_json: bool) -> str | None:
         decisions = read_regular(records / "decisions.md", cap=STATE_MAX).decode("utf-8", "replace")
     except OSError:
         decisions = ""
-    return run_text(run, [], decisions, Terminal.of())
+    return run_text(run, [], decisions, Terminal.of(), line_of(run_dir, commits=True))
 
 
 def _hand_merged(state: Path, runs: list[View]) -> bool:

@@ -24,6 +24,8 @@ def runs_table(title: str, rows: list[RunRow], terminal: Terminal) -> str:
     Where the reason column would be narrower than REASON_COLUMN (80 columns), each reason
     goes on its own line under its run, indented, instead of a word per line.
     """
+    # The type: ignore below: rows keep their width; the checker cannot see that a generator of a
+    # row's cells does.
     rows = [tuple(clean(cell) for cell in row) for row in rows]  # type: ignore[misc]
     fixed = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(RUN_HEADINGS)]
     if terminal.width - (sum(fixed) + 2 * len(fixed)) >= REASON_COLUMN:
@@ -64,9 +66,9 @@ def queued_row(p: Any) -> RunRow:
     return (p.id, p.trigger.kind, "queued", "0", "-", queued_at)
 
 
-def run_row(r: Any) -> RunRow:
+def run_row(r: Any, aftermath: str = "") -> RunRow:
     """A run with a record in `loopd runs`: parked ones say until when, succeeded ones where
-    their work went."""
+    their work went (and, landed, what became of it: `aftermath`)."""
     last = r.attempts[-1] if r.attempts else None
     reason = r.reason
     resume_at = getattr(r, "resume_at", None)
@@ -74,7 +76,7 @@ def run_row(r: Any) -> RunRow:
         parked_until = f"parked until {resume_at:%Y-%m-%d %H:%M}Z" if resume_at else "parked"
         reason = "; ".join(part for part in (parked_until, reason) if part)
     if r.outcome == "succeeded":
-        reason = "; ".join(part for part in (reason, landing_line_of(r)) if part)
+        reason = "; ".join(part for part in (reason, landing_line_of(r), aftermath) if part)
     score = "-" if last is None or last.score is None else str(last.score)
     return (r.id, r.trigger.kind, r.outcome or r.phase, str(len(r.attempts)), score, reason)
 
@@ -168,7 +170,7 @@ def pruned_panel(p: Any, terminal: Terminal) -> str:
     return _text(panel(terminal, clean(p.run), clean("\n".join(head))))
 
 
-def head_lines(run: Any) -> list[str]:
+def head_lines(run: Any, aftermath: str = "") -> list[str]:
     """The lines of the run's panel: loop, task, trigger, times, outcome, branch, landing,
     and its retry, park and rules when it has them."""
     merged = max(run.trigger.merged_count, len(run.trigger.merged))
@@ -183,6 +185,8 @@ def head_lines(run: Any) -> list[str]:
         + (f"   cost: ${run.cost_usd:.4f}" if run.cost_usd else ""),
         f"landing: {landing_line_of(run)}",
     ]
+    if aftermath:
+        head.append(f"aftermath: {aftermath}")
     if run.retry_not_run:
         head.append(f"its retry could not run: {run.retry_not_run}")
     if run.phase == "waiting" and run.resume_at and run.park:
@@ -197,10 +201,12 @@ def head_lines(run: Any) -> list[str]:
     return head
 
 
-def run_text(run: Any, evidence: list[Any], decisions: str, terminal: Terminal) -> str:
+def run_text(
+    run: Any, evidence: list[Any], decisions: str, terminal: Terminal, aftermath: str = ""
+) -> str:
     """What `loopd show RUN_ID` prints: the run's panel, its attempts, what the agent
     recorded (evidence lines, decisions.md), where to look next."""
-    lines = panel(terminal, clean(run.id), clean("\n".join(head_lines(run))))
+    lines = panel(terminal, clean(run.id), clean("\n".join(head_lines(run, aftermath))))
     headings = ("#", "exit", "nudges", "stalls", "checks", "score", "verdict", "feedback")
     rows = [
         [

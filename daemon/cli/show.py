@@ -24,6 +24,7 @@ from daemon.cli.textout import Terminal
 from daemon.clock import utc_now
 from daemon.landing.branches import HandMerges
 from daemon.people.terminal import clean
+from daemon.plain.aftermath import line_of, object_of
 from daemon.state.agentrecords import read_decisions, read_evidence
 from daemon.state.pruned import PrunedRun, find_pruned, newest_pruned
 from daemon.state.store import UnreadableFile
@@ -59,12 +60,13 @@ def runs(args: argparse.Namespace) -> int:
         print_json(
             [queued_summary(p) for p in queued]
             + [run_summary(r) for r in parked]
-            + [run_summary(r) for r in records]
+            + [{**run_summary(r), "aftermath": object_of(store.run_dir(r.id))} for r in records]
             + [pruned_summary(p) for p in pruned]
         )
         return 0
 
-    rows = [queued_row(p) for p in queued] + [run_row(r) for r in [*parked, *records]]
+    rows = [queued_row(p) for p in queued] + [run_row(r) for r in parked]
+    rows += [run_row(r, line_of(store.run_dir(r.id)) if r.landed else "") for r in records]
     rows += [pruned_row(p) for p in pruned]
     sys.stdout.write(runs_table(f"runs in {home.root}", rows, Terminal.of()))
     return 0
@@ -125,10 +127,12 @@ def show(args: argparse.Namespace) -> int:
     if args.diff:
         return _show_diff(store, run, args.attempt)
     if args.json:
-        print_json({"run": run.id, **run.model_dump(mode="json")})
+        after = object_of(store.run_dir(run.id))
+        print_json({"run": run.id, **run.model_dump(mode="json"), "aftermath": after})
         return 0
     run_dir = store.run_dir(run.id)
-    text = run_text(run, read_evidence(run_dir), read_decisions(run_dir), Terminal.of())
+    line = line_of(run_dir, commits=True)
+    text = run_text(run, read_evidence(run_dir), read_decisions(run_dir), Terminal.of(), line)
     sys.stdout.write(text)
     return 0
 

@@ -149,7 +149,7 @@ def _git_dir_exists(repo: Path) -> bool:
     return (repo / ".git").exists() or (repo / "HEAD").is_file() and (repo / "objects").is_dir()
 
 
-def _check_name(name: str, path: Path) -> list[ConfigError]:
+def check_loop_name(name: str, path: Path) -> list[ConfigError]:
     """The loop's name must fit in git branches and run ids."""
     if not LOOP_NAME.match(name):
         return [
@@ -245,7 +245,7 @@ def check_loop(
     name: str, path: Path, config: LoopConfig, daemon: DaemonConfig
 ) -> list[ConfigError]:
     """Checks that need more than one file or the disk: repository, agent profile."""
-    errors = _check_name(name, path)
+    errors = check_loop_name(name, path)
     errors += _check_repo(path, config, daemon)
     errors += _check_remote(path, config, daemon)
     errors += _check_agent(path, config, daemon)

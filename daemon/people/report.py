@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from daemon.people.digest import best_score, one_line
 from daemon.people.escalation import Escalation, open_escalations
 from daemon.people.landstate import landing_state
+from daemon.people.report_aftermath import AftermathReport, aftermath_report
 from daemon.people.since import events_since, run_ids_since
 from daemon.people.verified import Verified
 from daemon.redact import redact
@@ -117,6 +118,7 @@ class Report(BaseModel):
     holds: list[str] = []  # usage-limit waits and spent budgets, one line each
     ready: list[ReadyRow] = []  # "Ready to land"
     verified: Verified | None = None  # None: no attempt was judged by a model
+    aftermath: AftermathReport | None = None  # None: no landed run is 7 days old yet
     file: str = ""
 
 
@@ -277,6 +279,7 @@ def build_report(
     _add_events(report, store, since)
     _fill_kinds(report.rules, rules_dir)
     report.escalations = open_escalations(store)
+    report.aftermath = aftermath_report(store, now)
     return report
 
 
@@ -325,6 +328,8 @@ def render_markdown(report: Report) -> str:
     out += _loops_markdown(report.loops)
     if report.verified is not None:
         out += ["", report.verified.line()]
+    if report.aftermath is not None:
+        out += ["", "## After landing", "", *report.aftermath.lines()]
     out += ["", "## Runs", ""]
     out += _runs_markdown(report.runs)
     out += ["", "## Rules learned or retired", ""]
@@ -429,6 +434,8 @@ def render_rich(report: Report, console: Any, max_rows: int = 6, max_loops: int 
         console.print("No runs in this window.")
     if report.verified is not None:
         console.print(esc(report.verified.line()))
+    if report.aftermath is not None:
+        console.print("[bold]After landing[/]\n" + esc("\n".join(report.aftermath.lines())))
     bad = [r for r in report.runs if r.outcome != "succeeded"]
     if bad:
         console.print(f"[bold]Runs not succeeded[/] ({len(bad)})")

@@ -1,13 +1,18 @@
-"""`loopd report --html FILE`: one self-contained page with charts drawn by plotly.
+"""`loopd report --html FILE`: one page with charts drawn by plotly, and the runs it counted.
 
-plotly draws the charts (its JavaScript bundle, shipped in the Python package, is inlined
-once), so the page opens with no network. Its content-security policy allows only the
-page's own scripts (by hash), no connection (`connect-src 'none'`), no form, no frame.
-Every text that came from state (reasons, tasks, paths) is HTML-escaped; the charts carry
-only loop names, outcomes, dates and numbers.
+plotly draws the charts. Its JavaScript bundle (shipped in the Python package, about 5 MB)
+is not inlined: `library()` gives it as one file, which the command writes beside the page
+once (`plotly-VERSION.min.js`), shared by every report in that folder, and the page loads it
+by its relative name, so it opens from file:// with no network and weighs what its data
+weighs. Its content-security policy allows only the page's own inline scripts (by hash) and
+scripts of its own place or of local files (`'self' file:`: the file beside it), no
+connection (`connect-src 'none'`), no form, no frame. Every text that came from state
+(reasons, tasks, paths, loop names) is redacted and HTML-escaped; the charts carry only loop
+names, outcomes, dates and numbers.
 
-Each chart is a `<div id=...>` (`runs`, `tokens`, `attempts`, `rules`), so a test can count
-what plotly drew inside it.
+The charts are report_charts.py's. The page is a list of sections (`SECTIONS`), each a
+function of the counted `Nights` giving its lines of HTML: a new section is one function
+added there. The runs are listed newest first, each linking to a section of its own.
 """
 
 from __future__ import annotations
@@ -16,184 +21,97 @@ import base64
 import hashlib
 import html
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from daemon.people.report_nights import RULE_STATUSES, Nights
+from daemon.people.report_charts import charts
+from daemon.people.report_nights import RULE_STATUSES, Nights, RunLine
+from daemon.redact import redact
 
-OUTCOME_COLORS = {
-    "succeeded": "#2e7d32",
-    "skipped": "#90caf9",
-    "escalated": "#ef6c00",
-    "refused": "#6a1b9a",
-    "error": "#c62828",
-    "interrupted": "#757575",
-    "cancelled": "#bdbdbd",
-    "running": "#fbc02d",
-}
-RULE_COLORS = {"trial": "#64b5f6", "active": "#2e7d32", "retired": "#9e9e9e", "rejected": "#e57373"}
 _SCRIPT = re.compile(r"<script\b[^>]*>(.*?)</script>", re.DOTALL | re.IGNORECASE)
-CONFIG = {"displayModeBar": False, "responsive": False}
-WIDTH, HEIGHT = 900, 340
-
-
-def _layout(title: str, **more: Any) -> dict[str, Any]:
-    return {
-        "title": {"text": title, "x": 0.01},
-        "width": WIDTH,
-        "height": HEIGHT,
-        "margin": {"l": 60, "r": 60, "t": 50, "b": 60},
-        "legend": {"orientation": "h", "y": -0.2},
-        "template": "plotly_white",
-        **more,
-    }
-
-
-def runs_figure(data: Nights) -> Any:
-    """Stacked bars: runs per night by outcome, one panel per loop (empty cells left out)."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    loops = sorted({loop for per in data.runs.values() for loop in per}) or ["(no runs)"]
-    seen = {o for p in data.runs.values() for c in p.values() for o in c}
-    outcomes = [o for o in OUTCOME_COLORS if o in seen] + sorted(seen - set(OUTCOME_COLORS))
-    nights = [n.isoformat() for n in data.nights]
-    labels = [n[5:] for n in nights]
-    fig = make_subplots(
-        rows=len(loops),
-        cols=1,
-        shared_xaxes=True,
-        subplot_titles=loops,
-        vertical_spacing=min(0.08, 0.3 / len(loops)),
-    )
-    in_legend: set[str] = set()
-    for row, loop in enumerate(loops, start=1):
-        for outcome in outcomes:
-            cells = [(n[5:], data.runs.get(n, {}).get(loop, {}).get(outcome, 0)) for n in nights]
-            cells = [(x, y) for x, y in cells if y]
-            # Each outcome once in the legend, from the first panel that has it.
-            legend = bool(cells) and outcome not in in_legend
-            in_legend.update([outcome] if legend else [])
-            fig.add_trace(
-                go.Bar(
-                    name=outcome,
-                    x=[x for x, _ in cells],
-                    y=[y for _, y in cells],
-                    marker_color=OUTCOME_COLORS.get(outcome, "#455a64"),
-                    legendgroup=outcome,
-                    showlegend=legend,
-                ),
-                row=row,
-                col=1,
-            )
-        # Every night in order, so a night with one outcome only keeps its place.
-        fig.update_xaxes(
-            type="category", categoryorder="array", categoryarray=labels, row=row, col=1
-        )
-        fig.update_yaxes(title_text="runs", rangemode="tozero", row=row, col=1)
-    layout = _layout("Runs per loop per night, by outcome")
-    layout["height"] = 120 + 170 * len(loops)
-    fig.update_layout(**layout, barmode="stack")
-    return fig
-
-
-def tokens_figure(data: Nights) -> Any:
-    """Bars of tokens per night and, where agents reported one, a line of the cost."""
-    import plotly.graph_objects as go
-
-    nights = [n.isoformat() for n in data.nights]
-    fig = go.Figure()
-    with_tokens = [n for n in nights if data.tokens.get(n)]
-    fig.add_trace(
-        go.Bar(
-            name="tokens",
-            x=[n[5:] for n in with_tokens],
-            y=[data.tokens[n] for n in with_tokens],
-            marker_color="#5c6bc0",
-        )
-    )
-    with_cost = [n for n in nights if data.cost.get(n)]
-    if with_cost:
-        fig.add_trace(
-            go.Scatter(
-                name="cost (USD)",
-                x=[n[5:] for n in with_cost],
-                y=[data.cost[n] for n in with_cost],
-                mode="lines+markers",
-                yaxis="y2",
-                line={"color": "#ef6c00"},
-            )
-        )
-    title = (
-        "Tokens and cost per night" if with_cost else "Tokens per night (no agent reported a cost)"
-    )
-    fig.update_layout(
-        **_layout(title),
-        xaxis={
-            "type": "category",
-            "categoryorder": "array",
-            "categoryarray": [n[5:] for n in nights],
-        },
-        yaxis={"title": "tokens"},
-        yaxis2={"title": "USD", "overlaying": "y", "side": "right", "rangemode": "tozero"},
-    )
-    return fig
-
-
-def attempts_figure(data: Nights) -> Any:
-    """Bars: succeeded runs by the number of attempts they took, per loop."""
-    import plotly.graph_objects as go
-
-    most = max((n for tries in data.attempts_to_success.values() for n in tries), default=1)
-    fig = go.Figure()
-    for loop in sorted(data.attempts_to_success):
-        tries = data.attempts_to_success[loop]
-        xs = [str(n) for n in sorted(tries) if tries[n]]
-        fig.add_trace(go.Bar(name=loop, x=xs, y=[tries[int(x)] for x in xs]))
-    fig.update_layout(
-        **_layout("Attempts to success (succeeded runs)"),
-        barmode="group",
-        xaxis={
-            "title": "attempts",
-            "type": "category",
-            "categoryorder": "array",
-            "categoryarray": [str(n) for n in range(1, most + 1)],
-        },
-        yaxis={"title": "runs"},
-    )
-    return fig
-
-
-def rules_figure(data: Nights) -> Any:
-    """Stacked areas: the rule library at the end of each night, by status."""
-    import plotly.graph_objects as go
-
-    nights = [n.isoformat() for n in data.nights]
-    fig = go.Figure()
-    for status in RULE_STATUSES:
-        ys = [data.rules.get(n, {}).get(status, 0) for n in nights]
-        if not any(ys):
-            continue
-        fig.add_trace(
-            go.Scatter(
-                name=status,
-                x=[n[5:] for n in nights],
-                y=ys,
-                mode="lines+markers",
-                stackgroup="rules",
-                line={"color": RULE_COLORS[status]},
-            )
-        )
-    fig.update_layout(
-        **_layout("The rule library at the end of each night, by status"),
-        xaxis={"type": "category"},
-        yaxis={"title": "rules"},
-    )
-    return fig
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """A text from state as the page shows it: redacted, then HTML-escaped."""
+    return html.escape(redact(str(text)), quote=True)
+
+
+def _took(line: RunLine) -> str:
+    if line.finished is None:
+        return "-"
+    seconds = max(0, int((line.finished - line.started).total_seconds()))
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else (f"{seconds // 60}m{seconds % 60:02d}s")
+    )
+
+
+def _runs_table(data: Nights) -> list[str]:
+    """The window's runs, newest first: each links to its section further down the page."""
+    out = ['<h2 id="run-list">Runs</h2>']
+    if not data.listed:
+        return [*out, "<p>None.</p>"]
+    out.append(
+        "<table><tr><th>night</th><th>started</th><th>run</th><th>loop</th><th>outcome</th>"
+        "<th>cause</th><th>attempts</th><th>tokens</th><th>took</th></tr>"
+    )
+    for line in data.listed:
+        out.append(
+            f"<tr><td>{_e(line.night[5:])}</td><td>{line.when}</td>"
+            f'<td><a href="#run-{_e(line.id)}">{_e(line.id)}</a></td><td>{_e(line.loop)}</td>'
+            f"<td>{_e(line.outcome)}</td><td>{_e(line.cause or '-')}</td>"
+            f"<td>{len(line.attempts)}</td><td>{line.tokens}</td><td>{_took(line)}</td></tr>"
+        )
+    out.append("</table>")
+    if data.unlisted:
+        out.append(
+            f"<p>{data.unlisted} older run(s) of the window are not listed: "
+            "<code>loopd runs</code> lists them.</p>"
+        )
+    return out
+
+
+def _run_sections(data: Nights) -> list[str]:
+    """A section per listed run: what its record says, its attempts, where its files are."""
+    if not data.listed:
+        return []
+    out = ["<h2>Each run</h2>"]
+    for line in data.listed:
+        cost = f", ${line.cost:.2f}" if line.cost else ""
+        landed = ""
+        if line.branch and line.landed is not None:
+            landed = " (landed)" if line.landed else " (not landed)"
+        out.append(
+            f'<section class="run" id="run-{_e(line.id)}"><h3>{_e(line.id)}</h3>'
+            f"<p>loop <b>{_e(line.loop)}</b> · {_e(line.outcome)}"
+            + (f" ({_e(line.cause)})" if line.cause else "")
+            + f" · {_e(line.trigger)} · {line.when} to {line.until}"
+            f" ({_took(line)}) · {line.tokens} tokens{cost}</p>"
+            f"<p>task: {_e(line.task)}</p>"
+            + (f"<p>why: {_e(line.reason)}</p>" if line.reason else "")
+        )
+        if line.attempts:
+            out.append(
+                "<table><tr><th>attempt</th><th>exit</th><th>checks</th><th>score</th>"
+                "<th>tokens</th><th>verdict</th></tr>"
+            )
+            for a in line.attempts:
+                score = "-" if a.score is None else str(a.score)
+                code = "-" if a.exit_code is None else str(a.exit_code)
+                out.append(
+                    f"<tr><td>{a.n}</td><td>{code}</td><td>{_e(a.checks)}</td><td>{score}</td>"
+                    f"<td>{a.tokens}</td><td>{_e(a.verdict)}</td></tr>"
+                )
+            out.append("</table>")
+        branch = f"branch <code>{_e(line.branch)}</code>{landed} · " if line.branch else ""
+        folder = Path(line.folder)
+        out.append(
+            f"<p>{branch}<code>loopd show {_e(line.id)}</code> · "
+            f"<code>loopd logs {_e(line.id)}</code> · its files: "
+            f'<a href="{_e(folder.as_uri())}/">{_e(folder)}/</a></p></section>'
+        )
+    return out
 
 
 def _verified_table(data: Nights) -> list[str]:
@@ -238,9 +156,9 @@ def _kinds_table(data: Nights) -> list[str]:
     return out
 
 
-def _tables(data: Nights) -> str:
-
-    out = [*_kinds_table(data), *_verified_table(data), "<h2>Open escalations</h2>"]
+def _escalations_table(data: Nights) -> list[str]:
+    """The open escalations, each linking to its file."""
+    out = ["<h2>Open escalations</h2>"]
     if data.escalations:
         out.append(
             "<table><tr><th>run</th><th>loop</th><th>escalated</th><th>runs</th><th>cause</th>"
@@ -257,7 +175,12 @@ def _tables(data: Nights) -> str:
         out.append("</table>")
     else:
         out.append("<p>None waiting.</p>")
-    out.append("<h2>Branches ready to land</h2>")
+    return out
+
+
+def _ready_table(data: Nights) -> list[str]:
+    """The branches of succeeded runs that wait to land, and the command to review each."""
+    out = ["<h2>Branches ready to land</h2>"]
     if data.ready:
         out.append(
             "<p>Runs that succeeded and have not landed; their branch is in the loop's "
@@ -275,7 +198,19 @@ def _tables(data: Nights) -> str:
         out.append("</table>")
     else:
         out.append("<p>None.</p>")
-    return "\n".join(out)
+    return out
+
+
+# The page, top to bottom: a new section is a function of the counted nights added here.
+SECTIONS: tuple[Callable[[Nights], list[str]], ...] = (
+    charts,
+    _runs_table,
+    _kinds_table,
+    _verified_table,
+    _escalations_table,
+    _ready_table,
+    _run_sections,
+)
 
 
 STYLE = """
@@ -284,32 +219,30 @@ h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28
 p.meta { color: #555; margin-top: 0; } table { border-collapse: collapse; font-size: 13px; }
 td, th { border: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; }
 th { background: #f4f4f4; } code { font-size: 12px; } .chart { margin: 8px 0; }
+p.empty { color: #555; margin: 12px 0; } p.warn { color: #c62828; }
+section.run { border-top: 1px solid #ddd; margin-top: 12px; } h3 { font-size: 14px; }
 """
 
 
-def render_page(data: Nights) -> str:
-    """The whole page: charts (plotly's bundle inlined once), tables, a strict CSP."""
-    import plotly.io as pio
+def library() -> tuple[str, str]:
+    """plotly's bundle as the file the pages load: its name (by version) and its text."""
+    from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
-    parts = []
-    for index, (div_id, fig) in enumerate(
-        (
-            ("runs", runs_figure(data)),
-            ("tokens", tokens_figure(data)),
-            ("attempts", attempts_figure(data)),
-            ("rules", rules_figure(data)),
-        )
-    ):
-        chart = pio.to_html(
-            fig,
-            include_plotlyjs=index == 0,
-            full_html=False,
-            div_id=div_id,
-            config=CONFIG,
-            default_width=f"{WIDTH}px",
-            default_height=f"{HEIGHT}px",
-        )
-        parts.append(f'<div class="chart">{chart}</div>')
+    return f"plotly-{get_plotlyjs_version()}.min.js", get_plotlyjs()
+
+
+# Said where the charts would be when the library beside the page did not load (the page
+# was copied without it); the page's first inline script removes it when plotly is there.
+_NO_LIBRARY = (
+    '<p class="warn" id="no-library">The charts did not draw: they need {name}, which loopd '
+    "wrote beside this page; copy it with the page.</p>"
+    '<script>if (window.Plotly) document.getElementById("no-library").remove();</script>'
+)
+
+
+def render_page(data: Nights, library_name: str) -> str:
+    """The whole page: plotly loaded from `library_name` beside it, the sections, a strict
+    CSP (inline scripts by hash; scripts of the page's own place; no connection)."""
     runs = data.total_runs
     tokens = sum(data.tokens.values())
     cost = sum(data.cost.values())
@@ -319,22 +252,27 @@ def render_page(data: Nights) -> str:
     )
     body = (
         f'<h1>loopd report</h1><p class="meta">{meta}</p>\n'
-        + "\n".join(parts)
+        + _NO_LIBRARY.format(name=_e(library_name))
         + "\n"
-        + _tables(data)
+        + "\n".join(part for section in SECTIONS for part in section(data))
         + '\n<p class="meta">Nights run from noon to noon; the night of a date is its evening.</p>'
     )
     hashes = " ".join(
         f"'sha256-{base64.b64encode(hashlib.sha256(s.encode('utf-8')).digest()).decode()}'"
         for s in _SCRIPT.findall(body)
     )
+    # 'self' file:: the library beside the page. A hash cannot pin it (browsers refuse
+    # Subresource Integrity on file: URLs); Chromium counts any file: URL as a file: page's
+    # 'self', and `file:` says the same to a browser that does not. No http(s) source.
     csp = (
-        f"default-src 'none'; script-src {hashes}; style-src 'unsafe-inline'; img-src data:; "
-        "font-src data:; connect-src 'none'; base-uri 'none'; form-action 'none'"
+        f"default-src 'none'; script-src 'self' file: {hashes}; style-src 'unsafe-inline'; "
+        "img-src data:; font-src data:; connect-src 'none'; base-uri 'none'; "
+        "form-action 'none'"
     )
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n'
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">\n'
-        f"<title>loopd report</title><style>{STYLE}</style></head>\n"
+        f"<title>loopd report</title><style>{STYLE}</style>\n"
+        f'<script src="{_e(library_name)}" charset="utf-8"></script></head>\n'
         f"<body>\n{body}\n</body></html>\n"
     )

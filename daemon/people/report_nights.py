@@ -16,10 +16,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from daemon.people.digest import attempt_diffstat
+from daemon.people.digest import attempt_diffstat, one_line
 from daemon.people.escalation import open_escalations
 from daemon.people.since import events_since
 from daemon.people.verified import Verified
+from daemon.redact import redact
 from daemon.regularfile import STATE_MAX, read_regular
 from daemon.rules.library import RuleLibrary
 from daemon.state.events import iso
@@ -35,6 +36,9 @@ _RULE_EVENT_STATUS = {
     "rule_retired": "retired",
 }
 NOON = timedelta(hours=12)
+# The page lists this many runs, newest first, each with its section: a bounded page
+# whatever the window holds (`loopd runs` has the rest).
+LISTED_MAX = 200
 
 
 def night_of(ts: datetime, tz: tzinfo | None) -> date:
@@ -65,6 +69,40 @@ class ReadyBranch(BaseModel):
     files: int = 0
 
 
+class AttemptLine(BaseModel):
+    """One attempt of a listed run, as its section shows it."""
+
+    n: int
+    exit_code: int | None = None
+    checks: str = "-"  # passed, failed, or - (not run)
+    score: int | None = None
+    verdict: str = ""  # redacted, on one line
+    tokens: int = 0
+
+
+class RunLine(BaseModel):
+    """A run in the report's list, its texts redacted and capped."""
+
+    id: str
+    loop: str
+    night: str
+    outcome: str
+    cause: str = ""
+    reason: str = ""
+    task: str = ""
+    trigger: str = ""
+    started: datetime
+    finished: datetime | None = None
+    when: str = ""  # started, "MM-DD HH:MM" in the report's zone
+    until: str = "-"  # finished, the same way
+    attempts: list[AttemptLine] = []
+    tokens: int = 0
+    cost: float = 0.0
+    branch: str = ""
+    landed: bool | None = None
+    folder: str = ""  # absolute path of the run's folder under state/runs/
+
+
 class Nights(BaseModel):
     """Everything the HTML report shows, counted."""
 
@@ -84,6 +122,8 @@ class Nights(BaseModel):
     ready: list[ReadyBranch] = []
     verified: dict[str, Verified] = {}  # night -> verified attempts and the judge's figures
     total_runs: int = 0
+    listed: list[RunLine] = []  # the newest LISTED_MAX runs, newest first
+    unlisted: int = 0  # the window's runs beyond those
 
 
 def _landed(store: StateStore, run: Any) -> bool | None:
@@ -191,6 +231,9 @@ def count_nights(
         if run.started < since:
             continue
         _count_run(data, store, run, tz, branch_exists)
+    data.listed.sort(key=lambda line: line.started, reverse=True)
+    data.unlisted = max(0, len(data.listed) - LISTED_MAX)
+    del data.listed[LISTED_MAX:]
     ends = [
         datetime.combine(n + timedelta(days=1), datetime.min.time(), tz or now.astimezone().tzinfo)
         + NOON
@@ -230,7 +273,10 @@ def _count_run(
     night = night_of(run.started, tz).isoformat()
     data.total_runs += 1
     outcome = run.outcome or "running"
-    per_loop = data.runs.setdefault(night, {}).setdefault(run.loop, {})
+    # The charts carry loop names: redacted like every text the page shows.
+    loop = redact(run.loop)
+    data.listed.append(_run_line(store, run, night, loop, tz, branch_exists))
+    per_loop = data.runs.setdefault(night, {}).setdefault(loop, {})
     per_loop[outcome] = per_loop.get(outcome, 0) + 1
     data.verified.setdefault(night, Verified()).add(run)
     if run.tokens:
@@ -239,7 +285,7 @@ def _count_run(
         data.cost[night] = round(data.cost.get(night, 0.0) + run.cost_usd, 6)
     if run.outcome == "succeeded":
         n = len(run.attempts)
-        tries = data.attempts_to_success.setdefault(run.loop, {})
+        tries = data.attempts_to_success.setdefault(loop, {})
         tries[n] = tries.get(n, 0) + 1
         if run.branch and _landed(store, run) is not True:
             exists = branch_exists(run.repo, run.branch) if branch_exists else True
@@ -258,3 +304,49 @@ def _ready(store: StateStore, run: Any) -> ReadyBranch:
             row.removed += stat.removed
             row.files = max(row.files, stat.total_files)
     return row
+
+
+def _run_line(
+    store: StateStore,
+    run: Any,
+    night: str,
+    loop: str,
+    tz: tzinfo | None,
+    branch_exists: Callable[[str, str], bool] | None,
+) -> RunLine:
+    """The run as the page lists it: every text from its record redacted, long ones capped;
+    its branch only while it is still in the repository."""
+    branch = run.branch
+    if branch and branch_exists is not None and not branch_exists(run.repo, branch):
+        branch = ""
+    attempts = [
+        AttemptLine(
+            n=a.n,
+            exit_code=a.exit_code,
+            checks={True: "passed", False: "failed"}.get(a.checks_passed, "-"),
+            score=a.score,
+            verdict=one_line(redact(a.verdict), 200),
+            tokens=a.tokens,
+        )
+        for a in run.attempts
+    ]
+    return RunLine(
+        id=redact(run.id),
+        loop=loop,
+        night=night,
+        outcome=run.outcome or f"({run.phase})",
+        cause=str(run.cause or ""),
+        reason=one_line(redact(run.reason), 400),
+        task=one_line(redact(run.task), 400),
+        trigger=redact(run.trigger.kind),
+        started=run.started,
+        finished=run.finished,
+        when=run.started.astimezone(tz).strftime("%m-%d %H:%M"),
+        until=run.finished.astimezone(tz).strftime("%m-%d %H:%M") if run.finished else "-",
+        attempts=attempts,
+        tokens=run.tokens,
+        cost=run.cost_usd,
+        branch=redact(branch),
+        landed=_landed(store, run) if branch else None,
+        folder=redact(str(store.run_dir(run.id).resolve())),
+    )

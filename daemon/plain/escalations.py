@@ -18,40 +18,15 @@ from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any
 
+from daemon.plain.generated import ESCALATION, ESCALATION_REQUIRED
 from daemon.plain.records import Unsure, listing
 from daemon.regularfile import STATE_MAX, read_regular
 
-REQUIRED: Any = object()  # a field with no default: a file without it is skipped
-
-# The model's fields in its order: name -> (kind, default). A kind is "str", "int" (also
-# `int | None`), "bool", "datetime" (also `datetime | None`) or the strings of a Literal.
-FIELDS: dict[str, tuple[Any, Any]] = {
-    "run": ("str", REQUIRED),
-    "loop": ("str", REQUIRED),
-    "task": ("str", REQUIRED),
-    "status": (("open", "resolved", "superseded"), "open"),
-    "escalated": ("datetime", REQUIRED),
-    "cause": ("str", "unknown"),
-    "outcome": ("str", ""),
-    "reason": ("str", ""),
-    "branch": ("str", ""),
-    "attempts": ("int", 0),
-    "best_score": ("int", None),
-    "resolved": ("datetime", None),
-    "note": ("str", ""),
-    "retry": ("bool", False),
-    "retry_trigger": ("str", ""),
-    "superseded_by": ("str", ""),
-    "verdict": (("", "good", "bad"), ""),
-    "count": ("int", 1),
-    "latest_run": ("str", ""),
-    "latest": ("datetime", None),
-    "latest_cause": ("str", ""),
-    "latest_reason": ("str", ""),
-    "notified": ("datetime", None),
-    "notified_count": ("int", 1),
-    "profile": ("str", ""),
-}
+# The model's fields in its order: name -> (kind, default), generated from the model
+# (daemon/plain/tables.py). A kind is "str", "int" (also `int | None`), "bool", "datetime"
+# (also `datetime | None`) or the strings of a Literal.
+FIELDS = ESCALATION
+REQUIRED = ESCALATION_REQUIRED  # a field with no default: a file without it is skipped
 
 
 def split_front_matter(text: str) -> tuple[str, str] | None:

@@ -2,8 +2,9 @@
 filled in, times as the models' JSON writes them, and a file the models would refuse told
 apart (`Unsure`), so the plain path hands it to the full one, which says what is wrong.
 
-The tables here repeat the defaults of state/records.py's models; tests/test_plain_status.py
-compares them with the models, so they cannot drift apart.
+The tables of fields and the vocabularies are generated from state/records.py's models
+(daemon/plain/generated.py, by `python -m daemon.plain.tables`; `--check` in the tests), so they
+cannot drift apart.
 """
 
 from __future__ import annotations
@@ -14,6 +15,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+# The tables and vocabularies, generated from the models (daemon/plain/tables.py).
+from daemon.plain.generated import (
+    BUDGET_STATUS,
+    DAEMON_STATUS,
+    LOOP_STATUS,
+    OUTCOMES,
+    PHASES,
+    STATE_USAGE,
+    VERIFIER_STATUS,
+)
 from daemon.regularfile import STATE_MAX, NotRegular, read_regular
 
 
@@ -23,68 +34,6 @@ class Unsure(Exception):
 
 # field -> (the types its value may have, its default)
 Spec = dict[str, tuple[tuple[type, ...], Any]]
-
-_TIME = (datetime, type(None))
-
-DAEMON_STATUS: Spec = {
-    "pid": ((int,), 0),
-    "version": ((str,), ""),
-    "started": (_TIME, None),
-    "heartbeat": (_TIME, None),
-    "running": ((bool,), False),
-    "warnings": ((list,), []),
-    "sandbox": ((str,), ""),
-    "engine": ((str,), ""),
-}
-LOOP_STATUS: Spec = {
-    "phase": ((str,), "idle"),
-    "run": ((str,), ""),
-    "attempt": ((int,), 0),
-    "last_outcome": ((str,), ""),
-    "last_run": ((str,), ""),
-    "next_fire": (_TIME, None),
-    "paused": ((bool,), False),
-    "enabled": ((bool,), True),
-    "error": ((str,), ""),
-    "pending": ((int,), 0),
-    "resume_at": (_TIME, None),
-    "waiting_for": ((str,), ""),
-    "loaded": ((bool,), True),
-    "stale": ((bool,), False),
-    "digest": ((str,), ""),
-}
-VERIFIER_STATUS: Spec = {
-    "reachable": ((bool,), True),
-    "since": (_TIME, None),
-    "last_error": ((str,), ""),
-}
-BUDGET_STATUS: Spec = {
-    "day": ((str,), ""),
-    "tokens": ((int,), 0),
-    "limit": ((int,), 0),
-    "exhausted": ((bool,), False),
-    "until": (_TIME, None),
-}
-STATE_USAGE: Spec = {
-    "measured": ((datetime,), None),  # required: a file without it is refused
-    "total": ((int,), 0),
-    "limit": ((int,), 0),
-    "loops": ((dict,), {}),
-}
-# state/records.py's Phase and Outcome: another value is refused by the models.
-PHASES = (
-    "idle",
-    "queued",
-    "preparing",
-    "running",
-    "judging",
-    "learning",
-    "paused",
-    "waiting",
-    "landing",
-    "not-loaded",
-)
-OUTCOMES = ("succeeded", "escalated", "refused", "interrupted", "cancelled", "error", "skipped")
 
 
 def read_file(path: Path) -> dict[str, Any]:

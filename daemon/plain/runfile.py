@@ -1,5 +1,5 @@
 """A run's `run.toml`, the queue and the pruned runs' lines read as plain TOML and JSON: each
-field checked against the kind its model declares (plain/runspecs.py), the model's default
+field checked against the kind its model declares (plain/generated.py), the model's default
 where the file leaves it out (state/store.py strips None values), so `loopd runs` and
 `loopd show` print what the models would without importing them.
 
@@ -16,8 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from daemon.plain.generated import PRUNED, QUEUE, REQUIRED, RUN, Spec
 from daemon.plain.records import Unsure, json_time, listing, read_file
-from daemon.plain.runspecs import PRUNED, QUEUE, REQUIRED, RUN, Spec
 from daemon.state.prunedindex import index_path, lines_backwards
 from daemon.state.runids import listed_run_ids
 

@@ -31,8 +31,9 @@ from daemon.runs.journal import RunJournal
 from daemon.runs.parking import Asked, Parking
 from daemon.runs.prompt import PromptParts, build_prompt, fenced
 from daemon.runs.services import RunServices
-from daemon.runs.stop import StopToken
+from daemon.runs.stop import StopToken, wait_until
 from daemon.scheduling.cron import parse_timezone
+from daemon.scheduling.timer import FIRE_LEAD
 from daemon.sizes import ENTRY_BYTES, on_disk
 from daemon.state.atomic import ensure_dir
 from daemon.state.eventtypes import Event
@@ -136,6 +137,10 @@ class Sessions:
         self.current: Supervisor | None = None  # the running supervisor, for the token budget
         self.declared = self._declared()
         self.asked = Asked(prompt, whole_prompt=True)
+        # A scheduled fire handed out ahead: the first session's agent waits for its second.
+        trigger = self.run_record.trigger
+        first = attempt.n == 1 and self.parked is None
+        self.not_before = trigger.not_before if first else None
 
     def run(self) -> None:
         """Run sessions until the attempt's sessions are over."""
@@ -186,8 +191,22 @@ class Sessions:
 
     def _before_start(self) -> None:
         """A gated agent's sandbox is set up and waits: the record saved when the attempt
-        started (on its own thread) is durable before the agent runs."""
+        started (on its own thread) is durable before the agent runs, and a scheduled
+        run's agent starts at its second."""
         self.journal.settle()
+        self._wait_for_fire()
+
+    def _wait_for_fire(self) -> None:
+        """Hold the agent until its fire's scheduled second (once; a stop ends the wait)."""
+        moment, self.not_before = self.not_before, None
+        if moment is None:
+            return
+        clock = self.attempt.services.clock
+        longest = FIRE_LEAD.total_seconds() + 1  # an inbox file's moment holds no run longer
+        waited = wait_until(moment, clock, self.attempt.stop.wait, longest)
+        self.deadline += waited  # attempt_timeout counts the agent's time
+        # Stopped meanwhile: the agent never starts (a gated sandbox is killed unreleased).
+        self.attempt.stop.raise_if_stopped()
 
     def _on_start(self, pid: int) -> None:
         self.run_record.agent_pids = [pid]
@@ -239,6 +258,8 @@ class Sessions:
             over_limit=self._scratch_over_limit,
         )
         self.current = supervisor
+        if not attempt.confinement.gated:
+            self._wait_for_fire()  # no sandbox to set up meanwhile: wait before the spawn
         if attempt.stop.stopped:
             return None
         with attempt.stop.on_stop(supervisor.stop):
@@ -349,7 +370,7 @@ class Sessions:
             others = copy.copy(self.parts)
             others.nudge = others.failed = ""
             rest += len(others.render().encode("utf-8"))
-        return max(NUDGE_FLOOR, min(NUDGE_CHECKS, cap - rest))
+        return int(max(NUDGE_FLOOR, min(NUDGE_CHECKS, cap - rest)))
 
     def _record_stall(self, session: Any, ending: Ending) -> None:
         journal, n = self.journal, self.attempt.n

@@ -10,12 +10,37 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Literal
 
 StopWhy = Literal["cancelled", "interrupted"]
 # Called with (grace seconds, reason): 0 for a cancel, the shutdown grace for a stop.
 StopCallback = Callable[[float, str], None]
 CANCEL_POLL = 0.3  # seconds between looks at the cancel file
+FINAL_STEP = 0.2  # `wait_until`'s last step: shorter than CANCEL_POLL, one wait to the moment
+
+
+def wait_until(
+    moment: datetime,
+    clock: Callable[[], datetime],
+    wait: Callable[[float], bool],
+    longest: float,
+) -> float:
+    """Wait (with `wait`, True when stopped) until `clock` reads `moment`, at most `longest`
+    seconds in all: a scheduled agent starts at its second, never before it, and a wall
+    clock set back never holds it longer. The seconds waited (a stop's step counted whole)."""
+    waited = 0.0
+    while waited < longest:
+        left = (moment - clock()).total_seconds()
+        if left <= 0:
+            break
+        # A long wait wakes short of the moment (its polling steps add up late on a busy
+        # machine), then one short step to the moment itself.
+        step = min(left - FINAL_STEP if left > 2 * FINAL_STEP else left, longest - waited)
+        waited += step
+        if wait(step):
+            break
+    return waited
 
 
 class RunStopped(Exception):

@@ -81,8 +81,13 @@ class RunQueue:
 
     def _queued(self, trigger: Trigger, now: datetime) -> Decision:
         """A new pending run for `trigger` (the lock is held)."""
+        # A fire handed out ahead is named by its scheduled second, as if taken at it.
+        stamp = max(now, trigger.not_before or now)
         run = PendingRun(
-            id=self._unique_id(trigger.loop, now), loop=trigger.loop, trigger=trigger, queued_at=now
+            id=self._unique_id(trigger.loop, stamp),
+            loop=trigger.loop,
+            trigger=trigger,
+            queued_at=now,
         )
         self._add(run)
         return Decision("queued", run.id)

@@ -32,6 +32,11 @@ LATE_GRACE = timedelta(minutes=1)
 # `clock_stepped_back` event. A smaller step keeps the cursor, so a fire just handled is never
 # fired again by a clock that wobbled back a few minutes.
 STEP_BACK_TOLERANCE = timedelta(minutes=15)
+# How long before its fire the daemon's timer hands out a scheduled run (`loopd run` passes
+# it; 0 fires at the second): the run's tree, its sandbox and the agent's process are made
+# meanwhile, and the agent is let go at the scheduled second (runs/sessions.py), so a fire's
+# agent starts within milliseconds of it whatever the preparing costs.
+FIRE_LEAD = timedelta(seconds=5)
 # At most this many misses are listed per loop per call; the last one listed says `more`.
 MISSED_LIMIT = 1000
 # Windows searched backwards for the latest fire before now; each holds few fires.
@@ -75,10 +80,14 @@ class CronTimer:
     """Scheduled fires of every loop with a `schedule`; the clock is passed in."""
 
     def __init__(
-        self, state_path: Path, warn: Callable[[UnreadableFile], None] = warn_on_stderr
+        self,
+        state_path: Path,
+        warn: Callable[[UnreadableFile], None] = warn_on_stderr,
+        lead: timedelta = timedelta(0),
     ) -> None:
         self.path = state_path
         self.warn = warn  # told when the cursor file cannot be read
+        self.lead = lead  # a fire is handed out this early, its trigger `not_before` it
         self._entries: dict[str, _Entry] = {}
         self._missed: list[dict[str, Any]] = []
         self._stepped: list[dict[str, Any]] = []
@@ -117,14 +126,21 @@ class CronTimer:
         Several fires since the last tick give one trigger (the latest); the earlier ones
         are misses. A latest fire more than LATE_GRACE old (the daemon stalled, the machine
         slept) is a miss too, caught up as at start when within `catch_up`. Misses wait in
-        `take_missed()`. The cursor is written before the triggers are returned.
+        `take_missed()`. A fire at most `lead` ahead is handed out now, as a trigger that
+        runs `not_before` it (its cursor moves to the fire). The cursor is written before the
+        triggers are returned.
         """
         out: list[Trigger] = []
         with self._lock:
             handled = False
             for name, entry in self._entries.items():
                 handled = self._step_back(name, entry, now) or handled
-                if entry.next_fire is None or entry.next_fire > now:
+                if entry.next_fire is None:
+                    continue
+                if entry.next_fire > now:
+                    if entry.next_fire - now <= self.lead:
+                        out.append(self._ahead(name, entry, now))
+                        handled = True
                     continue
                 fired = self._handle(name, entry, now, on_time=True)
                 entry.advance(now)
@@ -169,10 +185,11 @@ class CronTimer:
                 self._write()
 
     def next_wake(self) -> datetime | None:
-        """The earliest next fire of any loop (UTC): the driver's timer is armed for it."""
+        """When `due` next has a fire to hand out (UTC): the earliest next fire of any loop,
+        less the lead. The driver's timer is armed for it."""
         with self._lock:
             fires = [e.next_fire for e in self._entries.values() if e.next_fire is not None]
-        return min(fires, default=None)
+        return min(fires) - self.lead if fires else None
 
     def next_fire(self, loop: str) -> datetime | None:
         """The loop's next scheduled fire (UTC), for status; None when it has no schedule."""
@@ -192,6 +209,14 @@ class CronTimer:
         entry.next_fire = entry.schedule.next_fire(now)
         return True
 
+    def _ahead(self, name: str, entry: _Entry, now: datetime) -> Trigger:
+        """The loop's next fire, a moment ahead: its trigger, to run not before it."""
+        fire = entry.next_fire
+        assert fire is not None
+        entry.advance(fire)
+        reason = f"scheduled for {_local(entry, fire)}"
+        return Trigger(loop=name, kind="schedule", reason=reason, ts=now, not_before=fire)
+
     def _handle(self, name: str, entry: _Entry, now: datetime, on_time: bool) -> Fired:
         """Fires in (handled_until, now]: at most one trigger, every other one a miss."""
         since = entry.handled_until
@@ -200,7 +225,7 @@ class CronTimer:
             return Fired(None, [])
         listed = entry.schedule.fires_between(since, now, limit=MISSED_LIMIT)
         cut = listed[-1] < latest
-        local = latest.astimezone(entry.schedule.timezone).isoformat(timespec="minutes")
+        local = _local(entry, latest)
         why = "loopd was busy or the machine slept" if on_time else "loopd was not running"
         trigger = None
         if on_time and now - latest <= LATE_GRACE:
@@ -241,6 +266,11 @@ class CronTimer:
             }
         }
         write_atomic(self.path, _HEADER + tomli_w.dumps(data))
+
+
+def _local(entry: _Entry, fire: datetime) -> str:
+    """A fire as its reason names it: the minute in the loop's zone."""
+    return fire.astimezone(entry.schedule.timezone).isoformat(timespec="minutes")
 
 
 def _latest_fire(schedule: Schedule, since: datetime, now: datetime) -> datetime | None:

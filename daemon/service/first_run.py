@@ -90,8 +90,10 @@ class FirstRun:
             f"  In state/: {rel(store.run_dir(run.id))}/ (run.toml, attempt-N/), "
             f"{rel(store.progress_path(run.loop))}, {rel(report)}; state/README.md says what "
             "each file is.",
-            f"  Your own loop: copy loops/{run.loop}.toml to loops/NAME.toml; set repo, task, "
-            'agent ("qwen", "claude", ... or a profile in loopd.toml) and done_when; set '
+            f"  Your own loop: `{loopd} new NAME --repo PATH` writes loops/NAME.toml from your "
+            "repository and tries its checks (or copy loops/"
+            f"{run.loop}.toml to loops/NAME.toml; set repo, task, "
+            'agent ("qwen", "claude", ... or a profile in loopd.toml) and done_when); set '
             f"enabled = false in loops/{run.loop}.toml; `{loopd} check`; the running loopd "
             f"loads the files within seconds (`{loopd} reload`: at once), then `{loopd} trigger "
             "NAME`.",

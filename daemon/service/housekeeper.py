@@ -1,7 +1,8 @@
 """Chores off the tick's thread: pruning old runs and retiring stale rules (at start, then
 daily), retrying lessons deferred while the verifier was down, and `state_max` (hourly with
 the tidying, and at once when the estimate of what `state/` grew since its last measure,
-checked every CAP_CHECK_EVERY seconds, says it is over)."""
+checked every CAP_CHECK_EVERY seconds, says it is over); and, on a thread of its own, landed
+runs followed on their targets (service/aftermath.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from daemon.housekeeping import prune
 from daemon.landing.branches import list_branches
 from daemon.rules.promotion import retire_stale
 from daemon.runs.learning import retry_deferred_lessons, rule_library
+from daemon.service.aftermath import Follower
 from daemon.service.context import Context
 from daemon.service.statecap import Growth
 from daemon.service.tidy import cap_state
@@ -36,9 +38,11 @@ class Housekeeper:
         self._capped_at = float("-inf")
         self.growth = Growth()
         self._thread: threading.Thread | None = None
+        self.aftermath = Follower(ctx)  # landed runs followed on their targets, a thread apart
 
     def tick(self, now: datetime, keep: set[str]) -> None:
         """Start the chores that are due, unless the previous ones still run."""
+        self.aftermath.tick(now)
         if self._thread is not None and self._thread.is_alive():
             return
         mono = self.ctx.monotonic()
@@ -126,5 +130,6 @@ class Housekeeper:
             self.ctx.event(Event.DEFERRED_LESSONS_FAILED, error=str(exc)[:500])
 
     def join(self, timeout: float) -> None:
+        self.aftermath.join(timeout=timeout)
         if self._thread is not None:
             self._thread.join(timeout=timeout)

@@ -68,6 +68,7 @@ class PendingRun(Record):
             merged_count=self.merged_count,
             force=any(t.force for t in [first, *self.merged]),
             remote=first.remote,
+            not_before=first.not_before,
         )
 
 

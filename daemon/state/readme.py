@@ -65,6 +65,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `attempt-N/checks.log`: each `done_when` command, its exit code and its output, as loopd
   ran it after the attempt (a long output: its first 256 KB, the lines naming failures,
   its last 2 MB)
+- `attempt-N/after-landing.md`: a landed run a person reverted (or edited past half of it)
+  within 7 days: the person's commits, messages and diff, the evidence of its post-mortem
 - `attempt-N/checks-failed.txt`: the output of the checks that failed, cut to its failures
   and its end (empty when they passed): what the next attempt's prompt shows under
   `# What failed last time`
@@ -87,6 +89,9 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `runs/RUN_ID/land.log`, `land-checks.log`, `land-setup.log`, `pr-body.md`: landing a
   succeeded run (`land`): the push and `pr_command`, setup and the checks on a merge with
   the target, the pull request's body
+- `runs/RUN_ID/aftermath.toml`: a landed run followed on its target: the commits that
+  landed, their patch-ids, its lines (as hashes), its state (kept, edited, reverted, gone),
+  the person's commits that changed it, the 1, 7 and 30 day windows (docs/aftermath.md)
 - `runs/RUN_ID/repo-guard.json`: your repository's `config`, `hooks/` and `info/` as they
   were before the agent started, for a run whose agent could write them (a worktree, an
   in-place run, a clone without a sandbox); what changed is put back and reported

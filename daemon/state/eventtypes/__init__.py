@@ -17,7 +17,7 @@ from daemon.state.eventtypes.names import Event
 
 __all__ = ["Event", "EventFields", "UnknownEvent", "event_type", "fields_problem", "models"]
 # The modules of the models, by concept; each registers its types in MODELS as it is imported.
-CONCEPTS = ("runs", "desk", "gitland", "rules", "people", "triggers", "service")
+CONCEPTS = ("runs", "desk", "gitland", "rules", "people", "triggers", "service", "aftermath")
 
 
 def models() -> dict[Event, type[EventFields]]:

@@ -156,3 +156,8 @@ class Event(StrEnum):
     TRANSCRIPTS_COMPRESSED = "transcripts_compressed"
     STATE_EVICTED = "state_evicted"
     STATE_CAP_FAILED = "state_cap_failed"
+    # After landing: what became of a landed run on its target
+    AFTERMATH_STARTED = "aftermath_started"
+    AFTERMATH_CHANGED = "aftermath_changed"
+    AFTERMATH_FAILED = "aftermath_failed"
+    AFTERMATH_RECOUNTED = "aftermath_recounted"

@@ -1,20 +1,43 @@
-"""The fields of the models of a run's `run.toml`, the queue and a pruned run's line, for
-reading them as plain TOML and JSON (plain/runfile.py).
-
-Each table below names a model's fields in the model's order, with their kind and default
-(tests/test_plain_runs.py compares them with the models, so they cannot drift).
+"""The plain path's tables of fields and vocabularies, generated from the models by
+`python -m daemon.plain.tables` (daemon/plain/tables.py): do not edit by hand.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from daemon.plain.records import OUTCOMES, PHASES
+# The value of a required field in a table: a file without it does not validate.
+REQUIRED = "<required>"
+# plain/escalations.py's: a front matter without it is skipped.
+ESCALATION_REQUIRED: Any = object()
+_TIME = (datetime, type(None))
 
-REQUIRED = "<required>"  # a field without a default: a file without it does not validate
 
-Spec = dict[str, tuple[Any, Any]]  # field -> (kind, default), in the model's order
+def opt(kind: Any) -> tuple[str, Any]:
+    """The kind `kind | None`."""
+    return ("opt", kind)
 
+
+def many(kind: Any) -> tuple[str, Any]:
+    """The kind `list[kind]`."""
+    return ("list", kind)
+
+
+# The closed vocabularies: another value is refused by the models.
+PHASES = (
+    "idle",
+    "queued",
+    "preparing",
+    "running",
+    "judging",
+    "learning",
+    "paused",
+    "waiting",
+    "landing",
+    "not-loaded",
+)
+OUTCOMES = ("succeeded", "escalated", "refused", "interrupted", "cancelled", "error", "skipped")
 TRIGGER_KINDS = ("schedule", "push", "change", "manual", "catch-up", "retry", "experiment")
 CAUSES = (
     "checks-failed",
@@ -66,18 +89,9 @@ VIOLATION_KINDS = (
 )
 ISOLATIONS = ("clone", "worktree", "in-place")
 
-
-def opt(kind: Any) -> tuple[str, Any]:
-    """The kind `kind | None`."""
-    return ("opt", kind)
-
-
-def many(kind: Any) -> tuple[str, Any]:
-    """The kind `list[kind]`."""
-    return ("list", kind)
-
-
-TRIGGER: Spec = {  # state/records.Trigger
+# The run files' tables (plain/runfile.py): field -> (kind, default), in model order.
+Spec = dict[str, tuple[Any, Any]]
+TRIGGER: Spec = {  # state.records.Trigger
     "loop": ("str", REQUIRED),
     "kind": (TRIGGER_KINDS, "manual"),
     "reason": ("str", ""),
@@ -91,8 +105,9 @@ TRIGGER: Spec = {  # state/records.Trigger
     "id": ("str", ""),
     "force": ("bool", False),
     "remote": ("str", ""),
+    "not_before": (opt("datetime"), None),
 }
-RUN_TRIGGER: Spec = {  # state/records.RunTrigger
+RUN_TRIGGER: Spec = {  # state.records.RunTrigger
     "kind": (TRIGGER_KINDS, REQUIRED),
     "reason": ("str", ""),
     "ref": ("str", ""),
@@ -107,14 +122,19 @@ RUN_TRIGGER: Spec = {  # state/records.RunTrigger
     "merged_count": ("int", 0),
     "force": ("bool", False),
     "remote": ("str", ""),
+    "not_before": (opt("datetime"), None),
 }
-STALL: Spec = {"kind": ("str", REQUIRED), "at": ("datetime", REQUIRED), "detail": ("str", "")}
-VIOLATION: Spec = {
+STALL: Spec = {  # state.records.StallRecord
+    "kind": ("str", REQUIRED),
+    "at": ("datetime", REQUIRED),
+    "detail": ("str", ""),
+}
+VIOLATION: Spec = {  # state.violations.Violation
     "kind": (VIOLATION_KINDS, REQUIRED),
     "target": ("str", REQUIRED),
     "detail": ("str", ""),
 }
-TEST_COUNTS: Spec = {
+TEST_COUNTS: Spec = {  # state.records.TestCounts
     "runner": ("str", ""),
     "ran": ("int", 0),
     "passed": ("int", 0),
@@ -126,7 +146,7 @@ TEST_COUNTS: Spec = {
     "tampered": (many("str"), []),
     "unreadable": ("str", ""),
 }
-ATTEMPT: Spec = {  # state/records.AttemptRecord
+ATTEMPT: Spec = {  # state.records.AttemptRecord
     "n": ("int", REQUIRED),
     "started": ("datetime", REQUIRED),
     "finished": (opt("datetime"), None),
@@ -156,13 +176,17 @@ ATTEMPT: Spec = {  # state/records.AttemptRecord
     "rules_irrelevant": (many("str"), []),
     "attributed": ("bool", False),
 }
-EXPERIMENT: Spec = {"id": ("str", REQUIRED), "arm": ("str", REQUIRED), "without": (many("str"), [])}
-SEEDED: Spec = {
+EXPERIMENT: Spec = {  # state.records.ExperimentArm
+    "id": ("str", REQUIRED),
+    "arm": ("str", REQUIRED),
+    "without": (many("str"), []),
+}
+SEEDED: Spec = {  # state.records.SeededFile
     "path": ("str", REQUIRED),
     "sha256": ("str", REQUIRED),
     "copy_back": ("bool", False),
 }
-EXPOSURE: Spec = {
+EXPOSURE: Spec = {  # state.records.RunExposure
     "git_writable": (many("str"), []),
     "git_readable": (many("str"), []),
     "read_only": (many("str"), []),
@@ -170,7 +194,7 @@ EXPOSURE: Spec = {
     "real_home": ("str", ""),
     "seeded": (many(SEEDED), []),
 }
-PARK: Spec = {
+PARK: Spec = {  # state.records.Park
     "profile": ("str", REQUIRED),
     "attempt": ("int", REQUIRED),
     "started": ("datetime", REQUIRED),
@@ -183,7 +207,7 @@ PARK: Spec = {
     "asked_whole": ("bool", False),
     "notified": ("bool", False),
 }
-RUN: Spec = {  # state/records.RunRecord
+RUN: Spec = {  # state.records.RunRecord
     "id": ("str", REQUIRED),
     "loop": ("str", REQUIRED),
     "task": ("str", REQUIRED),
@@ -236,7 +260,7 @@ RUN: Spec = {  # state/records.RunRecord
     "escalation": ("str", ""),
     "retry_not_run": ("str", ""),
 }
-PENDING: Spec = {  # state/queuefile.PendingRun
+PENDING: Spec = {  # state.queuefile.PendingRun
     "id": ("str", REQUIRED),
     "loop": ("str", REQUIRED),
     "trigger": (TRIGGER, REQUIRED),
@@ -244,8 +268,11 @@ PENDING: Spec = {  # state/queuefile.PendingRun
     "merged": (many(TRIGGER), []),
     "merged_count": ("int", 0),
 }
-QUEUE: Spec = {"pending": (many(PENDING), []), "taken": (many("str"), [])}  # QueueFile
-PRUNED: Spec = {  # state/pruned.PrunedRun
+QUEUE: Spec = {  # state.queuefile.QueueFile
+    "pending": (many(PENDING), []),
+    "taken": (many("str"), []),
+}
+PRUNED: Spec = {  # state.pruned.PrunedRun
     "run": ("str", REQUIRED),
     "loop": ("str", REQUIRED),
     "task": ("str", ""),
@@ -263,4 +290,80 @@ PRUNED: Spec = {  # state/pruned.PrunedRun
     "landed_as": ("str", ""),
     "pruned": ("datetime", REQUIRED),
     "retain_days": ("int", 0),
+}
+
+# plain/records.py: field -> (the types a value may have, default).
+DAEMON_STATUS: dict[str, tuple[tuple[type, ...], Any]] = {  # state.records.DaemonStatus
+    "pid": ((int,), 0),
+    "version": ((str,), ""),
+    "started": (_TIME, None),
+    "heartbeat": (_TIME, None),
+    "running": ((bool,), False),
+    "warnings": ((list,), []),
+    "sandbox": ((str,), ""),
+    "engine": ((str,), ""),
+}
+LOOP_STATUS: dict[str, tuple[tuple[type, ...], Any]] = {  # state.records.LoopStatus
+    "phase": ((str,), "idle"),
+    "run": ((str,), ""),
+    "attempt": ((int,), 0),
+    "last_outcome": ((str,), ""),
+    "last_run": ((str,), ""),
+    "next_fire": (_TIME, None),
+    "paused": ((bool,), False),
+    "enabled": ((bool,), True),
+    "error": ((str,), ""),
+    "pending": ((int,), 0),
+    "resume_at": (_TIME, None),
+    "waiting_for": ((str,), ""),
+    "loaded": ((bool,), True),
+    "stale": ((bool,), False),
+    "digest": ((str,), ""),
+}
+VERIFIER_STATUS: dict[str, tuple[tuple[type, ...], Any]] = {  # state.records.VerifierStatus
+    "reachable": ((bool,), True),
+    "since": (_TIME, None),
+    "last_error": ((str,), ""),
+}
+BUDGET_STATUS: dict[str, tuple[tuple[type, ...], Any]] = {  # state.records.BudgetStatus
+    "day": ((str,), ""),
+    "tokens": ((int,), 0),
+    "limit": ((int,), 0),
+    "exhausted": ((bool,), False),
+    "until": (_TIME, None),
+}
+STATE_USAGE: dict[str, tuple[tuple[type, ...], Any]] = {  # service.statecap.StateUsage
+    "measured": ((datetime,), None),
+    "total": ((int,), 0),
+    "limit": ((int,), 0),
+    "loops": ((dict,), {}),
+}
+
+# plain/escalations.py: field -> (kind, default), in the model's order.
+ESCALATION: dict[str, tuple[Any, Any]] = {  # people.escalation_file.Escalation
+    "run": ("str", ESCALATION_REQUIRED),
+    "loop": ("str", ESCALATION_REQUIRED),
+    "task": ("str", ESCALATION_REQUIRED),
+    "status": (("open", "resolved", "superseded"), "open"),
+    "escalated": ("datetime", ESCALATION_REQUIRED),
+    "cause": ("str", "unknown"),
+    "outcome": ("str", ""),
+    "reason": ("str", ""),
+    "branch": ("str", ""),
+    "attempts": ("int", 0),
+    "best_score": ("int", None),
+    "resolved": ("datetime", None),
+    "note": ("str", ""),
+    "retry": ("bool", False),
+    "retry_trigger": ("str", ""),
+    "superseded_by": ("str", ""),
+    "verdict": (("", "good", "bad"), ""),
+    "count": ("int", 1),
+    "latest_run": ("str", ""),
+    "latest": ("datetime", None),
+    "latest_cause": ("str", ""),
+    "latest_reason": ("str", ""),
+    "notified": ("datetime", None),
+    "notified_count": ("int", 1),
+    "profile": ("str", ""),
 }

@@ -1,0 +1,203 @@
+"""Every landed run's aftermath brought up to date: by `loopd aftermath` and the daemon's tick.
+
+One `rev-parse` of each target per sweep; a run whose target did not move and whose next
+window is not due costs nothing more (`due_only`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from daemon.aftermath.follow import is_ancestor, update
+from daemon.aftermath.identity import baseline, follows, target_ref
+from daemon.aftermath.verdict import due
+from daemon.git.safe import Git, GitError
+from daemon.git.userrepo import UserRepo
+from daemon.state.aftermath import Aftermath, aftermath_path, load_aftermath, save_aftermath
+from daemon.state.eventtypes import Event
+from daemon.state.records import RunRecord
+from daemon.state.store import StateStore, UnreadableFile
+
+# The records a sweep left, with the mtime of the file each was read from or written as.
+Held = dict[str, tuple[Aftermath, int]]
+# What a landed run that failed after the fact teaches: (its repository's git, run, record).
+Teach = Callable[[Git, RunRecord, Aftermath], Any]
+
+
+@dataclass
+class Sweep:
+    """What one sweep found: each run's record, those whose state changed, those that failed."""
+
+    records: list[Aftermath] = field(default_factory=list)
+    changed: list[Aftermath] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    taught: dict[str, Any] = field(default_factory=dict)  # run: its post-mortem's result
+
+
+@dataclass
+class _Repos:
+    """The repositories and target tips a sweep has read, each once."""
+
+    gits: dict[str, Git] = field(default_factory=dict)
+    tips: dict[tuple[str, str], str] = field(default_factory=dict)
+    ranges: dict[tuple[str, str, str], set[str] | None] = field(default_factory=dict)
+
+    def git(self, repo: str) -> Git:
+        if repo not in self.gits:
+            self.gits[repo] = UserRepo.locate(Path(repo)).git
+        return self.gits[repo]
+
+    def tip(self, repo: str, ref: str) -> str:
+        if (repo, ref) not in self.tips:
+            self.tips[repo, ref] = self.git(repo).out(
+                "rev-parse", "-q", "--verify", ref, check=False
+            )
+        return self.tips[repo, ref]
+
+    def touched(self, repo: str, since: str, tip: str) -> set[str] | None:
+        """The paths the commits of `since..tip` touch, read once per range; None when `since`
+        is not an ancestor of `tip` (the target was rewritten)."""
+        if (repo, since, tip) not in self.ranges:
+            git = self.git(repo)
+            moved = is_ancestor(git, since, tip)
+            names = git.out("log", "--format=", "--name-only", f"{since}..{tip}") if moved else ""
+            self.ranges[repo, since, tip] = set(names.split("\n")) - {""} if moved else None
+        return self.ranges[repo, since, tip]
+
+
+def sweep(
+    store: StateStore,
+    runs: Iterable[RunRecord],
+    now: datetime,
+    loop_keys: Callable[[str], tuple[str, str]] = lambda loop: ("origin", ""),
+    due_only: bool = False,
+    teach: Teach | None = None,
+    cache: Held | None = None,
+) -> Sweep:
+    """Bring the aftermath of each landed run of `runs` up to date at `now`; `loop_keys(loop)`:
+    its `remote` and agent profile; `due_only`: only those whose target moved or whose window
+    is due (the daemon's tick); `teach`: what a run reverted after landing teaches
+    (aftermath/lesson.py); `cache`: the records as the last sweep left them (the daemon's), so
+    a run whose files no new commit touched is neither read nor written."""
+    found, repos = Sweep(), _Repos()
+    held = cache if cache is not None else {}
+    for run in runs:
+        if not follows(run):
+            continue
+        try:
+            keys = loop_keys(run.loop)
+            record = _one(store, repos, run, now, keys, due_only, found, held)
+            if record is not None and teach is not None and not record.taught:
+                taught = teach(repos.git(run.repo), run, record)
+                if record.taught:
+                    save_aftermath(store.run_dir(run.id), record)
+                    held[run.id] = (record, _mark(store.run_dir(run.id)))
+                    found.taught[run.id] = taught
+        except (GitError, OSError, ValueError) as exc:
+            found.failed[run.id] = str(exc).splitlines()[0] if str(exc) else repr(exc)
+            store.events.append(
+                Event.AFTERMATH_FAILED, now, loop=run.loop, run=run.id, error=found.failed[run.id]
+            )
+            continue
+        if record is not None:
+            found.records.append(record)
+    return found
+
+
+def _one(
+    store: StateStore,
+    repos: _Repos,
+    run: RunRecord,
+    now: datetime,
+    keys: tuple[str, str],
+    due_only: bool,
+    found: Sweep,
+    held: Held,
+) -> Aftermath | None:
+    folder = store.run_dir(run.id)
+    mark = _mark(folder)
+    kept = held.get(run.id)
+    # The record in memory while its file is the one it was read from or written as (a
+    # `loopd aftermath` beside the daemon writes it too).
+    record = kept[0] if kept is not None and kept[1] == mark else _load(store, folder)
+    git = repos.git(run.repo)
+    if record is None:
+        record = _begin(store, git, run, keys)
+    held[run.id] = (record, _mark(folder))
+    tip = repos.tip(run.repo, record.target_ref)
+    if due_only and _quiet(repos, run.repo, record, tip):
+        record.last_seen = tip  # kept in memory: written with its next change or window
+    if due_only and tip == record.last_seen and not due(record, now):
+        return record
+    was = record.state
+    moved = repos.ranges.get((run.repo, record.last_seen, tip)) is not None
+    if update(git, record, tip, now, moved):
+        found.changed.append(record)
+        _changed(store, record, was, now)
+    save_aftermath(folder, record)
+    held[run.id] = (record, _mark(folder))
+    return record
+
+
+def _mark(folder: Path) -> int:
+    try:
+        return aftermath_path(folder).stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+def _load(store: StateStore, folder: Path) -> Aftermath | None:
+    try:
+        return load_aftermath(folder)
+    except UnreadableFile as problem:  # cut by a crash mid-write: made again from git
+        store.report_unreadable(problem)
+        return None
+
+
+def _quiet(repos: _Repos, repo: str, record: Aftermath, tip: str) -> bool:
+    """Whether the target moved past the record without touching its files (one `git log`
+    per range for all the runs it holds)."""
+    if tip == record.last_seen or not record.last_seen or record.state in ("gone", "pending"):
+        return False
+    touched = repos.touched(repo, record.last_seen, tip)
+    return touched is not None and not touched.intersection(record.lines)
+
+
+def _begin(store: StateStore, git: Git, run: RunRecord, keys: tuple[str, str]) -> Aftermath:
+    """The run's identity read from git, written before anything is followed."""
+    remote, agent = keys
+    ref = target_ref(run, remote)
+    record = baseline(git, run, ref, run.finished or run.started)
+    record.agent = agent
+    if ref.startswith("refs/remotes/"):  # pushed: on the target once merged there
+        record.on_target, record.last_seen, record.state = False, "", "pending"
+    save_aftermath(store.run_dir(run.id), record)
+    store.events.append(
+        Event.AFTERMATH_STARTED,
+        record.landed_at,
+        loop=run.loop,
+        run=run.id,
+        target=record.target,
+        commits=record.landed_commits,
+        lines=record.lines_landed,
+    )
+    return record
+
+
+def _changed(store: StateStore, record: Aftermath, was: str, now: datetime) -> None:
+    by = [f"{c.commit[:12]} {c.author}: {c.message}" for c in record.commits][-10:]
+    store.events.append(
+        Event.AFTERMATH_CHANGED,
+        now,
+        loop=record.loop,
+        run=record.run,
+        state=record.state,
+        was=was,
+        lines_landed=record.lines_landed,
+        lines_kept=record.lines_kept,
+        by=by,
+    )

@@ -1,0 +1,92 @@
+"""The daemon's side of the aftermath: landed runs followed on their targets from the tick.
+
+Every FOLLOW_EVERY seconds, on a thread of its own (git reads), the landed runs whose target
+moved or whose window (1, 7, 30 days after landing, by the tick's `now`) is due are brought up
+to date (aftermath/sweep.py). A run past its last window is followed no more; a run that
+ended other than succeeded is never read again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from datetime import datetime
+
+from daemon.aftermath.identity import follows
+from daemon.aftermath.lesson import teach
+from daemon.aftermath.sweep import Held, Sweep, sweep
+from daemon.config import Loop
+from daemon.service.context import Context
+from daemon.state.aftermath import WINDOWS
+from daemon.state.records import RunRecord
+from daemon.state.store import UnreadableFile
+
+FOLLOW_EVERY = 300.0  # seconds of the monotonic clock between looks at the targets
+
+
+def loop_keys(loops: Mapping[str, Loop], name: str) -> tuple[str, str]:
+    """A loop's `remote` and agent profile, as the aftermath records them."""
+    loop = loops.get(name)
+    return (loop.config.remote, loop.config.agent) if loop is not None else ("origin", "")
+
+
+class Follower:
+    """Starts at most one sweep at a time; the tick never waits for it."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._at = float("-inf")
+        self._done: set[str] = set()  # runs never to read again
+        self._records: Held = {}  # as the last sweep left them
+        self._thread: threading.Thread | None = None
+
+    def tick(self, now: datetime) -> None:
+        """Start a sweep when one is due and none runs."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        mono = self.ctx.monotonic()
+        if mono - self._at < FOLLOW_EVERY:
+            return
+        self._at = mono
+        self._thread = threading.Thread(
+            target=self.follow, args=(now,), name="aftermath", daemon=True
+        )
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def follow(self, now: datetime) -> Sweep:
+        """One sweep at `now` over the landed runs still followed."""
+        loops = self.ctx.loops
+        found = sweep(
+            self.ctx.store,
+            self._followed(),
+            now,
+            loop_keys=lambda name: loop_keys(loops, name),
+            due_only=True,
+            cache=self._records,
+            teach=lambda git, run, record: teach(self.ctx.services, git, run, record),
+        )
+        last = WINDOWS[-1][0]
+        over = {r.run for r in found.records if last in r.windows}
+        self._done |= over
+        for run_id in over:
+            self._records.pop(run_id, None)
+        return found
+
+    def _followed(self) -> list[RunRecord]:
+        store, out = self.ctx.store, []
+        for run_id in store.run_ids():
+            if run_id in self._done:
+                continue
+            try:
+                run = store.load_run(run_id)
+            except (FileNotFoundError, UnreadableFile):
+                continue
+            if run.outcome is not None and run.outcome != "succeeded":
+                self._done.add(run_id)
+            elif follows(run):
+                out.append(run)
+        return out

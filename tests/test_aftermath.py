@@ -1,0 +1,440 @@
+"""After it lands: a landed run followed on its target (docs/aftermath.md).
+
+Real git repositories: a run lands by `loopd once` (land = "merge", a command agent), then
+"a person" commits on the target as themselves: an edit, a `git revert`, a squash of the run's
+change under their own name, a rewrite without it. `loopd aftermath`, `show` and `runs` as
+real subprocesses; the windows with fixed datetimes through the daemon's Follower.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from daemon.aftermath.sweep import Held, sweep
+from daemon.home import Home
+from daemon.people.aftermath_view import aftermath_json
+from daemon.people.report import build_report, render_markdown
+from daemon.plain import aftermath as plain
+from daemon.rules.library import RuleLibrary
+from daemon.rules.rulefile import Rule
+from daemon.runs.executor import RunExecutor
+from daemon.service.aftermath import Follower
+from daemon.state.aftermath import AFTERMATH_FILE, load_aftermath
+from daemon.state.records import RunRecord
+from daemon.state.store import StateStore
+from tests.helpers import git, loopd, make_repo, wait_for
+from tests.test_landing import land_case
+from tests.test_learning_e2e import AGREES, default_reply
+from tests.test_run_lifecycle import BUGGY, JOIN
+from tests.test_service import Clocks, context
+
+# Fixes add() and adds a function: five lines of its own land.
+AGENT = (
+    "import pathlib\n"
+    "pathlib.Path('calc.py').write_text("
+    "'def add(a, b):\\n    total = a + b\\n    return total\\n\\n\\n"
+    "def twice(a):\\n    doubled = add(a, a)\\n    return doubled\\n')\n"
+)
+
+
+def person(repo: Path, *args: str, when: datetime | None = None) -> str:
+    """git as a person (Ann), at `when` when given."""
+    env = dict(os.environ, GIT_CONFIG_NOSYSTEM="1")
+    env.update(
+        GIT_AUTHOR_NAME="Ann",
+        GIT_AUTHOR_EMAIL="ann@example.com",
+        GIT_COMMITTER_NAME="Ann",
+        GIT_COMMITTER_EMAIL="ann@example.com",
+    )
+    if when is not None:
+        env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = when.isoformat()
+    proc = subprocess.run(
+        ["git", *args], cwd=repo, capture_output=True, text=True, env=env, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def landed(tmp_path: Path) -> tuple[Home, Path, RunRecord]:
+    """A home whose loop `calc` landed one run on main by merge, through `loopd once`."""
+    case = land_case(tmp_path, agent=AGENT, land="merge")
+    proc = loopd(case.home.root, "once", "calc", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    store = case.home.state()
+    run = next(store.iter_runs("calc"))
+    assert run.landed and run.landed_as == git(case.repo, "rev-parse", "main"), run
+    return case.home, case.repo, run
+
+
+def aftermath_of(home: Home, *which: str) -> dict[str, Any]:
+    proc = loopd(home.root, "aftermath", *which, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = json.loads(proc.stdout)["aftermath"]
+    assert len(records) == 1, records
+    return records[0]
+
+
+def edit(repo: Path, old: str, new: str, message: str, when: datetime | None = None) -> str:
+    path = repo / "calc.py"
+    path.write_text(path.read_text().replace(old, new))
+    person(repo, "commit", "-qam", message, when=when)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def test_a_landed_run_is_kept_then_edited_by_a_person_and_show_and_runs_say_so(
+    tmp_path: Path,
+) -> None:
+    home, repo, run = landed(tmp_path)
+    first = aftermath_of(home, run.id)
+    assert first["state"] == "kept" and first["commits"] == []
+    assert (
+        first["lines_landed"] == first["lines_kept"] == 5
+    )  # its new lines; blank ones do not count
+    # A person's commit in other files is not read for the run (only its files are).
+    (repo / "notes.txt").write_text("unrelated\n")
+    person(repo, "add", "notes.txt")
+    person(repo, "commit", "-qm", "notes, elsewhere")
+    assert aftermath_of(home, "calc")["state"] == "kept"
+
+    sha = edit(repo, "    return doubled", "    return int(doubled)", "twice: an int, always")
+    after = aftermath_of(home)
+    assert after["state"] == "edited"
+    assert (after["lines_landed"], after["lines_kept"]) == (5, 4)
+    assert after["commits"] == [
+        {
+            "commit": sha,
+            "author": "Ann",
+            "date": after["commits"][0]["date"],
+            "message": "twice: an int, always",
+            "revert": False,
+            "added": 1,
+            "removed": 1,
+        }
+    ]
+    shown = json.loads(loopd(home.root, "show", run.id, "--json").stdout)["aftermath"]
+    assert shown["state"] == "edited" and shown["commits"][0]["author"] == "Ann"
+    assert shown["checked_at"] and shown["window"] == ""  # the first day is not over
+    text = loopd(home.root, "show", run.id).stdout
+    assert "aftermath: edited: 4 of 5 lines kept (20% changed) by Ann" in text
+    assert "twice: an int, always" in text
+    listed = loopd(home.root, "runs", "calc").stdout
+    assert "edited" in listed
+    runs_json = json.loads(loopd(home.root, "runs", "--json").stdout)
+    assert [r["aftermath"]["state"] for r in runs_json if r["run"] == run.id] == ["edited"]
+    kinds = [json.loads(line)["type"] for line in (home.state_dir / "events.jsonl").open()]
+    assert kinds.count("aftermath_started") == 1 and kinds.count("aftermath_changed") == 1
+
+
+def test_a_git_revert_of_the_landed_commit_is_reverted_with_the_persons_message(
+    tmp_path: Path,
+) -> None:
+    home, repo, run = landed(tmp_path)
+    aftermath_of(home, run.id)
+    person(repo, "revert", "--no-edit", run.landed_as)
+    message = person(repo, "log", "-1", "--format=%s")
+    after = aftermath_of(home, run.id)
+    assert after["state"] == "reverted" and after["lines_kept"] == 0
+    assert [(c["author"], c["message"], c["revert"]) for c in after["commits"]] == [
+        ("Ann", message, True)
+    ]
+
+
+def test_a_revert_by_hand_is_found_by_its_inverse_patch(tmp_path: Path) -> None:
+    """No "This reverts commit" line: the commit's patch-id is the inverse of the run's."""
+    home, repo, run = landed(tmp_path)
+    aftermath_of(home, run.id)
+    person(repo, "checkout", "-q", f"{run.landed_as}~1", "--", "calc.py")
+    person(repo, "commit", "-qm", "back to the old calc")
+    after = aftermath_of(home, run.id)
+    assert after["state"] == "reverted"
+    commit = after["commits"][0]
+    assert commit["revert"] and commit["message"] == "back to the old calc"
+
+
+def test_a_squash_under_a_persons_name_keeps_the_run_and_a_rewrite_without_it_is_gone(
+    tmp_path: Path,
+) -> None:
+    home, repo, run = landed(tmp_path)
+    aftermath_of(home, run.id)
+    base = git(repo, "rev-parse", f"{run.landed_as}~1")
+    # The person rewrites main: the run's change again, as one commit of theirs (a rebase,
+    # a squash): the same patch-id, another commit id.
+    person(repo, "reset", "-q", "--hard", base)
+    person(repo, "cherry-pick", "--no-commit", run.landed_as)
+    person(repo, "commit", "-qm", "calc: add and twice (squashed)")
+    copy = git(repo, "rev-parse", "HEAD")
+    assert copy != run.landed_as
+    kept = aftermath_of(home, run.id)
+    assert kept["state"] == "kept" and kept["landed_commits"] == [copy]
+    assert kept["lines_kept"] == kept["lines_landed"] == 5
+    # Then main is rewritten again, without it.
+    person(repo, "reset", "-q", "--hard", base)
+    (repo / "README.md").write_text("other work\n")
+    person(repo, "add", "README.md")
+    person(repo, "commit", "-qm", "other work")
+    gone = aftermath_of(home, run.id)
+    assert gone["state"] == "gone"
+    assert "gone: main was rewritten" in loopd(home.root, "aftermath", run.id).stdout
+
+
+def test_the_daemon_keeps_each_window_by_the_clock_it_is_given(tmp_path: Path) -> None:
+    """The Follower (the daemon's tick) at fixed datetimes: the 1 and 7 day windows are kept
+    as they stood; a revert on day 10 shows at 30 days, not at 7."""
+    home, repo, run = landed(tmp_path)
+    at = run.finished
+    assert at is not None
+    clocks = Clocks()
+    follower = Follower(context(home, clocks))
+    follower.follow(at + timedelta(hours=1))
+    record = load_aftermath(home.state_dir / "runs" / run.id)
+    assert record is not None and record.state == "kept" and record.windows == {}
+
+    day3 = at + timedelta(days=3)
+    edit(repo, "    return total", "    return total  # sum", "comment", when=day3)
+    follower.follow(at + timedelta(days=1, minutes=5))  # the day-1 window, before the edit
+    follower.follow(at + timedelta(days=8))
+    person(repo, "checkout", "-q", f"{run.landed_as}~1", "--", "calc.py")
+    person(repo, "commit", "-qm", "take calc back", when=at + timedelta(days=10))
+    # Not due yet (the target moved: followed anyway), then the 30-day window.
+    follower.follow(at + timedelta(days=11))
+    follower.follow(at + timedelta(days=31))
+    record = load_aftermath(home.state_dir / "runs" / run.id)
+    assert record is not None
+    assert {k: v.state for k, v in record.windows.items()} == {
+        "1d": "kept",
+        "7d": "edited",
+        "30d": "reverted",
+    }
+    assert record.state == "reverted"
+    # The report counts the 7-day window: edited then, with the person's commit.
+    report = build_report(StateStore(home.state_dir), at, at + timedelta(days=31))
+    assert report.aftermath is not None
+    lines = report.aftermath.lines()
+    assert lines[0] == "- loop calc: kept after 7 days: 0 of 1 (0%), edited 1"
+    assert lines[1].startswith(f"  - edited {run.id} by Ann: comment (")
+    assert "## After landing" in render_markdown(report)
+    # Past its last window the run is followed no more: nothing read, nothing written.
+    mtime = (home.state_dir / "runs" / run.id / "aftermath.toml").stat().st_mtime_ns
+    assert follower.follow(at + timedelta(days=40)).records == []
+    assert (home.state_dir / "runs" / run.id / "aftermath.toml").stat().st_mtime_ns == mtime
+
+
+def test_a_sweep_reads_only_the_commits_new_since_the_last_check(tmp_path: Path) -> None:
+    """A second sweep with the target unmoved reads no commit; a new one, only that one."""
+    home, repo, run = landed(tmp_path)
+    store = StateStore(home.state_dir)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    sweep(store, [run], now)
+    edit(repo, "    return total", "    return total + 0", "plus zero")
+    first = sweep(store, [run], now)
+    edit(repo, "    return total + 0", "    return total", "minus zero")
+    second = sweep(store, [run], now)
+    assert [c.message for c in first.records[0].commits] == ["plus zero"]
+    assert [c.message for c in second.records[0].commits] == ["plus zero", "minus zero"]
+    assert first.records[0].state == "edited" and first.records[0].lines_kept == 4
+    assert second.records[0].state == "kept"  # every line back as it landed
+    assert second.records[0].lines_kept == 5
+
+
+def test_reverts_are_listed_first_and_the_plain_reading_matches_the_models(
+    tmp_path: Path,
+) -> None:
+    home, repo, run = landed(tmp_path)
+    at = run.finished
+    assert at is not None
+    edit(repo, "    return total", "    return total  # sum", "a comment", when=at)
+    person(repo, "checkout", "-q", f"{run.landed_as}~1", "--", "calc.py")
+    person(repo, "commit", "-qm", "no, take it all back", when=at + timedelta(days=2))
+    store = StateStore(home.state_dir)
+    found = sweep(store, [run], at + timedelta(days=8), lambda loop: ("origin", "a"))
+    record = found.records[0]
+    assert record.state == "reverted" and record.agent == "a"
+    report = build_report(store, at, at + timedelta(days=8))
+    assert report.aftermath is not None
+    lines = report.aftermath.lines()
+    assert lines[0] == "- loop calc: kept after 7 days: 0 of 1 (0%), reverted 1"
+    assert lines[1].startswith(f"  - reverted {run.id} by Ann: no, take it all back")
+    assert lines[2].startswith(f"  - edited {run.id} by Ann: a comment")
+    assert lines[3] == "- agent a: kept after 7 days: 0 of 1 (0%), reverted 1"
+    as_json = report.model_dump(mode="json")["aftermath"]["loops"][0]
+    assert as_json["total"] == 1 and as_json["counts"] == {"reverted": 1}
+    # The read commands' plain path reads the same file to the same object and line.
+    assert plain.FILE == AFTERMATH_FILE
+    folder = home.state_dir / "runs" / run.id
+    data = plain.read_plain(folder)
+    assert data is not None
+    assert plain.object_of(folder) == json.loads(json.dumps(aftermath_json(record), default=str))
+    text = loopd(home.root, "report").stdout
+    assert "After landing" in text and "no, take it all back" in text
+
+
+# What a revert teaches ------------------------------------------------------------------------
+
+REVERT_RULE = {
+    "kind": "failure",
+    "rule": "Do not add helpers such as `twice` to calc.py unasked: a person reverted them.",
+    "why": "The maintainer reverted the landed run that added `twice` to calc.py.",
+    "how_to_apply": "Change only what the task names in calc.py.",
+    "trigger_intent": "Tasks that fix arithmetic in calc.py",
+    "trigger_patterns": [r"(?i)\bcalc\.py\b"],
+    "severity": "remind",
+    "evidence": [{"path": "after-landing.md", "line": 1, "quote": "def twice(a):"}],
+}
+
+
+def test_a_revert_within_7_days_goes_through_a_post_mortem_into_trial(
+    tmp_path: Path, model_server: Any
+) -> None:
+    model_server.script(default_reply)
+    config = (
+        f'[verifier]\nbase_url = "{model_server.base_url}"\nmodel = "critic-model"\n'
+        'timeout = "20s"\njudge_timeout = "20s"\n'
+    )
+    case = land_case(tmp_path, agent=AGENT, land="merge", config=config)
+    proc = loopd(case.home.root, "once", "calc", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    store = case.home.state()
+    run = next(store.iter_runs("calc"))
+    assert run.landed
+    # A rule fired in the run and the critic said it was followed (as run.toml records it).
+    library = RuleLibrary(case.home.root / "rules")
+    rule = Rule(
+        rule="Read check.py first.", how_to_apply="Do it.", why="A person said so.", helped=1
+    )
+    rule_id = library.add(rule, "active").rule.id
+    run.rules_fired = [rule_id]
+    run.attempts[-1].rules_followed = [rule_id]
+    store.save_run(run)
+    assert aftermath_of(case.home, run.id)["state"] == "kept"
+    assert model_server.chat_requests("postmortem_rule") == []  # kept: nothing to teach
+    person(case.repo, "revert", "--no-edit", run.landed_as)
+    model_server.add({"json": REVERT_RULE}, name="postmortem_rule")
+    model_server.add({"json": AGREES}, name="rule_verification")
+
+    proc = loopd(case.home.root, "aftermath", run.id)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "a post-mortem of its failure after landing" in proc.stdout
+    asked = model_server.chat_requests("postmortem_rule")
+    assert len(asked) == 1
+    prompt = json.dumps(asked[0])
+    assert f"This reverts commit {run.landed_as}" in prompt
+    trial = sorted((case.home.root / "rules" / "trial").glob("*.md"))
+    assert len(trial) == 1, [p.name for p in trial]
+    text = trial[0].read_text()
+    assert f'source_run = "{run.id}"' in text and "after-landing.md" in text
+    # The rule it followed counts the run as harm now, not help.
+    recounted = library.find(rule_id)
+    assert recounted is not None
+    assert (recounted.rule.helped, recounted.rule.harmed) == (0, 1)
+    # Once taught, never again: the next look asks no model and counts nothing twice.
+    aftermath_of(case.home, run.id)
+    assert len(model_server.chat_requests("postmortem_rule")) == 1
+    again = library.find(rule_id)
+    assert again is not None and again.rule.harmed == 1
+
+
+def test_a_pushed_run_is_pending_until_its_pull_request_is_merged_there(tmp_path: Path) -> None:
+    """land = "push" to a bare remote: pending until the remote's main holds the run (a pull
+    request merged there, seen by a fetch), then followed like a merge."""
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    make_repo(tmp_path / "repo", BUGGY)
+    git(tmp_path / "repo", "remote", "add", "origin", str(remote))
+    git(tmp_path / "repo", "push", "-q", "origin", "main")
+    case = land_case(tmp_path, agent=AGENT, land="push")
+    proc = loopd(case.home.root, "once", "calc", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = next(case.home.state().iter_runs("calc"))
+    assert run.landed and run.landed_how == "push"
+    git(case.repo, "fetch", "-q", "origin")
+    assert aftermath_of(case.home, run.id)["state"] == "pending"
+    # The pull request is merged on the hosting side (a clone of the remote, a merge commit).
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(other))
+    person(other, "merge", "-q", "--no-ff", "-m", "Merge pull request #1", f"origin/{run.branch}")
+    person(other, "push", "-q", "origin", "main")
+    assert aftermath_of(case.home, run.id)["state"] == "pending"  # not fetched yet
+    git(case.repo, "fetch", "-q", "origin")
+    merged = aftermath_of(case.home, run.id)
+    assert merged["state"] == "kept" and merged["lines_kept"] == merged["lines_landed"] == 5
+
+
+def test_a_record_cut_by_a_crash_is_made_again_from_git(tmp_path: Path) -> None:
+    """A kill -9 mid-write leaves the old file (atomic writes); a file cut anyway (a disk's
+    fault) is named once and rebuilt from the run's record and git, the person's edit found."""
+    home, repo, run = landed(tmp_path)
+    aftermath_of(home, run.id)
+    edit(repo, "    return doubled", "    return int(doubled)", "twice: an int, always")
+    path = home.state_dir / "runs" / run.id / AFTERMATH_FILE
+    path.write_bytes(path.read_bytes()[:40])
+    proc = loopd(home.root, "aftermath", run.id, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert f"cannot read {path}" in proc.stderr
+    record = json.loads(proc.stdout)["aftermath"][0]
+    assert record["state"] == "edited" and record["commits"][0]["author"] == "Ann"
+    assert load_aftermath(path.parent) is not None
+
+
+def test_the_daemons_sweep_neither_reads_nor_writes_a_run_whose_files_no_commit_touched(
+    tmp_path: Path,
+) -> None:
+    home, repo, run = landed(tmp_path)
+    store = StateStore(home.state_dir)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    held: Held = {}
+    sweep(store, [run], now, due_only=True, cache=held)
+    path = home.state_dir / "runs" / run.id / AFTERMATH_FILE
+    written = path.stat().st_mtime_ns
+    (repo / "notes.txt").write_text("elsewhere\n")
+    person(repo, "add", "notes.txt")
+    person(repo, "commit", "-qm", "notes")
+    quiet = sweep(store, [run], now, due_only=True, cache=held)
+    assert quiet.records[0].last_seen == git(repo, "rev-parse", "main")
+    assert path.stat().st_mtime_ns == written  # kept in memory until something happens
+    edit(repo, "    return doubled", "    return int(doubled)", "twice: an int")
+    loud = sweep(store, [run], now, due_only=True, cache=held)
+    assert loud.records[0].state == "edited"
+    assert [c.message for c in loud.records[0].commits] == ["twice: an int"]
+    assert path.stat().st_mtime_ns != written
+    on_disk = load_aftermath(path.parent)
+    assert on_disk is not None and on_disk.state == "edited"
+
+
+def test_a_run_merged_onto_a_moved_target_is_its_own_commits_and_a_revert_of_the_merge_counts(
+    tmp_path: Path,
+) -> None:
+    """The target moved while the run worked: landing merged it into the run's branch. The
+    run's identity is its own commits (not the person's in between); a `git revert -m 2` of
+    the landing merge names the merge, and reverts the run."""
+    talk = tmp_path / "talk"
+    talk.mkdir()
+    agent = AGENT + (
+        f"import time\nt = pathlib.Path({str(talk)!r})\n(t / 'started').write_text('')\n"
+        "while not (t / 'go').exists(): time.sleep(0.05)\n"
+    )
+    case = land_case(tmp_path, agent, config=f'\n[sandbox]\nwritable = ["{talk}"]\n', land="merge")
+    run = case.new_run()
+    thread = threading.Thread(target=RunExecutor(case.services, case.loop, run).execute)
+    thread.start()
+    wait_for(lambda: (talk / "started").exists(), what="the agent to start")
+    (case.repo / "NOTES.md").write_text("the person's own work\n")
+    person(case.repo, "add", "NOTES.md")
+    person(case.repo, "commit", "-q", "-m", "notes")
+    (talk / "go").write_text("")
+    thread.join(JOIN)
+    ended = case.store.load_run(run.id)
+    parents = git(case.repo, "rev-list", "--parents", "-n", "1", "main").split()[1:]
+    assert ended.landed and len(parents) == 2  # landing merged the moved target
+    first = aftermath_of(case.home, run.id)
+    assert first["state"] == "kept" and first["lines_landed"] == 5
+    assert ended.landed_as not in first["landed_commits"]  # the merge is not the run's change
+    person(case.repo, "revert", "--no-edit", "-m", "2", ended.landed_as)
+    after = aftermath_of(case.home, run.id)
+    assert after["state"] == "reverted" and after["lines_kept"] == 0
+    assert after["commits"][-1]["revert"]
