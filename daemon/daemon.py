@@ -10,14 +10,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-import daemon as package
 from daemon.agents.processes import set_child_subreaper, set_not_dumpable
 from daemon.clock import utc_now
 from daemon.config import DaemonConfig, Loop
@@ -25,9 +23,9 @@ from daemon.home import Home
 from daemon.people.escalation import open_escalations
 from daemon.people.notify import Notifications
 from daemon.sandbox.limits import sweep_stale_groups
-from daemon.sandbox.registry import choose
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import FIRE_LEAD, CronTimer
+from daemon.service.banner import announce
 from daemon.service.context import (
     ConfigFatal,
     Context,
@@ -58,6 +56,7 @@ from daemon.service.reload import (
 from daemon.service.skips import SKIPS_FILE
 from daemon.service.status import StatusBoard
 from daemon.service.stopdeadline import StopDeadline, agent_grace
+from daemon.service.stopping import StopWait
 from daemon.service.verifier import VerifierWatch
 from daemon.service.watchers import Watchers
 from daemon.service.workers import WorkerPool
@@ -379,26 +378,6 @@ def _install_signals(flags: Flags) -> None:
     signal.signal(signal.SIGHUP, on_reload)
 
 
-def _announce(home: Home, daemon: Daemon) -> None:
-    enabled = sorted(n for n, loop in daemon.loops.items() if loop.config.enabled)
-    print(
-        f"loopd {package.__version__} running for {home.root} (pid {os.getpid()}): "
-        f"{len(enabled)} enabled loop(s){': ' + ', '.join(enabled) if enabled else ''}; "
-        "Ctrl-C or SIGTERM stops it",
-        flush=True,
-    )
-
-    sandbox = choose(daemon.ctx.config.daemon.sandbox)
-    loud = sandbox.warning or sandbox.refusal
-    print(f"loopd: {'warning: ' if loud else ''}{sandbox.summary()}", file=sys.stderr, flush=True)
-    for error in daemon.ctx.config.errors:
-        print(f"loopd: loop disabled: {error}", file=sys.stderr, flush=True)
-    for warning in daemon.ctx.config.warnings:
-        print(f"loopd: warning: {warning}", file=sys.stderr, flush=True)
-    for note in daemon.ctx.config.notes:
-        print(f"loopd: {note}", file=sys.stderr, flush=True)
-
-
 def run_daemon(home: Home) -> int:
     """The driver: signals set flags; the loop ticks; systemd hears READY, WATCHDOG, STOPPING."""
     # Agents and checks run as this user: they must not read loopd's memory or environment.
@@ -416,7 +395,7 @@ def run_daemon(home: Home) -> int:
     deadline.install()
     daemon = Daemon.start(home, utc_now(), flags)
     started.append(daemon)
-    _announce(home, daemon)
+    announce(home, daemon.ctx, daemon.loops, daemon.outside.listener)
     # Agents must not inherit the socket: it would let them speak for loopd.
     notifier = SystemdNotifier.from_env(unset_environment=True)
     if notifier:
@@ -447,13 +426,10 @@ def run_daemon(home: Home) -> int:
             # Running attempts get their grace, then the kill: more than TimeoutStopSec may hold.
             grace = daemon.ctx.config.daemon.limits.shutdown_grace.total_seconds()
             notifier.extend_timeout(grace + 60)
+    waiting = StopWait(daemon.pool, flags, _grace(daemon))
     stopper = threading.Thread(target=daemon.stop, args=(utc_now(),), daemon=True)
     stopper.start()
-    print("loopd: stopping; running attempts get their shutdown grace", flush=True)
-    while stopper.is_alive():
-        stopper.join(timeout=0.2)
-        if flags.stops > 1:
-            daemon.shutdown_now()
+    waiting.wait(stopper, hurry=daemon.shutdown_now)
     deadline.done()
     print("loopd: stopped", flush=True)
     return 0

@@ -501,6 +501,17 @@ def test_the_console_has_a_line_for_each_run_start_end_and_escalation(
         f"loopd: run {run_id} escalated (checks-failed): state/escalations/{run_id}.md",
     ]
     wait_for(lambda: all(line in machine.log.read_text() for line in lines), what="the lines")
+    # A repeat counts in the open escalation: its line names that file, which exists.
+    again = machine.loopd("trigger", "calc", "--wait")
+    assert again.returncode == 1, again.stdout + again.stderr
+    repeat = again.stdout.splitlines()[0]
+    line = (
+        f"loopd: run {repeat} escalated (checks-failed): counted in open escalation "
+        f"{run_id}, state/escalations/{run_id}.md, or `loopd show {repeat}`"
+    )
+    wait_for(lambda: line in machine.log.read_text(), what="the repeat's line")
+    named = [n for n in machine.log.read_text().split() if n.startswith("state/escalations/")]
+    assert named and all((machine.home / n.rstrip(",")).exists() for n in named), named
 
 
 LINKER = (

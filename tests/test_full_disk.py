@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import daemon_log, make_home, runs, start_daemon, stop_daemon, wait_for
+from tests.helpers import daemon_log, loopd, make_home, runs, start_daemon, stop_daemon, wait_for
 from tests.listening import (
     SECRET,
     SECRET_ENV,
@@ -152,6 +152,35 @@ def test_the_daemon_outlives_a_full_disk_and_resumes_by_itself(full_home) -> Non
     wait_for(lambda: [r for r in runs(home) if r["trigger"].get("new") == after], 60)
     wait_for(lambda: of_type(home, "state_full"), what="the event state_full")
     assert proc.poll() is None
+    # One escalation "state/ is full" for the spell, written once there was room, left open.
+    (spell,) = of_type(home, "state_full")
+    (escalation,) = full_escalations(home)
+    assert spell["escalation"] == escalation["run"] and escalation["status"] == "open"
+    text = (home / "state" / "escalations" / f"{escalation['run']}.md").read_text()
+    assert "state/ is full" in text and "## Room again" in text, text
+    listed = loopd(home, "escalations", "list")
+    assert escalation["run"] in listed.stdout, listed.stdout + listed.stderr
+    retried = loopd(home, "escalations", "resolve", escalation["run"], "--retry")
+    assert retried.returncode == 1 and "nothing to retry" in retried.stderr, retried.stderr
+    # A second spell is an episode of its own: one more escalation, not a rewrite.
+    before, after = push_commit(work, "pushed while the disk is full again")
+    headers, body = delivery("github", "refs/heads/main", before, after)
+    fill(state)
+    assert post(port, "/hooks/github", headers, body)[0] == 503
+    wait_for(lambda: notified.read_text().count("state/ is full") == 2, what="told again")
+    free(state)
+    wait_for(lambda: len(of_type(home, "state_full")) == 2, 30, what="the second spell")
+    assert len(full_escalations(home)) == 2
+    resolved = loopd(home, "escalations", "resolve", escalation["run"])
+    assert resolved.returncode == 0, resolved.stdout + resolved.stderr
+    assert not (home / "state" / "progress" / ".md").exists()
+
+
+def full_escalations(home: Path) -> list[dict]:
+    """The escalations of cause state-full, as `loopd escalations list --all --json` has them."""
+    listed = loopd(home, "escalations", "list", "--all", "--json")
+    assert listed.returncode == 0, listed.stderr
+    return [e for e in json.loads(listed.stdout) if e["cause"] == "state-full"]
 
 
 CHATTY = (
@@ -252,6 +281,9 @@ def test_both_engines_outlive_a_full_disk_and_run_once_there_is_room(
             assert proc.poll() is None, machine.log.read_text()
             free(state)
             wait_for(lambda: machine.events("state_full"), 30, what="the event state_full")
+            (spell,) = machine.events("state_full")
+            (escalation,) = full_escalations(home)  # one, on either engine
+            assert spell["escalation"] == escalation["run"]
             assert machine.loopd("trigger", "calc", "--reason", "room again").returncode == 0
             runs_ = wait_for(
                 lambda: [r for r in machine.runs() if r.get("outcome")], 120, what="the run"
@@ -261,3 +293,24 @@ def test_both_engines_outlive_a_full_disk_and_run_once_there_is_room(
             assert proc.poll() is None
         finally:
             machine.stop()
+
+
+def test_a_spell_left_unended_by_an_earlier_life_is_not_escalated_twice(tmp_path: Path) -> None:
+    """A daemon that stopped while state/ was full left the spell's escalation without its
+    end: the next life's spell is the same episode and takes it, until room returns."""
+    from datetime import UTC, datetime, timedelta
+
+    from daemon.people.floor_escalation import file_full, spell_ended, unended
+    from daemon.state.store import StateStore
+
+    store = StateStore(tmp_path / "state")
+    began = datetime(2026, 12, 7, 3, 0, tzinfo=UTC)
+    assert unended(store) == ""
+    eid = file_full(store, began, "the event run_started", began)
+    assert file_full(store, began, "again", began + timedelta(seconds=1)) == eid  # once
+    assert unended(store) == eid
+    spell_ended(store, eid, began + timedelta(minutes=5), 300.0, 4)
+    spell_ended(store, eid, began + timedelta(minutes=6), 360.0, 5)  # once, too
+    text = store.escalation_path(eid).read_text()
+    assert text.count("## Room again") == 1 and "300 s" in text and "4 write(s)" in text
+    assert unended(store) == ""  # the next spell is an episode of its own

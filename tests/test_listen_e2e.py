@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from daemon.extras import install_command
 from daemon.rules.rulefile import dump_rule
-from tests.helpers import git, make_home, runs, start_daemon, stop_daemon, wait_for
+from tests.helpers import daemon_log, git, make_home, runs, start_daemon, stop_daemon, wait_for
 from tests.listening import (
     SECRET,
     SECRET_ENV,
@@ -62,6 +63,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     proc = start_daemon(home, env={SECRET_ENV: SECRET})
     try:
         port = wait_for(lambda: listening_port(home), what="the listener")
+        # The start banner says where the listener listens: the port it bound, not 0.
+        banner = wait_for(lambda: daemon_log(home).partition("\n")[1] and daemon_log(home))
+        assert f"[listen] on http://127.0.0.1:{port}" in banner.splitlines()[0], banner
         yield home, port, work, loop_repo
     finally:
         stop_daemon(proc)
@@ -75,10 +79,15 @@ def test_a_signed_push_fetches_the_commit_and_starts_the_loop(daemon, kind: str)
     status, text = post(port, f"/hooks/{kind}", headers, body)
     assert status == 202, text
     loop = f"{kind}-loop"
+    # The answer names the trigger it queued for each loop: the run that takes it lists it.
+    assert text.startswith("accepted"), text
+    named = re.findall(r"loop (\S+): trigger (\S+\.json)", text)
+    assert [name for name, _ in named] == [loop], text
     run = wait_for(
         lambda: [r for r in runs(home) if r["loop"] == loop and r["trigger"].get("new") == after],
         what=f"the run of {loop}",
     )[0]
+    assert named[0][1] in run["trigger"]["inbox"], (text, run["trigger"])
     assert run["trigger"]["kind"] == "push"
     assert run["trigger"]["remote"] == f"{kind}-r"
     assert run["trigger"]["ref"] == "refs/heads/main"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import tomllib
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -245,3 +246,37 @@ def test_a_stale_loop_whose_profile_is_gone_is_not_kept(tmp_path: Path) -> None:
     after = home.load()
     merged = keep_last_good(home, before, files, after)
     assert "calc" not in after.loops and not merged.stale
+
+
+def test_a_stale_scheduled_loop_shows_its_next_fire_as_the_others_do(
+    tmp_path: Path, daemons: list
+) -> None:
+    """Its file does not load, yet the daemon fires it on its last good configuration: the
+    next fire is printed as a person reads one, never as raw ISO."""
+    repo = make_repo(tmp_path / "repo", BUGGY)
+    loops = {
+        "calc": loop_text(repo, schedule=["0 3 * * *"], timezone="UTC"),
+        "other": loop_text(repo, schedule=["0 3 * * *"], timezone="UTC"),
+    }
+    home = make_home(tmp_path / "home", agent_config(), loops)
+    daemon = start_daemon(home)
+    daemons.append(daemon)
+    broken = loop_text(repo, schedule=["0 3 * * *"], timezone="UTC", max_attempts="three")
+    (home / "loops" / "calc.toml").write_text(broken)
+
+    def stale() -> dict[str, Any] | None:
+        entry = daemon_status(home)["loops"].get("calc", {})
+        return entry if entry.get("stale") and entry.get("next_fire") else None
+
+    entry = wait_for(stale, timeout=20, what="the stale loop")
+    # No [listen]: the start banner says so.
+    assert "[listen] off; Ctrl-C" in daemon_log(home).splitlines()[0]
+    text = loopd(home, "status", env={"COLUMNS": "300"}).stdout
+    rows = {line.replace("│", " ").split()[0]: line for line in text.splitlines() if "│" in line}
+    row, other = rows["calc"], rows["other"]
+    fire = entry["next_fire"]
+    when = fire if not isinstance(fire, str) else datetime.fromisoformat(fire)
+    shown = f"{when:%a %d %b %H:%M} UTC"
+    assert shown in row and shown in other, (row, other)
+    assert "T03:00" not in row and "+00:00" not in row, row
+    assert stop_daemon(daemon) == 0

@@ -6,7 +6,7 @@ it imports no model."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
@@ -198,3 +198,10 @@ def _schedules(
             info["next_fire_local"] = f"{local:%a %d %b %H:%M} {local.tzname()}"
         if name in held:
             info["held_by"] = held[name]
+    for name, info in shown.items():
+        fire = info.get("next_fire")
+        if fire and name not in scheduled:
+            # A loop whose file does not load: the daemon fires it on its last good
+            # configuration, whose zone this file cannot tell; UTC, said as the others are.
+            when = datetime.fromisoformat(fire) if isinstance(fire, str) else fire
+            info["next_fire_local"] = f"{when.astimezone(UTC):%a %d %b %H:%M} UTC"

@@ -168,17 +168,7 @@ def resolve(
             f"escalation {run_id} was already {how} at {iso(meta.resolved or now)}; "
             f"to run the loop again: `loopd trigger {meta.loop}`"
         )
-    trigger: Trigger | None = None
-    if retry:
-        trigger = Trigger(
-            loop=meta.loop,
-            kind="retry",
-            reason=f"retry of {run_id}, asked by a person",
-            ts=now,
-            note=note,
-            retry_of=run_id,
-        )
-        trigger.id = store.put_trigger(trigger).name
+    trigger = _queue_retry(store, meta, run_id, now, note) if retry else None
     meta.status = "resolved"
     meta.resolved = now
     meta.note = note
@@ -202,7 +192,29 @@ def resolve(
         trigger=trigger.id if trigger else "",
     )
 
-    update_progress(store, meta.loop, now)
+    if meta.loop:  # the home's own escalations belong to no loop's progress notes
+        update_progress(store, meta.loop, now)
+    return trigger
+
+
+def _queue_retry(
+    store: StateStore, meta: Escalation, run_id: str, now: datetime, note: str
+) -> Trigger:
+    """The retry trigger `resolve --retry` queues, in the inbox."""
+    if not meta.loop:  # the home's own (state/ is full): no loop to run again
+        raise AlreadyResolved(
+            f"escalation {run_id} is the home's ({meta.cause}), not a run's: there is nothing "
+            f"to retry. Fix: `loopd escalations resolve {run_id}` without --retry"
+        )
+    trigger = Trigger(
+        loop=meta.loop,
+        kind="retry",
+        reason=f"retry of {run_id}, asked by a person",
+        ts=now,
+        note=note,
+        retry_of=run_id,
+    )
+    trigger.id = store.put_trigger(trigger).name
     return trigger
 
 

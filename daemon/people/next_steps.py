@@ -157,6 +157,12 @@ SUGGESTIONS: dict[Cause, str] = {
         "state/events.jsonl, fix the cause (often the repository or the worktrees folder), "
         "then {plain_retry}.{branch}"
     ),
+    Cause.STATE_FULL: (
+        "Make room on the disk that holds state/: delete what is not loopd's there, or lower "
+        '`[limits] retain_days` or `state_max` in loopd.toml (docs/operating.md, "A full '
+        'disk"). loopd goes on by itself once a write fits; resolve this escalation when you '
+        "know what filled the disk: `loopd escalations resolve {rid}`."
+    ),
 }
 # When the cause names nothing more particular.
 READ_AND_DECIDE = (

@@ -72,6 +72,7 @@ CAUSES = (
     "checks-weakened",
     "link-out-of-tree",
     "environment",
+    "state-full",
 )
 VIOLATION_KINDS = (
     "protected",

@@ -175,7 +175,9 @@ class Attempt:
             journal.save()
             self.stop.raise_if_stopped()
         # An agent that ended by itself while loopd was stopping finished its attempt.
-        result.ended_in_grace = self.stop.why == "interrupted" and result.agent_ended
+        result.ended_in_grace = (
+            self.stop.why == "interrupted" and result.agent_ended and not self.stop.grace_over
+        )
         attempt.finished = journal.now()
         attempt.interrupted = self.stop.stopped and not result.ended_in_grace
         journal.save()

@@ -133,6 +133,13 @@ class StopToken:
         return self.why is not None
 
     @property
+    def grace_over(self) -> bool:
+        """Stopped, and its grace is over: what ends now was killed, not done in time (a
+        second stop signal kills every process a run started at once)."""
+        with self._lock:
+            return self._why is not None and time.monotonic() >= self._ends_at
+
+    @property
     def cancelled(self) -> bool:
         return self.why == "cancelled"
 

@@ -115,19 +115,22 @@ class RemoteFeed:
             self._pending[key] = self._pending.get(key, 0) + 1
         self._queue.put(push)
 
-    def accept(self, push: RemotePush, loops: list[Loop]) -> None:
+    def accept(self, push: RemotePush, loops: list[Loop]) -> dict[str, str]:
         """A verified delivery's push: with `early_triggers`, its fetch starts and its
-        triggers are in the inbox when this returns; else they follow the fetch."""
+        triggers are in the inbox when this returns (each loop's inbox file name, the id its
+        run lists under `[trigger] inbox`); else they follow the fetch (none named yet)."""
         if not self.early_triggers:
             self.submit(push)
-            return
+            return {}
         push.trigger = False  # written here, not after the fetch
         self.submit(push)
+        named = {}
         for loop in loops:
             # Not fsynced: it survives a kill of loopd, and the daemon's next tick (moments
             # away) holds it in the queue file, written durably, before deleting it.
-            self._trigger(loop, push, durable=False)
+            named[loop.name] = self._trigger(loop, push, durable=False).name
         self.wake()
+        return named
 
     def wait_fetched(
         self, repo: Path, remote: str, branch: str, commit: str, stopped: Callable[[], bool]
@@ -292,9 +295,9 @@ class RemoteFeed:
         # since fails here instead of being overwritten.
         git.run("update-ref", "-m", f"loopd: push on remote {remote}", ref, new, old or "")
 
-    def _trigger(self, loop: Loop, push: RemotePush, durable: bool = True) -> None:
+    def _trigger(self, loop: Loop, push: RemotePush, durable: bool = True) -> Path:
         what = f"delivery {push.delivery}" if push.delivery else "a poll"
-        self.store.put_trigger(
+        return self.store.put_trigger(
             Trigger(
                 loop=loop.name,
                 kind="push",

@@ -24,11 +24,23 @@ def ended_lines(run: RunRecord) -> list[str]:
     reason = f": {one_line(run.reason, 160)}" if run.reason else ""
     lines = [f"loopd: run {run.id} ended {run.outcome}{reason}"]
     if escalates(run.outcome, run.cause) and not is_experiment(run):
-        lines.append(
-            f"loopd: run {run.id} escalated ({run.cause or 'unknown'}): "
-            f"state/escalations/{run.id}.md, or `loopd show {run.id}`"
-        )
+        lines.append(_escalated_line(run))
     return [clean(line) for line in lines]
+
+
+def _escalated_line(run: RunRecord) -> str:
+    """Where the person finds the escalation: the run's own file, or the open one a repeat
+    counted in (a repeat files none of its own), or only the run when none was written."""
+    head = f"loopd: run {run.id} escalated ({run.cause or 'unknown'}): "
+    held = run.escalation
+    if not held:  # not written (state/ full, a crash before it): the record alone
+        return head + f"no escalation file yet; `loopd show {run.id}`"
+    if held != run.id:
+        return (
+            head + f"counted in open escalation {held}, state/escalations/{held}.md, "
+            f"or `loopd show {run.id}`"
+        )
+    return head + f"state/escalations/{run.id}.md, or `loopd show {run.id}`"
 
 
 def say(lines: list[str], out: TextIO | None = None) -> None:

@@ -124,10 +124,25 @@ class StopDeadline:
             print(message + (f"; {line}" if line else ""), file=sys.stderr, flush=True)
         except Exception:  # noqa: BLE001 - a closed stderr must not keep the process alive
             pass
-        table = snapshot()
-        for pid in descendants(os.getpid(), table):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        kill_started()
         os._exit(EXIT_DEADLINE)
+
+
+def kill_started() -> int:
+    """SIGKILL every process this one started, and the process groups they lead (agents and
+    checks run in groups of their own; this process's own group is spared). How many."""
+    own = os.getpgid(0)
+    table = snapshot()
+    pids = descendants(os.getpid(), table)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    # Only groups one of them leads: never a group of processes this one did not start.
+    for group in {table[pid].pgid for pid in pids if pid in table} & pids - {own}:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return len(pids)

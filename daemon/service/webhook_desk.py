@@ -38,6 +38,16 @@ class Answer:
     text: str
 
 
+def accepted_text(loops: list[Loop], named: dict[str, str]) -> str:
+    """A 202's text: "accepted", then each loop's trigger (its inbox file: the run that takes
+    it lists it under `[trigger] inbox`), or that the triggers follow the fetch."""
+    if not named:
+        which = ", ".join(loop.name for loop in loops)
+        return f"accepted: loop(s) {which}; their triggers follow the fetch\n"
+    each = "; ".join(f"loop {loop}: trigger {name}" for loop, name in named.items())
+    return f"accepted: {each} (its run lists it under [trigger] inbox: `loopd runs LOOP`)\n"
+
+
 class RateLimit:
     """A token bucket per source address: `per_minute` deliveries, refilled evenly."""
 
@@ -245,7 +255,7 @@ class WebhookDesk:
             new=push.after,
             loops=[loop.name for loop in loops],
         )
-        self.feed.accept(
+        named = self.feed.accept(
             RemotePush(
                 remote=name,
                 branch=branch,
@@ -257,7 +267,7 @@ class WebhookDesk:
             ),
             loops,
         )
-        return Answer(202, "accepted\n")
+        return Answer(202, accepted_text(loops, named))
 
     def _ignored(self, kind: str, remote: str, delivery: str, why: str, ref: str = "") -> Answer:
         self._count(kind, "ignored")

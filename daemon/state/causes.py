@@ -43,6 +43,8 @@ class Cause(StrEnum):
     CHECKS_WEAKENED = "checks-weakened"  # fewer tests passed, more skipped, or none ran
     LINK_OUT_OF_TREE = "link-out-of-tree"  # the commit links out of the check tree
     ENVIRONMENT = "environment"  # a check cannot run here: a program or module not found
+    # No run's: the home's one escalation of a spell of a full state/ (service/floor.py).
+    STATE_FULL = "state-full"
     # A new member here, its next step in people/next_steps.py.
 
 

@@ -50,6 +50,7 @@ from daemon.service.floor import Floor
 from daemon.service.holds import Holds
 from daemon.service.housekeeper import Housekeeper
 from daemon.service.reload import changed_loops, first_load, keep_last_good
+from daemon.service.stopping import engine_stop_at_once, engine_waiting_line
 from daemon.service.watchers import Watchers
 from daemon.state.eventtypes import Event
 from daemon.state.lock import HomeLock
@@ -75,6 +76,7 @@ class Process:
         self.engine = loaded.daemon.engine
         self.stop = asyncio.Event()
         self.stops = 0
+        self.hurry = asyncio.Event()  # a second stop signal: stop at once
         self.wake = threading.Event()
         self.resync = asyncio.Event()  # SIGHUP: read the configuration again now
         self.workers: list[Any] = []
@@ -168,16 +170,18 @@ class Process:
                 notifier.ready()
                 notifier.status(f"on the engine at {self.engine.address}")
             await self.stop.wait()
-            print("loopd: stopping; running attempts get their shutdown grace", flush=True)
+            at_once = group.create_task(engine_stop_at_once(self.hurry))
+            grace = self.loaded.daemon.limits.shutdown_grace
+            print(engine_waiting_line(grace.total_seconds()), flush=True)
             if notifier is not None:
                 notifier.stopping()
-                shutdown_grace = self.loaded.daemon.limits.shutdown_grace
-                notifier.extend_timeout(shutdown_grace.total_seconds() + 60)
+                notifier.extend_timeout(grace.total_seconds() + 60)
             for chore in chores:
                 chore.cancel()
             await asyncio.gather(*(w.shutdown() for w in self.workers), return_exceptions=True)
             for task in running:
                 task.cancel()
+            at_once.cancel()
 
     def _listen(self, side: WorkerSide) -> Any:
         """This worker's /metrics, when an address is set (engine/temporal/workermetrics.py)."""
@@ -227,7 +231,7 @@ class Process:
             self.stops += 1
             self.stop.set()
             if self.stops > 1:
-                os._exit(1)  # a second signal: do not wait for running attempts
+                self.hurry.set()  # a second signal: do not wait for running attempts
 
         loop.add_signal_handler(signal.SIGTERM, on_stop)
         loop.add_signal_handler(signal.SIGINT, on_stop)
@@ -235,20 +239,16 @@ class Process:
     def _announce(self, queue: str) -> None:
         engine = self.engine
         where = f"the engine at {engine.address}, namespace {engine.namespace}"
+        role, what = "worker", ""
         if self.role == "home":
             enabled = sorted(n for n, lp in self.loaded.loops.items() if lp.config.enabled)
-            what = f"{len(enabled)} enabled loop(s){': ' + ', '.join(enabled) if enabled else ''}"
-            print(
-                f"loopd {package.__version__} running for {self.home.root} (pid {os.getpid()}) "
-                f"on {where}: {what}; attempts of queue {queue}; Ctrl-C or SIGTERM stops it",
-                flush=True,
-            )
-        else:
-            print(
-                f"loopd {package.__version__} worker for {self.home.root} (pid {os.getpid()}) "
-                f"on {where}: attempts of queue {queue}; Ctrl-C or SIGTERM stops it",
-                flush=True,
-            )
+            role, what = "running", f"{len(enabled)} enabled loop(s)"
+            what += f"{': ' + ', '.join(enabled) if enabled else ''}; "
+        print(
+            f"loopd {package.__version__} {role} for {self.home.root} (pid {os.getpid()}) "
+            f"on {where}: {what}attempts of queue {queue}; Ctrl-C or SIGTERM stops it",
+            flush=True,
+        )
         for error in self.loaded.errors:
             print(f"loopd: loop disabled: {error}", file=sys.stderr, flush=True)
         for warning in self.loaded.warnings:

@@ -70,6 +70,9 @@ class StateFull(EventFields):
     what: str = described("the write that failed first")
     seconds: float = described("how long `state/` was full")
     refused: int = described("writes refused meanwhile (deliveries answered 503, ticks)")
+    escalation: str = described(
+        "the spell's escalation (`state/escalations/ID.md`, cause `state-full`), left open", ""
+    )
 
 
 @fields_of(Event.CONFIG_ERROR)
