@@ -49,6 +49,7 @@ CAUSES = (
     "checks-weakened",
     "link-out-of-tree",
     "environment",
+    "agent-gave-up",
 )
 VIOLATION_KINDS = (
     "protected",

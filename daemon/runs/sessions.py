@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from daemon.agents.base import Resume
-from daemon.agents.endings import Ending, SessionEnd, classify_ending
+from daemon.agents.endings import (
+    DETAIL_CHARS,
+    Ending,
+    SessionEnd,
+    classify_ending,
+    says_it_gave_up,
+)
 from daemon.agents.logins import failed_at_start, login_of
 from daemon.agents.processes import process_mark
 from daemon.agents.quota import quota_of
@@ -78,6 +84,8 @@ class AttemptResult:
     over_budget: bool = False  # the run's tokens passed max_tokens
     quota_exceeded: str = ""  # why the usage limit outlasts max_wait: the run escalates
     login_refused: str = ""  # the agent's words for its refused login: the run escalates
+    # The agent gave up again after its one nudge (or with none left): why, in its words.
+    gave_up: str = ""
     checked: CheckedCommit | None = None
     parked: bool = False  # parked on a usage limit, the wait left to the engine (engine_waits)
     quota_hold: Any = None  # the QuotaHold of the usage limit it ended on, if any
@@ -305,17 +313,44 @@ class Sessions:
         return self.parking.resume_invocation(self.adapter)
 
     def _ended(self, session: Any) -> Any:
-        """The agent ended its session: done, or stalled and nudged while nudges and time last."""
+        """The agent ended its session: done, or stalled and nudged while nudges and time last.
+        An agent that gave up is nudged once in the run at most; then the run escalates."""
         end, ending = self._ending(session)
         if not ending.stalled:
             return None
         self._record_stall(session, ending)
-        if self.record.nudges >= self.cfg.max_nudges or time.monotonic() >= self.deadline:
+        out_of_nudges = self.record.nudges >= self.cfg.max_nudges
+        if ending.kind == "gave_up" and (out_of_nudges or self._gave_up_before()):
+            self.result.gave_up = ending.detail
+            self.record.checks_passed = False  # its checks ran on its work and failed
+            self.journal.save()
+            return None
+        if out_of_nudges or time.monotonic() >= self.deadline:
             return None
         return self._nudge(end, ending)
 
+    def _gave_up_before(self) -> bool:
+        """Whether the agent gave up earlier in the run (the stall just recorded aside)."""
+        stalls = [s for a in self.run_record.attempts for s in a.stalls if s.kind == "gave_up"]
+        if not any(a is self.record for a in self.run_record.attempts):
+            stalls += [s for s in self.record.stalls if s.kind == "gave_up"]
+        return len(stalls) > 1
+
+    def _gave_up(self, session: Any, final_text: str) -> str:
+        """Why the agent gave up ("" when it did not): it exited non-zero (126 and 127 aside:
+        a program missing is `agent-failed`) or said it cannot go on (`says_it_gave_up`)."""
+        code = session.exit_code
+        exited = code not in (None, 0, 126, 127) and not session.killed
+        said = says_it_gave_up(final_text)
+        if not (exited or said):
+            return ""
+        words = " ".join(final_text.split()[-60:]) if final_text.strip() else ""
+        how = f"exit {code}" if exited else "said it cannot go on"
+        return f"{how}: {words}" if words else how
+
     def _ending(self, session: Any) -> tuple[SessionEnd, Ending]:
-        """How the session ended; stopping while the done_when checks fail is a stall too."""
+        """How the session ended; stopping while the done_when checks fail is a stall too,
+        and giving up while they fail is `gave_up`."""
         last_call = session.tool_calls[-1] if session.tool_calls else None
         end = SessionEnd(
             stall=session.stall,
@@ -328,13 +363,16 @@ class Sessions:
         )
         ending = classify_ending(end)
         cfg = self.cfg
-        if not ending.stalled and cfg.done_when and self.record.nudges < cfg.max_nudges:
+        gave_up = "" if ending.stalled else self._gave_up(session, end.final_text)
+        if not ending.stalled and cfg.done_when and (self.record.nudges < cfg.max_nudges or gave_up):
             # Stopping while the checks fail is stopping early.
             self.result.checked = self._checks_now()
             if not self.result.checked.checks.passed:
                 tail = self.result.checked.checks.failure_tail(self._nudge_room())
                 end = SessionEnd(final_text=end.final_text, checks_failed=True, checks_tail=tail)
                 ending = classify_ending(end)
+                if gave_up:  # an agent that gave up and did not do the work
+                    ending = Ending("gave_up", redact(gave_up)[:DETAIL_CHARS])
         return end, ending
 
     def _nudge_room(self) -> int:

@@ -43,6 +43,9 @@ class Cause(StrEnum):
     CHECKS_WEAKENED = "checks-weakened"  # fewer tests passed, more skipped, or none ran
     LINK_OUT_OF_TREE = "link-out-of-tree"  # the commit links out of the check tree
     ENVIRONMENT = "environment"  # a check cannot run here: a program or module not found
+    # The agent exited non-zero or said it cannot go on, with the checks failing, after its
+    # one nudge (or with none left): its words are the reason (agents/endings.py).
+    AGENT_GAVE_UP = "agent-gave-up"
     # A new member here, its next step in people/next_steps.py.
 
 

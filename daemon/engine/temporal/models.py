@@ -273,6 +273,7 @@ class AttemptOutput(Payload):
     resume_at: datetime | None = None
     quota_exceeded: str = ""
     login_refused: str = ""  # the agent's provider refused its login: the run escalates
+    gave_up: str = ""  # the agent gave up after its one nudge: how, in its words; escalates
     # The run's fired rules as the attempt left them: the ones the agent asked for with
     # `rules_for` are added (runs/deskwork.py), for the home's run.toml.
     rules_fired: list[str] = []

@@ -198,6 +198,7 @@ class RunWorkflow:
                 cfg.max_tokens,
                 out.quota_exceeded,
                 out.login_refused,
+                out.gave_up,
             )
             if cut is not None:
                 return _end(cut)

@@ -268,6 +268,7 @@ class WorkerSide(Configured):
             resume_at=run.resume_at if result.parked else None,
             quota_exceeded=result.quota_exceeded,
             login_refused=result.login_refused,
+            gave_up=result.gave_up,
             rules_fired=list(run.rules_fired),
         )
 
