@@ -77,7 +77,6 @@ def _once(home: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]
     return proc, tomllib.loads(record.read_text())
 
 
-
 def test_an_agent_that_gives_up_is_nudged_once_then_escalates_with_its_words(
     tmp_path: Path,
 ) -> None:
@@ -129,9 +128,8 @@ def test_an_answer_to_a_question_reaches_the_loops_later_runs(tmp_path: Path) ->
     kept = (home / "state" / "answers" / "app.md").read_text()
     assert "Should add() accept strings?" in kept and answer in kept, kept
     # The next run of the loop is told.
-    (home / "state" / "escalations" / f"{question}.md").unlink()
     _, second = _once(home)
-    prompt = (home / "state" / "runs" / second["id"] / "attempts" / "1" / "prompt.md").read_text()
+    prompt = (home / "state" / "runs" / second["id"] / "attempt-1" / "prompt.md").read_text()
     assert "# Answers from a person" in prompt, prompt
     assert "Should add() accept strings?" in prompt and answer in prompt, prompt
 

@@ -51,6 +51,7 @@ FIELDS: dict[str, tuple[Any, Any]] = {
     "notified": ("datetime", None),
     "notified_count": ("int", 1),
     "profile": ("str", ""),
+    "id": ("str", ""),
 }
 
 
@@ -150,6 +151,7 @@ def list_escalations(state_dir: Path) -> list[dict[str, Any]]:
         data = read_front_matter(path)
         fields = escalation(data) if data is not None else None
         if fields is not None:
+            fields["id"] = fields["id"] or path.stem  # as the model's reading fills it in
             out.append(fields)
     return out
 

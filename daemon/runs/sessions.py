@@ -364,7 +364,8 @@ class Sessions:
         ending = classify_ending(end)
         cfg = self.cfg
         gave_up = "" if ending.stalled else self._gave_up(session, end.final_text)
-        if not ending.stalled and cfg.done_when and (self.record.nudges < cfg.max_nudges or gave_up):
+        nudges_left = self.record.nudges < cfg.max_nudges
+        if not ending.stalled and cfg.done_when and (nudges_left or gave_up):
             # Stopping while the checks fail is stopping early.
             self.result.checked = self._checks_now()
             if not self.result.checked.checks.passed:
