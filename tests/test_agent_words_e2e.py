@@ -161,3 +161,94 @@ def test_both_engines_end_a_run_whose_agent_gave_up_alike(
     assert (run["outcome"], run["cause"]) == ("escalated", "agent-gave-up"), run
     assert len(run["attempts"]) == 1 and run["attempts"][0]["nudges"] == 1, run
     assert "giving up" in run["reason"], run
+
+
+# Point 1's last clause: a check whose output is the same before and after the agent's edits.
+NEEDS_LIB = {
+    "app.py": "def add(a, b):\n    return a - b\n",
+    "check.py": "import app\nimport yaml_not_installed_here\nassert app.add(2, 3) == 5\n",
+}
+FIXES = (
+    "import pathlib\n"
+    "p = pathlib.Path('app.py'); p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
+    "print('fixed add()')\n"
+)
+# Writes the module the check lacks, in the wrong place: its work is in play, not the
+# environment's, though the output stays the same.
+MISPLACES = (
+    "import pathlib\n"
+    "pathlib.Path('lib').mkdir(exist_ok=True)\n"
+    "pathlib.Path('lib/yaml_not_installed_here.py').write_text('')\n"
+    "print('wrote the module')\n"
+)
+
+
+def _home_with(tmp_path: Path, files: dict[str, str], agent: str) -> Path:
+    repo = make_repo(tmp_path / "repo", files)
+    argv = [sys.executable, "-c", agent]
+    config = f'[agents.fixer]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
+    settings = {
+        "repo": str(repo),
+        "task": "Make check.py pass.",
+        "agent": "fixer",
+        "done_when": ["python3 check.py"],
+        "critic": "off",
+        "max_attempts": 2,
+        "max_nudges": 2,
+    }
+    loop = "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())
+    return make_home(tmp_path / "home", config, {"app": loop})
+
+
+def test_the_same_environmental_failure_after_the_agents_edits_ends_the_run_unnudged(
+    tmp_path: Path,
+) -> None:
+    home = _home_with(tmp_path, NEEDS_LIB, FIXES)
+    _, run = _once(home)
+    assert (run["outcome"], run["cause"]) == ("escalated", "environment"), run
+    (attempt,) = run["attempts"]
+    assert attempt["nudges"] == 0, attempt
+    assert "its output is the same before and after the agent's edits (app.py)" in run["reason"]
+    assert "No module named 'yaml_not_installed_here'" in run["reason"], run["reason"]
+
+
+def test_the_same_output_is_the_agents_when_its_work_is_in_play(tmp_path: Path) -> None:
+    # The module the check misses is one the agent wrote (in the wrong place).
+    home = _home_with(tmp_path / "a", NEEDS_LIB, MISPLACES)
+    _, run = _once(home)
+    assert run["cause"] == "checks-failed", run
+    assert run["attempts"][0]["nudges"] == 2, run["attempts"][0]
+    # A real bug that fails the same way (an assertion) after edits elsewhere.
+    home = _home_with(tmp_path / "b", APP, TRIES)
+    _, run = _once(home)
+    assert run["cause"] == "checks-failed", run
+    assert run["attempts"][0]["nudges"] == 2, run["attempts"][0]
+
+
+def test_both_engines_name_the_same_environmental_failure_alike(
+    tmp_path: Path, temporal: Any, machines: list
+) -> None:
+    def setup(folder: Path, engine: str) -> Machine:
+        root = folder / "machine"
+        repo = make_repo(root / "src" / "app", NEEDS_LIB)
+        text = command_agent("a", FIXES) + f'\n[limits]\nworktrees = "{root / "worktrees"}"\n'
+        loop = loop_toml(
+            repo,
+            task="Make check.py pass.",
+            agent="a",
+            done_when=["python3 check.py"],
+            critic="off",
+            max_attempts=2,
+        )
+        home = make_home(root / "loopd-home", text + engine, {"calc": loop})
+        return Machine("machine", root, home, repo)
+
+    def scenario(machine: Machine) -> int:
+        machine.start("run")
+        assert machine.loopd("trigger", "calc").returncode == 0
+        return 1
+
+    (run,) = on_both(tmp_path, temporal, machines, setup, scenario)
+    assert (run["outcome"], run["cause"]) == ("escalated", "environment"), run
+    assert len(run["attempts"]) == 1 and run["attempts"][0]["nudges"] == 0, run
+    assert "the same before and after the agent's edits" in run["reason"], run

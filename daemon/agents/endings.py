@@ -141,6 +141,17 @@ def says_it_gave_up(final_text: str) -> bool:
     return any(_GIVES_UP.search(clause) for clause in clauses if clause)
 
 
+def gave_up_how(exit_code: int | None, killed: bool, final_text: str) -> str:
+    """How the agent gave up, with its last words ("" when it did not): it exited non-zero
+    by itself (126 and 127 aside: a program missing is `agent-failed`) or said it stops."""
+    exited = exit_code not in (None, 0, 126, 127) and not killed
+    if not (exited or says_it_gave_up(final_text)):
+        return ""
+    words = " ".join(final_text.split()[-60:])
+    how = f"exit {exit_code}" if exited else "said it cannot go on"
+    return f"{how}: {words}" if words else how
+
+
 # -- how a session ended, as the attempt acts on it ----------------------------------------
 
 StallKind = Literal[

@@ -231,6 +231,7 @@ RUN: Spec = {  # state/records.RunRecord
     "landed_how": ("str", ""),
     "landing": ("str", ""),
     "base_tests": (many(TEST_COUNTS), []),
+    "base_failures": (many("str"), []),
     "verified_tree": ("str", ""),
     "push_pid": ("int", 0),
     "escalation": ("str", ""),

@@ -219,6 +219,7 @@ class RunExecutor:
                 result.quota_exceeded,
                 result.login_refused,
                 result.gave_up,
+                result.environment,
             )
             if ending is not None:
                 self._commit(result.record)

@@ -18,7 +18,7 @@ from daemon.agents.endings import (
     Ending,
     SessionEnd,
     classify_ending,
-    says_it_gave_up,
+    gave_up_how,
 )
 from daemon.agents.logins import failed_at_start, login_of
 from daemon.agents.processes import process_mark
@@ -26,9 +26,10 @@ from daemon.agents.quota import quota_of
 from daemon.agents.supervisor import Supervisor
 from daemon.clock import local_zone
 from daemon.config import Loop, LoopConfig
+from daemon.git.diffs import numstat
 from daemon.git.integrity import commit_work
 from daemon.git.messages import commit_message
-from daemon.git.tree import RunTree
+from daemon.git.tree import RunTree, check_folders
 from daemon.redact import redact
 from daemon.runs.checks import ChecksResult
 from daemon.runs.checktree import CheckTree
@@ -36,6 +37,7 @@ from daemon.runs.confinement import Confinement
 from daemon.runs.journal import RunJournal
 from daemon.runs.parking import Asked, Parking
 from daemon.runs.prompt import PromptParts, build_prompt, fenced
+from daemon.runs.sameoutput import unchanged_failure
 from daemon.runs.services import RunServices
 from daemon.runs.stop import StopToken
 from daemon.scheduling.cron import parse_timezone
@@ -86,6 +88,9 @@ class AttemptResult:
     login_refused: str = ""  # the agent's words for its refused login: the run escalates
     # The agent gave up again after its one nudge (or with none left): why, in its words.
     gave_up: str = ""
+    # A check failed as on the base for the environment's sake: the run's reason (cause
+    # `environment`, runs/sameoutput.py).
+    environment: str = ""
     checked: CheckedCommit | None = None
     parked: bool = False  # parked on a usage limit, the wait left to the engine (engine_waits)
     quota_hold: Any = None  # the QuotaHold of the usage limit it ended on, if any
@@ -329,24 +334,29 @@ class Sessions:
             return None
         return self._nudge(end, ending)
 
+    def _same_output(self) -> bool:
+        """Whether a check fails as it did on the base, for the environment's sake, though
+        the agent changed files (runs/sameoutput.py); the run's reason is kept then."""
+        run, checked = self.run_record, self.result.checked
+        if checked is None or not any(run.base_failures) or not run.base_commit:
+            return False
+        stat = numstat(self.attempt.tree.own.bare, run.base_commit, checked.commit)
+        tree = self.attempt.tree
+        trees = (str(check_folders(tree.own_dir)[0]), str(tree.path))
+        changed = [f.path for f in stat.files]
+        reason = unchanged_failure(checked.checks, run.base_failures, changed, trees)
+        if reason:
+            self.result.environment = reason
+            self.record.checks_passed = False
+            self.journal.save()
+        return bool(reason)
+
     def _gave_up_before(self) -> bool:
         """Whether the agent gave up earlier in the run (the stall just recorded aside)."""
         stalls = [s for a in self.run_record.attempts for s in a.stalls if s.kind == "gave_up"]
         if not any(a is self.record for a in self.run_record.attempts):
             stalls += [s for s in self.record.stalls if s.kind == "gave_up"]
         return len(stalls) > 1
-
-    def _gave_up(self, session: Any, final_text: str) -> str:
-        """Why the agent gave up ("" when it did not): it exited non-zero (126 and 127 aside:
-        a program missing is `agent-failed`) or said it cannot go on (`says_it_gave_up`)."""
-        code = session.exit_code
-        exited = code not in (None, 0, 126, 127) and not session.killed
-        said = says_it_gave_up(final_text)
-        if not (exited or said):
-            return ""
-        words = " ".join(final_text.split()[-60:]) if final_text.strip() else ""
-        how = f"exit {code}" if exited else "said it cannot go on"
-        return f"{how}: {words}" if words else how
 
     def _ending(self, session: Any) -> tuple[SessionEnd, Ending]:
         """How the session ended; stopping while the done_when checks fail is a stall too,
@@ -363,7 +373,9 @@ class Sessions:
         )
         ending = classify_ending(end)
         cfg = self.cfg
-        gave_up = "" if ending.stalled else self._gave_up(session, end.final_text)
+        gave_up = (
+            "" if ending.stalled else gave_up_how(session.exit_code, session.killed, end.final_text)
+        )
         nudges_left = self.record.nudges < cfg.max_nudges
         if not ending.stalled and cfg.done_when and (nudges_left or gave_up):
             # Stopping while the checks fail is stopping early.
@@ -372,6 +384,8 @@ class Sessions:
                 tail = self.result.checked.checks.failure_tail(self._nudge_room())
                 end = SessionEnd(final_text=end.final_text, checks_failed=True, checks_tail=tail)
                 ending = classify_ending(end)
+                if self._same_output():  # the environment's: ends the run, no nudge
+                    return end, Ending("none")
                 if gave_up:  # an agent that gave up and did not do the work
                     ending = Ending("gave_up", redact(gave_up)[:DETAIL_CHARS])
         return end, ending

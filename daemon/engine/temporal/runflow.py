@@ -199,6 +199,7 @@ class RunWorkflow:
                 out.quota_exceeded,
                 out.login_refused,
                 out.gave_up,
+                out.environment,
             )
             if cut is not None:
                 return _end(cut)

@@ -269,6 +269,7 @@ class WorkerSide(Configured):
             quota_exceeded=result.quota_exceeded,
             login_refused=result.login_refused,
             gave_up=result.gave_up,
+            environment=result.environment,
             rules_fired=list(run.rules_fired),
         )
 
