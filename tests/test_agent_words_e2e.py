@@ -14,6 +14,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from daemon.agents.endings import gave_up_how, says_it_gave_up
+from daemon.runs.checks import ChecksResult, base_digests, run_check
+from daemon.runs.sameoutput import unchanged_failure
 from tests.helpers import loopd, make_home, make_repo
 from tests.machines import Machine, command_agent, loop_toml
 from tests.test_engines import machines
@@ -252,3 +255,54 @@ def test_both_engines_name_the_same_environmental_failure_alike(
     assert (run["outcome"], run["cause"]) == ("escalated", "environment"), run
     assert len(run["attempts"]) == 1 and run["attempts"][0]["nudges"] == 0, run
     assert "the same before and after the agent's edits" in run["reason"], run
+
+
+def test_what_counts_as_giving_up_is_narrow() -> None:
+    said = [
+        "I cannot figure this out; giving up.",
+        "I give up.",
+        "Tried three fixes.\n\nI cannot continue.",
+        "I'm giving up on this.",
+        "I can't proceed with the task.",
+    ]
+    not_said = [
+        "I am giving up on this approach and trying another one.",
+        "I give up trying to use sed, and edited the file by hand.",
+        "Rather than giving up, I fixed it.",
+        "The server kept giving up connections. Fixed the retry.",
+        "Fixed add(). I did not give up.",
+        "I cannot continue without your input on the schema?",
+        "```\ngiving up\n```\nDone: add() fixed.",
+    ]
+    assert [t for t in said if not says_it_gave_up(t)] == []
+    assert [t for t in not_said if says_it_gave_up(t)] == []
+    assert gave_up_how(3, False, "no luck") == "exit 3: no luck"
+    assert gave_up_how(127, False, "sh: x: not found") == ""  # agent-failed's, not this
+    assert gave_up_how(1, True, "killed by loopd") == ""
+    assert gave_up_how(0, False, "All done.") == ""
+
+
+def test_the_same_output_rule_on_real_check_outputs(tmp_path: Path) -> None:
+    (tmp_path / "check.py").write_text("import app\nimport not_here_xyz\n")
+    (tmp_path / "app.py").write_text("x = 1\n")
+    (tmp_path / "assert.py").write_text("assert 1 == 2, 'still wrong'\n")
+    trees = (str(tmp_path),)
+
+    def ran(command: str) -> ChecksResult:
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+        return ChecksResult([run_check(command, tmp_path, 60, env)])
+
+    missing, wrong = ran("python3 check.py"), ran("python3 assert.py")
+    assert not missing.passed and not wrong.passed
+    base = base_digests(missing, trees)
+    found = unchanged_failure(missing, base, ["app.py"], trees)
+    assert "No module named 'not_here_xyz'" in found, found
+    assert unchanged_failure(missing, base, [], trees) == ""  # the agent changed nothing
+    assert unchanged_failure(missing, base, ["lib/not_here_xyz.py"], trees) == ""  # its work
+    assert unchanged_failure(missing, base, ["check.py"], trees) == ""  # the check names it
+    assert unchanged_failure(wrong, base_digests(wrong, trees), ["app.py"], trees) == ""
+    # Output that differs from the base's is the agent's, whatever it says.
+    other = ChecksResult(
+        [run_check("python3 check.py; echo more; exit 1", tmp_path, 60, {"PATH": "/usr/bin:/bin"})]
+    )
+    assert not other.passed and unchanged_failure(other, base, ["app.py"], trees) == ""
