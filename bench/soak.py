@@ -27,8 +27,12 @@ printed, by line (RSS is then the traced daemon's, larger); and one every `--win
 between them, each window's top growth printed by line, so that a long soak says where
 memory grows and when. Without it, RSS is printed per window (its median, and the change
 from the window before) for each life of the daemon.
+`--one-life`: no kill -9 (the reload still comes): one daemon life, and the RSS trend after
+its first hour is held to 5 MB an hour (#41's four-hour soak: `--minutes 240 --push-every 5
+--one-life`, about 700 runs an hour). `--samples FILE` appends each sample as a JSON line as
+it is taken.
 Usage: python bench/soak.py [--minutes 60] [--loops 20] [--push-every 15] [--tracemalloc]
-       [--window 10] [--keep] [--smoke]
+       [--window 10] [--keep] [--smoke] [--one-life] [--samples FILE]
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from tests.helpers import daemon_log, git, loopd, make_home, make_repo  # noqa: 
 STATE_MAX = 100 * 1000 * 1000  # "100MB", the least state_max allows
 PACKS_BOUND = 60
 RSS_SLACK_MB = 2.0  # the last third's median RSS over the middle third's: growth past this
+RSS_HOURLY_MB = 5.0  # --one-life: the trend after the first hour, at most this (#41)
 TAKEN = {"trigger", "trigger_merged", "trigger_skipped"}
 BUGGY = {
     "calc.py": "def add(a, b):\n    return a - b\n",
@@ -219,13 +224,21 @@ def reload_home(soak: Soak, daemon: subprocess.Popen[str]) -> None:
 
 
 def drive(
-    soak: Soak, seconds: float, every: float, sample_every: float, window: float = 600.0
+    soak: Soak,
+    seconds: float,
+    every: float,
+    sample_every: float,
+    window: float = 600.0,
+    one_life: bool = False,
+    stream: Path | None = None,
 ) -> subprocess.Popen[str]:
-    """Pushes in turn, the kill -9 at 30%, the reload at 45%, samples throughout; with
-    --tracemalloc a snapshot when the middle third begins, then every `window` seconds."""
+    """Pushes in turn, the kill -9 at 30% (not with `one_life`), the reload at 45%, samples
+    throughout (each appended to `stream` as a JSON line as it is taken, so a soak cut short
+    still says what it saw); with --tracemalloc a snapshot when the middle third begins, then
+    every `window` seconds."""
     daemon = start(soak.home, soak.snapshots)
     began = time.monotonic()
-    life, killed, reloaded, snapped, n = 1, False, False, False, 0
+    life, killed, reloaded, snapped, n = 1, one_life, False, False, 0
     next_snap = float("inf")
     next_push = next_sample = began
     loops = list(soak.repos)
@@ -268,6 +281,9 @@ def drive(
             got = sample(daemon.pid, began, life)
             if got is not None:
                 soak.samples.append(got)
+                if stream is not None:
+                    with stream.open("a") as fh:
+                        fh.write(json.dumps({**got.__dict__, "pushes": n}) + "\n")
             next_sample += sample_every
         if daemon.poll() is not None:
             raise SystemExit(f"loopd run exited {daemon.returncode}: {daemon_log(soak.home)}")
@@ -435,9 +451,23 @@ def check_records(soak: Soak) -> tuple[dict[str, object], list[str]]:
 
 
 def thirds(samples: list[Sample], seconds: float) -> tuple[list[Sample], list[Sample]]:
-    middle = [s for s in samples if seconds / 3 <= s.at < 2 * seconds / 3 and s.life == 2]
-    last = [s for s in samples if s.at >= 2 * seconds / 3 and s.life == 2]
+    life = max((s.life for s in samples), default=1)  # after the restart, if there was one
+    middle = [s for s in samples if seconds / 3 <= s.at < 2 * seconds / 3 and s.life == life]
+    last = [s for s in samples if s.at >= 2 * seconds / 3 and s.life == life]
     return middle, last
+
+
+def hourly_growth(samples: list[Sample]) -> tuple[str, list[str]]:
+    """--one-life: the RSS trend after the first hour, against 5 MB an hour (#41)."""
+    later = [s for s in samples if s.at >= 3600]
+    if len(later) < 2 or later[-1].at - later[0].at < 1800:
+        return "RSS after the first hour: too short to tell (under 30 min of samples)", []
+    slope = rss_slope(later)
+    text = (
+        f"RSS after the first hour {later[0].rss_kb / 1024:.1f} -> {later[-1].rss_kb / 1024:.1f}"
+        f" MB over {(later[-1].at - later[0].at) / 3600:.1f} h: trend {slope:+.2f} MB/hour"
+    )
+    return text, [] if slope <= RSS_HOURLY_MB else [f"RSS grew {slope:+.2f} MB/hour after hour 1"]
 
 
 def check_growth(soak: Soak, seconds: float) -> tuple[str, list[str]]:
@@ -451,7 +481,8 @@ def check_growth(soak: Soak, seconds: float) -> tuple[str, list[str]]:
     fd_last = statistics.median(s.fds for s in last)
     th_mid = statistics.median(s.threads for s in middle)
     th_last = statistics.median(s.threads for s in last)
-    slope = rss_slope([s for s in soak.samples if s.life == 2 and s.at >= seconds / 3])
+    life = max(s.life for s in soak.samples)
+    slope = rss_slope([s for s in soak.samples if s.life == life and s.at >= seconds / 3])
     text = (
         f"RSS median {rss_mid:.1f} -> {rss_last:.1f} MB, descriptors {fd_mid:g} -> {fd_last:g}, "
         f"threads {th_mid:g} -> {th_last:g} (middle third -> last third)"
@@ -499,6 +530,10 @@ def main() -> int:
         "--window", type=float, default=10.0, help="minutes between memory snapshots"
     )
     parser.add_argument("--smoke", action="store_true", help="5 loops, a push every 2 s, 60 s")
+    parser.add_argument(
+        "--one-life", action="store_true", help="no kill -9: one daemon life; RSS after hour 1"
+    )
+    parser.add_argument("--samples", type=Path, help="append each sample here as a JSON line")
     args = parser.parse_args()
     if args.smoke:
         args.minutes, args.loops, args.push_every, args.drain = 1.0, 5, 2.0, 300.0
@@ -512,7 +547,15 @@ def main() -> int:
             soak.snapshots = tmp / "snapshots"
             soak.snapshots.mkdir()
         print(f"soak: {args.loops} loops, a push every {args.push_every:g} s for {seconds:.0f} s")
-        daemon = drive(soak, seconds, args.push_every, 1.0 if args.smoke else 5.0, args.window * 60)
+        daemon = drive(
+            soak,
+            seconds,
+            args.push_every,
+            1.0 if args.smoke else 5.0,
+            args.window * 60,
+            args.one_life,
+            args.samples,
+        )
         print(f"  pushes stopped; draining (up to {args.drain:.0f} s)", flush=True)
         deadline = time.monotonic() + args.drain
         while not drained(soak.home) and time.monotonic() < deadline:
@@ -522,6 +565,9 @@ def main() -> int:
         code = daemon.wait(timeout=300)
         figures, problems = check_records(soak)
         growth, grew = check_growth(soak, seconds)
+        if args.one_life:
+            hourly, over = hourly_growth(soak.samples)
+            growth, grew = f"{growth}; {hourly}", grew + over
         traced = ["tracemalloc: not asked for (--tracemalloc)"]
         if soak.snapshots is not None:
             # Under tracemalloc RSS holds its own bookkeeping, which grows with every

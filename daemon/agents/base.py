@@ -15,6 +15,10 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict
 
 from daemon.agents.deskconfig import DeskAccess
+
+# Re-exported: the adapters read their stream fields through their base.
+from daemon.agents.jsonfields import as_list as as_list
+from daemon.agents.jsonfields import as_object as as_object
 from daemon.config import AgentProfile
 
 # `notice`: something the agent's program itself said (a request it will retry), neither the

@@ -12,6 +12,7 @@ from daemon.agents.base import (
     Resume,
     as_float,
     as_int,
+    as_object,
     as_text,
     is_denial,
     positional,
@@ -156,7 +157,7 @@ def _tool_results(data: dict[str, Any]) -> list[AgentEvent]:
 
 
 def _result(data: dict[str, Any], *, cache_is_extra: bool) -> list[AgentEvent]:
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    usage = as_object(data.get("usage"))
     input_tokens = as_int(usage.get("input_tokens"))
     if cache_is_extra:
         input_tokens += as_int(usage.get("cache_creation_input_tokens"))

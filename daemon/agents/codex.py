@@ -12,6 +12,8 @@ from daemon.agents.base import (
     Invocation,
     Resume,
     as_int,
+    as_list,
+    as_object,
     as_text,
     positional,
     raw,
@@ -142,7 +144,7 @@ class CodexAdapter(AgentAdapter):
             self._last_message = ""
             return [AgentEvent(type="raw", text="codex: turn started")]
         if kind == "turn.completed":
-            usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+            usage = as_object(data.get("usage"))
             # cached_input_tokens are a part of input_tokens, not extra.
             total = (as_int(usage.get("input_tokens")), as_int(usage.get("output_tokens")))
             before = self._totals.get(self._thread, (0, 0))
@@ -250,7 +252,7 @@ def _output(item: dict[str, Any]) -> str:
     if item_type == "command_execution":
         return as_text(item.get("aggregated_output"))
     if item_type == "file_change":
-        changes = item.get("changes") if isinstance(item.get("changes"), list) else []
+        changes = as_list(item.get("changes"))
         return "\n".join(
             f"{change.get('kind')} {change.get('path')}"
             for change in changes

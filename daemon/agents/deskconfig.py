@@ -37,6 +37,7 @@ from typing import Any
 import tomli_w
 
 from daemon.agents.deskwire import SOCKET_ENV, TOKEN_ENV
+from daemon.agents.jsonfields import as_object
 
 SERVER = "loopd"  # the server's name in every configuration (tools: mcp__loopd__..., ...)
 TOOL_TIMEOUT_MS = 3_600_000  # record_evidence runs a command: loopd's own timeout bounds it
@@ -111,7 +112,7 @@ def merge_settings(path: Path, access: DeskAccess, **extra: Any) -> None:
             data = loaded
     except (OSError, ValueError):
         pass
-    servers = data.get("mcpServers") if isinstance(data.get("mcpServers"), dict) else {}
+    servers = as_object(data.get("mcpServers"))
     data["mcpServers"] = {**servers, SERVER: {**settings_server(access), **extra}}
     _write(path, json.dumps(data, indent=2) + "\n")
 
@@ -136,7 +137,7 @@ def codex_config(
         data = {}
     data.update(settings or {})
     if access is not None and mcp_installed():  # no MCP server without the `mcp` extra
-        servers = data.get("mcp_servers") if isinstance(data.get("mcp_servers"), dict) else {}
+        servers = as_object(data.get("mcp_servers"))
         servers[SERVER] = {
             "command": access.command[0],
             "args": access.command[1:],

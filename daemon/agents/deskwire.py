@@ -30,8 +30,13 @@ REPLY_MAX = 200_000  # bytes of one reply line
 CALL_TIMEOUT = 3600.0  # seconds a call may wait for the desk (record_evidence runs a command)
 
 
-def _text(limit: int) -> Any:
-    return Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=limit)]
+# Bounded texts, one alias per bound (a type checker reads aliases, not calls).
+Text200 = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+Text500 = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)]
+Text600 = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=600)]
+Text1200 = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=1200)]
+Text2000 = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
+Text4000 = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
 
 
 Path300 = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=300)]
@@ -46,9 +51,9 @@ class ToolInput(BaseModel):
 class RecordDecision(ToolInput):
     """Record a design decision you made, why, and what you ruled out. The critic reads it."""
 
-    title: _text(200) = Field(description="the decision in a few words")
-    why: _text(4000) = Field(description="why you chose it")
-    alternatives: list[_text(500)] = Field(
+    title: Text200 = Field(description="the decision in a few words")
+    why: Text4000 = Field(description="why you chose it")
+    alternatives: list[Text500] = Field(
         default_factory=list, max_length=10, description="what you considered and ruled out"
     )
 
@@ -57,8 +62,8 @@ class RecordEvidence(ToolInput):
     """Back a claim with a command loopd runs itself on your work as it stands (committed
     first, run in a clean tree in the sandbox); the critic sees the claim and its result."""
 
-    claim: _text(2000) = Field(description="what you claim, e.g. 'the parser handles empty input'")
-    command: _text(2000) = Field(description="a shell command whose exit code 0 proves it")
+    claim: Text2000 = Field(description="what you claim, e.g. 'the parser handles empty input'")
+    command: Text2000 = Field(description="a shell command whose exit code 0 proves it")
 
 
 class NoteKnowledge(ToolInput):
@@ -67,8 +72,8 @@ class NoteKnowledge(ToolInput):
     kind: Literal["knowledge", "skill"] = Field(
         description="knowledge: a fact of this repository; skill: a procedure that works"
     )
-    text: _text(600) = Field(description="the lesson, one or two sentences (8 characters or more)")
-    why: _text(1200) = Field(
+    text: Text600 = Field(description="the lesson, one or two sentences (8 characters or more)")
+    why: Text1200 = Field(
         description="what this run showed: quote its output or files verbatim (8 or more)"
     )
     paths: list[Path300] = Field(
@@ -79,13 +84,13 @@ class NoteKnowledge(ToolInput):
 class AskPerson(ToolInput):
     """Ask a person a question; the run goes on (the answer comes in a later run)."""
 
-    question: _text(4000) = Field(description="the question, with what you need to know")
+    question: Text4000 = Field(description="the question, with what you need to know")
 
 
 class RulesFor(ToolInput):
     """The rules from earlier runs that apply to a task, with their ids."""
 
-    task: _text(4000) = Field(description="the task or subtask")
+    task: Text4000 = Field(description="the task or subtask")
     paths: list[Path300] = Field(
         default_factory=list, max_length=50, description="files it touches"
     )

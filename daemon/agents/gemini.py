@@ -28,6 +28,8 @@ from daemon.agents.base import (
     Invocation,
     Resume,
     as_int,
+    as_list,
+    as_object,
     as_text,
     is_denial,
     positional,
@@ -166,7 +168,7 @@ class GeminiAdapter(AgentAdapter):
         return raw(line)
 
     def _result(self, data: dict[str, Any]) -> list[AgentEvent]:
-        stats = data.get("stats") if isinstance(data.get("stats"), dict) else {}
+        stats = as_object(data.get("stats"))
         failed = data.get("status") == "error"
         events = [
             AgentEvent(
@@ -176,7 +178,7 @@ class GeminiAdapter(AgentAdapter):
             )
         ]
         if failed:
-            error = data.get("error") if isinstance(data.get("error"), dict) else {}
+            error = as_object(data.get("error"))
             kind = str(error.get("type") or "")
             text = as_text(error.get("message")) or "error"
             api = _api_error(text)
@@ -191,7 +193,7 @@ class GeminiAdapter(AgentAdapter):
 
 def _tool_result(data: dict[str, Any]) -> AgentEvent:
     failed = data.get("status") == "error"
-    error = data.get("error") if isinstance(data.get("error"), dict) else {}
+    error = as_object(data.get("error"))
     output = as_text(data.get("output"))
     if failed and not output:
         output = as_text(error.get("message"))
@@ -234,6 +236,6 @@ def _is_login(api: dict[str, Any]) -> bool:
     """Credentials refused, by the quoted API error: 401, 403, or a key the API rejects."""
     if api.get("code") in (401, 403) or api.get("status") in _LOGIN_STATUSES:
         return True
-    details = api.get("details") if isinstance(api.get("details"), list) else []
+    details = as_list(api.get("details"))
     reasons = {str(d.get("reason")) for d in details if isinstance(d, dict)}
     return bool(reasons & set(_LOGIN_REASONS))

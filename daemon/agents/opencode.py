@@ -12,6 +12,7 @@ from daemon.agents.base import (
     Resume,
     as_float,
     as_int,
+    as_object,
     as_text,
     is_denial,
     positional,
@@ -111,7 +112,7 @@ class OpencodeAdapter(AgentAdapter):
         if isinstance(session, str) and session and session != self._session:
             self._session = session
             events.append(AgentEvent(type="session", session_id=session))
-        part = data.get("part") if isinstance(data.get("part"), dict) else {}
+        part = as_object(data.get("part"))
         kind = data.get("type")
         if kind == "step_start":
             self._step_text = []
@@ -134,8 +135,8 @@ class OpencodeAdapter(AgentAdapter):
         return events or raw(line)
 
     def _step_finish(self, part: dict[str, Any]) -> list[AgentEvent]:
-        tokens = part.get("tokens") if isinstance(part.get("tokens"), dict) else {}
-        cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
+        tokens = as_object(part.get("tokens"))
+        cache = as_object(tokens.get("cache"))
         # opencode counts cache reads and writes apart from `input`, and reasoning apart from
         # `output`; all of them are tokens the model processed.
         events = [
@@ -155,7 +156,7 @@ class OpencodeAdapter(AgentAdapter):
 
 def _tool(part: dict[str, Any]) -> list[AgentEvent]:
     # opencode writes a tool once it has finished: the call and its result come in one line.
-    state = part.get("state") if isinstance(part.get("state"), dict) else {}
+    state = as_object(part.get("state"))
     tool = str(part.get("tool") or "")
     call_id = str(part.get("callID") or part.get("id") or "")
     events = [

@@ -61,7 +61,7 @@ _COMPACT = re.compile(
     r"((?:\d+(?:\.\d+)?\s?(?:ms|h|m|s)(?![a-z])\s*)+)",
     re.IGNORECASE,
 )
-_COMPACT_UNITS = {"ms": 0.001, "h": 3600, "m": 60, "s": 1}
+_COMPACT_UNITS: dict[str, float] = {"ms": 0.001, "h": 3600, "m": 60, "s": 1}
 _CLAUDE = re.compile(
     r"\breset(?:s| at)\s+"
     rf"(?:{_MONTH}\s+(?P<day>\d{{1,2}})(?:st|nd|rd|th)?,?\s*(?:at\s+)?)?"
@@ -145,11 +145,11 @@ def parse_reset(
         return now + timedelta(seconds=total)
     match = _COMPACT.search(text)
     if match:
-        total = sum(
+        seconds = sum(
             float(n) * _COMPACT_UNITS[unit]
             for n, unit in re.findall(r"(\d+(?:\.\d+)?)\s?(ms|h|m|s)(?![a-z])", match[1])
         )
-        return now + timedelta(seconds=total)
+        return now + timedelta(seconds=seconds)
     return _claude_moment(text, now, zone)
 
 

@@ -13,6 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from daemon.agents.base import AgentEvent, Invocation
@@ -36,6 +37,9 @@ class Owner(Protocol):
     kill_grace: float
     on_event: Callable[[AgentEvent], None] | None
     clock: Callable[[], datetime]
+    cwd: Path
+    repeat_limit: int
+    over_limit: Callable[[], str] | None
     _lock: threading.Lock
     _stop_at: float | None
     _stop_reason: str

@@ -9,7 +9,7 @@ import os
 import re
 import sys
 from datetime import UTC, datetime
-from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from daemon.cli.common import CommandError, console, home_of

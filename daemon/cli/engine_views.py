@@ -28,9 +28,9 @@ def show_status(control: Any, args: argparse.Namespace) -> int:
         head = Text(
             f"engine: temporal at {engine['address']}, namespace {engine['namespace']}; "
             + (polled or "no loopd run polls the home's queue"),
-            style=None if polled else "yellow",
+            style="" if polled else "yellow",
         )
-        rows = []
+        rows: list[tuple[str, ...]] = []
         for name, info in data["loops"].items():
             phase = info["phase"] if info.get("enabled", True) else "disabled"
             if info.get("waiting_for"):

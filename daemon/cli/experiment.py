@@ -38,6 +38,8 @@ def _rules_to_replay(home: Any, rule: str | None) -> list[Any]:
     path = Path(rule)
     if path.is_file():
         try:
+            # The type: ignore below: "candidate" is a status of the experiment alone, not of the
+            # rule library's folders.
             return [StoredRule(candidate_from_file(path), "candidate", path)]  # type: ignore[arg-type]
         except (OSError, RuleFileError) as exc:
             raise CommandError(f"{path}: {exc}") from None

@@ -15,6 +15,7 @@ from daemon.cli.jsonout import print_json
 from daemon.clock import utc_now
 from daemon.config import LoadedConfig
 from daemon.config.errors import ConfigError
+from daemon.config.home_file import DaemonConfig
 from daemon.config.secrets import missing_from_env_file
 from daemon.engine import missing_extra
 from daemon.git.safe import GitError
@@ -322,7 +323,7 @@ def _run_checks(home: Home, loaded: LoadedConfig) -> None:
         )
 
 
-def _inside_home(root: Path, config: object) -> list[str]:
+def _inside_home(root: Path, config: DaemonConfig) -> list[str]:
     """`[sandbox]` paths and the worktrees folder in the home, which agents never see."""
     out = []
     home = os.path.realpath(root)

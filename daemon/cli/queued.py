@@ -8,6 +8,7 @@ from typing import Any
 
 from daemon.cli.common import daemon_pid
 from daemon.home import Home
+from daemon.state.eventtypes import Event
 
 # How long `trigger` and `escalations resolve --retry` wait for the daemon to take the file.
 TAKE_TIMEOUT = 30.0
@@ -21,9 +22,9 @@ def await_run_id(home: Home, tail: Any, inbox_id: str, timeout: float = TAKE_TIM
         for event in tail.read():
             if event.get("inbox") != inbox_id:
                 continue
-            if event.get("type") == "trigger_skipped":
+            if event.get("type") == Event.TRIGGER_SKIPPED:
                 return event
-            if event.get("type") == "trigger" and event.get("run"):
+            if event.get("type") == Event.TRIGGER and event.get("run"):
                 return event
         if daemon_pid(home) is None or time.monotonic() > deadline:
             return None
@@ -47,7 +48,7 @@ def report_run_id(home: Home, tail: Any, inbox_id: str, loop: str) -> int:
             f"yet: `loopd runs {loop}` lists it with its RUN_ID once it has"
         )
         return 0
-    if event.get("type") == "trigger_skipped":
+    if event.get("type") == Event.TRIGGER_SKIPPED:
         print(f"the daemon skipped the trigger for {loop}: {event.get('why', 'overlap policy')}")
         return 1
     run_id = event["run"]

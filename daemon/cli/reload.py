@@ -10,6 +10,7 @@ import time
 from daemon.cli.common import CommandError, daemon_pid, home_of
 from daemon.cli.jsonout import print_json
 from daemon.state.events import EventTail
+from daemon.state.eventtypes import Event
 
 WAIT = 30.0  # seconds for the daemon's answer
 
@@ -33,7 +34,7 @@ def reload(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline:
         for event in tail.read():
-            if event.get("type") in ("reloaded", "reload_failed") and token in (
+            if event.get("type") in (Event.RELOADED, Event.RELOAD_FAILED) and token in (
                 event.get("requests") or []
             ):
                 return _answer(args, event)
@@ -45,7 +46,7 @@ def _answer(args: argparse.Namespace, event: dict) -> int:
     """Print what the daemon loaded; 0 when every file loaded, 1 otherwise."""
     if args.json:
         print_json(event)
-    elif event["type"] == "reload_failed":
+    elif event["type"] == Event.RELOAD_FAILED:
         print(f"reload failed; the daemon keeps the configuration it had:\n{event.get('error')}")
     else:
         loops = event.get("loops") or []
@@ -60,5 +61,5 @@ def _answer(args: argparse.Namespace, event: dict) -> int:
             print(f"  {line}")
         if event.get("stale") or event.get("not_loaded"):
             print("  `loopd check` names each error and its fix")
-    ok = event["type"] == "reloaded" and not event.get("stale") and not event.get("not_loaded")
+    ok = event["type"] == Event.RELOADED and not event.get("stale") and not event.get("not_loaded")
     return 0 if ok else 1

@@ -101,6 +101,7 @@ def list_cmd(args: argparse.Namespace) -> int:
     """List the rules by kind (live ones: trial and active; --status or --all for others)."""
     _, library = rule_library(args)
     now = utc_now()
+    wanted: tuple[str, ...]
     if args.status:
         wanted = (args.status,)
     else:

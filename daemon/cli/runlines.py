@@ -24,6 +24,8 @@ def runs_table(title: str, rows: list[RunRow], terminal: Terminal) -> str:
     Where the reason column would be narrower than REASON_COLUMN (80 columns), each reason
     goes on its own line under its run, indented, instead of a word per line.
     """
+    # The type: ignore below: rows keep their width; the checker cannot see that a generator of a
+    # row's cells does.
     rows = [tuple(clean(cell) for cell in row) for row in rows]  # type: ignore[misc]
     fixed = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(RUN_HEADINGS)]
     if terminal.width - (sum(fixed) + 2 * len(fixed)) >= REASON_COLUMN:

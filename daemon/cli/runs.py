@@ -339,14 +339,14 @@ def _wait_for(home: Home, store: Any, tail: Any, inbox_id: str) -> int:
     while True:
         for event in tail.read():
             if run_id is None and event.get("inbox") == inbox_id:
-                if event.get("type") == "trigger_skipped":
+                if event.get("type") == Event.TRIGGER_SKIPPED:
                     print(f"trigger {inbox_id} was skipped: {event.get('why', 'overlap policy')}")
                     return 1
-                if event.get("type") in ("trigger", "trigger_merged") and event.get("run"):
+                if event.get("type") in (Event.TRIGGER, Event.TRIGGER_MERGED) and event.get("run"):
                     run_id = event["run"]
                     print(run_id, flush=True)
             elif run_id is not None and event.get("run") == run_id:
-                if event.get("type") == "run_finished":
+                if event.get("type") == Event.RUN_FINISHED:
                     ended = event
         if run_id is not None:
             try:

@@ -114,9 +114,11 @@ def table(terminal: Terminal, title: str, columns: list[Column], rows: list[list
         out.append("┃ " + " ┃ ".join(cells) + " ┃")
     out.append("┡" + "╇".join("━" * (w + 2) for w in widths) + "┩")
     for row in rows:
-        cells = [wrap(cell, w) for cell, w in zip(row, widths, strict=True)]
-        for n in range(max(len(c) for c in cells)):
-            parts = [(c[n : n + 1] or [""])[0].ljust(w) for c, w in zip(cells, widths, strict=True)]
+        wrapped = [wrap(cell, w) for cell, w in zip(row, widths, strict=True)]
+        for n in range(max(len(c) for c in wrapped)):
+            parts = [
+                (c[n : n + 1] or [""])[0].ljust(w) for c, w in zip(wrapped, widths, strict=True)
+            ]
             out.append("│ " + " │ ".join(parts) + " │")
     out.append("└" + "┴".join("─" * (w + 2) for w in widths) + "┘")
     return out

@@ -17,6 +17,9 @@ from daemon.config.telemetry import TelemetryConfig
 from daemon.scheduling.cron import parse_timezone
 from daemon.units import duration, size
 
+# Every `# type: ignore[valid-type]` below: `size(...)`, `duration(...)` and the Literal of a
+# registry build their types when the module loads, which a type checker cannot read as types.
+
 # The agent adapters, in one place: the profile's Literal below is built from this tuple and
 # daemon/agents/registry.py must register exactly these (tests/test_adapters.py checks).
 ADAPTERS = ("qwen", "claude", "codex", "aider", "opencode", "gemini", "command")
@@ -133,9 +136,7 @@ class Price(StrictModel):
 
 
 class AgentProfile(StrictModel):
-    adapter: Adapter = Field(  # type: ignore[valid-type]
-        "qwen", description="which agent CLI to drive"
-    )
+    adapter: Adapter = Field("qwen", description="which agent CLI to drive")
     model: str = Field(
         "",
         examples=["qwen3-coder-30b-a3b-instruct"],

@@ -11,6 +11,9 @@ from pydantic import Field, field_validator
 from daemon.config.base import StrictModel
 from daemon.units import duration, size
 
+# Every `# type: ignore[valid-type]` below: `size(...)`, `duration(...)` and the Literal of a
+# registry build their types when the module loads, which a type checker cannot read as types.
+
 REMOTE_KINDS = ("github", "gitea", "gitlab")
 RemoteKind = Literal[REMOTE_KINDS]  # type: ignore[valid-type]
 # The repository as its service names it in a push: GitLab allows nested groups.
@@ -111,7 +114,7 @@ class ListenConfig(StrictModel):
 class RemoteConfig(StrictModel):
     """`[remotes.NAME]`: a repository on a hosting service that loops follow."""
 
-    kind: RemoteKind = Field(description='the service; Forgejo is `"gitea"`')  # type: ignore[valid-type]
+    kind: RemoteKind = Field(description='the service; Forgejo is `"gitea"`')
     repository: str = Field(
         examples=["owner/name"],
         description=(

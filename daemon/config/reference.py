@@ -102,6 +102,8 @@ def default_text(info: FieldInfo) -> str:
     """`"60s"`, or `required` for a key without a default."""
     if info.default is PydanticUndefined and info.default_factory is None:
         return "required"
+    # The type: ignore below: pydantic types a default factory as taking the validated data or
+    # nothing; ours take nothing.
     value = info.default if info.default_factory is None else info.default_factory()  # type: ignore[call-arg]
     return f"`{toml_value(value)}`"
 

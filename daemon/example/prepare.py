@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from daemon.example import AGENT_SOURCE, REPO_FILES, agent_path, is_example_repo, repo_path
@@ -65,7 +66,7 @@ def copy_agent() -> Path:
     return target
 
 
-def prepare_examples(loops: dict[str, object]) -> list[Path]:
+def prepare_examples(loops: Mapping[str, object]) -> list[Path]:
     """Prepare the example repository when an enabled loop uses it; the paths made now."""
     made = []
     for loop in loops.values():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -316,7 +317,7 @@ def remove_path(path: Path) -> None:
         path.unlink(missing_ok=True)
         return
 
-    def opened_up(function, failed: str, _exc) -> None:  # noqa: ANN001
+    def opened_up(function: Callable[[str], object], failed: str, _exc: object) -> None:
         parent = os.path.dirname(failed)
         for folder in (parent, failed):
             if os.path.isdir(folder) and not os.path.islink(folder):

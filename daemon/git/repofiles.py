@@ -149,7 +149,7 @@ def restore_files(common: Path, snapshot: RepoSnapshot) -> list[Violation]:
         else:
             detail = "changed; too big for loopd to put back"
         if _is_reported(rel, changed):
-            violations.append(Violation(kind=_kind(rel), target=rel, detail=detail))  # type: ignore[arg-type]
+            violations.append(Violation(kind=_kind(rel), target=rel, detail=detail))
     return violations
 
 

@@ -13,7 +13,7 @@ import os
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from pathlib import Path
 
 GIT_IDENTITY = ("loopd", "loopd@localhost")
@@ -227,7 +227,7 @@ class Git:
     def is_clean(self) -> bool:
         return self.out("status", "--porcelain", "--untracked-files=all") == ""
 
-    def stream(self, *args: str, timeout: float | None = None) -> Iterator[bytes]:
+    def stream(self, *args: str, timeout: float | None = None) -> Generator[bytes, None, None]:
         """The lines of `git ARGS`'s output as they come, never the whole output at once.
 
         Closing the iterator early kills git. A failure raises GitError once the output has
@@ -262,7 +262,8 @@ class Git:
                 timer.cancel()
                 if not finished:
                     proc.kill()
-                proc.stdout.close()  # type: ignore[union-attr]
+                if proc.stdout is not None:
+                    proc.stdout.close()
                 proc.wait()
             if expired.is_set():
                 raise GitTimeout(args, timeout)

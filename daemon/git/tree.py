@@ -19,7 +19,7 @@ from pathlib import Path
 
 from daemon.git.agent import is_real_dir, read_small, replace_file, write_clone
 from daemon.git.own import OwnGit, remove_path
-from daemon.git.safe import GitError
+from daemon.git.safe import Git, GitError
 from daemon.git.setupmade import setup_excludes
 from daemon.git.userrepo import LedgerWriter, UserRepo
 from daemon.state.atomic import ensure_dir
@@ -50,7 +50,7 @@ class RunTree:
         return OwnGit(self.own_dir, self.path)
 
     @property
-    def git(self):  # noqa: ANN201 - daemon.git.safe.Git
+    def git(self) -> Git:
         """loopd's git on the tree."""
         return self.own.git
 
@@ -309,6 +309,8 @@ def reopen_tree(run: RunRecord, worktrees_root: Path) -> RunTree:
 
 def record_tree(run: RunRecord, tree: RunTree) -> None:
     """Write where the tree and its git directories are into the run's record."""
+    # The type: ignore below: the tree's isolation is one of the record's Literal values, set where
+    # the tree is made.
     run.isolation = tree.isolation  # type: ignore[assignment]
     run.branch = tree.branch
     run.worktree = str(tree.path)

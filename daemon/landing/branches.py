@@ -23,7 +23,7 @@ from daemon.state.background import Background
 from daemon.state.eventtypes import Event
 from daemon.state.ledger import ledger_of
 from daemon.state.records import RunRecord
-from daemon.state.runindex import RunIndex
+from daemon.state.runindex import IndexedRun, RunIndex
 from daemon.state.store import StateStore
 
 if TYPE_CHECKING:  # the listing never needs a run's journal: its import costs 10 ms
@@ -108,7 +108,7 @@ class HandMerges:
         self._refs.setdefault(repo, refs)
         return self._refs[repo]
 
-    def merged(self, run: RunRecord) -> str:
+    def merged(self, run: RunRecord | IndexedRun) -> str:
         """The target's commit when `run` may have landed and its target contains its branch."""
         if not may_have_landed(run, self.live):
             return ""
@@ -121,7 +121,7 @@ class HandMerges:
             _record_by_hand(self.store, run, commit, self.now)
         return bool(commit)
 
-    def notice_partial(self, run: RunRecord) -> RunRecord | None:
+    def notice_partial(self, run: RunRecord | IndexedRun) -> RunRecord | None:
         """The same for a record from the run index: the whole record, when it was recorded."""
         if not self.merged(run):
             return None

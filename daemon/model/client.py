@@ -235,6 +235,8 @@ class ModelClient:
             def send(client: OpenAI, request_timeout: float, extra: dict[str, Any] = extra) -> str:
                 raw = client.chat.completions.with_raw_response.create(
                     model=model,
+                    # The type: ignore below: the SDK types each message role as its own TypedDict;
+                    # ours are plain dicts it accepts.
                     messages=messages,  # type: ignore[arg-type]
                     temperature=0,
                     timeout=request_timeout,

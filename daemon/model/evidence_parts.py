@@ -190,7 +190,9 @@ def index_transcript(path: Path, cites: list[Citation], order: int) -> list[Sour
             pending[str(event.get("call_id") or "")] = part
         elif kind == "tool_result":
             group = None
-            part = pending.pop(str(event.get("call_id") or ""), None) or new(
+            call = str(event.get("call_id") or "")
+            found = pending.pop(call) if call in pending else None
+            part = found or new(
                 f"tool result `{event.get('tool', '')}` (its call is not in the transcript)"
             )
             if event.get("is_error") or event.get("denied"):

@@ -18,11 +18,13 @@ import tomli_w
 from daemon.people.answers import asked, record_answer
 from daemon.people.digest import best_score
 from daemon.people.escalation_file import (
-    Escalation,
-    open_escalations,
+    Escalation as Escalation,
 )
 from daemon.people.escalation_file import (
     list_escalations as list_escalations,
+)
+from daemon.people.escalation_file import (
+    open_escalations as open_escalations,
 )
 from daemon.people.escalation_file import (
     read_escalation as read_escalation,

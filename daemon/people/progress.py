@@ -40,8 +40,9 @@ _RULE_STATE = {
 
 def _rule_id(event: dict[str, Any]) -> str:
     for key in ("rule", "rule_id", "id"):
-        if isinstance(event.get(key), str) and event[key]:
-            return event[key]
+        value = event.get(key)
+        if isinstance(value, str) and value:
+            return value
     return ""
 
 
@@ -54,7 +55,7 @@ def _rule_text(event: dict[str, Any]) -> str:
 
 def rule_events(store: StateStore, loop: str | None = None) -> list[dict[str, Any]]:
     """Rule lifecycle events of the current events file, oldest first, for one loop or all."""
-    out = []
+    out: list[dict[str, Any]] = []
     try:
         fh = store.events.path.open("rb")
     except OSError:

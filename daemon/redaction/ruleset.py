@@ -145,6 +145,8 @@ class Rule:
 
     def _allowed(self, secret: str, whole: str, subject: str | bytes, start: int, end: int) -> bool:
         newline = b"\n" if isinstance(subject, bytes) else "\n"
+        # The type: ignore below: subject and newline are both bytes or both str; the checker cannot
+        # pair them.
         line_start = subject.rfind(newline, 0, start) + 1  # type: ignore[arg-type]
         line_end = subject.find(newline, end)  # type: ignore[arg-type]
         line = _text(subject[line_start : line_end if line_end >= 0 else len(subject)])

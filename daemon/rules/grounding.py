@@ -53,6 +53,7 @@ from typing import Any
 from daemon.rules import locations as where
 from daemon.rules import measures
 from daemon.rules.claims import COUNT, QUANTITY, Claim, claims_of
+from daemon.rules.measures import Where
 from daemon.rules.rulefile import Evidence
 from daemon.state.stored import is_stored, open_stored
 
@@ -281,8 +282,8 @@ class EvidenceSet:
         # A count's output (`grep -c`'s `app.py:3`) is not a line location.
         shown = "\n".join(row for row in whole.split("\n") if row.strip() not in counted)
         where.written(shown, evidence.locations)
-        for path, lines, _ in evidence.measures.shown:
-            evidence.locations.add(path, lines)
+        for name, lines, _ in evidence.measures.shown:
+            evidence.locations.add(name, lines)
         evidence._text = normalize(whole)
         return evidence
 
@@ -328,7 +329,7 @@ class EvidenceSet:
         found = re.search(claim_pattern(claim.kind, needle), self._search_in(claim))
         return found is not None or self.measured(claim) is not None
 
-    def measured(self, claim: Claim) -> measures.Where | None:
+    def measured(self, claim: Claim) -> Where | None:
         """Where a tool printed the size or count `claim` states, or the line it locates."""
         if claim.kind == "size":
             found = QUANTITY.fullmatch(normalize(claim.text))

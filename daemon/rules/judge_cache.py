@@ -37,8 +37,10 @@ class JudgeCache:
         self._lock = threading.Lock()
 
     def _read(self) -> dict[str, dict[str, bool]]:
+        if self.path is None:
+            return {}
         try:
-            raw = read_regular(self.path, cap=STATE_MAX)  # type: ignore[arg-type]
+            raw = read_regular(self.path, cap=STATE_MAX)
             data = json.loads(raw.decode("utf-8"))
             return {k: dict(v) for k, v in data.get("tasks", {}).items()}
         except (OSError, ValueError, AttributeError, TypeError):

@@ -158,7 +158,7 @@ def submit_candidate(
     asked for and the home configures none, ModelUnavailable when it cannot be reached
     (nothing is filed then).
     """
-    note = CandidateNote(kind=kind, text=text, why=why, paths=list(paths))  # type: ignore[arg-type]
+    note = CandidateNote(kind=kind, text=text, why=why, paths=list(paths))
     home = home if isinstance(home, Home) else Home(Path(home))
     config = home.load().daemon
     store = home.state(config.limits.events_rotate)

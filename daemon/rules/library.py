@@ -175,7 +175,8 @@ class RuleLibrary:
         with self._lock:
             folder = self.rules_dir / status
             folder.mkdir(parents=True, exist_ok=True)
-            slug = RULE_ID.match(rule.id).group(2) if rule.id else rule.rule
+            named = RULE_ID.match(rule.id) if rule.id else None
+            slug = named.group(2) if named else rule.rule
             for _ in range(1000):
                 number = self._next_number()
                 if not rule.id or self.find(rule.id) is not None:

@@ -228,7 +228,7 @@ def read_session(text: str, name: str, into: Measures) -> None:
             starts.append((i, match.group("cmd")))
     for k, (i, command) in enumerate(starts):
         end = starts[k + 1][0] if k + 1 < len(starts) else len(rows)
-        body = []
+        body: list[str] = []
         for row in rows[i + 1 : end]:
             if row.startswith(("[exit ", "```")) or (not row.strip() and body):
                 break

@@ -16,9 +16,10 @@ from typing import Any
 import re2
 
 try:  # Python 3.11+: the regex parser lives here; sre_parse is its deprecated alias
+    # The type: ignore below: a private module of the standard library, whose stubs do not list it.
     import re._parser as _sre  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover
-    import sre_parse as _sre  # type: ignore[no-redef]
+    import sre_parse as _sre
 
 MAX_PATTERN = 500  # characters
 MAX_PROGRAM = 8 << 20  # bytes of memory for one compiled pattern

@@ -125,7 +125,7 @@ def propose_rule(
         text = f"{reply.rule}\n{reply.how_to_apply}"
         proof = skill_proof(attempt_dir.parent, text, prefix.rsplit("/", 1)[0], passed)
     return Rule(
-        kind=fitting_kind(reply.kind, kind_hint, note, proof is not None),  # type: ignore[arg-type]
+        kind=fitting_kind(reply.kind, kind_hint, note, proof is not None),
         verified_with=proof,
         severity="remind",
         scope=Scope(repos=[repo] if repo else []),

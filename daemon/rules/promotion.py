@@ -25,7 +25,7 @@ from typing import Literal
 
 from daemon.rules.grounding import quote_in_file
 from daemon.rules.library import RuleLibrary, StoredRule
-from daemon.rules.rulefile import LIVE, Rule
+from daemon.rules.rulefile import LIVE, Rule, Status
 from daemon.state.events import EventLog
 from daemon.state.eventtypes import Event
 
@@ -162,12 +162,12 @@ def retire_stale(
 def _move(
     library: RuleLibrary,
     stored: StoredRule,
-    to: str,
+    to: Status,
     reason: str,
     events: EventLog | None,
     now: datetime,
     loop: str | None,
     run: str | None,
 ) -> RuleChange:
-    library.move(stored.rule.id, to, events, now, reason=reason, loop=loop, run=run)  # type: ignore[arg-type]
+    library.move(stored.rule.id, to, events, now, reason=reason, loop=loop, run=run)
     return RuleChange(stored.rule.id, stored.status, to, reason)

@@ -89,7 +89,8 @@ class CheckRun:
 def checks_in_log(text: str) -> list[CheckRun]:
     """The checks of a checks.log: `$ COMMAND`, its output, `[exit N after Ts]`."""
     out: list[CheckRun] = []
-    command, start, body = None, 0, []
+    command: str | None = None
+    start, body = 0, list[str]()
     for number, line in enumerate(text.split("\n"), start=1):
         if command is None:
             if line.startswith("$ "):

@@ -291,7 +291,7 @@ def check_bundle(
     manifest = read_manifest(src)
     refusals = Refusals()
     seen: set[str] = set()
-    rules = []
+    rules: list[Rule] = []
     for entry in manifest.rules:
         if entry.id in seen:
             refusals.add(entry.id, "appears twice in the manifest")

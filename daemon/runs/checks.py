@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from io import BufferedReader
 from pathlib import Path
 
 from daemon.agents.processes import claim, kill_tree, release, spawning
@@ -179,7 +180,7 @@ class _Tail:
     end: the failing test is kept, at its place, with the size of what was cut around it.
     """
 
-    def __init__(self, pipe) -> None:  # noqa: ANN001 - a binary file object
+    def __init__(self, pipe: BufferedReader) -> None:
         self.head = bytearray()
         self.data = bytearray()
         self.dropped = 0
@@ -216,14 +217,14 @@ class _Tail:
 
     def text(self, wait: float) -> str:
         self._thread.join(wait)
-        head, tail = bytes(self.head), bytes(self.data)
+        first, last = bytes(self.head), bytes(self.data)
         if not self.dropped:
-            return (head + tail).decode("utf-8", "replace")
+            return (first + last).decode("utf-8", "replace")
         # Whole lines either side of the cut: the partial ones count as cut.
-        head_end, tail_start = head.rfind(b"\n") + 1, tail.find(b"\n") + 1
-        dropped = self.dropped + len(head) - head_end + tail_start
-        head = head[:head_end].decode("utf-8", "replace")
-        tail = tail[tail_start:].decode("utf-8", "replace")
+        head_end, tail_start = first.rfind(b"\n") + 1, last.find(b"\n") + 1
+        dropped = self.dropped + len(first) - head_end + tail_start
+        head = first[:head_end].decode("utf-8", "replace")
+        tail = last[tail_start:].decode("utf-8", "replace")
         cut = (
             f"[... {dropped} bytes of output cut here; "
             f"the {len(self.named)} lines among them that name failures follow ...]\n"
@@ -261,6 +262,7 @@ def _finish_check(
     stop: StopToken | None,
     wrapped: bool,
 ) -> CheckResult:
+    assert isinstance(proc.stdout, BufferedReader)  # stdout=PIPE, binary and buffered (the default)
     tail = _Tail(proc.stdout)
     timed_out, stopped = _wait(proc, timeout, stop, wrapped)
     # The shell is gone; what it left in its group (holding the pipe open) goes too.

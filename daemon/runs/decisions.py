@@ -287,6 +287,12 @@ def stopped(why: StopWhy, phase: Phase, trigger_kind: str) -> Ending | None:
         return Ending("cancelled", "cancelled by a person", Cause.CANCELLED)
     if phase in RESUMABLE_AFTER_STOP:
         return None
+    return interrupted(trigger_kind)
+
+
+def interrupted(trigger_kind: str) -> Ending:
+    """A run interrupted where it cannot resume: retried once; a retry interrupted again goes
+    to a person."""
     cause = Cause.INTERRUPTED_RETRY if trigger_kind == "retry" else Cause.INTERRUPTED
     return Ending("interrupted", INTERRUPTED_REASON, cause)
 

@@ -51,7 +51,8 @@ class DeskWork:
         self.n = attempt.n
 
     def __call__(self, tool: str, args: Any) -> str:
-        return getattr(self, tool)(args)
+        answer: str = getattr(self, tool)(args)
+        return answer
 
     def refused(self, tool: str, why: str) -> None:
         """The event of a refused call."""

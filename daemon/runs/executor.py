@@ -150,7 +150,7 @@ class RunExecutor:
             cfg.stall_after.total_seconds(),
             cfg.setup_timeout.total_seconds() if cfg.setup else 0.0,
         )
-        return self.journal.idle_for(now_monotonic) > longest + WEDGE_MARGIN
+        return bool(self.journal.idle_for(now_monotonic) > longest + WEDGE_MARGIN)
 
     # the run -----------------------------------------------------------------
     def execute(self) -> RunRecord:

@@ -11,6 +11,7 @@ recorded. Only then is the `live` marker removed, so a restart finds a half-fini
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -155,7 +156,7 @@ def finish_run(
     cause: Cause | None = None,
     *,
     tree: RunTree | None = None,
-    notify_on: list[str] | None = None,
+    notify_on: Sequence[str] | None = None,
     config: LoopConfig | None = None,
     died_at: datetime | None = None,
 ) -> RunRecord:
@@ -166,7 +167,7 @@ def finish_run(
     if run.outcome is None:
         if outcome in STOPPED_OUTCOMES:
             _close_open_attempt(journal, tree, outcome, reason, died_at)
-        run.outcome = outcome  # type: ignore[assignment]
+        run.outcome = outcome
         run.reason = reason
         run.cause = cause or DEFAULT_CAUSE.get(outcome)
         run.finished = journal.now()
@@ -217,7 +218,7 @@ def _finish_work(
 
 
 def _finish_for_people(
-    services: RunServices, steps: _Steps, notify_on: list[str] | None, profile: str = ""
+    services: RunServices, steps: _Steps, notify_on: Sequence[str] | None, profile: str = ""
 ) -> None:
     """The escalation, superseded ones, progress notes, notifications and `run_finished`;
     `profile`: the loop's agent profile (a refused login holds it)."""
@@ -265,7 +266,7 @@ def complete_finish(
     run: RunRecord,
     *,
     tree: RunTree | None = None,
-    notify_on: list[str] | None = None,
+    notify_on: Sequence[str] | None = None,
     config: LoopConfig | None = None,
 ) -> RunRecord:
     """The steps of finishing a run with an outcome that are not done yet, then unmark it live.
@@ -383,7 +384,7 @@ def _escalated_event(services: RunServices, journal: RunJournal) -> None:
 
 
 def _notify(
-    services: RunServices, run: RunRecord, escalate: bool, notify_on: list[str] | None
+    services: RunServices, run: RunRecord, escalate: bool, notify_on: Sequence[str] | None
 ) -> None:
     notifications = services.notifications
     if notifications is None:
@@ -411,7 +412,7 @@ def end_without_agent(
     outcome: Outcome,
     reason: str,
     cause: Cause | None = None,
-    notify_on: list[str] | None = None,
+    notify_on: Sequence[str] | None = None,
 ) -> RunRecord:
     """End a run that no executor will take further (cancelled in the queue, orphaned)."""
     return finish_run(

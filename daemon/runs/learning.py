@@ -21,9 +21,11 @@ from daemon.model.evidence import build_evidence
 from daemon.redact import redact
 from daemon.regularfile import STATE_MAX, read_regular
 from daemon.rules.evaluator import render_rules, select_rules
+from daemon.rules.judge_cache import JudgeCache
 from daemon.rules.kinds import learn_decisions
 from daemon.rules.library import RuleLibrary
 from daemon.rules.postmortem import learn_from_attempt as post_mortem
+from daemon.rules.promotion import Attribution
 from daemon.rules.replay import judge_cache as state_cache
 from daemon.runs import decisions
 from daemon.runs.journal import RunJournal
@@ -79,7 +81,7 @@ def run_task_text(loop: Loop, run: RunRecord) -> str:
     return "\n".join(parts)
 
 
-def judge_cache(services: RunServices):  # noqa: ANN201 - JudgeCache
+def judge_cache(services: RunServices) -> JudgeCache:
     """The trigger evaluator's cache, kept under state/ where `loopd replay` reads it."""
     cache = services.rule_cache.get("judge")
     if cache is None:
@@ -123,14 +125,14 @@ def rules_of_run(services: RunServices, run: RunRecord) -> RuleChoice:
     return choice
 
 
-def rule_attribution(run: RunRecord) -> dict[str, str]:
+def rule_attribution(run: RunRecord) -> dict[str, Attribution]:
     """What the critic said of each rule that fired: "followed", "irrelevant" or "unknown".
 
     Followed in any judged attempt whose prompt held it: "followed". Else called irrelevant
     by every attempt that attributed it (at least one): "irrelevant". Else "unknown" (no
     critic, `critic = "off"`, or the critic named it in neither list).
     """
-    out: dict[str, str] = {}
+    out: dict[str, Attribution] = {}
     for rule_id in run.rules_fired:
         said = [a for a in run.attempts if a.attributed and rule_id in a.rules]
         if any(rule_id in a.rules_followed for a in said):

@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -101,7 +101,9 @@ def _try(
     return _verdict(adapter, result)
 
 
-def _launcher(config: DaemonConfig, folder: Path, home_root: Path, environ: Mapping[str, str]):
+def _launcher(
+    config: DaemonConfig, folder: Path, home_root: Path, environ: Mapping[str, str]
+) -> Callable[[list[str], dict[str, str]], Launch]:
     """Launches the agent in the sandbox runs use: its folder writable, loopd's home hidden."""
     sandbox = choose(config.sandbox).sandbox()
     homes = home_folders(environ)

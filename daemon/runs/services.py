@@ -46,7 +46,9 @@ class RunServices:
     # Called with the run as it parks on a usage limit (`loopd once` says so at once).
     on_park: Callable[[Any], None] | None = None
 
-    def event(self, type: Event, loop: str | None = None, run: str | None = None, **fields: Any):
+    def event(
+        self, type: Event, loop: str | None = None, run: str | None = None, **fields: Any
+    ) -> dict[str, Any]:
         return self.store.events.append(type, self.clock(), loop=loop, run=run, **fields)
 
     def model_client(self, second: bool = False) -> ModelClient | None:

@@ -402,7 +402,7 @@ class Sessions:
             others = copy.copy(self.parts)
             others.nudge = others.failed = ""
             rest += len(others.render().encode("utf-8"))
-        return max(NUDGE_FLOOR, min(NUDGE_CHECKS, cap - rest))
+        return int(max(NUDGE_FLOOR, min(NUDGE_CHECKS, cap - rest)))
 
     def _record_stall(self, session: Any, ending: Ending) -> None:
         journal, n = self.journal, self.attempt.n

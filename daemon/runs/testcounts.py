@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from daemon.state.records import TestCounts
+from daemon.state.records import TestCounts as TestCounts
 
 RUNNERS = ("pytest", "unittest", "go", "cargo", "jest", "vitest")
 

@@ -106,12 +106,12 @@ def plan(exposure: Exposure, masks: Iterable[str]) -> list[Mount]:
 
     for mask in masks:
         want("mask", mask)
-    for path in exposure.readable:
-        want("ro", path)
-    for path in exposure.writable:
-        want("rw", path)
-    for path in exposure.tools:
-        want("ro", path, tool=True)
+    for asked in exposure.readable:
+        want("ro", asked)
+    for asked in exposure.writable:
+        want("rw", asked)
+    for asked in exposure.tools:
+        want("ro", asked, tool=True)
     for path in hidden:
         wanted[path] = "hide"
     binds = [path for path, kind in wanted.items() if kind in ("ro", "rw")]

@@ -32,6 +32,7 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import Any
 
 CONFIG_NAME = "loopd-hooks.json"
 LOG_NAME = "loopd-hooks.log"
@@ -60,13 +61,14 @@ def branch_matches(globs: list[str], branch: str) -> bool:
     if _globs is None:
         path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "globs.py")
         spec = importlib.util.spec_from_file_location("loopd_hook_globs", path)
+        assert spec is not None and spec.loader is not None  # the file is loopd's own
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         _globs = module
     return _globs.any_branch_matches(globs, branch)
 
 
-_globs = None
+_globs: Any = None
 
 
 # ---------------------------------------------------------------------------- repository

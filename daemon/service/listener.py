@@ -217,7 +217,7 @@ def _deadline_protocol(timeout: float) -> Any:
     class DeadlineProtocol(H11Protocol):
         _deadline: Any = None
 
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             if len(self.connections) > MAX_CONNECTIONS:
                 # Each would hold a descriptor the daemon's runs need, for read_timeout.

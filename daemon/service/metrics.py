@@ -13,18 +13,20 @@ taken at a run's first attempt; it has no webhooks and no rule library.
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from daemon.rules.library import RuleLibrary
+from daemon.rules.rulefile import Status
+from daemon.state.eventtypes import Event
 from daemon.state.store import StateStore
 
 # Trigger received to run started, in seconds: webhooks aim under 0.2 s, schedules wait longer.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-RULE_STATUSES = ("trial", "active", "rejected", "retired")
+RULE_STATUSES: tuple[Status, ...] = ("trial", "active", "rejected", "retired")
 MAX_STARTS = 100_000  # runs started and not scraped yet, kept for their latency
 
 
@@ -46,13 +48,14 @@ class Metrics:
         self.gauges = gauges
         self.per_attempt = per_attempt
         self._lock = threading.Lock()
-        self.counts: dict[str, Counter[tuple[str, ...]]] = {
-            "runs": Counter(),
-            "attempts": Counter(),
-            "nudges": Counter(),
-            "judge": Counter(),
-            "tokens": Counter(),
-            "cost": Counter(),
+        # Sums, not only counts: the cost is in dollars.
+        self.counts: dict[str, defaultdict[tuple[str, ...], float]] = {
+            "runs": defaultdict(float),
+            "attempts": defaultdict(float),
+            "nudges": defaultdict(float),
+            "judge": defaultdict(float),
+            "tokens": defaultdict(float),
+            "cost": defaultdict(float),
         }
         self.webhooks: Callable[[], Counter[tuple[str, str]]] | None = None  # the daemon's desk
         self.registry = CollectorRegistry(auto_describe=False)
@@ -83,19 +86,19 @@ class Metrics:
     def observe(self, event: dict[str, Any]) -> None:
         kind, loop = event.get("type"), event.get("loop") or ""
         with self._lock:
-            if kind == "run_finished":
+            if kind == Event.RUN_FINISHED:
                 self.counts["runs"][(loop, str(event.get("outcome") or ""))] += 1
                 tokens = event.get("tokens")
                 if isinstance(tokens, int):
                     self.counts["tokens"][(loop,)] += tokens
-            elif kind == "attempt_started":
+            elif kind == Event.ATTEMPT_STARTED:
                 self.counts["attempts"][(loop,)] += 1
-            elif kind == "nudge":
+            elif kind == Event.NUDGE:
                 self.counts["nudges"][(loop,)] += 1
-            elif kind == "checks" and event.get("run"):
+            elif kind == Event.CHECKS and event.get("run"):
                 key = (event["run"], int(event.get("attempt") or 0))
                 self._checked[key] = datetime.fromisoformat(event["ts"])
-            elif kind == "verdict":
+            elif kind == Event.VERDICT:
                 checked = self._checked.pop(
                     (event.get("run") or "", int(event.get("attempt") or 0)), None
                 )
@@ -110,13 +113,13 @@ class Metrics:
         if not event.get("run"):
             return
         if self.per_attempt:
-            if kind == "attempt_started" and event.get("attempt") == 1:
+            if kind == Event.ATTEMPT_STARTED and event.get("attempt") == 1:
                 self._started(event)
-            elif kind == "attempt_finished":
+            elif kind == Event.ATTEMPT_FINISHED:
                 self._attempt_spent(event)
-        elif kind == "run_started":
+        elif kind == Event.RUN_STARTED:
             self._started(event)
-        elif kind == "run_finished":
+        elif kind == Event.RUN_FINISHED:
             self._cost(event)
 
     def _attempt_spent(self, event: dict[str, Any]) -> None:

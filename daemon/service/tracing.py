@@ -18,6 +18,7 @@ from typing import Any
 
 import daemon as package
 from daemon.config.telemetry import TelemetryConfig, missing_telemetry
+from daemon.state.eventtypes import Event
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
 
@@ -89,22 +90,22 @@ class RunTracer:
             return
         with self._lock:
             trace = self.traces.get(run_id)
-            if trace is None and kind == "run_started":
+            if trace is None and kind == Event.RUN_STARTED:
                 trace = self._open(run_id, event.get("loop") or "", str(event.get("trigger")))
             if trace is None:
                 return
-            if kind == "setup_started":
+            if kind == Event.SETUP_STARTED:
                 self._nest(trace, "setup", log=str(event.get("log") or ""))
-            elif kind == "setup_finished" and trace.nested is not None:
+            elif kind == Event.SETUP_FINISHED and trace.nested is not None:
                 trace.nested.set_attribute("loopd.passed", bool(event.get("passed")))
                 self._unnest(trace)
-            elif kind == "checks" and trace.step == "checks":
+            elif kind == Event.CHECKS and trace.step == "checks":
                 trace.span.set_attribute("loopd.passed", bool(event.get("passed")))
                 self._step(trace, "judging")
-            elif kind == "verdict" and trace.span is not None:
+            elif kind == Event.VERDICT and trace.span is not None:
                 trace.span.set_attribute("loopd.passed", bool(event.get("passed")))
                 trace.span.set_attribute("loopd.judged", bool(event.get("judged")))
-            elif kind == "run_finished":
+            elif kind == Event.RUN_FINISHED:
                 self._finish(self.traces.pop(run_id), event)
 
     # spans -----------------------------------------------------------------------------------

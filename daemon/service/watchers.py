@@ -3,6 +3,7 @@ configuration (asks the driver for a reload)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -74,7 +75,7 @@ class Watchers:
                 globs=loop.config.on_change,
                 debounce=loop.config.debounce.total_seconds(),
                 ignore_under=[worktrees],
-                is_running=lambda name=name: self.is_running(name),
+                is_running=functools.partial(self.is_running, name),
                 events=self.ctx.store.events,
             )
             try:

@@ -7,7 +7,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, Any, BinaryIO
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -70,7 +70,7 @@ def write_atomic(
         fh.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
-def open_private(path: Path, mode: str = "ab"):  # noqa: ANN201 - a file object
+def open_private(path: Path, mode: str = "ab") -> IO[Any]:
     """Open a file for appending, created 0600."""
     ensure_dir(path.parent)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import _thread
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -48,4 +48,4 @@ class Background(Generic[T]):
         self.wait()
         if self._error is not None:
             raise self._error
-        return self._value  # type: ignore[return-value]
+        return cast(T, self._value)  # set by the thread once it has finished without error

@@ -81,7 +81,7 @@ class HomeLock:
             answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _request(fcntl.F_WRLCK))
         finally:
             os.close(fd)
-        return _FLOCK.unpack(answer)[0] != fcntl.F_UNLCK
+        return bool(_FLOCK.unpack(answer)[0] != fcntl.F_UNLCK)
 
     def __enter__(self) -> HomeLock:
         self.acquire()

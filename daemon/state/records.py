@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import secrets
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from daemon.state.causes import Cause, violation_cause  # noqa: F401 - re-exported
+# Re-exported: a run's record and its cause are read together.
+from daemon.state.causes import Cause as Cause
+from daemon.state.causes import violation_cause as violation_cause
 from daemon.state.violations import CHECK_KINDS as CHECK_KINDS
 from daemon.state.violations import FAILING_KINDS as FAILING_KINDS
 from daemon.state.violations import REPOSITORY_KINDS as REPOSITORY_KINDS
@@ -32,7 +34,7 @@ Phase = Literal[
     "landing",
     "not-loaded",  # a loop's: its file does not load (status only; never a run's)
 ]
-OUTCOMES: tuple[str, ...] = Outcome.__args__  # type: ignore[attr-defined]
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
 
 
 def make_run_id(loop: str, now: datetime, bump: int = 0) -> str:

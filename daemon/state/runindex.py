@@ -59,7 +59,16 @@ Trigger = namedtuple("Trigger", ["kind"])
 _TRIGGERS: dict[str, Trigger] = {}
 
 
-class IndexedRun(namedtuple("_IndexedRun", ["id", *FIELDS, "kind", *_TIMES])):
+def _fields_tuple(name: str, fields: list[str]) -> Any:
+    """A namedtuple class of `fields`; built from FIELDS, which a type checker cannot read,
+    so its attributes are typed Any."""
+    return namedtuple(name, fields)
+
+
+_IndexedRunBase: Any = _fields_tuple("_IndexedRun", ["id", *FIELDS, "kind", *_TIMES])
+
+
+class IndexedRun(_IndexedRunBase):
     """The indexed fields of a run record, read as the record's: a tuple, as 10,000 of them
     are built in milliseconds where a RunRecord each took a tenth of a second in all. Any
     other field of a record is missing (AttributeError), never a default passed for a value;
@@ -123,7 +132,7 @@ class RunIndex:
     def records(self, run_ids: Iterable[str]) -> dict[str, IndexedRun]:
         """The indexed fields (FIELDS, the trigger's kind and the times) of those of `run_ids`
         that have a readable record."""
-        out = {}
+        out: dict[str, IndexedRun] = {}
         entries = self._entries
         try:
             runs = os.open(self.store.runs_dir, os.O_RDONLY | os.O_DIRECTORY)

@@ -53,9 +53,11 @@ def read_model(path: Path, model: type[M]) -> M:
     except NotRegular as exc:
         raise UnreadableFile(path, exc.reason) from None
     except ValidationError as exc:
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        raise UnreadableFile(path, f"{where}: {first.get('msg', exc)}") from None
+        if not exc.errors():
+            raise UnreadableFile(path, str(exc)) from None
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise UnreadableFile(path, f"{where}: {first['msg']}") from None
     except UnicodeDecodeError as exc:
         raise UnreadableFile(path, f"not UTF-8 (byte {exc.start})") from None
     except (OSError, ValueError) as exc:  # TOMLDecodeError is a ValueError

@@ -10,7 +10,7 @@ import gzip
 import os
 import shutil
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from daemon.state.atomic import FILE_MODE
 
@@ -38,7 +38,7 @@ def open_stored(path: Path) -> BinaryIO:
     """`path` opened to read its bytes, decompressed when it is kept compressed."""
     found = stored(path)
     if found.name.endswith(SUFFIX) and not path.name.endswith(SUFFIX):
-        return gzip.open(found, "rb")  # type: ignore[return-value]
+        return cast(BinaryIO, gzip.open(found, "rb"))  # a GzipFile reads as a binary file
     return found.open("rb")
 
 

@@ -71,5 +71,5 @@ class Violation(BaseModel):
             ("ref moved: ", "ref_moved"),
         ):
             if text.startswith(prefix):
-                return cls(kind=kind, target=text[len(prefix) :])  # type: ignore[arg-type]
+                return cls(kind=kind, target=text[len(prefix) :])
         return cls(kind="protected", target="", detail=text)

@@ -9,6 +9,7 @@ decides, with the local engine's own code.
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
@@ -50,7 +51,7 @@ class Controller:
         self.pauses: list[bool] = []
         self.cancels: list[str] = []
         self.held = False  # a usage limit or a spent budget holds new runs (a timer ends it)
-        self.hold = ("", None)  # why, until when
+        self.hold: tuple[str, datetime | None] = ("", None)  # why, until when
 
     @workflow.signal(name="trigger")
     def trigger(self, batch: TriggerBatch) -> None:

@@ -146,7 +146,8 @@ def _sections(data: bytes, cap: int) -> tuple[str, bool]:
 
 def _lines(data: bytes, cap: int) -> tuple[list[str], bool]:
     """Whole lines within `cap` bytes; whether some were left."""
-    out, size = [], 0
+    out: list[str] = []
+    size = 0
     for raw in data.decode("utf-8", "replace").splitlines():
         size += len(raw) + 1
         if size > cap:

@@ -64,17 +64,17 @@ def excerpts(folder: Path, rule: Rule, budget: int = BUDGET) -> list[SparseFile]
     if checks is not None:
         total = len(checks.lines)
         wanted["checks.log"].update(range(max(1, total - CHECKS_TAIL + 1), total + 1))
-    out = []
+    out: list[SparseFile] = []
     spent = 0
     for name, numbers in wanted.items():
         item = evidence.files[name]
         kept: dict[int, str] = {}
         for number in sorted(numbers):
-            line = item.lines[number - 1]
-            if spent + len(line) > budget:
+            text = item.lines[number - 1]
+            if spent + len(text) > budget:
                 break
-            kept[number] = line
-            spent += len(line)
+            kept[number] = text
+            spent += len(text)
         if kept:
             out.append(SparseFile(name=name, total=len(item.lines), lines=kept))
     return out

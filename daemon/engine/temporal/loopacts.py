@@ -123,12 +123,16 @@ class LoopActivities:
         events = _Skips(store.events)
         ctx = Context(
             home=side.home,
+            # The type: ignore below: a StateStore in all but its event log, which _WithEvents swaps
+            # (duck-typed, tested).
             store=_WithEvents(store, events),  # type: ignore[arg-type]
             flags=Flags(),
             config=side.config(),
             services=side.services,
             clock=utc_now,
         )
+        # The type: ignore below: no queue file on a worker: Intake's queue is the activity's in-
+        # memory one (same methods).
         intake = Intake(ctx, queue, None, lambda _name: bool(inp.running))  # type: ignore[arg-type]
         loop = ctx.loops.get(inp.loop)
         routed: dict[str, str] = {}
@@ -211,7 +215,7 @@ class LoopActivities:
     async def signal_controller(self, batch: TriggerBatch) -> None:
         """Start the loop's controller with the fire (signal-with-start)."""
         loop = batch.triggers[0].loop
-        if not activity.info().workflow_id.startswith(controller_id(loop) + "/fire"):
+        if not (activity.info().workflow_id or "").startswith(controller_id(loop) + "/fire"):
             raise PermissionError("only a loop's Fire workflow starts its controller")
         await start_controller(
             self.side.client, self.side.config().daemon.engine.task_queue, loop, batch

@@ -9,8 +9,9 @@ and its post-mortem go to the workers.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -49,9 +50,17 @@ with workflow.unsafe.imports_passed_through():
         VerdictInput,
     )
     from daemon.runs import decisions
-    from daemon.state.records import AttemptRecord, Cause, Phase, RunRecord
+    from daemon.state.records import AttemptRecord, Cause, RunRecord
 
-LOCAL = {
+
+class LocalOptions(TypedDict):
+    """The options of every local activity, typed so that `**LOCAL` is checked."""
+
+    start_to_close_timeout: timedelta
+    retry_policy: RetryPolicy
+
+
+LOCAL: LocalOptions = {
     "start_to_close_timeout": timedelta(minutes=10),
     "retry_policy": RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1)),
 }
@@ -63,7 +72,7 @@ INTERRUPTING = {TimeoutType.HEARTBEAT, TimeoutType.START_TO_CLOSE, TimeoutType.S
 
 
 def _causes(exc: BaseException | None) -> list[BaseException]:
-    out = []
+    out: list[BaseException] = []
     while exc is not None and len(out) < 10:
         out.append(exc)
         exc = getattr(exc, "cause", None) or exc.__cause__
@@ -86,7 +95,7 @@ def _lost(exc: BaseException) -> bool:
 
 def _failed(exc: BaseException) -> EndOfRun:
     """A step that failed: `error`, with the cause its type names (decisions' one table)."""
-    kind, message, details = "", str(exc), ()
+    kind, message, details = "", str(exc), cast(Sequence[Any], ())
     for cause in _causes(exc):
         if isinstance(cause, ApplicationError):
             kind, message, details = cause.type or "", cause.message, cause.details
@@ -103,13 +112,13 @@ def _end(ending: decisions.Ending) -> EndOfRun:
 CANCELLED = EndOfRun(outcome="cancelled", reason="cancelled by a person", cause=Cause.CANCELLED)
 
 
-def _step_ended(exc: BaseException, phase: Phase, trigger_kind: str) -> EndOfRun:
+def _step_ended(exc: BaseException, trigger_kind: str) -> EndOfRun:
     """How a worker's step that raised ends the run: cancelled, interrupted (its worker was
-    lost while in `phase`) or failed."""
+    lost while preparing or running: neither resumes) or failed."""
     if _cancelled(exc):
         return CANCELLED
     if _lost(exc):
-        return _end(decisions.stopped("interrupted", phase, trigger_kind))  # type: ignore[arg-type]
+        return _end(decisions.interrupted(trigger_kind))
     return _failed(exc)
 
 
@@ -189,6 +198,7 @@ class RunWorkflow:
             out, record = await self._attempt_through_parks(inp, cfg, plan, head, n)
             if isinstance(out, EndOfRun):
                 return out
+            assert record is not None  # an attempt that ran has its record
             self._view.worker = out.worker
             head = out.head
             cut = decisions.cut_short(
@@ -281,7 +291,7 @@ class RunWorkflow:
                 cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
         except ActivityError as exc:
-            return _step_ended(exc, "preparing", inp.trigger_kind)
+            return _step_ended(exc, inp.trigger_kind)
         ended: Prepared = await self._local(
             "setup_ended", SetupEnded(ref=inp.ref, output=out), Prepared
         )
@@ -320,7 +330,7 @@ class RunWorkflow:
                 **extra,
             )
         except ActivityError as exc:
-            return _step_ended(exc, "running", inp.trigger_kind)
+            return _step_ended(exc, inp.trigger_kind)
 
     async def _checks(
         self, inp: RunInput, cfg: LoopConfig, n: int, out: AttemptOutput, record: RunRecord
@@ -347,7 +357,7 @@ class RunWorkflow:
         }
         queues = [out.own_queue, inp.queue] if out.own_queue else [inp.queue]
         for i, queue in enumerate(queues):
-            extra = {}
+            extra: dict[str, Any] = {}
             if i + 1 < len(queues):
                 extra["schedule_to_start_timeout"] = timedelta(seconds=inp.heartbeat_seconds)
             try:
@@ -359,7 +369,7 @@ class RunWorkflow:
                     return CANCELLED
                 if not _lost(exc):
                     return _failed(exc)
-        return _end(decisions.stopped("interrupted", "running", inp.trigger_kind))  # type: ignore[arg-type]
+        return _end(decisions.interrupted(inp.trigger_kind))
 
     async def _judge(self, inp: RunInput, n: int, checks: ChecksOutput) -> Judged:
         args = VerdictInput(ref=inp.ref, n=n, config=inp.config, checks=checks, critic=inp.critic)

@@ -35,17 +35,17 @@ def _ranges(values: Sequence[int]) -> list[Any]:
     from temporalio.client import ScheduleRange
 
     out: list[Any] = []
-    start = prev = None
-    for value in sorted(set(values)):
-        if start is None:
-            start = prev = value
-        elif value == prev + 1:
+    ordered = sorted(set(values))
+    if not ordered:
+        return out
+    start = prev = ordered[0]
+    for value in ordered[1:]:
+        if value == prev + 1:
             prev = value
         else:
             out.append(ScheduleRange(start, prev))
             start = prev = value
-    if start is not None:
-        out.append(ScheduleRange(start, prev))
+    out.append(ScheduleRange(start, prev))
     return out
 
 
@@ -53,10 +53,10 @@ def calendars(expressions: Iterable[str]) -> list[ScheduleCalendarSpec]:
     """The calendar specs of cron expressions, with cron's meaning of the two day fields."""
     from temporalio.client import ScheduleCalendarSpec
 
-    out = []
+    out: list[ScheduleCalendarSpec] = []
     for text in expressions:
         cron = CronExpression.parse(text)
-        common = {
+        common: dict[str, Any] = {
             "second": _ranges([0]),
             "minute": _ranges(cron.minute),
             "hour": _ranges(cron.hour),

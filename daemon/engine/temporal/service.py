@@ -11,6 +11,7 @@ start, what attempts of a killed predecessor left running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -256,6 +257,7 @@ class Process:
     # triggers in -----------------------------------------------------------------------------
     async def _forward(self, client: Any) -> None:
         """Inbox files (and, at the home, file changes) to the loops' controllers."""
+        watcher: Watchers | InboxWatcher
         if self.ctx is not None:  # the home: the local daemon's watchers, as they are
             self.watchers = watcher = Watchers.start(self.ctx, lambda _name: False)
         else:
@@ -348,16 +350,14 @@ class Process:
             await asyncio.sleep(STATUS_EVERY)
 
     async def _resync(self, client: Any, side: HomeSide) -> None:
-        """A changed loopd.toml or loop file, SIGHUP, `loopd reload`: controllers and
-        schedules follow, loop by loop, as the local daemon reloads."""
+        """A changed loopd.toml or loop file, SIGHUP, `loopd reload`: as locally, loop by loop."""
         mark = config_mark(self.home)
         files = first_load(self.home, self.loaded)
         while True:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.resync.wait(), RESYNC_EVERY)
-            except TimeoutError:
-                pass
-            asked, _ = self.resync.is_set(), self.resync.clear()
+            asked = self.resync.is_set()
+            self.resync.clear()
             now = config_mark(self.home)
             if now == mark and not asked:
                 continue

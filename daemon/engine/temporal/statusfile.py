@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
-from typing import Any
+from typing import Any, get_args
 
 import daemon as package
 from daemon.sandbox.registry import choose
@@ -91,7 +91,7 @@ class EngineStatusBoard:
         )
 
 
-_PHASES = set(Phase.__args__)  # type: ignore[attr-defined]
+_PHASES = set(get_args(Phase))
 
 
 def _when(value: Any) -> datetime | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -185,7 +185,7 @@ class Notifications:
         )
         self.notify("retry-not-run", message, {"loop": loop, "run": run_id, "why": why}, now)
 
-    def run_finished(self, run: RunRecord, notify_on: list[str], now: datetime) -> None:
+    def run_finished(self, run: RunRecord, notify_on: Sequence[str], now: datetime) -> None:
         """Notify a finished run when `notify_on` asks for its outcome (escalations excluded)."""
         if run.outcome in ESCALATING_OUTCOMES:
             return  # `escalated` sends those, once
@@ -194,7 +194,7 @@ class Notifications:
             self.notify(run.outcome, message, payload, now)
 
     def attempt_failed(
-        self, run: RunRecord, attempt: AttemptRecord, notify_on: list[str], now: datetime
+        self, run: RunRecord, attempt: AttemptRecord, notify_on: Sequence[str], now: datetime
     ) -> None:
         """Notify a failed attempt when `notify_on` holds "failed-attempt"."""
         if "failed-attempt" in notify_on:

@@ -67,7 +67,7 @@ class WebhookNotifier(Notifier):
                 last = f"HTTP {exc.code}"
                 if 400 <= exc.code < 500 and exc.code not in (408, 429):
                     break  # the request itself is wrong; repeating it will not help
-                retry_after = retry_after_of(exc.headers)
+                retry_after = retry_after_of(dict(exc.headers.items()))
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 reason = getattr(exc, "reason", exc)
                 last = str(reason) or type(exc).__name__
