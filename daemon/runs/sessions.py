@@ -340,8 +340,10 @@ class Sessions:
         run, checked = self.run_record, self.result.checked
         if checked is None or not any(run.base_failures) or not run.base_commit:
             return False
-        stat = numstat(self.attempt.tree.own.bare, run.base_commit, checked.commit)
         tree = self.attempt.tree
+        if tree.own_dir is None:  # no git directory of loopd's: no check tree to compare
+            return False
+        stat = numstat(tree.own.bare, run.base_commit, checked.commit)
         trees = (str(check_folders(tree.own_dir)[0]), str(tree.path))
         changed = [f.path for f in stat.files]
         reason = unchanged_failure(checked.checks, run.base_failures, changed, trees)
