@@ -306,3 +306,43 @@ def test_the_same_output_rule_on_real_check_outputs(tmp_path: Path) -> None:
         [run_check("python3 check.py; echo more; exit 1", tmp_path, 60, {"PATH": "/usr/bin:/bin"})]
     )
     assert not other.passed and unchanged_failure(other, base, ["app.py"], trees) == ""
+
+
+def test_both_engines_give_a_later_run_the_persons_answer(
+    tmp_path: Path, temporal: Any, machines: list
+) -> None:
+    answer = "Yes: strings are concatenated."
+
+    def setup(folder: Path, engine: str) -> Machine:
+        root = folder / "machine"
+        repo = make_repo(root / "src" / "app", APP)
+        text = command_agent("a", ASKS) + f'\n[limits]\nworktrees = "{root / "worktrees"}"\n'
+        loop = loop_toml(
+            repo,
+            task="Make check.py pass.",
+            agent="a",
+            done_when=["python3 check.py"],
+            critic="off",
+            max_attempts=1,
+        )
+        home = make_home(root / "loopd-home", text + engine, {"calc": loop})
+        return Machine("machine", root, home, repo)
+
+    def scenario(machine: Machine) -> int:
+        machine.start("run")
+        assert machine.loopd("trigger", "calc", "--wait", timeout=300).returncode == 0
+        (first,) = machine.runs()
+        listed = machine.loopd("escalations").stdout.split()
+        assert f"{first['id']}-q1" in listed, listed
+        done = machine.loopd("escalations", "resolve", f"{first['id']}-q1", "--note", answer)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert machine.loopd("trigger", "calc", "--wait", timeout=300).returncode == 0
+        return 2
+
+    on_both(tmp_path, temporal, machines, setup, scenario)
+    for machine in machines:
+        second = max(run["id"] for run in machine.runs())
+        prompt = machine.home / "state" / "runs" / second / "attempt-1" / "prompt.md"
+        text = prompt.read_text()
+        assert "# Answers from a person" in text and answer in text, (machine.root, text)
+        assert "Should add() accept strings?" in text

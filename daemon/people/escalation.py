@@ -206,17 +206,20 @@ def resolve(
         trigger=trigger.id if trigger else "",
     )
     if meta.cause == "question" and note.strip():  # a decision the loop's later runs are given
-        kept = record_answer(store, meta.loop, run_id, asked(body), note, now)
-        store.events.append(
-            Event.ANSWER_KEPT,
-            now,
-            loop=meta.loop,
-            run=run_id,
-            file=str(kept.relative_to(store.root)),
-        )
+        _keep_answer(store, meta, run_id, asked(body), note, now)
 
     update_progress(store, meta.loop, now)
     return trigger
+
+
+def _keep_answer(
+    store: StateStore, meta: Escalation, asked_in: str, question: str, note: str, now: datetime
+) -> None:
+    """Keep a person's answer to a question for the loop's later runs (people/answers.py)."""
+    kept = record_answer(store, meta.loop, asked_in, question, note, now)
+    store.events.append(
+        Event.ANSWER_KEPT, now, loop=meta.loop, run=asked_in, file=str(kept.relative_to(store.root))
+    )
 
 
 def _resolved_section(now: datetime, note: str, verdict: str, trigger: Trigger | None) -> list[str]:
