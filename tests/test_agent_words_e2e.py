@@ -34,8 +34,8 @@ SECRET = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 GIVES_UP = (
     "import pathlib, sys\n"
     "p = pathlib.Path('starts.txt'); p.write_text(p.read_text() + 'x' if p.exists() else 'x')\n"
-    f"print('I looked at app.py with token {SECRET}.\\x1b]0;pwned\\x07')\n"
-    "print('I cannot figure this out; giving up.')\n"
+    "print('I looked at app.py.')\n"
+    f"print('With token {SECRET}\\x1b]0;pwned\\x07 I cannot figure this out; giving up.')\n"
     "sys.exit(3)\n"
 )
 # Works, exits 0, never fixes the bug: the checks still fail; it says what it did.
@@ -90,10 +90,13 @@ def test_an_agent_that_gives_up_is_nudged_once_then_escalates_with_its_words(
     assert len(run["attempts"]) == 1, "a run whose agent gave up went on to more attempts"
     assert run["attempts"][0]["nudges"] == 1, run["attempts"][0]
     assert "I cannot figure this out; giving up." in run["reason"], run["reason"]
+    assert SECRET not in run["reason"], run["reason"]
     assert "exit 3" in run["reason"] or "exited 3" in run["reason"], run["reason"]
     escalation = (home / "state" / "escalations" / f"{run['id']}.md").read_text()
     assert "## The agent's last message" in escalation, escalation
-    assert "> I cannot figure this out; giving up." in escalation
+    assert "I cannot figure this out; giving up." in escalation
+    assert "## Last failure of the checks (attempt 1" in escalation
+    assert "add(2, 3) is not 5" in escalation  # the checks' log, kept though unjudged
     assert SECRET not in escalation and "\x1b" not in escalation and "\x07" not in escalation
     sent = notified(out)
     assert len(sent) == 1, sent

@@ -24,7 +24,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import PurePosixPath
+from typing import Protocol
 
+from daemon.git.diffs import numstat
+from daemon.git.tree import RunTree, check_folders
 from daemon.runs.checks import ChecksResult, output_digest
 
 ENVIRONMENTAL = re.compile(
@@ -39,6 +42,23 @@ ENVIRONMENTAL = re.compile(
 )
 # A line that says what failed: an exception, an error, a shell's complaint.
 ERROR_LINE = re.compile(r"(?:^[\w.]*(?:Error|Exception)\b|error|not found|denied|refused)", re.I)
+
+
+class Checked(Protocol):
+    """The checks that ran on a commit after a session (runs/sessions.py's CheckedCommit)."""
+
+    commit: str
+    checks: ChecksResult
+
+
+def same_as_base(tree: RunTree, base: str, base_failures: Sequence[str], checked: Checked) -> str:
+    """`unchanged_failure` for the checks that ran on `checked.commit` in the run's `tree`:
+    the files the agent changed since `base`, the tree's folders read as `{tree}`."""
+    if not any(base_failures) or not base or tree.own_dir is None:
+        return ""  # no failing base kept (a retry, a forced run), or no check tree here
+    stat = numstat(tree.own.bare, base, checked.commit)
+    trees = (str(check_folders(tree.own_dir)[0]), str(tree.path))
+    return unchanged_failure(checked.checks, base_failures, [f.path for f in stat.files], trees)
 
 
 def unchanged_failure(

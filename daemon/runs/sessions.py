@@ -26,10 +26,9 @@ from daemon.agents.quota import quota_of
 from daemon.agents.supervisor import Supervisor
 from daemon.clock import local_zone
 from daemon.config import Loop, LoopConfig
-from daemon.git.diffs import numstat
 from daemon.git.integrity import commit_work
 from daemon.git.messages import commit_message
-from daemon.git.tree import RunTree, check_folders
+from daemon.git.tree import RunTree
 from daemon.redact import redact
 from daemon.runs.checks import ChecksResult
 from daemon.runs.checktree import CheckTree
@@ -37,12 +36,12 @@ from daemon.runs.confinement import Confinement
 from daemon.runs.journal import RunJournal
 from daemon.runs.parking import Asked, Parking
 from daemon.runs.prompt import PromptParts, build_prompt, fenced
-from daemon.runs.sameoutput import unchanged_failure
+from daemon.runs.sameoutput import same_as_base
 from daemon.runs.services import RunServices
 from daemon.runs.stop import StopToken
 from daemon.scheduling.cron import parse_timezone
 from daemon.sizes import ENTRY_BYTES, on_disk
-from daemon.state.atomic import ensure_dir
+from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord, StallRecord
 
@@ -327,8 +326,7 @@ class Sessions:
         out_of_nudges = self.record.nudges >= self.cfg.max_nudges
         if ending.kind == "gave_up" and (out_of_nudges or self._gave_up_before()):
             self.result.gave_up = ending.detail
-            self.record.checks_passed = False  # its checks ran on its work and failed
-            self.journal.save()
+            self._failed_checks_kept()
             return None
         if out_of_nudges or time.monotonic() >= self.deadline:
             return None
@@ -338,20 +336,24 @@ class Sessions:
         """Whether a check fails as it did on the base, for the environment's sake, though
         the agent changed files (runs/sameoutput.py); the run's reason is kept then."""
         run, checked = self.run_record, self.result.checked
-        if checked is None or not any(run.base_failures) or not run.base_commit:
+        if checked is None:
             return False
-        tree = self.attempt.tree
-        if tree.own_dir is None:  # no git directory of loopd's: no check tree to compare
-            return False
-        stat = numstat(tree.own.bare, run.base_commit, checked.commit)
-        trees = (str(check_folders(tree.own_dir)[0]), str(tree.path))
-        changed = [f.path for f in stat.files]
-        reason = unchanged_failure(checked.checks, run.base_failures, changed, trees)
+        reason = same_as_base(self.attempt.tree, run.base_commit, run.base_failures, checked)
         if reason:
             self.result.environment = reason
-            self.record.checks_passed = False
-            self.journal.save()
+            self._failed_checks_kept()
         return bool(reason)
+
+    def _failed_checks_kept(self) -> None:
+        """The attempt ends the run unjudged: its checks, run on its work, failed; their log
+        is kept in the attempt's folder as judging keeps it (the escalation quotes it)."""
+        checked = self.result.checked
+        if checked is not None:
+            folder = self.journal.attempt_dir(self.attempt.n)
+            write_atomic(folder / "checks.log", checked.checks.log())
+            write_atomic(folder / "checks-failed.txt", checked.checks.failure_tail())
+        self.record.checks_passed = False
+        self.journal.save()
 
     def _gave_up_before(self) -> bool:
         """Whether the agent gave up earlier in the run (the stall just recorded aside)."""
