@@ -115,10 +115,53 @@ def _canonical(arguments: Any) -> str:
         return repr(arguments)
 
 
+# An agent that says, in the last paragraph of its final message, that it cannot go on. Narrow
+# on purpose (docs/behaviour.md, "An agent that gives up"): the words must say the agent
+# itself stops ("I give up", "...; giving up", "I cannot continue"), not that something else
+# failed or that it will not give up.
+_GIVES_UP = re.compile(
+    r"(?:^|[;:,.!\u2014-]\s*|\bso\s+)giving up\s*[.!]?\s*$"
+    r"|\bI(?:'m| am) giving up(?: on (?:this|it|the task))?\s*[.!]?\s*$"
+    r"|\bI (?:give up|have to give up|must give up)(?: on (?:this|it|the task))?\s*[.!]?\s*$"
+    r"|\bI (?:cannot|can't|can ?not|am unable to|am not able to) "
+    r"(?:go on|continue|proceed|make (?:any )?(?:further )?progress)(?: with (?:this|the task))?"
+    r"\s*[.!]?\s*$",
+    re.IGNORECASE,
+)
+_NEGATED = re.compile(r"\b(?:not|never|won't|instead of|rather than|without)\s+giving up\b", re.I)
+
+
+def says_it_gave_up(final_text: str) -> bool:
+    """Whether the agent's last paragraph says it stops: a sentence that ends with "giving
+    up", says "I give up", or "I cannot continue/go on/proceed" (the sentence's end)."""
+    paragraph = _last_paragraph(final_text)
+    if not paragraph or _NEGATED.search(paragraph):
+        return False
+    clauses = [part.strip().strip("*_ )\"'") for part in _SENTENCE_END.split(paragraph)]
+    return any(_GIVES_UP.search(clause) for clause in clauses if clause)
+
+
+def gave_up_how(exit_code: int | None, killed: bool, final_text: str) -> str:
+    """How the agent gave up, with its last words ("" when it did not): it exited non-zero
+    by itself (126 and 127 aside: a program missing is `agent-failed`) or said it stops."""
+    exited = exit_code not in (None, 0, 126, 127) and not killed
+    if not (exited or says_it_gave_up(final_text)):
+        return ""
+    words = " ".join(final_text.split()[-60:])
+    how = f"exit {exit_code}" if exited else "said it cannot go on"
+    return f"{how}: {words}" if words else how
+
+
 # -- how a session ended, as the attempt acts on it ----------------------------------------
 
 StallKind = Literal[
-    "silence", "repeated_tool_call", "question", "stopped_early", "permission_denied", "none"
+    "silence",
+    "repeated_tool_call",
+    "question",
+    "stopped_early",
+    "permission_denied",
+    "gave_up",
+    "none",
 ]
 DETAIL_CHARS = 500
 

@@ -74,6 +74,7 @@ def show_plain(args: argparse.Namespace) -> int | None:
         return None
     if fields is None:
         return None
+    fields["id"] = fields["id"] or path.stem
     text = path.read_text(encoding="utf-8")
     if args.json:
         print_json({**json_fields(fields), "text": text})
@@ -99,7 +100,7 @@ def listed(e: dict[str, Any]) -> str:
     reason = " ".join(clean(e["reason"]).split())
     if e["count"] > 1:
         reason += f" (escalated {e['count']} times, latest run {e['latest_run']})"
-    return f"{e['run']}  {e['status']:<10} {when}  {e['cause']:<15} {reason}"
+    return f"{e.get('id') or e['run']}  {e['status']:<10} {when}  {e['cause']:<15} {reason}"
 
 
 def print_shown(text: str) -> None:

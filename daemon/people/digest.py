@@ -9,12 +9,35 @@ from pathlib import Path
 
 from daemon.excerpt import excerpt
 from daemon.people.terminal import checks_word as checks_word  # its readers import it here
+from daemon.people.terminal import clean
 from daemon.redact import redact
 from daemon.state.records import AttemptRecord, DiffStat, FileChange, RunRecord
 from daemon.state.store import StateStore
 
 CHECKS_EXCERPT = 6_000  # characters of a failing checks.log shown to a person
 CHECKS_READ = 16_000_000  # bytes of checks.log read for it: its two ends past that
+LAST_MESSAGE_CHARS = 2_000  # characters of the agent's last message an escalation quotes
+
+
+@dataclass(frozen=True)
+class LastMessage:
+    """The agent's last message in a run: the attempt it ended, and its words as shown."""
+
+    attempt: int
+    text: str
+
+
+def last_message(run: RunRecord, cap: int = LAST_MESSAGE_CHARS) -> LastMessage | None:
+    """The agent's last message (the final text of the last attempt that has one), redacted,
+    without terminal sequences, its end kept within `cap` characters; None when it said
+    nothing."""
+    for attempt in reversed(run.attempts):
+        text = clean(redact(attempt.summary)).strip()
+        if text:
+            if len(text) > cap:
+                text = "[...] " + text[-cap:].lstrip()
+            return LastMessage(attempt.n, text)
+    return None
 
 
 def _unquote_path(text: str) -> str:

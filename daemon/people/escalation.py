@@ -15,6 +15,7 @@ from typing import Literal
 
 import tomli_w
 
+from daemon.people.answers import asked, record_answer
 from daemon.people.digest import best_score
 from daemon.people.escalation_file import (
     Escalation as Escalation,
@@ -88,6 +89,7 @@ def write_escalation(
         best_score=best_score(run.attempts),
         notified=now,  # an escalation is always notified as it is filed
         profile=profile,
+        id=run.id,
     )
     body = render(store, run, meta.cause, suggestion or suggest(run, cause))
     path = store.escalation_path(run.id)
@@ -109,12 +111,14 @@ def write_question(
         branch=run.branch,
         attempts=attempt,
         notified=now,
+        id=path.stem,
     )
     body = (
         f"# The agent of run {run.id} asks\n\n{quote(question)}\n\n"
         f"Asked during attempt {attempt}; the run went on without the answer. Answer with "
-        f'`loopd escalations resolve {path.stem} --note "..."` (add --retry to run the task '
-        "again with your note).\n"
+        f'`loopd escalations resolve {path.stem} --note "..."`: your answer is kept in '
+        f"state/answers/{run.loop}.md and every later run of the loop is given it (add --retry "
+        "to run the task again with your note).\n"
     )
     write_atomic(path, _front_matter(meta) + "\n" + clean(redact(body)))
 
@@ -191,6 +195,8 @@ def resolve(
         retry=retry,
         trigger=trigger.id if trigger else "",
     )
+    if meta.cause == "question" and note.strip():  # a decision the loop's later runs are given
+        _keep_answer(store, meta, run_id, asked(body), note, now)
 
     if meta.loop:  # the home's own escalations belong to no loop's progress notes
         update_progress(store, meta.loop, now)
@@ -216,6 +222,16 @@ def _queue_retry(
     )
     trigger.id = store.put_trigger(trigger).name
     return trigger
+
+
+def _keep_answer(
+    store: StateStore, meta: Escalation, asked_in: str, question: str, note: str, now: datetime
+) -> None:
+    """Keep a person's answer to a question for the loop's later runs (people/answers.py)."""
+    kept = record_answer(store, meta.loop, asked_in, question, note, now)
+    store.events.append(
+        Event.ANSWER_KEPT, now, loop=meta.loop, run=asked_in, file=str(kept.relative_to(store.root))
+    )
 
 
 def _resolved_section(now: datetime, note: str, verdict: str, trigger: Trigger | None) -> list[str]:

@@ -54,6 +54,9 @@ class Escalation(BaseModel):
     # Cause agent-login: the agent profile whose login was refused. One escalation stands for
     # the profile: later refused runs of any loop using it count here.
     profile: str = ""
+    # The id to resolve it by: its file's name (RUN_ID, or RUN_ID-qN for a question), filled
+    # in as it is read (files written before it was kept have none).
+    id: str = ""
 
     def newest_run(self) -> str:
         """The newest run it stands for: the one whose evidence is freshest."""
@@ -70,9 +73,11 @@ def read_escalation(path: Path) -> Escalation | None:
     if data is None:
         return None
     try:
-        return Escalation.model_validate(data)
+        meta = Escalation.model_validate(data)
     except ValidationError:
         return None
+    meta.id = meta.id or path.stem
+    return meta
 
 
 def list_escalations(store: StateStore) -> list[Escalation]:

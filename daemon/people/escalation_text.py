@@ -10,6 +10,7 @@ from daemon.people.digest import (
     format_stat,
     last_checks_failure,
     last_diff,
+    last_message,
     one_line,
 )
 from daemon.people.landstate import landing_state
@@ -91,6 +92,16 @@ def _attempt_section(attempt: AttemptRecord) -> list[str]:
     if attempt.stalls:
         lines.append("")
     return lines
+
+
+def _last_message_lines(run: RunRecord) -> list[str]:
+    """The agent's own words at the end of its last attempt that said something."""
+    if not run.attempts:
+        return []
+    said = last_message(run)
+    if said is None:
+        return ["## The agent's last message", "", "The agent left no message.", ""]
+    return [f"## The agent's last message (attempt {said.attempt})", "", quote(said.text), ""]
 
 
 def _trigger_lines(run: RunRecord) -> list[str]:
@@ -195,6 +206,7 @@ def render(store: StateStore, run: RunRecord, cause: str, suggestion: str) -> st
         "",
         f"**Suggested next step:** {suggestion}",
         "",
+        *_last_message_lines(run),
         "## Task",
         "",
         quote(run.task),

@@ -143,6 +143,11 @@ SUGGESTIONS: dict[Cause, str] = {
         "in loops/{loop}.toml), see it pass with `loopd check --run-checks`, then "
         "{plain_retry}."
     ),
+    Cause.AGENT_GAVE_UP: (
+        "The agent gave up: it exited non-zero or said it cannot go on, while the checks "
+        "failed, and did so again after one nudge. Its last message is quoted below: answer "
+        "what stopped it (a missing fact, a decision, access it lacks), then {retry}.{branch}"
+    ),
     Cause.GIT_FAILED: (
         "A git command on the run's tree failed or hung ({reason}). Look for a stale lock or "
         "a very large file in the tree and for `run_error` in state/events.jsonl, then "

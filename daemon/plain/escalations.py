@@ -125,6 +125,7 @@ def list_escalations(state_dir: Path) -> list[dict[str, Any]]:
         data = read_front_matter(path)
         fields = escalation(data) if data is not None else None
         if fields is not None:
+            fields["id"] = fields["id"] or path.stem  # as the model's reading fills it in
             out.append(fields)
     return out
 

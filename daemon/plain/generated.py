@@ -72,6 +72,7 @@ CAUSES = (
     "checks-weakened",
     "link-out-of-tree",
     "environment",
+    "agent-gave-up",
     "state-full",
 )
 VIOLATION_KINDS = (
@@ -255,6 +256,7 @@ RUN: Spec = {  # state.records.RunRecord
     "landed_how": ("str", ""),
     "landing": ("str", ""),
     "base_tests": (many(TEST_COUNTS), []),
+    "base_failures": (many("str"), []),
     "verified_tree": ("str", ""),
     "push_pid": ("int", 0),
     "escalation": ("str", ""),
@@ -366,4 +368,5 @@ ESCALATION: dict[str, tuple[Any, Any]] = {  # people.escalation_file.Escalation
     "notified": ("datetime", None),
     "notified_count": ("int", 1),
     "profile": ("str", ""),
+    "id": ("str", ""),
 }

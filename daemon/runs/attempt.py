@@ -24,6 +24,7 @@ from daemon.git.diffs import record_diff
 from daemon.git.integrity import commit_work, guard_of
 from daemon.git.messages import commit_message
 from daemon.git.tree import RunTree
+from daemon.people.answers import read_answers
 from daemon.people.progress import read_progress
 from daemon.redact import redact
 from daemon.runs.confinement import Confinement
@@ -69,6 +70,7 @@ def attempt_prompt(
         task += fenced("\n".join(details))
     progress = "" if run.without("progress") else read_progress(services.store, loop.name)
     parts = PromptParts(task=task, progress=progress)
+    parts.answers = "" if run.without("progress") else read_answers(services.store, loop.name)
     parts.rules = rules_text
     parts.note = trigger.note
     earlier = [a for a in run.attempts if a.n < n]

@@ -6,12 +6,13 @@ process group is killed and the run stops (RunStopped) instead of waiting for th
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from io import BufferedReader
 from pathlib import Path
@@ -101,6 +102,24 @@ class ChecksResult:
 
 # Turns a check's command and environment into what to start (the run's sandbox).
 Launcher = Callable[[str, Mapping[str, str]], Launch]
+
+
+def output_digest(result: CheckResult, trees: Sequence[str] = ()) -> str:
+    """What the base keeps of a failing check's output to tell it again (runs/sameoutput.py):
+    its exit code's and output's sha256, the run's tree folders (`trees`, which differ from
+    machine to machine) read as `{tree}`; "" where it passed or timed out."""
+    if result.passed or result.timed_out:
+        return ""
+    output = result.output
+    for folder in sorted(trees, key=len, reverse=True):
+        output = output.replace(folder, "{tree}")
+    data = f"{result.exit_code}\0{output}".encode("utf-8", "surrogateescape")
+    return hashlib.sha256(data).hexdigest()
+
+
+def base_digests(checks: ChecksResult, trees: Sequence[str] = ()) -> list[str]:
+    """Each check's `output_digest`, in `done_when`'s order."""
+    return [output_digest(result, trees) for result in checks.results]
 
 
 def _unconfined(command: str, env: Mapping[str, str]) -> Launch:

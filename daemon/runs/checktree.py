@@ -28,7 +28,7 @@ from daemon.git.own import OwnGit, remove_path
 from daemon.git.setupmade import anchored
 from daemon.git.tree import RunTree, check_folders
 from daemon.redact import redact
-from daemon.runs.checks import CheckResult, ChecksResult, run_check
+from daemon.runs.checks import CheckResult, ChecksResult, base_digests, run_check
 from daemon.runs.confinement import Confinement
 from daemon.runs.journal import RunJournal
 from daemon.runs.setup import DONE_LOG, SetupResult, run_setup
@@ -179,6 +179,8 @@ def done_already(
     done-check.log. What its test runners count is the base of the weakened-tests rule."""
     run = journal.run
     log = journal.services.store.run_dir(run.id) / DONE_LOG
-    checks = CheckTree(journal, tree, cfg).run(tree.base_commit, cfg.done_when, log, stop)
+    check_tree = CheckTree(journal, tree, cfg)
+    checks = check_tree.run(tree.base_commit, cfg.done_when, log, stop)
     run.base_tests = [r.tests or TestCounts() for r in checks.results]
+    run.base_failures = base_digests(checks, (str(check_tree.path), str(tree.path)))
     return checks

@@ -154,10 +154,14 @@ def cut_short(
     max_tokens: int,
     quota_exceeded: str = "",
     login_refused: str = "",
+    gave_up: str = "",
+    environment: str = "",
 ) -> Ending | None:
     """An attempt that ends the run before judging: its usage limit lasts past `max_wait`, its
     provider refused the agent's login, the agent did not start (or failed before its stream
-    began), or the budget is spent. None when the attempt goes on to be judged."""
+    began), a check failed as on the base for the environment's sake (`environment`: the
+    reason), it gave up again after its one nudge (`gave_up`: how, and its words), or the
+    budget is spent. None when the attempt goes on to be judged."""
     if quota_exceeded:
         return Ending("escalated", quota_exceeded, Cause.QUOTA_WAIT_EXCEEDED)
     if login_refused:
@@ -167,6 +171,11 @@ def cut_short(
     if start_error:
         reason = f"agent failed to start: {start_error}"[:300]
         return Ending("escalated", reason, Cause.AGENT_FAILED)
+    if environment:
+        return Ending("escalated", environment[:1000], Cause.ENVIRONMENT)
+    if gave_up:
+        reason = f"the agent gave up ({' '.join(gave_up.split())})"
+        return Ending("escalated", reason[:400], Cause.AGENT_GAVE_UP)
     if over_budget:
         return Ending(
             "escalated", f"token budget exceeded: {tokens} > {max_tokens}", Cause.TOKEN_CAP

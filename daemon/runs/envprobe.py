@@ -12,6 +12,8 @@ mend count, so a failing test never stops real work:
 - a program looked up on the PATH that is not there (`sh: 1: pytest: not found`, exit 127);
   a path such as `./run.sh` is not: the agent may be meant to write it;
 - permission denied on a path the sandbox hides (the deny list, loopd's home).
+
+A check that fails the same environmental way after the agent's edits is runs/sameoutput.py's.
 """
 
 from __future__ import annotations

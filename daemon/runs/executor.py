@@ -218,6 +218,8 @@ class RunExecutor:
                 self.cfg.max_tokens,
                 result.quota_exceeded,
                 result.login_refused,
+                result.gave_up,
+                result.environment,
             )
             if ending is not None:
                 self._commit(result.record)

@@ -10,6 +10,7 @@ from daemon.excerpt import excerpt
 SECTION_ORDER = (
     ("task", "# Task"),
     ("progress", "# Progress so far"),
+    ("answers", "# Answers from a person"),
     ("rules", "# Rules from earlier runs"),
     ("failed", "# What failed last time"),
     ("feedback", "# Reviewer feedback"),
@@ -17,7 +18,7 @@ SECTION_ORDER = (
     ("nudge", "# Nudge"),
 )
 # When the prompt is over its cap, these are cut first, in this order.
-CUT_ORDER = ("failed", "progress", "rules", "feedback", "note", "nudge", "task")
+CUT_ORDER = ("failed", "progress", "rules", "feedback", "answers", "note", "nudge", "task")
 CUT_MARK = "[... {n} bytes cut to fit the prompt cap ...]\n"
 
 
@@ -35,6 +36,7 @@ class PromptParts:
 
     task: str
     progress: str = ""
+    answers: str = ""  # a person's answers to the loop's agents' questions (people/answers.py)
     rules: str = ""
     failed: str = ""
     feedback: str = ""

@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from daemon.agents.base import Resume
-from daemon.agents.endings import Ending, SessionEnd, classify_ending
+from daemon.agents.endings import (
+    DETAIL_CHARS,
+    Ending,
+    SessionEnd,
+    classify_ending,
+    gave_up_how,
+)
 from daemon.agents.logins import failed_at_start, login_of
 from daemon.agents.processes import process_mark
 from daemon.agents.quota import quota_of
@@ -30,12 +36,13 @@ from daemon.runs.confinement import Confinement
 from daemon.runs.journal import RunJournal
 from daemon.runs.parking import Asked, Parking
 from daemon.runs.prompt import PromptParts, build_prompt, fenced
+from daemon.runs.sameoutput import same_as_base
 from daemon.runs.services import RunServices
 from daemon.runs.stop import StopToken, wait_until
 from daemon.scheduling.cron import parse_timezone
 from daemon.scheduling.timer import FIRE_LEAD
 from daemon.sizes import ENTRY_BYTES, on_disk
-from daemon.state.atomic import ensure_dir
+from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord, StallRecord
 
@@ -79,6 +86,11 @@ class AttemptResult:
     over_budget: bool = False  # the run's tokens passed max_tokens
     quota_exceeded: str = ""  # why the usage limit outlasts max_wait: the run escalates
     login_refused: str = ""  # the agent's words for its refused login: the run escalates
+    # The agent gave up again after its one nudge (or with none left): why, in its words.
+    gave_up: str = ""
+    # A check failed as on the base for the environment's sake: the run's reason (cause
+    # `environment`, runs/sameoutput.py).
+    environment: str = ""
     checked: CheckedCommit | None = None
     parked: bool = False  # parked on a usage limit, the wait left to the engine (engine_waits)
     quota_hold: Any = None  # the QuotaHold of the usage limit it ended on, if any
@@ -326,17 +338,54 @@ class Sessions:
         return self.parking.resume_invocation(self.adapter)
 
     def _ended(self, session: Any) -> Any:
-        """The agent ended its session: done, or stalled and nudged while nudges and time last."""
+        """The agent ended its session: done, or stalled and nudged while nudges and time last.
+        An agent that gave up is nudged once in the run at most; then the run escalates."""
         end, ending = self._ending(session)
         if not ending.stalled:
             return None
         self._record_stall(session, ending)
-        if self.record.nudges >= self.cfg.max_nudges or time.monotonic() >= self.deadline:
+        out_of_nudges = self.record.nudges >= self.cfg.max_nudges
+        if ending.kind == "gave_up" and (out_of_nudges or self._gave_up_before()):
+            self.result.gave_up = ending.detail
+            self._failed_checks_kept()
+            return None
+        if out_of_nudges or time.monotonic() >= self.deadline:
             return None
         return self._nudge(end, ending)
 
+    def _same_output(self) -> bool:
+        """Whether a check fails as it did on the base, for the environment's sake, though
+        the agent changed files (runs/sameoutput.py); the run's reason is kept then."""
+        run, checked = self.run_record, self.result.checked
+        if checked is None:
+            return False
+        reason = same_as_base(self.attempt.tree, run.base_commit, run.base_failures, checked)
+        if reason:
+            self.result.environment = reason
+            self._failed_checks_kept()
+        return bool(reason)
+
+    def _failed_checks_kept(self) -> None:
+        """The attempt ends the run unjudged: its checks, run on its work, failed; their log
+        is kept in the attempt's folder as judging keeps it (the escalation quotes it)."""
+        checked = self.result.checked
+        if checked is not None:
+            folder = self.journal.attempt_dir(self.attempt.n)
+            write_atomic(folder / "checks.log", checked.checks.log())
+            write_atomic(folder / "checks-failed.txt", checked.checks.failure_tail())
+        self.record.checks_passed = False
+        self.journal.save()
+
+    def _gave_up_before(self) -> bool:
+        """Whether the agent gave up earlier in the run (the stall just recorded aside)."""
+        stalls = [s for a in self.run_record.attempts for s in a.stalls if s.kind == "gave_up"]
+        if not any(a is self.record for a in self.run_record.attempts):
+            stalls += [s for s in self.record.stalls if s.kind == "gave_up"]
+        return len(stalls) > 1
+
     def _ending(self, session: Any) -> tuple[SessionEnd, Ending]:
-        """How the session ended; stopping while the done_when checks fail is a stall too."""
+        """How the session ended; stopping while the done_when checks fail is a stall too,
+        and giving up while they fail is `gave_up`."""
         last_call = session.tool_calls[-1] if session.tool_calls else None
         end = SessionEnd(
             stall=session.stall,
@@ -349,13 +398,21 @@ class Sessions:
         )
         ending = classify_ending(end)
         cfg = self.cfg
-        if not ending.stalled and cfg.done_when and self.record.nudges < cfg.max_nudges:
+        gave_up = (
+            "" if ending.stalled else gave_up_how(session.exit_code, session.killed, end.final_text)
+        )
+        nudges_left = self.record.nudges < cfg.max_nudges
+        if not ending.stalled and cfg.done_when and (nudges_left or gave_up):
             # Stopping while the checks fail is stopping early.
             self.result.checked = self._checks_now()
             if not self.result.checked.checks.passed:
                 tail = self.result.checked.checks.failure_tail(self._nudge_room())
                 end = SessionEnd(final_text=end.final_text, checks_failed=True, checks_tail=tail)
                 ending = classify_ending(end)
+                if self._same_output():  # the environment's: ends the run, no nudge
+                    return end, Ending("none")
+                if gave_up:  # an agent that gave up and did not do the work
+                    ending = Ending("gave_up", redact(gave_up)[:DETAIL_CHARS])
         return end, ending
 
     def _nudge_room(self) -> int:

@@ -42,7 +42,12 @@ class Cause(StrEnum):
     CHECK_CHANGED_TREE = "check-changed-tree"  # a check changed files the commit holds
     CHECKS_WEAKENED = "checks-weakened"  # fewer tests passed, more skipped, or none ran
     LINK_OUT_OF_TREE = "link-out-of-tree"  # the commit links out of the check tree
-    ENVIRONMENT = "environment"  # a check cannot run here: a program or module not found
+    # A check cannot run here (a program or module not found), on the base or failing the
+    # same environmental way after the agent's edits (runs/sameoutput.py).
+    ENVIRONMENT = "environment"
+    # The agent exited non-zero or said it cannot go on, with the checks failing, after its
+    # one nudge (or with none left): its words are the reason (agents/endings.py).
+    AGENT_GAVE_UP = "agent-gave-up"
     # No run's: the home's one escalation of a spell of a full state/ (service/floor.py).
     STATE_FULL = "state-full"
     # A new member here, its next step in people/next_steps.py.

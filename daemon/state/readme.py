@@ -37,6 +37,9 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `escalations/RUN_ID-qN.md`: a question the run's agent asked you with its `ask_person`
   tool (cause `question`); the run went on. It holds nothing back; `loopd escalations
   resolve RUN_ID-qN --note TEXT` answers it
+- `answers/LOOP.md`: your answers to the questions the loop's agents asked (`resolve
+  RUN_ID-qN --note TEXT`), each with its question, newest last; every later run of the loop
+  is given them in its prompt (`# Answers from a person`). Edit or delete it to take one back
 - `progress/LOOP.md`: the loop's handoff notes, rebuilt after each run from the records
   (what changed, what still fails, what is open); the next run's prompt starts from them
 - `reports/report-TIME.md`: what `loopd report` printed, kept as Markdown

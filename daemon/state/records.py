@@ -328,6 +328,10 @@ class RunRecord(Record):
     # What each `done_when` check's test runner counted on the base, in a clean check tree
     # (empty: not counted yet); an attempt that tests less fails (cause checks-weakened).
     base_tests: list[TestCounts] = []
+    # The sha256 of each `done_when` check's output where it failed on the base ("" where it
+    # passed): a check failing the same way after the agent's edits may be the environment's
+    # (runs/sameoutput.py).
+    base_failures: list[str] = []
     verified_tree: str = ""  # the tree of the last commit whose clean checks passed here
     push_pid: int = 0  # the process group of a landing push while it runs (reaped on restart)
     # The escalation file (its run id) that holds this run: its own, or the open one of its

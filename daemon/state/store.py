@@ -166,6 +166,9 @@ class StateStore:
     def progress_path(self, loop: str) -> Path:
         return self.root / "progress" / f"{loop}.md"
 
+    def answers_path(self, loop: str) -> Path:
+        return self.root / "answers" / f"{loop}.md"
+
     def escalation_path(self, run_id: str) -> Path:
         return self.root / "escalations" / f"{run_id}.md"
 

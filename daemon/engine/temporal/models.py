@@ -202,6 +202,7 @@ class SetupOutput(Payload):
     done_log: str = ""
     worker: str = ""
     base_tests: list[TestCounts] = []  # what the done check's test runners counted
+    base_failures: list[str] = []  # the digests of its failing outputs (runs/sameoutput.py)
     environment: str = ""  # a check that failed for the environment: the run's reason
 
 
@@ -273,6 +274,8 @@ class AttemptOutput(Payload):
     resume_at: datetime | None = None
     quota_exceeded: str = ""
     login_refused: str = ""  # the agent's provider refused its login: the run escalates
+    gave_up: str = ""  # the agent gave up after its one nudge: how, in its words; escalates
+    environment: str = ""  # a check failed as on the base, the environment's: escalates
     # The run's fired rules as the attempt left them: the ones the agent asked for with
     # `rules_for` are added (runs/deskwork.py), for the home's run.toml.
     rules_fired: list[str] = []

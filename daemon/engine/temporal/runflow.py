@@ -208,6 +208,8 @@ class RunWorkflow:
                 cfg.max_tokens,
                 out.quota_exceeded,
                 out.login_refused,
+                out.gave_up,
+                out.environment,
             )
             if cut is not None:
                 return _end(cut)

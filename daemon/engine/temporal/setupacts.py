@@ -37,6 +37,7 @@ class SetupActivities:
         if not out.done_checked:
             return Prepared()
         run.base_tests = list(out.base_tests)
+        run.base_failures = list(out.base_failures)
         journal.save()
         write_atomic(folder / DONE_LOG, out.done_log)
         journal.event(

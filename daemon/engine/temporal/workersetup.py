@@ -68,6 +68,7 @@ class SetupStep:
                     ]
                     out.done_log = setup_tail(folder, name=DONE_LOG)
                     out.base_tests = list(journal.run.base_tests)
+                    out.base_failures = list(journal.run.base_failures)
                     broken = base_failure(journal, tree.path, config, checks)
                     out.environment = broken.reason() if broken is not None else ""
                     journal.event(Event.DONE_CHECK, passed=checks.passed, commit=inp.head)

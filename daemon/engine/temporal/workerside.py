@@ -268,6 +268,8 @@ class WorkerSide(Configured):
             resume_at=run.resume_at if result.parked else None,
             quota_exceeded=result.quota_exceeded,
             login_refused=result.login_refused,
+            gave_up=result.gave_up,
+            environment=result.environment,
             rules_fired=list(run.rules_fired),
         )
 

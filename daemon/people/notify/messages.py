@@ -6,8 +6,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from daemon.people.digest import best_score, checks_word, one_line
+from daemon.people.digest import best_score, checks_word, last_message, one_line
 from daemon.people.escalation_file import Escalation
+from daemon.people.terminal import clean
 from daemon.state.events import iso
 from daemon.state.records import AttemptRecord, RunRecord
 
@@ -40,13 +41,16 @@ def _run_payload(run: RunRecord) -> dict[str, Any]:
 def escalation_message(run: RunRecord, path: Path) -> tuple[str, dict[str, Any]]:
     """The notification for an escalation; the payload carries the escalation file's text."""
     score = best_score(run.attempts)
+    said = last_message(run)
+    words = f' The agent said: "{one_line(said.text, 240)}".' if said is not None else ""
     text = (
-        f"loopd: {run.loop} needs a person: {one_line(run.reason or str(run.outcome), 100)} "
+        f"loopd: {run.loop} needs a person: {one_line(clean(run.reason or str(run.outcome)), 100)} "
         f"({len(run.attempts)} attempts"
         + (f", best score {score}/10" if score is not None else "")
-        + f"). Read {path}"
+        + f").{words} Read {path}"
     )
     payload = {"kind": "escalated", **_run_payload(run), "file": str(path)}
+    payload["last_message"] = said.text if said is not None else ""
     try:
         payload["escalation"] = path.read_text(encoding="utf-8")
     except OSError:

@@ -97,6 +97,7 @@ class Event(StrEnum):
     ESCALATED = "escalated"
     ESCALATION_RESOLVED = "escalation_resolved"
     ESCALATION_SUPERSEDED = "escalation_superseded"
+    ANSWER_KEPT = "answer_kept"
     NOTIFIED = "notified"
     NOTIFY_FAILED = "notify_failed"
     # Triggers: the inbox, the schedule, the queue, watchers, webhooks, remotes

@@ -33,6 +33,13 @@ class EscalationSuperseded(EventFields):
     by: str
 
 
+@fields_of(Event.ANSWER_KEPT)
+class AnswerKept(EventFields):
+    """A person's answer to an agent's question was kept for the loop's later runs."""
+
+    file: str = described("where it is kept, under state/: answers/LOOP.md")
+
+
 @fields_of(Event.NOTIFIED)
 class Notified(EventFields):
     """A notifier delivered a notification."""
