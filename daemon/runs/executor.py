@@ -20,6 +20,7 @@ from daemon.git.userrepo import UserRepo
 from daemon.redact import redact, redact_value
 from daemon.runs import decisions
 from daemon.runs.attempt import Attempt, commit_attempt
+from daemon.runs.attemptresult import CheckedCommit
 from daemon.runs.checktree import done_already
 from daemon.runs.confinement import choose_sandbox
 from daemon.runs.envprobe import base_failure
@@ -39,7 +40,6 @@ from daemon.runs.learning import (
     select_rules_for_run,
 )
 from daemon.runs.services import RunServices
-from daemon.runs.sessions import CheckedCommit
 from daemon.runs.setup import (
     already_done_reason,
     checks_done_first,
