@@ -438,3 +438,73 @@ def test_a_run_merged_onto_a_moved_target_is_its_own_commits_and_a_revert_of_the
     after = aftermath_of(case.home, run.id)
     assert after["state"] == "reverted" and after["lines_kept"] == 0
     assert after["commits"][-1]["revert"]
+
+
+def _escalations(home: Home) -> list[dict[str, Any]]:
+    proc = loopd(home.root, "escalations", "list", "--all", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_two_reverts_in_7_days_send_a_merging_loop_back_to_branch_until_resolved(
+    tmp_path: Path,
+) -> None:
+    """revert_limit = 2 (the default): a person reverts two landed runs; the daemon's sweep
+    holds the loop at `land = "branch"` with one escalation; the next run stays on its
+    branch; resolving the escalation restores merging. The loop file is never rewritten."""
+    home, repo, first = landed(tmp_path)
+    loop_file = home.root / "loops" / "calc.toml"
+    before = loop_file.read_text()
+    person(repo, "revert", "--no-edit", first.landed_as)
+    proc = loopd(home.root, "once", "calc", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    store = home.state()
+    second = next(store.iter_runs("calc"))
+    assert second.id != first.id and second.landed and second.land == "merge"
+    person(repo, "revert", "--no-edit", second.landed_as)
+    revert_message = person(repo, "log", "-1", "--format=%s")
+    assert second.finished is not None
+    now = second.finished + timedelta(hours=1)
+    follower = Follower(context(home, Clocks()))
+    follower.follow(now)
+    follower.follow(now + timedelta(minutes=10))  # a second sweep files nothing more
+    opened = [e for e in _escalations(home) if e["cause"] == "landings-reverted"]
+    assert len(opened) == 1 and opened[0]["status"] == "open", opened
+    escalation = opened[0]["run"]
+    text = loopd(home.root, "escalations", "show", escalation).stdout
+    assert first.id in text and second.id in text and revert_message in text
+    assert f"loopd escalations resolve {escalation}" in text
+    kinds = [json.loads(line)["type"] for line in (home.state_dir / "events.jsonl").open()]
+    assert kinds.count("land_held") == 1
+    status = loopd(home.root, "status").stdout
+    assert 'calc: lands as "branch", not "merge"' in status, status
+    status_json = json.loads(loopd(home.root, "status", "--json").stdout)
+    assert status_json["loops"]["calc"]["land_held"]["escalation"] == escalation
+    check = loopd(home.root, "check")
+    assert f"loopd escalations resolve {escalation}" in check.stdout + check.stderr
+
+    # The next succeeded run stays on its branch: main does not move.
+    main_before = git(repo, "rev-parse", "main")
+    proc = loopd(home.root, "once", "calc", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    third = next(store.iter_runs("calc"))
+    assert third.outcome == "succeeded" and third.land == "branch" and not third.landed
+    assert git(repo, "rev-parse", "main") == main_before
+    assert git(repo, "rev-parse", "--verify", third.branch)
+    assert loop_file.read_text() == before
+
+    # Resolving restores it: the reverts already counted do not hold it again.
+    done = loopd(home.root, "escalations", "resolve", escalation, "--note", "fixed the tests")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "land_held" not in json.loads(loopd(home.root, "status", "--json").stdout)["loops"][
+        "calc"
+    ]
+    follower.follow(now + timedelta(minutes=20))
+    assert len([e for e in _escalations(home) if e["cause"] == "landings-reverted"]) == 1
+    proc = loopd(home.root, "once", "calc", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    fourth = next(store.iter_runs("calc"))
+    assert fourth.land == "merge" and fourth.landed
+    assert git(repo, "rev-parse", "main") == fourth.landed_as
+    kinds = [json.loads(line)["type"] for line in (home.state_dir / "events.jsonl").open()]
+    assert kinds.count("land_held") == 1 and kinds.count("land_restored") == 1

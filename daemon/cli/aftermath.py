@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from daemon.aftermath.landhold import hold_reverted
 from daemon.aftermath.lesson import teach
 from daemon.aftermath.sweep import sweep
 from daemon.cli.common import CommandError, home_of
@@ -33,6 +34,11 @@ def aftermath(args: argparse.Namespace) -> int:
         loop_keys=lambda loop: keys.get(loop, ("origin", "")),
         teach=lambda git, run, record: teach(services, git, run, record),
     )
+    limits = {n: (lp.config.land, lp.config.revert_limit) for n, lp in loaded.loops.items()}
+    for loop in hold_reverted(store, limits, found.records, utc_now()):
+        sys.stdout.write(
+            f'{loop}: reverted too often, back to land = "branch" (`loopd escalations list`)\n'
+        )
     if args.json:
         print_json(
             {

@@ -6,6 +6,7 @@ it imports no model."""
 
 from __future__ import annotations
 
+import tomllib
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -103,8 +104,31 @@ def status_data(root: Path, facts: dict[str, Any], reader: StatusReader, pid: in
                 "count": meta["count"],
                 "latest_run": meta["latest_run"],
             }
+    for name, hold in _land_holds(root).items():
+        if name in data["loops"]:
+            data["loops"][name]["land_held"] = hold
     data["state"] = reader.usage()
     return data
+
+
+def _land_holds(root: Path) -> dict[str, Any]:
+    """Loops held at `land = "branch"` by reverted landings (state/landholds.py), read plainly:
+    each as `was`, `runs`, `escalation`, `since`."""
+    try:
+        with (root / "state" / "land-holds.toml").open("rb") as handle:
+            loops = tomllib.load(handle).get("loops", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}  # none, or cut by a crash: loopd check reads it with the models and says so
+    return {
+        name: {
+            "was": str(hold.get("was", "")),
+            "runs": [str(r) for r in hold.get("runs", [])],
+            "escalation": str(hold.get("escalation", "")),
+            "since": str(hold.get("since", "")),
+        }
+        for name, hold in loops.items()
+        if isinstance(hold, dict)
+    }
 
 
 def _daemon_info(daemon: dict[str, Any], facts: dict[str, Any], pid: int | None) -> dict:

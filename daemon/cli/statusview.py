@@ -58,6 +58,16 @@ def _escalation_line(name: str, info: dict[str, Any]) -> str:
     return f"{name}: open escalation {run}{times}; `loopd escalations show {run}`"
 
 
+def land_held_line(name: str, hold: dict[str, Any]) -> str:
+    """A loop sent back to `land = "branch"` by reverted landings, and how to restore it."""
+    runs = ", ".join(hold.get("runs", []))
+    return (
+        f'{name}: lands as "branch", not "{hold.get("was", "")}": people reverted its runs '
+        f"{runs} within 7 days; `loopd escalations resolve {hold.get('escalation', '')}` "
+        "restores it"
+    )
+
+
 def _status_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     """(loop, phase, run, last outcome, next fire) of each loop, as a person reads them."""
     rows = []
@@ -108,6 +118,9 @@ def render_status(data: dict[str, Any], terminal: Terminal) -> str:
     for name, info in data["loops"].items():
         if info.get("held_by") or info.get("escalation"):
             lines += out(_escalation_line(name, info), "yellow")
+    for name, info in data["loops"].items():
+        if info.get("land_held"):
+            lines += out(clean(land_held_line(name, info["land_held"])), "yellow")
     if data.get("state"):
         lines += out(clean(_state_line(data["state"])))
     for text, style in _service_lines(data):

@@ -37,6 +37,7 @@ from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
 from daemon.state.eventtypes import Event
+from daemon.state.landholds import LAND_HELD_CAUSE, lift_land_hold
 from daemon.state.records import DONE_OUTCOMES, RunRecord, Trigger
 from daemon.state.store import StateStore
 
@@ -117,6 +118,31 @@ def write_question(
         "again with your note).\n"
     )
     write_atomic(path, _front_matter(meta) + "\n" + clean(redact(body)))
+
+
+def write_notice(
+    store: StateStore,
+    escalation_id: str,
+    loop: str,
+    what: str,
+    cause: str,
+    body: str,
+    now: datetime,
+) -> Path:
+    """An escalation that stands for no run's failure (`what`: its title, kept as its task so
+    no run of a real task is held back by it nor supersedes it)."""
+    meta = Escalation(
+        run=escalation_id,
+        loop=loop,
+        task=what,
+        escalated=now,
+        cause=cause,
+        reason=what,
+        notified=now,
+    )
+    path = store.escalation_path(escalation_id)
+    write_atomic(path, _front_matter(meta) + "\n" + clean(redact(body)))
+    return path
 
 
 def blocking_escalation(
@@ -202,6 +228,8 @@ def resolve(
         trigger=trigger.id if trigger else "",
     )
 
+    if meta.cause == LAND_HELD_CAUSE and lift_land_hold(store, run_id, now):
+        store.events.append(Event.LAND_RESTORED, now, loop=meta.loop, escalation=run_id)
     update_progress(store, meta.loop, now)
     return trigger
 

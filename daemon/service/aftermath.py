@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from daemon.aftermath.identity import follows
+from daemon.aftermath.landhold import hold_reverted
 from daemon.aftermath.lesson import teach
 from daemon.aftermath.sweep import Held, Sweep, sweep
 from daemon.config import Loop
@@ -69,6 +70,8 @@ class Follower:
             cache=self._records,
             teach=lambda git, run, record: teach(self.ctx.services, git, run, record),
         )
+        limits = {n: (lp.config.land, lp.config.revert_limit) for n, lp in loops.items()}
+        hold_reverted(self.ctx.store, limits, found.records, now)
         last = WINDOWS[-1][0]
         over = {r.run for r in found.records if last in r.windows}
         self._done |= over
