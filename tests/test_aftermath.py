@@ -496,9 +496,9 @@ def test_two_reverts_in_7_days_send_a_merging_loop_back_to_branch_until_resolved
     # Resolving restores it: the reverts already counted do not hold it again.
     done = loopd(home.root, "escalations", "resolve", escalation, "--note", "fixed the tests")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "land_held" not in json.loads(loopd(home.root, "status", "--json").stdout)["loops"][
-        "calc"
-    ]
+    assert (
+        "land_held" not in json.loads(loopd(home.root, "status", "--json").stdout)["loops"]["calc"]
+    )
     follower.follow(now + timedelta(minutes=20))
     assert len([e for e in _escalations(home) if e["cause"] == "landings-reverted"]) == 1
     proc = loopd(home.root, "once", "calc", timeout=180)
