@@ -28,6 +28,7 @@ from daemon.service.aftermath import Follower
 from daemon.state.aftermath import AFTERMATH_FILE, load_aftermath
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
+from daemon.stats import wilson
 from tests.helpers import git, loopd, make_repo, wait_for
 from tests.test_landing import land_case
 from tests.test_learning_e2e import AGREES, default_reply
@@ -313,6 +314,10 @@ def test_a_revert_within_7_days_goes_through_a_post_mortem_into_trial(
     store.save_run(run)
     assert aftermath_of(case.home, run.id)["state"] == "kept"
     assert model_server.chat_requests("postmortem_rule") == []  # kept: nothing to teach
+    assert run.attempts[-1].judged and (run.attempts[-1].score or 0) >= 7
+    kept = json.loads(loopd(case.home.root, "calibrate", "--field", "--json").stdout)
+    assert (kept["field"]["landed"], kept["field"]["false_passes"]) == (1, 0)
+    assert kept["warning"] == ""
     person(case.repo, "revert", "--no-edit", run.landed_as)
     model_server.add({"json": REVERT_RULE}, name="postmortem_rule")
     model_server.add({"json": AGREES}, name="rule_verification")
@@ -332,6 +337,22 @@ def test_a_revert_within_7_days_goes_through_a_post_mortem_into_trial(
     recounted = library.find(rule_id)
     assert recounted is not None
     assert (recounted.rule.helped, recounted.rule.harmed) == (0, 1)
+    # The judge passed it and a person reverted it: a false pass in the field, with the
+    # interval `loopd calibrate` gives its own rate, above max_false_pass: a warning.
+    field = json.loads(loopd(case.home.root, "calibrate", "--field", "--json").stdout)
+    assert field["field"]["landed"] == 1 and field["field"]["reverted"] == [run.id]
+    assert field["field"]["false_pass_rate"] == 1.0
+    assert field["field"]["false_pass_ci"] == list(wilson(1, 1))
+    assert "max_false_pass" in field["warning"]
+    text = loopd(case.home.root, "calibrate", "--field").stdout
+    assert "judge in the field: 1 of 1 landed runs it passed were reverted (100%" in text
+    status = " ".join(loopd(case.home.root, "status").stdout.split())  # unwrapped
+    assert "judge in the field: 1 of 1 landed runs it passed were reverted" in status, status
+    assert "field false-pass rate 100% is above [verifier] max_false_pass" in status
+    check = loopd(case.home.root, "check")
+    assert "of the landed runs a person then reverted" in " ".join(
+        (check.stdout + check.stderr).split()
+    )
     # Once taught, never again: the next look asks no model and counts nothing twice.
     aftermath_of(case.home, run.id)
     assert len(model_server.chat_requests("postmortem_rule")) == 1
@@ -476,12 +497,14 @@ def test_two_reverts_in_7_days_send_a_merging_loop_back_to_branch_until_resolved
     assert f"loopd escalations resolve {escalation}" in text
     kinds = [json.loads(line)["type"] for line in (home.state_dir / "events.jsonl").open()]
     assert kinds.count("land_held") == 1
-    status = loopd(home.root, "status").stdout
+    status = " ".join(loopd(home.root, "status").stdout.split())  # unwrapped
     assert 'calc: lands as "branch", not "merge"' in status, status
     status_json = json.loads(loopd(home.root, "status", "--json").stdout)
     assert status_json["loops"]["calc"]["land_held"]["escalation"] == escalation
     check = loopd(home.root, "check")
-    assert f"loopd escalations resolve {escalation}" in check.stdout + check.stderr
+    assert f"loopd escalations resolve {escalation}" in " ".join(
+        (check.stdout + check.stderr).split()
+    )
 
     # The next succeeded run stays on its branch: main does not move.
     main_before = git(repo, "rev-parse", "main")

@@ -8,6 +8,7 @@ import sys
 from daemon.aftermath.landhold import hold_reverted
 from daemon.aftermath.lesson import teach
 from daemon.aftermath.sweep import sweep
+from daemon.calibration.field import field_figures
 from daemon.cli.common import CommandError, home_of
 from daemon.cli.jsonout import print_json
 from daemon.clock import utc_now
@@ -39,6 +40,8 @@ def aftermath(args: argparse.Namespace) -> int:
         sys.stdout.write(
             f'{loop}: reverted too often, back to land = "branch" (`loopd escalations list`)\n'
         )
+    thresholds = {n: lp.config.critic_threshold for n, lp in loaded.loops.items()}
+    field_figures(store, loaded.daemon, thresholds, utc_now())
     if args.json:
         print_json(
             {

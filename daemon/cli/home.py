@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from daemon.calibration.field import field_warning
 from daemon.calibration.warnings import calibration_warnings
 from daemon.cli.common import CommandError, daemon_pid, home_of
 from daemon.cli.jsonout import print_json
@@ -30,6 +31,7 @@ from daemon.sandbox.paths import home_folders
 from daemon.sandbox.programs import resolve_program, shown
 from daemon.sandbox.registry import Choice, choose
 from daemon.service.preflight import Preflight, daemon_path
+from daemon.state.calibration import UnreadableFile, load_field
 from daemon.state.landholds import load_land_holds
 
 
@@ -185,6 +187,7 @@ def check(args: argparse.Namespace) -> int:
         config = loaded.daemon
         loaded.warnings.extend(calibration_warnings(home.state_dir, config, home.config_path))
         loaded.warnings.extend(_land_held(home, loaded))
+        loaded.warnings.extend(_field_warnings(home))
         if getattr(args, "env_file", ""):
             loaded.warnings.extend(missing_from_env_file(loaded, Path(args.env_file)))
     probe = preflight.probe  # the verifier tried: what answered, or the warning says
@@ -219,6 +222,15 @@ def _land_held(home: Home, loaded: LoadedConfig) -> list[str]:
     return [
         land_held_line(name, hold.model_dump(mode="json")) for name, hold in holds.loops.items()
     ]
+
+
+def _field_warnings(home: Home) -> list[str]:
+    """The judge's field false-pass rate above `max_false_pass` (daemon/calibration/field.py)."""
+    try:
+        warning = field_warning(load_field(home.state_dir))
+    except UnreadableFile as exc:
+        return [f"{exc}; `loopd calibrate --field` measures it again"]
+    return [warning] if warning else []
 
 
 VERSION_TIMEOUT = 10.0  # seconds `PROGRAM --version` may take

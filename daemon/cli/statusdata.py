@@ -107,18 +107,27 @@ def status_data(root: Path, facts: dict[str, Any], reader: StatusReader, pid: in
     for name, hold in _land_holds(root).items():
         if name in data["loops"]:
             data["loops"][name]["land_held"] = hold
+    field = _plain_toml(root / "state" / "calibration-field.toml")
+    if field.get("landed"):
+        data["judge_field"] = field
     data["state"] = reader.usage()
     return data
+
+
+def _plain_toml(path: Path) -> dict[str, Any]:
+    """A small state file as plain TOML; {} when none or cut by a crash (`loopd check` reads
+    it with the models and says so)."""
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
 
 
 def _land_holds(root: Path) -> dict[str, Any]:
     """Loops held at `land = "branch"` by reverted landings (state/landholds.py), read plainly:
     each as `was`, `runs`, `escalation`, `since`."""
-    try:
-        with (root / "state" / "land-holds.toml").open("rb") as handle:
-            loops = tomllib.load(handle).get("loops", {})
-    except (OSError, tomllib.TOMLDecodeError):
-        return {}  # none, or cut by a crash: loopd check reads it with the models and says so
+    loops = _plain_toml(root / "state" / "land-holds.toml").get("loops", {})
     return {
         name: {
             "was": str(hold.get("was", "")),

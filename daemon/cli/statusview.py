@@ -68,6 +68,28 @@ def land_held_line(name: str, hold: dict[str, Any]) -> str:
     )
 
 
+def judge_field_lines(field: dict[str, Any]) -> tuple[str, str]:
+    """The judge's field false-pass rate beside its calibrated one (calibration/field.py), and
+    a warning when above `max_false_pass` ("" when not)."""
+    rate, (low, high) = field.get("false_pass_rate", 0.0), field.get("false_pass_ci", [0, 1])
+    text = (
+        f"judge in the field: {field.get('false_passes', 0)} of {field.get('landed', 0)} landed "
+        f"runs it passed were reverted ({rate:.0%}, 95% CI {low:.0%}-{high:.0%})"
+    )
+    calibrated = field.get("calibrated_rate")
+    if calibrated is not None:
+        c_low, c_high = field.get("calibrated_ci") or [0.0, 1.0]
+        text += f"; calibrated: {calibrated:.0%} (95% CI {c_low:.0%}-{c_high:.0%})"
+    limit = field.get("max_false_pass")
+    warn = ""
+    if limit is not None and rate > limit:
+        warn = (
+            f"the judge's field false-pass rate {rate:.0%} is above [verifier] "
+            f"max_false_pass = {limit} (`loopd calibrate --field`)"
+        )
+    return text, warn
+
+
 def _status_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     """(loop, phase, run, last outcome, next fire) of each loop, as a person reads them."""
     rows = []
@@ -121,6 +143,11 @@ def render_status(data: dict[str, Any], terminal: Terminal) -> str:
     for name, info in data["loops"].items():
         if info.get("land_held"):
             lines += out(clean(land_held_line(name, info["land_held"])), "yellow")
+    if data.get("judge_field"):
+        text, warn = judge_field_lines(data["judge_field"])
+        lines += out(clean(text))
+        if warn:
+            lines += out(f"warning: {clean(warn)}", "yellow")
     if data.get("state"):
         lines += out(clean(_state_line(data["state"])))
     for text, style in _service_lines(data):

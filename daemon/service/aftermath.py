@@ -16,6 +16,7 @@ from daemon.aftermath.identity import follows
 from daemon.aftermath.landhold import hold_reverted
 from daemon.aftermath.lesson import teach
 from daemon.aftermath.sweep import Held, Sweep, sweep
+from daemon.calibration.field import field_figures
 from daemon.config import Loop
 from daemon.service.context import Context
 from daemon.state.aftermath import WINDOWS
@@ -40,6 +41,7 @@ class Follower:
         self._done: set[str] = set()  # runs never to read again
         self._records: Held = {}  # as the last sweep left them
         self._thread: threading.Thread | None = None
+        self._measured = False  # the judge's field figures written since the start
 
     def tick(self, now: datetime) -> None:
         """Start a sweep when one is due and none runs."""
@@ -72,6 +74,10 @@ class Follower:
         )
         limits = {n: (lp.config.land, lp.config.revert_limit) for n, lp in loops.items()}
         hold_reverted(self.ctx.store, limits, found.records, now)
+        if found.changed or not self._measured:
+            thresholds = {n: lp.config.critic_threshold for n, lp in loops.items()}
+            field_figures(self.ctx.store, self.ctx.config.daemon, thresholds, now)
+            self._measured = True
         last = WINDOWS[-1][0]
         over = {r.run for r in found.records if last in r.windows}
         self._done |= over
