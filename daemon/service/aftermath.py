@@ -18,6 +18,7 @@ from daemon.aftermath.lesson import teach
 from daemon.aftermath.sweep import Held, Sweep, sweep
 from daemon.calibration.field import field_figures
 from daemon.config import Loop
+from daemon.git.safe import Git
 from daemon.service.context import Context
 from daemon.state.aftermath import WINDOWS
 from daemon.state.records import RunRecord
@@ -41,6 +42,7 @@ class Follower:
         self._done: set[str] = set()  # runs never to read again
         self._records: Held = {}  # as the last sweep left them
         self._thread: threading.Thread | None = None
+        self._gits: dict[str, Git] = {}  # each repository located once
         self._measured = False  # the judge's field figures written since the start
 
     def tick(self, now: datetime) -> None:
@@ -70,6 +72,7 @@ class Follower:
             loop_keys=lambda name: loop_keys(loops, name),
             due_only=True,
             cache=self._records,
+            gits=self._gits,
             teach=lambda git, run, record: teach(self.ctx.services, git, run, record),
         )
         limits = {n: (lp.config.land, lp.config.revert_limit) for n, lp in loops.items()}
