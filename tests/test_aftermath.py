@@ -531,3 +531,47 @@ def test_two_reverts_in_7_days_send_a_merging_loop_back_to_branch_until_resolved
     assert git(repo, "rev-parse", "main") == fourth.landed_as
     kinds = [json.loads(line)["type"] for line in (home.state_dir / "events.jsonl").open()]
     assert kinds.count("land_held") == 1 and kinds.count("land_restored") == 1
+
+
+def test_a_target_seen_moving_is_followed_at_the_next_tick_not_in_5_minutes(
+    tmp_path: Path,
+) -> None:
+    """A push trigger (a hook, a poll) marks its repository's branch moved: the next tick
+    sweeps the runs landed on it at once, before FOLLOW_EVERY is up; other targets wait."""
+    home, repo, run = landed(tmp_path)
+    at = run.finished
+    assert at is not None
+    clocks = Clocks()
+    ctx = context(home, clocks)
+    follower = Follower(ctx)
+    follower.tick(at + timedelta(minutes=1))  # the first look: every landed run
+    follower.join()
+    assert load_aftermath(home.state_dir / "runs" / run.id).state == "kept"  # type: ignore[union-attr]
+    edit(repo, "    return doubled", "    return int(doubled)", "twice: an int")
+    clocks.mono += 10  # far from the next 5-minute look
+    follower.tick(at + timedelta(minutes=2))
+    follower.join()
+    assert load_aftermath(home.state_dir / "runs" / run.id).state == "kept"  # type: ignore[union-attr]
+    ctx.targets_moved.add((str(repo.resolve()), "elsewhere"))  # another branch: not this run
+    follower.tick(at + timedelta(minutes=3))
+    follower.join()
+    assert load_aftermath(home.state_dir / "runs" / run.id).state == "kept"  # type: ignore[union-attr]
+    ctx.targets_moved.add((str(repo.resolve()), run.target))
+    follower.tick(at + timedelta(minutes=4))
+    follower.join()
+    record = load_aftermath(home.state_dir / "runs" / run.id)
+    assert record is not None and record.state == "edited" and not ctx.targets_moved
+
+
+def test_a_push_trigger_marks_its_branch_moved_for_the_aftermath(tmp_path: Path) -> None:
+    """The intake's side: a push trigger of the loop names its repository and branch."""
+    from daemon.scheduling.queue import RunQueue
+    from daemon.service.intake import Intake
+    from daemon.state.records import Trigger
+
+    home, repo, run = landed(tmp_path)
+    ctx = context(home, Clocks())
+    intake = Intake(ctx, RunQueue(), None, lambda loop: False)  # type: ignore[arg-type]
+    push = Trigger(loop="calc", kind="push", reason="a push", ts=run.started, ref="refs/heads/main")
+    intake.offer(push, run.started)
+    assert (str(repo.resolve()), "main") in ctx.targets_moved

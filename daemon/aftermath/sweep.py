@@ -169,11 +169,14 @@ def _one(
         return record
     was = record.state
     shared = repos.ranges.get((run.repo, record.last_seen, tip))
-    if update(git, record, tip, now, shared is not None, shared, repos.reader(run.repo)):
-        found.changed.append(record)
-        _changed(store, record, was, now)
+    changed = update(git, record, tip, now, shared is not None, shared, repos.reader(run.repo))
+    # Saved before its event: a loopd killed between them finds the record up to date at its
+    # restart and records no change twice (at worst one event is missing).
     save_aftermath(folder, record)
     held[run.id] = (record, _mark(folder))
+    if changed:
+        found.changed.append(record)
+        _changed(store, record, was, now)
     return record
 
 

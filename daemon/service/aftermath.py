@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from datetime import datetime
+from pathlib import Path
 
 from daemon.aftermath.identity import follows
 from daemon.aftermath.landhold import hold_reverted
@@ -50,11 +51,17 @@ class Follower:
         if self._thread is not None and self._thread.is_alive():
             return
         mono = self.ctx.monotonic()
-        if mono - self._at < FOLLOW_EVERY:
+        moved = self.ctx.targets_moved
+        if mono - self._at < FOLLOW_EVERY and not moved:
             return
-        self._at = mono
+        only: set[tuple[str, str]] | None = None
+        if mono - self._at < FOLLOW_EVERY:
+            only = set(moved)  # a target moved: only the runs landed on it, before 5 minutes
+        else:
+            self._at = mono
+        moved.clear()
         self._thread = threading.Thread(
-            target=self.follow, args=(now,), name="aftermath", daemon=True
+            target=self.follow, args=(now, only), name="aftermath", daemon=True
         )
         self._thread.start()
 
@@ -62,12 +69,16 @@ class Follower:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def follow(self, now: datetime) -> Sweep:
-        """One sweep at `now` over the landed runs still followed."""
+    def follow(self, now: datetime, only: set[tuple[str, str]] | None = None) -> Sweep:
+        """One sweep at `now` over the landed runs still followed (`only`: those landed on
+        these (repository, branch) targets)."""
         loops = self.ctx.loops
+        runs = self._followed()
+        if only is not None:
+            runs = [r for r in runs if (str(Path(r.repo).resolve()), r.target) in only]
         found = sweep(
             self.ctx.store,
-            self._followed(),
+            runs,
             now,
             loop_keys=lambda name: loop_keys(loops, name),
             due_only=True,
