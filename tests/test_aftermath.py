@@ -29,7 +29,7 @@ from daemon.state.aftermath import AFTERMATH_FILE, load_aftermath
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
 from daemon.stats import wilson
-from tests.helpers import git, loopd, make_repo, wait_for
+from tests.helpers import git, loopd, make_repo, start_daemon, stop_daemon, wait_for
 from tests.test_landing import land_case
 from tests.test_learning_e2e import AGREES, default_reply
 from tests.test_run_lifecycle import BUGGY, JOIN
@@ -575,3 +575,56 @@ def test_a_push_trigger_marks_its_branch_moved_for_the_aftermath(tmp_path: Path)
     push = Trigger(loop="calc", kind="push", reason="a push", ts=run.started, ref="refs/heads/main")
     intake.offer(push, run.started)
     assert (str(repo.resolve()), "main") in ctx.targets_moved
+
+
+def test_a_daemon_killed_mid_sweep_finishes_the_records_at_its_restart_nothing_doubled(
+    tmp_path: Path,
+) -> None:
+    """`loopd run` follows 80 landed runs of a real repository from scratch; kill -9 while
+    it records them; the restarted daemon finishes every record, none counted twice."""
+    import signal
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from aftermath import build, records  # bench/aftermath.py: its repository and runs
+
+    case = land_case(tmp_path, agent=AGENT, land="merge")
+    home = case.home
+    big = tmp_path / "big"
+    big.mkdir()
+    git(big, "init", "-q", "-b", "main")
+    shas = build(big, 20, 80, 200)
+    git(big, "reset", "-q", "--hard", "main")
+    store = home.state()
+    made = records(big, shas)
+    for run in made:
+        store.save_run(run)
+    ids = {r.id for r in made}
+
+    def recorded() -> int:
+        return sum((home.state_dir / "runs" / i / AFTERMATH_FILE).exists() for i in ids)
+
+    proc = start_daemon(home.root)
+    wait_for(lambda: recorded() >= 3, timeout=120, interval=0.01, what="the sweep under way")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    partial = recorded()
+    assert 3 <= partial < len(ids), partial  # killed while it was recording
+    proc = start_daemon(home.root)
+    try:
+        wait_for(lambda: recorded() == len(ids), timeout=600, what="every record")
+    finally:
+        stop_daemon(proc)
+    started = [
+        e["run"] for e in map(json.loads, (home.state_dir / "events.jsonl").open())
+        if e["type"] == "aftermath_started"
+    ]  # fmt: skip
+    assert max(started.count(i) for i in ids) == 1  # none begun twice
+    assert not any(
+        json.loads(line)["type"] == "aftermath_changed"
+        for line in (home.state_dir / "events.jsonl").open()
+    )
+    for run_id in ids:
+        record = load_aftermath(home.state_dir / "runs" / run_id)
+        assert record is not None and record.state == "kept", run_id
+        assert record.lines_kept == record.lines_landed == 5
