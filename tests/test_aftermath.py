@@ -628,3 +628,26 @@ def test_a_daemon_killed_mid_sweep_finishes_the_records_at_its_restart_nothing_d
         record = load_aftermath(home.state_dir / "runs" / run_id)
         assert record is not None and record.state == "kept", run_id
         assert record.lines_kept == record.lines_landed == 5
+
+
+def test_the_temporal_home_service_follows_landed_runs_too(tmp_path: Path, temporal: Any) -> None:
+    """`[engine] kind = "temporal"`: the home service's housekeeping runs the Follower, so a
+    landed run's aftermath is recorded there as by the local daemon (a real dev server)."""
+    from tests.machines import engine_toml
+
+    server, namespace = temporal
+    home, repo, run = landed(tmp_path)
+    config = home.root / "loopd.toml"
+    config.write_text(config.read_text() + "\n" + engine_toml(server.address, namespace))
+    edit(repo, "    return doubled", "    return int(doubled)", "twice: an int, always")
+    proc = start_daemon(home.root)
+    try:
+        wait_for(
+            lambda: (home.state_dir / "runs" / run.id / AFTERMATH_FILE).exists(),
+            timeout=120,
+            what="the aftermath recorded by the Temporal home service",
+        )
+    finally:
+        stop_daemon(proc)
+    record = load_aftermath(home.state_dir / "runs" / run.id)
+    assert record is not None and record.state == "edited" and record.commits[0].author == "Ann"
