@@ -104,14 +104,19 @@ def status_data(root: Path, facts: dict[str, Any], reader: StatusReader, pid: in
                 "count": meta["count"],
                 "latest_run": meta["latest_run"],
             }
+    _aftermath_parts(root, data)
+    data["state"] = reader.usage()
+    return data
+
+
+def _aftermath_parts(root: Path, data: dict[str, Any]) -> None:
+    """The loops held at `land = "branch"` by reverts and the judge's field figures."""
     for name, hold in _land_holds(root).items():
         if name in data["loops"]:
             data["loops"][name]["land_held"] = hold
     field = _plain_toml(root / "state" / "calibration-field.toml")
     if field.get("landed"):
         data["judge_field"] = field
-    data["state"] = reader.usage()
-    return data
 
 
 def _plain_toml(path: Path) -> dict[str, Any]:
