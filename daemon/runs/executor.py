@@ -53,6 +53,7 @@ from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir
 from daemon.state.background import Background
 from daemon.state.eventtypes import Event
+from daemon.state.landholds import effective_land
 from daemon.state.records import (
     AttemptRecord,
     Cause,
@@ -275,7 +276,8 @@ class RunExecutor:
         lfs = Background(user.lfs_storage)
         target = None
         if decisions.records_target(cfg.isolation):
-            target = Background(landing_target, user, cfg, is_experiment(run))
+            held = effective_land(self.services.store, run.loop, cfg.land) != cfg.land
+            target = Background(landing_target, user, cfg, is_experiment(run) or held)
         last_success = decisions.builds_on_last_success(cfg.build_on, cfg.isolation)
         if last_success:
             self._await_fetch()  # the start point resolves the base
