@@ -25,6 +25,7 @@ from daemon.units import duration, size
 # using a name no package registers is refused by `check` (config/loading.py).
 ADAPTERS = tuple(SHIPPED[AGENTS])
 Adapter = str
+_OWN = ", ".join(f'`"{name}"`' for name in ADAPTERS)
 
 # Agent profiles every home has without writing them, by name. A layer above registers them
 # (daemon/example registers `example`), so the configuration knows none of their code.
@@ -140,11 +141,7 @@ class AgentProfile(StrictModel):
     adapter: Adapter = Field(
         "qwen",
         description="which agent CLI to drive",
-        json_schema_extra={
-            "allowed": "an installed adapter: loopd's own "
-            + ", ".join(f'`"{name}"`' for name in ADAPTERS)
-            + ", or a plugin's name ([adapters](adapters.md))"
-        },
+        json_schema_extra={"allowed": f"{_OWN}, or a plugin's name ([adapters](adapters.md))"},
     )
     model: str = Field(
         "",
