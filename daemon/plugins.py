@@ -8,6 +8,7 @@ loop first uses it, so `loopd --help` and `loopd check` import no plugin code.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from dataclasses import dataclass
 from functools import cache
@@ -81,6 +82,13 @@ def _scan(group: str) -> tuple[dict[str, Registered], dict[str, Registered]]:
     # A package cannot take a name loopd or another package already has: loopd keeps its own
     # names; between two plugins, using the name says which packages both register it.
     return found, clashes
+
+
+def forget() -> None:
+    """Read the installed packages again at the next lookup (a plugin installed since: `loopd
+    reload` sees it; a module already imported stays as it was until loopd restarts)."""
+    importlib.invalidate_caches()
+    _scan.cache_clear()
 
 
 def names(group: str) -> tuple[str, ...]:

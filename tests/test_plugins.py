@@ -78,6 +78,9 @@ import json, pathlib, sys
 
 
 def main():
+    if sys.argv[1:] == ["--version"]:  # what `loopd check` asks every agent's program
+        print("tiny-agent 1.0")
+        return
     print(json.dumps({"type": "session", "id": "tiny-1"}), flush=True)
     print(json.dumps({"type": "call", "id": "c1", "args": {"path": "hello.txt"}}), flush=True)
     pathlib.Path("hello.txt").write_text("hello, plugin\\n")
@@ -176,7 +179,7 @@ def test_a_plugin_adapter_configured_by_name_runs_through_loopd_once(
     env.pop("LOOPD_HOME", None)
     proc = subprocess.run(
         [venv_python, "-m", "daemon.cli.main", "--home", str(home), "once", "hi"],
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path,
     )  # fmt: skip
     run_id = proc.stdout.split()[0] if proc.stdout.split() else ""
     record = home / "state" / "runs" / run_id / "run.toml"
@@ -189,12 +192,13 @@ def test_a_plugin_adapter_configured_by_name_runs_through_loopd_once(
     folder = home / "state" / "runs" / run_id / "attempt-1"
     transcript = gzip.decompress((folder / "transcript.jsonl.gz").read_bytes()).decode()
     assert "hello.txt says hello, plugin." in transcript
-    # `check` lists the plugin's program, resolved to the venv it is installed in.
+    # `check` lists the plugin's program as it lists any agent's, with what it says it is.
     shown = subprocess.run(
         [venv_python, "-m", "daemon.cli.main", "--home", str(home), "check"],
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path,
     )  # fmt: skip
-    assert "tiny-agent" in shown.stdout + shown.stderr, shown.stdout + shown.stderr
+    assert f"{cli} (tiny-agent 1.0)" in shown.stdout, shown.stdout + shown.stderr
+    assert not (tmp_path / "hello.txt").exists(), "the agent did work when asked its version"
 
 
 def test_the_venv_lists_the_plugin_after_loopds_own(venv_python: Path) -> None:

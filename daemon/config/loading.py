@@ -31,6 +31,7 @@ from daemon.plugins import (
     AGENTS,
     GUIDE,
     PluginError,
+    forget,
     installed_here,
     is_installed,
     is_own,
@@ -381,6 +382,7 @@ def _findable(program: str) -> bool:
 
 def load_home(home: Path) -> LoadedConfig:
     """Read `loopd.toml` and every `loops/*.toml`; broken loops are left out and reported."""
+    forget()  # the installed plugins, read again when a loop names one
     daemon, errors = load_daemon_config(home / "loopd.toml")
     loaded = LoadedConfig(daemon=daemon or DaemonConfig(), errors=list(errors))
     loaded.daemon_ok = daemon is not None
