@@ -159,3 +159,39 @@ def test_a_home_whose_listen_port_is_taken_does_not_start(
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert str(port) in proc.stderr, proc.stderr
     assert json.dumps(port) not in json.dumps(home.events("listening"))
+
+
+def test_a_delivery_to_a_temporal_home_with_a_full_state_is_503_until_there_is_room(
+    tmp_path: Path, temporal: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As locally (tests/test_full_disk.py): the sender retries a 503; once the home finds
+    room again the same delivery is taken and its run starts."""
+    from tests.test_full_disk import fill, free, tmpfs
+
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    cluster, work, shared = hosted_cluster(tmp_path, temporal, listen=True)
+    home = cluster.home
+    with tmpfs(home.home / "state", "8m") as state:
+        try:
+            home.start("run")
+            port = wait_for(lambda: listening_port(home.home), what="the home's listener")
+            before, after = push_commit(work, "pushed while state/ is full")
+            headers, body = delivery("github", "refs/heads/main", before, after)
+            fill(state)
+            status, text = post(port, "/hooks/github", headers, body)
+            assert status == 503, text
+            assert home.proc is not None and home.proc.poll() is None, home.log.read_text()
+            free(state)
+            statuses: list[int] = []
+            wait_for(
+                lambda: (
+                    statuses.append(post(port, "/hooks/github", headers, body)[0])
+                    or 202 in statuses
+                ),
+                what="the retried delivery taken",
+            )
+            assert set(statuses) <= {503, 202} and statuses[-1] == 202, statuses
+            (run,) = wait_for(lambda: the_run(cluster, after), timeout=120, what="the run")
+            assert (shared / "base").read_text() == after
+        finally:
+            cluster.stop()

@@ -18,6 +18,7 @@ number of loops, at the shortest `poll` of its loops, backing off on failures.
 
 from __future__ import annotations
 
+import errno
 import queue
 import threading
 import time
@@ -119,6 +120,10 @@ class RemoteFeed:
         """A verified delivery's push: with `early_triggers`, its fetch starts and its
         triggers are in the inbox when this returns; else they follow the fetch."""
         if not self.early_triggers:
+            # Its triggers are written after the fetch, past the delivery's answer: without
+            # room for them now it is refused (503, sent again), as when writing them fails.
+            if not self.store.space.probe():
+                raise OSError(errno.ENOSPC, "state/ has no room for the delivery's triggers")
             self.submit(push)
             return
         push.trigger = False  # written here, not after the fetch
