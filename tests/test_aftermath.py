@@ -439,7 +439,10 @@ def test_a_run_merged_onto_a_moved_target_is_its_own_commits_and_a_revert_of_the
         f"import time\nt = pathlib.Path({str(talk)!r})\n(t / 'started').write_text('')\n"
         "while not (t / 'go').exists(): time.sleep(0.05)\n"
     )
-    case = land_case(tmp_path, agent, config=f'\n[sandbox]\nwritable = ["{talk}"]\n', land="merge")
+    # The attempts' commits kept (land_commits = "keep"): the landing is a merge of the moved
+    # target, the case this test is about; a squash is one commit (test_landing_tidy.py).
+    sandbox = f'\n[sandbox]\nwritable = ["{talk}"]\n'
+    case = land_case(tmp_path, agent, config=sandbox, land="merge", land_commits="keep")
     run = case.new_run()
     thread = threading.Thread(target=RunExecutor(case.services, case.loop, run).execute)
     thread.start()
