@@ -1,0 +1,73 @@
+"""What each page and each action asks of the commands: their command lines, and the rows the
+templates draw from the commands' JSON. Nothing here reads state/ itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daemon.web.commands import Outcome, run_command
+
+RUNS_SHOWN = 200  # the runs page's `--limit`
+
+
+class CommandFailed(Exception):
+    """A command the page needs said no: its exit code and its words, redacted."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.text() or f"exit {outcome.code}")
+        self.outcome = outcome
+
+
+def read(home: str, *argv: str) -> Any:
+    """A read command's `--json`, redacted; CommandFailed when it fails."""
+    outcome = run_command(home, [*argv, "--json"])
+    if not outcome.ok:
+        raise CommandFailed(outcome)
+    return outcome.data()
+
+
+def status(home: str) -> Any:
+    return read(home, "status")
+
+
+def loops(home: str) -> list[dict[str, Any]]:
+    """The loops of `loopd status --json`, each with its name, by name."""
+    data = status(home)
+    return [{"name": name, **info} for name, info in sorted(data.get("loops", {}).items())]
+
+
+def runs(home: str, loop: str = "", outcome: str = "") -> list[dict[str, Any]]:
+    """`loopd runs [LOOP] --json`, newest first as it lists them, kept to `outcome` if given."""
+    argv = ["runs", *([loop] if loop else []), "--limit", str(RUNS_SHOWN)]
+    items: list[dict[str, Any]] = read(home, *argv)
+    return [r for r in items if not outcome or r.get("outcome") == outcome]
+
+
+def run(home: str, run_id: str) -> Any:
+    return read(home, "show", run_id)
+
+
+def escalations(home: str) -> list[dict[str, Any]]:
+    """The open escalations of `loopd escalations list --json`, oldest first."""
+    items: list[dict[str, Any]] = read(home, "escalations", "list")
+    return sorted(items, key=lambda e: str(e.get("created") or e.get("ts") or ""))
+
+
+def escalation(home: str, run_id: str) -> Any:
+    return read(home, "escalations", "show", run_id)
+
+
+def rules(home: str) -> Any:
+    return read(home, "rules", "list")
+
+
+# The actions: each its command's line, run with `by` = who did it.
+def resolve(home: str, run_id: str, note: str, retry: bool, by: str) -> Outcome:
+    argv = ["escalations", "resolve", run_id, "--note", note, *(["--retry"] if retry else [])]
+    return run_command(home, argv, by=by)
+
+
+def loop_action(home: str, action: str, loop: str, by: str) -> Outcome:
+    """`loopd trigger|pause|resume LOOP`; a trigger's reason names who asked for it."""
+    reason = ["--reason", f"triggered from the console ({by})"] if action == "trigger" else []
+    return run_command(home, [action, loop, *reason], by=by)
