@@ -110,7 +110,7 @@ class Web:
         return status, text
 
     def csrf(self) -> str:
-        _, page = self.get("/escalations")
+        _, page = self.get("/")  # the loops page always has its forms
         return page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
 
     def stop(self) -> None:
@@ -158,6 +158,15 @@ def test_no_token_is_401_and_the_cookie_is_httponly_strict(web: tuple[Web, list]
     assert "httponly" in cookie and "samesite=strict" in cookie
     assert server.token().lower() not in cookie  # the cookie is derived, not the token
     assert server.get("/")[0] == 200
+    # `next` goes on to a page of the console, never elsewhere.
+    for wanted, to in (
+        ("escalations", "./escalations"),
+        ("//evil.example", "./"),
+        ("https://evil.example", "./"),
+        ("runs/../..", "./"),
+    ):
+        _, response, _ = server.request("GET", f"/login?token={server.token()}&next={wanted}")
+        assert response.getheader("location") == to, wanted
 
 
 def test_failed_logins_are_rate_limited(tmp_path: Path) -> None:
@@ -207,6 +216,7 @@ def test_pages_show_the_night_redacted_and_escaped(web: tuple[Web, list]) -> Non
     assert secret_run in runs and records[0].id not in runs
     _, esc = server.get("/escalations")
     assert esc.index(records[1].id) < esc.index(records[2].id)  # oldest first
+    assert "The checks still fail after 3 attempts" in esc  # the file's suggested next step
     assert server.get("/runs/no-such-run")[0] == 404
 
 
@@ -237,6 +247,12 @@ def test_resolve_and_pause_are_recorded_by_web(web: tuple[Web, list]) -> None:
     ]
     listed = json.loads(loopd(server.home, "escalations", "list", "--json").stdout)
     assert run_id not in [e["run"] for e in listed]
+    retried = records[2].id
+    form = {"csrf": server.csrf(), "note": "use the staging key", "retry": "yes"}
+    assert server.post(f"/escalations/{retried}/resolve", form)[0] == 303
+    last = [e for e in events(server.home) if e.get("type") == "escalation_resolved"][-1]
+    assert (last["run"], last["by"], last["retry"]) == (retried, "web", True)
+    assert (server.home / "state" / "inbox" / last["trigger"]).is_file()  # the retry, queued
     assert server.post("/loops/toolz/pause", {"csrf": server.csrf()})[0] == 303
     paused = [e for e in events(server.home) if e.get("type") == "loop_paused"]
     assert [(e["loop"], e["by"]) for e in paused] == [("toolz", "web")]
@@ -244,6 +260,17 @@ def test_resolve_and_pause_are_recorded_by_web(web: tuple[Web, list]) -> None:
     assert status_json["loops"]["toolz"]["paused"] is True
     assert server.post("/loops/toolz/resume", {"csrf": server.csrf()})[0] == 303
     assert [e["by"] for e in events(server.home) if e.get("type") == "loop_resumed"] == ["web"]
+
+
+def test_trigger_queues_a_run_naming_the_console(web: tuple[Web, list]) -> None:
+    server, _ = web
+    inbox = server.home / "state" / "inbox"
+    before = set(inbox.iterdir()) if inbox.exists() else set()
+    status, text = server.post("/loops/toolz/trigger", {"csrf": server.csrf()})
+    assert status == 303, text
+    queued = [p for p in inbox.iterdir() if p not in before]
+    assert len(queued) == 1 and "triggered from the console (web)" in queued[0].read_text()
+    assert server.post("/loops/nosuch/trigger", {"csrf": server.csrf()})[0] == 400
 
 
 def test_read_only_refuses_every_post(tmp_path: Path) -> None:

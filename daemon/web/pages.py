@@ -47,10 +47,19 @@ def run(home: str, run_id: str) -> Any:
     return read(home, "show", run_id)
 
 
+NEXT_STEP = "**Suggested next step:**"  # the line of an escalation file that says it
+
+
 def escalations(home: str) -> list[dict[str, Any]]:
-    """The open escalations of `loopd escalations list --json`, oldest first."""
+    """The open escalations of `loopd escalations list --json`, oldest first, each with the
+    next step its file suggests (`loopd escalations show ID --json`)."""
     items: list[dict[str, Any]] = read(home, "escalations", "list")
-    return sorted(items, key=lambda e: str(e.get("created") or e.get("ts") or ""))
+    for item in items:
+        item["key"] = item.get("id") or item["run"]  # RUN_ID, or RUN_ID-qN for a question
+        text = str(escalation(home, item["key"]).get("text", ""))
+        steps = [line for line in text.splitlines() if line.startswith(NEXT_STEP)]
+        item["next_step"] = steps[0][len(NEXT_STEP) :].strip() if steps else ""
+    return sorted(items, key=lambda e: str(e.get("escalated") or ""))
 
 
 def escalation(home: str, run_id: str) -> Any:

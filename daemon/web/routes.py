@@ -3,6 +3,7 @@ its command with `by = "web"` and goes back to the page it came from."""
 
 from __future__ import annotations
 
+import re
 from functools import partial
 from typing import Any
 from urllib.parse import quote
@@ -12,6 +13,7 @@ from daemon.web.console import Console, guard, post_guard, refusal
 from daemon.web.security import COOKIE, same
 
 ACTIONS = ("trigger", "pause", "resume")
+NEXT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_./-]{0,200}")  # a page's path, no scheme, no //
 BY = "web"  # who the events of the console's actions name
 HEADERS = {
     # Only the console's own files; no frames, no referrer outside it.
@@ -21,6 +23,14 @@ HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
+
+
+def _next(request: Any) -> str:
+    """Where a login goes on: `next`, a page of the console (relative, so never elsewhere)."""
+    wanted = request.query_params.get("next", "")
+    if NEXT.fullmatch(wanted) and ".." not in wanted:
+        return "./" + wanted
+    return "./"
 
 
 class Handlers:
@@ -67,7 +77,7 @@ class Handlers:
         if not same(request.query_params.get("token"), self.console.token):
             self.console.limit.failed(address)
             return refusal(401, "wrong or missing token: open the address `loopd web --url` prints")
-        response = RedirectResponse("./", status_code=303, headers=HEADERS)
+        response = RedirectResponse(_next(request), status_code=303, headers=HEADERS)
         response.set_cookie(
             COOKIE, self.console.session, httponly=True, samesite="strict", path="/"
         )
