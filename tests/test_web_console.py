@@ -315,3 +315,18 @@ def test_a_page_in_chromium_at_390_px(web: tuple[Web, list], tmp_path: Path) -> 
     width, _height, rows = chromium.png_pixels(png)
     assert width == 390
     assert len({bytes(r) for r in rows}) > 20  # a drawn page, not one blank colour
+
+
+def test_without_the_extra_it_names_the_install(tmp_path: Path) -> None:
+    shim = tmp_path / "shim" / "starlette"
+    shim.mkdir(parents=True)
+    # First on the path, it fails as a missing package does.
+    (shim / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'starlette'\", name='starlette')\n"
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = loopd(home, "web", env={"PYTHONPATH": str(shim.parent)})
+    assert proc.returncode == 2
+    assert "needs the [web] extra" in proc.stderr and "[web]" in proc.stderr.split("Fix:")[1]
+    assert not (home / "state" / "web-token").exists()  # nothing made for a console not started

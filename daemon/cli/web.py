@@ -43,9 +43,8 @@ def web(args: argparse.Namespace) -> int:
     """The console in a browser: loops, runs, escalations, rules; --url: its login address."""
     home = home_of(args)
     host, port = _address(args.bind)
-    token = login_token(home.state_dir)
     if args.url:
-        print(f"{_url(host, port)}login?token={token}")
+        print(f"{_url(host, port)}login?token={login_token(home.state_dir)}")
         return 0
     try:
         import starlette  # noqa: F401 - only to say which extra is missing
@@ -55,6 +54,7 @@ def web(args: argparse.Namespace) -> int:
             f"`loopd web` needs the [web] extra ({exc.name} is not installed). Fix: "
             f"{install_command('web')}"
         ) from None
+    token = login_token(home.state_dir)
     if not ipaddress.ip_address(host).is_loopback:
         print(
             f"loopd: warning: the console listens on {host}, beyond this machine: put it "
