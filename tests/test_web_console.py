@@ -24,7 +24,7 @@ from daemon.web.security import csrf_value
 from tests import chromium
 from tests.helpers import ROOT, events, loopd, wait_for
 from tests.orphans import die_with_parent
-from tests.report_week import RunSpec, build_week
+from tests.report_week import RuleSpec, RunSpec, build_week
 
 GITHUB_TOKEN = "ghp_" + "Zq7XkP2mW9rT4vB8nL3cY6dH1sF5gJ0aE2uQ"
 NOW = datetime(2026, 3, 12, 9, 0, tzinfo=UTC)
@@ -40,6 +40,10 @@ RUNS = [
         cause="loopd-error",
         task=f"Fix <b>the</b> bug; push with token {GITHUB_TOKEN}",
     ),
+]
+RULES = [
+    RuleSpec(id="r-0001-trial-one", status="trial", created=3),
+    RuleSpec("r-0002-old", "active", 9),
 ]
 
 
@@ -119,7 +123,7 @@ class Web:
 
 
 def _home(tmp: Path) -> tuple[Path, list]:
-    home, repo, records = build_week(tmp, NOW, RUNS, [])
+    home, repo, records = build_week(tmp, NOW, RUNS, RULES)
     argv = [sys.executable, "-c", "pass"]
     with (home / "loopd.toml").open("a") as fh:
         fh.write(f'\n[agents.fixer]\nadapter = "command"\ncommand = {json.dumps(argv)}\n')
@@ -330,3 +334,19 @@ def test_without_the_extra_it_names_the_install(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "needs the [web] extra" in proc.stderr and "[web]" in proc.stderr.split("Fix:")[1]
     assert not (home / "state" / "web-token").exists()  # nothing made for a console not started
+
+
+def test_promote_and_retire_a_rule(web: tuple[Web, list]) -> None:
+    server, _ = web
+    _, page = server.get("/rules")
+    assert "r-0001-trial-one" in page and "r-0002-old" in page
+    assert server.post("/rules/r-0001-trial-one/promote", {"csrf": server.csrf()})[0] == 303
+    assert server.post("/rules/r-0002-old/retire", {"csrf": server.csrf()})[0] == 303
+    listed = {r["id"]: r["status"] for r in json.loads(server.get("/api/rules")[1])}
+    assert listed == {"r-0001-trial-one": "active", "r-0002-old": "retired"}
+    moves = [e for e in events(server.home) if e.get("rule") and "(web)" in e.get("reason", "")]
+    assert sorted((e["rule"], e["to"]) for e in moves) == [
+        ("r-0001-trial-one", "active"),
+        ("r-0002-old", "retired"),
+    ]
+    assert server.post("/rules/r-0002-old/delete", {"csrf": server.csrf()})[0] == 404

@@ -27,6 +27,7 @@ def build_app(console: Console) -> Any:
         Route("/api/runs/{run_id}", handlers.api_run, methods=["GET"]),
         Route("/escalations/{run_id}/resolve", handlers.resolve, methods=["POST"]),
         Route("/loops/{loop}/{action}", handlers.loop_action, methods=["POST"]),
+        Route("/rules/{rule_id}/{action}", handlers.rule_action, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     return Starlette(routes=routes)

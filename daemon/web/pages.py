@@ -67,7 +67,8 @@ def escalation(home: str, run_id: str) -> Any:
 
 
 def rules(home: str) -> Any:
-    return read(home, "rules", "list")
+    """Every rule, retired and rejected ones too: `loopd rules list --all --json`."""
+    return read(home, "rules", "list", "--all")
 
 
 # The actions: each its command's line, run with `by` = who did it.
@@ -80,3 +81,9 @@ def loop_action(home: str, action: str, loop: str, by: str) -> Outcome:
     """`loopd trigger|pause|resume LOOP`; a trigger's reason names who asked for it."""
     reason = ["--reason", f"triggered from the console ({by})"] if action == "trigger" else []
     return run_command(home, [action, loop, *reason], by=by)
+
+
+def rule_action(home: str, action: str, rule_id: str, by: str) -> Outcome:
+    """`loopd rules promote|retire ID`; the rule's event says who in its reason."""
+    reason = ["--reason", f"retired by a person ({by})"] if action == "retire" else []
+    return run_command(home, ["rules", action, rule_id, *reason], by=by)

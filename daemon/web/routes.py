@@ -13,6 +13,7 @@ from daemon.web.console import Console, guard, post_guard, refusal
 from daemon.web.security import COOKIE, same
 
 ACTIONS = ("trigger", "pause", "resume")
+RULE_ACTIONS = ("promote", "retire")
 NEXT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_./-]{0,200}")  # a page's path, no scheme, no //
 BY = "web"  # who the events of the console's actions name
 HEADERS = {
@@ -151,6 +152,17 @@ class Handlers:
         if action not in ACTIONS:
             return refusal(404, f"no action {action!r}: trigger, pause or resume")
         return await self._act(request, pages.loop_action, "", action, request.path_params["loop"])
+
+    async def rule_action(self, request: Any) -> Any:
+        """Promote or retire a rule."""
+        refused, _form = await post_guard(self.console, request)
+        if refused is not None:
+            return refused
+        action = request.path_params["action"]
+        if action not in RULE_ACTIONS:
+            return refusal(404, f"no action {action!r}: promote or retire")
+        rule_id = request.path_params["rule_id"]
+        return await self._act(request, pages.rule_action, "rules", action, rule_id)
 
     async def _act(self, request: Any, action: Any, back: str, *args: Any) -> Any:
         """Run the action's command; back to the page, with what the command said."""
