@@ -288,8 +288,9 @@ def _set_paused(args: argparse.Namespace, paused: bool) -> int:
     store.set_paused(loop.name, paused)
     if was != paused:
         kind = Event.LOOP_PAUSED if paused else Event.LOOP_RESUMED
-        # `by`: the console says who did it; the command line leaves it empty.
-        store.events.append(kind, utc_now(), loop=loop.name, by=getattr(args, "by", ""))
+        # `by`: the console says who did it; the command line's lines stay as they were.
+        by = getattr(args, "by", "")
+        store.events.append(kind, utc_now(), loop=loop.name, **({"by": by} if by else {}))
     state = "paused" if paused else "resumed"
     note = " (triggers are recorded and run after `loopd resume`)" if paused else ""
     print(f"{loop.name} {state}{note}")

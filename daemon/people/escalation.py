@@ -196,7 +196,7 @@ def resolve(
         note=redact(note),
         retry=retry,
         trigger=trigger.id if trigger else "",
-        by=by,
+        **({"by": by} if by else {}),  # the command line's lines stay as they were
     )
     if meta.cause == "question" and note.strip():  # a decision the loop's later runs are given
         _keep_answer(store, meta, run_id, asked(body), note, now)
