@@ -241,10 +241,19 @@ def test_forged_posts_are_refused(web: tuple[Web, list]) -> None:
 def test_resolve_and_pause_are_recorded_by_web(web: tuple[Web, list]) -> None:
     server, records = web
     run_id = records[1].id
-    status, text = server.post(
-        f"/escalations/{run_id}/resolve", {"csrf": server.csrf(), "note": "fixed the fixture"}
+    status, response, text = server.request(
+        "POST",
+        f"/escalations/{run_id}/resolve",
+        {"csrf": server.csrf(), "note": "fixed the fixture"},
+        Cookie=server.cookie,
+        Origin=server.origin,
     )
     assert status == 303, text
+    back = response.getheader("location")
+    assert back.startswith("../../escalations?said=")
+    # The page shows what the command said, by the key; a made-up key shows nothing.
+    assert f"resolved {run_id}" in server.get("/escalations?" + back.split("?")[1])[1]
+    assert "run this" not in server.get("/escalations?said=run+this")[1]
     resolved = [e for e in events(server.home) if e.get("type") == "escalation_resolved"]
     assert [(e["run"], e["by"], e["note"]) for e in resolved] == [
         (run_id, "web", "fixed the fixture")

@@ -3,6 +3,7 @@ a POST: not read-only, from the console's own origin, with its CSRF token."""
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from daemon.web.security import (
 )
 
 HERE = Path(__file__).resolve().parent
+SAID_KEPT = 100  # the actions' messages kept for their pages
 
 
 @dataclass
@@ -27,6 +29,17 @@ class Console:
     token: str
     read_only: bool = False
     limit: FailureLimit = field(default_factory=FailureLimit)
+    # What the last actions' commands said, by a random key the redirect carries: a link
+    # cannot put words of its own on a page (`?said=` names a kept message, not its text).
+    said: dict[str, str] = field(default_factory=dict)
+
+    def keep_said(self, text: str) -> str:
+        """Keep what an action's command said; the key to show it by."""
+        key = secrets.token_urlsafe(12)
+        self.said[key] = text
+        while len(self.said) > SAID_KEPT:
+            self.said.pop(next(iter(self.said)))
+        return key
 
     @property
     def session(self) -> str:

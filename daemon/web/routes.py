@@ -49,7 +49,7 @@ class Handlers:
             root="../" * depth or "./",
             csrf=self.console.csrf,
             read_only=self.console.read_only,
-            flash=request.query_params.get("said", ""),
+            flash=self.console.said.get(request.query_params.get("said", ""), ""),
             **values,
         )
         return HTMLResponse(html, status_code=status, headers=HEADERS)
@@ -172,6 +172,6 @@ class Handlers:
         outcome = await run_in_threadpool(partial(action, self.console.home, *args, BY))
         if not outcome.ok:
             return self._page(request, "error.html", 400, message=outcome.text())
-        said = quote(outcome.text()[:300])
+        said = quote(self.console.keep_said(outcome.text()[:2000]))
         # Relative, so that it holds behind a proxy's path prefix: both forms are two deep.
         return RedirectResponse(f"../../{back}?said={said}", 303, headers=HEADERS)
