@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlencode
@@ -195,6 +196,17 @@ def test_the_run_json_is_loopd_show_json(web: tuple[Web, list]) -> None:
     assert json.loads(text) == json.loads(shown.stdout)
     listed = loopd(server.home, "runs", "--json", "--limit", "200")
     assert json.loads(server.get("/api/runs")[1]) == json.loads(listed.stdout)
+
+
+def test_requests_at_once_each_get_their_own_commands_output(web: tuple[Web, list]) -> None:
+    """Commands run on many threads at once: each request reads its own command's output."""
+    server, records = web
+    expected = {r.id: json.loads(server.get(f"/api/runs/{r.id}")[1]) for r in records}
+    paths = [f"/api/runs/{r.id}" for r in records] * 6
+    with ThreadPoolExecutor(max_workers=9) as pool:
+        got = list(pool.map(server.get, paths))
+    for path, (status, text) in zip(paths, got, strict=True):
+        assert status == 200 and json.loads(text) == expected[path.rsplit("/", 1)[1]]
 
 
 def test_pages_show_the_night_redacted_and_escaped(web: tuple[Web, list]) -> None:
