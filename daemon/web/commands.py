@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel
 
+from daemon import example
 from daemon.cli.common import CommandError
 from daemon.cli.invoke import function_of
 from daemon.cli.main import build_parser, command_word
@@ -82,6 +83,7 @@ def run_command(home: str, argv: list[str], by: str = "") -> Outcome:
     except SystemExit:
         return Outcome(code=2, out="", err=f"not a loopd command line: {argv!r}")
     args.by = by
+    example.register()  # as cli/invoke.py does: a home's loops may run the embedded example
     out.local.buffer, err.local.buffer = io.StringIO(), io.StringIO()
     try:
         code = int(function_of(args.func)(args) or 0)
