@@ -186,10 +186,12 @@ def resolve(
     note: str = "",
     retry: bool = False,
     verdict: Literal["", "good", "bad"] = "",
+    by: str = "",
 ) -> Trigger | None:
     """Mark the escalation resolved; with `retry`, queue a retry run carrying `note`.
 
-    `verdict`: the person's label of the run's last attempt, for `loopd calibrate`.
+    `verdict`: the person's label of the run's last attempt, for `loopd calibrate`; `by`: who
+    resolved it, when not the command line (`web`: the console).
     """
     meta, text = load_escalation(store, run_id)
     if not meta.is_open:
@@ -220,6 +222,7 @@ def resolve(
         note=redact(note),
         retry=retry,
         trigger=trigger.id if trigger else "",
+        **({"by": by} if by else {}),  # the command line's lines stay as they were
     )
     if meta.cause == "question" and note.strip():  # a decision the loop's later runs are given
         _keep_answer(store, meta, run_id, asked(body), note, now)

@@ -172,6 +172,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   to resume or end
 - `locks/LOOP.lock`: held by whoever runs the loop now (the daemon or `loopd once`);
   `locks/quota.lock`: taken while `quota.toml` or `logins.toml` is written
+- `web-token`: the console's login token (`loopd web`, made on its first start, 0600);
+  `loopd web --url` prints the address with it. Delete it and restart `loopd web` to change it
 - `loopd.lock`: held by the daemon of this home; one daemon per home
 - `home-id`: this home's id, made on first use; rules exported from this home name it as
   their source (`loopd rules export`)
