@@ -23,6 +23,9 @@ MACHINE_FIELDS = {
     # The sandbox is the machine's that runs the attempt: on Temporal a worker's, unknown to
     # the home until an attempt reports it (a refused run has none there).
     "sandbox",
+    # Digests of the base's failing check output, which holds the machine's timings (pytest's
+    # "in 0.03s") and folders: compared within one run's machine, never across engines.
+    "base_failures",
 }  # fmt: skip
 # Seconds measured by the machine's clock: compared as whether there were any.
 DURATIONS = {"waited"}

@@ -45,7 +45,9 @@ def test_qwens_fix_lands_on_main_and_the_next_run_is_skipped_without_qwen(
     assert (first.repo / "calc.py").read_text() == FIXED  # the clean checkout moved with main
     subject = git(first.repo, "log", "-1", "--format=%s", "main")
     assert subject.startswith(f"loopd({LOOP}): Fix add() in calc.py")
-    assert subject.endswith(f"(run {first.run_id}, attempt 1: checks pass)")
+    assert subject.endswith(f"(run {first.run_id})")  # one commit: land_commits = "squash"
+    body = git(first.repo, "log", "-1", "--format=%b", "main")
+    assert "Checks that passed:\n- " in body and "check.py" in body.split("Checks that passed:")[1]
     assert "landed on main" in first.stdout
     asked = len(agent_turns(model_server))
     assert asked >= 2

@@ -45,8 +45,11 @@ class Outside:
         now: datetime,
         gauges: Callable[[], dict[str, float]],
         healthy: Callable[[], bool],
+        workers_only: bool = False,
     ) -> Outside:
-        """ConfigFatal (exit 2) when [listen] cannot bind (a missing extra: `load_config`)."""
+        """ConfigFatal (exit 2) when [listen] cannot bind (a missing extra: `load_config`).
+        `workers_only`: a `[listen]` that sets nothing but `worker_bind` is the workers'
+        (the Temporal home then serves no listener)."""
         feed = RemoteFeed(
             ctx.store,
             loops=lambda: ctx.loops,
@@ -64,7 +67,7 @@ class Outside:
 
         outside.tracing = start_tracing(ctx.config.daemon.telemetry, ctx.store)
         listen = ctx.config.daemon.listen
-        if listen is not None:
+        if listen is not None and not (workers_only and listen.model_fields_set <= {"worker_bind"}):
             desk = WebhookDesk(
                 loops=lambda: ctx.loops,
                 remotes=lambda: ctx.config.daemon.remotes,

@@ -30,7 +30,8 @@ def start_outside(ctx: Context, healthy: Callable[[], bool]) -> Outside:
             "open_escalations": len(open_escalations(ctx.store)),
         }
 
-    return Outside.start(ctx, utc_now(), gauges=gauges, healthy=healthy)
+    # A [listen] with only `worker_bind` names the workers' /metrics, not a home listener.
+    return Outside.start(ctx, utc_now(), gauges=gauges, healthy=healthy, workers_only=True)
 
 
 async def tick_outside(outside: Outside) -> None:
