@@ -30,7 +30,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import assert_never, cast, get_args
 
-from daemon.agents.processes import process_mark, run_in_own_group, same_process
 from daemon.config import LoopConfig
 from daemon.config.land import PR_FIELDS, LandMode
 from daemon.git.integrity import ledger_writer
@@ -43,6 +42,7 @@ from daemon.landing.held import holds
 from daemon.landing.merge import MergeRefused, merge_target, verify_tip
 from daemon.landing.squash import AlreadyLanded, squash_commit
 from daemon.plain.landing import ALREADY
+from daemon.processes import process_mark, run_in_own_group, same_process
 from daemon.redact import redact
 from daemon.runs.journal import RunJournal
 from daemon.runs.startpoint import is_ancestor

@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from daemon.agents.homes import return_credentials
-from daemon.agents.processes import kill_leftovers, same_process
 from daemon.config import Loop, LoopConfig
 from daemon.git.agent import UnsafeTree
 from daemon.git.safe import GitError
@@ -38,6 +37,7 @@ from daemon.people.escalation_file import read_escalation
 from daemon.people.escalation_repeat import digest_due
 from daemon.people.escalation_repeat import escalate as file_escalation
 from daemon.people.progress import update_progress
+from daemon.processes import kill_leftovers, same_process
 from daemon.rules.promotion import record_run
 from daemon.rules.replay import breadth_reason
 from daemon.runs.attempt import commit_attempt
