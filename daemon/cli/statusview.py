@@ -43,6 +43,14 @@ def _age(measured: Any, now: datetime) -> str:
     return f"{minutes // 60} h"
 
 
+def landing_line(queue: dict[str, Any]) -> str:
+    """A target's landing queue in one line: the run landing now, then those queued."""
+    head = f"landing queue {queue['target']} of {queue['repo']}: "
+    now = f"landing {queue['landing']} ({queue['step']})" if queue["landing"] else "none landing"
+    queued = queue["queued"]
+    return head + now + (f"; queued {', '.join(queued)}" if queued else "; none queued")
+
+
 def _escalation_line(name: str, info: dict[str, Any]) -> str:
     """What a person reads of a loop's open escalation, held schedule or not."""
     open_ = info.get("escalation") or {}
@@ -108,6 +116,8 @@ def render_status(data: dict[str, Any], terminal: Terminal) -> str:
     for name, info in data["loops"].items():
         if info.get("held_by") or info.get("escalation"):
             lines += out(_escalation_line(name, info), "yellow")
+    for queue in data.get("landing", []):
+        lines += out(clean(landing_line(queue)))
     if data.get("state"):
         lines += out(clean(_state_line(data["state"])))
     for text, style in _service_lines(data):

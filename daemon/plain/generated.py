@@ -66,6 +66,7 @@ CAUSES = (
     "already-done",
     "landing-blocked",
     "landing-checks-failed",
+    "landing-conflict",
     "too-large",
     "resource-limit",
     "check-changed-tree",
