@@ -13,10 +13,19 @@ import os
 import signal
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from daemon.home import Home
+from daemon.runs.finish import complete_finish
+from daemon.runs.services import RunServices
+from daemon.state.landingqueue import (
+    LandingQueue,
+    QueuedLanding,
+    load_landing_queue,
+    update_landing_queue,
+)
 from tests.helpers import ROOT, git, loopd, make_home, make_repo, start_daemon, wait_for
 from tests.helpers import events as all_events
 
@@ -261,3 +270,37 @@ def test_a_daemon_killed_mid_landing_lands_the_run_exactly_once_after_restart(
     assert status(home).get("landing", []) == []
     merges = [e for e in all_events(home.root) if e["type"] == "landing_merge"]
     assert len(merges) == 2  # begun, killed, redone from the recorded step: landed once
+
+
+def test_a_landing_killed_after_the_target_moved_is_recorded_not_redone(tmp_path: Path) -> None:
+    """The state a kill -9 right after the target moved leaves: the queue says `moving` to
+    a commit the target holds, the run's record says not landed, `land` not done. Finishing
+    it again (as a restarted daemon's recovery does) records the landing, merges nothing."""
+    home, repo, talk = two_loops(tmp_path, {"a": edit_line(3, "a fixed three")})
+    (talk / "agents-go").write_text("")
+    before = git(repo, "rev-parse", "main")
+    done = loopd(home.root, "once", "a", timeout=300)
+    store = home.state()
+    run = next(store.iter_runs())
+    assert run.landed, (done.stdout, done.stderr, run.landing)
+    new = run.landed_as
+    assert git(repo, "rev-parse", "main") == new
+    run.landed, run.landed_as, run.landed_how, run.phase = False, "", "", "landing"
+    run.finish_done = []
+    store.save_run(run)
+    stamp = datetime(2026, 12, 7, 3, 0, tzinfo=UTC)
+
+    def killed_while_moving(queue: LandingQueue) -> None:
+        entry = QueuedLanding(run_id=run.id, loop="a", queued_at=stamp, step="moving", tries=1)
+        entry.old, entry.new = before, new
+        queue.runs.append(entry)
+
+    update_landing_queue(store, str(repo), "main", killed_while_moving)
+    loaded = home.load()
+    services = RunServices(home=home, config=loaded.daemon, store=store)
+    complete_finish(services, store.load_run(run.id), config=loaded.loops["a"].config)
+    again = store.load_run(run.id)
+    assert again.landed and again.landed_how == "merge" and again.landed_as == new
+    assert git(repo, "rev-parse", "main") == new  # nothing merged again
+    assert landed_commits(repo, run.id) == [new]
+    assert load_landing_queue(store, str(repo), "main").runs == []
