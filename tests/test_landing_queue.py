@@ -182,6 +182,10 @@ def test_two_runs_changing_different_lines_land_one_at_a_time_each_verified(
     queue = wait_for(queued, timeout=120, what="the second run queued behind the first")
     assert queue["target"] == "main" and queue["step"] == "landing"
     assert len(list(talk.glob("landing-*"))) == 1  # the queued one has not begun
+    said = " ".join(loopd(home.root, "status").stdout.split())  # unwrapped
+    assert f"landing {queue['landing']} (landing); queued {queue['queued'][0]}" in said
+    report = loopd(home.root, "report").stdout
+    assert "Landing queue" in report and queue["queued"][0] in report
     runs = run_records(home)
     waiting = next(r for r in runs.values() if r.id == queue["queued"][0])
     assert waiting.outcome == "succeeded" and not waiting.landed
