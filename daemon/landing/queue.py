@@ -49,6 +49,7 @@ def land_queued(journal: RunJournal, cfg: LoopConfig | None) -> None:
     ahead = [q.run_id for q in queue.runs if q.run_id != run.id]
     journal.event(Event.LANDING_QUEUED, target=target, ahead=ahead)
     with landing_lock(store, repo, target):
+        _landed_meanwhile(journal)
         entry = queue_entry(journal)
         if entry is not None and entry.step == "moving" and not run.landed:
             if entry.new and _holds(journal, entry.new):
@@ -57,6 +58,19 @@ def land_queued(journal: RunJournal, cfg: LoopConfig | None) -> None:
             _step(journal, "landing")
             land_run(journal, cfg, on_move=lambda old, new: _step(journal, "moving", old, new))
         update_landing_queue(store, repo, target, lambda q: _leave(q, run.id))
+
+
+def _landed_meanwhile(journal: RunJournal) -> None:
+    """Another finisher of the same run (a Temporal activity retried after its timeout while
+    the first still ran) landed it while this one waited: take its record of the landing."""
+    run = journal.run
+    try:
+        stored = journal.services.store.load_run(run.id)
+    except Exception:  # noqa: BLE001 - unreadable: this finisher's own record goes on
+        return
+    if stored.landed and not run.landed:
+        run.landed, run.landed_as, run.landed_how = True, stored.landed_as, stored.landed_how
+        run.landing, run.cause = stored.landing, stored.cause
 
 
 def queue_entry(journal: RunJournal) -> QueuedLanding | None:
