@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from verdict import verdict  # noqa: E402
 
 from daemon.aftermath.sweep import Held, sweep  # noqa: E402
+from daemon.git.safe import Git  # noqa: E402
 from daemon.state.records import RunRecord, RunTrigger  # noqa: E402
 from daemon.state.store import StateStore  # noqa: E402
 from tests.helpers import git  # noqa: E402
@@ -152,12 +153,13 @@ def main() -> int:
         assert all(r.lines_kept == r.lines_landed == 5 for r in first.records)
         print(f"from scratch: {scratch:.2f} s for {args.runs} runs")
         held: Held = {}
-        sweep(store, runs, now, due_only=True, cache=held)  # the daemon's first look
+        gits: dict[str, Git] = {}  # as the daemon's Follower keeps them
+        sweep(store, runs, now, due_only=True, cache=held, gits=gits)  # the daemon's first look
         times = []
         for n in range(args.new):
             new_commit(repo, n, args.files)
             started = time.monotonic()
-            found = sweep(store, runs, now, due_only=True, cache=held)
+            found = sweep(store, runs, now, due_only=True, cache=held, gits=gits)
             times.append((time.monotonic() - started) * 1000)
             assert not found.failed, found.failed
         median = statistics.median(times)

@@ -24,11 +24,11 @@ from daemon.agents.endings import (
     repeated_tool_call,
 )
 from daemon.agents.registry import adapter_class
+from daemon.agents.testing import GARBAGE, AdapterSuite, Recording
 from daemon.config import ADAPTERS, AgentProfile
 
 ROOT_DATA = Path(__file__).parent / "data"
 STREAMS = ROOT_DATA / "streams"
-GARBAGE = "this is not json {"
 ALL = sorted(ADAPTERS)
 AGENTS = [name for name in ALL if name != "command"]
 
@@ -92,14 +92,26 @@ def parse_all(adapter: AgentAdapter, lines: list[str]) -> list[AgentEvent]:
     return events
 
 
-@pytest.fixture(params=ALL)
-def recorded(request: pytest.FixtureRequest) -> tuple[str, AgentAdapter, list[AgentEvent]]:
-    name = request.param
-    adapter = make(name)
-    return name, adapter, parse_all(adapter, stream_lines(name))
+def recording(name: str, stream: str = "") -> Recording:
+    """A shipped adapter's recorded stream with what tests/data/streams/README.md says it holds."""
+    stream = stream or name
+    path = STREAMS / f"{stream}.jsonl"
+    if not path.exists():
+        path = STREAMS / f"{stream}.txt"
+    expected = EXPECTED[stream]
+    profile = {"command": ["my-agent", "--task", "{prompt}"]} if name == "command" else {}
+    return Recording(
+        name,
+        path,
+        session=expected.get("session", ""),
+        final=expected.get("final", ""),
+        final_contains=expected.get("final_contains", ""),
+        usage=expected.get("usage"),
+        profile=profile,
+    )
 
 
-# --- the shared suite over recorded lines ----------------------------------------------------
+# --- the shared suite over recorded lines (daemon/agents/testing.py, a plugin's too) ---------
 
 
 def test_registry_resolves_every_adapter_with_its_name() -> None:
@@ -107,126 +119,15 @@ def test_registry_resolves_every_adapter_with_its_name() -> None:
         assert adapter_class(name).name == name
 
 
-@pytest.mark.parametrize("name", ALL)
-def test_every_line_gives_at_least_one_event(name: str) -> None:
-    adapter = make(name)
-    for line in stream_lines(name):
-        events = adapter.parse_line(line)
-        assert events, f"{name} dropped the line {line[:80]!r}"
+class TestShippedAdapters(AdapterSuite):
+    """The shared suite over every shipped adapter's recording, and the real codex and
+    opencode ones (their EXPECTED entries are below)."""
 
-
-@pytest.mark.parametrize("name", ALL)
-def test_unparsable_line_is_kept_verbatim(name: str) -> None:
-    adapter = make(name)
-    parse_all(adapter, stream_lines(name)[:-1])  # stateful adapters mid-stream
-    events = adapter.parse_line(GARBAGE)
-    expected = "raw" if adapter.structured_stream else "text"
-    assert [(event.type, event.text) for event in events] == [(expected, GARBAGE)]
-
-
-def test_structured_stream_is_declared_truthfully(recorded: tuple) -> None:
-    name, adapter, events = recorded
-    normalized = [event for event in events if event.type != "raw"]
-    if adapter.structured_stream:
-        assert {"session", "final"} <= {event.type for event in normalized}
-    else:
-        assert not [event for event in events if event.type == "raw"]
-        # A plain agent's `final` is the answer it found among its lines (aider).
-        assert {event.type for event in events} <= {"text", "usage", "error", "final"}
-
-
-def test_session_id_found(recorded: tuple) -> None:
-    name, adapter, events = recorded
-    sessions = {event.session_id for event in events if event.type == "session"}
-    if adapter.session_resume and adapter.resume_needs_id:
-        assert sessions == {EXPECTED[name]["session"]}
-    else:
-        assert sessions == set()
-
-
-def test_tool_calls_and_results_paired_by_call_id(recorded: tuple) -> None:
-    name, adapter, events = recorded
-    calls = [event for event in events if event.type == "tool_call"]
-    results = [event for event in events if event.type == "tool_result"]
-    if not adapter.tool_calls:
-        assert calls == [] and results == []
-        return
-    assert calls, f"{name}: no tool call in the recorded lines"
-    assert all(call.tool and call.call_id for call in calls)
-    assert sorted(call.call_id for call in calls) == sorted(result.call_id for result in results)
-    for call in calls:
-        result_at = next(
-            i for i, e in enumerate(events) if e.type == "tool_result" and e.call_id == call.call_id
-        )
-        assert events.index(call) < result_at, "a result came before its call"
-    assert all(isinstance(call.arguments, dict) for call in calls)
-
-
-def test_final_text_found(recorded: tuple) -> None:
-    name, adapter, events = recorded
-    expected = EXPECTED[name]
-    if "final" in expected:
-        finals = [event for event in events if event.type == "final"]
-        assert finals and finals[-1].text == expected["final"]
-        assert not finals[-1].is_error
-        assert final_text(events) == expected["final"]
-    else:
-        assert expected["final_contains"] in final_text(events)
-
-
-def test_usage_summed(recorded: tuple) -> None:
-    name, adapter, events = recorded
-    usages = [event for event in events if event.type == "usage"]
-    if not adapter.usage:
-        assert usages == []
-        return
-    input_tokens, output_tokens, cost = EXPECTED[name]["usage"]
-    assert sum(event.input_tokens for event in usages) == input_tokens
-    assert sum(event.output_tokens for event in usages) == output_tokens
-    assert sum(event.cost_usd for event in usages) == pytest.approx(cost)
-
-
-WEIRD_LINES = [
-    "",
-    "   ",
-    "[]",
-    "null",
-    '"a string"',
-    "{}",
-    '{"type": null}',
-    '{"type": "assistant", "message": null}',
-    '{"type": "assistant", "message": {"content": "not a list"}}',
-    '{"type": "assistant", "message": {"content": [1, null, {"type": "tool_use"}]}}',
-    '{"type": "user", "message": {"content": [{"type": "tool_result", "content": [{"x": 1}]}]}}',
-    '{"type": "result", "usage": "lots", "total_cost_usd": "free", "is_error": true}',
-    '{"type": "system", "subtype": "init", "session_id": 42}',
-    '{"type": "item.completed", "item": {"type": "command_execution", "exit_code": "x"}}',
-    '{"type": "item.completed", "item": "oops"}',
-    '{"type": "turn.completed", "usage": [1, 2]}',
-    '{"type": "turn.failed", "error": "boom"}',
-    '{"type": "tool_use", "part": {"state": "done"}, "sessionID": 7}',
-    '{"type": "step_finish", "part": {"tokens": {"input": "1", "cache": 5}}}',
-    '{"type": "error", "error": {"data": {"message": 3}}}',
-    '{"type": "message", "role": "assistant", "content": ["a", {"text": "b"}]}',
-    '{"type": "tool_result", "status": "error", "error": "no"}',
-    '{"type": "result", "status": "error", "stats": {"input_tokens": true}}',
-    '{"type": "result", "usage": {"input_tokens": Infinity}, "total_cost_usd": NaN}',
-    '{"type": "turn.completed", "usage": {"input_tokens": -Infinity}}',
-    '{"type": "step_finish", "part": {"tokens": {"input": NaN}, "cost": Infinity}}',
-    '{"type": "result", "stats": {"input_tokens": 1e400}}',
-    "Tokens: lots sent, none received.",
-    "Tokens: 1.2.3k sent, 5 received. Cost: $1.2.3 message, $0 session.",
-    '{"type": "text"' + "x" * 10_000,
-    "[" * 100_000,
-]
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_odd_lines_never_raise(name: str) -> None:
-    adapter = make(name)
-    for line in WEIRD_LINES:
-        events = adapter.parse_line(line)
-        assert events and all(isinstance(event, AgentEvent) for event in events)
+    @property
+    def recordings(self) -> list[Recording]:  # a property: EXPECTED grows further down
+        return [recording(name) for name in ALL] + [
+            recording(adapter, stream) for stream, adapter in sorted(REAL.items())
+        ]
 
 
 # --- recorded qwen specifics: denial, question, error ----------------------------------------
@@ -727,23 +628,6 @@ EXPECTED.update(
         },
     }
 )
-
-
-@pytest.fixture(params=sorted(REAL))
-def real_recorded(request: pytest.FixtureRequest) -> tuple[str, AgentAdapter, list[AgentEvent]]:
-    adapter = make(REAL[request.param])
-    return request.param, adapter, parse_all(adapter, stream_lines(request.param))
-
-
-def test_real_recordings_pass_the_shared_suite(real_recorded: tuple) -> None:
-    for check in (
-        test_structured_stream_is_declared_truthfully,
-        test_session_id_found,
-        test_tool_calls_and_results_paired_by_call_id,
-        test_final_text_found,
-        test_usage_summed,
-    ):
-        check(real_recorded)
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,8 @@ from daemon.service.aftermath import Follower
 from daemon.state.aftermath import AFTERMATH_FILE, load_aftermath
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
-from tests.helpers import git, loopd, make_repo, wait_for
+from daemon.stats import wilson
+from tests.helpers import git, loopd, make_repo, start_daemon, stop_daemon, wait_for
 from tests.test_landing import land_case
 from tests.test_learning_e2e import AGREES, default_reply
 from tests.test_run_lifecycle import BUGGY, JOIN
@@ -313,6 +314,10 @@ def test_a_revert_within_7_days_goes_through_a_post_mortem_into_trial(
     store.save_run(run)
     assert aftermath_of(case.home, run.id)["state"] == "kept"
     assert model_server.chat_requests("postmortem_rule") == []  # kept: nothing to teach
+    assert run.attempts[-1].judged and (run.attempts[-1].score or 0) >= 7
+    kept = json.loads(loopd(case.home.root, "calibrate", "--field", "--json").stdout)
+    assert (kept["field"]["landed"], kept["field"]["false_passes"]) == (1, 0)
+    assert kept["warning"] == ""
     person(case.repo, "revert", "--no-edit", run.landed_as)
     model_server.add({"json": REVERT_RULE}, name="postmortem_rule")
     model_server.add({"json": AGREES}, name="rule_verification")
@@ -332,6 +337,22 @@ def test_a_revert_within_7_days_goes_through_a_post_mortem_into_trial(
     recounted = library.find(rule_id)
     assert recounted is not None
     assert (recounted.rule.helped, recounted.rule.harmed) == (0, 1)
+    # The judge passed it and a person reverted it: a false pass in the field, with the
+    # interval `loopd calibrate` gives its own rate, above max_false_pass: a warning.
+    field = json.loads(loopd(case.home.root, "calibrate", "--field", "--json").stdout)
+    assert field["field"]["landed"] == 1 and field["field"]["reverted"] == [run.id]
+    assert field["field"]["false_pass_rate"] == 1.0
+    assert field["field"]["false_pass_ci"] == list(wilson(1, 1))
+    assert "max_false_pass" in field["warning"]
+    text = loopd(case.home.root, "calibrate", "--field").stdout
+    assert "judge in the field: 1 of 1 landed runs it passed were reverted (100%" in text
+    status = " ".join(loopd(case.home.root, "status").stdout.split())  # unwrapped
+    assert "judge in the field: 1 of 1 landed runs it passed were reverted" in status, status
+    assert "field false-pass rate 100% is above [verifier] max_false_pass" in status
+    check = loopd(case.home.root, "check")
+    assert "of the landed runs a person then reverted" in " ".join(
+        (check.stdout + check.stderr).split()
+    )
     # Once taught, never again: the next look asks no model and counts nothing twice.
     aftermath_of(case.home, run.id)
     assert len(model_server.chat_requests("postmortem_rule")) == 1
@@ -418,7 +439,10 @@ def test_a_run_merged_onto_a_moved_target_is_its_own_commits_and_a_revert_of_the
         f"import time\nt = pathlib.Path({str(talk)!r})\n(t / 'started').write_text('')\n"
         "while not (t / 'go').exists(): time.sleep(0.05)\n"
     )
-    case = land_case(tmp_path, agent, config=f'\n[sandbox]\nwritable = ["{talk}"]\n', land="merge")
+    # The attempts' commits kept (land_commits = "keep"): the landing is a merge of the moved
+    # target, the case this test is about; a squash is one commit (test_landing_tidy.py).
+    sandbox = f'\n[sandbox]\nwritable = ["{talk}"]\n'
+    case = land_case(tmp_path, agent, config=sandbox, land="merge", land_commits="keep")
     run = case.new_run()
     thread = threading.Thread(target=RunExecutor(case.services, case.loop, run).execute)
     thread.start()
@@ -438,3 +462,195 @@ def test_a_run_merged_onto_a_moved_target_is_its_own_commits_and_a_revert_of_the
     after = aftermath_of(case.home, run.id)
     assert after["state"] == "reverted" and after["lines_kept"] == 0
     assert after["commits"][-1]["revert"]
+
+
+def _escalations(home: Home) -> list[dict[str, Any]]:
+    proc = loopd(home.root, "escalations", "list", "--all", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_two_reverts_in_7_days_send_a_merging_loop_back_to_branch_until_resolved(
+    tmp_path: Path,
+) -> None:
+    """revert_limit = 2 (the default): a person reverts two landed runs; the daemon's sweep
+    holds the loop at `land = "branch"` with one escalation; the next run stays on its
+    branch; resolving the escalation restores merging. The loop file is never rewritten."""
+    home, repo, first = landed(tmp_path)
+    loop_file = home.root / "loops" / "calc.toml"
+    before = loop_file.read_text()
+    person(repo, "revert", "--no-edit", first.landed_as)
+    proc = loopd(home.root, "once", "calc", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    store = home.state()
+    second = next(store.iter_runs("calc"))
+    assert second.id != first.id and second.landed and second.land == "merge"
+    person(repo, "revert", "--no-edit", second.landed_as)
+    revert_message = person(repo, "log", "-1", "--format=%s")
+    assert second.finished is not None
+    now = second.finished + timedelta(hours=1)
+    follower = Follower(context(home, Clocks()))
+    follower.follow(now)
+    follower.follow(now + timedelta(minutes=10))  # a second sweep files nothing more
+    opened = [e for e in _escalations(home) if e["cause"] == "landings-reverted"]
+    assert len(opened) == 1 and opened[0]["status"] == "open", opened
+    escalation = opened[0]["run"]
+    text = loopd(home.root, "escalations", "show", escalation).stdout
+    assert first.id in text and second.id in text and revert_message in text
+    assert f"loopd escalations resolve {escalation}" in text
+    kinds = [json.loads(line)["type"] for line in (home.state_dir / "events.jsonl").open()]
+    assert kinds.count("land_held") == 1
+    status = " ".join(loopd(home.root, "status").stdout.split())  # unwrapped
+    assert 'calc: lands as "branch", not "merge"' in status, status
+    status_json = json.loads(loopd(home.root, "status", "--json").stdout)
+    assert status_json["loops"]["calc"]["land_held"]["escalation"] == escalation
+    check = loopd(home.root, "check")
+    assert f"loopd escalations resolve {escalation}" in " ".join(
+        (check.stdout + check.stderr).split()
+    )
+
+    # The next succeeded run stays on its branch: main does not move.
+    main_before = git(repo, "rev-parse", "main")
+    proc = loopd(home.root, "once", "calc", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    third = next(store.iter_runs("calc"))
+    assert third.outcome == "succeeded" and third.land == "branch" and not third.landed
+    assert git(repo, "rev-parse", "main") == main_before
+    assert git(repo, "rev-parse", "--verify", third.branch)
+    assert loop_file.read_text() == before
+
+    # Resolving restores it: the reverts already counted do not hold it again.
+    done = loopd(home.root, "escalations", "resolve", escalation, "--note", "fixed the tests")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (
+        "land_held" not in json.loads(loopd(home.root, "status", "--json").stdout)["loops"]["calc"]
+    )
+    follower.follow(now + timedelta(minutes=20))
+    assert len([e for e in _escalations(home) if e["cause"] == "landings-reverted"]) == 1
+    proc = loopd(home.root, "once", "calc", timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    fourth = next(store.iter_runs("calc"))
+    assert fourth.land == "merge" and fourth.landed
+    assert git(repo, "rev-parse", "main") == fourth.landed_as
+    kinds = [json.loads(line)["type"] for line in (home.state_dir / "events.jsonl").open()]
+    assert kinds.count("land_held") == 1 and kinds.count("land_restored") == 1
+
+
+def test_a_target_seen_moving_is_followed_at_the_next_tick_not_in_5_minutes(
+    tmp_path: Path,
+) -> None:
+    """A push trigger (a hook, a poll) marks its repository's branch moved: the next tick
+    sweeps the runs landed on it at once, before FOLLOW_EVERY is up; other targets wait."""
+    home, repo, run = landed(tmp_path)
+    at = run.finished
+    assert at is not None
+    clocks = Clocks()
+    ctx = context(home, clocks)
+    follower = Follower(ctx)
+    follower.tick(at + timedelta(minutes=1))  # the first look: every landed run
+    follower.join()
+    assert load_aftermath(home.state_dir / "runs" / run.id).state == "kept"  # type: ignore[union-attr]
+    edit(repo, "    return doubled", "    return int(doubled)", "twice: an int")
+    clocks.mono += 10  # far from the next 5-minute look
+    follower.tick(at + timedelta(minutes=2))
+    follower.join()
+    assert load_aftermath(home.state_dir / "runs" / run.id).state == "kept"  # type: ignore[union-attr]
+    ctx.targets_moved.add((str(repo.resolve()), "elsewhere"))  # another branch: not this run
+    follower.tick(at + timedelta(minutes=3))
+    follower.join()
+    assert load_aftermath(home.state_dir / "runs" / run.id).state == "kept"  # type: ignore[union-attr]
+    ctx.targets_moved.add((str(repo.resolve()), run.target))
+    follower.tick(at + timedelta(minutes=4))
+    follower.join()
+    record = load_aftermath(home.state_dir / "runs" / run.id)
+    assert record is not None and record.state == "edited" and not ctx.targets_moved
+
+
+def test_a_push_trigger_marks_its_branch_moved_for_the_aftermath(tmp_path: Path) -> None:
+    """The intake's side: a push trigger of the loop names its repository and branch."""
+    from daemon.scheduling.queue import RunQueue
+    from daemon.service.intake import Intake
+    from daemon.state.records import Trigger
+
+    home, repo, run = landed(tmp_path)
+    ctx = context(home, Clocks())
+    intake = Intake(ctx, RunQueue(), None, lambda loop: False)  # type: ignore[arg-type]
+    push = Trigger(loop="calc", kind="push", reason="a push", ts=run.started, ref="refs/heads/main")
+    intake.offer(push, run.started)
+    assert (str(repo.resolve()), "main") in ctx.targets_moved
+
+
+def test_a_daemon_killed_mid_sweep_finishes_the_records_at_its_restart_nothing_doubled(
+    tmp_path: Path,
+) -> None:
+    """`loopd run` follows 80 landed runs of a real repository from scratch; kill -9 while
+    it records them; the restarted daemon finishes every record, none counted twice."""
+    import signal
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from aftermath import build, records  # bench/aftermath.py: its repository and runs
+
+    case = land_case(tmp_path, agent=AGENT, land="merge")
+    home = case.home
+    big = tmp_path / "big"
+    big.mkdir()
+    git(big, "init", "-q", "-b", "main")
+    shas = build(big, 20, 80, 200)
+    git(big, "reset", "-q", "--hard", "main")
+    store = home.state()
+    made = records(big, shas)
+    for run in made:
+        store.save_run(run)
+    ids = {r.id for r in made}
+
+    def recorded() -> int:
+        return sum((home.state_dir / "runs" / i / AFTERMATH_FILE).exists() for i in ids)
+
+    proc = start_daemon(home.root)
+    wait_for(lambda: recorded() >= 3, timeout=120, interval=0.01, what="the sweep under way")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    partial = recorded()
+    assert 3 <= partial < len(ids), partial  # killed while it was recording
+    proc = start_daemon(home.root)
+    try:
+        wait_for(lambda: recorded() == len(ids), timeout=600, what="every record")
+    finally:
+        stop_daemon(proc)
+    started = [
+        e["run"] for e in map(json.loads, (home.state_dir / "events.jsonl").open())
+        if e["type"] == "aftermath_started"
+    ]  # fmt: skip
+    assert max(started.count(i) for i in ids) == 1  # none begun twice
+    assert not any(
+        json.loads(line)["type"] == "aftermath_changed"
+        for line in (home.state_dir / "events.jsonl").open()
+    )
+    for run_id in ids:
+        record = load_aftermath(home.state_dir / "runs" / run_id)
+        assert record is not None and record.state == "kept", run_id
+        assert record.lines_kept == record.lines_landed == 5
+
+
+def test_the_temporal_home_service_follows_landed_runs_too(tmp_path: Path, temporal: Any) -> None:
+    """`[engine] kind = "temporal"`: the home service's housekeeping runs the Follower, so a
+    landed run's aftermath is recorded there as by the local daemon (a real dev server)."""
+    from tests.machines import engine_toml
+
+    server, namespace = temporal
+    home, repo, run = landed(tmp_path)
+    config = home.root / "loopd.toml"
+    config.write_text(config.read_text() + "\n" + engine_toml(server.address, namespace))
+    edit(repo, "    return doubled", "    return int(doubled)", "twice: an int, always")
+    proc = start_daemon(home.root)
+    try:
+        wait_for(
+            lambda: (home.state_dir / "runs" / run.id / AFTERMATH_FILE).exists(),
+            timeout=120,
+            what="the aftermath recorded by the Temporal home service",
+        )
+    finally:
+        stop_daemon(proc)
+    record = load_aftermath(home.state_dir / "runs" / run.id)
+    assert record is not None and record.state == "edited" and record.commits[0].author == "Ann"

@@ -11,7 +11,8 @@ PACKAGE = ROOT / "daemon"
 # Top to bottom, as DEVELOPERS.md lists them: a module may import its own layer and those below.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # The plain tables' generator is a command: it reads the models the plain path must not.
-    ("commands", ("daemon.cli", "daemon.plain.tables")),
+    # The console runs the commands' own readers and actions (daemon/web/), so it sits with them.
+    ("commands", ("daemon.cli", "daemon.plain.tables", "daemon.web")),
     ("engines", ("daemon.engine",)),
     ("daemon", ("daemon.daemon", "daemon.service", "daemon.systemd", "daemon.housekeeping")),
     ("experiments", ("daemon.experiments",)),

@@ -8,11 +8,10 @@ import sys
 import tomllib
 from importlib.metadata import version
 from pathlib import Path
-from typing import get_args
 
 import pytest
 
-from daemon.agents.registry import _MODULES, adapter_class
+from daemon.agents.registry import PluginError, adapter_class, adapter_names
 from daemon.config import ADAPTERS, AgentProfile, LoopConfig, load_home
 from daemon.config.errors import bounds_of
 from tests.helpers import (
@@ -154,7 +153,8 @@ def test_a_notify_command_with_an_empty_argument_is_an_error(tmp_path: Path) -> 
         ("max_concurrent_runs = 2\n" + AGENT, "", "max_concurrent_runs", "under [limits]"),
         (AGENT, 'overlap = "merge"\n', "overlap", 'one of "coalesce" | "skip" | "queue"'),
         (AGENT, 'notify_on = ["done"]\n', "notify_on[0]", '"succeeded" | "failed-attempt"'),
-        (AGENT + "[agents.y]\nadapter = 'gpt'\n", "", "agents.y.adapter", '"qwen" | "claude"'),
+        # an adapter no package registers: the loop using the profile is refused
+        (AGENT + "[agents.y]\nadapter = 'gpt'\n", 'agent = "y"\n', "agents.y.adapter", "'gpt' in"),
         (AGENT, 'max_attempts = "three"\n', "max_attempts", "whole number, e.g. max_attempts = 3"),
         (AGENT, "critic_threshold = 11\n", "critic_threshold", "from 0 to 10"),
         (AGENT, 'schedule = "0 2 * * *"\n', "schedule", 'schedule = ["0 2 * * *"]'),
@@ -231,11 +231,11 @@ def test_the_shipped_home_checks_clean() -> None:
 
 
 def test_the_registry_covers_exactly_the_adapter_list() -> None:
-    assert set(_MODULES) == set(ADAPTERS) and all(adapter_class(n) for n in ADAPTERS)
-    assert get_args(AgentProfile.model_fields["adapter"].annotation) == ADAPTERS
+    assert adapter_names()[: len(ADAPTERS)] == ADAPTERS
     for name in ADAPTERS:
         assert adapter_class(name).name == name
-    with pytest.raises(KeyError, match="known: qwen, claude"):
+    assert AgentProfile(adapter="qwen").adapter == "qwen"
+    with pytest.raises(PluginError, match="installed: qwen, claude"):
         adapter_class("gpt")
 
 

@@ -134,6 +134,7 @@ def test_state_readme_names_every_file_loopd_writes() -> None:
     from daemon.rules import kinds
     from daemon.runs import parking
     from daemon.state import aftermath, deliveries, ledger, pruned
+    from daemon.web import security
 
     names = [
         ledger.LEDGER_NAME,
@@ -156,6 +157,7 @@ def test_state_readme_names_every_file_loopd_writes() -> None:
         f"runs/RUN_ID/{kinds.NOTES_FILE}",
         pruned.PRUNED_INDEX,
         f"runs/RUN_ID/{aftermath.AFTERMATH_FILE}",
+        security.TOKEN_FILE,
     ]
     for name in names:
         assert f"`{name}" in README, name

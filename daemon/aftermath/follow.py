@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from daemon.aftermath.gitread import Commit, commit_patch_ids, kept_in, log
+from daemon.aftermath.gitread import Blobs, Commit, commit_patch_ids, kept_in, log
 from daemon.aftermath.verdict import mark_windows, verdict
 from daemon.git.safe import Git
 from daemon.state.aftermath import Aftermath, LaterCommit
@@ -20,19 +20,36 @@ def is_ancestor(git: Git, old: str, new: str) -> bool:
     return git.run("merge-base", "--is-ancestor", old, new, check=False).returncode == 0
 
 
-def update(git: Git, record: Aftermath, tip: str, now: datetime, moved: bool = False) -> bool:
+def update(
+    git: Git,
+    record: Aftermath,
+    tip: str,
+    now: datetime,
+    moved: bool = False,
+    shared: list[Commit] | None = None,
+    blobs: Blobs | None = None,
+) -> bool:
     """Bring `record` up to `tip` (the target's commit now); True when its state changed.
-    `moved`: the caller knows `tip` descends from the record's `last_seen`."""
+    `moved`: the caller knows `tip` descends from the record's `last_seen`; `shared`: the
+    commits of `last_seen..tip` as the caller read them for every run (no `git log` of its
+    own then); `blobs`: the caller's open cat-file."""
     before = record.state
     if tip and tip != record.last_seen:
-        _follow(git, record, tip, moved)
+        _follow(git, record, tip, moved, shared, blobs)
     record.checked_at = now
     mark_windows(record, now)
     return record.state != before
 
 
-def _follow(git: Git, record: Aftermath, tip: str, moved: bool) -> None:
-    since = ""
+def _follow(
+    git: Git,
+    record: Aftermath,
+    tip: str,
+    moved: bool,
+    shared: list[Commit] | None,
+    blobs: Blobs | None,
+) -> None:
+    since, last = "", record.last_seen
     if record.last_seen and record.on_target and record.state not in ("gone", "pending"):
         # Its last look saw the run on the target: a target that descends from that still has it.
         since = record.last_seen if moved or is_ancestor(git, record.last_seen, tip) else ""
@@ -49,13 +66,17 @@ def _follow(git: Git, record: Aftermath, tip: str, moved: bool) -> None:
     if not since:  # rewritten above the run, or a first sight of it: from the run on
         since, record.commits = record.landed_commits[-1], []
     files = list(record.lines)
-    commits = log(git, [f"{since}..{tip}"], files)
+    if shared is not None and since == last:
+        commits = [c for c in shared if any(p in record.lines for p in c.numstat)]
+    else:
+        commits = log(git, [f"{since}..{tip}"], files)
     _note(git, record, commits, f"{since}..{tip}")
     touched = sorted({path for c in commits for path in c.numstat if path in record.lines})
     if full:
-        record.kept_by_file = kept_in(git, tip, record.lines)
+        record.kept_by_file = kept_in(git, tip, record.lines, blobs)
     elif touched:
-        record.kept_by_file.update(kept_in(git, tip, {p: record.lines[p] for p in touched}))
+        lines = {p: record.lines[p] for p in touched}
+        record.kept_by_file.update(kept_in(git, tip, lines, blobs))
     record.lines_kept = sum(record.kept_by_file.get(p, 0) for p in files)
     record.last_seen = tip
     record.state = verdict(record)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from daemon.git.safe import GIT_IDENTITY, Git
+from daemon.git.safe import GIT_IDENTITY, Git, GitError
 
 MAX_LINES = 20_000  # lines of a run kept as hashes: past this, the rest are not followed
 REVERTS = re.compile(r"This reverts commit ([0-9a-f]{7,64})")
@@ -42,14 +43,15 @@ class Commit:
         return REVERTS.findall(self.body)
 
 
-def log(git: Git, rev_range: list[str], files: list[str]) -> list[Commit]:
-    """The commits of `rev_range` (oldest first, merges left out) that touch `files`."""
-    if not files:
+def log(git: Git, rev_range: list[str], files: list[str] | None) -> list[Commit]:
+    """The commits of `rev_range` (oldest first, merges left out) that touch `files` (None:
+    every commit of the range, each with all the files it touches)."""
+    if files is not None and not files:
         return []
     fmt = "%x01%H%x00%an%x00%ae%x00%cI%x00%s%x00%b%x00"
     text = git.out(
         "log", "--no-merges", "--reverse", "--no-renames", "--numstat", f"--format={fmt}",
-        *rev_range, "--", *files,
+        *rev_range, "--", *(files or []),
     )  # fmt: skip
     commits = []
     for chunk in text.split(_REC)[1:]:
@@ -64,6 +66,36 @@ def log(git: Git, rev_range: list[str], files: list[str]) -> list[Commit]:
                 commit.numstat[path] = (_int(added), _int(removed))
         commits.append(commit)
     return commits
+
+
+def range_log(git: Git, since: str, tip: str) -> list[Commit] | None:
+    """The non-merge commits of `since..tip` (oldest first) with every file each touches, or
+    None when `since` is not an ancestor of `tip`: one `git log`, its `--boundary` telling
+    which (`since` is a boundary commit exactly when a commit of the range has it as parent).
+    """
+    fmt = "%x01%m%x00%P%x00%H%x00%an%x00%ae%x00%cI%x00%s%x00%b%x00"
+    text = git.out(
+        "log", "--boundary", "--reverse", "--no-renames", "--numstat", f"--format={fmt}",
+        f"{since}..{tip}",
+    )  # fmt: skip
+    commits, ancestor = [], False
+    for chunk in text.split(_REC)[1:]:
+        parts = chunk.split(_SEP)
+        if len(parts) < 9:
+            continue
+        mark, parents, sha, author, email, date, subject, body, stat = parts[:9]
+        if mark == "-":
+            ancestor = ancestor or sha == since or since.startswith(sha)
+            continue
+        if len(parents.split()) > 1:
+            continue  # a merge: its commits are in the range themselves
+        commit = Commit(sha, author, email, datetime.fromisoformat(date), subject, body)
+        for row in stat.strip().splitlines():
+            added, removed, path = (row.split("\t", 2) + ["", "", ""])[:3]
+            if path:
+                commit.numstat[path] = (_int(added), _int(removed))
+        commits.append(commit)
+    return commits if ancestor else None
 
 
 def _int(text: str) -> int:
@@ -130,25 +162,83 @@ def added_lines(git: Git, old: str, new: str) -> dict[str, list[str]]:
     return lines
 
 
-def kept_in(git: Git, tip: str, lines: dict[str, list[str]]) -> dict[str, int]:
-    """How many of each file's landed lines the file at `tip` still holds (as a multiset)."""
+class Blobs:
+    """One `git cat-file --batch` kept open for a sweep: the files of many runs read at the
+    new tip through one process, not one each. Asked and answered a file at a time, so
+    neither pipe fills while the other waits."""
+
+    def __init__(self, git: Git) -> None:
+        self.git = git
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def read(self, spec: str) -> bytes | None:
+        """The blob `REV:PATH` names; None when there is none."""
+        if "\n" in spec:
+            return None  # cat-file reads a line a name
+        proc = self._start()
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(spec.encode() + b"\n")
+        proc.stdin.flush()
+        header = proc.stdout.readline()
+        if not header:
+            self.close()
+            raise GitError(["cat-file", "--batch"], -1, "git cat-file ended early")
+        parts = header.split()
+        if len(parts) != 3 or parts[1] not in _TYPES or not parts[2].isdigit():
+            return None  # "SPEC missing" or "SPEC ambiguous"
+        body = proc.stdout.read(int(parts[2]) + 1)
+        return body[:-1] if parts[1] == b"blob" else None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            self._proc = subprocess.Popen(
+                self.git.argv(["cat-file", "--batch"]),
+                cwd=self.git.cwd,
+                env=self.git.env(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+        return self._proc
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        assert proc.stdin is not None
+        try:
+            proc.stdin.close()
+            proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+_TYPES = (b"blob", b"tree", b"commit", b"tag")
+
+
+def kept_in(
+    git: Git, tip: str, lines: dict[str, list[str]], blobs: Blobs | None = None
+) -> dict[str, int]:
+    """How many of each file's landed lines the file at `tip` still holds (as a multiset);
+    `blobs`: the sweep's open cat-file, else one for this call."""
     if not lines:
         return {}
-    names = list(lines)
-    request = "".join(f"{tip}:{name}\n" for name in names).encode()
-    out = git.run("cat-file", "--batch", input=request).stdout
-    kept, at = {}, 0
-    for name in names:
-        end = out.index(b"\n", at)
-        header = out[at:end].split()
-        at = end + 1
-        if len(header) < 3 or header[1] == b"missing":
-            kept[name] = 0
-            continue
-        size = int(header[2])
-        body = out[at : at + size].decode("utf-8", "replace")
-        at += size + 1
-        have = Counter(line_hash(row) for row in body.splitlines() if row.strip())
-        want = Counter(lines[name])
-        kept[name] = sum(min(n, have[h]) for h, n in want.items())
+    reader = blobs or Blobs(git)
+    kept = {}
+    try:
+        for name, want_lines in lines.items():
+            body = reader.read(f"{tip}:{name}")
+            if body is None:
+                kept[name] = 0
+                continue
+            text = body.decode("utf-8", "replace")
+            have = Counter(line_hash(row) for row in text.splitlines() if row.strip())
+            want = Counter(want_lines)
+            kept[name] = sum(min(n, have[h]) for h, n in want.items())
+    finally:
+        if blobs is None:
+            reader.close()
     return kept

@@ -20,7 +20,7 @@ from daemon.rules.postmortem import learn_from_attempt as post_mortem
 from daemon.rules.rulefile import Rule
 from daemon.runs.learning import rule_library
 from daemon.runs.services import RunServices
-from daemon.state.aftermath import Aftermath
+from daemon.state.aftermath import Aftermath, save_aftermath
 from daemon.state.atomic import write_atomic
 from daemon.state.eventtypes import Event
 from daemon.state.records import RunRecord, is_experiment
@@ -46,8 +46,10 @@ def teach(services: RunServices, git: Git, run: RunRecord, record: Aftermath) ->
     if record.taught or not run.attempts or is_experiment(run) or not failed_after(record):
         return None
     if not record.recounted:
-        recount(services, run)
+        # Marked durable first: a loopd killed here never counts the harm twice.
         record.recounted = True
+        save_aftermath(services.store.run_dir(run.id), record)
+        recount(services, run)
     client = services.model_client()
     if client is None:
         return None

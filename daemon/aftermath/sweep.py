@@ -12,7 +12,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from daemon.aftermath.follow import is_ancestor, update
+from daemon.aftermath.follow import update
+from daemon.aftermath.gitread import Blobs, Commit, range_log
 from daemon.aftermath.identity import baseline, follows, target_ref
 from daemon.aftermath.verdict import due
 from daemon.git.safe import Git, GitError
@@ -44,12 +45,23 @@ class _Repos:
 
     gits: dict[str, Git] = field(default_factory=dict)
     tips: dict[tuple[str, str], str] = field(default_factory=dict)
-    ranges: dict[tuple[str, str, str], set[str] | None] = field(default_factory=dict)
+    ranges: dict[tuple[str, str, str], list[Commit] | None] = field(default_factory=dict)
+    blobs: dict[str, Blobs] = field(default_factory=dict)
 
     def git(self, repo: str) -> Git:
         if repo not in self.gits:
             self.gits[repo] = UserRepo.locate(Path(repo)).git
         return self.gits[repo]
+
+    def reader(self, repo: str) -> Blobs:
+        """The sweep's one `cat-file --batch` of `repo`, started when first read."""
+        if repo not in self.blobs:
+            self.blobs[repo] = Blobs(self.git(repo))
+        return self.blobs[repo]
+
+    def close(self) -> None:
+        for blobs in self.blobs.values():
+            blobs.close()
 
     def tip(self, repo: str, ref: str) -> str:
         if (repo, ref) not in self.tips:
@@ -58,15 +70,18 @@ class _Repos:
             )
         return self.tips[repo, ref]
 
-    def touched(self, repo: str, since: str, tip: str) -> set[str] | None:
-        """The paths the commits of `since..tip` touch, read once per range; None when `since`
-        is not an ancestor of `tip` (the target was rewritten)."""
+    def commits(self, repo: str, since: str, tip: str) -> list[Commit] | None:
+        """The commits of `since..tip` with the files each touches, read once per range for
+        every run that last saw `since`; None when `since` is not an ancestor of `tip` (the
+        target was rewritten)."""
         if (repo, since, tip) not in self.ranges:
-            git = self.git(repo)
-            moved = is_ancestor(git, since, tip)
-            names = git.out("log", "--format=", "--name-only", f"{since}..{tip}") if moved else ""
-            self.ranges[repo, since, tip] = set(names.split("\n")) - {""} if moved else None
+            self.ranges[repo, since, tip] = range_log(self.git(repo), since, tip)
         return self.ranges[repo, since, tip]
+
+    def touched(self, repo: str, since: str, tip: str) -> set[str] | None:
+        """The paths the commits of `since..tip` touch; None when rewritten."""
+        commits = self.commits(repo, since, tip)
+        return None if commits is None else {p for c in commits for p in c.numstat}
 
 
 def sweep(
@@ -77,13 +92,33 @@ def sweep(
     due_only: bool = False,
     teach: Teach | None = None,
     cache: Held | None = None,
+    gits: dict[str, Git] | None = None,
 ) -> Sweep:
     """Bring the aftermath of each landed run of `runs` up to date at `now`; `loop_keys(loop)`:
     its `remote` and agent profile; `due_only`: only those whose target moved or whose window
     is due (the daemon's tick); `teach`: what a run reverted after landing teaches
     (aftermath/lesson.py); `cache`: the records as the last sweep left them (the daemon's), so
-    a run whose files no new commit touched is neither read nor written."""
-    found, repos = Sweep(), _Repos()
+    a run whose files no new commit touched is neither read nor written; `gits`: each
+    repository's git as located before (the daemon's: not located again each sweep)."""
+    found, repos = Sweep(), _Repos(gits=gits if gits is not None else {})
+    try:
+        _sweep(store, runs, now, loop_keys, due_only, teach, cache, found, repos)
+    finally:
+        repos.close()
+    return found
+
+
+def _sweep(
+    store: StateStore,
+    runs: Iterable[RunRecord],
+    now: datetime,
+    loop_keys: Callable[[str], tuple[str, str]],
+    due_only: bool,
+    teach: Teach | None,
+    cache: Held | None,
+    found: Sweep,
+    repos: _Repos,
+) -> None:
     held = cache if cache is not None else {}
     for run in runs:
         if not follows(run):
@@ -105,7 +140,6 @@ def sweep(
             continue
         if record is not None:
             found.records.append(record)
-    return found
 
 
 def _one(
@@ -134,12 +168,15 @@ def _one(
     if due_only and tip == record.last_seen and not due(record, now):
         return record
     was = record.state
-    moved = repos.ranges.get((run.repo, record.last_seen, tip)) is not None
-    if update(git, record, tip, now, moved):
-        found.changed.append(record)
-        _changed(store, record, was, now)
+    shared = repos.ranges.get((run.repo, record.last_seen, tip))
+    changed = update(git, record, tip, now, shared is not None, shared, repos.reader(run.repo))
+    # Saved before its event: a loopd killed between them finds the record up to date at its
+    # restart and records no change twice (at worst one event is missing).
     save_aftermath(folder, record)
     held[run.id] = (record, _mark(folder))
+    if changed:
+        found.changed.append(record)
+        _changed(store, record, was, now)
     return record
 
 

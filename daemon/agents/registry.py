@@ -1,20 +1,22 @@
-"""Adapters by name: one class for each name of `daemon.config.ADAPTERS`."""
+"""Adapters by name: the `loopd.agents` entry-point group (daemon/plugins.py), loopd's own
+adapters registered there as a third-party package registers its own."""
 
 from __future__ import annotations
 
-import importlib
-
 from daemon.agents.base import AgentAdapter
-from daemon.config import ADAPTERS
+from daemon.plugins import AGENTS, PluginError, load, names
 
-# Imported on first use, so `loopd check` and `status` load no adapter code.
-_MODULES = {name: (f"daemon.agents.{name}", f"{name.capitalize()}Adapter") for name in ADAPTERS}
+__all__ = ["PluginError", "adapter_class", "adapter_names"]
 
 
 def adapter_class(name: str) -> type[AgentAdapter]:
-    """The adapter class registered under `name`."""
-    try:
-        module_name, class_name = _MODULES[name]
-    except KeyError:
-        raise KeyError(f"no agent adapter {name!r}; known: {', '.join(ADAPTERS)}") from None
-    return getattr(importlib.import_module(module_name), class_name)
+    """The adapter class registered under `name`, imported on first use (PluginError: why not)."""
+    cls = load(AGENTS, name)
+    if not issubclass(cls, AgentAdapter):  # load() checked its ancestry by name only
+        raise PluginError(f"{AGENTS} plugin {name!r}: {cls!r} is not an AgentAdapter subclass")
+    return cls
+
+
+def adapter_names() -> tuple[str, ...]:
+    """Every installed adapter's name: loopd's own first, then the plugins'."""
+    return names(AGENTS)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from daemon.aftermath.landhold import hold_reverted
 from daemon.aftermath.lesson import teach
 from daemon.aftermath.sweep import sweep
+from daemon.calibration.field import field_figures
 from daemon.cli.common import CommandError, home_of
 from daemon.cli.jsonout import print_json
 from daemon.clock import utc_now
@@ -33,6 +35,13 @@ def aftermath(args: argparse.Namespace) -> int:
         loop_keys=lambda loop: keys.get(loop, ("origin", "")),
         teach=lambda git, run, record: teach(services, git, run, record),
     )
+    limits = {n: (lp.config.land, lp.config.revert_limit) for n, lp in loaded.loops.items()}
+    for loop in hold_reverted(store, limits, found.records, utc_now()):
+        sys.stdout.write(
+            f'{loop}: reverted too often, back to land = "branch" (`loopd escalations list`)\n'
+        )
+    thresholds = {n: lp.config.critic_threshold for n, lp in loaded.loops.items()}
+    field_figures(store, loaded.daemon, thresholds, utc_now())
     if args.json:
         print_json(
             {

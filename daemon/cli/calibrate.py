@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from daemon.calibration.cases import CaseError
+from daemon.calibration.field import field_figures, field_line, field_warning
 from daemon.calibration.record import home_record_cases
 from daemon.calibration.run import JudgeError, calibrate, resolve_judges, shipped_or
 from daemon.cli.common import CommandError, home_of
 from daemon.cli.jsonout import print_json
+from daemon.clock import utc_now
 from daemon.model.client import ModelUnavailable
 
 
@@ -22,6 +24,8 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
     loaded = home.load()
     if not loaded.daemon_ok:
         raise CommandError("\n".join(str(e) for e in loaded.errors if e.file == home.config_path))
+    if getattr(args, "field", False):
+        return _field(home, loaded, args.json)
     if args.home_record and args.cases:
         raise CommandError("--cases and --home-record name two sets of cases: give one")
     if args.limit is not None and args.limit < 1:
@@ -82,3 +86,21 @@ def _render(outcome: Any, source: str) -> str:
             f"  kept in {kept}",
         ]
     )
+
+
+def _field(home: Any, loaded: Any, as_json: bool) -> int:
+    """The judge in the field: landed runs it passed that a person reverted (its records as
+    `loopd aftermath` last brought them up to date)."""
+    store = home.state(loaded.daemon.limits.events_rotate)
+    thresholds = {n: lp.config.critic_threshold for n, lp in loaded.loops.items()}
+    figures = field_figures(store, loaded.daemon, thresholds, utc_now())
+    warning = field_warning(figures)
+    if as_json:
+        print_json({"field": figures.model_dump(mode="json"), "warning": warning})
+        return 0
+    print(field_line(figures))
+    if figures.reverted:
+        print("  reverted: " + ", ".join(figures.reverted))
+    if warning:
+        print(f"warning: {warning}")
+    return 0

@@ -291,9 +291,10 @@ def _set_paused(args: argparse.Namespace, paused: bool) -> int:
     was = loop.name in store.paused_loops()
     store.set_paused(loop.name, paused)
     if was != paused:
-        store.events.append(
-            Event.LOOP_PAUSED if paused else Event.LOOP_RESUMED, utc_now(), loop=loop.name
-        )
+        kind = Event.LOOP_PAUSED if paused else Event.LOOP_RESUMED
+        # `by`: the console says who did it; the command line's lines stay as they were.
+        by = getattr(args, "by", "")
+        store.events.append(kind, utc_now(), loop=loop.name, **({"by": by} if by else {}))
     state = "paused" if paused else "resumed"
     note = " (triggers are recorded and run after `loopd resume`)" if paused else ""
     print(f"{loop.name} {state}{note}")

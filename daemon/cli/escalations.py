@@ -118,7 +118,9 @@ def resolve_escalation_cmd(args: argparse.Namespace) -> int:
     now = utc_now()
     tail = EventTail(store.events.path)  # from before the retry exists: its answer is seen
     try:
-        trigger = resolve(store, args.run_id, now, args.note or "", args.retry, args.verdict or "")
+        by = getattr(args, "by", "")  # the console says who; the command line does not
+        note = args.note or ""
+        trigger = resolve(store, args.run_id, now, note, args.retry, args.verdict or "", by)
     except EscalationNotFound:
         raise _not_found(args.run_id, store) from None
     except AlreadyResolved as exc:

@@ -8,11 +8,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from daemon.calibration.field import field_warning
 from daemon.calibration.warnings import calibration_warnings
 from daemon.cli.common import CommandError, daemon_pid, home_of
 from daemon.cli.jsonout import print_json
 from daemon.cli.loopchecks import own_venv_warnings, run_loop_checks
 from daemon.cli.newloop import loop_name_of, make_loop
+from daemon.cli.statusview import land_held_line
 from daemon.clock import utc_now
 from daemon.config import LoadedConfig
 from daemon.config.errors import ConfigError
@@ -29,6 +31,8 @@ from daemon.sandbox.paths import home_folders
 from daemon.sandbox.programs import resolve_program, shown
 from daemon.sandbox.registry import Choice, choose
 from daemon.service.preflight import Preflight, daemon_path
+from daemon.state.calibration import UnreadableFile, load_field
+from daemon.state.landholds import load_land_holds
 
 
 def init(args: argparse.Namespace) -> int:
@@ -182,6 +186,8 @@ def check(args: argparse.Namespace) -> int:
     if loaded.daemon_ok:
         config = loaded.daemon
         loaded.warnings.extend(calibration_warnings(home.state_dir, config, home.config_path))
+        loaded.warnings.extend(_land_held(home, loaded))
+        loaded.warnings.extend(_field_warnings(home))
         if getattr(args, "env_file", ""):
             loaded.warnings.extend(missing_from_env_file(loaded, Path(args.env_file)))
     probe = preflight.probe  # the verifier tried: what answered, or the warning says
@@ -206,6 +212,25 @@ def check(args: argparse.Namespace) -> int:
     else:
         _print_check_text(loaded, notes, probe, sandbox, shows, limits, agents, logins)
     return 2 if loaded.errors else 0
+
+
+def _land_held(home: Home, loaded: LoadedConfig) -> list[str]:
+    """A warning per loop held at `land = "branch"` by reverted landings (state/landholds.py)."""
+    if not (home.state_dir / "land-holds.toml").is_file():
+        return []
+    holds = load_land_holds(home.state(loaded.daemon.limits.events_rotate))
+    return [
+        land_held_line(name, hold.model_dump(mode="json")) for name, hold in holds.loops.items()
+    ]
+
+
+def _field_warnings(home: Home) -> list[str]:
+    """The judge's field false-pass rate above `max_false_pass` (daemon/calibration/field.py)."""
+    try:
+        warning = field_warning(load_field(home.state_dir))
+    except UnreadableFile as exc:
+        return [f"{exc}; `loopd calibrate --field` measures it again"]
+    return [warning] if warning else []
 
 
 VERSION_TIMEOUT = 10.0  # seconds `PROGRAM --version` may take

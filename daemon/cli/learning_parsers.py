@@ -176,6 +176,11 @@ def calibrate_parser(sub: Any) -> None:
         action="store_true",
         help="label the home's own attempts by their outcome instead of the shipped set",
     )
+    p.add_argument(
+        "--field",
+        action="store_true",
+        help="the judge in the field: landed runs it passed that a person reverted",
+    )
     p.add_argument("--limit", type=int, metavar="N", help="judge only the first N cases")
     p.add_argument(
         "--threshold",

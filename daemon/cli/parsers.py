@@ -32,6 +32,7 @@ def register(sub: Any) -> None:
         experiment_parser,
         calibrate_parser,
         _escalations,
+        _web,
         _notify,
         _report,
         _redact,
@@ -199,6 +200,27 @@ def _branches(sub: Any) -> None:
         "--prune",
         action="store_true",
         help="delete branches that landed, and those of runs older than [limits] retain_days",
+    )
+
+
+def _web(sub: Any) -> None:
+    p = command(
+        sub,
+        "web",
+        "web:web",
+        "The console in a browser: loops, runs, escalations, rules; --url: its login address.",
+    )
+    p.add_argument(
+        "--bind",
+        default="127.0.0.1:8790",
+        metavar="HOST:PORT",
+        help="where it listens (default 127.0.0.1:8790, this machine only)",
+    )
+    p.add_argument(
+        "--read-only", action="store_true", help="show everything, refuse every action (POST)"
+    )
+    p.add_argument(
+        "--url", action="store_true", help="print the address with the login token, and exit"
     )
 
 

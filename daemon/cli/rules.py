@@ -267,9 +267,9 @@ def promote_cmd(args: argparse.Namespace) -> int:
         update["scope"] = {**rule.scope.model_dump(), "repos": [], "nowhere": False}
         said.append(f"scope {_where(rule)} -> every repository")
     if stored.status != "active":
-        moved = library.move(
-            rule.id, "active", events, now, reason="promoted by a person", update=update or None
-        )
+        by = getattr(args, "by", "")  # the console says who; the command line does not
+        reason = f"promoted by a person ({by})" if by else "promoted by a person"
+        moved = library.move(rule.id, "active", events, now, reason=reason, update=update or None)
         print(f"{moved.rule.id}: {stored.status} -> active ({moved.rule.severity})")
         if "scope" in update:
             print(f"{moved.rule.id}: {said[-1]}")

@@ -6,6 +6,7 @@ it imports no model."""
 
 from __future__ import annotations
 
+import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -108,6 +109,7 @@ def status_data(root: Path, facts: dict[str, Any], reader: StatusReader, pid: in
                 "count": meta["count"],
                 "latest_run": meta["latest_run"],
             }
+    _aftermath_parts(root, data)
     data["state"] = reader.usage()
     data["landing"] = [_queue_info(q) for q in reader.landing_queues()]
     return data
@@ -123,6 +125,42 @@ def _queue_info(queue: dict[str, Any]) -> dict[str, Any]:
         "landing": now["run_id"] if now else "",
         "step": now.get("step", "") if now else "",
         "queued": [r["run_id"] for r in runs if r is not now],
+    }
+
+
+def _aftermath_parts(root: Path, data: dict[str, Any]) -> None:
+    """The loops held at `land = "branch"` by reverts and the judge's field figures."""
+    for name, hold in _land_holds(root).items():
+        if name in data["loops"]:
+            data["loops"][name]["land_held"] = hold
+    field = _plain_toml(root / "state" / "calibration-field.toml")
+    if field.get("landed"):
+        data["judge_field"] = field
+
+
+def _plain_toml(path: Path) -> dict[str, Any]:
+    """A small state file as plain TOML; {} when none or cut by a crash (`loopd check` reads
+    it with the models and says so)."""
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+
+
+def _land_holds(root: Path) -> dict[str, Any]:
+    """Loops held at `land = "branch"` by reverted landings (state/landholds.py), read plainly:
+    each as `was`, `runs`, `escalation`, `since`."""
+    loops = _plain_toml(root / "state" / "land-holds.toml").get("loops", {})
+    return {
+        name: {
+            "was": str(hold.get("was", "")),
+            "runs": [str(r) for r in hold.get("runs", [])],
+            "escalation": str(hold.get("escalation", "")),
+            "since": str(hold.get("since", "")),
+        }
+        for name, hold in loops.items()
+        if isinstance(hold, dict)
     }
 
 

@@ -66,6 +66,38 @@ def _escalation_line(name: str, info: dict[str, Any]) -> str:
     return f"{name}: open escalation {run}{times}; `loopd escalations show {run}`"
 
 
+def land_held_line(name: str, hold: dict[str, Any]) -> str:
+    """A loop sent back to `land = "branch"` by reverted landings, and how to restore it."""
+    runs = ", ".join(hold.get("runs", []))
+    return (
+        f'{name}: lands as "branch", not "{hold.get("was", "")}": people reverted its runs '
+        f"{runs} within 7 days; `loopd escalations resolve {hold.get('escalation', '')}` "
+        "restores it"
+    )
+
+
+def judge_field_lines(field: dict[str, Any]) -> tuple[str, str]:
+    """The judge's field false-pass rate beside its calibrated one (calibration/field.py), and
+    a warning when above `max_false_pass` ("" when not)."""
+    rate, (low, high) = field.get("false_pass_rate", 0.0), field.get("false_pass_ci", [0, 1])
+    text = (
+        f"judge in the field: {field.get('false_passes', 0)} of {field.get('landed', 0)} landed "
+        f"runs it passed were reverted ({rate:.0%}, 95% CI {low:.0%}-{high:.0%})"
+    )
+    calibrated = field.get("calibrated_rate")
+    if calibrated is not None:
+        c_low, c_high = field.get("calibrated_ci") or [0.0, 1.0]
+        text += f"; calibrated: {calibrated:.0%} (95% CI {c_low:.0%}-{c_high:.0%})"
+    limit = field.get("max_false_pass")
+    warn = ""
+    if limit is not None and rate > limit:
+        warn = (
+            f"the judge's field false-pass rate {rate:.0%} is above [verifier] "
+            f"max_false_pass = {limit} (`loopd calibrate --field`)"
+        )
+    return text, warn
+
+
 def _status_rows(data: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     """(loop, phase, run, last outcome, next fire) of each loop, as a person reads them."""
     rows = []
@@ -116,6 +148,14 @@ def render_status(data: dict[str, Any], terminal: Terminal) -> str:
     for name, info in data["loops"].items():
         if info.get("held_by") or info.get("escalation"):
             lines += out(_escalation_line(name, info), "yellow")
+    for name, info in data["loops"].items():
+        if info.get("land_held"):
+            lines += out(clean(land_held_line(name, info["land_held"])), "yellow")
+    if data.get("judge_field"):
+        text, warn = judge_field_lines(data["judge_field"])
+        lines += out(clean(text))
+        if warn:
+            lines += out(f"warning: {clean(warn)}", "yellow")
     for queue in data.get("landing", []):
         lines += out(clean(landing_line(queue)))
     if data.get("state"):

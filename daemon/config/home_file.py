@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -14,16 +13,19 @@ from daemon.config.engine import EngineConfig
 from daemon.config.listen import ListenConfig, RemoteConfig
 from daemon.config.sandbox import SandboxConfig
 from daemon.config.telemetry import TelemetryConfig
+from daemon.plugins import AGENTS, SHIPPED, is_installed
 from daemon.scheduling.cron import parse_timezone
 from daemon.units import duration, size
 
-# Every `# type: ignore[valid-type]` below: `size(...)`, `duration(...)` and the Literal of a
-# registry build their types when the module loads, which a type checker cannot read as types.
+# Every `# type: ignore[valid-type]` below: `size(...)` and `duration(...)` build their types
+# when the module loads, which a type checker cannot read as types.
 
-# The agent adapters, in one place: the profile's Literal below is built from this tuple and
-# daemon/agents/registry.py must register exactly these (tests/test_adapters.py checks).
-ADAPTERS = ("qwen", "claude", "codex", "aider", "opencode", "gemini", "command")
-Adapter = Literal[ADAPTERS]  # type: ignore[valid-type]
+# loopd's own agent adapters, registered in the `loopd.agents` entry-point group like any
+# plugin's (daemon/plugins.py); a profile's `adapter` may name any installed one, and a loop
+# using a name no package registers is refused by `check` (config/loading.py).
+ADAPTERS = tuple(SHIPPED[AGENTS])
+Adapter = str
+_OWN = ", ".join(f'`"{name}"`' for name in ADAPTERS)
 
 # Agent profiles every home has without writing them, by name. A layer above registers them
 # (daemon/example registers `example`), so the configuration knows none of their code.
@@ -136,7 +138,11 @@ class Price(StrictModel):
 
 
 class AgentProfile(StrictModel):
-    adapter: Adapter = Field("qwen", description="which agent CLI to drive")
+    adapter: Adapter = Field(
+        "qwen",
+        description="which agent CLI to drive",
+        json_schema_extra={"allowed": f"{_OWN}, or a plugin's name ([adapters](adapters.md))"},
+    )
     model: str = Field(
         "",
         examples=["qwen3-coder-30b-a3b-instruct"],
@@ -481,7 +487,7 @@ class DaemonConfig(StrictModel):
         registered built-in one (`example`)."""
         if name in self.agents:
             return self.agents[name]
-        if name in ADAPTERS and name != "command":
+        if name != "command" and is_installed(AGENTS, name):
             return AgentProfile(adapter=name)
         if name in BUILTIN_PROFILES:
             return BUILTIN_PROFILES[name]()

@@ -124,6 +124,16 @@ class RunEnds(BaseModel):
             "land as they are (a fast-forward, or a merge when `target` moved)"
         ),
     )
+    revert_limit: int = Field(
+        2,
+        ge=1,
+        description=(
+            '`land = "merge"` or `"push"`: after this many of the loop\'s landings are '
+            'reverted by a person within 7 days, its runs land as `land = "branch"` until '
+            "you resolve the escalation that says so (`loopd escalations resolve ID`); "
+            "your loop file is not changed. See [Aftermath](aftermath.md)"
+        ),
+    )
     target: str = Field(
         "",
         examples=["main"],

@@ -15,7 +15,6 @@ from pydantic import BaseModel, ValidationError
 from daemon.config.engine import EngineConfig, engine_warnings
 from daemon.config.errors import ConfigError, did_you_mean, explain
 from daemon.config.home_file import (
-    ADAPTERS,
     BUILTIN_PROFILES,
     AgentProfile,
     DaemonConfig,
@@ -28,6 +27,17 @@ from daemon.config.land import check_run_ends
 from daemon.config.loop_file import LOOP_NAME, LOOP_NAME_MAX, Loop, LoopConfig
 from daemon.config.sandbox import SandboxConfig
 from daemon.config.telemetry import telemetry_warnings
+from daemon.plugins import (
+    AGENTS,
+    GUIDE,
+    PluginError,
+    forget,
+    installed_here,
+    is_installed,
+    is_own,
+    load,
+    names,
+)
 from daemon.regularfile import CONFIG_MAX, NotRegular, read_regular
 
 # Repositories loopd makes itself before the first run that needs them, by name: whether a
@@ -217,7 +227,8 @@ def _check_agent(path: Path, config: LoopConfig, daemon: DaemonConfig) -> list[C
     """The loop's agent names a profile that can start."""
     profile = daemon.profile(config.agent)
     if profile is None:
-        known = sorted(set(daemon.agents) | set(ADAPTERS) - {"command"} | set(BUILTIN_PROFILES))
+        adapters = set(names(AGENTS)) - {"command"}
+        known = sorted(set(daemon.agents) | adapters | set(BUILTIN_PROFILES))
         guess = did_you_mean(config.agent, known)
         return [
             ConfigError(
@@ -229,6 +240,9 @@ def _check_agent(path: Path, config: LoopConfig, daemon: DaemonConfig) -> list[C
                 + ", ".join(known),
             )
         ]
+    problem = _adapter_problem(path, config, profile, daemon)
+    if problem is not None:
+        return [problem]
     if profile.adapter == "command" and not profile.command:
         return [
             ConfigError(
@@ -239,6 +253,36 @@ def _check_agent(path: Path, config: LoopConfig, daemon: DaemonConfig) -> list[C
             )
         ]
     return []
+
+
+def _adapter_problem(
+    path: Path, config: LoopConfig, profile: AgentProfile, daemon: DaemonConfig
+) -> ConfigError | None:
+    """The profile's adapter is installed and, when a plugin's, imports as an adapter class:
+    a plugin that cannot be used refuses only the loops that use it."""
+    if config.agent in daemon.agents:
+        where, key = path.parent.parent / "loopd.toml", f"agents.{config.agent}.adapter"
+    else:
+        where, key = path, "agent"
+    if not is_installed(AGENTS, profile.adapter):
+        return ConfigError(
+            where,
+            key,
+            f"no agent adapter {profile.adapter!r} is installed (installed: "
+            + ", ".join(names(AGENTS))
+            + ")",
+            f"install the package that registers {profile.adapter!r} in the {AGENTS!r} "
+            f"entry-point group into loopd's environment ({installed_here()}), or use one of "
+            f"the installed names ({GUIDE})",
+        )
+    if is_own(AGENTS, profile.adapter):
+        return None  # loopd's own: imported when a run starts, never at load
+    try:
+        load(AGENTS, profile.adapter)
+    except PluginError as exc:
+        message, _, fix = str(exc).partition(". Fix: ")
+        return ConfigError(where, key, message, fix or f"see {GUIDE}")
+    return None
 
 
 def check_loop(
@@ -326,7 +370,8 @@ def _agent_program(profile: AgentProfile | None) -> str:
         return ""
     if profile.adapter == "command":
         return profile.command[0] if profile.command else ""
-    return profile.adapter
+    # A plugin's program need not carry its adapter's name; `check` lists the one it starts.
+    return profile.adapter if is_own(AGENTS, profile.adapter) else ""
 
 
 def _findable(program: str) -> bool:
@@ -337,6 +382,7 @@ def _findable(program: str) -> bool:
 
 def load_home(home: Path) -> LoadedConfig:
     """Read `loopd.toml` and every `loops/*.toml`; broken loops are left out and reported."""
+    forget()  # the installed plugins, read again when a loop names one
     daemon, errors = load_daemon_config(home / "loopd.toml")
     loaded = LoadedConfig(daemon=daemon or DaemonConfig(), errors=list(errors))
     loaded.daemon_ok = daemon is not None

@@ -38,6 +38,7 @@ from daemon.redact import redact
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
 from daemon.state.eventtypes import Event
+from daemon.state.landholds import LAND_HELD_CAUSE, lift_land_hold
 from daemon.state.records import DONE_OUTCOMES, RunRecord, Trigger
 from daemon.state.store import StateStore
 
@@ -123,6 +124,31 @@ def write_question(
     write_atomic(path, _front_matter(meta) + "\n" + clean(redact(body)))
 
 
+def write_notice(
+    store: StateStore,
+    escalation_id: str,
+    loop: str,
+    what: str,
+    cause: str,
+    body: str,
+    now: datetime,
+) -> Path:
+    """An escalation that stands for no run's failure (`what`: its title, kept as its task so
+    no run of a real task is held back by it nor supersedes it)."""
+    meta = Escalation(
+        run=escalation_id,
+        loop=loop,
+        task=what,
+        escalated=now,
+        cause=cause,
+        reason=what,
+        notified=now,
+    )
+    path = store.escalation_path(escalation_id)
+    write_atomic(path, _front_matter(meta) + "\n" + clean(redact(body)))
+    return path
+
+
 def blocking_escalation(
     store: StateStore, loop: str, task: str, kind: str = "schedule"
 ) -> Escalation | None:
@@ -160,10 +186,12 @@ def resolve(
     note: str = "",
     retry: bool = False,
     verdict: Literal["", "good", "bad"] = "",
+    by: str = "",
 ) -> Trigger | None:
     """Mark the escalation resolved; with `retry`, queue a retry run carrying `note`.
 
-    `verdict`: the person's label of the run's last attempt, for `loopd calibrate`.
+    `verdict`: the person's label of the run's last attempt, for `loopd calibrate`; `by`: who
+    resolved it, when not the command line (`web`: the console).
     """
     meta, text = load_escalation(store, run_id)
     if not meta.is_open:
@@ -194,10 +222,13 @@ def resolve(
         note=redact(note),
         retry=retry,
         trigger=trigger.id if trigger else "",
+        **({"by": by} if by else {}),  # the command line's lines stay as they were
     )
     if meta.cause == "question" and note.strip():  # a decision the loop's later runs are given
         _keep_answer(store, meta, run_id, asked(body), note, now)
 
+    if meta.cause == LAND_HELD_CAUSE and lift_land_hold(store, run_id, now):
+        store.events.append(Event.LAND_RESTORED, now, loop=meta.loop, escalation=run_id)
     if meta.loop:  # the home's own escalations belong to no loop's progress notes
         update_progress(store, meta.loop, now)
     return trigger

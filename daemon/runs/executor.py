@@ -20,6 +20,7 @@ from daemon.git.userrepo import UserRepo
 from daemon.redact import redact, redact_value
 from daemon.runs import decisions
 from daemon.runs.attempt import Attempt, commit_attempt
+from daemon.runs.attemptresult import CheckedCommit
 from daemon.runs.checktree import done_already
 from daemon.runs.confinement import choose_sandbox
 from daemon.runs.envprobe import base_failure
@@ -39,7 +40,6 @@ from daemon.runs.learning import (
     select_rules_for_run,
 )
 from daemon.runs.services import RunServices
-from daemon.runs.sessions import CheckedCommit
 from daemon.runs.setup import (
     already_done_reason,
     checks_done_first,
@@ -53,6 +53,7 @@ from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir
 from daemon.state.background import Background
 from daemon.state.eventtypes import Event
+from daemon.state.landholds import effective_land
 from daemon.state.records import (
     AttemptRecord,
     Cause,
@@ -275,7 +276,8 @@ class RunExecutor:
         lfs = Background(user.lfs_storage)
         target = None
         if decisions.records_target(cfg.isolation):
-            target = Background(landing_target, user, cfg, is_experiment(run))
+            held = effective_land(self.services.store, run.loop, cfg.land) != cfg.land
+            target = Background(landing_target, user, cfg, is_experiment(run) or held)
         last_success = decisions.builds_on_last_success(cfg.build_on, cfg.isolation)
         if last_success:
             self._await_fetch()  # the start point resolves the base

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import daemon
 from daemon.agents.environment import loopd_venv, without_loopd_venv
-from daemon.agents.registry import adapter_class
-from daemon.config import ADAPTERS, DaemonConfig, LoopConfig
+from daemon.agents.registry import PluginError, adapter_class, adapter_names
+from daemon.config import DaemonConfig, LoopConfig
 from daemon.sandbox.commandline import programs
 from daemon.sandbox.deny import denied_paths
 from daemon.sandbox.mounts import host_masks
@@ -39,10 +39,14 @@ class ProgramHidden(OSError):
 
 @cache
 def login_files() -> tuple[str, ...]:
-    """Every adapter's login and credential files under HOME: denied like `~/.ssh`."""
+    """Every installed adapter's login and credential files under HOME (a plugin's too):
+    denied like `~/.ssh`."""
     names: list[str] = []
-    for name in ADAPTERS:
-        cls = adapter_class(name)
+    for name in adapter_names():
+        try:
+            cls = adapter_class(name)
+        except PluginError:
+            continue  # refused with its error for the loops that use it (config/loading.py)
         names += [*cls.login_files, *cls.credential_files]
     return tuple(dict.fromkeys(names))
 

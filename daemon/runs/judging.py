@@ -18,12 +18,12 @@ from daemon.git.tree import RunTree
 from daemon.model.client import ModelUnavailable
 from daemon.model.critic import both, judge, unjudged
 from daemon.model.evidence import build_evidence
+from daemon.runs.attemptresult import CheckedCommit
 from daemon.runs.checks import ChecksResult
 from daemon.runs.checktree import CheckTree
 from daemon.runs.decisions import missing_programs
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
-from daemon.runs.sessions import CheckedCommit
 from daemon.runs.slots import release_slot
 from daemon.runs.stop import StopToken
 from daemon.runs.testweigh import check_violations, weigh_tests

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import copy
 import os
-import stat
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from daemon.agents.base import Resume
@@ -30,7 +27,7 @@ from daemon.git.integrity import commit_work
 from daemon.git.messages import commit_message
 from daemon.git.tree import RunTree
 from daemon.redact import redact
-from daemon.runs.checks import ChecksResult
+from daemon.runs.attemptresult import AttemptResult, CheckedCommit, tree_size
 from daemon.runs.checktree import CheckTree
 from daemon.runs.confinement import Confinement
 from daemon.runs.journal import RunJournal
@@ -41,63 +38,13 @@ from daemon.runs.services import RunServices
 from daemon.runs.stop import StopToken, wait_until
 from daemon.scheduling.cron import parse_timezone
 from daemon.scheduling.timer import FIRE_LEAD
-from daemon.sizes import ENTRY_BYTES, on_disk
 from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.eventtypes import Event
-from daemon.state.records import AttemptRecord, StallRecord
+from daemon.state.records import StallRecord
 
 NUDGE_CHECKS = 16_000  # characters of the checks' output a nudge carries at most
 NUDGE_FLOOR = 2_000  # and at least, whatever prompt_cap leaves (the prompt is cut then)
 NUDGE_OVERHEAD = 400  # the nudge's heading, "The checks still fail:", the fence
-
-
-@dataclass
-class CheckedCommit:
-    """Checks that ran on a commit at the end of a session; judging reuses them."""
-
-    commit: str
-    checks: ChecksResult
-
-
-def tree_size(path: Path, stop_past: int) -> int:
-    """What the files, folders and links under `path` count against a size bound (each
-    entry at least 4 KiB: `sizes.on_disk`; links not followed), counting stopped once past
-    `stop_past`."""
-    total = 0
-    for root, dirs, files in os.walk(path):
-        total += ENTRY_BYTES * len(dirs)
-        for name in files:
-            try:
-                info = os.lstat(os.path.join(root, name))
-            except OSError:
-                continue
-            total += on_disk(info.st_size if stat.S_ISREG(info.st_mode) else 0)
-            if total > stop_past:
-                return total
-    return total
-
-
-@dataclass
-class AttemptResult:
-    """How the attempt ended, beyond its record."""
-
-    record: AttemptRecord
-    start_error: str = ""  # the agent could not be started
-    over_budget: bool = False  # the run's tokens passed max_tokens
-    quota_exceeded: str = ""  # why the usage limit outlasts max_wait: the run escalates
-    login_refused: str = ""  # the agent's words for its refused login: the run escalates
-    # The agent gave up again after its one nudge (or with none left): why, in its words.
-    gave_up: str = ""
-    # A check failed as on the base for the environment's sake: the run's reason (cause
-    # `environment`, runs/sameoutput.py).
-    environment: str = ""
-    checked: CheckedCommit | None = None
-    parked: bool = False  # parked on a usage limit, the wait left to the engine (engine_waits)
-    quota_hold: Any = None  # the QuotaHold of the usage limit it ended on, if any
-    agent_ended: bool = False  # the last session's agent ended by itself (loopd killed none)
-    # It ended so while loopd was stopping, within the grace: the attempt ended as any other
-    # and is judged (its checks run) with the time left, not recorded interrupted.
-    ended_in_grace: bool = False
 
 
 class SessionsOf(Protocol):

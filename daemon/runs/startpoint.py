@@ -20,6 +20,7 @@ from daemon.git.userrepo import UserRepo
 from daemon.runs import decisions
 from daemon.runs.journal import RunJournal
 from daemon.state.eventtypes import Event
+from daemon.state.landholds import effective_land
 from daemon.state.records import RunRecord, is_experiment
 from daemon.state.store import StateStore
 
@@ -42,7 +43,7 @@ def start_point(
     `target` False: the caller records the landing target itself (`landing_target`)."""
     run, store = journal.run, journal.services.store
     if target and decisions.records_target(cfg.isolation):
-        record_target(run, user, cfg)
+        record_target(run, user, cfg, store)
     start = _retry_start(store, user, run) or _last_success_start(journal, user, cfg)
     start = start or StartPoint(cfg.base)
     run.built_on = list(start.built_on)
@@ -85,9 +86,11 @@ def is_ancestor(user: UserRepo, ancestor: str, descendant: str) -> bool:
     return done.returncode == 0
 
 
-def record_target(run: RunRecord, user: UserRepo, cfg: LoopConfig) -> None:
-    """`land`, `target` and the target's commit now, into the run's record."""
-    run.land, run.target, run.target_commit = landing_target(user, cfg, is_experiment(run))
+def record_target(run: RunRecord, user: UserRepo, cfg: LoopConfig, store: StateStore) -> None:
+    """`land` (`branch` while reverts hold the loop there), `target` and the target's commit
+    now, into the run's record."""
+    held = effective_land(store, run.loop, cfg.land) != cfg.land
+    run.land, run.target, run.target_commit = landing_target(user, cfg, is_experiment(run) or held)
 
 
 def landing_target(user: UserRepo, cfg: LoopConfig, experiment: bool) -> tuple[str, str, str]:

@@ -18,6 +18,7 @@ number of loops, at the shortest `poll` of its loops, backing off on failures.
 
 from __future__ import annotations
 
+import errno
 import queue
 import threading
 import time
@@ -120,6 +121,10 @@ class RemoteFeed:
         triggers are in the inbox when this returns (each loop's inbox file name, the id its
         run lists under `[trigger] inbox`); else they follow the fetch (none named yet)."""
         if not self.early_triggers:
+            # Its triggers are written after the fetch, past the delivery's answer: without
+            # room for them now it is refused (503, sent again), as when writing them fails.
+            if not self.store.space.probe():
+                raise OSError(errno.ENOSPC, "state/ has no room for the delivery's triggers")
             self.submit(push)
             return {}
         push.trigger = False  # written here, not after the fetch

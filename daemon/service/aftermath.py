@@ -11,11 +11,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from datetime import datetime
+from pathlib import Path
 
 from daemon.aftermath.identity import follows
+from daemon.aftermath.landhold import hold_reverted
 from daemon.aftermath.lesson import teach
 from daemon.aftermath.sweep import Held, Sweep, sweep
+from daemon.calibration.field import field_figures
 from daemon.config import Loop
+from daemon.git.safe import Git
 from daemon.service.context import Context
 from daemon.state.aftermath import WINDOWS
 from daemon.state.records import RunRecord
@@ -39,17 +43,25 @@ class Follower:
         self._done: set[str] = set()  # runs never to read again
         self._records: Held = {}  # as the last sweep left them
         self._thread: threading.Thread | None = None
+        self._gits: dict[str, Git] = {}  # each repository located once
+        self._measured = False  # the judge's field figures written since the start
 
     def tick(self, now: datetime) -> None:
         """Start a sweep when one is due and none runs."""
         if self._thread is not None and self._thread.is_alive():
             return
         mono = self.ctx.monotonic()
-        if mono - self._at < FOLLOW_EVERY:
+        moved = self.ctx.targets_moved
+        if mono - self._at < FOLLOW_EVERY and not moved:
             return
-        self._at = mono
+        only: set[tuple[str, str]] | None = None
+        if mono - self._at < FOLLOW_EVERY:
+            only = set(moved)  # a target moved: only the runs landed on it, before 5 minutes
+        else:
+            self._at = mono
+        moved.clear()
         self._thread = threading.Thread(
-            target=self.follow, args=(now,), name="aftermath", daemon=True
+            target=self.follow, args=(now, only), name="aftermath", daemon=True
         )
         self._thread.start()
 
@@ -57,18 +69,29 @@ class Follower:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def follow(self, now: datetime) -> Sweep:
-        """One sweep at `now` over the landed runs still followed."""
+    def follow(self, now: datetime, only: set[tuple[str, str]] | None = None) -> Sweep:
+        """One sweep at `now` over the landed runs still followed (`only`: those landed on
+        these (repository, branch) targets)."""
         loops = self.ctx.loops
+        runs = self._followed()
+        if only is not None:
+            runs = [r for r in runs if (str(Path(r.repo).resolve()), r.target) in only]
         found = sweep(
             self.ctx.store,
-            self._followed(),
+            runs,
             now,
             loop_keys=lambda name: loop_keys(loops, name),
             due_only=True,
             cache=self._records,
+            gits=self._gits,
             teach=lambda git, run, record: teach(self.ctx.services, git, run, record),
         )
+        limits = {n: (lp.config.land, lp.config.revert_limit) for n, lp in loops.items()}
+        hold_reverted(self.ctx.store, limits, found.records, now)
+        if found.changed or not self._measured:
+            thresholds = {n: lp.config.critic_threshold for n, lp in loops.items()}
+            field_figures(self.ctx.store, self.ctx.config.daemon, thresholds, now)
+            self._measured = True
         last = WINDOWS[-1][0]
         over = {r.run for r in found.records if last in r.windows}
         self._done |= over

@@ -103,6 +103,9 @@ class Context:
     files: LoopFiles = field(default_factory=LoopFiles)
     config_error: str = ""  # loopd.toml did not load at the last reload: all is kept
     restart_pending: list[str] = field(default_factory=list)  # changes kept for a restart
+    # (repository, branch) a push trigger, a hook or a poll saw move since the aftermath's
+    # last look: its landed runs are brought up to date at the next tick (service/aftermath.py).
+    targets_moved: set[tuple[str, str]] = field(default_factory=set)
 
     @property
     def loops(self) -> dict[str, Loop]:

@@ -166,6 +166,10 @@ class Intake:
         if loop is None:
             why = not_loaded_why(ctx.home, trigger.loop, ctx.config, not ctx.config_error)
             return skip(Event.TRIGGER_SKIPPED, why)
+        if trigger.kind == "push" and trigger.ref.startswith("refs/heads/"):
+            # The branch moved: the runs landed on it are looked at now, not in 5 minutes.
+            moved = (str(loop.config.repo_path.resolve()), trigger.ref.removeprefix("refs/heads/"))
+            ctx.targets_moved.add(moved)
         why = _filtered(trigger, loop, self.is_running)
         if why:
             return skip(Event.TRIGGER_SKIPPED, why)

@@ -26,7 +26,7 @@ from daemon.state.eventtypes import Event
 
 
 class Outside:
-    """Started by `Daemon.start()`, stopped by `Daemon.stop()`."""
+    """Started by `Daemon.start()` and by the Temporal home (homeoutside.py); stopped by both."""
 
     def __init__(self, ctx: Context, feed: RemoteFeed, poller: RemotePoller) -> None:
         self.ctx = ctx

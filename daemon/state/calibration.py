@@ -65,4 +65,40 @@ def load_calibration(state_dir: Path, model: str) -> Calibration | None:
     return found
 
 
+class FieldCalibration(BaseModel):
+    """The judge measured in the field: of the landed runs it passed, those a person reverted
+    (daemon/calibration/field.py), beside its calibrated rate when it has one."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    judge: str = ""
+    measured: datetime
+    landed: int  # landed runs followed whose last attempt the judge passed
+    false_passes: int  # of them, reverted by a person
+    false_pass_rate: float
+    false_pass_ci: list[float]
+    reverted: list[str] = []  # the runs counted as false passes
+    calibrated_rate: float | None = None  # the judge's calibration, when it has one
+    calibrated_ci: list[float] = []
+    max_false_pass: float | None = None  # `[verifier] max_false_pass` when measured
+
+
+FIELD_FILE = "calibration-field.toml"  # in state/: beside the folder, never a model's name
+
+
+def save_field(state_dir: Path, figures: FieldCalibration) -> Path:
+    """Keep the judge's field figures (one file: the judge in use now)."""
+    path = state_dir / FIELD_FILE
+    write_atomic(path, dump_toml(figures))
+    return path
+
+
+def load_field(state_dir: Path) -> FieldCalibration | None:
+    """The judge's last field figures; None when none. UnreadableFile when broken."""
+    try:
+        return read_model(state_dir / FIELD_FILE, FieldCalibration)
+    except FileNotFoundError:
+        return None
+
+
 __all__ = ["Calibration", "UnreadableFile", "calibration_path", "load_calibration"]

@@ -121,6 +121,9 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   and false-fail rates with 95% intervals, order disagreement, latency and tokens, over
   which cases. `loopd status` and `loopd check` warn when the judge in use has none, or
   passes more bad attempts than `[verifier] max_false_pass`
+- `calibration-field.toml`: the judge measured in the field: of the landed runs it passed,
+  those a person reverted, with a 95% interval (`loopd calibrate --field`; `loopd status`
+  shows it and warns above `[verifier] max_false_pass`)
 
 ## The daemon's working files (leave them to loopd)
 
@@ -176,6 +179,8 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   `locks/quota.lock`: taken while `quota.toml` or `logins.toml` is written;
   `locks/landing-KEY.lock`: held by whoever lands a run on that target now (one landing at
   a time per target), `locks/landing-KEY.queue.lock` while its queue file is written
+- `web-token`: the console's login token (`loopd web`, made on its first start, 0600);
+  `loopd web --url` prints the address with it. Delete it and restart `loopd web` to change it
 - `loopd.lock`: held by the daemon of this home; one daemon per home
 - `home-id`: this home's id, made on first use; rules exported from this home name it as
   their source (`loopd rules export`)
@@ -192,6 +197,9 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   it wait until then
 - `logins.toml`: per agent profile whose provider refused its login, the run that found it
   and its escalation; that profile's runs wait until `loopd check` finds the login working
+- `land-holds.toml`: loops whose landings people reverted `revert_limit` times in 7 days,
+  held at `land = "branch"` until their escalation is resolved (`loopd escalations
+  resolve ID`); your loop files are not changed
 - `budget.toml`: per token budget (the home's, a loop's), the last day its exhaustion was
   announced, so it is announced once a day
 - `ref-ledger.jsonl`: every ref loopd itself moved in your repositories (run branches,

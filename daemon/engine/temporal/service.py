@@ -26,6 +26,7 @@ from daemon.agents.processes import set_child_subreaper, set_not_dumpable
 from daemon.clock import utc_now
 from daemon.config import LOOP_NAME, LoadedConfig
 from daemon.engine.temporal.connect import connect
+from daemon.engine.temporal.homeoutside import start_outside, tick_outside
 from daemon.engine.temporal.homeside import HomeSide, config_mark
 from daemon.engine.temporal.inboxtaker import InboxTaker
 from daemon.engine.temporal.loopacts import LoopActivities, start_controller
@@ -83,6 +84,7 @@ class Process:
         self.ctx: Any = None  # the home's daemon context (watchers, housekeeping)
         self.watchers: Any = None
         self.floor: Floor | None = None  # the home's: a full state/ (daemon/service/floor.py)
+        self.outside: Any = None  # the home's [listen], remote poller, traces (homeoutside.py)
         self.metrics = metrics  # `loopd worker --metrics HOST:PORT`
 
     # the whole life ------------------------------------------------------------------------
@@ -108,8 +110,9 @@ class Process:
         tasks.append(self._forward(client))
         await self._serve(tasks)
         pool.shutdown(wait=False, cancel_futures=True)
-        if listener is not None:
-            listener.stop()
+        for part in (listener, self.outside):
+            if part is not None:
+                part.stop()
         print("loopd: stopped", flush=True)
         return 0
 
@@ -151,12 +154,14 @@ class Process:
         for name, why in (await register(client, self.loaded)).items():
             print(f"loopd: loop {name} not registered: {why}", file=sys.stderr, flush=True)
         self.ctx = _context(self.home, self.store, home_side, self.wake)
+        self.outside = start_outside(self.ctx, lambda: not self.stop.is_set())
 
         home_side.holds = Holds(self.ctx)  # usage limits and budgets hold new runs
         return [
             self._status_file(client, home_side.holds),
             self._resync(client, home_side),
             self._housekeeping(home_side),
+            tick_outside(self.outside),
         ]
 
     async def _serve(self, tasks: list[Any]) -> None:
@@ -444,14 +449,13 @@ async def register(client: Any, loaded: LoadedConfig) -> dict[str, str]:
 def serve(home: Home, role: str, queue: str | None = None, metrics: str = "") -> int:
     """The process: take the home's lock, run until SIGTERM."""
     from daemon.service.context import load_config
-    from daemon.service.tracing import start_tracing
 
     # Agents and checks run as this user: they must not read loopd's memory or environment
     # (the engine's credentials included).
     set_not_dumpable()
     loaded = load_config(home)  # ConfigFatal: exit 2 with the reason
     store = StateStore(home.state_dir, loaded.daemon.limits.events_rotate)
-    lock = store.lock if role == "home" else _worker_lock(store)
+    lock = store.lock if role == "home" else HomeLock(store.root / "worker.lock")
     lock.acquire()  # LockHeld: exit 2 naming the pid
     set_child_subreaper()
     sweep_stale_groups()  # what a process killed with -9 left in the control groups
@@ -463,13 +467,9 @@ def serve(home: Home, role: str, queue: str | None = None, metrics: str = "") ->
         version=package.__version__,
         engine="temporal",
     )
-    # The home records the runs as the local daemon does: their traces follow its store.
-    tracing = start_tracing(loaded.daemon.telemetry, store) if role == "home" else None
     try:
         return asyncio.run(Process(home, loaded, store, role, metrics).run(queue))
     finally:
-        if tracing is not None:
-            tracing.close()
         store.events.append(
             Event.DAEMON_STOPPED if role == "home" else Event.WORKER_STOPPED,
             utc_now(),
@@ -477,10 +477,6 @@ def serve(home: Home, role: str, queue: str | None = None, metrics: str = "") ->
             seconds=round(time.monotonic() - started, 1),
         )
         lock.release()
-
-
-def _worker_lock(store: StateStore) -> Any:
-    return HomeLock(store.root / "worker.lock")
 
 
 def _notifier() -> Any:

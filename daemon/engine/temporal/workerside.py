@@ -60,7 +60,7 @@ from daemon.state.records import AttemptRecord, RunRecord
 from daemon.state.stored import is_stored
 
 if TYPE_CHECKING:
-    from daemon.runs.sessions import AttemptResult
+    from daemon.runs.attemptresult import AttemptResult
 
 LOG_WHOLE = 256_000  # checks.log travels whole up to this size, else its excerpt
 

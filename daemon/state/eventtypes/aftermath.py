@@ -38,3 +38,20 @@ class AftermathRecounted(EventFields):
     """A person reverted a landed run: the rules it followed count it as harm, not help."""
 
     rules: list[str]
+
+
+@fields_of(Event.LAND_HELD)
+class LandHeld(EventFields):
+    """A loop's landings were reverted `revert_limit` times in 7 days: its runs land on
+    their branch until the escalation is resolved."""
+
+    was: str
+    runs: list[str]
+    escalation: str
+
+
+@fields_of(Event.LAND_RESTORED)
+class LandRestored(EventFields):
+    """The escalation of a loop held at `land = "branch"` was resolved: it lands as it says."""
+
+    escalation: str

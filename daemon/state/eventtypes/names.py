@@ -163,3 +163,5 @@ class Event(StrEnum):
     AFTERMATH_CHANGED = "aftermath_changed"
     AFTERMATH_FAILED = "aftermath_failed"
     AFTERMATH_RECOUNTED = "aftermath_recounted"
+    LAND_HELD = "land_held"
+    LAND_RESTORED = "land_restored"

@@ -24,6 +24,7 @@ class EscalationResolved(EventFields):
     note: str
     retry: bool
     trigger: str = described("the retry's inbox file, or empty")
+    by: str = described("who resolved it: `web` for the console; absent for the command line", "")
 
 
 @fields_of(Event.ESCALATION_SUPERSEDED)

@@ -93,10 +93,14 @@ class QueueEntryDropped(EventFields):
 class LoopPaused(EventFields):
     """`loopd pause`: the loop's triggers wait."""
 
+    by: str = described("who paused it: `web` for the console; absent for the command line", "")
+
 
 @fields_of(Event.LOOP_RESUMED)
 class LoopResumed(EventFields):
     """`loopd resume`: the loop runs again."""
+
+    by: str = described("who resumed it: `web` for the console; absent for the command line", "")
 
 
 @fields_of(Event.WATCH_RESCAN)

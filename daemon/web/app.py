@@ -1,0 +1,33 @@
+"""The console's ASGI application: Starlette's routes over the handlers of routes.py, and the
+package's static files (no build step, nothing fetched at run time)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daemon.web.console import HERE, Console, templates
+from daemon.web.routes import Handlers
+
+
+def build_app(console: Console) -> Any:
+    """The Starlette application serving `console`."""
+    from starlette.applications import Starlette
+    from starlette.routing import Mount, Route
+    from starlette.staticfiles import StaticFiles
+
+    handlers = Handlers(console, templates())
+    routes = [
+        Route("/login", handlers.login, methods=["GET"]),
+        Route("/", handlers.loops_page, methods=["GET"]),
+        Route("/runs", handlers.runs_page, methods=["GET"]),
+        Route("/runs/{run_id}", handlers.run_page, methods=["GET"]),
+        Route("/escalations", handlers.escalations_page, methods=["GET"]),
+        Route("/rules", handlers.rules_page, methods=["GET"]),
+        Route("/api/{what}", handlers.api, methods=["GET"]),
+        Route("/api/runs/{run_id}", handlers.api_run, methods=["GET"]),
+        Route("/escalations/{run_id}/resolve", handlers.resolve, methods=["POST"]),
+        Route("/loops/{loop}/{action}", handlers.loop_action, methods=["POST"]),
+        Route("/rules/{rule_id}/{action}", handlers.rule_action, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    return Starlette(routes=routes)

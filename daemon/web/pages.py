@@ -1,0 +1,89 @@
+"""What each page and each action asks of the commands: their command lines, and the rows the
+templates draw from the commands' JSON. Nothing here reads state/ itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daemon.web.commands import Outcome, run_command
+
+RUNS_SHOWN = 200  # the runs page's `--limit`
+
+
+class CommandFailed(Exception):
+    """A command the page needs said no: its exit code and its words, redacted."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.text() or f"exit {outcome.code}")
+        self.outcome = outcome
+
+
+def read(home: str, *argv: str) -> Any:
+    """A read command's `--json`, redacted; CommandFailed when it fails."""
+    outcome = run_command(home, [*argv, "--json"])
+    if not outcome.ok:
+        raise CommandFailed(outcome)
+    return outcome.data()
+
+
+def status(home: str) -> Any:
+    return read(home, "status")
+
+
+def loops(home: str) -> list[dict[str, Any]]:
+    """The loops of `loopd status --json`, each with its name, by name."""
+    data = status(home)
+    return [{"name": name, **info} for name, info in sorted(data.get("loops", {}).items())]
+
+
+def runs(home: str, loop: str = "", outcome: str = "") -> list[dict[str, Any]]:
+    """`loopd runs [LOOP] --json`, newest first as it lists them, kept to `outcome` if given."""
+    argv = ["runs", *([loop] if loop else []), "--limit", str(RUNS_SHOWN)]
+    items: list[dict[str, Any]] = read(home, *argv)
+    return [r for r in items if not outcome or r.get("outcome") == outcome]
+
+
+def run(home: str, run_id: str) -> Any:
+    return read(home, "show", run_id)
+
+
+NEXT_STEP = "**Suggested next step:**"  # the line of an escalation file that says it
+
+
+def escalations(home: str) -> list[dict[str, Any]]:
+    """The open escalations of `loopd escalations list --json`, oldest first, each with the
+    next step its file suggests (`loopd escalations show ID --json`)."""
+    items: list[dict[str, Any]] = read(home, "escalations", "list")
+    for item in items:
+        item["key"] = item.get("id") or item["run"]  # RUN_ID, or RUN_ID-qN for a question
+        text = str(escalation(home, item["key"]).get("text", ""))
+        steps = [line for line in text.splitlines() if line.startswith(NEXT_STEP)]
+        item["next_step"] = steps[0][len(NEXT_STEP) :].strip() if steps else ""
+    return sorted(items, key=lambda e: str(e.get("escalated") or ""))
+
+
+def escalation(home: str, run_id: str) -> Any:
+    return read(home, "escalations", "show", run_id)
+
+
+def rules(home: str) -> Any:
+    """Every rule, retired and rejected ones too: `loopd rules list --all --json`."""
+    return read(home, "rules", "list", "--all")
+
+
+# The actions: each its command's line, run with `by` = who did it.
+def resolve(home: str, run_id: str, note: str, retry: bool, by: str) -> Outcome:
+    argv = ["escalations", "resolve", run_id, "--note", note, *(["--retry"] if retry else [])]
+    return run_command(home, argv, by=by)
+
+
+def loop_action(home: str, action: str, loop: str, by: str) -> Outcome:
+    """`loopd trigger|pause|resume LOOP`; a trigger's reason names who asked for it."""
+    reason = ["--reason", f"triggered from the console ({by})"] if action == "trigger" else []
+    return run_command(home, [action, loop, *reason], by=by)
+
+
+def rule_action(home: str, action: str, rule_id: str, by: str) -> Outcome:
+    """`loopd rules promote|retire ID`; the rule's event says who in its reason."""
+    reason = ["--reason", f"retired by a person ({by})"] if action == "retire" else []
+    return run_command(home, ["rules", action, rule_id, *reason], by=by)
