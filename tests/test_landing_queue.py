@@ -49,6 +49,10 @@ PROBE = (
     "os.write(fd, str(os.getpid()).encode()); os.close(fd)\n"
     "name = pathlib.Path(os.getcwd()).name\n"
     "(talk / ('landing-' + name)).write_text('')\n"
+    "with open(talk / 'rounds', 'a') as rounds: rounds.write('x')\n"
+    "if (talk / 'stepwise').exists():  # one landing try at a time, each released by the test\n"
+    "    while not (talk / 'release').exists(): time.sleep(0.05)\n"
+    "    (talk / 'release').unlink()\n"
     "while (talk / 'hold').exists() and not (talk / 'landings-go').exists(): time.sleep(0.05)\n"
     "if busy.read_text() == str(os.getpid()): busy.unlink()\n"
 )
@@ -308,3 +312,28 @@ def test_a_landing_killed_after_the_target_moved_is_recorded_not_redone(tmp_path
     assert git(repo, "rev-parse", "main") == new  # nothing merged again
     assert landed_commits(repo, run.id) == [new]
     assert load_landing_queue(store, str(repo), "main").runs == []
+
+
+def test_a_target_moving_under_every_try_is_escalated_after_three(tmp_path: Path) -> None:
+    home, repo, talk = two_loops(tmp_path, {"a": edit_line(3, "a fixed three")})
+    (talk / "stepwise").write_text("")
+    (talk / "agents-go").write_text("")
+    proc = once(home.root, "a")
+    wait_for(lambda: (talk / "started-a").exists(), timeout=120, what="the agent's change")
+    person_commits(repo, "NOTES.md")
+    rounds = talk / "rounds"
+    for n in range(1, 4):
+        wait_for(
+            lambda n=n: rounds.exists() and len(rounds.read_text()) == n,
+            timeout=120,
+            what=f"landing try {n}",
+        )
+        moved = person_commits(repo, f"MORE-{n}.md")  # a push under the try's checks
+        (talk / "release").write_text("")
+    out, _ = proc.communicate(timeout=300)
+    (run,) = list(home.state().iter_runs())
+    assert run.outcome == "succeeded" and not run.landed, out
+    assert run.cause == "landing-moving" and "moved under each of 3 landings" in run.landing
+    assert home.state().escalation_path(run.id).exists()
+    assert git(repo, "rev-parse", "main") == moved and landed_commits(repo, run.id) == []
+    assert status(home).get("landing", []) == []

@@ -67,7 +67,12 @@ def land(args: argparse.Namespace) -> int:
 def _landed_now(store: Any, run: Any) -> None:
     """A run that landed at last: its cause says it passed; the escalation its blocked landing
     opened is resolved."""
-    if run.cause in (Cause.LANDING_BLOCKED, Cause.LANDING_CHECKS_FAILED, Cause.LANDING_CONFLICT):
+    if run.cause in (
+        Cause.LANDING_BLOCKED,
+        Cause.LANDING_CHECKS_FAILED,
+        Cause.LANDING_CONFLICT,
+        Cause.LANDING_MOVING,
+    ):
         run.cause = Cause.PASSED
         store.save_run(run)
     if store.escalation_path(run.id).exists():

@@ -52,6 +52,7 @@ from daemon.state.records import Cause, RunRecord, is_experiment
 
 LAND_LOG = "land.log"
 PUSH_TIMEOUT = 300.0
+TRIES = 3  # landings of a run whose target moved under each: then it is escalated
 REAP_GRACE = 10.0  # seconds a leftover push gets between SIGTERM and SIGKILL
 
 
@@ -60,6 +61,7 @@ class LandingBlocked(Exception):
 
     checks = False  # True: setup or the checks fail on what would land (a person looks)
     conflict = False  # True: the run's branch conflicts with the target (a person looks)
+    moving = False  # True: the target moved under each try (a person looks)
 
 
 def _refused(exc: MergeRefused) -> LandingBlocked:
@@ -128,7 +130,8 @@ def land_run(journal: RunJournal, cfg: LoopConfig | None, on_move: OnMove | None
         run.landing = redact(why)[:1000]
         checks = isinstance(exc, LandingBlocked) and exc.checks
         cause = Cause.LANDING_CHECKS_FAILED if checks else Cause.LANDING_BLOCKED
-        run.cause = Cause.LANDING_CONFLICT if getattr(exc, "conflict", False) else cause
+        run.cause = Cause.LANDING_MOVING if getattr(exc, "moving", False) else cause
+        run.cause = Cause.LANDING_CONFLICT if getattr(exc, "conflict", False) else run.cause
         journal.event(Event.LANDING_BLOCKED, land=run.land, target=run.target, reason=run.landing)
     else:
         record_landed(journal, commit)
@@ -164,7 +167,7 @@ def _merge(journal: RunJournal, cfg: LoopConfig, on_move: OnMove | None) -> str:
     tip = _tip(user, run.branch)
     target_ref = f"refs/heads/{run.target}"
     squash = cfg.land_commits == "squash"
-    for _ in range(3):  # the target may move while the checks run: look again
+    for _ in range(TRIES):  # the target may move while the checks run: look again
         current = user.ref(target_ref)
         if not current:
             raise LandingBlocked(f"the target branch {run.target} does not exist")
@@ -183,7 +186,12 @@ def _merge(journal: RunJournal, cfg: LoopConfig, on_move: OnMove | None) -> str:
         if _move_target(journal, user, current, new):
             after_move(journal, cfg, user, current, new)
             return new
-    raise LandingBlocked(f"{run.target} kept moving while loopd landed the run; merge it yourself")
+    moving = LandingBlocked(
+        f"{run.target} moved under each of {TRIES} landings (setup and the checks ran again on "
+        f"each); merge {run.branch} yourself, or `loopd land {run.id}` once it holds still"
+    )
+    moving.moving = True
+    raise moving
 
 
 def _landing_commit(

@@ -67,6 +67,7 @@ CAUSES = (
     "landing-blocked",
     "landing-checks-failed",
     "landing-conflict",
+    "landing-moving",
     "too-large",
     "resource-limit",
     "check-changed-tree",

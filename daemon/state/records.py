@@ -126,6 +126,7 @@ def escalates(outcome: Outcome | None, cause: Cause | None) -> bool:
         Cause.INTERRUPTED_RETRY,
         Cause.LANDING_CHECKS_FAILED,
         Cause.LANDING_CONFLICT,
+        Cause.LANDING_MOVING,
     )
 
 
