@@ -31,7 +31,7 @@ from daemon.git.tree import (
 )
 from daemon.git.userrepo import UserRepo
 from daemon.landing.branches import delete_if_empty
-from daemon.landing.land import land_run
+from daemon.landing.queue import land_queued
 from daemon.people.escalation import supersede
 from daemon.people.escalation_file import read_escalation
 from daemon.people.escalation_repeat import digest_due
@@ -198,7 +198,7 @@ def _finish_work(
     """Land the work, remove the tree, delete an empty branch, count the rules' effects."""
     journal, run = steps.journal, steps.journal.run
     if steps.todo("land"):
-        land_run(journal, config)
+        land_queued(journal, config)
         steps.done("land")
     # The tree goes and an empty branch is deleted before anything is written for a person,
     # so nothing written offers a branch that is gone.
