@@ -16,12 +16,12 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from daemon.agents.processes import set_child_subreaper, set_not_dumpable
 from daemon.clock import utc_now
 from daemon.config import DaemonConfig, Loop
 from daemon.home import Home
 from daemon.people.escalation import open_escalations
 from daemon.people.notify import Notifications
+from daemon.processes import set_child_subreaper, set_not_dumpable
 from daemon.sandbox.limits import sweep_stale_groups
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import FIRE_LEAD, CronTimer

@@ -60,7 +60,7 @@ def _reap_orphans() -> Iterator[None]:
     in a later test that counts our zombies.
     """
     yield
-    import daemon.agents.processes as processes
+    import daemon.processes as processes
 
     processes.reap_orphans()
     # Nor may a later test inherit the subreaper: orphans of its git hooks, in pytest's own

@@ -70,6 +70,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "daemon.sizes",
             "daemon.extras",
             "daemon.excerpt",
+            # Process groups, pids and their marks: the agents', the checks', landing's pushes.
+            "daemon.processes",
             "daemon",
         ),
     ),

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-import daemon.agents.processes as processes
+import daemon.processes as processes
 from daemon.daemon import Daemon
 from daemon.state.store import StateStore
 from tests.test_service import NOW, home_with

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import daemon.agents.processes as processes
+import daemon.processes as processes
 from daemon.clock import utc_now
 from daemon.daemon import POLL_SECONDS, Daemon
 from daemon.home import Home

@@ -12,10 +12,10 @@ import pytest
 
 from daemon.agents.base import Invocation
 from daemon.agents.command import CommandAdapter
-from daemon.agents.processes import descendants, process_cwd, snapshot
 from daemon.agents.supervisor import Supervisor
 from daemon.agents.transcript import Transcript
 from daemon.config import AgentProfile
+from daemon.processes import descendants, process_cwd, snapshot
 from daemon.sandbox.base import Exposure, Launch
 from daemon.sandbox.bwrap import BwrapSandbox
 from tests.helpers import wait_for

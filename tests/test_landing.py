@@ -283,7 +283,7 @@ def test_a_push_that_fails_leaves_the_run_ready_to_land(tmp_path: Path) -> None:
     assert run.landing.startswith("git push to") and run.cause == Cause.LANDING_BLOCKED
     # What the failed push left behind (git's `sh`) was in a session of its own: loopd, the
     # subreaper, reaps it instead of keeping a zombie per failed push.
-    from daemon.agents.processes import reap_orphans, snapshot
+    from daemon.processes import reap_orphans, snapshot
 
     reap_orphans()
     zombies = [i for i in snapshot().values() if i.ppid == os.getpid() and i.state == "Z"]

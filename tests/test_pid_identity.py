@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from daemon.agents.processes import proc_info, process_mark, same_process
 from daemon.landing.land import _reap_push
+from daemon.processes import proc_info, process_mark, same_process
 from daemon.runs.finish import kill_run_leftovers
 from daemon.runs.journal import RunJournal
 from tests.helpers import unique_token, wait_for

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import daemon.agents.processes as processes
+import daemon.processes as processes
 from daemon.daemon import Daemon
 from daemon.state.store import StateStore
 from tests.helpers import wait_for

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from daemon.agents.processes import snapshot
 from daemon.config import Loop
 from daemon.git import safe as git_module
 from daemon.git.tree import prepare_tree, record_tree
 from daemon.git.userrepo import LedgerWriter
 from daemon.home import Home
+from daemon.processes import snapshot
 from daemon.retry import RetryPolicy
 from daemon.rules.library import RuleLibrary
 from daemon.rules.rulefile import Rule

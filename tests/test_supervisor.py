@@ -18,7 +18,10 @@ import pytest
 from daemon.agents.base import AgentAdapter, AgentEvent, Invocation, Resume
 from daemon.agents.command import CommandAdapter
 from daemon.agents.environment import agent_environment, without_loopd_venv
-from daemon.agents.processes import (
+from daemon.agents.supervisor import MAX_LINE, ProcessResult, Supervisor
+from daemon.agents.transcript import Transcript
+from daemon.config import AgentProfile
+from daemon.processes import (
     descendants,
     kill_leftovers,
     kill_tree,
@@ -26,9 +29,6 @@ from daemon.agents.processes import (
     reap_orphans,
     set_child_subreaper,
 )
-from daemon.agents.supervisor import MAX_LINE, ProcessResult, Supervisor
-from daemon.agents.transcript import Transcript
-from daemon.config import AgentProfile
 from tests.helpers import in_fresh_interpreter
 
 PY = sys.executable

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from daemon.agents.base import AgentEvent, Invocation
 from daemon.agents.lines import READ_CHUNK, LineSplitter
-from daemon.agents.processes import ProcessTree, kill_tree
 from daemon.agents.results import ProcessResult, ToolCall
 from daemon.agents.stalls import ARGUMENTS_KEPT, StallKind, StallWatcher
+from daemon.processes import ProcessTree, kill_tree
 from daemon.redact import redact, redact_value
 
 if TYPE_CHECKING:

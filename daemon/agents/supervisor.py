@@ -31,12 +31,12 @@ from pathlib import Path
 from daemon.agents.base import AgentAdapter, AgentEvent, Invocation
 from daemon.agents.environment import is_forbidden
 from daemon.agents.lines import MAX_LINE
-from daemon.agents.processes import ProcessTree, kill_tree, set_child_subreaper, spawning
 from daemon.agents.results import ProcessResult, ToolCall
 from daemon.agents.stalls import REPEAT_LIMIT
 from daemon.agents.supervised import SupervisedRun
 from daemon.agents.transcript import Transcript
 from daemon.clock import utc_now
+from daemon.processes import ProcessTree, kill_tree, set_child_subreaper, spawning
 from daemon.redact import redact
 from daemon.sandbox.base import Launch
 from daemon.state.atomic import ensure_dir

@@ -32,6 +32,7 @@ from daemon.sandbox.limits import describe, run_limits
 from daemon.sandbox.registry import choose
 from daemon.service.statecap import read_usage
 from daemon.state.eventtypes import Event
+from daemon.state.landingqueue import landing_queues
 from daemon.state.lock import LockHeld
 from daemon.state.store import StateStore, UnreadableFile
 
@@ -143,6 +144,9 @@ class ModelReader:
     def usage(self) -> dict[str, Any] | None:
         usage = read_usage(self.store)
         return usage.model_dump(mode="json") if usage is not None else None
+
+    def landing_queues(self) -> list[dict[str, Any]]:
+        return [q.model_dump(mode="json") for q in landing_queues(self.store)]
 
 
 def _status_data(home: Any, store: Any = None, read: Any = None) -> dict[str, Any]:

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from daemon.agents.processes import set_child_subreaper
 from daemon.cli.common import CommandError, home_of
 from daemon.cli.jsonout import print_json
 from daemon.cli.runs import foreground_loop, lock_loop
@@ -18,6 +17,7 @@ from daemon.experiments.arms import arms_for, parse_supports
 from daemon.experiments.report import ExperimentReport
 from daemon.experiments.runner import Experiment, ExperimentRunner
 from daemon.git.safe import Git, GitError
+from daemon.processes import set_child_subreaper
 from daemon.rules.library import RuleLibrary, StoredRule
 from daemon.rules.replay import judge_cache, recorded_tasks, replay
 from daemon.rules.rulefile import LIVE, RuleFileError

@@ -9,7 +9,7 @@ from typing import Any
 from daemon.cli.common import CommandError, home_of
 from daemon.clock import utc_now
 from daemon.landing.branches import notice_landed
-from daemon.landing.land import land_run
+from daemon.landing.queue import land_queued
 from daemon.people.escalation import AlreadyResolved, resolve
 from daemon.people.landstate import landing_state
 from daemon.people.terminal import clean
@@ -54,7 +54,7 @@ def land(args: argparse.Namespace) -> int:
     run.landing = ""
     services = RunServices(home=home, config=loaded.daemon, store=store)
     journal = RunJournal(services, run)
-    land_run(journal, loop.config)
+    land_queued(journal, loop.config)
     line = clean(landing_state(run).line())
     if run.landed:
         _landed_now(store, run)
@@ -67,7 +67,12 @@ def land(args: argparse.Namespace) -> int:
 def _landed_now(store: Any, run: Any) -> None:
     """A run that landed at last: its cause says it passed; the escalation its blocked landing
     opened is resolved."""
-    if run.cause in (Cause.LANDING_BLOCKED, Cause.LANDING_CHECKS_FAILED):
+    if run.cause in (
+        Cause.LANDING_BLOCKED,
+        Cause.LANDING_CHECKS_FAILED,
+        Cause.LANDING_CONFLICT,
+        Cause.LANDING_MOVING,
+    ):
         run.cause = Cause.PASSED
         store.save_run(run)
     if store.escalation_path(run.id).exists():

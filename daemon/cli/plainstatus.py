@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,26 @@ class PlainReader:
 
     def usage(self) -> dict[str, Any] | None:
         return read_usage(self.state_dir)
+
+    def landing_queues(self) -> list[dict[str, Any]]:
+        queues = []
+        for name in listing(self.state_dir / "landing"):
+            if not name.endswith(".toml"):
+                continue
+            try:
+                queue = tomllib.loads((self.state_dir / "landing" / name).read_text("utf-8"))
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as exc:
+                raise Unsure(f"state/landing/{name}: {exc}") from None
+            runs = queue.get("runs")
+            if not isinstance(runs, list) or not all(
+                isinstance(r, dict) and isinstance(r.get("run_id"), str) for r in runs
+            ):
+                raise Unsure(f"state/landing/{name} is not a landing queue the plain path reads")
+            if runs:
+                queues.append(queue)
+        return queues
 
 
 def status(args: argparse.Namespace) -> int | None:

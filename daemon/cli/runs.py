@@ -8,7 +8,6 @@ import sys
 import time
 from typing import Any
 
-from daemon.agents.processes import set_child_subreaper, set_not_dumpable
 from daemon.cli.common import CommandError, daemon_pid, engine_control, home_of, valid_loop
 from daemon.cli.engine_views import trigger_on_engine
 from daemon.cli.queued import report_run_id
@@ -20,6 +19,7 @@ from daemon.example.prepare import prepare_example
 from daemon.git.safe import GitError
 from daemon.home import Home
 from daemon.people.notify import Notifications
+from daemon.processes import set_child_subreaper, set_not_dumpable
 from daemon.runs.budget import loop_hold
 from daemon.runs.services import RunServices
 from daemon.sandbox.registry import choose

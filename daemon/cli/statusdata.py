@@ -49,6 +49,11 @@ class StatusReader(Protocol):
 
     def has_escalation_files(self) -> bool: ...
 
+    def landing_queues(self) -> list[dict[str, Any]]:
+        """Each target's landing queue that holds a run: repo, target, runs (run_id, loop,
+        step: queued, landing or moving), in the order they entered."""
+        ...
+
 
 def status_data(root: Path, facts: dict[str, Any], reader: StatusReader, pid: int | None) -> dict:
     """`status --json`: the daemon, each loop, the errors, escalations, the verifier, the
@@ -106,7 +111,21 @@ def status_data(root: Path, facts: dict[str, Any], reader: StatusReader, pid: in
             }
     _aftermath_parts(root, data)
     data["state"] = reader.usage()
+    data["landing"] = [_queue_info(q) for q in reader.landing_queues()]
     return data
+
+
+def _queue_info(queue: dict[str, Any]) -> dict[str, Any]:
+    """A target's queue for `status`: the run landing now and the runs queued behind it."""
+    runs = queue.get("runs", [])
+    now = next((r for r in runs if r.get("step", "queued") != "queued"), None)
+    return {
+        "repo": queue.get("repo", ""),
+        "target": queue.get("target", ""),
+        "landing": now["run_id"] if now else "",
+        "step": now.get("step", "") if now else "",
+        "queued": [r["run_id"] for r in runs if r is not now],
+    }
 
 
 def _aftermath_parts(root: Path, data: dict[str, Any]) -> None:

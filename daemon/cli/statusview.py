@@ -43,6 +43,14 @@ def _age(measured: Any, now: datetime) -> str:
     return f"{minutes // 60} h"
 
 
+def landing_line(queue: dict[str, Any]) -> str:
+    """A target's landing queue in one line: the run landing now, then those queued."""
+    head = f"landing queue {queue['target']} of {queue['repo']}: "
+    now = f"landing {queue['landing']} ({queue['step']})" if queue["landing"] else "none landing"
+    queued = queue["queued"]
+    return head + now + (f"; queued {', '.join(queued)}" if queued else "; none queued")
+
+
 def _escalation_line(name: str, info: dict[str, Any]) -> str:
     """What a person reads of a loop's open escalation, held schedule or not."""
     open_ = info.get("escalation") or {}
@@ -148,6 +156,8 @@ def render_status(data: dict[str, Any], terminal: Terminal) -> str:
         lines += out(clean(text))
         if warn:
             lines += out(f"warning: {clean(warn)}", "yellow")
+    for queue in data.get("landing", []):
+        lines += out(clean(landing_line(queue)))
     if data.get("state"):
         lines += out(clean(_state_line(data["state"])))
     for text, style in _service_lines(data):

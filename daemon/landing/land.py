@@ -30,28 +30,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import assert_never, cast, get_args
 
-from daemon.agents.processes import process_mark, run_in_own_group, same_process
 from daemon.config import LoopConfig
 from daemon.config.land import PR_FIELDS, LandMode
 from daemon.git.integrity import ledger_writer
 from daemon.git.messages import pr_title, squash_message
 from daemon.git.safe import Git, GitError, is_canonical_lfs
 from daemon.git.userrepo import UserRepo
-from daemon.globs import any_branch_matches
 from daemon.landing.guard import blocked_paths
 from daemon.landing.held import holds
-from daemon.landing.merge import MergeRefused, merge_target, verify_tip
+from daemon.landing.landed import after_move, mark_built_on, record_landed
+from daemon.landing.merge import MergeConflict, MergeRefused, merge_target, verify_tip
 from daemon.landing.squash import AlreadyLanded, squash_commit
 from daemon.plain.landing import ALREADY
+from daemon.processes import process_mark, run_in_own_group, same_process
 from daemon.redact import redact
 from daemon.runs.journal import RunJournal
 from daemon.runs.startpoint import is_ancestor
 from daemon.state.atomic import write_atomic
 from daemon.state.eventtypes import Event
-from daemon.state.records import Cause, Trigger, is_experiment
+from daemon.state.records import Cause, RunRecord, is_experiment
 
 LAND_LOG = "land.log"
 PUSH_TIMEOUT = 300.0
+TRIES = 3  # landings of a run whose target moved under each: then it is escalated
 REAP_GRACE = 10.0  # seconds a leftover push gets between SIGTERM and SIGKILL
 
 
@@ -59,11 +60,14 @@ class LandingBlocked(Exception):
     """The run's work cannot land now; the message says why and what to do."""
 
     checks = False  # True: setup or the checks fail on what would land (a person looks)
+    conflict = False  # True: the run's branch conflicts with the target (a person looks)
+    moving = False  # True: the target moved under each try (a person looks)
 
 
 def _refused(exc: MergeRefused) -> LandingBlocked:
     blocked = LandingBlocked(str(exc))
     blocked.checks = exc.checks
+    blocked.conflict = isinstance(exc, MergeConflict)
     return blocked
 
 
@@ -78,11 +82,14 @@ def _mode(recorded: str) -> LandMode:
     )
 
 
-def _land(journal: RunJournal, cfg: LoopConfig, mode: LandMode) -> str:
+OnMove = Callable[[str, str], None]
+
+
+def _land(journal: RunJournal, cfg: LoopConfig, mode: LandMode, on_move: OnMove | None) -> str:
     """Land by `mode`; the landed commit. Exhaustive: a new mode fails the type check here."""
     match mode:
         case "merge":
-            return _merge(journal, cfg)
+            return _merge(journal, cfg, on_move)
         case "push":
             return _push(journal, cfg)
         case "branch":
@@ -91,10 +98,18 @@ def _land(journal: RunJournal, cfg: LoopConfig, mode: LandMode) -> str:
             assert_never(mode)
 
 
-def land_run(journal: RunJournal, cfg: LoopConfig | None) -> None:
-    """Land a succeeded run as its record says (`land`, `target`); records how it went."""
+def lands(run: RunRecord) -> bool:
+    """Whether finishing `run` lands it (it goes through its target's landing queue)."""
+    return not (run.outcome != "succeeded" or is_experiment(run) or run.land in ("", "branch"))
+
+
+def land_run(journal: RunJournal, cfg: LoopConfig | None, on_move: OnMove | None = None) -> None:
+    """Land a succeeded run as its record says (`land`, `target`); records how it went.
+
+    `on_move(old, new)`: called before the target moves from `old` to `new` (the landing
+    queue writes the step down first)."""
     run = journal.run
-    if run.outcome != "succeeded" or is_experiment(run) or run.land in ("", "branch"):
+    if not lands(run):
         return
     if run.landed:
         return  # finishing again after a crash
@@ -103,24 +118,23 @@ def land_run(journal: RunJournal, cfg: LoopConfig | None) -> None:
     try:
         if cfg is None:
             raise LandingBlocked("the loop's file no longer loads, so its landing keys are gone")
-        commit = _land(journal, cfg, _mode(run.land))
+        commit = _land(journal, cfg, _mode(run.land), on_move)
     except AlreadyLanded as held:
         # Another run (or a person) landed the same change: recorded, never merged empty.
         run.landed, run.landed_as, run.landing = True, held.commit, ""
         run.landed_how = ALREADY
         journal.event(Event.LANDED, land=ALREADY, target=run.target, commit=held.commit)
-        _mark_built_on(journal, held.commit)
+        mark_built_on(journal, held.commit)
     except (LandingBlocked, GitError, OSError) as exc:
         why = str(exc) if isinstance(exc, LandingBlocked) else f"git failed: {exc}"
         run.landing = redact(why)[:1000]
         checks = isinstance(exc, LandingBlocked) and exc.checks
-        run.cause = Cause.LANDING_CHECKS_FAILED if checks else Cause.LANDING_BLOCKED
+        cause = Cause.LANDING_CHECKS_FAILED if checks else Cause.LANDING_BLOCKED
+        run.cause = Cause.LANDING_MOVING if getattr(exc, "moving", False) else cause
+        run.cause = Cause.LANDING_CONFLICT if getattr(exc, "conflict", False) else run.cause
         journal.event(Event.LANDING_BLOCKED, land=run.land, target=run.target, reason=run.landing)
     else:
-        run.landed, run.landed_as, run.landing = True, commit, ""
-        run.landed_how = run.land
-        journal.event(Event.LANDED, land=run.land, target=run.target, commit=commit)
-        _mark_built_on(journal, commit)
+        record_landed(journal, commit)
     finally:
         run.phase = "idle"
         journal.save()
@@ -147,13 +161,13 @@ def _check_changes(user: UserRepo, since: str, tip: str, cfg: LoopConfig) -> Non
         )  # fmt: skip
 
 
-def _merge(journal: RunJournal, cfg: LoopConfig) -> str:
+def _merge(journal: RunJournal, cfg: LoopConfig, on_move: OnMove | None) -> str:
     run = journal.run
     user = _user(journal)
     tip = _tip(user, run.branch)
     target_ref = f"refs/heads/{run.target}"
     squash = cfg.land_commits == "squash"
-    for _ in range(3):  # the target may move while the checks run: look again
+    for _ in range(TRIES):  # the target may move while the checks run: look again
         current = user.ref(target_ref)
         if not current:
             raise LandingBlocked(f"the target branch {run.target} does not exist")
@@ -167,13 +181,17 @@ def _merge(journal: RunJournal, cfg: LoopConfig) -> str:
             raise _refused(exc) from None
         if new != tip and not squash:
             tip = new  # the run's branch is the merge now
+        if on_move is not None:
+            on_move(current, new)
         if _move_target(journal, user, current, new):
-            if squash:  # the run's branch is what landed (its old tip: the ref ledger)
-                writer = ledger_writer(journal)
-                user.set_ref(writer, f"refs/heads/{run.branch}", new, "landed as one commit")
-            _trigger_others(journal, current, new)
+            after_move(journal, cfg, user, current, new)
             return new
-    raise LandingBlocked(f"{run.target} kept moving while loopd landed the run; merge it yourself")
+    moving = LandingBlocked(
+        f"{run.target} moved under each of {TRIES} landings (setup and the checks ran again on "
+        f"each); merge {run.branch} yourself, or `loopd land {run.id}` once it holds still"
+    )
+    moving.moving = True
+    raise moving
 
 
 def _landing_commit(
@@ -249,49 +267,6 @@ def _move_target(journal: RunJournal, user: UserRepo, old: str, new: str) -> boo
     writer.record(user.key, [(ref, old, new)], "landed")
     done = user.git.run("update-ref", ref, new, old, check=False)
     return done.returncode == 0
-
-
-def _trigger_others(journal: RunJournal, old: str, new: str) -> None:
-    """Other loops of this home on the same repository whose `on_push` names the target."""
-    services, run = journal.services, journal.run
-    try:
-        loops = services.home.load().loops
-    except Exception:  # noqa: BLE001 - a broken home file must not undo a landing
-        return
-    repo = Path(run.repo).resolve()
-    for loop in loops.values():
-        cfg = loop.config
-        if loop.name == run.loop or not cfg.enabled or cfg.repo_path != repo:
-            continue
-        if not any_branch_matches(cfg.on_push, run.target):
-            continue
-        services.store.put_trigger(
-            Trigger(
-                loop=loop.name,
-                kind="push",
-                reason=f"loopd landed run {run.id} on {run.target}",
-                ref=f"refs/heads/{run.target}",
-                old=old,
-                new=new,
-                ts=journal.now(),
-            )
-        )
-        journal.event(Event.LANDING_TRIGGERED, triggered=loop.name, target=run.target)
-
-
-def _mark_built_on(journal: RunJournal, commit: str) -> None:
-    """The runs this one was built on landed with it."""
-    store = journal.services.store
-    for other_id in journal.run.built_on:
-        try:
-            other = store.load_run(other_id)
-        except Exception:  # noqa: BLE001 - a pruned or unreadable record stays as it is
-            continue
-        if not other.landed:
-            other.landed, other.landed_as, other.landing = True, commit, ""
-            other.landed_how = f"with run {journal.run.id}"
-            store.save_run(other)
-            journal.event(Event.LANDED_WITH, landed_run=other_id, commit=commit)
 
 
 # push ------------------------------------------------------------------------------------------

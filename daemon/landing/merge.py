@@ -10,6 +10,7 @@ merge (recorded in the ref ledger) for the target to be fast-forwarded to it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 from daemon.config import LoopConfig
 from daemon.git.messages import merge_message
 from daemon.git.own import OwnGit, remove_path
+from daemon.git.safe import Git
 from daemon.git.userrepo import LedgerWriter, UserRepo
 from daemon.runs.checks import run_checks
 from daemon.runs.confinement import Confinement
@@ -34,6 +36,10 @@ class MergeRefused(Exception):
     """The merge conflicts, or setup or the checks fail on it: the run does not land."""
 
     checks = False  # True: setup or the checks failed on what would land
+
+
+class MergeConflict(MergeRefused):
+    """The run's branch and the target change the same lines: both sides named."""
 
 
 class ChecksRefused(MergeRefused):
@@ -88,10 +94,9 @@ def merge_target(
         merged = own.bare.run("merge-tree", "--write-tree", "-z", tip, target_tip, check=False)
         if merged.returncode == 1:
             files = _conflicts(merged.stdout)
-            raise MergeRefused(
-                f"merging {target} into the run's branch conflicts in "
-                + (", ".join(files[:5]) or "some files")
-                + f"; merge it yourself: `git merge {run.branch}` on {target}"
+            tree_oid = merged.stdout.split(b"\0", 1)[0].decode().strip()
+            raise MergeConflict(
+                conflict_text(journal, own.bare, tip, target, target_tip, tree_oid, files)
             )
         if merged.returncode != 0:
             err = merged.stderr.decode("utf-8", "replace").strip()[:300]
@@ -162,6 +167,56 @@ def _setup_and_check(
             f"the checks fail on {what} (state/runs/{run.id}/{LAND_CHECKS_LOG}); the branch is "
             "kept, nothing landed"
         )
+
+
+def conflict_text(
+    journal: RunJournal,
+    git: Git,
+    tip: str,
+    target: str,
+    target_tip: str,
+    tree_oid: str,
+    files: list[str],
+) -> str:
+    """Both sides of a landing's conflict: the run and its commit, the target's commits
+    (and the loopd runs they landed) that touched the files, the conflicting hunks' lines,
+    and how to finish it."""
+    run = journal.run
+    base = git.out("merge-base", tip, target_tip, check=False).strip()
+    shown = files[:5]
+    theirs: list[str] = []
+    if base and shown:
+        log = git.out("log", "--format=%H %s", f"{base}..{target_tip}", "--", *shown, check=False)
+        for line in log.splitlines()[:5]:
+            sha, _, subject = line.partition(" ")
+            found = _RUN_IN_SUBJECT.search(subject)
+            theirs.append(sha[:12] + (f" (run {found.group(1)})" if found else ""))
+    hunks = [f"{path} {_hunk_lines(git, tree_oid, path)}" for path in shown]
+    return (
+        f"merging {target} into the run's branch conflicts in "
+        + ("; ".join(hunks) or "some files")
+        + (" and more" if len(files) > 5 else "")
+        + f"; this run {run.id} at {tip[:12]} against {target} at {target_tip[:12]}"
+        + (f", changed there by {', '.join(theirs)}" if theirs else "")
+        + f"; finish it: `git merge {target}` on {run.branch}, resolve, commit, then "
+        f"`loopd land {run.id}`, or `loopd escalations resolve {run.id} --retry`"
+    )
+
+
+_RUN_IN_SUBJECT = re.compile(r"\(run ([0-9A-Za-z_.-]+)")
+
+
+def _hunk_lines(git: Git, tree_oid: str, path: str) -> str:
+    """Where the conflict markers are in the merged file: `(lines 3-7, 20-24)`."""
+    text = git.out("cat-file", "-p", f"{tree_oid}:{path}", check=False)
+    spans, start = [], 0
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith("<<<<<<< "):
+            start = n
+        elif line.startswith(">>>>>>> ") and start:
+            spans.append(f"{start}-{n}")
+            start = 0
+    return f"(lines {', '.join(spans[:5])})" if spans else "(whole file)"
 
 
 def _conflicts(out: bytes) -> list[str]:

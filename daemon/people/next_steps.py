@@ -103,6 +103,17 @@ SUGGESTIONS: dict[Cause, str] = {
         "Read state/runs/{rid}/land-checks.log: if the target moved under the run, merge it "
         "yourself and fix what conflicts in meaning; otherwise {retry}."
     ),
+    Cause.LANDING_MOVING: (
+        "The run succeeded, but {landing}. Nothing landed; the branch `{run_branch}` is kept. "
+        "Something pushes to the target while landings run their checks: `loopd land {rid}` "
+        "once it holds still, or merge the branch yourself."
+    ),
+    Cause.LANDING_CONFLICT: (
+        "The run succeeded, but {landing}. Nothing landed; the branch `{run_branch}` is kept. "
+        "Merge the target into it yourself and resolve the conflict, then `loopd land {rid}` "
+        "(it runs setup and the checks again on what lands), or `loopd escalations resolve "
+        "{rid} --retry` to run the task again on the target as it is now."
+    ),
     Cause.CHECK_CHANGED_TREE: (
         "A check changed files the commit holds ({changed}): its result says nothing of the "
         "branch's code. loopd runs the checks on a clean tree of each commit; look for code "

@@ -13,6 +13,7 @@ from daemon.people.digest import best_score, one_line
 from daemon.people.escalation import Escalation, open_escalations
 from daemon.people.landstate import landing_state
 from daemon.people.report_aftermath import AftermathReport, aftermath_report
+from daemon.people.report_holds import HOLD_EVENTS
 from daemon.people.since import events_since, run_ids_since
 from daemon.people.verified import Verified
 from daemon.plain.landing import LandsToday
@@ -20,6 +21,7 @@ from daemon.redact import redact
 from daemon.rules.library import RuleLibrary
 from daemon.state.atomic import write_atomic
 from daemon.state.events import iso
+from daemon.state.landingqueue import landing_queues
 from daemon.state.records import OUTCOMES, RunRecord
 from daemon.state.store import StateStore
 
@@ -31,25 +33,6 @@ RULE_CHANGE_TYPES = {
     "rule_rejected": "rejected",
     "rule_held": "kept in trial",
 }
-
-
-def _budget_line(event: dict[str, Any]) -> str:
-    scope = f"loop {event.get('loop')}" if event.get("loop") else "the home"
-    return (
-        f"{str(event.get('ts', ''))[:16]}Z budget of {scope} spent: {event.get('tokens')} of "
-        f"{event.get('limit')} tokens on {event.get('day')}; new runs waited until "
-        f"{str(event.get('until', ''))[:16]}"
-    )
-
-
-def _quota_line(event: dict[str, Any]) -> str:
-    return (
-        f"{str(event.get('ts', ''))[:16]}Z {event.get('loop')} run {event.get('run')} parked on "
-        f"the usage limit of {event.get('profile')!r} until {str(event.get('resume_at'))[:16]}"
-    )
-
-
-HOLD_EVENTS = {"budget_exhausted": _budget_line, "quota_wait": _quota_line}
 
 
 class RunRow(BaseModel):
@@ -118,6 +101,7 @@ class Report(BaseModel):
     notify_failed: list[str] = []
     holds: list[str] = []  # usage-limit waits and spent budgets, one line each
     ready: list[ReadyRow] = []  # "Ready to land"
+    landing_queue: list[str] = []  # each target's landing queue that holds a run, one line
     verified: Verified | None = None  # None: no attempt was judged by a model
     aftermath: AftermathReport | None = None  # None: no landed run is 7 days old yet
     file: str = ""
@@ -284,6 +268,7 @@ def build_report(
     _fill_kinds(report.rules, rules_dir)
     report.escalations = open_escalations(store)
     report.aftermath = aftermath_report(store, now)
+    report.landing_queue = [queue.line() for queue in landing_queues(store)]
     return report
 
 
@@ -357,6 +342,8 @@ def render_markdown(report: Report) -> str:
     ] or ["None."]
     out += ["", "## Ready to land", ""]
     out += [_ready_line(row) for row in report.ready] or ["None."]
+    if report.landing_queue:
+        out += ["", "## Landing queue", "", *(f"- {line}" for line in report.landing_queue)]
     if report.holds:
         out += ["", "## Usage limits and budgets", ""]
         out += [f"- {line}" for line in report.holds]
@@ -469,6 +456,8 @@ def render_rich(report: Report, console: Any, max_rows: int = 6, max_loops: int 
             console.print(f"  {row.run} {esc(row.branch)}{why}", soft_wrap=True)
         if any(row.next for row in report.ready):
             console.print("  land one with `loopd land RUN_ID`, or merge its branch yourself")
+    for line in report.landing_queue[:max_rows]:
+        console.print(f"[bold]Landing queue[/] {esc(line)}", soft_wrap=True)
     for line in report.holds[-max_rows:]:
         console.print(f"[yellow]{esc(line)}[/]")
     if report.notify_failed:

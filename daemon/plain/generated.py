@@ -66,6 +66,8 @@ CAUSES = (
     "already-done",
     "landing-blocked",
     "landing-checks-failed",
+    "landing-conflict",
+    "landing-moving",
     "too-large",
     "resource-limit",
     "check-changed-tree",

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from io import BufferedReader
 from pathlib import Path
 
-from daemon.agents.processes import claim, kill_tree, release, spawning
 from daemon.excerpt import NAMES_FAILURE, excerpt
+from daemon.processes import claim, kill_tree, release, spawning
 from daemon.redact import redact
 from daemon.runs.stop import StopToken
 from daemon.runs.testcounts import TestCounts

@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from daemon.agents.homes import return_credentials
-from daemon.agents.processes import kill_leftovers, same_process
 from daemon.config import Loop, LoopConfig
 from daemon.git.agent import UnsafeTree
 from daemon.git.safe import GitError
@@ -32,12 +31,13 @@ from daemon.git.tree import (
 )
 from daemon.git.userrepo import UserRepo
 from daemon.landing.branches import delete_if_empty
-from daemon.landing.land import land_run
+from daemon.landing.queue import land_queued
 from daemon.people.escalation import supersede
 from daemon.people.escalation_file import read_escalation
 from daemon.people.escalation_repeat import digest_due
 from daemon.people.escalation_repeat import escalate as file_escalation
 from daemon.people.progress import update_progress
+from daemon.processes import kill_leftovers, same_process
 from daemon.rules.promotion import record_run
 from daemon.rules.replay import breadth_reason
 from daemon.runs.attempt import commit_attempt
@@ -198,7 +198,7 @@ def _finish_work(
     """Land the work, remove the tree, delete an empty branch, count the rules' effects."""
     journal, run = steps.journal, steps.journal.run
     if steps.todo("land"):
-        land_run(journal, config)
+        land_queued(journal, config)
         steps.done("land")
     # The tree goes and an empty branch is deleted before anything is written for a person,
     # so nothing written offers a branch that is gone.

@@ -18,7 +18,6 @@ from daemon.agents.endings import (
     gave_up_how,
 )
 from daemon.agents.logins import failed_at_start, login_of
-from daemon.agents.processes import process_mark
 from daemon.agents.quota import quota_of
 from daemon.agents.supervisor import Supervisor
 from daemon.clock import local_zone
@@ -26,6 +25,7 @@ from daemon.config import Loop, LoopConfig
 from daemon.git.integrity import commit_work
 from daemon.git.messages import commit_message
 from daemon.git.tree import RunTree
+from daemon.processes import process_mark
 from daemon.redact import redact
 from daemon.runs.attemptresult import AttemptResult, CheckedCommit, tree_size
 from daemon.runs.checktree import CheckTree

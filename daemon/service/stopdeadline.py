@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from daemon.agents.processes import descendants, snapshot
+from daemon.processes import descendants, snapshot
 
 # The shortest stop: what killing the agents, taking their work and writing the records needs
 # on a busy machine. A shorter shutdown_grace still gives the agent only its grace.

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from daemon.agents.processes import reap_orphans
 from daemon.config import Loop
+from daemon.processes import reap_orphans
 from daemon.runs.slots import RunSlots
 from daemon.scheduling.queue import RunQueue
 from daemon.service.console import ended_lines, say, started_line

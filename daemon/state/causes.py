@@ -37,6 +37,10 @@ class Cause(StrEnum):
     LANDING_BLOCKED = "landing-blocked"  # succeeded, but its work could not land
     # Succeeded, but setup or the checks fail on the commit that would land: escalated.
     LANDING_CHECKS_FAILED = "landing-checks-failed"
+    # Succeeded, but its branch conflicts with what landed on the target since: escalated.
+    LANDING_CONFLICT = "landing-conflict"
+    # Succeeded, but the target moved under each of its landing's tries: escalated.
+    LANDING_MOVING = "landing-moving"
     TOO_LARGE = "too-large"  # a file over [limits] max_file_size: kept out of the repository
     RESOURCE_LIMIT = "resource-limit"  # the agent ran into [limits] max_processes or max_memory
     CHECK_CHANGED_TREE = "check-changed-tree"  # a check changed files the commit holds

@@ -138,6 +138,11 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `queue.toml`: runs waiting to start, each with its RUN_ID and trigger (kept across
   restarts), and `taken`: inbox files the queue accounts for. `queue.unreadable.toml` is one
   loopd could not read, set aside
+- `landing/KEY.toml`: a target branch's landing queue (KEY: a hash of the repository and
+  target, which the file names): the succeeded runs waiting to land there in the order
+  they entered, and the step of the one landing now (`landing`, or `moving` with the
+  target's old and new commit), written before the step is done, so a restart finishes or
+  redoes it and never lands a run twice
 - `usage.toml`: the size of `state/` and of its largest loops, as the housekeeper last
   measured it (hourly, and at once when its estimate of the growth since passes it)
   against `state_max`; `loopd status` shows it and its age
@@ -171,7 +176,9 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
 - `live/RUN_ID`: an empty marker per run without an outcome yet, so a restart finds the runs
   to resume or end
 - `locks/LOOP.lock`: held by whoever runs the loop now (the daemon or `loopd once`);
-  `locks/quota.lock`: taken while `quota.toml` or `logins.toml` is written
+  `locks/quota.lock`: taken while `quota.toml` or `logins.toml` is written;
+  `locks/landing-KEY.lock`: held by whoever lands a run on that target now (one landing at
+  a time per target), `locks/landing-KEY.queue.lock` while its queue file is written
 - `web-token`: the console's login token (`loopd web`, made on its first start, 0600);
   `loopd web --url` prints the address with it. Delete it and restart `loopd web` to change it
 - `loopd.lock`: held by the daemon of this home; one daemon per home

@@ -125,6 +125,8 @@ def escalates(outcome: Outcome | None, cause: Cause | None) -> bool:
     return outcome in ESCALATING_OUTCOMES or cause in (
         Cause.INTERRUPTED_RETRY,
         Cause.LANDING_CHECKS_FAILED,
+        Cause.LANDING_CONFLICT,
+        Cause.LANDING_MOVING,
     )
 
 

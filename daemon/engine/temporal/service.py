@@ -22,7 +22,6 @@ from datetime import timedelta
 from typing import Any
 
 import daemon as package
-from daemon.agents.processes import set_child_subreaper, set_not_dumpable
 from daemon.clock import utc_now
 from daemon.config import LOOP_NAME, LoadedConfig
 from daemon.engine.temporal.connect import connect
@@ -43,6 +42,7 @@ from daemon.engine.temporal.setupacts import SetupActivities
 from daemon.engine.temporal.workersetup import SetupStep
 from daemon.engine.temporal.workerside import WorkerSide
 from daemon.home import Home
+from daemon.processes import set_child_subreaper, set_not_dumpable
 from daemon.sandbox.limits import sweep_stale_groups
 from daemon.scheduling.hook_script import take_records
 from daemon.scheduling.inbox_watch import InboxWatcher

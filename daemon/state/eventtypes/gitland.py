@@ -148,6 +148,14 @@ class PushReaped(EventFields):
     left: str = described("why nothing was signalled: the pid is gone or names another process", "")
 
 
+@fields_of(Event.LANDING_QUEUED)
+class LandingQueued(EventFields):
+    """The run entered its target's landing queue; `ahead`: the runs queued before it."""
+
+    target: str
+    ahead: list[str]
+
+
 @fields_of(Event.LANDING_MERGE)
 class LandingMerge(EventFields):
     """The run's branch was merged onto its target in a fresh tree."""

@@ -72,6 +72,7 @@ class Event(StrEnum):
     PR_COMMAND_RAN = "pr_command_ran"
     PUSH_STARTED = "push_started"
     PUSH_REAPED = "push_reaped"
+    LANDING_QUEUED = "landing_queued"
     LANDING_MERGE = "landing_merge"
     LANDING_VERIFY = "landing_verify"
     LANDING_CHECKS = "landing_checks"

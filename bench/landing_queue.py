@@ -1,0 +1,153 @@
+"""N succeeded runs landing on one target at once: the share landed without a person, none
+landed unverified, seconds per landing.
+
+Target: every run lands without a person, none unverified. A real repository, N loops
+(default 20) on it landing by merge on `main`, each a `loopd once` process of its own with a
+`command` agent that changes its own line of one shared file and then waits, so that all N
+runs finish together and queue on `main`. Each landing after the first merges the moved
+`main` in a fresh tree and runs setup and the checks on the commit that lands. A landed run
+counts as verified when the tree of the commit that landed is the tree its clean checks
+passed (`verified_tree`) or the tree of a `landing_merge` whose `landing_checks` passed.
+Usage: python bench/landing_queue.py [--runs N] [--keep] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from verdict import verdict  # noqa: E402
+
+from tests.helpers import git, make_home, make_repo  # noqa: E402
+
+AGENT = (
+    "import pathlib, sys, time\n"
+    "talk = pathlib.Path(sys.argv[1]); n = int(sys.argv[2])\n"
+    "p = pathlib.Path('shared.txt'); lines = p.read_text().splitlines(True)\n"
+    "lines[3 * n] = f'r{n} was here\\n'; p.write_text(''.join(lines))\n"
+    "(talk / f'started-{n}').write_text('')\n"
+    "while not (talk / 'go').exists(): time.sleep(0.05)\n"
+)
+CHECK = (
+    "import pathlib, sys\n"
+    "lines = pathlib.Path('shared.txt').read_text().splitlines()\n"
+    "assert any(line.startswith(sys.argv[1] + ' ') for line in lines)\n"
+)
+
+
+def stamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def wait(predicate, timeout: float = 600.0, what: str = ""):  # noqa: ANN001, ANN201
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument("--smoke", action="store_true", help="two runs: that it runs")
+    args = parser.parse_args()
+    if args.smoke:
+        args.runs = 2
+    n_runs = args.runs
+    tmp = Path(tempfile.mkdtemp(prefix="loopd-bench-landing-queue-"))
+    talk = tmp / "talk"
+    talk.mkdir()
+    shared = "".join(f"line {n}\n" for n in range(3 * n_runs + 3))
+    repo = make_repo(tmp / "repo", {"shared.txt": shared, "check.py": CHECK})
+    config = f'[sandbox]\nwritable = ["{talk}"]\n'
+    loops = {}
+    for n in range(n_runs):
+        argv = [sys.executable, "-c", AGENT, str(talk), str(n)]
+        config += f'[agents.r{n}]\nadapter = "command"\ncommand = {json.dumps(argv)}\n'
+        loops[f"r{n}"] = (
+            f"repo = {json.dumps(str(repo))}\ntask = 'Change line {3 * n} of shared.txt.'\n"
+            f'agent = "r{n}"\ndone_when = ["python3 check.py r{n}"]\nland = "merge"\n'
+            'critic = "off"\nmax_attempts = 1\nmax_nudges = 0\nattempt_timeout = "600s"\n'
+            'stall_after = "600s"\n'
+        )
+    home = make_home(tmp / "home", config, loops)
+    env = {k: v for k, v in os.environ.items() if k != "LOOPD_HOME"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "daemon.cli.main", "--home", str(home), "once", f"r{n}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            cwd=ROOT,
+            env=env,
+        )
+        for n in range(n_runs)
+    ]
+    try:
+        wait(
+            lambda: all((talk / f"started-{n}").exists() for n in range(n_runs)),
+            what="every agent to make its change",
+        )
+        (talk / "go").write_text("")
+        released = time.time()
+        for proc in procs:
+            proc.wait(timeout=3600)
+        runs = [
+            tomllib.loads(path.read_text())
+            for path in sorted((home / "state" / "runs").glob("*/run.toml"))
+        ]
+        events = [
+            json.loads(line)
+            for line in (home / "state" / "events.jsonl").read_text().splitlines()
+            if line.strip()
+        ]
+        landed = [r for r in runs if r.get("landed")]
+        unverified = 0
+        for run in landed:
+            tree = git(repo, "rev-parse", f"{run['landed_as']}^{{tree}}")
+            mine = [e for e in events if e.get("run") == run["id"]]
+            merged = [
+                e["tree"]
+                for i, e in enumerate(mine)
+                if e["type"] == "landing_merge"
+                and any(x["type"] == "landing_checks" and x["passed"] for x in mine[i:])
+            ]
+            if tree != run.get("verified_tree") and tree not in merged:
+                unverified += 1
+        times = sorted(stamp(e["ts"]) for e in events if e["type"] == "landed")
+        last = times[-1] if times else released
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    share = len(landed) / n_runs
+    per = (last - released) / max(len(landed), 1)
+    print(f"{n_runs} runs on one target: {len(landed)} landed without a person ({share:.0%})")
+    print(f"landed unverified: {unverified}; seconds per landing: {per:.2f}")
+    figure = f"{share:.0%} of {n_runs} runs landed, {unverified} unverified, {per:.2f} s/landing"
+    return verdict(
+        figure, "100% landed, 0 unverified", share == 1.0 and unverified == 0, args.smoke
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
