@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from daemon.people.landstate import LandingState
-from daemon.plain import generated
+from daemon.plain import generated, tables
 from daemon.plain.records import Unsure
 from daemon.plain.runfile import checked
 from daemon.state import records
@@ -199,22 +199,8 @@ def test_a_branch_merged_by_hand_is_left_to_the_full_path_which_records_it(
     both_paths(home, "show", run.id)  # recorded: the plain path answers again
 
 
-MODELS = {
-    "TRIGGER": records.Trigger,
-    "RUN_TRIGGER": records.RunTrigger,
-    "STALL": records.StallRecord,
-    "VIOLATION": records.Violation,
-    "TEST_COUNTS": records.TestCounts,
-    "ATTEMPT": records.AttemptRecord,
-    "EXPERIMENT": records.ExperimentArm,
-    "SEEDED": records.SeededFile,
-    "EXPOSURE": records.RunExposure,
-    "PARK": records.Park,
-    "RUN": records.RunRecord,
-    "PENDING": PendingRun,
-    "QUEUE": QueueFile,
-    "PRUNED": PrunedRun,
-}
+# The tables and the models they are generated from (daemon/plain/tables.py).
+MODELS = tables.RUN_TABLES
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
