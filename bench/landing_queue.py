@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from verdict import verdict  # noqa: E402
 
-from tests.helpers import git, make_home, make_repo  # noqa: E402
+from tests.helpers import git, make_home, make_repo, wait_for  # noqa: E402
 
 AGENT = (
     "import pathlib, sys, time\n"
@@ -49,17 +49,6 @@ CHECK = (
 
 def stamp(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-def wait(predicate, timeout: float = 600.0, what: str = ""):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def main() -> int:
@@ -101,8 +90,10 @@ def main() -> int:
         for n in range(n_runs)
     ]
     try:
-        wait(
+        wait_for(
             lambda: all((talk / f"started-{n}").exists() for n in range(n_runs)),
+            timeout=600,
+            interval=0.05,
             what="every agent to make its change",
         )
         (talk / "go").write_text("")
