@@ -156,6 +156,8 @@ class Attempt:
         assert profile is not None  # the loop's agent is checked when the config loads
         cls = adapter_class(profile.adapter)
         adapter = cls(profile, self._agent_home(cls))
+        if cls.tree_litter:
+            self.tree.own.exclude(list(cls.tree_litter), part="agent")
         adapter.scratch = self.confinement.scratch
         adapter.sandboxed = self.confinement.sandbox.confines
         transcript = Transcript(folder / "transcript.jsonl", limits.transcript_cap)
