@@ -9,7 +9,7 @@ from typing import Any
 from daemon.cli.common import CommandError, tested_home
 from daemon.cli.jsonout import print_json
 from daemon.clock import utc_now
-from daemon.people.notify import CommandNotifier, NotifyError, WebhookNotifier
+from daemon.people.notify import CommandNotifier, NotifyError, WebhookNotifier, plugin_notifier
 from daemon.people.notify.apprise_urls import AppriseNotifier
 from daemon.retry import RetryPolicy
 from daemon.state.events import iso
@@ -33,10 +33,15 @@ def notify_cmd(args: argparse.Namespace) -> int:
             notifiers.extend(AppriseNotifier(url) for url in config.urls)
         except NotifyError as exc:
             raise CommandError(f"{home.config_path}: {exc}", code=2) from None
+    for name, options in config.plugins.items():
+        try:
+            notifiers.append(plugin_notifier(name, options))
+        except NotifyError as exc:
+            raise CommandError(f"{home.config_path}: {exc}", code=2) from None
     if not notifiers:
         raise CommandError(
-            f"{home.config_path}: [notify] has no command, webhook or urls, so escalations "
-            'reach nobody. Fix: add command = ["notify-send", "loopd"], webhook = '
+            f"{home.config_path}: [notify] has no command, webhook, urls or plugins, so "
+            'escalations reach nobody. Fix: add command = ["notify-send", "loopd"], webhook = '
             '"https://..." or urls = ["ntfy://ntfy.sh/TOPIC"] under [notify]'
         )
     now = utc_now()
@@ -52,6 +57,8 @@ def notify_cmd(args: argparse.Namespace) -> int:
             where = f"command {config.command[0]!r}"
         elif notifier.name == "apprise":
             where = f"apprise {notifier.where}"
+        elif notifier.name in config.plugins:
+            where = f"plugin {notifier.name!r}"
         else:
             where = f"webhook {config.webhook.split('/')[2] if '//' in config.webhook else ''}"
         try:

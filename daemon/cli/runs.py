@@ -18,7 +18,7 @@ from daemon.example import is_example_repo
 from daemon.example.prepare import prepare_example
 from daemon.git.safe import GitError
 from daemon.home import Home
-from daemon.people.notify import Notifications
+from daemon.people.notify import Notifications, NotifyError
 from daemon.processes import set_child_subreaper, set_not_dumpable
 from daemon.runs.budget import loop_hold
 from daemon.runs.services import RunServices
@@ -267,7 +267,10 @@ def _finish_abandoned(services: Any, loop: Loop) -> Any:
 
 
 def _notifications(loaded: LoadedConfig, store: Any) -> Any:
-    return Notifications(loaded.daemon.notify, store.events)
+    try:
+        return Notifications(loaded.daemon.notify, store.events)
+    except NotifyError as exc:
+        raise CommandError(str(exc), code=2) from None
 
 
 def trigger(args: argparse.Namespace) -> int:
