@@ -371,3 +371,41 @@ def test_promote_and_retire_a_rule(web: tuple[Web, list]) -> None:
         ("r-0002-old", "retired"),
     ]
     assert server.post("/rules/r-0002-old/delete", {"csrf": server.csrf()})[0] == 404
+
+
+def test_the_run_page_draws_its_diff_coloured_redacted_and_capped(web: tuple[Web, list]) -> None:
+    from daemon.web.pages import DIFF_LINES
+
+    server, records = web
+    run_id = records[0].id
+    patch = server.home / "state" / "runs" / run_id / "attempt-1" / "diff.patch"
+    patch.parent.mkdir(parents=True, exist_ok=True)
+    head = [
+        "diff --git a/app.py b/app.py",
+        "--- a/app.py",
+        "+++ b/app.py",
+        "@@ -1,2 +1,2 @@",
+        " import os",
+        "-TOKEN = None",
+        f'+TOKEN = "{GITHUB_TOKEN}"  # <script>alert(1)</script>',
+    ]
+    patch.write_text("\n".join(head) + "\n")
+    status, page = server.get(f"/runs/{run_id}")
+    assert status == 200, page
+    printed = loopd(server.home, "show", run_id, "--diff").stdout  # what the page draws
+    assert "-TOKEN = None" in printed
+    assert '<span class="hunk">@@ -1,2 +1,2 @@</span>' in page
+    assert '<span class="del">-TOKEN = None</span>' in page
+    assert '<span class="file">+++ b/app.py</span>' in page
+    added = page.split('<span class="add">', 1)[1].split("</span>", 1)[0]
+    assert added.startswith("+TOKEN = ") and "REDACTED" in added
+    assert GITHUB_TOKEN not in page and "&lt;script&gt;alert(1)" in page and "<script>" not in page
+    assert "<script" not in page  # colour by the stylesheet's classes, no JavaScript
+    # A diff of more lines than are drawn: the first ones, and a note of how many more.
+    extra = DIFF_LINES + 250
+    patch.write_text("\n".join(head + [f"+line {i}" for i in range(extra)]) + "\n")
+    _, page = server.get(f"/runs/{run_id}")
+    total = len(loopd(server.home, "show", run_id, "--diff").stdout.splitlines())
+    # Drawn: show's header line, the 7 lines of `head` (one an addition), then additions.
+    assert page.count('<span class="add">') == DIFF_LINES - 1 - len(head) + 1
+    assert f"{total - DIFF_LINES} more line(s) not shown here" in page

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
+from daemon.redact import redact
 from daemon.web.commands import Outcome, run_command
 
 RUNS_SHOWN = 200  # the runs page's `--limit`
@@ -87,3 +90,50 @@ def rule_action(home: str, action: str, rule_id: str, by: str) -> Outcome:
     """`loopd rules promote|retire ID`; the rule's event says who in its reason."""
     reason = ["--reason", f"retired by a person ({by})"] if action == "retire" else []
     return run_command(home, ["rules", action, rule_id, *reason], by=by)
+
+
+# A run's diff as `loopd show RUN --diff` prints it, each line with the class it is drawn in.
+DIFF_LINES = 4000  # lines drawn; past them the page says how many more there were
+DIFF_LINE_CHARS = 1000  # one line's characters drawn (a minified file is one long line)
+
+
+class DiffLine(BaseModel):
+    """One line of a run's diff and its class: add, del, hunk, file, note or ctx."""
+
+    kind: str
+    text: str
+
+
+class Diff(BaseModel):
+    """The lines drawn of a run's diff, and how many were left out."""
+
+    lines: list[DiffLine]
+    left_out: int = 0
+
+
+def diff_kind(line: str) -> str:
+    """The class a diff line is drawn in, as `loopd show --diff` colours it on a terminal."""
+    if line.startswith("# "):
+        return "note"  # show's own header per attempt, and "(no changes)"
+    if line.startswith(("+++", "---", "diff --git", "index ")):
+        return "file"
+    if line.startswith("+"):
+        return "add"
+    if line.startswith("-"):
+        return "del"
+    if line.startswith("@@"):
+        return "hunk"
+    return "ctx"
+
+
+def diff(home: str, run_id: str) -> Diff | None:
+    """`loopd show RUN --diff`, redacted, as classed lines up to DIFF_LINES; None when the
+    command has none to give (a pruned or unknown run: the page says so from `show`)."""
+    outcome = run_command(home, ["show", run_id, "--diff"])
+    if not outcome.ok:
+        return None
+    lines = outcome.out.splitlines()
+    # Redacted after the cap: a diff of megabytes costs the page no more than its first lines.
+    kept = redact("\n".join(lines[:DIFF_LINES])).splitlines()
+    drawn = [DiffLine(kind=diff_kind(line), text=line[:DIFF_LINE_CHARS]) for line in kept]
+    return Diff(lines=drawn, left_out=max(0, len(lines) - DIFF_LINES))

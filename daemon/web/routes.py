@@ -95,7 +95,14 @@ class Handlers:
         )
 
     async def run_page(self, request: Any) -> Any:
-        return await self._read(request, "run.html", pages.run, request.path_params["run_id"])
+        from starlette.concurrency import run_in_threadpool
+
+        run_id = request.path_params["run_id"]
+        refused = guard(self.console, request)
+        if refused is not None:
+            return refused
+        diff = await run_in_threadpool(pages.diff, self.console.home, run_id)
+        return await self._read(request, "run.html", pages.run, run_id, diff=diff)
 
     async def escalations_page(self, request: Any) -> Any:
         return await self._read(request, "escalations.html", pages.escalations)
