@@ -409,3 +409,40 @@ def test_the_run_page_draws_its_diff_coloured_redacted_and_capped(web: tuple[Web
     # Drawn: show's header line, the 7 lines of `head` (one an addition), then additions.
     assert page.count('<span class="add">') == DIFF_LINES - 1 - len(head) + 1
     assert f"{total - DIFF_LINES} more line(s) not shown here" in page
+
+
+def test_runs_of_a_night_in_the_homes_zone(tmp_path: Path) -> None:
+    """A night is noon to noon in `[limits] timezone`, as `loopd report` counts it: at 02:00
+    and 04:00 UTC, both the night of the 11th in UTC, are 11:00 and 13:00 in Tokyo."""
+    night_runs = [
+        RunSpec(night=1, hour=2, loop="toolz", outcome="succeeded"),
+        RunSpec(night=1, hour=4, loop="toolz", outcome="escalated", cause="checks-failed"),
+        RunSpec(night=3, hour=23, loop="toolz", outcome="succeeded"),
+    ]
+    home, _repo, records = build_week(tmp_path, NOW, night_runs, [])
+    config = home / "loopd.toml"
+    config.write_text(
+        config.read_text().replace("[limits]\n", '[limits]\ntimezone = "Asia/Tokyo"\n')
+    )
+    server = Web(home)
+    try:
+        server.login()
+        for night, expected in (
+            ("2026-03-11", [records[0].id]),
+            ("2026-03-12", [records[1].id]),
+            ("2026-03-09", [records[2].id]),
+            ("2026-03-10", []),
+        ):
+            listed = loopd(home, "runs", "--night", night, "--json", "--limit", "200")
+            assert listed.returncode == 0, listed.stderr
+            assert [r["run"] for r in json.loads(listed.stdout)] == expected, night
+            status, page = server.get(f"/runs?night={night}")
+            assert status == 200, page
+            shown = [r.id for r in records if f">{r.id}</a>" in page]
+            assert shown == expected, night
+        _, page = server.get("/runs?night=2026-03-11&loop=toolz&outcome=escalated")
+        assert records[0].id not in page and "No runs." in page
+        assert server.get("/runs?night=yesterday")[0] == 400  # the command's usage error
+        assert "write a date" in server.get("/runs?night=yesterday")[1]
+    finally:
+        server.stop()

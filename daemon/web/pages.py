@@ -39,9 +39,11 @@ def loops(home: str) -> list[dict[str, Any]]:
     return [{"name": name, **info} for name, info in sorted(data.get("loops", {}).items())]
 
 
-def runs(home: str, loop: str = "", outcome: str = "") -> list[dict[str, Any]]:
-    """`loopd runs [LOOP] --json`, newest first as it lists them, kept to `outcome` if given."""
+def runs(home: str, loop: str = "", outcome: str = "", night: str = "") -> list[dict[str, Any]]:
+    """`loopd runs [LOOP] [--night DATE] --json`, newest first as it lists them, kept to
+    `outcome` if given."""
     argv = ["runs", *([loop] if loop else []), "--limit", str(RUNS_SHOWN)]
+    argv += ["--night", night] if night else []
     items: list[dict[str, Any]] = read(home, *argv)
     return [r for r in items if not outcome or r.get("outcome") == outcome]
 

@@ -90,8 +90,17 @@ class Handlers:
     async def runs_page(self, request: Any) -> Any:
         loop = request.query_params.get("loop", "")
         outcome = request.query_params.get("outcome", "")
+        night = request.query_params.get("night", "")
         return await self._read(
-            request, "runs.html", pages.runs, loop, outcome, loop_name=loop, outcome=outcome
+            request,
+            "runs.html",
+            pages.runs,
+            loop,
+            outcome,
+            night,
+            loop_name=loop,
+            outcome=outcome,
+            night=night,
         )
 
     async def run_page(self, request: Any) -> Any:
