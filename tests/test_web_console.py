@@ -9,10 +9,12 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -315,10 +317,8 @@ def test_read_only_refuses_every_post(tmp_path: Path) -> None:
         server.stop()
 
 
-def test_a_page_in_chromium_at_390_px(web: tuple[Web, list], tmp_path: Path) -> None:
-    server, records = web
-    url = f"{server.origin}/login?token={server.token()}"
-    png = tmp_path / "phone.png"
+def _browser(tmp_path: Path, width: int, height: int = 900) -> list[str]:
+    """Headless Chromium's command line, every name but 127.0.0.1 resolving to nothing."""
     try:
         binary = chromium.binary()
     except chromium.ChromiumUnavailable as exc:
@@ -329,14 +329,31 @@ def test_a_page_in_chromium_at_390_px(web: tuple[Web, list], tmp_path: Path) -> 
     # Here every name but 127.0.0.1 still resolves to nothing: the page fetches nothing else.
     flags = [f for f in chromium.FLAGS if not f.startswith("--host-resolver-rules")]
     flags.append("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1")
-    base = [binary, *flags, f"--user-data-dir={tmp_path / 'profile'}"]
-    base.append("--window-size=390,900")
-    dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, timeout=180)
-    page = dom.stdout.decode("utf-8", "replace")
-    assert "toolz" in page and "Loops" in page, dom.stderr.decode()[-2000:]
-    assert "<script" not in page  # nothing on it needs JavaScript
+    profile = tempfile.mkdtemp(prefix="profile-", dir=tmp_path)
+    return [binary, *flags, f"--user-data-dir={profile}", f"--window-size={width},{height}"]
+
+
+def _dom(base: list[str], url: str) -> str:
+    proc = subprocess.run([*base, "--dump-dom", url], capture_output=True, timeout=180)
+    page = proc.stdout.decode("utf-8", "replace")
+    assert "<html" in page, proc.stderr.decode()[-2000:]
+    return page
+
+
+def _screenshot(base: list[str], url: str, png: Path) -> Path:
     shot = subprocess.run([*base, f"--screenshot={png}", url], capture_output=True, timeout=180)
     assert png.exists(), shot.stderr.decode()[-2000:]
+    return png
+
+
+def test_a_page_in_chromium_at_390_px(web: tuple[Web, list], tmp_path: Path) -> None:
+    server, records = web
+    url = f"{server.origin}/login?token={server.token()}"
+    base = _browser(tmp_path, 390)
+    page = _dom(base, url)
+    assert "toolz" in page and "Loops" in page
+    assert "<script" not in page  # nothing on it needs JavaScript
+    png = _screenshot(base, url, tmp_path / "phone.png")
     width, _height, rows = chromium.png_pixels(png)
     assert width == 390
     assert len({bytes(r) for r in rows}) > 20  # a drawn page, not one blank colour
@@ -446,3 +463,31 @@ def test_runs_of_a_night_in_the_homes_zone(tmp_path: Path) -> None:
         assert "write a date" in server.get("/runs?night=yesterday")[1]
     finally:
         server.stop()
+
+
+def test_the_weeks_charts_are_loopd_report_html(web: tuple[Web, list], tmp_path: Path) -> None:
+    """`/report` is the page `loopd report --html` writes, its charts drawn in Chromium by the
+    plotly bundle the console serves beside it (nothing fetched from elsewhere)."""
+    from plotly.offline import get_plotlyjs
+
+    server, _ = web
+    status, response, page = server.request("GET", "/report", Cookie=server.cookie)
+    assert status == 200, page
+    csp = response.getheader("content-security-policy")
+    assert "'sha256-" in csp and "frame-ancestors 'none'" in csp and "http" not in csp
+    assert "back to the console" in page and GITHUB_TOKEN not in page
+    written = tmp_path / "week.html"
+    proc = loopd(server.home, "report", "--html", str(written))
+    assert proc.returncode == 0, proc.stderr
+    # The same sections as the command's page (their times differ by the moment each ran).
+    assert page.count("<h2") == written.read_text().count("<h2") > 0
+    [name] = re.findall(r'<script src="([^"]+)"', page)
+    status, text = server.get(f"/{name}")
+    assert status == 200 and text == get_plotlyjs()
+    assert server.request("GET", f"/{name}")[0] == 401  # no cookie, no file
+    assert server.get("/other.min.js")[0] == 404
+    dom = _dom(
+        _browser(tmp_path, 1200), f"{server.origin}/login?token={server.token()}&next=report"
+    )
+    assert 'id="no-library"' not in dom  # plotly loaded: its inline script removed the warning
+    assert chromium.count_marks(dom).hits  # and drew the charts' marks

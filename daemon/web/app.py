@@ -23,6 +23,8 @@ def build_app(console: Console) -> Any:
         Route("/runs/{run_id}", handlers.run_page, methods=["GET"]),
         Route("/escalations", handlers.escalations_page, methods=["GET"]),
         Route("/rules", handlers.rules_page, methods=["GET"]),
+        Route("/report", handlers.report_page, methods=["GET"]),
+        Route("/{name:str}.min.js", handlers.report_library, methods=["GET"]),
         Route("/api/{what}", handlers.api, methods=["GET"]),
         Route("/api/runs/{run_id}", handlers.api_run, methods=["GET"]),
         Route("/escalations/{run_id}/resolve", handlers.resolve, methods=["POST"]),

@@ -4,6 +4,7 @@ a POST: not read-only, from the console's own origin, with its CSRF token."""
 from __future__ import annotations
 
 import secrets
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ class Console:
     # What the last actions' commands said, by a random key the redirect carries: a link
     # cannot put words of its own on a page (`?said=` names a kept message, not its text).
     said: dict[str, str] = field(default_factory=dict)
+    # Where `loopd report --html` writes the /report page and plotly's bundle (0700, its own).
+    folder: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="loopd-console-"))
 
     def keep_said(self, text: str) -> str:
         """Keep what an action's command said; the key to show it by."""

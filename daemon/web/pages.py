@@ -3,6 +3,8 @@ templates draw from the commands' JSON. Nothing here reads state/ itself."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -139,3 +141,38 @@ def diff(home: str, run_id: str) -> Diff | None:
     kept = redact("\n".join(lines[:DIFF_LINES])).splitlines()
     drawn = [DiffLine(kind=diff_kind(line), text=line[:DIFF_LINE_CHARS]) for line in kept]
     return Diff(lines=drawn, left_out=max(0, len(lines) - DIFF_LINES))
+
+
+REPORT_PAGE = "report.html"  # in the console's own folder, with plotly's bundle beside it
+_CSP = re.compile(r'<meta http-equiv="Content-Security-Policy" content="([^"]*)">')
+
+
+class Report(BaseModel):
+    """The page `loopd report --html` wrote, redacted, and the policy its scripts need."""
+
+    html: str
+    csp: str
+
+
+def report(home: str, folder: str, since: str = "7d") -> Report:
+    """`loopd report --html FOLDER/report.html --since SINCE`: the week's charts as that
+    command draws them (plotly's bundle is written beside the page once, then kept)."""
+    target = str(Path(folder) / REPORT_PAGE)
+    outcome = run_command(home, ["report", "--html", target, "--since", since])
+    if not outcome.ok:
+        raise CommandFailed(outcome)
+    html = redact(Path(target).read_text(encoding="utf-8"))
+    found = _CSP.search(html)
+    # The page's own policy (its inline scripts by hash), sent as a header too; no frames.
+    csp = (found.group(1) if found else "default-src 'none'") + "; frame-ancestors 'none'"
+    back = '<p class="meta"><a href="./">back to the console</a></p>\n'
+    return Report(html=html.replace("<body>\n", "<body>\n" + back, 1), csp=csp)
+
+
+def report_library(folder: str, stem: str) -> Path | None:
+    """plotly's bundle the report page loads (`STEM.min.js`), as `loopd report --html` wrote
+    it beside the page; None for any other name."""
+    if not re.fullmatch(r"plotly-[0-9A-Za-z.+-]+", stem):
+        return None
+    path = Path(folder) / f"{stem}.min.js"
+    return path if path.is_file() else None

@@ -119,6 +119,35 @@ class Handlers:
     async def rules_page(self, request: Any) -> Any:
         return await self._read(request, "rules.html", pages.rules)
 
+    async def report_page(self, request: Any) -> Any:
+        """`/report`: the week's charts, the page `loopd report --html` writes."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import HTMLResponse
+
+        refused = guard(self.console, request)
+        if refused is not None:
+            return refused
+        try:
+            page = await run_in_threadpool(pages.report, self.console.home, self.console.folder)
+        except pages.CommandFailed as exc:
+            return self._page(request, "error.html", 400, message=str(exc))
+        headers = {**HEADERS, "Content-Security-Policy": page.csp}
+        return HTMLResponse(page.html, headers=headers)
+
+    async def report_library(self, request: Any) -> Any:
+        """plotly's bundle beside the report page, as the command wrote it."""
+        from starlette.responses import FileResponse
+
+        refused = guard(self.console, request)
+        if refused is not None:
+            return refused
+        path = pages.report_library(self.console.folder, request.path_params["name"])
+        if path is None:
+            return refusal(404, "no such file: the report page names the one it loads")
+        return FileResponse(
+            path, media_type="text/javascript", headers={"Cache-Control": "private, max-age=86400"}
+        )
+
     async def _json(self, request: Any, reader: Any, *args: Any) -> Any:
         from starlette.concurrency import run_in_threadpool
         from starlette.responses import JSONResponse
