@@ -72,8 +72,17 @@ class Web:
             preexec_fn=die_with_parent,
         )
         self.origin = f"http://127.0.0.1:{self.port}"
+        self.prefix = ""  # where the console is mounted on the server: /ui under [listen]
         wait_for(self._up, timeout=60, what="loopd web listening")
         self.cookie = ""
+
+    @classmethod
+    def attach(cls, home: Path, port: int, prefix: str) -> Web:
+        """A client of a console another server serves at `prefix` (no `loopd web` started)."""
+        client = cls.__new__(cls)
+        client.home, client.port, client.prefix, client.cookie = home, port, prefix, ""
+        client.origin = f"http://127.0.0.1:{port}"
+        return client
 
     def _up(self) -> bool:
         assert self.proc.poll() is None, self.proc.stdout.read() if self.proc.stdout else ""
@@ -90,7 +99,7 @@ class Web:
         body = urlencode(form) if form is not None else None
         if body is not None:
             sent.setdefault("Content-Type", "application/x-www-form-urlencoded")
-        conn.request(method, path, body=body, headers=sent)
+        conn.request(method, self.prefix + path, body=body, headers=sent)
         response = conn.getresponse()
         text = response.read().decode("utf-8", "replace")
         conn.close()

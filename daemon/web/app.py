@@ -7,6 +7,7 @@ from typing import Any
 
 from daemon.web.console import HERE, Console, templates
 from daemon.web.routes import Handlers
+from daemon.web.security import login_token
 
 
 def build_app(console: Console) -> Any:
@@ -33,3 +34,8 @@ def build_app(console: Console) -> Any:
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     return Starlette(routes=routes)
+
+
+def listener_app(home: Any) -> Any:
+    """The console `[listen] ui = true` serves under /ui/: this home's, with its login token."""
+    return build_app(Console(home=str(home.root), token=login_token(home.state_dir)))

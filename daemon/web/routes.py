@@ -44,7 +44,9 @@ class Handlers:
         from starlette.responses import HTMLResponse
 
         # Links are relative to the page, so the console works under a proxy's path prefix.
-        depth = request.url.path.count("/") - 1
+        # Counted below the mount point: under [listen]'s /ui/ the path starts with root_path.
+        path = request.url.path[len(request.scope.get("root_path", "")) :]
+        depth = path.count("/") - 1
         html = self.templates.get_template(name).render(
             root="../" * depth or "./",
             csrf=self.console.csrf,
