@@ -126,11 +126,7 @@ class Daemon:
         """Take the home's lock, restore the queue, recover what a dead daemon left, watch;
         `ui(home)`: the console's app for `[listen] ui = true`."""
         loaded = load_config(home)  # ConfigFatal: exit 2 with the reason
-        store = StateStore(home.state_dir, loaded.daemon.limits.events_rotate)
-        store.warn = unreadable_reporter(store)
-        store.lock.acquire()  # LockHeld propagates: exit 2 naming the pid
-        store.events.repair()
-        write_state_readme(store.root)
+        store = _locked_store(home, loaded)
         set_child_subreaper()
         ctx = started_context(home, loaded, store, flags or Flags(), clock, monotonic)
         queue = RunQueue()
@@ -379,6 +375,17 @@ def _install_signals(flags: Flags) -> None:
     signal.signal(signal.SIGTERM, on_stop)
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGHUP, on_reload)
+
+
+def _locked_store(home: Home, loaded: Any) -> StateStore:
+    """The home's state, its lock taken (LockHeld propagates: exit 2 naming the pid), its
+    event log repaired and its README written."""
+    store = StateStore(home.state_dir, loaded.daemon.limits.events_rotate)
+    store.warn = unreadable_reporter(store)
+    store.lock.acquire()
+    store.events.repair()
+    write_state_readme(store.root)
+    return store
 
 
 def run_daemon(home: Home, ui: Callable[[Home], Any] | None = None) -> int:
