@@ -28,6 +28,7 @@ def build_app(console: Console) -> Any:
         Route("/{name:str}.min.js", handlers.report_library, methods=["GET"]),
         Route("/api/{what}", handlers.api, methods=["GET"]),
         Route("/api/runs/{run_id}", handlers.api_run, methods=["GET"]),
+        Route("/api/escalations/{run_id}", handlers.api_escalation, methods=["GET"]),
         Route("/escalations/{run_id}/resolve", handlers.resolve, methods=["POST"]),
         Route("/loops/{loop}/{action}", handlers.loop_action, methods=["POST"]),
         Route("/rules/{rule_id}/{action}", handlers.rule_action, methods=["POST"]),

@@ -60,13 +60,19 @@ NEXT_STEP = "**Suggested next step:**"  # the line of an escalation file that sa
 def escalations(home: str) -> list[dict[str, Any]]:
     """The open escalations of `loopd escalations list --json`, oldest first, each with the
     next step its file suggests (`loopd escalations show ID --json`)."""
-    items: list[dict[str, Any]] = read(home, "escalations", "list")
+    items = escalations_list(home)
     for item in items:
         item["key"] = item.get("id") or item["run"]  # RUN_ID, or RUN_ID-qN for a question
         text = str(escalation(home, item["key"]).get("text", ""))
         steps = [line for line in text.splitlines() if line.startswith(NEXT_STEP)]
         item["next_step"] = steps[0][len(NEXT_STEP) :].strip() if steps else ""
     return sorted(items, key=lambda e: str(e.get("escalated") or ""))
+
+
+def escalations_list(home: str) -> list[dict[str, Any]]:
+    """`loopd escalations list --json`, as it prints it (the API's `/api/escalations`)."""
+    items: list[dict[str, Any]] = read(home, "escalations", "list")
+    return items
 
 
 def escalation(home: str, run_id: str) -> Any:

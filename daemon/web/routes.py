@@ -168,13 +168,22 @@ class Handlers:
         readers = {
             "status": pages.status,
             "runs": pages.runs,
-            "escalations": pages.escalations,
+            "escalations": pages.escalations_list,  # as printed; the page adds next steps
             "rules": pages.rules,
         }
         reader = readers.get(request.path_params["what"])
         if reader is None:
             return refusal(404, "no such page: /api/status, runs, escalations, rules")
+        if reader is pages.runs:  # `loopd runs [LOOP] [--night DATE]`
+            query = request.query_params
+            return await self._json(
+                request, reader, query.get("loop", ""), "", query.get("night", "")
+            )
         return await self._json(request, reader)
+
+    async def api_escalation(self, request: Any) -> Any:
+        """`/api/escalations/ID`: `loopd escalations show ID --json`, redacted."""
+        return await self._json(request, pages.escalation, request.path_params["run_id"])
 
     async def api_run(self, request: Any) -> Any:
         """`/api/runs/RUN`: `loopd show RUN --json`, redacted."""
