@@ -31,7 +31,7 @@ def _actions_work(client: Web, run_id: str, mount: str) -> None:
     status, page = client.get(f"/runs/{run_id}")
     assert status == 200 and 'href="../static/console.css"' in page, page[:500]
     assert GITHUB_TOKEN not in page
-    listed = loopd(client.home, "runs", "--json", "--limit", "200")
+    listed = loopd(client.home, "runs", "--json", "--limit", "50")
     assert json.loads(client.get("/api/runs")[1]) == json.loads(listed.stdout)
     csrf = client.csrf()
     path = "/loops/toolz/pause"

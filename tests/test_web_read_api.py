@@ -42,11 +42,14 @@ def test_status(served: tuple[Web, list]) -> None:
 
 def test_runs(served: tuple[Web, list]) -> None:
     server, records = served
-    data = _same(server, "/api/runs", "runs", "--limit", "200")
+    data = _same(server, "/api/runs", "runs", "--limit", "50")  # the default, as the CLI's
     assert {r["run"] for r in data} == {r.id for r in records}
+    assert len(_same(server, "/api/runs?limit=2", "runs", "--limit", "2")) == 2
+    _, page = server.get("/runs?limit=2")  # the page lists as many, and offers more
+    assert page.count("<li>") == 2 and "limit=8" in page
     night = (NOW - timedelta(days=1)).date().isoformat()
     argv = ("runs", "toolz", "--limit", "200", "--night", night)
-    data = _same(server, f"/api/runs?loop=toolz&night={night}", *argv)
+    data = _same(server, f"/api/runs?loop=toolz&night={night}&limit=200", *argv)
     assert data and {r["run"] for r in data} <= {r.id for r in records}
 
 

@@ -4,6 +4,9 @@ templates draw from the commands' JSON. Nothing here reads state/ itself."""
 from __future__ import annotations
 
 import re
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,10 @@ from pydantic import BaseModel
 from daemon.redact import redact
 from daemon.web.commands import Outcome, run_command
 
-RUNS_SHOWN = 200  # the runs page's `--limit`
+# The runs page's `--limit`, as `loopd runs` lists by default: each run listed is its run.toml
+# read (about 1 ms of CPU each); `?limit=` asks for more, up to RUNS_MOST.
+RUNS_SHOWN = 50
+RUNS_MOST = 1000
 
 
 class CommandFailed(Exception):
@@ -41,10 +47,17 @@ def loops(home: str) -> list[dict[str, Any]]:
     return [{"name": name, **info} for name, info in sorted(data.get("loops", {}).items())]
 
 
-def runs(home: str, loop: str = "", outcome: str = "", night: str = "") -> list[dict[str, Any]]:
-    """`loopd runs [LOOP] [--night DATE] --json`, newest first as it lists them, kept to
-    `outcome` if given."""
-    argv = ["runs", *([loop] if loop else []), "--limit", str(RUNS_SHOWN)]
+def runs_limit(asked: str) -> int:
+    """The `--limit` of `?limit=`: RUNS_SHOWN unless a number, at most RUNS_MOST."""
+    return min(int(asked), RUNS_MOST) if asked.isdigit() and int(asked) > 0 else RUNS_SHOWN
+
+
+def runs(
+    home: str, loop: str = "", outcome: str = "", night: str = "", limit: int = RUNS_SHOWN
+) -> list[dict[str, Any]]:
+    """`loopd runs [LOOP] [--night DATE] --limit N --json`, newest first as it lists them,
+    kept to `outcome` if given."""
+    argv = ["runs", *([loop] if loop else []), "--limit", str(limit)]
     argv += ["--night", night] if night else []
     items: list[dict[str, Any]] = read(home, *argv)
     return [r for r in items if not outcome or r.get("outcome") == outcome]
@@ -182,3 +195,47 @@ def report_library(folder: str, stem: str) -> Path | None:
         return None
     path = Path(folder) / f"{stem}.min.js"
     return path if path.is_file() else None
+
+
+REPORT_FRESH = 60.0  # seconds the /report page is served as made before it is made again
+
+
+class KeptReport:
+    """The /report page kept between requests: `loopd report --html` reads each run of the
+    week (seconds of CPU at 10,000 runs), so a page older than REPORT_FRESH is served while
+    the command makes the next one on a thread; the page says when it was made."""
+
+    def __init__(self, make: Callable[[], Report], fresh: float = REPORT_FRESH) -> None:
+        self.make, self.fresh = make, fresh
+        self.kept: tuple[float, Report] | None = None
+        self.lock = threading.Lock()
+        self.making = False
+
+    def get(self) -> Report:
+        """The kept page (made now when there is none); an old one starts the next."""
+        with self.lock:
+            kept = self.kept
+            stale = kept is not None and time.monotonic() - kept[0] > self.fresh
+            start = stale and not self.making
+            self.making = self.making or start
+        if kept is None:
+            return self._made()
+        if start:
+            threading.Thread(target=self._again, name="loopd-web-report", daemon=True).start()
+        return kept[1]
+
+    def _made(self) -> Report:
+        report = self.make()  # CommandFailed goes to the page; nothing is kept of it
+        with self.lock:
+            self.kept = (time.monotonic(), report)
+        return report
+
+    def _again(self) -> None:
+        try:
+            self._made()
+        except CommandFailed:
+            with self.lock:
+                self.kept = None  # the next request makes it, and shows why it cannot
+        finally:
+            with self.lock:
+                self.making = False

@@ -39,6 +39,7 @@ class Handlers:
 
     def __init__(self, console: Console, templates: Any) -> None:
         self.console, self.templates = console, templates
+        self.report = pages.KeptReport(partial(pages.report, console.home, console.folder))
 
     def _page(self, request: Any, name: str, status: int = 200, **values: Any) -> Any:
         from starlette.responses import HTMLResponse
@@ -93,6 +94,7 @@ class Handlers:
         loop = request.query_params.get("loop", "")
         outcome = request.query_params.get("outcome", "")
         night = request.query_params.get("night", "")
+        limit = pages.runs_limit(request.query_params.get("limit", ""))
         return await self._read(
             request,
             "runs.html",
@@ -100,9 +102,12 @@ class Handlers:
             loop,
             outcome,
             night,
+            limit,
             loop_name=loop,
             outcome=outcome,
             night=night,
+            limit=limit,
+            more=min(limit * 4, pages.RUNS_MOST),
         )
 
     async def run_page(self, request: Any) -> Any:
@@ -130,7 +135,7 @@ class Handlers:
         if refused is not None:
             return refused
         try:
-            page = await run_in_threadpool(pages.report, self.console.home, self.console.folder)
+            page = await run_in_threadpool(self.report.get)
         except pages.CommandFailed as exc:
             return self._page(request, "error.html", 400, message=str(exc))
         headers = {**HEADERS, "Content-Security-Policy": page.csp}
@@ -174,11 +179,11 @@ class Handlers:
         reader = readers.get(request.path_params["what"])
         if reader is None:
             return refusal(404, "no such page: /api/status, runs, escalations, rules")
-        if reader is pages.runs:  # `loopd runs [LOOP] [--night DATE]`
+        if reader is pages.runs:  # `loopd runs [LOOP] [--night DATE] [--limit N]`
             query = request.query_params
-            return await self._json(
-                request, reader, query.get("loop", ""), "", query.get("night", "")
-            )
+            limit = pages.runs_limit(query.get("limit", ""))
+            loop, night = query.get("loop", ""), query.get("night", "")
+            return await self._json(request, reader, loop, "", night, limit)
         return await self._json(request, reader)
 
     async def api_escalation(self, request: Any) -> Any:
