@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import date, datetime, time, timedelta, tzinfo
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -12,9 +12,10 @@ from daemon.cli.common import CommandError
 from daemon.people.report_nights import NOON, night_of
 from daemon.state.runids import listed_run_ids
 
-# A run's id is stamped when it is made (UTC, `YYYYMMDDTHHMMSSZ-...`); its `started` may come
-# later (a queued or parked run). Ids this far outside the night are not read at all.
-SLACK = timedelta(days=2)
+# A run's id is stamped when it is queued (UTC, `YYYYMMDDTHHMMSSZ-...`); it starts then or
+# later, never before. Ids from the night's end on are not read, nor ids older than SLACK
+# before its start: a run that waited in the queue longer than that is not listed.
+SLACK = timedelta(hours=12)
 
 
 class Night:
@@ -42,11 +43,11 @@ class Night:
 
     def runs(self, store: Any, loop: str | None) -> Iterator[Any]:
         """The night's readable runs, newest first, reading only the ids near it."""
-        low = (self.start - SLACK).strftime("%Y%m%dT%H%M%SZ")
-        high = (self.end + SLACK).strftime("%Y%m%dT%H%M%SZ")
+        low = (self.start - SLACK).astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+        high = self.end.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
         for run_id in reversed(listed_run_ids(store.runs_dir, loop)):
             stamp = run_id[:16]
-            if stamp > high:
+            if stamp >= high:
                 continue
             if stamp < low:
                 break  # ids sort by time: every later one is older still
