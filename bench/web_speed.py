@@ -7,7 +7,7 @@ N runs written through `StateStore.save_run`); one run gets a diff of 400 lines 
 twice to warm it, then R times over one keep-alive connection: the first byte is timed when
 the status line and headers have arrived (`getresponse()`), the whole page when the body has
 been read. The server's CPU time over the timed requests is printed beside.
-Usage: python bench/web_speed.py [--runs 10000] [--repeat 15] [--keep] [--smoke]
+Usage: python bench/web_speed.py [--runs 10000] [--repeat 15] [--keep] [--home H] [--smoke]
 """
 
 from __future__ import annotations
@@ -137,6 +137,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument("--home", type=Path, help="a home made before (by --keep), not rebuilt")
     parser.add_argument("--smoke", action="store_true", help="100 runs, 2 requests: that it runs")
     args = parser.parse_args()
     if args.smoke:
@@ -145,7 +146,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="loopd-bench-web-"))
     console = None
     try:
-        home = build_home(tmp, args.runs)
+        home = args.home or build_home(tmp, args.runs)
         run_id = newest_run(home)
         write_diff(home, run_id)
         console = Console(home)
