@@ -136,3 +136,19 @@ def test_behind_a_proxy_under_a_path_prefix(proxied: tuple[Web, list]) -> None:
     # A login's `next` stays under the prefix: relative to /loopd/login.
     _, response, _ = client.request("GET", f"/login?token={client.token()}&next=escalations")
     assert response.getheader("location") == "./escalations"
+
+
+def test_ui_without_the_web_extra_stops_the_start_naming_it(tmp_path: Path) -> None:
+    shim = tmp_path / "shim" / "starlette"
+    shim.mkdir(parents=True)
+    # First on the path, it fails as a missing package does.
+    (shim / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'starlette'\", name='starlette')\n"
+    )
+    home, _ = _home(tmp_path / "h")
+    with (home / "loopd.toml").open("a") as fh:
+        fh.write('\n[listen]\nbind = "127.0.0.1:0"\nui = true\n')
+    proc = loopd(home, "run", env={"PYTHONPATH": str(shim.parent)})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "[listen] ui needs the Python package 'starlette'" in proc.stderr
+    assert "[web]" in proc.stderr  # the command that installs the extra
