@@ -73,3 +73,34 @@ def test_rules(served: tuple[Web, list]) -> None:
     server, _ = served
     data = _same(server, "/api/rules", "rules", "list", "--all")
     assert {r["id"] for r in data} == {"r-0001-trial-one", "r-0002-old"}
+
+
+def test_a_record_changed_on_disk_is_read_again(served: tuple[Web, list]) -> None:
+    """The console keeps parsed records by their bytes: a record written anew is read anew."""
+    from daemon.state.store import StateStore
+
+    server, records = served
+    run_id = records[0].id
+    before = _same(server, f"/api/runs/{run_id}", "show", run_id)
+    store = StateStore(server.home / "state")
+    run = store.load_run(run_id)
+    run.reason = "changed while the console ran"
+    store.save_run(run)
+    after = _same(server, f"/api/runs/{run_id}", "show", run_id)
+    assert after["reason"] == "changed while the console ran" != before["reason"]
+    assert [r["reason"] for r in _same(server, "/api/runs", "runs") if r["run"] == run_id] == [
+        "changed while the console ran"
+    ]
+
+
+def test_parsed_records_are_copies() -> None:
+    from daemon.state.parsed import keep_parsed, parse_toml
+
+    keep_parsed(10)
+    try:
+        data = b'id = "a"\n[[attempts]]\nn = 1\n'
+        first = parse_toml(data)
+        first["attempts"].append({"n": 2})  # a reader changing what it was given
+        assert parse_toml(data) == {"id": "a", "attempts": [{"n": 1}]}
+    finally:
+        keep_parsed(0)

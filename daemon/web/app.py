@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from daemon.state.parsed import keep_parsed
 from daemon.web.console import HERE, Console, templates
 from daemon.web.routes import Handlers
 from daemon.web.security import login_token
+
+PARSED_KEPT = 1000  # run records kept parsed: a runs page lists 50, a night a few hundred
 
 
 def build_app(console: Console) -> Any:
@@ -16,6 +19,7 @@ def build_app(console: Console) -> Any:
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
+    keep_parsed(PARSED_KEPT)  # the same run records are read request after request
     handlers = Handlers(console, templates())
     routes = [
         Route("/login", handlers.login, methods=["GET"]),
