@@ -10,7 +10,6 @@ from typing import Any
 
 from daemon.cli.common import CommandError, home_of
 from daemon.extras import install_command
-from daemon.web.app import build_app
 from daemon.web.console import Console
 from daemon.web.security import login_token, token_path
 
@@ -61,6 +60,8 @@ def web(args: argparse.Namespace) -> int:
             "behind TLS (docs/console.md)",
             file=sys.stderr,
         )
+    from daemon.web.app import build_app
+
     app = build_app(Console(home=str(home.root), token=token, read_only=args.read_only))
     print(
         f"loopd web: {_url(host, port)} for {home.root}"

@@ -70,6 +70,8 @@ def _require_extras(loaded: LoadedConfig) -> None:
     needs = []
     if loaded.daemon.listen is not None:
         needs += [("[listen]", "uvicorn", "listen"), ("[listen]", "prometheus_client", "listen")]
+        if loaded.daemon.listen.ui:
+            needs += [("[listen] ui", "starlette", "web"), ("[listen] ui", "jinja2", "web")]
     if loaded.daemon.notify.urls:
         needs.append(("[notify] urls", "apprise", "notify"))
     for key, module, extra in needs:
