@@ -7,6 +7,7 @@ from typing import Any
 
 from daemon.web.console import HERE, Console, templates
 from daemon.web.routes import Handlers
+from daemon.web.runroutes import RunRoutes
 
 
 def build_app(console: Console) -> Any:
@@ -16,6 +17,7 @@ def build_app(console: Console) -> Any:
     from starlette.staticfiles import StaticFiles
 
     handlers = Handlers(console, templates())
+    run_routes = RunRoutes(handlers)
     routes = [
         Route("/login", handlers.login, methods=["GET"]),
         Route("/", handlers.loops_page, methods=["GET"]),
@@ -28,6 +30,9 @@ def build_app(console: Console) -> Any:
         Route("/escalations/{run_id}/resolve", handlers.resolve, methods=["POST"]),
         Route("/loops/{loop}/{action}", handlers.loop_action, methods=["POST"]),
         Route("/rules/{rule_id}/{action}", handlers.rule_action, methods=["POST"]),
+        Route("/runs/{run_id}/live", run_routes.live, methods=["GET"]),
+        Route("/runs/{run_id}/cancel", run_routes.cancel, methods=["POST"]),
+        Route("/runs/{run_id}/land", run_routes.land, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     return Starlette(routes=routes)

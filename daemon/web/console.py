@@ -4,6 +4,7 @@ a POST: not read-only, from the console's own origin, with its CSRF token."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,9 @@ class Console:
     # What the last actions' commands said, by a random key the redirect carries: a link
     # cannot put words of its own on a page (`?said=` names a kept message, not its text).
     said: dict[str, str] = field(default_factory=dict)
+    # Whether the server is stopping: a live log's stream ends then (its page connects again
+    # to the next console), where it would hold the stop until its run ended.
+    stopping: Callable[[], bool] = lambda: False
 
     def keep_said(self, text: str) -> str:
         """Keep what an action's command said; the key to show it by."""

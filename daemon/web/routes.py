@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 from urllib.parse import quote
 
-from daemon.web import pages
+from daemon.web import livelog, pages
 from daemon.web.console import Console, guard, post_guard, refusal
 from daemon.web.security import COOKIE, same
 
@@ -95,7 +95,8 @@ class Handlers:
         )
 
     async def run_page(self, request: Any) -> Any:
-        return await self._read(request, "run.html", pages.run, request.path_params["run_id"])
+        run_id = request.path_params["run_id"]
+        return await self._read(request, "run.html", livelog.run_with_log, run_id)
 
     async def escalations_page(self, request: Any) -> Any:
         return await self._read(request, "escalations.html", pages.escalations)
