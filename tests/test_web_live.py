@@ -282,7 +282,8 @@ def test_land_and_cancel_refuse_a_forged_csrf_token_and_read_only(tmp_path: Path
         _, page = read_only.get(f"/runs/{run_id}")
         assert "land (setup" not in page and "live line last" in page
         csrf = csrf_value(read_only.token())  # the right one: read-only refuses even that
-        assert read_only.post(f"/runs/{run_id}/land", {"csrf": csrf})[0] == 403
-        assert not [e for e in events(home) if e["type"] == "land_requested"]
+        for action in ("land", "cancel"):
+            assert read_only.post(f"/runs/{run_id}/{action}", {"csrf": csrf})[0] == 403
+        assert not [e for e in events(home) if e["type"] in ("land_requested", "cancel_requested")]
     finally:
         read_only.stop()
