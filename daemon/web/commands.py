@@ -78,7 +78,7 @@ def run_command(home: str, argv: list[str], by: str = "") -> Outcome:
     return run_into(home, argv, io.StringIO(), by)
 
 
-def run_into(home: str, argv: list[str], printed_to: TextIO, by: str = "") -> Outcome:
+def run_into(home: str, argv: list[str], printed_to: io.TextIOBase, by: str = "") -> Outcome:
     """`loopd --home HOME ARGV` run here, what it prints written to `printed_to` as it prints it
     (a followed log's lines reach the page as they come); the Outcome's `out` is what it holds."""
     out, err = _streams()
