@@ -9,6 +9,7 @@ lands a run and sees it on the target branch, and cancels a running run.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -22,7 +23,7 @@ import pytest
 
 from daemon.web.security import csrf_value
 from tests import chromium
-from tests.helpers import ROOT, events, git, make_home, make_repo, runs, talk, wait_for
+from tests.helpers import ROOT, events, git, loopd, make_home, make_repo, runs, talk, wait_for
 from tests.orphans import die_with_parent
 from tests.test_daemon import BUGGY, loop_text
 from tests.test_web_console import Web
@@ -247,6 +248,35 @@ def test_the_stream_ends_with_the_run_and_needs_the_cookie(tmp_path: Path) -> No
         assert SECRET not in text
     finally:
         server.stop()
+
+
+def test_a_stopping_console_ends_its_live_streams(tmp_path: Path) -> None:
+    """A stream follows a run that never ends by itself; the console still stops when told
+    (the stream closes without `end`, so the page follows again once the console is back),
+    and an unknown run's stream ends at once with the command's words."""
+    home, _repo, shared = _home(tmp_path, stuck_agent(tmp_path / "talk"))
+    server = Web(home)
+    proc, run_id = _once(home)
+    try:
+        wait_for((shared / "stuck-started").exists, timeout=WAIT, what="the agent to start")
+        server.login()
+        _, _, unknown = server.request(
+            "GET", "/runs/20990101T000000Z-calc-ffff/live", Cookie=server.cookie
+        )
+        assert "event: end\ndata: loopd: unknown run" in unknown
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT)
+        conn.request("GET", f"/runs/{run_id}/live", headers={"Cookie": server.cookie})
+        response = conn.getresponse()
+        assert response.status == 200
+        while b"stuck line" not in (line := response.readline()):
+            assert line, "the stream closed before the agent's line"
+        server.stop()  # SIGTERM: it waits for open requests, so this one must end
+        rest = response.read()
+        conn.close()
+        assert b"event: end" not in rest and proc.poll() is None  # the run goes on
+    finally:
+        assert loopd(home, "cancel", run_id).returncode == 0
+        proc.wait(timeout=WAIT)
 
 
 def test_land_and_cancel_refuse_a_forged_csrf_token_and_read_only(tmp_path: Path) -> None:
