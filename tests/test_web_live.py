@@ -113,9 +113,9 @@ def browser() -> Iterator[Any]:
             launched.close()
 
 
-def _page(browser: Any, server: Web, path: str) -> Any:
+def _page(browser: Any, server: Web, path: str, script: bool = True) -> Any:
     """A logged-in page of the console at `path`, 390 pixels wide (a phone)."""
-    page = browser.new_page(viewport={"width": 390, "height": 844})
+    page = browser.new_page(viewport={"width": 390, "height": 844}, java_script_enabled=script)
     page.set_default_timeout(WAIT * 1000)
     page.goto(f"{server.origin}/login?token={server.token()}")
     page.goto(f"{server.origin}{path}")
@@ -136,6 +136,10 @@ def test_follow_the_live_log_then_land_the_run_from_the_page(tmp_path: Path, bro
         assert page.get_attribute("#live-state", "data-live") == f"../runs/{run_id}/live"
         page.locator("#log", has_text="live line one").wait_for()
         assert "live line two" not in _log(page)
+        # With JavaScript off: the transcript as it was when the page was loaded.
+        still = _page(browser, server, f"/runs/{run_id}", script=False)
+        assert "live line one" in _log(still) and "live line two" not in _log(still)
+        assert "as it was when this page was loaded" in (still.text_content("#live-state") or "")
         (shared / "gate").write_text("go")
         # Pushed as the agent writes them, into the page as it was loaded: no reload.
         page.locator("#log", has_text="live line two").wait_for()
