@@ -383,6 +383,8 @@ def cancel(args: argparse.Namespace) -> int:
         code, message = control.cancel(args.run_id)
         if code == 2:
             raise CommandError(message)
+        if code == 0:
+            _cancel_event(home.state(), args, None)  # the engine's records name no person
         print(message)
         return code
     store = home.state()

@@ -71,11 +71,11 @@ class RunRoutes:
                 return
             put("end", said.splitlines() or ["ended"])
 
-        # A thread of its own, not the request pool: a follow lasts as long as the attempt.
-        threading.Thread(target=work, name=f"loopd-web-live-{run_id}", daemon=True).start()
-
         async def stream() -> Any:
             try:
+                # Started with the stream, so its end (`finally`) always stops it; a thread of
+                # its own, not the request pool's: a follow lasts as long as the attempt.
+                threading.Thread(target=work, name=f"loopd-web-live-{run_id}", daemon=True).start()
                 yield f"retry: {RECONNECT_MS}\n\n"
                 quiet = 0.0
                 while True:
