@@ -30,14 +30,17 @@ from tests.test_web_console import Web
 
 SECRET = "ghp_" + "Lw3XkP2mW9rT4vB8nL3cY6dH1sF5gJ0aE2uQ"
 WAIT = 120  # seconds any one condition may take on a loaded machine
+LONG = 2100  # lines: more than the run page shows as loaded (livelog.LOADED_LINES)
 
 
-def slow_agent(shared: Path, name: str) -> str:
+def slow_agent(shared: Path, name: str, filler: int = 0) -> str:
     """The agent's script: a line, then (once the test has opened the page and opened the
-    gate) the fix and a few more lines over a second or two, a token among them."""
+    gate) the fix and a few more lines over a second or two, a token among them; `filler`
+    lines first when asked for."""
     return (
         "import pathlib, sys, time\n"
         f"shared = pathlib.Path({str(shared)!r})\n"
+        f"print('\\n'.join(f'filler {{n}}' for n in range({filler})), flush=True)\n"
         "print('live line one: looking at calc.py', flush=True)\n"
         f"(shared / {name + '-started'!r}).write_text('x')\n"
         "while not (shared / 'gate').exists():\n"
@@ -225,7 +228,7 @@ def test_cancel_a_running_run_from_the_page(tmp_path: Path, browser: Any) -> Non
 def test_the_stream_ends_with_the_run_and_needs_the_cookie(tmp_path: Path) -> None:
     """Plain HTTP: 401 without the cookie; with it, the event stream of an ended run is its
     whole transcript and then an `end` event, and the connection closes."""
-    home, _repo, shared = _home(tmp_path, slow_agent(tmp_path / "talk", "plain"))
+    home, _repo, shared = _home(tmp_path, slow_agent(tmp_path / "talk", "plain", LONG))
     (shared / "gate").write_text("go")
     once = subprocess.run(
         [sys.executable, "-m", "daemon.cli.main", "--home", str(home), "once", "calc"],
@@ -250,6 +253,13 @@ def test_the_stream_ends_with_the_run_and_needs_the_cookie(tmp_path: Path) -> No
         assert said == [f"live line {n}" for n in ("one", "two", "three", "four", "last")], text
         assert text.rstrip("\n").endswith("event: end\ndata: run ended: succeeded")
         assert SECRET not in text
+        for n in (0, LONG - 1):  # the whole transcript
+            assert re.search(rf"^data: [\d:]+ filler {n}$", text, re.M), n
+        # The page as loaded shows the last lines, and says where the rest are.
+        _, page = server.get(f"/runs/{run_id}")
+        assert "live line last" in page and re.search(rf"^[\d:]+ filler {LONG - 1}$", page, re.M)
+        assert not re.search(r"^[\d:]+ filler 0$", page, re.M)
+        assert f"`loopd logs {run_id}` prints them all" in page
     finally:
         server.stop()
 

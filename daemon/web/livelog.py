@@ -17,6 +17,7 @@ from daemon.web.commands import run_command, run_into
 # The header `loopd logs` prints before each attempt's lines: which attempts were shown.
 ATTEMPT_HEADER = re.compile(r"^━━ attempt (\d+)")
 BETWEEN = 1.0  # seconds between looks at a run that is between two attempts (judging, nudging)
+LOADED_LINES = 2000  # the run page shows the transcript's last lines; the stream sends them all
 
 
 class ClientGone(Exception):
@@ -105,5 +106,10 @@ def run_with_log(home: str, run_id: str) -> Any:
     whether the page follows it live."""
     data = pages.run(home, run_id)
     printed = run_command(home, ["logs", run_id])
-    log = printed.text() if printed.ok else ""
+    lines = printed.text().splitlines() if printed.ok else []
+    if len(lines) > LOADED_LINES:
+        left = len(lines) - LOADED_LINES
+        lines = [f"({left} earlier lines: `loopd logs {run_id}` prints them all)"]
+        lines += printed.text().splitlines()[-LOADED_LINES:]
+    log = "\n".join(lines)
     return {**data, "console_log": log, "console_live": not ended(data)}
