@@ -25,6 +25,11 @@
       window.scrollTo(0, document.body.scrollHeight);
     }
   };
+  source.onerror = function () {
+    if (source.readyState === EventSource.CONNECTING) {
+      state.textContent = "running: connecting again to follow it";
+    }
+  };
   source.addEventListener("end", function (event) {
     source.close();
     state.textContent = event.data;
