@@ -8,6 +8,7 @@ from typing import Any
 from daemon.state.parsed import keep_parsed
 from daemon.web.console import HERE, Console, templates
 from daemon.web.routes import Handlers
+from daemon.web.runroutes import RunRoutes
 from daemon.web.security import login_token
 
 PARSED_KEPT = 1000  # run records kept parsed: a runs page lists 50, a night a few hundred
@@ -21,6 +22,7 @@ def build_app(console: Console) -> Any:
 
     keep_parsed(PARSED_KEPT)  # the same run records are read request after request
     handlers = Handlers(console, templates())
+    run_routes = RunRoutes(handlers)
     routes = [
         Route("/login", handlers.login, methods=["GET"]),
         Route("/", handlers.loops_page, methods=["GET"]),
@@ -36,6 +38,9 @@ def build_app(console: Console) -> Any:
         Route("/escalations/{run_id}/resolve", handlers.resolve, methods=["POST"]),
         Route("/loops/{loop}/{action}", handlers.loop_action, methods=["POST"]),
         Route("/rules/{rule_id}/{action}", handlers.rule_action, methods=["POST"]),
+        Route("/runs/{run_id}/live", run_routes.live, methods=["GET"]),
+        Route("/runs/{run_id}/cancel", run_routes.cancel, methods=["POST"]),
+        Route("/runs/{run_id}/land", run_routes.land, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     return Starlette(routes=routes)

@@ -7,6 +7,7 @@ import atexit
 import secrets
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,9 @@ class Console:
     said: dict[str, str] = field(default_factory=dict)
     # Where `loopd report --html` writes the /report page and plotly's bundle (0700, its own).
     folder: str = field(default_factory=lambda: _own_folder())
+    # Whether the server is stopping: a live log's stream ends then (its page connects again
+    # to the next console), where it would hold the stop until its run ended.
+    stopping: Callable[[], bool] = lambda: False
 
     def keep_said(self, text: str) -> str:
         """Keep what an action's command said; the key to show it by."""

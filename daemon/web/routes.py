@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 from urllib.parse import quote
 
-from daemon.web import pages
+from daemon.web import livelog, pages
 from daemon.web.console import Console, guard, post_guard, refusal
 from daemon.web.security import COOKIE, same
 
@@ -118,7 +118,7 @@ class Handlers:
         if refused is not None:
             return refused
         diff = await run_in_threadpool(pages.diff, self.console.home, run_id)
-        return await self._read(request, "run.html", pages.run, run_id, diff=diff)
+        return await self._read(request, "run.html", livelog.run_with_log, run_id, diff=diff)
 
     async def escalations_page(self, request: Any) -> Any:
         return await self._read(request, "escalations.html", pages.escalations)

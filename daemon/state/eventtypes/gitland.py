@@ -100,6 +100,14 @@ class Landed(EventFields):
     commit: str
 
 
+@fields_of(Event.LAND_REQUESTED)
+class LandRequested(EventFields):
+    """`loopd land`: a person asked to land a succeeded run (`landed` or `landing_blocked` next)."""
+
+    target: str
+    by: str = described("who asked: `web` for the console; absent for the command line", "")
+
+
 @fields_of(Event.LANDING_TRIGGERED)
 class LandingTriggered(EventFields):
     """Landing moved a branch another loop watches: that loop was triggered."""

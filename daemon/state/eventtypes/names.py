@@ -15,6 +15,7 @@ class Event(StrEnum):
     RUN_RECOVERY_FAILED = "run_recovery_failed"
     RUN_ERROR = "run_error"
     RUN_FINISHED = "run_finished"
+    CANCEL_REQUESTED = "cancel_requested"
     FINISH_FAILED = "finish_failed"
     TREE_UNUSABLE = "tree_unusable"
     RUN_PRUNED = "run_pruned"
@@ -66,6 +67,7 @@ class Event(StrEnum):
     # Landing and branches
     LANDING_BLOCKED = "landing_blocked"
     LANDED = "landed"
+    LAND_REQUESTED = "land_requested"
     LANDING_TRIGGERED = "landing_triggered"
     LANDED_WITH = "landed_with"
     PUSHED = "pushed"
