@@ -121,7 +121,7 @@ class Daemon:
         flags: Flags | None = None,
         clock: Callable[[], datetime] = utc_now,
         monotonic: Callable[[], float] = time.monotonic,
-        ui: Callable[[Home], Any] | None = None,
+        ui: Callable[[Home, Callable[[], bool]], Any] | None = None,
     ) -> Daemon:
         """Take the home's lock, restore the queue, recover what a dead daemon left, watch;
         `ui(home)`: the console's app for `[listen] ui = true`."""
@@ -388,7 +388,7 @@ def _locked_store(home: Home, loaded: Any) -> StateStore:
     return store
 
 
-def run_daemon(home: Home, ui: Callable[[Home], Any] | None = None) -> int:
+def run_daemon(home: Home, ui: Callable[[Home, Callable[[], bool]], Any] | None = None) -> int:
     """The driver: signals set flags; the loop ticks; systemd hears READY, WATCHDOG, STOPPING.
     `ui(home)`: the console's app, served under /ui/ with `[listen] ui = true`."""
     # Agents and checks run as this user: they must not read loopd's memory or environment.

@@ -110,6 +110,10 @@ class Listener:
         )
         self._thread.start()
 
+    def stopping(self) -> bool:
+        """Whether the listener has been asked to stop (its open streams end then)."""
+        return self._server is not None and bool(self._server.should_exit)
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.should_exit = True

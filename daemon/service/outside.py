@@ -46,7 +46,7 @@ class Outside:
         gauges: Callable[[], dict[str, float]],
         healthy: Callable[[], bool],
         workers_only: bool = False,
-        ui: Callable[[Any], Any] | None = None,
+        ui: Callable[[Any, Callable[[], bool]], Any] | None = None,
     ) -> Outside:
         """ConfigFatal (exit 2) when [listen] cannot bind (a missing extra: `load_config`).
         `workers_only`: a `[listen]` that sets nothing but `worker_bind` is the workers'
@@ -88,8 +88,10 @@ class Outside:
             metrics = Metrics(ctx.store, ctx.home.rules_dir, all_gauges)
             metrics.webhooks = lambda: Counter(desk.counts)
             ctx.store.events.observers.append(metrics.observe)
-            console = ui(ctx.home) if listen.ui and ui is not None else None
-            listener = Listener(listen, desk, metrics, healthy, ctx.monotonic, ui=console)
+            listener = Listener(listen, desk, metrics, healthy, ctx.monotonic)
+            if listen.ui and ui is not None:
+                # The console's live logs end when the listener stops: they would hold it.
+                listener.ui = ui(ctx.home, listener.stopping)
             listener.start()
             outside.listener, outside.metrics = listener, metrics
             ctx.event(Event.LISTENING, bind=listen.bind, port=listener.port)

@@ -3,6 +3,7 @@ package's static files (no build step, nothing fetched at run time)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from daemon.state.parsed import keep_parsed
@@ -46,6 +47,8 @@ def build_app(console: Console) -> Any:
     return Starlette(routes=routes)
 
 
-def listener_app(home: Any) -> Any:
-    """The console `[listen] ui = true` serves under /ui/: this home's, with its login token."""
-    return build_app(Console(home=str(home.root), token=login_token(home.state_dir)))
+def listener_app(home: Any, stopping: Callable[[], bool] = lambda: False) -> Any:
+    """The console `[listen] ui = true` serves under /ui/: this home's, with its login token;
+    `stopping` says when the listener stops (its live logs end then)."""
+    console = Console(home=str(home.root), token=login_token(home.state_dir), stopping=stopping)
+    return build_app(console)
