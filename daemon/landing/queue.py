@@ -84,10 +84,11 @@ def _land_resolving(journal: RunJournal, cfg: LoopConfig | None, resolve: Resolv
         _step(journal, "landing")
         return land_run(journal, cfg, on_move=lambda old, new: _step(journal, "moving", old, new))
 
+    run = journal.run
+    cause = run.cause  # the run's own, which a resolved conflict's landing gives back
     found = land()
     if found is None or resolve is None or cfg is None:
         return
-    run = journal.run
     kept = never_resolved(UserRepo.locate(Path(run.repo)), cfg, found.files)
     if kept:
         why = f"the conflict is in {', '.join(kept[:5])}, which no agent resolves"
@@ -99,7 +100,10 @@ def _land_resolving(journal: RunJournal, cfg: LoopConfig | None, resolve: Resolv
         _add_reason(journal, why)
         return
     blocked = land()
-    if blocked is not None:  # the target moved again, into another conflict
+    if run.landed:
+        run.cause = cause
+        journal.save()
+    elif blocked is not None:  # the target moved again, into another conflict
         _add_reason(journal, "the agent resolved one conflict; the target moved into another")
 
 
