@@ -238,6 +238,11 @@ def marker_spans(text: str) -> list[str]:
     return spans
 
 
+def has_markers(text: str) -> bool:
+    """Whether a file's text still holds a conflict marker line (either end of a hunk)."""
+    return any(line.startswith(("<<<<<<< ", ">>>>>>> ")) for line in text.splitlines())
+
+
 def _said(spans: list[str]) -> str:
     return f"(lines {', '.join(spans[:5])})" if spans else "(whole file)"
 

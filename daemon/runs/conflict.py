@@ -21,7 +21,7 @@ from daemon.git.integrity import publish
 from daemon.git.messages import merge_message
 from daemon.git.safe import GitError
 from daemon.git.tree import RunTree, own_dir_for, reopen_tree, show_merge
-from daemon.landing.merge import Conflict, marker_spans
+from daemon.landing.merge import Conflict, has_markers
 from daemon.landing.queue import Resolver
 from daemon.runs.attempt import Attempt, commit_attempt
 from daemon.runs.attemptresult import AttemptResult
@@ -230,6 +230,6 @@ def _markers_left(tree: RunTree, head: str, files: list[str]) -> list[str]:
     left = []
     for path in files:
         text = tree.own.bare.out("cat-file", "-p", f"{head}:{path}", check=False)
-        if marker_spans(text):
+        if has_markers(text):
             left.append(path)
     return left
