@@ -9,25 +9,28 @@ conflict markers in its tree, resolves them or not as the test tells it.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from daemon.home import Home
 from tests.helpers import events as all_events
-from tests.helpers import git, loopd, make_home, make_repo, wait_for
+from tests.helpers import git, loopd, make_home, make_repo, start_daemon, wait_for
 from tests.test_landing_queue import landed_commits, once
 
 # The agent: its first session edits; a session that finds the merge's markers keeps the
 # prompt it got and resolves them (`resolve` says how: "both" keeps both sides, "none"
-# leaves the markers).
+# leaves the markers, "wait" waits for another word).
 AGENT = """\
-import pathlib, sys, time
+import os, pathlib, sys, time
 talk = pathlib.Path({talk!r})
 shared = pathlib.Path('shared.txt')
 text = shared.read_text()
 if '<<<<<<< ' in text:
     (talk / 'conflict-prompt').write_text(sys.stdin.read())
+    (talk / 'conflict-pid').write_text(str(os.getpid()))
+    while (talk / 'resolve').read_text() == 'wait': time.sleep(0.05)
     if (talk / 'resolve').read_text() == 'both':
         out, side = [], ''
         for line in text.splitlines(True):
@@ -103,6 +106,19 @@ def run_once_under_conflict(home: Home, repo: Path, talk: Path, path: str, old: 
     out, _ = proc.communicate(timeout=300)
     (run,) = list(home.state().iter_runs())
     return run, theirs, out
+
+
+def agents(talk: Path) -> list[int]:
+    """The processes running this test's agent (its script names the test's folder)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if proc.name.isdigit() and str(talk).encode() in cmdline and b"loopd" not in cmdline:
+            found.append(int(proc.name))
+    return found
 
 
 def run_events(home: Home, run_id: str) -> list[dict[str, Any]]:
@@ -189,3 +205,39 @@ def test_a_conflict_in_a_guarded_path_goes_to_the_person_without_an_attempt(
     kinds = [e["type"] for e in run_events(home, run.id)]
     assert "conflict_kept" in kinds and "conflict_attempt" not in kinds
     assert git(repo, "rev-parse", "main") == theirs
+
+
+def test_a_daemon_killed_during_the_conflict_attempt_escalates_after_restart(
+    tmp_path: Path,
+) -> None:
+    home, repo, talk = conflict_home(tmp_path)
+    (talk / "resolve").write_text("wait")
+    daemon = start_daemon(home.root)
+    try:
+        assert loopd(home.root, "trigger", "a").returncode == 0
+        wait_for(lambda: (talk / "started").exists(), timeout=120, what="the agent's change")
+        theirs = person_edits(repo, "shared.txt", "line 5\n", "PERSON'S LINE 5\n")
+        (talk / "go").write_text("")
+        pid_file = talk / "conflict-pid"
+        wait_for(pid_file.exists, timeout=180, what="the conflict attempt's agent")
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait(30)
+        daemon = start_daemon(home.root)
+        run = wait_for(
+            lambda: next((r for r in home.state().iter_runs() if "event" in r.finish_done), None),
+            timeout=180,
+            what="the run finished after the restart",
+        )
+    finally:
+        if daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(60)
+    assert not agents(talk)  # nothing of the conflict attempt is left running
+    assert run.outcome == "succeeded" and not run.landed and run.cause == "landing-conflict"
+    assert len(run.attempts) == 2 and run.attempts[1].interrupted  # given once, never again
+    assert "had its one conflict attempt (attempt 2)" in run.landing
+    assert theirs[:12] in run.landing and f"loopd land {run.id}" in run.landing
+    assert home.state().escalation_path(run.id).exists()
+    assert git(repo, "rev-parse", "main") == theirs
+    kinds = [e["type"] for e in run_events(home, run.id)]
+    assert kinds.count("conflict_attempt") == 1

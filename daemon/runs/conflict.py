@@ -13,6 +13,7 @@ the run's branch and the landing goes on with it; else the reason goes to the on
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from daemon.config import Loop, LoopConfig
@@ -32,7 +33,7 @@ from daemon.runs.prompt import PromptParts, fenced
 from daemon.runs.services import RunServices
 from daemon.runs.stop import RunStopped, StopToken
 from daemon.state.eventtypes import Event
-from daemon.state.records import AttemptRecord
+from daemon.state.records import AttemptRecord, StallRecord
 
 ASK = (
     "Your work passed its checks, but while it waited to land, {target} moved, and merging "
@@ -45,10 +46,19 @@ ASK = (
 
 
 def conflict_resolver(
-    services: RunServices, journal: RunJournal, tree: RunTree | None, cfg: LoopConfig
+    services: RunServices,
+    journal: RunJournal,
+    tree: RunTree | None,
+    cfg: LoopConfig,
+    leftovers: Callable[[], None],
 ) -> Resolver:
-    """The landing queue's conflict attempt for this run."""
-    return lambda conflict: ConflictAttempt(services, journal, tree, cfg, conflict).resolve()
+    """The landing queue's conflict attempt for this run; `leftovers` kills what a killed
+    loopd's conflict attempt left running (runs/finish.py's `kill_run_leftovers`)."""
+
+    def resolve(conflict: Conflict) -> tuple[str | None, str]:
+        return ConflictAttempt(services, journal, tree, cfg, conflict, leftovers).resolve()
+
+    return resolve
 
 
 def conflict_label(conflict: Conflict) -> str:
@@ -86,15 +96,18 @@ class ConflictAttempt:
         tree: RunTree | None,
         cfg: LoopConfig,
         conflict: Conflict,
+        leftovers: Callable[[], None],
     ) -> None:
         self.services, self.journal, self.tree, self.cfg = services, journal, tree, cfg
-        self.conflict = conflict
+        self.conflict, self.leftovers = conflict, leftovers
 
     def resolve(self) -> tuple[str | None, str]:
         """The verified merge commit (the run's branch now), or None and why not."""
         run = self.journal.run
         earlier = next((a for a in run.attempts if a.conflict), None)
         if earlier is not None:
+            if earlier.finished is None:  # a loopd killed during it: what it left is ended
+                self._close_interrupted(earlier)
             return None, f"the run had its one conflict attempt (attempt {earlier.n})"
         if run.isolation == "in-place":
             return None, "an in-place run's conflicts are a person's to resolve"
@@ -114,10 +127,29 @@ class ConflictAttempt:
         """The run's tree here, made again from its branch when it is gone (a worker's)."""
         run, root = self.journal.run, self.services.config.limits.worktrees_path
         usual = root / run.loop / run.id
-        if run.worktree != str(usual) and not Path(run.worktree or usual).exists():
+        if not run.worktree or (run.worktree != str(usual) and not Path(run.worktree).exists()):
             run.worktree, run.agent_git_dir = str(usual), ""
             run.own_git_dir = str(own_dir_for(root, run.loop, run.id))
         return reopen_tree(run, root)
+
+    def _close_interrupted(self, attempt: AttemptRecord) -> None:
+        """The conflict attempt a killed loopd left open: its agent's leftovers killed, the
+        attempt recorded as interrupted (it is not given again: the person is told)."""
+        journal = self.journal
+        self.leftovers()
+        attempt.finished, attempt.interrupted = journal.now(), True
+        attempt.stalls.append(
+            StallRecord(kind="interrupted", at=attempt.finished, detail="loopd stopped during it")
+        )
+        journal.save()
+        journal.event(
+            Event.ATTEMPT_FINISHED,
+            attempt=attempt.n,
+            exit_code=attempt.exit_code,
+            nudges=attempt.nudges,
+            timed_out=attempt.timed_out,
+            interrupted=True,
+        )
 
     def _attempt(self, tree: RunTree) -> tuple[str | None, str]:
         journal, run, conflict = self.journal, self.journal.run, self.conflict

@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 from daemon.agents.homes import return_credentials
@@ -200,7 +201,10 @@ def _finish_work(
     journal, run = steps.journal, steps.journal.run
     if steps.todo("land"):
         # A textual conflict gets the run's one conflict attempt, in its tree (runs/conflict.py).
-        resolve = conflict_resolver(services, journal, tree, config) if config else None
+        resolve = None
+        if config is not None:
+            leftovers = partial(kill_run_leftovers, services, run)
+            resolve = conflict_resolver(services, journal, tree, config, leftovers)
         land_queued(journal, config, resolve)
         steps.done("land")
     # The tree goes and an empty branch is deleted before anything is written for a person,
