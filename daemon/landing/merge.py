@@ -31,6 +31,7 @@ from daemon.state.eventtypes import Event
 LAND_CHECKS_LOG = "land-checks.log"
 LAND_SETUP_LOG = "land-setup.log"
 MERGE_BRANCH = "loopd-landing"
+FINISH = "; finish it: "  # where a conflict's text says how to finish it
 
 
 class MergeRefused(Exception):
@@ -212,7 +213,7 @@ def conflict_text(journal: RunJournal, git: Git, conflict: Conflict) -> str:
         + (" and more" if len(files) > 5 else "")
         + f"; this run {run.id} at {tip[:12]} against {target} at {target_tip[:12]}"
         + (f", changed there by {', '.join(theirs)}" if theirs else "")
-        + f"; finish it: `git merge {target}` on {run.branch}, resolve, commit, then "
+        + f"{FINISH}`git merge {target}` on {run.branch}, resolve, commit, then "
         f"`loopd land {run.id}`, or `loopd escalations resolve {run.id} --retry`"
     )
 

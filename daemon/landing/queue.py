@@ -28,7 +28,7 @@ from daemon.git.userrepo import UserRepo
 from daemon.landing.guard import never_resolved
 from daemon.landing.land import land_run, lands
 from daemon.landing.landed import finish_moved
-from daemon.landing.merge import Conflict
+from daemon.landing.merge import FINISH, Conflict
 from daemon.redact import redact
 from daemon.runs.journal import RunJournal
 from daemon.runs.startpoint import is_ancestor
@@ -108,9 +108,11 @@ def _land_resolving(journal: RunJournal, cfg: LoopConfig | None, resolve: Resolv
 
 
 def _add_reason(journal: RunJournal, why: str) -> None:
-    """The escalation's reason: the conflict, both sides, then why no agent resolved it."""
+    """The escalation's reason: the conflict, both sides, why no agent resolved it, then how
+    to finish it."""
     run = journal.run
-    run.landing = redact(f"{run.landing}; {why}")[:2000]
+    said, finish, how = run.landing.partition(FINISH)
+    run.landing = redact(f"{said}; {why}{finish}{how}")[:2000]
     journal.save()
 
 
