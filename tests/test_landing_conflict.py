@@ -128,8 +128,11 @@ def run_events(home: Home, run_id: str) -> list[dict[str, Any]]:
 def test_a_conflict_the_agent_resolves_lands_the_merge_its_checks_passed_on(
     tmp_path: Path,
 ) -> None:
-    home, repo, talk = conflict_home(tmp_path)
+    home, repo, talk = conflict_home(tmp_path, protect=["NOTES.md"])
     (talk / "resolve").write_text("both")
+    # The person's side also changes a protected file: theirs, not the agent's doing.
+    (repo / "NOTES.md").write_text("the person's notes\n")
+    git(repo, "add", "NOTES.md")
     run, theirs, out = run_once_under_conflict(home, repo, talk, "shared.txt", "line 5\n")
     assert run.outcome == "succeeded" and run.landed, (out, run.landing)
     assert len(run.attempts) == 2
@@ -147,6 +150,8 @@ def test_a_conflict_the_agent_resolves_lands_the_merge_its_checks_passed_on(
     assert git(repo, "rev-list", "--parents", "-n1", landed).split()[1:] == [theirs]
     text = git(repo, "show", "main:shared.txt")
     assert "a says five" in text and "PERSON'S LINE 5" in text and "<<<<<<<" not in text
+    assert git(repo, "show", "main:NOTES.md") == "the person's notes"
+    assert not second.violations
     events = run_events(home, run.id)
     kinds = [e["type"] for e in events]
     assert "conflict_attempt" in kinds

@@ -113,8 +113,8 @@ class ConflictAttempt:
             return None, "an in-place run's conflicts are a person's to resolve"
         try:
             tree = self.tree or self._tree_at_home()
-            show_merge(tree, self.conflict.tip, self.conflict.target_tip)
-            return self._attempt(tree)
+            merged = show_merge(tree, self.conflict.tip, self.conflict.target_tip)
+            return self._attempt(tree, merged)
         except (GitError, OSError, UnsafeTree, SandboxUnavailable) as exc:
             why = f"the conflict attempt could not run: {exc}"[:500]
             self.journal.event(Event.CONFLICT_UNRESOLVED, attempt=0, reason=why)
@@ -151,7 +151,7 @@ class ConflictAttempt:
             interrupted=True,
         )
 
-    def _attempt(self, tree: RunTree) -> tuple[str | None, str]:
+    def _attempt(self, tree: RunTree, merged: str) -> tuple[str | None, str]:
         journal, run, conflict = self.journal, self.journal.run, self.conflict
         n = len(run.attempts) + 1
         journal.event(
@@ -182,21 +182,30 @@ class ConflictAttempt:
             why = _cut_short(result)
             if why:
                 return self._unresolved(tree, result.record, why)
-            return self._judged(tree, stop, result)
+            return self._judged(tree, stop, result, merged)
         except RunStopped:
             return self._unresolved(tree, run.attempts[-1], "the run was stopped during it")
         finally:
             stop.close()
 
     def _judged(
-        self, tree: RunTree, stop: StopToken, result: AttemptResult
+        self, tree: RunTree, stop: StopToken, result: AttemptResult, merged: str
     ) -> tuple[str | None, str]:
-        """Judge the attempt as any; the merge commit when it passed with no marker left."""
+        """Judge the attempt as any (its changes: from the merge it was given, `merged`);
+        the merge commit when it passed with no marker left."""
         journal, record, conflict = self.journal, result.record, self.conflict
         head = commit_attempt(journal, tree, record)
         try:
             judged = judge_attempt(
-                self.services, journal, stop, tree, self.cfg, record, head, result.checked
+                self.services,
+                journal,
+                stop,
+                tree,
+                self.cfg,
+                record,
+                head,
+                result.checked,
+                since=merged,
             )
         except VerifierGaveUp as exc:
             return self._unresolved(tree, record, str(exc))

@@ -71,10 +71,13 @@ def judge_attempt(
     head: str,
     checked: CheckedCommit | None = None,
     rules: list[tuple[str, str]] | None = None,
+    since: str = "",
 ) -> Judgement:
     """Checks, violations and the critic's verdict of `attempt`, committed at `head`.
 
     `rules`: (id, text) of the rules in the attempt's prompt, for the critic to attribute.
+    `since`: what the agent's changes are measured from when not the run's base (a conflict
+    attempt's: the merge it was given, whose other side's changes are not the agent's).
     """
     folder = journal.attempt_dir(attempt.n)
     if checked is not None and checked.commit == head:
@@ -103,7 +106,9 @@ def judge_attempt(
     add_violations(attempt, guard.check() if guard is not None else [])
     violations = [
         Violation(kind="protected", target=path)
-        for path in protect_violations(tree.own.bare, journal.run.base_commit, head, cfg.protect)
+        for path in protect_violations(
+            tree.own.bare, since or journal.run.base_commit, head, cfg.protect
+        )
     ]
     violations += [v for v in attempt.violations if v.kind not in ("protected", *CHECK_KINDS)]
     violations += check_violations(checks)
