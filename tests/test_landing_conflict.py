@@ -14,14 +14,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from daemon.home import Home
 from tests.helpers import events as all_events
 from tests.helpers import git, loopd, make_home, make_repo, start_daemon, wait_for
 from tests.test_landing_queue import landed_commits, once
 
 # The agent: its first session edits; a session that finds the merge's markers keeps the
-# prompt it got and resolves them (`resolve` says how: "both" keeps both sides, "none"
-# leaves the markers, "wait" waits for another word).
+# prompt it got and resolves them (`resolve` says how: "both" keeps both sides, "theirs"
+# the person's alone, "none" leaves the markers, "wait" waits for another word).
 AGENT = """\
 import os, pathlib, sys, time
 talk = pathlib.Path({talk!r})
@@ -31,12 +33,13 @@ if '<<<<<<< ' in text:
     (talk / 'conflict-prompt').write_text(sys.stdin.read())
     (talk / 'conflict-pid').write_text(str(os.getpid()))
     while (talk / 'resolve').read_text() == 'wait': time.sleep(0.05)
-    if (talk / 'resolve').read_text() == 'both':
-        out, side = [], ''
-        for line in text.splitlines(True):
-            if line.startswith(('<<<<<<< ', '=======', '>>>>>>> ')):
-                continue
+    how, out, ours = (talk / 'resolve').read_text(), [], False
+    for line in text.splitlines(True):
+        if line.startswith(('<<<<<<< ', '=======', '>>>>>>> ')):
+            ours = line.startswith('<<<<<<< ')
+        elif how == 'both' or (how == 'theirs' and not ours):
             out.append(line)
+    if how in ('both', 'theirs'):
         shared.write_text(''.join(out))
     sys.exit(0)
 lines = text.splitlines(True)
@@ -168,18 +171,25 @@ def test_a_conflict_the_agent_resolves_lands_the_merge_its_checks_passed_on(
     assert shown.returncode == 0 and "conflict attempt" in " ".join(shown.stdout.split())
 
 
+@pytest.mark.parametrize(
+    ("how", "why_not"),
+    [
+        ("none", "conflict markers are left in shared.txt"),
+        ("theirs", "the checks fail on the merge"),  # a's line is gone: check.py fails
+    ],
+)
 def test_a_conflict_the_agent_cannot_resolve_is_one_escalation_naming_both_sides(
-    tmp_path: Path,
+    tmp_path: Path, how: str, why_not: str
 ) -> None:
     home, repo, talk = conflict_home(tmp_path)
-    (talk / "resolve").write_text("none")
+    (talk / "resolve").write_text(how)
     run, theirs, out = run_once_under_conflict(home, repo, talk, "shared.txt", "line 5\n")
     assert run.outcome == "succeeded" and not run.landed, out
     assert run.cause == "landing-conflict"
     assert len(run.attempts) == 2 and run.attempts[1].conflict
     why = run.landing
     assert "shared.txt (lines 5-" in why and run.id in why and theirs[:12] in why
-    assert "conflict attempt 2 did not resolve it: conflict markers are left in shared.txt" in why
+    assert f"conflict attempt 2 did not resolve it: {why_not}" in why
     assert f"loopd land {run.id}" in why and f"loopd escalations resolve {run.id} --retry" in why
     escalation = home.state().escalation_path(run.id).read_text()
     assert theirs[:12] in escalation and "conflict attempt 2" in escalation
