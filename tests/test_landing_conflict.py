@@ -9,7 +9,9 @@ conflict markers in its tree, resolves them or not as the test tells it.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,8 @@ from typing import Any
 import pytest
 
 from daemon.home import Home
+from tests.helpers import ROOT, git, loopd, make_home, make_repo, start_daemon, wait_for
 from tests.helpers import events as all_events
-from tests.helpers import git, loopd, make_home, make_repo, start_daemon, wait_for
 from tests.test_landing_queue import landed_commits, once
 
 # The agent: its first session edits; a session that finds the merge's markers keeps the
@@ -256,3 +258,58 @@ def test_a_daemon_killed_during_the_conflict_attempt_escalates_after_restart(
     assert git(repo, "rev-parse", "main") == theirs
     kinds = [e["type"] for e in run_events(home, run.id)]
     assert kinds.count("conflict_attempt") == 1
+
+
+# A stand-in for the `qwen` program (loopd's qwen adapter starts `qwen` from PATH): it speaks
+# Qwen Code's stream-json, keeps each argv, resumes the session `--resume` names, and works
+# as AGENT does with the prompt it is given as its last word.
+FAKE_QWEN = """\
+#!{python}
+import json, pathlib, sys, uuid
+talk = pathlib.Path({talk!r})
+argv = sys.argv[1:]
+with open(talk / 'argv.jsonl', 'a') as kept:
+    kept.write(json.dumps(argv) + '\\n')
+resumed = argv[argv.index('--resume') + 1] if '--resume' in argv else ''
+session = resumed or 'session-' + uuid.uuid4().hex[:8]
+print(json.dumps({{'type': 'system', 'subtype': 'init', 'session_id': session}}), flush=True)
+sys.stdin = __import__('io').StringIO(argv[-1])
+exec(compile({agent!r}, 'agent', 'exec'))
+result = {{'type': 'result', 'subtype': 'success', 'is_error': False, 'result': 'Done.',
+          'session_id': session, 'usage': {{'input_tokens': 10, 'output_tokens': 5}}}}
+print(json.dumps(result), flush=True)
+"""
+
+
+def test_the_conflict_attempt_resumes_the_agents_own_session(tmp_path: Path) -> None:
+    home, repo, talk = conflict_home(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    agent = AGENT.format(talk=str(talk), extra="")
+    qwen = bin_dir / "qwen"
+    qwen.write_text(FAKE_QWEN.format(python=sys.executable, talk=str(talk), agent=agent))
+    qwen.chmod(0o755)
+    config = home.root / "loopd.toml"
+    profile = '[agents.a]\nadapter = "qwen"\nbase_url = "http://127.0.0.1:9/v1"\n'
+    sandbox = config.read_text().split("[sandbox]", 1)[1]
+    config.write_text(profile + "\n[sandbox]" + sandbox)
+    (talk / "resolve").write_text("both")
+    env = dict(os.environ)
+    env.pop("LOOPD_HOME", None)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daemon.cli.main", "--home", str(home.root), "once", "a"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env,
+    )  # fmt: skip
+    wait_for(lambda: (talk / "started").exists(), timeout=120, what="the agent's change")
+    theirs = person_edits(repo, "shared.txt", "line 5\n", "PERSON'S LINE 5\n")
+    (talk / "go").write_text("")
+    out, _ = proc.communicate(timeout=300)
+    (run,) = list(home.state().iter_runs())
+    assert run.landed, (out, run.landing)
+    first, second = run.attempts
+    assert second.conflict and first.session_id and second.session_id == first.session_id
+    calls = [json.loads(line) for line in (talk / "argv.jsonl").read_text().splitlines()]
+    assert len(calls) == 2 and "--resume" not in calls[0]
+    assert calls[1][calls[1].index("--resume") + 1] == first.session_id
+    assert "shared.txt: lines 5-" in calls[1][-1] and theirs[:12] in calls[1][-1]
