@@ -348,6 +348,6 @@ def show_merge(tree: RunTree, tip: str, other: str) -> str:
     tree_oid = merged.stdout.split(b"\0", 1)[0].decode().strip()
     own.git.run("read-tree", "-u", "--reset", tree_oid)
     own.git.run("clean", "-fdq")  # untracked files: ignored ones (setup's) stay
-    if tree.isolation == "worktree":
-        replace_file(tree.agent_dir, "index", own.index_path.read_bytes())
+    # The agent's own git still has the branch at `tip` in its index: its `git status` and
+    # `git diff` show the conflicting files as changed, markers and all.
     return tree_oid

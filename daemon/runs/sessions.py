@@ -122,6 +122,7 @@ class Sessions:
             resume = self.attempt.resume_session
             if resume and self._resumes(resume):
                 self.session_id = resume  # the agent's own session, told of the conflict
+                self.asked = Asked(self.prompt, whole_prompt=False)
                 return self.adapter.invocation(self.prompt, Resume(resume, self.prompt))
             return self.adapter.invocation(self.prompt)
         self.parking.wait()
