@@ -1,10 +1,12 @@
 """A landing's conflict attempt: the run's agent resolves a textual conflict with its target, once.
 
 The landing queue (landing/queue.py) calls it when merging the moved target into the run's
-branch conflicts in files no guard keeps from agents. The run's tree (made again at the home
-when it is gone: a Temporal run's tree is a worker's) is set to the merge, conflict markers and
-all, over a clean tree; the agent is nudged in its own session (resumed when its adapter can,
-as a nudge is) with which files and hunks conflict and which run or commit they came from.
+branch conflicts in files no guard keeps from agents. The run's tree is set to the merge,
+conflict markers and all, over a clean tree; the agent is nudged in its own session (resumed
+when its adapter can, as a nudge is) with which files and hunks conflict and which run or
+commit they came from. A Temporal run's tree and agent's HOME were a worker's, removed after
+its attempt: the landing (at the home) makes the tree again from the run's branch, and the
+agent gets a new session with the same prompt.
 Its work is committed and judged as any attempt's (the checks on a clean tree of it, weakened
 tests, the guards, the critic); no conflict marker may remain in the files. When it passes,
 the merge commit (parents: the run's branch and the target's commit, the agent's files) becomes
@@ -112,9 +114,9 @@ class ConflictAttempt:
         if run.isolation == "in-place":
             return None, "an in-place run's conflicts are a person's to resolve"
         try:
-            tree = self.tree or self._tree_at_home()
+            tree, own = (self.tree, True) if self.tree is not None else self._tree_here()
             merged = show_merge(tree, self.conflict.tip, self.conflict.target_tip)
-            return self._attempt(tree, merged)
+            return self._attempt(tree, merged, resume=own)
         except (GitError, OSError, UnsafeTree, SandboxUnavailable) as exc:
             why = f"the conflict attempt could not run: {exc}"[:500]
             self.journal.event(Event.CONFLICT_UNRESOLVED, attempt=0, reason=why)
@@ -123,14 +125,20 @@ class ConflictAttempt:
             run.phase = "idle"
             self.journal.save()
 
-    def _tree_at_home(self) -> RunTree:
-        """The run's tree here, made again from its branch when it is gone (a worker's)."""
+    def _tree_here(self) -> tuple[RunTree, bool]:
+        """The run's tree at this home, and whether it is the one its agent worked in, its
+        session here to resume (a local run finished after a restart). Else (a Temporal run:
+        its worker removed its tree and the agent's HOME) one made from the run's branch, its
+        confinement fixed again, for a new session."""
         run, root = self.journal.run, self.services.config.limits.worktrees_path
         usual = root / run.loop / run.id
-        if not run.worktree or (run.worktree != str(usual) and not Path(run.worktree).exists()):
-            run.worktree, run.agent_git_dir = str(usual), ""
-            run.own_git_dir = str(own_dir_for(root, run.loop, run.id))
-        return reopen_tree(run, root)
+        home = run.exposure.agent_home if run.exposure is not None else ""
+        if run.worktree == str(usual) and usual.is_dir() and home and Path(home).is_dir():
+            return reopen_tree(run, root), True
+        run.worktree, run.agent_git_dir = str(usual), ""
+        run.own_git_dir = str(own_dir_for(root, run.loop, run.id))
+        run.exposure = None
+        return reopen_tree(run, root), False
 
     def _close_interrupted(self, attempt: AttemptRecord) -> None:
         """The conflict attempt a killed loopd left open: its agent's leftovers killed, the
@@ -151,7 +159,7 @@ class ConflictAttempt:
             interrupted=True,
         )
 
-    def _attempt(self, tree: RunTree, merged: str) -> tuple[str | None, str]:
+    def _attempt(self, tree: RunTree, merged: str, resume: bool) -> tuple[str | None, str]:
         journal, run, conflict = self.journal, self.journal.run, self.conflict
         n = len(run.attempts) + 1
         journal.event(
@@ -175,7 +183,7 @@ class ConflictAttempt:
             n,
             parts=conflict_prompt(journal, self.cfg, conflict),
             conflict=conflict_label(conflict),
-            resume_session=last.session_id if last else "",
+            resume_session=last.session_id if last and resume else "",
         )
         try:
             result = step.run()
