@@ -160,6 +160,8 @@ class ConflictAttempt:
         )
 
     def _attempt(self, tree: RunTree, merged: str, resume: bool) -> tuple[str | None, str]:
+        """The attempt itself (attempt N+1 of the run), its agent's session resumed when
+        `resume`, then judged."""
         journal, run, conflict = self.journal, self.journal.run, self.conflict
         n = len(run.attempts) + 1
         journal.event(
@@ -175,7 +177,7 @@ class ConflictAttempt:
         last = run.attempts[-1] if run.attempts else None
         step = Attempt(
             self.services,
-            Loop(name=run.loop, path=Path(run.loop), config=self.cfg),
+            Loop(run.loop, self.services.home.loops_dir / f"{run.loop}.toml", self.cfg),
             journal,
             stop,
             tree,
