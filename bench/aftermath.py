@@ -15,6 +15,7 @@ Usage: python bench/aftermath.py [--runs 1000] [--commits 20000] [--files 200] [
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import subprocess
@@ -39,6 +40,7 @@ TARGET_MS = 50.0
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 LOOPD = "loopd <loopd@localhost>"
 PERSON = "Ann <ann@example.com>"
+LATER = 1_850_000_000  # the new commits' dates: after every commit `build` writes (1.8e9 on)
 
 
 def _blob(text: str) -> str:
@@ -115,10 +117,20 @@ def records(repo: Path, shas: list[str]) -> list[RunRecord]:
 
 
 def new_commit(repo: Path, n: int, files: int) -> None:
-    """One more person's commit on main: a line appended to one file."""
+    """One more person's commit on main: a line appended to one file, dated after the
+    history `build` wrote (as a new commit is: a commit dated before its parent makes every
+    git walk of a range look further back for the clock skew)."""
     path = repo / f"src/m{n * 7 % files:04d}.py"
     path.write_text(path.read_text() + f"Z{n} = {n}\n")
-    git(repo, "commit", "-qam", f"new change {n}")
+    when = f"@{LATER + 60 * n} +0000"
+    env = dict(os.environ, GIT_AUTHOR_DATE=when, GIT_COMMITTER_DATE=when, GIT_CONFIG_NOSYSTEM="1")
+    name, _, email = PERSON.partition(" <")
+    env.update(GIT_AUTHOR_NAME=name, GIT_COMMITTER_NAME=name)
+    env.update(GIT_AUTHOR_EMAIL=email[:-1], GIT_COMMITTER_EMAIL=email[:-1])
+    proc = subprocess.run(
+        ["git", "commit", "-qam", f"new change {n}"], cwd=repo, env=env, capture_output=True
+    )
+    assert proc.returncode == 0, proc.stderr
 
 
 def main() -> int:

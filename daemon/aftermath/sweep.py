@@ -46,6 +46,7 @@ class _Repos:
     gits: dict[str, Git] = field(default_factory=dict)
     tips: dict[tuple[str, str], str] = field(default_factory=dict)
     ranges: dict[tuple[str, str, str], list[Commit] | None] = field(default_factory=dict)
+    paths: dict[tuple[str, str, str], set[str] | None] = field(default_factory=dict)
     blobs: dict[str, Blobs] = field(default_factory=dict)
 
     def git(self, repo: str) -> Git:
@@ -79,9 +80,13 @@ class _Repos:
         return self.ranges[repo, since, tip]
 
     def touched(self, repo: str, since: str, tip: str) -> set[str] | None:
-        """The paths the commits of `since..tip` touch; None when rewritten."""
-        commits = self.commits(repo, since, tip)
-        return None if commits is None else {p for c in commits for p in c.numstat}
+        """The paths the commits of `since..tip` touch; None when rewritten (one set per
+        range, whatever the number of runs asking)."""
+        key = (repo, since, tip)
+        if key not in self.paths:
+            commits = self.commits(repo, since, tip)
+            self.paths[key] = None if commits is None else {p for c in commits for p in c.numstat}
+        return self.paths[key]
 
 
 def sweep(
@@ -152,9 +157,18 @@ def _one(
     found: Sweep,
     held: Held,
 ) -> Aftermath | None:
+    kept = held.get(run.id)
+    if due_only and kept is not None:
+        # The daemon's record in memory, its target read once for all: a run whose files no
+        # new commit touched and whose window is not due costs a set lookup, not a stat.
+        record = kept[0]
+        tip = repos.tip(run.repo, record.target_ref)
+        if _quiet(repos, run.repo, record, tip):
+            record.last_seen = tip  # kept in memory: written with its next change or window
+        if tip == record.last_seen and not due(record, now):
+            return record
     folder = store.run_dir(run.id)
     mark = _mark(folder)
-    kept = held.get(run.id)
     # The record in memory while its file is the one it was read from or written as (a
     # `loopd aftermath` beside the daemon writes it too).
     record = kept[0] if kept is not None and kept[1] == mark else _load(store, folder)
@@ -201,7 +215,7 @@ def _quiet(repos: _Repos, repo: str, record: Aftermath, tip: str) -> bool:
     if tip == record.last_seen or not record.last_seen or record.state in ("gone", "pending"):
         return False
     touched = repos.touched(repo, record.last_seen, tip)
-    return touched is not None and not touched.intersection(record.lines)
+    return touched is not None and touched.isdisjoint(record.lines)
 
 
 def _begin(store: StateStore, git: Git, run: RunRecord, keys: tuple[str, str]) -> Aftermath:
