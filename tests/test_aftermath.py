@@ -654,3 +654,46 @@ def test_the_temporal_home_service_follows_landed_runs_too(tmp_path: Path, tempo
         stop_daemon(proc)
     record = load_aftermath(home.state_dir / "runs" / run.id)
     assert record is not None and record.state == "edited" and record.commits[0].author == "Ann"
+
+
+def rename(repo: Path, old: str, new: str, message: str) -> str:
+    person(repo, "mv", old, new)
+    person(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def test_a_rename_by_a_person_keeps_the_lines_and_edits_after_it_count(tmp_path: Path) -> None:
+    """`git mv calc.py` then an edit of a run's line under the new name: kept through the
+    rename (the rename is listed, nothing changed), edited after it, by `loopd aftermath`
+    from scratch (one `git log` of the run's files, followed to the new name) and by the
+    daemon's look (its range read once for all runs)."""
+    home, repo, run = landed(tmp_path)
+    store = StateStore(home.state_dir)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    held: Held = {}
+    sweep(store, [run], now, due_only=True, cache=held)  # the daemon's first look
+    moved = rename(repo, "calc.py", "arith.py", "calc.py is arith.py now")
+    daemon_view = sweep(store, [run], now, due_only=True, cache=held).records[0]
+    assert daemon_view.state == "kept" and list(daemon_view.lines) == ["arith.py"]
+    assert (daemon_view.lines_kept, daemon_view.lines_landed) == (5, 5)
+    assert [(c.commit, c.added, c.removed) for c in daemon_view.commits] == [(moved, 0, 0)]
+    cli_view = aftermath_of(home, run.id)
+    assert cli_view["state"] == "kept" and cli_view["lines_kept"] == 5
+
+    path = repo / "arith.py"
+    path.write_text(path.read_text().replace("    return doubled", "    return int(doubled)"))
+    person(repo, "commit", "-qam", "twice: an int, in arith.py")
+    daemon_view = sweep(store, [run], now, due_only=True, cache=held).records[0]
+    assert daemon_view.state == "edited" and daemon_view.lines_kept == 4
+    assert [c.message for c in daemon_view.commits] == [
+        "calc.py is arith.py now",
+        "twice: an int, in arith.py",
+    ]
+    # From scratch (the record gone): the run's file followed through the rename by git.
+    (home.state_dir / "runs" / run.id / AFTERMATH_FILE).unlink()
+    scratch = aftermath_of(home, run.id)
+    assert scratch["state"] == "edited" and scratch["lines_kept"] == 4
+    assert [(c["message"], c["added"], c["removed"]) for c in scratch["commits"]] == [
+        ("calc.py is arith.py now", 0, 0),
+        ("twice: an int, in arith.py", 1, 1),
+    ]

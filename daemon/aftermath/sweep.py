@@ -85,7 +85,7 @@ class _Repos:
         key = (repo, since, tip)
         if key not in self.paths:
             commits = self.commits(repo, since, tip)
-            self.paths[key] = None if commits is None else {p for c in commits for p in c.numstat}
+            self.paths[key] = None if commits is None else {p for c in commits for p in c.paths()}
         return self.paths[key]
 
 
