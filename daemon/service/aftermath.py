@@ -45,29 +45,57 @@ class Follower:
         self._thread: threading.Thread | None = None
         self._gits: dict[str, Git] = {}  # each repository located once
         self._measured = False  # the judge's field figures written since the start
+        self._lock = threading.Lock()  # the tick's thread and the remote feed's both start
+        # A fetch of a pushed target (a webhook's, a poll's) starts a look at once: on the
+        # Temporal home too, whose housekeeping ticks once a minute.
+        ctx.follow_moved = lambda: self.tick(ctx.clock())
 
     def tick(self, now: datetime) -> None:
-        """Start a sweep when one is due and none runs."""
-        if self._thread is not None and self._thread.is_alive():
-            return
-        mono = self.ctx.monotonic()
-        moved = self.ctx.targets_moved
-        if mono - self._at < FOLLOW_EVERY and not moved:
-            return
-        only: set[tuple[str, str]] | None = None
-        if mono - self._at < FOLLOW_EVERY:
-            only = set(moved)  # a target moved: only the runs landed on it, before 5 minutes
-        else:
-            self._at = mono
-        moved.clear()
-        self._thread = threading.Thread(
-            target=self.follow, args=(now, only), name="aftermath", daemon=True
-        )
-        self._thread.start()
+        """Start a sweep when one is due and none runs (one running looks again, when it
+        is done, at the targets seen moving meanwhile)."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            mono = self.ctx.monotonic()
+            if mono - self._at < FOLLOW_EVERY and not self.ctx.targets_moved:
+                return
+            only: set[tuple[str, str]] | None = None
+            if mono - self._at < FOLLOW_EVERY:
+                only = self._take_moved()  # only the runs landed on them, before 5 minutes
+            else:
+                self._at = mono
+                self._take_moved()
+            self._thread = threading.Thread(
+                target=self._looks, args=(now, only), name="aftermath", daemon=True
+            )
+            self._thread.start()
+
+    def _take_moved(self) -> set[tuple[str, str]]:
+        """The targets marked moved, taken one at a time (another thread may add one)."""
+        taken, moved = set(), self.ctx.targets_moved
+        while moved:
+            try:
+                taken.add(moved.pop())
+            except KeyError:
+                break
+        return taken
+
+    def _looks(self, now: datetime, only: set[tuple[str, str]] | None) -> None:
+        self.follow(now, only)
+        # Targets seen moving while it ran (a tick's start was refused): looked at now. The
+        # last check and the end are one step under the lock, so no mark is left behind.
+        while True:
+            with self._lock:
+                if not self.ctx.targets_moved:
+                    self._thread = None
+                    return
+                only = self._take_moved()
+            self.follow(self.ctx.clock(), only)
 
     def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
 
     def follow(self, now: datetime, only: set[tuple[str, str]] | None = None) -> Sweep:
         """One sweep at `now` over the landed runs still followed (`only`: those landed on
