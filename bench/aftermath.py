@@ -4,10 +4,11 @@ A real git repository (one `git fast-import`): F files, then R landed runs (loop
 each adding lines to one file, its message naming the run), then C later commits by a person,
 each appending a line to one file. First every run's aftermath is brought up to date from
 scratch (`sweep`, as `loopd aftermath` does: each run's identity read, its files' later
-commits read): seconds. Then, as the daemon's tick does (`due_only`, its records held in
-memory), one new target commit at a time, N times: milliseconds per new commit, median
-(target <= 50 ms). The states are checked: the runs whose files the later commits touched
-are `kept` or `edited` as generated.
+commits read): seconds. Then the daemon's path, its Follower (service/aftermath.py) on a
+home whose state/ holds the runs: its first look, then one new target commit at a time, N
+times, each marked moved as a push trigger or a fetch of the remote feed marks it, one tick
+and its look: milliseconds per new commit, median (target <= 50 ms). The states are
+checked: every run's lines still there (the later commits only append), no look failed.
 Usage: python bench/aftermath.py [--runs 1000] [--commits 20000] [--files 200] [--new 20]
        [--smoke]
 """
@@ -30,11 +31,12 @@ sys.path.insert(0, str(ROOT))
 
 from verdict import verdict  # noqa: E402
 
-from daemon.aftermath.sweep import Held, sweep  # noqa: E402
-from daemon.git.safe import Git  # noqa: E402
+from daemon.aftermath.sweep import sweep  # noqa: E402
+from daemon.home import Home  # noqa: E402
+from daemon.service.aftermath import Follower  # noqa: E402
 from daemon.state.records import RunRecord, RunTrigger  # noqa: E402
-from daemon.state.store import StateStore  # noqa: E402
-from tests.helpers import git  # noqa: E402
+from tests.helpers import git, make_home  # noqa: E402
+from tests.test_service import Clocks, context  # noqa: E402
 
 TARGET_MS = 50.0
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -91,6 +93,14 @@ def build(repo: Path, files: int, runs: int, commits: int) -> list[str]:
     )  # fmt: skip
     by_mark = dict(line.split() for line in marks.read_text().splitlines())
     return [by_mark[f":{m}"] for m in run_marks]
+
+
+AGENTS = f'[agents.quick]\nadapter = "command"\ncommand = ["{sys.executable}", "-c", "pass"]\n'
+
+
+def _loop(repo: Path) -> str:
+    """The loop the runs are of: landing by merge on the bench's repository."""
+    return f'repo = "{repo}"\ntask = "bench"\nagent = "quick"\nland = "merge"\n'
 
 
 def records(repo: Path, shas: list[str]) -> list[RunRecord]:
@@ -152,8 +162,11 @@ def main() -> int:
         git(repo, "reset", "-q", "--hard", "main")
         print(f"repository: {args.runs} runs, {args.commits} later commits "
               f"({time.monotonic() - started:.1f} s to write)")  # fmt: skip
-        store = StateStore(Path(tmp) / "state")
+        home = Home(make_home(Path(tmp) / "home", AGENTS, {"bench": _loop(repo)}))
+        store = home.state()
         runs = records(repo, shas)
+        for run in runs:  # as landed: the daemon's Follower reads them from state/
+            store.save_run(run)
         now = T0 + timedelta(hours=1)
         started = time.monotonic()
         first = sweep(store, runs, now)
@@ -164,16 +177,25 @@ def main() -> int:
         # The later commits only append: every run's lines are all still there.
         assert all(r.lines_kept == r.lines_landed == 5 for r in first.records)
         print(f"from scratch: {scratch:.2f} s for {args.runs} runs")
-        held: Held = {}
-        gits: dict[str, Git] = {}  # as the daemon's Follower keeps them
-        sweep(store, runs, now, due_only=True, cache=held, gits=gits)  # the daemon's first look
+        # The daemon's path: its Follower (service/aftermath.py) on a context of the home,
+        # its first look over every landed run, then each new commit as a push trigger, a
+        # hook or a fetch of the remote feed marks it: `targets_moved`, one tick, the look.
+        ctx = context(home, Clocks())  # the monotonic clock stands: no 5-minute look comes
+        follower = Follower(ctx)
+        follower.tick(now)
+        follower.join()
+        moved = (str(repo.resolve()), "main")
         times = []
         for n in range(args.new):
             new_commit(repo, n, args.files)
             started = time.monotonic()
-            found = sweep(store, runs, now, due_only=True, cache=held, gits=gits)
+            ctx.targets_moved.add(moved)
+            follower.tick(now)
+            follower.join()
             times.append((time.monotonic() - started) * 1000)
-            assert not found.failed, found.failed
+        follower.close()
+        failed = [e for e in store.events.read() if e.get("type") == "aftermath_failed"]
+        assert not failed, failed[:3]
         median = statistics.median(times)
         print(f"per new target commit: median {median:.1f} ms, max {max(times):.1f} ms "
               f"over {args.new} commits")  # fmt: skip

@@ -113,6 +113,50 @@ def range_log(git: Git, since: str, tip: str) -> list[Commit] | None:
     return commits if ancestor else None
 
 
+@dataclass
+class History:
+    """A target's history read once, when it is a single line of commits (no merge): what
+    the first look at many runs shares instead of a `git log` of each run's own."""
+
+    commits: list[Commit]
+    position: dict[str, int]  # commit: its index in `commits`
+    by_path: dict[str, list[int]]  # path: the indexes of the commits touching it, in order
+
+    def after(self, commit: str, paths: list[str]) -> list[Commit] | None:
+        """The commits after `commit` that touch `paths`, oldest first; None when `commit`
+        is not in it, or one of them renames (its log of its own then follows the name)."""
+        start = self.position.get(commit)
+        if start is None:
+            return None
+        found = sorted({i for p in paths for i in self.by_path.get(p, ()) if i > start})
+        touching = [self.commits[i] for i in found]
+        return None if any(c.renames for c in touching) else touching
+
+
+def history(git: Git, tip: str) -> History | None:
+    """Every commit of `tip` with the files each touches (one `git log`), or None when its
+    history is not a single line (a merge in it: each run's own log is read instead)."""
+    fmt = "%x01%P%x00%H%x00%an%x00%ae%x00%cI%x00%s%x00%b%x00"
+    text = git.out("log", "--reverse", "-M", "-z", "--numstat", f"--format={fmt}", tip)
+    commits: list[Commit] = []
+    by_path: dict[str, list[int]] = {}
+    for chunk in text.split(_REC)[1:]:
+        parts = chunk.split(_SEP, 7)
+        if len(parts) < 8:
+            continue
+        parents, sha, author, email, date, subject, body, stat = parts
+        previous = [commits[-1].commit] if commits else []
+        if parents.split() != previous:
+            return None  # a merge, or a second root: not one line
+        commit = Commit(sha, author, email, datetime.fromisoformat(date), subject, body)
+        _stat(commit, stat)
+        for path in commit.paths():
+            by_path.setdefault(path, []).append(len(commits))
+        commits.append(commit)
+    position = {c.commit: i for i, c in enumerate(commits)}
+    return History(commits, position, by_path)
+
+
 def _stat(commit: Commit, text: str) -> None:
     """`--numstat -z` of a commit into its numstat (a renamed file under its new name) and
     its renames: `ADDED\tREMOVED\tPATH` each, or `ADDED\tREMOVED\t` then OLD and NEW."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.aftermath.follow import update
-from daemon.aftermath.gitread import Blobs, Commit, range_log
+from daemon.aftermath.gitread import Blobs, Commit, History, history, range_log
 from daemon.aftermath.identity import baseline, follows, target_ref
 from daemon.aftermath.verdict import due
 from daemon.git.safe import Git, GitError
@@ -48,6 +48,8 @@ class _Repos:
     ranges: dict[tuple[str, str, str], list[Commit] | None] = field(default_factory=dict)
     paths: dict[tuple[str, str, str], set[str] | None] = field(default_factory=dict)
     blobs: dict[str, Blobs] = field(default_factory=dict)
+    own_blobs: bool = True  # False: the caller's, kept open across sweeps
+    histories: dict[tuple[str, str], History | None] = field(default_factory=dict)
 
     def git(self, repo: str) -> Git:
         if repo not in self.gits:
@@ -61,8 +63,9 @@ class _Repos:
         return self.blobs[repo]
 
     def close(self) -> None:
-        for blobs in self.blobs.values():
-            blobs.close()
+        if self.own_blobs:
+            for blobs in self.blobs.values():
+                blobs.close()
 
     def tip(self, repo: str, ref: str) -> str:
         if (repo, ref) not in self.tips:
@@ -78,6 +81,13 @@ class _Repos:
         if (repo, since, tip) not in self.ranges:
             self.ranges[repo, since, tip] = range_log(self.git(repo), since, tip)
         return self.ranges[repo, since, tip]
+
+    def history(self, repo: str, tip: str) -> History | None:
+        """The whole history of `tip`, read once for every run looked at for the first time
+        (None when it is not a single line of commits)."""
+        if (repo, tip) not in self.histories:
+            self.histories[repo, tip] = history(self.git(repo), tip)
+        return self.histories[repo, tip]
 
     def touched(self, repo: str, since: str, tip: str) -> set[str] | None:
         """The paths the commits of `since..tip` touch; None when rewritten (one set per
@@ -98,14 +108,19 @@ def sweep(
     teach: Teach | None = None,
     cache: Held | None = None,
     gits: dict[str, Git] | None = None,
+    blobs: dict[str, Blobs] | None = None,
 ) -> Sweep:
     """Bring the aftermath of each landed run of `runs` up to date at `now`; `loop_keys(loop)`:
     its `remote` and agent profile; `due_only`: only those whose target moved or whose window
     is due (the daemon's tick); `teach`: what a run reverted after landing teaches
     (aftermath/lesson.py); `cache`: the records as the last sweep left them (the daemon's), so
     a run whose files no new commit touched is neither read nor written; `gits`: each
-    repository's git as located before (the daemon's: not located again each sweep)."""
+    repository's git as located before (the daemon's: not located again each sweep);
+    `blobs`: each repository's `cat-file --batch`, kept open by the caller across sweeps
+    (the daemon's: no process started a look; the caller closes them)."""
     found, repos = Sweep(), _Repos(gits=gits if gits is not None else {})
+    if blobs is not None:
+        repos.blobs, repos.own_blobs = blobs, False
     try:
         _sweep(store, runs, now, loop_keys, due_only, teach, cache, found, repos)
     finally:
@@ -173,6 +188,7 @@ def _one(
     # `loopd aftermath` beside the daemon writes it too).
     record = kept[0] if kept is not None and kept[1] == mark else _load(store, folder)
     git = repos.git(run.repo)
+    first = record is None
     if record is None:
         record = _begin(store, git, run, keys)
     held[run.id] = (record, _mark(folder))
@@ -183,15 +199,30 @@ def _one(
         return record
     was = record.state
     shared = repos.ranges.get((run.repo, record.last_seen, tip))
+    if shared is None and first and record.on_target and tip != record.last_seen:
+        shared = _from_history(repos, run.repo, record, tip)
     changed = update(git, record, tip, now, shared is not None, shared, repos.reader(run.repo))
     # Saved before its event: a loopd killed between them finds the record up to date at its
-    # restart and records no change twice (at worst one event is missing).
-    save_aftermath(folder, record)
+    # restart and records no change twice (at worst one event is missing). A record whose
+    # state did not change is written without the fsyncs: the one before it on disk is
+    # whole, and a look from its `last_seen` comes to the same (the commits since read again).
+    save_aftermath(folder, record, durable=changed)
     held[run.id] = (record, _mark(folder))
     if changed:
         found.changed.append(record)
         _changed(store, record, was, now)
     return record
+
+
+def _from_history(repos: _Repos, repo: str, record: Aftermath, tip: str) -> list[Commit] | None:
+    """A run looked at for the first time: the commits after its landing that touch its
+    files, from the target's history read once for all of them (a sweep from scratch is then
+    one `git log`, not one per run); None when that history cannot say (a merge in it, a
+    rename of the run's files, its landing not on it): the run's own log then."""
+    if record.last_seen != record.landed_commits[-1]:
+        return None
+    found = repos.history(repo, tip)
+    return found.after(record.last_seen, list(record.lines)) if found is not None else None
 
 
 def _mark(folder: Path) -> int:
