@@ -697,3 +697,51 @@ def test_a_rename_by_a_person_keeps_the_lines_and_edits_after_it_count(tmp_path:
         ("calc.py is arith.py now", 0, 0),
         ("twice: an int, in arith.py", 1, 1),
     ]
+
+
+def test_a_first_look_at_many_runs_from_one_history_log_equals_each_runs_own_log(
+    tmp_path: Path,
+) -> None:
+    """`loopd aftermath` from scratch over many runs reads the target's history once (a
+    single line of commits); what it finds is what each run's own `git log` finds: kept,
+    edited by a person, reverted by `git revert`, renamed (that run's own log)."""
+    import sys
+
+    import daemon.aftermath.sweep as sweeping
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from aftermath import build, records  # bench/aftermath.py: its repository and runs
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    shas = build(repo, 6, 12, 30)
+    git(repo, "reset", "-q", "--hard", "main")
+    runs = records(repo, shas)
+    path = repo / "src" / "m0001.py"  # runs 1 and 7: one line of run 1 edited
+    path.write_text(path.read_text().replace("    v1 = 11\n", "    v1 = 111\n"))
+    person(repo, "commit", "-qam", "v1 of run 1, by hand")
+    path = repo / "src" / "m0002.py"  # run 2 reverted by hand, the message naming it
+    gone = {"def run_2():", *(f"    v{k} = {20 + k}" for k in range(4))}
+    kept = [line for line in path.read_text().splitlines() if line not in gone]
+    path.write_text("\n".join(kept) + "\n")
+    person(repo, "commit", "-qam", f"Revert run 2\n\nThis reverts commit {shas[2]}.")
+    person(repo, "mv", "src/m0003.py", "src/renamed.py")  # runs 3 and 9: renamed
+    person(repo, "commit", "-qm", "m0003 is renamed")
+    now = datetime(2030, 1, 1, 1, tzinfo=UTC)
+    shared = sweeping.sweep(StateStore(tmp_path / "shared"), runs, now)
+    own_logs = sweeping._from_history
+    try:
+        sweeping._from_history = lambda *args: None  # each run's own log, as before
+        each = sweeping.sweep(StateStore(tmp_path / "each"), runs, now)
+    finally:
+        sweeping._from_history = own_logs
+    assert not shared.failed and not each.failed
+    assert [r.model_dump() for r in shared.records] == [r.model_dump() for r in each.records]
+    states = {r.run[-2:]: r.state for r in shared.records}
+    assert (states["01"], states["02"], states["03"], states["00"]) == (
+        "edited",
+        "reverted",
+        "kept",
+        "kept",
+    )
