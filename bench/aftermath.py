@@ -33,10 +33,11 @@ from verdict import verdict  # noqa: E402
 
 from daemon.aftermath.sweep import sweep  # noqa: E402
 from daemon.home import Home  # noqa: E402
+from daemon.runs.services import RunServices  # noqa: E402
 from daemon.service.aftermath import Follower  # noqa: E402
+from daemon.service.context import Context, Flags  # noqa: E402
 from daemon.state.records import RunRecord, RunTrigger  # noqa: E402
 from tests.helpers import git, make_home  # noqa: E402
-from tests.test_service import Clocks, context  # noqa: E402
 
 TARGET_MS = 50.0
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -180,7 +181,16 @@ def main() -> int:
         # The daemon's path: its Follower (service/aftermath.py) on a context of the home,
         # its first look over every landed run, then each new commit as a push trigger, a
         # hook or a fetch of the remote feed marks it: `targets_moved`, one tick, the look.
-        ctx = context(home, Clocks())  # the monotonic clock stands: no 5-minute look comes
+        loaded = home.load()
+        ctx = Context(
+            home=home,
+            store=store,
+            flags=Flags(),
+            config=loaded,
+            services=RunServices(home=home, config=loaded.daemon, store=store),
+            clock=lambda: now,
+            monotonic=lambda: 1000.0,  # it stands: no 5-minute look comes, only the moves
+        )
         follower = Follower(ctx)
         follower.tick(now)
         follower.join()
