@@ -176,12 +176,12 @@ def _one(
     if due_only and kept is not None:
         # The daemon's record in memory, its target read once for all: a run whose files no
         # new commit touched and whose window is not due costs a set lookup, not a stat.
-        record = kept[0]
-        tip = repos.tip(run.repo, record.target_ref)
-        if _quiet(repos, run.repo, record, tip):
-            record.last_seen = tip  # kept in memory: written with its next change or window
-        if tip == record.last_seen and not due(record, now):
-            return record
+        held_record = kept[0]
+        tip = repos.tip(run.repo, held_record.target_ref)
+        if _quiet(repos, run.repo, held_record, tip):
+            held_record.last_seen = tip  # in memory: written with its next change or window
+        if tip == held_record.last_seen and not due(held_record, now):
+            return held_record
     folder = store.run_dir(run.id)
     mark = _mark(folder)
     # The record in memory while its file is the one it was read from or written as (a
