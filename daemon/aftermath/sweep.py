@@ -144,9 +144,11 @@ def _sweep(
         if not follows(run):
             continue
         try:
-            keys = loop_keys(run.loop)
-            record = _one(store, repos, run, now, keys, due_only, found, held)
-            if record is not None and teach is not None and not record.taught:
+            record = _one(store, repos, run, now, loop_keys, due_only, found, held)
+            # Only a reverted or edited run can teach (lesson.failed_after): the others are
+            # not handed over at each look.
+            teachable = record is not None and record.state in ("reverted", "edited")
+            if record is not None and teach is not None and teachable and not record.taught:
                 taught = teach(repos.git(run.repo), run, record)
                 if record.taught:
                     save_aftermath(store.run_dir(run.id), record)
@@ -167,7 +169,7 @@ def _one(
     repos: _Repos,
     run: RunRecord,
     now: datetime,
-    keys: tuple[str, str],
+    loop_keys: Callable[[str], tuple[str, str]],
     due_only: bool,
     found: Sweep,
     held: Held,
@@ -190,7 +192,7 @@ def _one(
     git = repos.git(run.repo)
     first = record is None
     if record is None:
-        record = _begin(store, git, run, keys)
+        record = _begin(store, git, run, loop_keys(run.loop))
     held[run.id] = (record, _mark(folder))
     tip = repos.tip(run.repo, record.target_ref)
     if due_only and _quiet(repos, run.repo, record, tip):

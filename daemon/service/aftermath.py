@@ -51,6 +51,7 @@ class Follower:
         self._seen: dict[str, tuple[tuple[int, int, int], RunRecord]] = {}  # others, by stat
         self._resolved: dict[str, str] = {}  # a run's `repo` as given: the path it resolves to
         self._measured = False  # the judge's field figures written since the start
+        self._holds_checked = False  # revert_limit checked over every record since the start
         self._lock = threading.Lock()  # the tick's thread and the remote feed's both start
         # A fetch of a pushed target (a webhook's, a poll's) starts a look at once: on the
         # Temporal home too, whose housekeeping ticks once a minute.
@@ -130,8 +131,12 @@ class Follower:
             blobs=self._blobs,
             teach=lambda git, run, record: teach(self.ctx.services, git, run, record),
         )
-        limits = {n: (lp.config.land, lp.config.revert_limit) for n, lp in loops.items()}
-        hold_reverted(self.ctx.store, limits, found.records, now)
+        if not self._holds_checked or any(r.reverts() for r in found.changed):
+            # A loop's count of reverts in 7 days grows only with a record that changed
+            # (time only lowers it): checked at the first look, then at a new revert.
+            limits = {n: (lp.config.land, lp.config.revert_limit) for n, lp in loops.items()}
+            hold_reverted(self.ctx.store, limits, found.records, now)
+            self._holds_checked = True
         if found.changed or not self._measured:
             thresholds = {n: lp.config.critic_threshold for n, lp in loops.items()}
             field_figures(self.ctx.store, self.ctx.config.daemon, thresholds, now)
