@@ -140,11 +140,12 @@ def _sweep(
     repos: _Repos,
 ) -> None:
     held = cache if cache is not None else {}
+    defer = due_only and cache is not None  # the daemon's records, held between its looks
     for run in runs:
         if not follows(run):
             continue
         try:
-            record = _one(store, repos, run, now, loop_keys, due_only, found, held)
+            record = _one(store, repos, run, now, loop_keys, due_only, found, held, defer)
             # Only a reverted or edited run can teach (lesson.failed_after): the others are
             # not handed over at each look.
             teachable = record is not None and record.state in ("reverted", "edited")
@@ -173,7 +174,10 @@ def _one(
     due_only: bool,
     found: Sweep,
     held: Held,
+    defer: bool = False,
 ) -> Aftermath | None:
+    """One run's record brought up to date; `defer`: one whose state, kept lines and windows
+    did not change stays in memory, written with its next change (the daemon's)."""
     kept = held.get(run.id)
     if due_only and kept is not None:
         # The daemon's record in memory, its target read once for all: a run whose files no
@@ -199,11 +203,16 @@ def _one(
         record.last_seen = tip  # kept in memory: written with its next change or window
     if due_only and tip == record.last_seen and not due(record, now):
         return record
-    was = record.state
+    was = (record.state, record.lines_kept, len(record.windows))
     shared = repos.ranges.get((run.repo, record.last_seen, tip))
     if shared is None and first and record.on_target and tip != record.last_seen:
         shared = _from_history(repos, run.repo, record, tip)
     changed = update(git, record, tip, now, shared is not None, shared, repos.reader(run.repo))
+    if defer and not first and was == (record.state, record.lines_kept, len(record.windows)):
+        # Only its commit list and `last_seen` moved (a person's commit in its file, not in
+        # its lines): the record on disk still says what became of the run; a look from its
+        # `last_seen` (a restart, `loopd aftermath`) reads the same commits again.
+        return record
     # Saved before its event: a loopd killed between them finds the record up to date at its
     # restart and records no change twice (at worst one event is missing). A record whose
     # state did not change is written without the fsyncs: the one before it on disk is
@@ -212,7 +221,7 @@ def _one(
     held[run.id] = (record, _mark(folder))
     if changed:
         found.changed.append(record)
-        _changed(store, record, was, now)
+        _changed(store, record, was[0], now)
     return record
 
 
