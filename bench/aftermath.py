@@ -4,10 +4,11 @@ A real git repository (one `git fast-import`): F files, then R landed runs (loop
 each adding lines to one file, its message naming the run), then C later commits by a person,
 each appending a line to one file. First every run's aftermath is brought up to date from
 scratch (`sweep`, as `loopd aftermath` does: each run's identity read, its files' later
-commits read): seconds. Then, as the daemon's tick does (`due_only`, its records held in
-memory), one new target commit at a time, N times: milliseconds per new commit, median
-(target <= 50 ms). The states are checked: the runs whose files the later commits touched
-are `kept` or `edited` as generated.
+commits read): seconds. Then the daemon's path, its Follower (service/aftermath.py) on a
+home whose state/ holds the runs: its first look, then one new target commit at a time, N
+times, each marked moved as a push trigger or a fetch of the remote feed marks it, one tick
+and its look: milliseconds per new commit, median (target <= 50 ms). The states are
+checked: every run's lines still there (the later commits only append), no look failed.
 Usage: python bench/aftermath.py [--runs 1000] [--commits 20000] [--files 200] [--new 20]
        [--smoke]
 """
@@ -15,6 +16,7 @@ Usage: python bench/aftermath.py [--runs 1000] [--commits 20000] [--files 200] [
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import subprocess
@@ -29,16 +31,19 @@ sys.path.insert(0, str(ROOT))
 
 from verdict import verdict  # noqa: E402
 
-from daemon.aftermath.sweep import Held, sweep  # noqa: E402
-from daemon.git.safe import Git  # noqa: E402
+from daemon.aftermath.sweep import sweep  # noqa: E402
+from daemon.home import Home  # noqa: E402
+from daemon.runs.services import RunServices  # noqa: E402
+from daemon.service.aftermath import Follower  # noqa: E402
+from daemon.service.context import Context, Flags  # noqa: E402
 from daemon.state.records import RunRecord, RunTrigger  # noqa: E402
-from daemon.state.store import StateStore  # noqa: E402
-from tests.helpers import git  # noqa: E402
+from tests.helpers import git, make_home  # noqa: E402
 
 TARGET_MS = 50.0
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 LOOPD = "loopd <loopd@localhost>"
 PERSON = "Ann <ann@example.com>"
+LATER = 1_850_000_000  # the new commits' dates: after every commit `build` writes (1.8e9 on)
 
 
 def _blob(text: str) -> str:
@@ -91,6 +96,14 @@ def build(repo: Path, files: int, runs: int, commits: int) -> list[str]:
     return [by_mark[f":{m}"] for m in run_marks]
 
 
+AGENTS = f'[agents.quick]\nadapter = "command"\ncommand = ["{sys.executable}", "-c", "pass"]\n'
+
+
+def _loop(repo: Path) -> str:
+    """The loop the runs are of: landing by merge on the bench's repository."""
+    return f'repo = "{repo}"\ntask = "bench"\nagent = "quick"\nland = "merge"\n'
+
+
 def records(repo: Path, shas: list[str]) -> list[RunRecord]:
     return [
         RunRecord(
@@ -115,10 +128,20 @@ def records(repo: Path, shas: list[str]) -> list[RunRecord]:
 
 
 def new_commit(repo: Path, n: int, files: int) -> None:
-    """One more person's commit on main: a line appended to one file."""
+    """One more person's commit on main: a line appended to one file, dated after the
+    history `build` wrote (as a new commit is: a commit dated before its parent makes every
+    git walk of a range look further back for the clock skew)."""
     path = repo / f"src/m{n * 7 % files:04d}.py"
     path.write_text(path.read_text() + f"Z{n} = {n}\n")
-    git(repo, "commit", "-qam", f"new change {n}")
+    when = f"@{LATER + 60 * n} +0000"
+    env = dict(os.environ, GIT_AUTHOR_DATE=when, GIT_COMMITTER_DATE=when, GIT_CONFIG_NOSYSTEM="1")
+    name, _, email = PERSON.partition(" <")
+    env.update(GIT_AUTHOR_NAME=name, GIT_COMMITTER_NAME=name)
+    env.update(GIT_AUTHOR_EMAIL=email[:-1], GIT_COMMITTER_EMAIL=email[:-1])
+    proc = subprocess.run(
+        ["git", "commit", "-qam", f"new change {n}"], cwd=repo, env=env, capture_output=True
+    )
+    assert proc.returncode == 0, proc.stderr
 
 
 def main() -> int:
@@ -140,8 +163,11 @@ def main() -> int:
         git(repo, "reset", "-q", "--hard", "main")
         print(f"repository: {args.runs} runs, {args.commits} later commits "
               f"({time.monotonic() - started:.1f} s to write)")  # fmt: skip
-        store = StateStore(Path(tmp) / "state")
+        home = Home(make_home(Path(tmp) / "home", AGENTS, {"bench": _loop(repo)}))
+        store = home.state()
         runs = records(repo, shas)
+        for run in runs:  # as landed: the daemon's Follower reads them from state/
+            store.save_run(run)
         now = T0 + timedelta(hours=1)
         started = time.monotonic()
         first = sweep(store, runs, now)
@@ -152,16 +178,34 @@ def main() -> int:
         # The later commits only append: every run's lines are all still there.
         assert all(r.lines_kept == r.lines_landed == 5 for r in first.records)
         print(f"from scratch: {scratch:.2f} s for {args.runs} runs")
-        held: Held = {}
-        gits: dict[str, Git] = {}  # as the daemon's Follower keeps them
-        sweep(store, runs, now, due_only=True, cache=held, gits=gits)  # the daemon's first look
+        # The daemon's path: its Follower (service/aftermath.py) on a context of the home,
+        # its first look over every landed run, then each new commit as a push trigger, a
+        # hook or a fetch of the remote feed marks it: `targets_moved`, one tick, the look.
+        loaded = home.load()
+        ctx = Context(
+            home=home,
+            store=store,
+            flags=Flags(),
+            config=loaded,
+            services=RunServices(home=home, config=loaded.daemon, store=store),
+            clock=lambda: now,
+            monotonic=lambda: 1000.0,  # it stands: no 5-minute look comes, only the moves
+        )
+        follower = Follower(ctx)
+        follower.tick(now)
+        follower.join()
+        moved = (str(repo.resolve()), "main")
         times = []
         for n in range(args.new):
             new_commit(repo, n, args.files)
             started = time.monotonic()
-            found = sweep(store, runs, now, due_only=True, cache=held, gits=gits)
+            ctx.targets_moved.add(moved)
+            follower.tick(now)
+            follower.join()
             times.append((time.monotonic() - started) * 1000)
-            assert not found.failed, found.failed
+        follower.close()
+        failed = [e for e in store.events.read() if e.get("type") == "aftermath_failed"]
+        assert not failed, failed[:3]
         median = statistics.median(times)
         print(f"per new target commit: median {median:.1f} ms, max {max(times):.1f} ms "
               f"over {args.new} commits")  # fmt: skip

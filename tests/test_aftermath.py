@@ -654,3 +654,94 @@ def test_the_temporal_home_service_follows_landed_runs_too(tmp_path: Path, tempo
         stop_daemon(proc)
     record = load_aftermath(home.state_dir / "runs" / run.id)
     assert record is not None and record.state == "edited" and record.commits[0].author == "Ann"
+
+
+def rename(repo: Path, old: str, new: str, message: str) -> str:
+    person(repo, "mv", old, new)
+    person(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def test_a_rename_by_a_person_keeps_the_lines_and_edits_after_it_count(tmp_path: Path) -> None:
+    """`git mv calc.py` then an edit of a run's line under the new name: kept through the
+    rename (the rename is listed, nothing changed), edited after it, by `loopd aftermath`
+    from scratch (one `git log` of the run's files, followed to the new name) and by the
+    daemon's look (its range read once for all runs)."""
+    home, repo, run = landed(tmp_path)
+    store = StateStore(home.state_dir)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    held: Held = {}
+    sweep(store, [run], now, due_only=True, cache=held)  # the daemon's first look
+    moved = rename(repo, "calc.py", "arith.py", "calc.py is arith.py now")
+    daemon_view = sweep(store, [run], now, due_only=True, cache=held).records[0]
+    assert daemon_view.state == "kept" and list(daemon_view.lines) == ["arith.py"]
+    assert (daemon_view.lines_kept, daemon_view.lines_landed) == (5, 5)
+    assert [(c.commit, c.added, c.removed) for c in daemon_view.commits] == [(moved, 0, 0)]
+    cli_view = aftermath_of(home, run.id)
+    assert cli_view["state"] == "kept" and cli_view["lines_kept"] == 5
+
+    path = repo / "arith.py"
+    path.write_text(path.read_text().replace("    return doubled", "    return int(doubled)"))
+    person(repo, "commit", "-qam", "twice: an int, in arith.py")
+    daemon_view = sweep(store, [run], now, due_only=True, cache=held).records[0]
+    assert daemon_view.state == "edited" and daemon_view.lines_kept == 4
+    assert [c.message for c in daemon_view.commits] == [
+        "calc.py is arith.py now",
+        "twice: an int, in arith.py",
+    ]
+    # From scratch (the record gone): the run's file followed through the rename by git.
+    (home.state_dir / "runs" / run.id / AFTERMATH_FILE).unlink()
+    scratch = aftermath_of(home, run.id)
+    assert scratch["state"] == "edited" and scratch["lines_kept"] == 4
+    assert [(c["message"], c["added"], c["removed"]) for c in scratch["commits"]] == [
+        ("calc.py is arith.py now", 0, 0),
+        ("twice: an int, in arith.py", 1, 1),
+    ]
+
+
+def test_a_first_look_at_many_runs_from_one_history_log_equals_each_runs_own_log(
+    tmp_path: Path,
+) -> None:
+    """`loopd aftermath` from scratch over many runs reads the target's history once (a
+    single line of commits); what it finds is what each run's own `git log` finds: kept,
+    edited by a person, reverted by `git revert`, renamed (that run's own log)."""
+    import sys
+
+    import daemon.aftermath.sweep as sweeping
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from aftermath import build, records  # bench/aftermath.py: its repository and runs
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    shas = build(repo, 6, 12, 30)
+    git(repo, "reset", "-q", "--hard", "main")
+    runs = records(repo, shas)
+    path = repo / "src" / "m0001.py"  # runs 1 and 7: one line of run 1 edited
+    path.write_text(path.read_text().replace("    v1 = 11\n", "    v1 = 111\n"))
+    person(repo, "commit", "-qam", "v1 of run 1, by hand")
+    path = repo / "src" / "m0002.py"  # run 2 reverted by hand, the message naming it
+    gone = {"def run_2():", *(f"    v{k} = {20 + k}" for k in range(4))}
+    kept = [line for line in path.read_text().splitlines() if line not in gone]
+    path.write_text("\n".join(kept) + "\n")
+    person(repo, "commit", "-qam", f"Revert run 2\n\nThis reverts commit {shas[2]}.")
+    person(repo, "mv", "src/m0003.py", "src/renamed.py")  # runs 3 and 9: renamed
+    person(repo, "commit", "-qm", "m0003 is renamed")
+    now = datetime(2030, 1, 1, 1, tzinfo=UTC)
+    shared = sweeping.sweep(StateStore(tmp_path / "shared"), runs, now)
+    own_logs = sweeping._from_history
+    try:
+        sweeping._from_history = lambda *args: None  # each run's own log, as before
+        each = sweeping.sweep(StateStore(tmp_path / "each"), runs, now)
+    finally:
+        sweeping._from_history = own_logs
+    assert not shared.failed and not each.failed
+    assert [r.model_dump() for r in shared.records] == [r.model_dump() for r in each.records]
+    states = {r.run[-2:]: r.state for r in shared.records}
+    assert (states["01"], states["02"], states["03"], states["00"]) == (
+        "edited",
+        "reverted",
+        "kept",
+        "kept",
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from daemon.aftermath.gitread import Blobs, Commit, commit_patch_ids, kept_in, log
+from daemon.aftermath.gitread import Blobs, Commit, commit_patch_ids, kept_in, log_following
 from daemon.aftermath.verdict import mark_windows, verdict
 from daemon.git.safe import Git
 from daemon.state.aftermath import Aftermath, LaterCommit
@@ -65,11 +65,11 @@ def _follow(
     full = not since or not record.kept_by_file
     if not since:  # rewritten above the run, or a first sight of it: from the run on
         since, record.commits = record.landed_commits[-1], []
-    files = list(record.lines)
     if shared is not None and since == last:
-        commits = [c for c in shared if any(p in record.lines for p in c.numstat)]
+        commits = _mine(record, shared)
     else:
-        commits = log(git, [f"{since}..{tip}"], files)
+        commits = _mine(record, log_following(git, f"{since}..{tip}", list(record.lines)))
+    files = list(record.lines)  # under the names the commits left them
     _note(git, record, commits, f"{since}..{tip}")
     touched = sorted({path for c in commits for path in c.numstat if path in record.lines})
     if full:
@@ -83,6 +83,24 @@ def _follow(
     if record.state == "reverted" and not record.reverts():
         # Most of its lines removed: the commit that removed the most is the revert.
         max(record.commits, key=lambda c: c.removed - c.added).revert = True
+
+
+def _mine(record: Aftermath, commits: list[Commit]) -> list[Commit]:
+    """The commits among `commits` (oldest first) that touch the run's files; a person's
+    rename of one carries its lines (and what is kept of them) to the new name, so the
+    commits after it are counted on that name."""
+    mine = []
+    for c in commits:
+        if not any(p in record.lines for p in c.paths()):
+            continue
+        for old, new in c.renames.items():
+            if old in record.lines:
+                record.lines[new] = record.lines.get(new, []) + record.lines.pop(old)
+                if old in record.kept_by_file:
+                    kept = record.kept_by_file.pop(old)
+                    record.kept_by_file[new] = record.kept_by_file.get(new, 0) + kept
+        mine.append(c)
+    return mine
 
 
 def _note(git: Git, record: Aftermath, commits: list[Commit], rev_range: str) -> None:

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from daemon.git.safe import GIT_IDENTITY, Git, GitError
 
+MAX_RENAMES = 8  # generations of renames followed in one look (a rename of a rename...)
 MAX_LINES = 20_000  # lines of a run kept as hashes: past this, the rest are not followed
 REVERTS = re.compile(r"This reverts commit ([0-9a-f]{7,64})")
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -33,6 +34,11 @@ class Commit:
     subject: str
     body: str
     numstat: dict[str, tuple[int, int]] = field(default_factory=dict)  # path: (added, removed)
+    renames: dict[str, str] = field(default_factory=dict)  # old path: new path
+
+    def paths(self) -> set[str]:
+        """Every path it touches, a renamed file under both its names."""
+        return {*self.numstat, *self.renames}
 
     @property
     def loopds(self) -> bool:
@@ -45,26 +51,38 @@ class Commit:
 
 def log(git: Git, rev_range: list[str], files: list[str] | None) -> list[Commit]:
     """The commits of `rev_range` (oldest first, merges left out) that touch `files` (None:
-    every commit of the range, each with all the files it touches)."""
+    every commit of the range), each with all the files it touches (`--full-diff`, so that a
+    rename of one of `files` is seen as one: `Commit.renames`)."""
     if files is not None and not files:
         return []
     fmt = "%x01%H%x00%an%x00%ae%x00%cI%x00%s%x00%b%x00"
     text = git.out(
-        "log", "--no-merges", "--reverse", "--no-renames", "--numstat", f"--format={fmt}",
-        *rev_range, "--", *(files or []),
+        "log", "--no-merges", "--reverse", "-M", "--full-diff", "-z", "--numstat",
+        f"--format={fmt}", *rev_range, "--", *(files or []),
     )  # fmt: skip
     commits = []
     for chunk in text.split(_REC)[1:]:
-        parts = chunk.split(_SEP)
+        parts = chunk.split(_SEP, 6)
         if len(parts) < 7:
             continue
-        sha, author, email, date, subject, body, stat = parts[:7]
+        sha, author, email, date, subject, body, stat = parts
         commit = Commit(sha, author, email, datetime.fromisoformat(date), subject, body)
-        for row in stat.strip().splitlines():
-            added, removed, path = (row.split("\t", 2) + ["", "", ""])[:3]
-            if path:
-                commit.numstat[path] = (_int(added), _int(removed))
+        _stat(commit, stat)
         commits.append(commit)
+    return commits
+
+
+def log_following(git: Git, rev_range: str, files: list[str]) -> list[Commit]:
+    """`log` of `files` over `rev_range`, followed through renames: a commit that renames one
+    of them adds the new name, and the range is read again with it (one `git log` more per
+    generation of renames, none when nothing was renamed)."""
+    names = list(files)
+    for _ in range(MAX_RENAMES):
+        commits = log(git, [rev_range], names)
+        new = [n for c in commits for o, n in c.renames.items() if o in names and n not in names]
+        if not new:
+            return commits
+        names += sorted(set(new))
     return commits
 
 
@@ -75,27 +93,87 @@ def range_log(git: Git, since: str, tip: str) -> list[Commit] | None:
     """
     fmt = "%x01%m%x00%P%x00%H%x00%an%x00%ae%x00%cI%x00%s%x00%b%x00"
     text = git.out(
-        "log", "--boundary", "--reverse", "--no-renames", "--numstat", f"--format={fmt}",
+        "log", "--boundary", "--reverse", "-M", "-z", "--numstat", f"--format={fmt}",
         f"{since}..{tip}",
     )  # fmt: skip
     commits, ancestor = [], False
     for chunk in text.split(_REC)[1:]:
-        parts = chunk.split(_SEP)
+        parts = chunk.split(_SEP, 8)
         if len(parts) < 9:
             continue
-        mark, parents, sha, author, email, date, subject, body, stat = parts[:9]
+        mark, parents, sha, author, email, date, subject, body, stat = parts
         if mark == "-":
             ancestor = ancestor or sha == since or since.startswith(sha)
             continue
         if len(parents.split()) > 1:
             continue  # a merge: its commits are in the range themselves
         commit = Commit(sha, author, email, datetime.fromisoformat(date), subject, body)
-        for row in stat.strip().splitlines():
-            added, removed, path = (row.split("\t", 2) + ["", "", ""])[:3]
-            if path:
-                commit.numstat[path] = (_int(added), _int(removed))
+        _stat(commit, stat)
         commits.append(commit)
     return commits if ancestor else None
+
+
+@dataclass
+class History:
+    """A target's history read once, when it is a single line of commits (no merge): what
+    the first look at many runs shares instead of a `git log` of each run's own."""
+
+    commits: list[Commit]
+    position: dict[str, int]  # commit: its index in `commits`
+    by_path: dict[str, list[int]]  # path: the indexes of the commits touching it, in order
+
+    def after(self, commit: str, paths: list[str]) -> list[Commit] | None:
+        """The commits after `commit` that touch `paths`, oldest first; None when `commit`
+        is not in it, or one of them renames (its log of its own then follows the name)."""
+        start = self.position.get(commit)
+        if start is None:
+            return None
+        found = sorted({i for p in paths for i in self.by_path.get(p, ()) if i > start})
+        touching = [self.commits[i] for i in found]
+        return None if any(c.renames for c in touching) else touching
+
+
+def history(git: Git, tip: str) -> History | None:
+    """Every commit of `tip` with the files each touches (one `git log`), or None when its
+    history is not a single line (a merge in it: each run's own log is read instead)."""
+    fmt = "%x01%P%x00%H%x00%an%x00%ae%x00%cI%x00%s%x00%b%x00"
+    text = git.out("log", "--reverse", "-M", "-z", "--numstat", f"--format={fmt}", tip)
+    commits: list[Commit] = []
+    by_path: dict[str, list[int]] = {}
+    for chunk in text.split(_REC)[1:]:
+        parts = chunk.split(_SEP, 7)
+        if len(parts) < 8:
+            continue
+        parents, sha, author, email, date, subject, body, stat = parts
+        previous = [commits[-1].commit] if commits else []
+        if parents.split() != previous:
+            return None  # a merge, or a second root: not one line
+        commit = Commit(sha, author, email, datetime.fromisoformat(date), subject, body)
+        _stat(commit, stat)
+        for path in commit.paths():
+            by_path.setdefault(path, []).append(len(commits))
+        commits.append(commit)
+    position = {c.commit: i for i, c in enumerate(commits)}
+    return History(commits, position, by_path)
+
+
+def _stat(commit: Commit, text: str) -> None:
+    """`--numstat -z` of a commit into its numstat (a renamed file under its new name) and
+    its renames: `ADDED\tREMOVED\tPATH` each, or `ADDED\tREMOVED\t` then OLD and NEW."""
+    rows = text.lstrip("\0\n").split(_SEP)
+    i = 0
+    while i < len(rows):
+        row = rows[i].lstrip("\n")
+        i += 1
+        added, removed, path = (row.split("\t", 2) + ["", "", ""])[:3]
+        if not row or not added:
+            continue
+        if not path and i + 1 < len(rows):  # a rename: the old and the new name follow
+            old, path = rows[i], rows[i + 1]
+            i += 2
+            commit.renames[old] = path
+        if path:
+            commit.numstat[path] = (_int(added), _int(removed))
 
 
 def _int(text: str) -> int:

@@ -50,8 +50,9 @@ def mark_windows(record: Aftermath, now: datetime) -> list[str]:
 
 
 def due(record: Aftermath, now: datetime) -> bool:
-    """Whether a window has been reached that is not kept yet."""
-    return any(
-        name not in record.windows and now >= record.landed_at + timedelta(days=days)
-        for name, days in WINDOWS
-    )
+    """Whether a window has been reached that is not kept yet. The windows grow longer, so
+    the first not kept decides (asked of every followed run at every look: one sum)."""
+    for name, days in WINDOWS:
+        if name not in record.windows:
+            return now >= record.landed_at + timedelta(days=days)
+    return False

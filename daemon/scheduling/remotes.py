@@ -94,6 +94,9 @@ class RemoteFeed:
         # `wake` starts the daemon's tick at once instead of at the inbox watcher's word.
         self.early_triggers = False
         self.wake: Callable[[], None] = lambda: None
+        # `fetched(repo, branches)`: those branches of `repo` were just moved to what the
+        # remote holds (the daemon's aftermath looks at the runs landed on them at once).
+        self.fetched: Callable[[Path, list[str]], None] = lambda repo, branches: None
         self._done = threading.Condition()
         self._pending: dict[tuple[str, str, str], int] = {}  # (remote, branch, commit)
         self._results: dict[tuple[str, str, str, str], str] = {}  # + repo: the fetch's error
@@ -202,6 +205,9 @@ class RemoteFeed:
                     repos.setdefault(loop.config.repo_path, []).append(loop)
             fetched = {repo: self._fetch(name, remote, repo, branches) for repo in repos}
             self._record(group, fetched)
+            for repo, error in fetched.items():
+                if not error:
+                    self.fetched(repo, branches)
             for push in group:
                 for loop in watching(loops, name, push.branch):
                     error = fetched.get(loop.config.repo_path, "no fetch")

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import daemon as package
@@ -112,6 +113,16 @@ class Context:
     # (repository, branch) a push trigger, a hook or a poll saw move since the aftermath's
     # last look: its landed runs are brought up to date at the next tick (service/aftermath.py).
     targets_moved: set[tuple[str, str]] = field(default_factory=set)
+    # Called from another thread (the remote feed's, once a webhook's or a poll's push is
+    # fetched) after it marked targets moved: the aftermath looks now, not at the next tick.
+    follow_moved: Callable[[], None] = lambda: None
+
+    def fetched(self, repo: Path, branches: list[str]) -> None:
+        """Branches of a repository moved by a fetch of the remote feed: the aftermath of the
+        runs landed on them is brought up to date at once (service/aftermath.py)."""
+        for branch in branches:
+            self.targets_moved.add((str(repo.resolve()), branch))
+        self.follow_moved()
 
     @property
     def loops(self) -> dict[str, Loop]:

@@ -131,5 +131,6 @@ class Housekeeper:
 
     def join(self, timeout: float) -> None:
         self.aftermath.join(timeout=timeout)
+        self.aftermath.close()
         if self._thread is not None:
             self._thread.join(timeout=timeout)

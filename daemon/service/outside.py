@@ -60,6 +60,7 @@ class Outside:
             event=ctx.event,
         )
         outside = cls(ctx, feed, RemotePoller(feed, ctx.store.root, ctx.monotonic))
+        feed.fetched = ctx.fetched  # a pushed target: its landed runs' aftermath, at once
         if ctx.config.daemon.engine.kind == "local":
             # A delivery's triggers go to the inbox at once; its run waits for the fetch
             # before making its tree (a Temporal run's tree is made elsewhere: fetch first).

@@ -90,9 +90,10 @@ def aftermath_path(run_dir: Path) -> Path:
     return run_dir / AFTERMATH_FILE
 
 
-def save_aftermath(run_dir: Path, record: Aftermath) -> None:
-    """Write the run's aftermath atomically and durably."""
-    write_atomic(aftermath_path(run_dir), dump_toml(record))
+def save_aftermath(run_dir: Path, record: Aftermath, durable: bool = True) -> None:
+    """Write the run's aftermath atomically (and durably unless `durable` is False: a record
+    a machine's crash cuts is made again from git, docs/aftermath.md)."""
+    write_atomic(aftermath_path(run_dir), dump_toml(record), durable=durable)
 
 
 def load_aftermath(run_dir: Path) -> Aftermath | None:
