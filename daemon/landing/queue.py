@@ -9,24 +9,28 @@ the target moved by compare-and-swap (looked at again, and the checks run again,
 person moved it meanwhile). Each step is written before it is done: a loopd killed while
 moving the target finds `moving` and the commit on restart, and git says whether the
 target holds it (then the landing is recorded, never redone); at any earlier step the
-landing is simply done again, since nothing moved.
+landing is simply done again, since nothing moved. Runs take their turn in the order they
+entered (state/landingqueue.py `landing_turn`).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from daemon.config import LoopConfig
 from daemon.git.userrepo import UserRepo
 from daemon.landing.land import land_run, lands
 from daemon.landing.landed import finish_moved
+from daemon.landing.stoppoint import stop_point
+from daemon.processes import process_mark
 from daemon.runs.journal import RunJournal
 from daemon.runs.startpoint import is_ancestor
 from daemon.state.eventtypes import Event
 from daemon.state.landingqueue import (
     LandingQueue,
     QueuedLanding,
-    landing_lock,
+    landing_turn,
     load_landing_queue,
     update_landing_queue,
 )
@@ -42,13 +46,17 @@ def land_queued(journal: RunJournal, cfg: LoopConfig | None) -> None:
     repo, target = run.repo, run.target
 
     def enter(queue: LandingQueue) -> None:
-        if queue.find(run.id) is None:
-            queue.runs.append(QueuedLanding(run_id=run.id, loop=run.loop, queued_at=journal.now()))
+        entry = queue.find(run.id)
+        if entry is None:  # a restart finds it at its place
+            entry = QueuedLanding(run_id=run.id, loop=run.loop, queued_at=journal.now())
+            queue.runs.append(entry)
+        entry.pid, entry.mark = os.getpid(), process_mark(os.getpid())
 
     queue = update_landing_queue(store, repo, target, enter)
     ahead = [q.run_id for q in queue.runs if q.run_id != run.id]
     journal.event(Event.LANDING_QUEUED, target=target, ahead=ahead)
-    with landing_lock(store, repo, target):
+    stop_point("queued", run.id)
+    with landing_turn(store, repo, target, run.id):
         _landed_meanwhile(journal)
         entry = queue_entry(journal)
         if entry is not None and entry.step == "moving" and not run.landed:
@@ -56,7 +64,8 @@ def land_queued(journal: RunJournal, cfg: LoopConfig | None) -> None:
                 finish_moved(journal, cfg, entry.old, entry.new)  # killed after the move
         if not run.landed:
             _step(journal, "landing")
-            land_run(journal, cfg, on_move=lambda old, new: _step(journal, "moving", old, new))
+            stop_point("landing", run.id)
+            land_run(journal, cfg, on_move=lambda old, new: _moving(journal, old, new))
         update_landing_queue(store, repo, target, lambda q: _leave(q, run.id))
 
 
@@ -95,6 +104,11 @@ def _step(journal: RunJournal, step: str, old: str = "", new: str = "") -> None:
             entry.step, entry.old, entry.new = "moving", old, new
 
     update_landing_queue(journal.services.store, run.repo, run.target, mark)
+
+
+def _moving(journal: RunJournal, old: str, new: str) -> None:
+    _step(journal, "moving", old, new)
+    stop_point("moving", journal.run.id)
 
 
 def _leave(queue: LandingQueue, run_id: str) -> None:

@@ -45,8 +45,12 @@ def overlap_note(
     store: StateStore, run_id: str, loop: str, cfg: LoopConfig, now: datetime
 ) -> list[RunOverlap]:
     """The runs on the new run's repository and target changing files its loop changed."""
-    repo = str(cfg.repo_path)
-    others = {k: v for k, v in _others(store, run_id, loop).items() if v[0] == repo}
+    repo = cfg.repo_path.resolve()  # the queue files name it resolved
+    others = {
+        k: v
+        for k, v in _others(store, run_id, loop).items()
+        if v[0] and Path(v[0]).resolve() == repo
+    }
     if not others:
         return []
     state_dir = Path(store.root)

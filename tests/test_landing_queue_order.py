@@ -1,0 +1,256 @@
+"""The landing queue under load: two and five succeeded runs landing at once on one target
+(the same file, different files), first in, first out, and a real loopd killed with SIGKILL
+at each landing step, then restarted: every run lands exactly once.
+
+Real git repositories, real `loopd once` processes side by side or a real daemon, `command`
+agents, setup and checks in bubblewrap (tests/test_landing_queue.py's home). The kill tests
+stop loopd at a step with `LOOPD_TEST_LANDING_STOP` (daemon/landing/stoppoint.py).
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.landing.stoppoint import STOP_ENV
+from tests.helpers import events as all_events
+from tests.helpers import git, loopd, start_daemon, stop_daemon, wait_for
+from tests.machines import engine_toml
+from tests.test_landing_queue import (
+    edit_line,
+    finish,
+    landed_commits,
+    once,
+    person_commits,
+    run_records,
+    status,
+    two_loops,
+)
+
+NAMES = ["a", "b", "c", "d", "e"]
+
+
+def gated(edit: str, name: str) -> str:
+    """`edit`, then word that the agent edits, then the test's word to end."""
+    return (
+        f"{edit}\n(talk / 'editing-{name}').write_text('')\n"
+        f"while not (talk / 'go-{name}').exists(): time.sleep(0.05)"
+    )
+
+
+def daemon_home(tmp_path: Path, edits: dict[str, str], engine: str = "") -> tuple[Any, Path, Path]:
+    """The landing queue tests' home with a run slot per loop, on `engine` ("": local)."""
+    home, repo, talk = two_loops(tmp_path, edits)
+    with (home.root / "loopd.toml").open("a") as config:
+        config.write(f"\n[limits]\nmax_concurrent_runs = {len(edits)}\n{engine}")
+    return home, repo, talk
+
+
+def ended(home: Any, count: int) -> bool:
+    """`count` runs have their outcome and their landing tried (landed, or why not)."""
+    runs = list(home.state().iter_runs())
+    return len(runs) == count and all(
+        r.outcome and r.phase == "idle" and (r.landed or r.landing) for r in runs
+    )
+
+
+def land_all_at_once(
+    tmp_path: Path, edits: dict[str, str], engine: str
+) -> tuple[Any, Path, dict[str, Any]]:
+    """A daemon on `engine` runs each loop of `edits` once, all at once; their agents end
+    together after a person moved `main`, so every run lands behind the others' landings."""
+    home, repo, talk = daemon_home(tmp_path, edits, engine)
+    (talk / "agents-go").write_text("")
+    daemon = start_daemon(home.root)
+    try:
+        for name in edits:
+            done = loopd(home.root, "trigger", name)
+            assert done.returncode == 0, done.stderr
+        wait_for(
+            lambda: all((talk / f"editing-{n}").exists() for n in edits),
+            timeout=300,
+            what="every agent to make its change",
+        )
+        person_commits(repo, "NOTES.md")
+        for name in edits:
+            (talk / f"go-{name}").write_text("")
+        wait_for(lambda: ended(home, len(edits)), timeout=600, what="every run to land or not")
+    finally:
+        stop_daemon(daemon)
+    log = (home.root / "daemon.log").read_text()
+    return home, repo, {"runs": run_records(home), "outs": log[-3000:]}
+
+
+@pytest.fixture(params=["local", "temporal"])
+def engine(request: pytest.FixtureRequest) -> str:
+    """The `[engine]` table of a home on each engine ("" for the local one)."""
+    if request.param == "local":
+        return ""
+    server, namespace = request.getfixturevalue("temporal")
+    return engine_toml(server.address, namespace)
+
+
+def assert_each_landed_once(home: Any, repo: Path, runs: dict[str, Any], outs: Any) -> None:
+    for name, run in runs.items():
+        assert run.outcome == "succeeded" and run.landed, (name, run.landing, outs)
+        assert landed_commits(repo, run.id) == [run.landed_as], name
+        assert git(repo, "merge-base", "--is-ancestor", run.landed_as, "main") == ""
+        events = [e for e in all_events(home.root) if e.get("run") == run.id]
+        assert [e["type"] for e in events].count("landed") == 1, name
+    assert len({r.landed_as for r in runs.values()}) == len(runs)
+    assert status(home).get("landing", []) == []
+
+
+@pytest.mark.parametrize("count", [2, 5])
+def test_runs_changing_different_lines_of_one_file_all_land(
+    tmp_path: Path, count: int, engine: str
+) -> None:
+    names = NAMES[:count]
+    edits = {n: gated(edit_line(2 + 3 * i, f"{n} was here"), n) for i, n in enumerate(names)}
+    home, repo, got = land_all_at_once(tmp_path, edits, engine)
+    assert_each_landed_once(home, repo, got["runs"], got["outs"])
+    text = git(repo, "show", "main:shared.txt")
+    assert all(f"{n} was here" in text for n in names)
+    assert git(repo, "show", "main:NOTES.md") == "the person's own work"
+
+
+@pytest.mark.parametrize("count", [2, 5])
+def test_runs_changing_different_files_all_land(tmp_path: Path, count: int, engine: str) -> None:
+    names = NAMES[:count]
+    # Each agent writes a file of its own and the line its check wants (lines apart).
+    edits = {
+        n: gated(
+            f"pathlib.Path('{n}.txt').write_text('{n} was here\\n')\n"
+            + edit_line(2 + 3 * i, f"{n} was here"),
+            n,
+        )
+        for i, n in enumerate(names)
+    }
+    home, repo, got = land_all_at_once(tmp_path, edits, engine)
+    assert_each_landed_once(home, repo, got["runs"], got["outs"])
+    for n in names:
+        assert git(repo, "show", f"main:{n}.txt") == f"{n} was here"
+
+
+@pytest.mark.parametrize("count", [2, 5])
+def test_runs_changing_the_same_lines_land_one_and_escalate_the_rest(
+    tmp_path: Path, count: int, engine: str
+) -> None:
+    """The same line of the same file: the first to land lands, every other conflicts with
+    it and is escalated naming it; nothing lands twice, nothing half."""
+    names = NAMES[:count]
+    edits = {n: gated(edit_line(5, f"{n} says five") + "\n" + edit_line(17, f"{n} "), n)
+             for n in names}  # fmt: skip
+    home, repo, got = land_all_at_once(tmp_path, edits, engine)
+    runs = got["runs"]
+    landed = [r for r in runs.values() if r.landed]
+    assert len(landed) == 1, got["outs"]
+    (first,) = landed
+    assert landed_commits(repo, first.id) == [first.landed_as]
+    for run in runs.values():
+        if run is first:
+            continue
+        assert run.outcome == "succeeded" and run.cause == "landing-conflict", run.landing
+        assert f"run {first.id}" in run.landing and "shared.txt" in run.landing
+        assert landed_commits(repo, run.id) == []
+        assert home.state().escalation_path(run.id).exists()
+    assert status(home).get("landing", []) == []
+
+
+def test_runs_land_in_the_order_they_entered_the_queue(tmp_path: Path) -> None:
+    names = ["a", "b", "c"]
+    edits = {n: gated(edit_line(2 + 5 * i, f"{n} was here"), n) for i, n in enumerate(names)}
+    home, repo, talk = two_loops(tmp_path, edits)
+    (talk / "agents-go").write_text("")
+    (talk / "hold").write_text("")  # a landing's setup waits for `landings-go`
+    procs = [once(home.root, name) for name in names]
+    wait_for(
+        lambda: all((talk / f"editing-{n}").exists() for n in names),
+        timeout=240,
+        what="every agent to make its change",
+    )
+    person_commits(repo, "NOTES.md")
+    (talk / "go-a").write_text("")
+    wait_for(lambda: list(talk.glob("landing-*")), timeout=120, what="a's landing under way")
+    ids = {r.loop: r.id for r in home.state().iter_runs()}
+
+    def queued(expected: list[str]) -> bool:
+        queues = status(home).get("landing", [])
+        return bool(queues) and queues[0]["queued"] == expected
+
+    (talk / "go-c").write_text("")  # c enters the queue before b
+    wait_for(lambda: queued([ids["c"]]), timeout=120, what="c queued behind a")
+    (talk / "go-b").write_text("")
+    wait_for(lambda: queued([ids["c"], ids["b"]]), timeout=120, what="b queued behind c")
+    (talk / "landings-go").write_text("")
+    outs = finish(procs)
+    runs = run_records(home)
+    assert_each_landed_once(home, repo, runs, outs)
+    order = [e["run"] for e in all_events(home.root) if e["type"] == "landed"]
+    assert order == [ids["a"], ids["c"], ids["b"]]
+    starts = [e["run"] for e in all_events(home.root) if e["type"] == "landing_merge"]
+    assert starts == order  # each began its landing only after the one before it ended
+
+
+@pytest.mark.parametrize("step", ["queued", "landing", "moving", "moved"])
+def test_a_daemon_killed_at_each_landing_step_lands_every_run_exactly_once(
+    tmp_path: Path, step: str
+) -> None:
+    names = ["a", "b"]
+    edits = {n: gated(edit_line(2 + 9 * i, f"{n} was here"), n) for i, n in enumerate(names)}
+    home, repo, talk = daemon_home(tmp_path, edits)
+    (talk / "agents-go").write_text("")
+    daemon = start_daemon(home.root, env={STOP_ENV: f"{step}:{talk}"})
+    try:
+        for name in names:
+            done = loopd(home.root, "trigger", name)
+            assert done.returncode == 0, done.stderr
+        wait_for(
+            lambda: all((talk / f"editing-{n}").exists() for n in names),
+            timeout=240,
+            what="both agents to make their change",
+        )
+        person_commits(repo, "NOTES.md")
+        for name in names:
+            (talk / f"go-{name}").write_text("")
+        stopped = wait_for(
+            lambda: list(talk.glob(f"at-{step}-*")), timeout=240, what=f"a landing at {step}"
+        )
+
+        def both_queued() -> dict[str, Any] | None:
+            queues = status(home).get("landing", [])
+            ids = [queues[0]["landing"], *queues[0]["queued"]] if queues else []
+            return queues[0] if len([i for i in ids if i]) == 2 else None
+
+        queue = wait_for(both_queued, timeout=240, what="both runs in the queue")
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait(30)
+        at = stopped[0].name.removeprefix(f"at-{step}-")
+        if step != "queued":
+            assert queue["landing"] == at and queue["step"] == step.replace("moved", "moving")
+        main_at_kill = git(repo, "rev-parse", "main")
+        moved = git(repo, "show", "main:shared.txt")
+        assert ("was here" in moved) == (step == "moved")  # only `moved` moved the target
+        assert status(home)["landing"][0] == queue  # kept across the kill
+        (talk / "busy").unlink(missing_ok=True)  # a killed landing's setup held it
+        daemon = start_daemon(home.root)
+        wait_for(
+            lambda: len([r for r in home.state().iter_runs() if r.landed]) == 2,
+            timeout=300,
+            what="both runs to land after the restart",
+        )
+    finally:
+        stop_daemon(daemon)
+    runs = run_records(home)
+    assert_each_landed_once(home, repo, runs, "")
+    if step == "moved":  # the move the kill interrupted was recorded, not redone
+        assert runs[loop_of_run(runs, at)].landed_as == main_at_kill
+    text = git(repo, "show", "main:shared.txt")
+    assert "a was here" in text and "b was here" in text
+
+
+def loop_of_run(runs: dict[str, Any], run_id: str) -> str:
+    return next(name for name, run in runs.items() if run.id == run_id)
