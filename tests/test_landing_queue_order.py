@@ -44,8 +44,9 @@ def gated(edit: str, name: str) -> str:
 def daemon_home(tmp_path: Path, edits: dict[str, str], engine: str = "") -> tuple[Any, Path, Path]:
     """The landing queue tests' home with a run slot per loop, on `engine` ("": local)."""
     home, repo, talk = two_loops(tmp_path, edits)
-    with (home.root / "loopd.toml").open("a") as config:
-        config.write(f"\n[limits]\nmax_concurrent_runs = {len(edits)}\n{engine}")
+    config = home.root / "loopd.toml"
+    slots = f"[limits]\nmax_concurrent_runs = {len(edits)}\n"
+    config.write_text(config.read_text().replace("[limits]\n", slots, 1) + "\n" + engine)
     return home, repo, talk
 
 
