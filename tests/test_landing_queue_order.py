@@ -9,15 +9,18 @@ stop loopd at a step with `LOOPD_TEST_LANDING_STOP` (daemon/landing/stoppoint.py
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from daemon.landing.stoppoint import STOP_ENV
+from tests.helpers import ROOT, git, loopd, start_daemon, stop_daemon, wait_for
 from tests.helpers import events as all_events
-from tests.helpers import git, loopd, start_daemon, stop_daemon, wait_for
 from tests.machines import engine_toml
 from tests.test_landing_queue import (
     edit_line,
@@ -161,13 +164,27 @@ def test_runs_changing_the_same_lines_land_one_and_escalate_the_rest(
     assert status(home).get("landing", []) == []
 
 
+def once_env(home: Path, loop: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """`loopd once LOOP` as a real process with `env` added to its environment."""
+    full = {k: v for k, v in os.environ.items() if k != "LOOPD_HOME"} | env
+    argv = [sys.executable, "-m", "daemon.cli.main", "--home", str(home), "once", loop]
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        text=True, cwd=ROOT, env=full,
+    )  # fmt: skip
+
+
 def test_runs_land_in_the_order_they_entered_the_queue(tmp_path: Path) -> None:
+    """c enters the queue before b, but stops (its process alive) before it asks for its
+    turn; b asks at once. When a's landing ends the lock is free and b alone waits for it:
+    b still lets c, which entered first, land before it."""
     names = ["a", "b", "c"]
     edits = {n: gated(edit_line(2 + 5 * i, f"{n} was here"), n) for i, n in enumerate(names)}
     home, repo, talk = two_loops(tmp_path, edits)
     (talk / "agents-go").write_text("")
     (talk / "hold").write_text("")  # a landing's setup waits for `landings-go`
-    procs = [once(home.root, name) for name in names]
+    procs = [once(home.root, "a"), once(home.root, "b")]
+    procs.append(once_env(home.root, "c", {STOP_ENV: f"queued:{talk}"}))
     wait_for(
         lambda: all((talk / f"editing-{n}").exists() for n in names),
         timeout=240,
@@ -182,11 +199,13 @@ def test_runs_land_in_the_order_they_entered_the_queue(tmp_path: Path) -> None:
         queues = status(home).get("landing", [])
         return bool(queues) and queues[0]["queued"] == expected
 
-    (talk / "go-c").write_text("")  # c enters the queue before b
-    wait_for(lambda: queued([ids["c"]]), timeout=120, what="c queued behind a")
+    (talk / "go-c").write_text("")
+    wait_for(lambda: (talk / f"at-queued-{ids['c']}").exists(), timeout=120, what="c queued")
     (talk / "go-b").write_text("")
     wait_for(lambda: queued([ids["c"], ids["b"]]), timeout=120, what="b queued behind c")
     (talk / "landings-go").write_text("")
+    wait_for(lambda: home.state().load_run(ids["a"]).landed, timeout=120, what="a landed")
+    (talk / "go-queued").write_text("")  # c asks for its turn now
     outs = finish(procs)
     runs = run_records(home)
     assert_each_landed_once(home, repo, runs, outs)
