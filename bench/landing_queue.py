@@ -181,7 +181,7 @@ def main() -> int:
         for kind in engines:
             engine = ""
             if kind == "temporal":
-                server = DevServer(tmp / "temporal").start()
+                server = DevServer(tmp).start()
                 engine = engine_toml(server.address, server.namespace(), heartbeat="30s")
             share, bad, per = side(tmp / kind, n_runs, engine)
             print(f"{kind}: {n_runs} runs on one target: {share:.0%} landed without a person")
