@@ -142,7 +142,7 @@ def landing_lock(store: StateStore, repo: str, target: str) -> Iterator[None]:
 
 def _ahead(queue: LandingQueue, run_id: str) -> list[str]:
     """The runs that entered before `run_id` and wait with a live finisher."""
-    ahead = []
+    ahead: list[str] = []
     for entry in queue.runs:
         if entry.run_id == run_id:
             return ahead
