@@ -21,7 +21,7 @@ import pytest
 from daemon.landing.stoppoint import STOP_ENV
 from tests.helpers import ROOT, git, loopd, start_daemon, stop_daemon, wait_for
 from tests.helpers import events as all_events
-from tests.machines import engine_toml
+from tests.test_engines import engine
 from tests.test_landing_queue import (
     edit_line,
     finish,
@@ -32,6 +32,8 @@ from tests.test_landing_queue import (
     status,
     two_loops,
 )
+
+__all__ = ["engine"]  # a fixture (each engine's [engine] table), imported for pytest
 
 NAMES = ["a", "b", "c", "d", "e"]
 
@@ -61,6 +63,22 @@ def ended(home: Any, count: int) -> bool:
     )
 
 
+def trigger_then_release(home: Any, repo: Path, talk: Path, names: list[str]) -> None:
+    """Trigger each loop of the running daemon; once every agent made its change, a person
+    moves `main` and the agents end."""
+    for name in names:
+        done = loopd(home.root, "trigger", name)
+        assert done.returncode == 0, done.stderr
+    wait_for(
+        lambda: all((talk / f"editing-{n}").exists() for n in names),
+        timeout=300,
+        what="every agent to make its change",
+    )
+    person_commits(repo, "NOTES.md")
+    for name in names:
+        (talk / f"go-{name}").write_text("")
+
+
 def land_all_at_once(
     tmp_path: Path, edits: dict[str, str], engine: str
 ) -> tuple[Any, Path, dict[str, Any]]:
@@ -70,31 +88,12 @@ def land_all_at_once(
     (talk / "agents-go").write_text("")
     daemon = start_daemon(home.root)
     try:
-        for name in edits:
-            done = loopd(home.root, "trigger", name)
-            assert done.returncode == 0, done.stderr
-        wait_for(
-            lambda: all((talk / f"editing-{n}").exists() for n in edits),
-            timeout=300,
-            what="every agent to make its change",
-        )
-        person_commits(repo, "NOTES.md")
-        for name in edits:
-            (talk / f"go-{name}").write_text("")
+        trigger_then_release(home, repo, talk, list(edits))
         wait_for(lambda: ended(home, len(edits)), timeout=600, what="every run to land or not")
     finally:
         stop_daemon(daemon)
     log = (home.root / "daemon.log").read_text()
     return home, repo, {"runs": run_records(home), "outs": log[-3000:]}
-
-
-@pytest.fixture(params=["local", "temporal"])
-def engine(request: pytest.FixtureRequest) -> str:
-    """The `[engine]` table of a home on each engine ("" for the local one)."""
-    if request.param == "local":
-        return ""
-    server, namespace = request.getfixturevalue("temporal")
-    return engine_toml(server.address, namespace)
 
 
 def assert_each_landed_once(home: Any, repo: Path, runs: dict[str, Any], outs: Any) -> None:
@@ -225,17 +224,7 @@ def test_a_daemon_killed_at_each_landing_step_lands_every_run_exactly_once(
     (talk / "agents-go").write_text("")
     daemon = start_daemon(home.root, env={STOP_ENV: f"{step}:{talk}"})
     try:
-        for name in names:
-            done = loopd(home.root, "trigger", name)
-            assert done.returncode == 0, done.stderr
-        wait_for(
-            lambda: all((talk / f"editing-{n}").exists() for n in names),
-            timeout=240,
-            what="both agents to make their change",
-        )
-        person_commits(repo, "NOTES.md")
-        for name in names:
-            (talk / f"go-{name}").write_text("")
+        trigger_then_release(home, repo, talk, names)
         stopped = wait_for(
             lambda: list(talk.glob(f"at-{step}-*")), timeout=240, what=f"a landing at {step}"
         )
