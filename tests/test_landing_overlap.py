@@ -97,5 +97,11 @@ def test_a_run_queued_while_another_loops_run_changes_its_files_says_so_in_its_t
     assert note.files == ["shared.txt"]
     shown = loopd(home.root, "show", run_b.id, "--json")
     assert json.loads(shown.stdout)["trigger"]["overlaps"][0]["run"] == running_a.id
+    beside = f"queued beside run {running_a.id} of loop a (running), changing the same files"
+    for read_path in ("plain", "models"):
+        text = loopd(
+            home.root, "show", run_b.id, env={"LOOPD_READ_PATH": read_path, "COLUMNS": "400"}
+        ).stdout
+        assert beside in _unwrapped(text) and "shared.txt" in text, read_path
     # The earlier runs had nothing under way beside them.
     assert first["a"].trigger.overlaps == [] and first["b"].trigger.overlaps == []
