@@ -271,6 +271,32 @@ def check_output(home: Path) -> None:
         raise SystemExit(f"status --json shows no last run for {missing}")
 
 
+def build_home(tmp: Path, runs: int) -> Path:
+    """A home under `tmp`: the LOOPS on real repositories, `runs` runs written in its state."""
+    repos = {name: make_repo(tmp / "repos" / name) for name in LOOPS}
+    config = (
+        '[agents.bench]\nadapter = "command"\n'
+        f"command = {json.dumps([sys.executable, '-c', 'pass'])}\n"
+    )
+    loops = {
+        name: (
+            f"repo = {json.dumps(str(repo))}\n"
+            f'task = "Keep the {name} checks green."\nagent = "bench"\n'
+            'schedule = ["0 3 1 1 *"]\ncatch_up = "0s"\ncritic = "off"\n'
+        )
+        for name, repo in repos.items()
+    }
+    home = make_home(tmp / "home", config, loops)
+    took = fill_state(home, repos, runs)
+    written = sum(1 for _ in (home / "state" / "runs").iterdir())
+    size = sum(p.stat().st_size for p in (home / "state" / "runs").glob("*/run.toml"))
+    print(
+        f"state: {written} runs over {len(LOOPS)} loops, run.toml total "
+        f"{size / 1e6:.1f} MB, written in {took:.1f} s"
+    )
+    return home
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
@@ -285,27 +311,8 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="loopd-bench-status-"))
     daemon = None
     try:
-        repos = {name: make_repo(tmp / "repos" / name) for name in LOOPS}
-        config = (
-            '[agents.bench]\nadapter = "command"\n'
-            f"command = {json.dumps([sys.executable, '-c', 'pass'])}\n"
-        )
-        loops = {
-            name: (
-                f"repo = {json.dumps(str(repo))}\n"
-                f'task = "Keep the {name} checks green."\nagent = "bench"\n'
-                'schedule = ["0 3 1 1 *"]\ncatch_up = "0s"\ncritic = "off"\n'
-            )
-            for name, repo in repos.items()
-        }
-        home = make_home(tmp / "home", config, loops)
-        took = fill_state(home, repos, args.runs)
+        home = build_home(tmp, args.runs)
         written = sum(1 for _ in (home / "state" / "runs").iterdir())
-        size = sum(p.stat().st_size for p in (home / "state" / "runs").glob("*/run.toml"))
-        print(
-            f"state: {written} runs over {len(LOOPS)} loops, run.toml total "
-            f"{size / 1e6:.1f} MB, written in {took:.1f} s"
-        )
         check_output(home)
 
         floor, _, floor_cpu, _ = timed([sys.executable, "-c", "pass"], args.repeat)

@@ -121,14 +121,12 @@ class Daemon:
         flags: Flags | None = None,
         clock: Callable[[], datetime] = utc_now,
         monotonic: Callable[[], float] = time.monotonic,
+        ui: Callable[[Home, Callable[[], bool]], Any] | None = None,
     ) -> Daemon:
-        """Take the home's lock, restore the queue, recover what a dead daemon left, watch."""
+        """Take the home's lock, restore the queue, recover what a dead daemon left, watch;
+        `ui(home)`: the console's app for `[listen] ui = true`."""
         loaded = load_config(home)  # ConfigFatal: exit 2 with the reason
-        store = StateStore(home.state_dir, loaded.daemon.limits.events_rotate)
-        store.warn = unreadable_reporter(store)
-        store.lock.acquire()  # LockHeld propagates: exit 2 naming the pid
-        store.events.repair()
-        write_state_readme(store.root)
+        store = _locked_store(home, loaded)
         set_child_subreaper()
         ctx = started_context(home, loaded, store, flags or Flags(), clock, monotonic)
         queue = RunQueue()
@@ -156,6 +154,7 @@ class Daemon:
             now,
             gauges=lambda: _gauges(ctx, queue, pool),
             healthy=lambda: bool(made) and made[0].healthy(),
+            ui=ui,
         )
         made.append(
             cls(
@@ -378,8 +377,20 @@ def _install_signals(flags: Flags) -> None:
     signal.signal(signal.SIGHUP, on_reload)
 
 
-def run_daemon(home: Home) -> int:
-    """The driver: signals set flags; the loop ticks; systemd hears READY, WATCHDOG, STOPPING."""
+def _locked_store(home: Home, loaded: Any) -> StateStore:
+    """The home's state, its lock taken (LockHeld propagates: exit 2 naming the pid), its
+    event log repaired and its README written."""
+    store = StateStore(home.state_dir, loaded.daemon.limits.events_rotate)
+    store.warn = unreadable_reporter(store)
+    store.lock.acquire()
+    store.events.repair()
+    write_state_readme(store.root)
+    return store
+
+
+def run_daemon(home: Home, ui: Callable[[Home, Callable[[], bool]], Any] | None = None) -> int:
+    """The driver: signals set flags; the loop ticks; systemd hears READY, WATCHDOG, STOPPING.
+    `ui(home)`: the console's app, served under /ui/ with `[listen] ui = true`."""
     # Agents and checks run as this user: they must not read loopd's memory or environment.
     set_not_dumpable()
     flags = Flags()
@@ -393,7 +404,7 @@ def run_daemon(home: Home) -> int:
         lambda: _left(started[0]) if started else "",
     )
     deadline.install()
-    daemon = Daemon.start(home, utc_now(), flags)
+    daemon = Daemon.start(home, utc_now(), flags, ui=ui)
     started.append(daemon)
     announce(home, daemon.ctx, daemon.loops, daemon.outside.listener)
     # Agents must not inherit the socket: it would let them speak for loopd.

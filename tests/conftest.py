@@ -154,3 +154,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if reporter is not None:
             reporter.write_line(message, red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The base URL (…/v1) of the one llama_cpp.server of the session (SmolLM2-135M)."""
+    from tests.llama import serve_llama
+
+    yield from serve_llama(tmp_path_factory)

@@ -17,7 +17,6 @@ import pytest
 
 from daemon.calibration.cases import SHIPPED
 from tests.helpers import loopd, make_home
-from tests.test_real_model import llama_server  # noqa: F401 - the module-scoped fixture
 
 # On the worker of test_real_model.py (--dist loadgroup): one llama.cpp server at a time.
 pytestmark = [pytest.mark.realmodel, pytest.mark.xdist_group("llama")]
@@ -29,7 +28,7 @@ SUBSET = [
 
 
 def test_smollm2_is_calibrated_on_four_cases(
-    llama_server: str,  # noqa: F811 - the fixture imported above
+    llama_server: str,
     tmp_path: Path,
 ) -> None:
     cases = tmp_path / "cases"

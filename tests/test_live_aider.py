@@ -173,6 +173,9 @@ def test_aider_edits_answers_and_the_nudge_carries_the_history(
     # The edit went through aider's whole-file format into the run's tree.
     assert outcome.on_branch("hello.txt") == EDITED
     assert (outcome.repo / "hello.txt").read_text() == BEFORE
+    # aider's own files in the tree (its repo map's tags cache) are never the run's work.
+    files = git(outcome.repo, "ls-tree", "-r", "--name-only", outcome.run["branch"]).split()
+    assert sorted(files) == ["check.py", "hello.txt"], files
     # Two processes: the second restores the chat history, which the server sees.
     argvs = starts(outcome)
     assert len(argvs) == 2

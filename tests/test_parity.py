@@ -245,7 +245,7 @@ def test_a_cancelled_running_run_and_a_cancelled_queued_one_are_recorded_alike(
 ) -> None:
     import signal
 
-    from tests.helpers import processes_with, talk, unique_token, wait_for
+    from tests.helpers import events, processes_with, talk, unique_token, wait_for
 
     def setup(folder: Path, engine: str) -> Machine:
         folder.mkdir(parents=True, exist_ok=True)
@@ -269,6 +269,9 @@ def test_a_cancelled_running_run_and_a_cancelled_queued_one_are_recorded_alike(
         assert machine.loopd("cancel", queued).returncode == 0
         (running,) = wait_for(lambda: [r for r in machine.runs() if r.get("phase") == "running"])
         assert machine.loopd("cancel", running["id"]).returncode == 0
+        # Who asked, on both engines: the command line's events name no one.
+        asked = [e for e in events(machine.home) if e["type"] == "cancel_requested"]
+        assert [(e["run"], e.get("by")) for e in asked] == [(queued, None), (running["id"], None)]
         return 2
 
     # A known difference: the local engine records the cancelled agent's exit code (143, its

@@ -30,7 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # The plugin's adapter: its agent prints JSON lines (a session, a tool call and its result,
 # usage, the final answer); the adapter reads them.
 ADAPTER = """
+import json, pathlib
+
 from daemon.agents.base import AgentAdapter, AgentEvent, Invocation, as_int, positional, raw
+from daemon.people.notify.base import Notifier
 
 
 class TinyAdapter(AgentAdapter):
@@ -70,6 +73,19 @@ class TinyAdapter(AgentAdapter):
 
 class NotAnAdapter:
     name = "broken"
+
+
+class FileNotifier(Notifier):
+    # A notifier plugin: each message appended to a file as a JSON line.
+
+    name = "tofile"
+
+    def __init__(self, path):
+        self.path = pathlib.Path(path)
+
+    def send(self, message, payload):
+        with self.path.open("a") as out:
+            out.write(json.dumps({"message": message, "kind": payload.get("kind")}) + "\\n")
 """
 # The agent's own CLI, installed apart from loopd as any agent CLI is (loopd's venv is never
 # on an agent's PATH): it does the task.
@@ -91,6 +107,8 @@ def main():
 ENTRY_POINTS = (
     "[loopd.agents]\ntiny = tiny_loopd_agent:TinyAdapter\nbroken = tiny_loopd_agent:NotAnAdapter\n"
     "gone = tiny_loopd_agent_missing:GoneAdapter\n"
+    "[loopd.notifiers]\ntofile = tiny_loopd_agent:FileNotifier\n"
+    "notanotifier = tiny_loopd_agent:NotAnAdapter\n"
 )
 STREAM = [
     '{"type": "session", "id": "tiny-1"}',
@@ -169,8 +187,11 @@ def test_a_plugin_adapter_configured_by_name_runs_through_loopd_once(
     loop = (
         f'repo = "{repo}"\ntask = "Make hello.txt say hello, plugin."\nagent = "tiny"\n'
         f'done_when = [{json.dumps(check)}]\ncritic = "off"\nmax_attempts = 1\n'
+        'notify_on = ["succeeded"]\n'
     )
-    home = make_home(tmp_path / "home", "", {"hi": loop})
+    notes = tmp_path / "notes.jsonl"
+    plugin = f'[notify.plugins.tofile]\npath = "{notes}"\n'
+    home = make_home(tmp_path / "home", plugin, {"hi": loop})
     cli = tmp_path / "agent-cli" / "tiny-agent"
     cli.parent.mkdir()
     cli.write_text("#!/usr/bin/env python3\n" + AGENT + "\nmain()\n")
@@ -192,6 +213,9 @@ def test_a_plugin_adapter_configured_by_name_runs_through_loopd_once(
     folder = home / "state" / "runs" / run_id / "attempt-1"
     transcript = gzip.decompress((folder / "transcript.jsonl.gz").read_bytes()).decode()
     assert "hello.txt says hello, plugin." in transcript
+    # The notifier plugin of [notify.plugins.tofile] told of the run's success.
+    told = [json.loads(line) for line in notes.read_text().splitlines()]
+    assert [t["kind"] for t in told] == ["succeeded"] and run_id in told[0]["message"], told
     # `check` lists the plugin's program as it lists any agent's, with what it says it is.
     shown = subprocess.run(
         [venv_python, "-m", "daemon.cli.main", "--home", str(home), "check"],
@@ -238,6 +262,48 @@ def test_a_plugin_that_is_no_adapter_or_fails_to_import_refuses_only_its_loops(
     assert "failed to import: ModuleNotFoundError" in errors
     assert "loopd.toml: agents.x.adapter: no agent adapter 'tinyy' is installed" in errors
     assert "tiny" in errors.split("installed: ")[1] and "Fix: install the package" in errors
+
+
+def test_a_notifier_plugin_configured_by_name_is_tested_and_a_bad_one_refused(
+    venv_python: Path, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes.jsonl"
+    home = make_home(tmp_path / "home", f'[notify.plugins.tofile]\npath = "{notes}"\n', {})
+    env = {k: v for k, v in os.environ.items() if k != "LOOPD_HOME"}
+
+    def notify_test(where: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [venv_python, "-m", "daemon.cli.main", "--home", str(where), "notify", "--test"],
+            capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path,
+        )  # fmt: skip
+
+    done = notify_test(home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "plugin 'tofile': delivered" in done.stdout
+    (told,) = [json.loads(line) for line in notes.read_text().splitlines()]
+    assert told["kind"] == "test" and "loopd test notification" in told["message"]
+    # Options the plugin does not take: the file, the table and the fix, exit 2.
+    wrong = make_home(tmp_path / "wrong", '[notify.plugins.tofile]\nfile = "x"\n', {})
+    done = notify_test(wrong)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "loopd.toml: [notify.plugins.tofile]:" in done.stderr and "file" in done.stderr
+    # Registered in the group but not a Notifier: refused by name, with the fix.
+    broken = make_home(tmp_path / "broken", "[notify.plugins.notanotifier]\n", {})
+    done = notify_test(broken)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "is not a daemon.people.notify.base.Notifier subclass" in done.stderr
+    # Not installed at all: loopd.toml is refused, naming the key and what is installed.
+    lost = make_home(tmp_path / "lost", "[notify.plugins.nothere]\n", {})
+    done = notify_test(lost)
+    assert done.returncode != 0
+    assert "notify.plugins" in done.stderr and "no notifier plugin 'nothere'" in done.stderr
+    assert "installed: notanotifier, tofile" in done.stderr and "Fix: install" in done.stderr
+    # loopd's own notifiers are set by their keys, not as plugins.
+    own = make_home(tmp_path / "own", '[notify.plugins.webhook]\nurl = "http://x"\n', {})
+    done = notify_test(own)
+    assert "'webhook' is loopd's own notifier. Fix: set it with `[notify] webhook`" in (
+        done.stderr
+    ), done.stderr
 
 
 # --- the registry in this process (what both engines' workers call) -------------------------

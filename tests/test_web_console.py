@@ -9,10 +9,12 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -70,8 +72,17 @@ class Web:
             preexec_fn=die_with_parent,
         )
         self.origin = f"http://127.0.0.1:{self.port}"
+        self.prefix = ""  # where the console is mounted on the server: /ui under [listen]
         wait_for(self._up, timeout=60, what="loopd web listening")
         self.cookie = ""
+
+    @classmethod
+    def attach(cls, home: Path, port: int, prefix: str) -> Web:
+        """A client of a console another server serves at `prefix` (no `loopd web` started)."""
+        client = cls.__new__(cls)
+        client.home, client.port, client.prefix, client.cookie = home, port, prefix, ""
+        client.origin = f"http://127.0.0.1:{port}"
+        return client
 
     def _up(self) -> bool:
         assert self.proc.poll() is None, self.proc.stdout.read() if self.proc.stdout else ""
@@ -88,7 +99,7 @@ class Web:
         body = urlencode(form) if form is not None else None
         if body is not None:
             sent.setdefault("Content-Type", "application/x-www-form-urlencoded")
-        conn.request(method, path, body=body, headers=sent)
+        conn.request(method, self.prefix + path, body=body, headers=sent)
         response = conn.getresponse()
         text = response.read().decode("utf-8", "replace")
         conn.close()
@@ -315,10 +326,8 @@ def test_read_only_refuses_every_post(tmp_path: Path) -> None:
         server.stop()
 
 
-def test_a_page_in_chromium_at_390_px(web: tuple[Web, list], tmp_path: Path) -> None:
-    server, records = web
-    url = f"{server.origin}/login?token={server.token()}"
-    png = tmp_path / "phone.png"
+def _browser(tmp_path: Path, width: int, height: int = 900) -> list[str]:
+    """Headless Chromium's command line, every name but 127.0.0.1 resolving to nothing."""
     try:
         binary = chromium.binary()
     except chromium.ChromiumUnavailable as exc:
@@ -329,14 +338,31 @@ def test_a_page_in_chromium_at_390_px(web: tuple[Web, list], tmp_path: Path) -> 
     # Here every name but 127.0.0.1 still resolves to nothing: the page fetches nothing else.
     flags = [f for f in chromium.FLAGS if not f.startswith("--host-resolver-rules")]
     flags.append("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1")
-    base = [binary, *flags, f"--user-data-dir={tmp_path / 'profile'}"]
-    base.append("--window-size=390,900")
-    dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, timeout=180)
-    page = dom.stdout.decode("utf-8", "replace")
-    assert "toolz" in page and "Loops" in page, dom.stderr.decode()[-2000:]
-    assert "<script" not in page  # nothing on it needs JavaScript
+    profile = tempfile.mkdtemp(prefix="profile-", dir=tmp_path)
+    return [binary, *flags, f"--user-data-dir={profile}", f"--window-size={width},{height}"]
+
+
+def _dom(base: list[str], url: str) -> str:
+    proc = subprocess.run([*base, "--dump-dom", url], capture_output=True, timeout=180)
+    page = proc.stdout.decode("utf-8", "replace")
+    assert "<html" in page, proc.stderr.decode()[-2000:]
+    return page
+
+
+def _screenshot(base: list[str], url: str, png: Path) -> Path:
     shot = subprocess.run([*base, f"--screenshot={png}", url], capture_output=True, timeout=180)
     assert png.exists(), shot.stderr.decode()[-2000:]
+    return png
+
+
+def test_a_page_in_chromium_at_390_px(web: tuple[Web, list], tmp_path: Path) -> None:
+    server, records = web
+    url = f"{server.origin}/login?token={server.token()}"
+    base = _browser(tmp_path, 390)
+    page = _dom(base, url)
+    assert "toolz" in page and "Loops" in page
+    assert "<script" not in page  # nothing on it needs JavaScript
+    png = _screenshot(base, url, tmp_path / "phone.png")
     width, _height, rows = chromium.png_pixels(png)
     assert width == 390
     assert len({bytes(r) for r in rows}) > 20  # a drawn page, not one blank colour
@@ -371,3 +397,106 @@ def test_promote_and_retire_a_rule(web: tuple[Web, list]) -> None:
         ("r-0002-old", "retired"),
     ]
     assert server.post("/rules/r-0002-old/delete", {"csrf": server.csrf()})[0] == 404
+
+
+def test_the_run_page_draws_its_diff_coloured_redacted_and_capped(web: tuple[Web, list]) -> None:
+    from daemon.web.pages import DIFF_LINES
+
+    server, records = web
+    run_id = records[0].id
+    patch = server.home / "state" / "runs" / run_id / "attempt-1" / "diff.patch"
+    patch.parent.mkdir(parents=True, exist_ok=True)
+    head = [
+        "diff --git a/app.py b/app.py",
+        "--- a/app.py",
+        "+++ b/app.py",
+        "@@ -1,2 +1,2 @@",
+        " import os",
+        "-TOKEN = None",
+        f'+TOKEN = "{GITHUB_TOKEN}"  # <script>alert(1)</script>',
+    ]
+    patch.write_text("\n".join(head) + "\n")
+    status, page = server.get(f"/runs/{run_id}")
+    assert status == 200, page
+    printed = loopd(server.home, "show", run_id, "--diff").stdout  # what the page draws
+    assert "-TOKEN = None" in printed
+    assert '<span class="hunk">@@ -1,2 +1,2 @@</span>' in page
+    assert '<span class="del">-TOKEN = None</span>' in page
+    assert '<span class="file">+++ b/app.py</span>' in page
+    added = page.split('<span class="add">', 1)[1].split("</span>", 1)[0]
+    assert added.startswith("+TOKEN = ") and "REDACTED" in added
+    assert GITHUB_TOKEN not in page and "&lt;script&gt;alert(1)" in page and "<script>" not in page
+    assert "<script" not in page  # colour by the stylesheet's classes, no JavaScript
+    # A diff of more lines than are drawn: the first ones, and a note of how many more.
+    extra = DIFF_LINES + 250
+    patch.write_text("\n".join(head + [f"+line {i}" for i in range(extra)]) + "\n")
+    _, page = server.get(f"/runs/{run_id}")
+    total = len(loopd(server.home, "show", run_id, "--diff").stdout.splitlines())
+    # Drawn: show's header line, the 7 lines of `head` (one an addition), then additions.
+    assert page.count('<span class="add">') == DIFF_LINES - 1 - len(head) + 1
+    assert f"{total - DIFF_LINES} more line(s) not shown here" in page
+
+
+def test_runs_of_a_night_in_the_homes_zone(tmp_path: Path) -> None:
+    """A night is noon to noon in `[limits] timezone`, as `loopd report` counts it: at 02:00
+    and 04:00 UTC, both the night of the 11th in UTC, are 11:00 and 13:00 in Tokyo."""
+    night_runs = [
+        RunSpec(night=1, hour=2, loop="toolz", outcome="succeeded"),
+        RunSpec(night=1, hour=4, loop="toolz", outcome="escalated", cause="checks-failed"),
+        RunSpec(night=3, hour=23, loop="toolz", outcome="succeeded"),
+    ]
+    home, _repo, records = build_week(tmp_path, NOW, night_runs, [])
+    config = home / "loopd.toml"
+    config.write_text(
+        config.read_text().replace("[limits]\n", '[limits]\ntimezone = "Asia/Tokyo"\n')
+    )
+    server = Web(home)
+    try:
+        server.login()
+        for night, expected in (
+            ("2026-03-11", [records[0].id]),
+            ("2026-03-12", [records[1].id]),
+            ("2026-03-09", [records[2].id]),
+            ("2026-03-10", []),
+        ):
+            listed = loopd(home, "runs", "--night", night, "--json", "--limit", "200")
+            assert listed.returncode == 0, listed.stderr
+            assert [r["run"] for r in json.loads(listed.stdout)] == expected, night
+            status, page = server.get(f"/runs?night={night}")
+            assert status == 200, page
+            shown = [r.id for r in records if f">{r.id}</a>" in page]
+            assert shown == expected, night
+        _, page = server.get("/runs?night=2026-03-11&loop=toolz&outcome=escalated")
+        assert records[0].id not in page and "No runs." in page
+        assert server.get("/runs?night=yesterday")[0] == 400  # the command's usage error
+        assert "write a date" in server.get("/runs?night=yesterday")[1]
+    finally:
+        server.stop()
+
+
+def test_the_weeks_charts_are_loopd_report_html(web: tuple[Web, list], tmp_path: Path) -> None:
+    """`/report` is the page `loopd report --html` writes, its charts drawn in Chromium by the
+    plotly bundle the console serves beside it (nothing fetched from elsewhere)."""
+    from plotly.offline import get_plotlyjs
+
+    server, _ = web
+    status, response, page = server.request("GET", "/report", Cookie=server.cookie)
+    assert status == 200, page
+    csp = response.getheader("content-security-policy")
+    assert "'sha256-" in csp and "frame-ancestors 'none'" in csp and "http" not in csp
+    assert "back to the console" in page and GITHUB_TOKEN not in page
+    written = tmp_path / "week.html"
+    proc = loopd(server.home, "report", "--html", str(written))
+    assert proc.returncode == 0, proc.stderr
+    # The same sections as the command's page (their times differ by the moment each ran).
+    assert page.count("<h2") == written.read_text().count("<h2") > 0
+    [name] = re.findall(r'<script src="([^"]+)"', page)
+    status, text = server.get(f"/{name}")
+    assert status == 200 and text == get_plotlyjs()
+    assert server.request("GET", f"/{name}")[0] == 401  # no cookie, no file
+    assert server.get("/other.min.js")[0] == 404
+    dom = _dom(
+        _browser(tmp_path, 1200), f"{server.origin}/login?token={server.token()}&next=report"
+    )
+    assert 'id="no-library"' not in dom  # plotly loaded: its inline script removed the warning
+    assert chromium.count_marks(dom).hits  # and drew the charts' marks

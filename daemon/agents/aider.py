@@ -110,6 +110,9 @@ class AiderAdapter(AgentAdapter):
     stop_at_limit = True  # it would retry a rate limit for a minute on its own
     login_files = (".aider/oauth-keys.env",)  # the key an OpenRouter login leaves
     config_paths = (".aider/",)
+    # The repo map's tags cache (a SQLite file, TAGS_CACHE_DIR in aider/repomap.py), written
+    # at the top of the tree; with --no-gitignore aider does not ignore it itself.
+    tree_litter = ("/.aider.tags.cache.v*/",)
 
     def __init__(
         self,

@@ -102,6 +102,9 @@ class AgentAdapter(ABC):
     # Its CLI retries a usage limit on its own for long (aider: a minute): the supervisor ends
     # the process at the adapter's usage-limit error event, and the run parks as on any other.
     stop_at_limit: ClassVar[bool] = False
+    # What the program writes into the tree for itself (gitignore patterns from the top of the
+    # tree): its caches, never the work. Kept out of loopd's commits, so never landed.
+    tree_litter: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,

@@ -41,12 +41,13 @@ from daemon.state.store import StateStore, UnreadableFile
 def run(args: argparse.Namespace) -> int:
     """The daemon, in the foreground (systemd runs this)."""
     from daemon.daemon import ConfigFatal, report_failure, run_daemon
+    from daemon.web.app import listener_app
 
     home = home_of(args)
     try:
         if engine_control(home) is not None:  # another engine runs the loops
             return engine_for(home).serve()
-        return run_daemon(home)
+        return run_daemon(home, ui=listener_app)
     except ConfigFatal as exc:
         print(f"loopd: configuration error, not starting:\n{exc}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ from daemon.people.landstate import landing_state
 from daemon.people.terminal import clean
 from daemon.runs.journal import RunJournal
 from daemon.runs.services import RunServices
+from daemon.state.eventtypes import Event
 from daemon.state.records import Cause
 
 
@@ -52,6 +53,15 @@ def land(args: argparse.Namespace) -> int:
     if not run.target:
         raise CommandError(f"run {run.id} has no target branch recorded; merge it yourself")
     run.landing = ""
+    by = getattr(args, "by", "")  # the console says who; the command line does not
+    store.events.append(
+        Event.LAND_REQUESTED,
+        utc_now(),
+        loop=run.loop,
+        run=run.id,
+        target=run.target,
+        **({"by": by} if by else {}),
+    )
     services = RunServices(home=home, config=loaded.daemon, store=store)
     journal = RunJournal(services, run)
     land_queued(journal, loop.config)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import socket
+from pathlib import Path
 from typing import Any
 
 from daemon.cli.common import CommandError, tested_home
 from daemon.cli.jsonout import print_json
 from daemon.clock import utc_now
-from daemon.people.notify import CommandNotifier, NotifyError, WebhookNotifier
+from daemon.config import NotifyConfig
+from daemon.people.notify import CommandNotifier, NotifyError, WebhookNotifier, plugin_notifier
 from daemon.people.notify.apprise_urls import AppriseNotifier
 from daemon.retry import RetryPolicy
 from daemon.state.events import iso
@@ -22,21 +24,11 @@ def notify_cmd(args: argparse.Namespace) -> int:
         args, "loopd notify --test", "sends a test notification through [notify]"
     )
     config = loaded.daemon.notify
-    notifiers: list[Any] = []
-    if config.command:
-        notifiers.append(CommandNotifier(config.command))
-    if config.webhook:
-        # One try: a test says at once whether the webhook answers.
-        notifiers.append(WebhookNotifier(config.webhook, retry=RetryPolicy(tries=1)))
-    if config.urls:
-        try:
-            notifiers.extend(AppriseNotifier(url) for url in config.urls)
-        except NotifyError as exc:
-            raise CommandError(f"{home.config_path}: {exc}", code=2) from None
+    notifiers = _notifiers(config, home.config_path)
     if not notifiers:
         raise CommandError(
-            f"{home.config_path}: [notify] has no command, webhook or urls, so escalations "
-            'reach nobody. Fix: add command = ["notify-send", "loopd"], webhook = '
+            f"{home.config_path}: [notify] has no command, webhook, urls or plugins, so "
+            'escalations reach nobody. Fix: add command = ["notify-send", "loopd"], webhook = '
             '"https://..." or urls = ["ntfy://ntfy.sh/TOPIC"] under [notify]'
         )
     now = utc_now()
@@ -48,12 +40,7 @@ def notify_cmd(args: argparse.Namespace) -> int:
     store = home.state(loaded.daemon.limits.events_rotate)
     results = []
     for notifier in notifiers:
-        if notifier.name == "command":
-            where = f"command {config.command[0]!r}"
-        elif notifier.name == "apprise":
-            where = f"apprise {notifier.where}"
-        else:
-            where = f"webhook {config.webhook.split('/')[2] if '//' in config.webhook else ''}"
+        where = _where(notifier, config)
         try:
             notifier.send(message, payload)
         except NotifyError as exc:
@@ -76,3 +63,31 @@ def notify_cmd(args: argparse.Namespace) -> int:
                 print(f"{r['where']}: FAILED: {r['error']}")
         print(f"message: {message}")
     return 0 if all(r["ok"] for r in results) else 1
+
+
+def _notifiers(config: NotifyConfig, path: Path) -> list[Any]:
+    """The notifiers of `[notify]` for a test: a webhook tried once; exit 2 for one that
+    cannot be made (apprise missing, a plugin that does not load)."""
+    notifiers: list[Any] = []
+    if config.command:
+        notifiers.append(CommandNotifier(config.command))
+    if config.webhook:
+        # One try: a test says at once whether the webhook answers.
+        notifiers.append(WebhookNotifier(config.webhook, retry=RetryPolicy(tries=1)))
+    try:
+        notifiers.extend(AppriseNotifier(url) for url in config.urls)
+        notifiers.extend(plugin_notifier(name, opts) for name, opts in config.plugins.items())
+    except NotifyError as exc:
+        raise CommandError(f"{path}: {exc}", code=2) from None
+    return notifiers
+
+
+def _where(notifier: Any, config: NotifyConfig) -> str:
+    """Where a notifier sends, as the test's answer names it (no token of a URL)."""
+    if notifier.name == "command":
+        return f"command {config.command[0]!r}"
+    if notifier.name == "apprise":
+        return f"apprise {notifier.where}"
+    if notifier.name in config.plugins:
+        return f"plugin {notifier.name!r}"
+    return f"webhook {config.webhook.split('/')[2] if '//' in config.webhook else ''}"

@@ -157,6 +157,11 @@ def _show(sub: Any) -> None:
     )
     p.add_argument("loop", nargs="?")
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p.add_argument(
+        "--night",
+        metavar="YYYY-MM-DD",
+        help="only the runs of that night, noon to noon in [limits] timezone (as `loopd report`)",
+    )
     p.set_defaults(plain="plainruns:runs")
     p = command(
         sub,

@@ -49,6 +49,8 @@ from daemon.regularfile import STATE_MAX, read_regular
 
 def runs(args: argparse.Namespace) -> int | None:
     """`loopd runs [LOOP] [--limit N] [--json]`, or None."""
+    if getattr(args, "night", None):
+        return None  # a night is counted in the configuration's zone: the full path reads it
     root = _own_home(args)
     if root is None:
         return None

@@ -234,7 +234,11 @@ def run_text(
             clean(", ".join(s.kind for s in a.stalls) or "-"),
             checks_word(a.checks_passed),
             "-" if a.score is None else str(a.score),
-            clean(a.verdict + ("".join(f"\n! {v}" for v in a.violations))),
+            clean(
+                (f"conflict attempt: {a.conflict}\n" if getattr(a, "conflict", "") else "")
+                + a.verdict
+                + "".join(f"\n! {v}" for v in a.violations)
+            ),
             clean(a.feedback),
         ]
         for a in run.attempts

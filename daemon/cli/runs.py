@@ -18,7 +18,7 @@ from daemon.example import is_example_repo
 from daemon.example.prepare import prepare_example
 from daemon.git.safe import GitError
 from daemon.home import Home
-from daemon.people.notify import Notifications
+from daemon.people.notify import Notifications, NotifyError
 from daemon.processes import set_child_subreaper, set_not_dumpable
 from daemon.runs.budget import loop_hold
 from daemon.runs.services import RunServices
@@ -267,7 +267,10 @@ def _finish_abandoned(services: Any, loop: Loop) -> Any:
 
 
 def _notifications(loaded: LoadedConfig, store: Any) -> Any:
-    return Notifications(loaded.daemon.notify, store.events)
+    try:
+        return Notifications(loaded.daemon.notify, store.events)
+    except NotifyError as exc:
+        raise CommandError(str(exc), code=2) from None
 
 
 def trigger(args: argparse.Namespace) -> int:
@@ -367,6 +370,14 @@ def _wait_for(home: Home, store: Any, tail: Any, inbox_id: str) -> int:
         time.sleep(0.2)
 
 
+def _cancel_event(store: Any, args: argparse.Namespace, loop: str | None) -> None:
+    """Who asked the run to stop: `by` is the console's; the command line's event has none."""
+    by = getattr(args, "by", "")
+    store.events.append(
+        Event.CANCEL_REQUESTED, utc_now(), loop=loop, run=args.run_id, **({"by": by} if by else {})
+    )
+
+
 def cancel(args: argparse.Namespace) -> int:
     """Stop a queued or running run; its outcome is `cancelled`."""
     home = home_of(args)
@@ -375,6 +386,8 @@ def cancel(args: argparse.Namespace) -> int:
         code, message = control.cancel(args.run_id)
         if code == 2:
             raise CommandError(message)
+        if code == 0:
+            _cancel_event(home.state(), args, None)  # the engine's records name no person
         print(message)
         return code
     store = home.state()
@@ -383,6 +396,7 @@ def cancel(args: argparse.Namespace) -> int:
         if queued is None:
             raise CommandError(f"unknown run {args.run_id!r}; `loopd runs` lists them")
         store.request_cancel(args.run_id)
+        _cancel_event(store, args, queued.loop)
         print(f"cancel requested for queued run {args.run_id}")
         return 0
 
@@ -392,12 +406,14 @@ def cancel(args: argparse.Namespace) -> int:
         # The daemon holds the run in memory: the request still reaches it.
         print(f"loopd: warning: {exc}", file=sys.stderr)
         store.request_cancel(args.run_id)
+        _cancel_event(store, args, None)
         print(f"cancel requested for run {args.run_id}")
         return 0
     if run.outcome is not None:
         print(f"run {run.id} already ended: {run.outcome}")
         return 1
     store.request_cancel(run.id)
+    _cancel_event(store, args, run.loop)
     outcome = None
     for _ in range(100):
         time.sleep(0.1)

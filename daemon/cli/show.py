@@ -21,6 +21,7 @@ from daemon.cli.runlines import (
     runs_table,
 )
 from daemon.cli.textout import Terminal
+from daemon.cli.thenight import Night
 from daemon.clock import utc_now
 from daemon.landing.branches import HandMerges
 from daemon.people.terminal import clean
@@ -46,8 +47,11 @@ def runs(args: argparse.Namespace) -> int:
     queued = [p for p in queued if not (store.run_dir(p.id) / "run.toml").exists()]
     parked = _parked_runs(store, args.loop)
     shown = {r.id for r in parked}
+    night = Night.parse(args.night, loaded) if getattr(args, "night", None) else None
+    if night is not None:  # queued and parked runs have begun no night yet
+        queued, parked, shown = [], [], set()
     records = []
-    for run in store.iter_runs(args.loop):
+    for run in store.iter_runs(args.loop) if night is None else night.runs(store, args.loop):
         if run.id not in shown:
             records.append(run)
         if len(records) >= args.limit:
@@ -58,6 +62,8 @@ def runs(args: argparse.Namespace) -> int:
     room = args.limit - len(records)
     listed = {r.id for r in records}
     pruned = [p for p in newest_pruned(store.root, args.loop, max(room, 0)) if p.run not in listed]
+    if night is not None:
+        pruned = [p for p in pruned if p.started is not None and night.holds(p.started)]
     if args.json:
         print_json(
             [queued_summary(p) for p in queued]

@@ -10,7 +10,6 @@ from typing import Any
 
 from daemon.cli.common import CommandError, home_of
 from daemon.extras import install_command
-from daemon.web.app import build_app
 from daemon.web.console import Console
 from daemon.web.security import login_token, token_path
 
@@ -61,18 +60,21 @@ def web(args: argparse.Namespace) -> int:
             "behind TLS (docs/console.md)",
             file=sys.stderr,
         )
-    app = build_app(Console(home=str(home.root), token=token, read_only=args.read_only))
+    from daemon.web.app import build_app
+
+    console = Console(home=str(home.root), token=token, read_only=args.read_only)
+    app = build_app(console)
     print(
         f"loopd web: {_url(host, port)} for {home.root}"
         f"{' (read-only)' if args.read_only else ''}; log in with the address "
         f"`loopd web --url` prints (the token is in {token_path(home.state_dir)})",
         flush=True,
     )
-    _serve(uvicorn, app, host, port)
+    _serve(uvicorn, app, host, port, console)
     return 0
 
 
-def _serve(uvicorn: Any, app: Any, host: str, port: int) -> None:
+def _serve(uvicorn: Any, app: Any, host: str, port: int, console: Console) -> None:
     """uvicorn until SIGTERM or SIGINT, as the listener runs it: no access log, no headers
     of its own, X-Forwarded-For not believed."""
     config = uvicorn.Config(
@@ -91,5 +93,6 @@ def _serve(uvicorn: Any, app: Any, host: str, port: int) -> None:
         timeout_keep_alive=5,
     )
     server = uvicorn.Server(config)
+    console.stopping = lambda: bool(server.should_exit)  # live logs end, so the stop is quick
     signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
     server.run()

@@ -4,8 +4,9 @@ The user's reference for every key here is `docs/configuration.md`: its key tabl
 from the models' fields and descriptions by `python -m daemon.config.reference` (reference.py;
 tests/test_config_docs.py fails when they are stale). By concept:
 `base.py` (what every model shares), `home_file.py` (loopd.toml), `engine.py` (`[engine]`),
-`sandbox.py` (`[sandbox]`), `listen.py` (`[listen]`, `[remotes.NAME]`), `telemetry.py`
-(`[telemetry]`), `loop_file.py` (a loop file), `loading.py` (reading a home).
+`sandbox.py` (`[sandbox]`), `notify.py` (`[notify]`), `listen.py` (`[listen]`,
+`[remotes.NAME]`), `telemetry.py` (`[telemetry]`), `loop_file.py` (a loop file),
+`loading.py` (reading a home).
 """
 
 from daemon.config.base import QUEUE_NAME, StrictModel
@@ -16,7 +17,6 @@ from daemon.config.home_file import (
     AgentProfile,
     DaemonConfig,
     LimitsConfig,
-    NotifyConfig,
     Price,
     RulesConfig,
     VerifierConfig,
@@ -32,6 +32,7 @@ from daemon.config.loading import (
     register_prepared_repo,
 )
 from daemon.config.loop_file import ENV_NAME, LOOP_NAME, LOOP_NAME_MAX, Loop, LoopConfig
+from daemon.config.notify import NotifyConfig
 from daemon.config.sandbox import SandboxConfig
 from daemon.config.telemetry import TelemetryConfig
 

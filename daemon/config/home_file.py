@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from daemon.config.base import StrictModel, _argv, _http_url
 from daemon.config.engine import EngineConfig
 from daemon.config.listen import ListenConfig, RemoteConfig
+from daemon.config.notify import NotifyConfig
 from daemon.config.sandbox import SandboxConfig
 from daemon.config.telemetry import TelemetryConfig
 from daemon.plugins import AGENTS, SHIPPED, is_installed
@@ -194,50 +195,6 @@ class AgentProfile(StrictModel):
 
     _command_argv = field_validator("command")(_argv)
     _base_url = field_validator("base_url")(_http_url)
-
-
-class NotifyConfig(StrictModel):
-    command: list[str] = Field(
-        [],
-        examples=[["notify-send", "loopd"]],
-        description=(
-            "a program run with the message appended as its last argument, e.g. "
-            '`["notify-send", "loopd"]`; argv, never a shell'
-        ),
-        json_schema_extra={"allowed": "non-empty strings"},
-    )
-    webhook: str = Field(
-        "",
-        examples=["https://hooks.example.com/loopd"],
-        description=(
-            'a POST of the notification as JSON (`{"text": ..., ...}`), retried with backoff'
-        ),
-        json_schema_extra={"allowed": "an `http://` or `https://` URL with a host"},
-    )
-    urls: list[str] = Field(
-        [],
-        examples=[["ntfy://ntfy.sh/my-loopd-topic"]],
-        description=(
-            "each notification also through "
-            "[apprise](https://github.com/caronc/apprise/wiki), one URL per service, "
-            'e.g. `["ntfy://ntfy.sh/my-topic", "mailtos://user:pass@example.com"]`: '
-            "the same message text, titled `loopd: KIND`, an escalation's file linked"
-            " below it (`file://...`). Needs the `notify` extra (`.venv/bin/pip install -e "
-            "'.[notify]'` in loopd's checkout); without it `loopd run` stops with exit 2 saying so"
-        ),
-        json_schema_extra={"allowed": "apprise URLs (`SCHEME://...`)"},
-    )
-
-    @field_validator("urls")
-    @classmethod
-    def _apprise_urls(cls, value: list[str]) -> list[str]:
-        for url in value:
-            if "://" not in url or any(c.isspace() or ord(c) < 32 for c in url):
-                raise ValueError(f"{url!r} is not an apprise URL such as ntfy://ntfy.sh/TOPIC")
-        return value
-
-    _command_argv = field_validator("command")(_argv)
-    _webhook_url = field_validator("webhook")(_http_url)
 
 
 class LimitsConfig(StrictModel):

@@ -71,6 +71,14 @@ class ListenConfig(StrictModel):
             "a slower one is closed (headers) or refused with 408 (body)"
         ),
     )
+    ui: bool = Field(
+        False,
+        description=(
+            "serve the console's pages (`loopd web`'s, docs/console.md) under `/ui/` of this "
+            "listener: the same login token (`state/web-token`), cookie, CSRF and Origin checks; "
+            "needs the `web` extra"
+        ),
+    )
     # Apart from `bind`: the home's daemon and a worker may share one loopd.toml on one machine.
     worker_bind: str = Field(
         "",

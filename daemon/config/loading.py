@@ -19,12 +19,12 @@ from daemon.config.home_file import (
     AgentProfile,
     DaemonConfig,
     LimitsConfig,
-    NotifyConfig,
     RulesConfig,
     VerifierConfig,
 )
 from daemon.config.land import check_run_ends
 from daemon.config.loop_file import LOOP_NAME, LOOP_NAME_MAX, Loop, LoopConfig
+from daemon.config.notify import NotifyConfig
 from daemon.config.sandbox import SandboxConfig
 from daemon.config.telemetry import telemetry_warnings
 from daemon.plugins import (

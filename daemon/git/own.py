@@ -140,10 +140,14 @@ class OwnGit:
         """The config `git init` wrote here (file modes, case, object format), for clones."""
         return (self.path / PROBED).read_text(encoding="utf-8")
 
-    def exclude(self, patterns: list[str]) -> None:
-        """Keep paths matching `patterns` (gitignore syntax) out of loopd's commits."""
-        text = _EXCLUDE + "".join(f"{p}\n" for p in patterns)
-        (self.path / "info" / "exclude").write_text(text, encoding="utf-8")
+    def exclude(self, patterns: list[str], part: str = "setup") -> None:
+        """Keep paths matching `patterns` (gitignore syntax) out of loopd's commits; `part`
+        names whose they are ("setup", "agent"), each part kept when another is rewritten."""
+        parts = self.path / "info" / "exclude.parts"
+        parts.mkdir(exist_ok=True)
+        (parts / part).write_text("".join(f"{p}\n" for p in patterns), encoding="utf-8")
+        kept = "".join(f.read_text(encoding="utf-8") for f in sorted(parts.iterdir()))
+        (self.path / "info" / "exclude").write_text(_EXCLUDE + kept, encoding="utf-8")
 
     def checkout(self) -> None:
         """Write the branch's files into the tree and the index (the tree holds nothing else)."""

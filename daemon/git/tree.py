@@ -330,3 +330,24 @@ def remove_tree(tree: RunTree) -> None:
         _clear(*check_folders(tree.own_dir))
         if tree.own_dir.exists():
             shutil.rmtree(tree.own_dir, ignore_errors=True)
+
+
+def show_merge(tree: RunTree, tip: str, other: str) -> str:
+    """Put the merge of `other` into the run's branch at `tip` in the run's tree, conflict
+    markers and all, over a clean tree (what else the tree held goes); the merge's tree
+    (its objects in loopd's git directory). The branch stays at `tip` until loopd commits."""
+    own = tree.own
+    current = own.tip()
+    if current != tip:
+        own.set_tip(tip, current)  # the person's repository holds the run's branch at `tip`
+    own.git.run("read-tree", "--reset", "HEAD")  # staged leftovers do not survive either
+    merged = own.bare.run("merge-tree", "--write-tree", "-z", tip, other, check=False)
+    if merged.returncode not in (0, 1):
+        err = merged.stderr.decode("utf-8", "replace").strip()[:300]
+        raise GitError(["merge-tree"], merged.returncode, err)
+    tree_oid = merged.stdout.split(b"\0", 1)[0].decode().strip()
+    own.git.run("read-tree", "-u", "--reset", tree_oid)
+    own.git.run("clean", "-fdq")  # untracked files: ignored ones (setup's) stay
+    # The agent's own git still has the branch at `tip` in its index: its `git status` and
+    # `git diff` show the conflicting files as changed, markers and all.
+    return tree_oid

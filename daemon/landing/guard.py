@@ -101,6 +101,13 @@ def blocked_paths(user: UserRepo, since: str, tip: str, cfg: LoopConfig) -> list
     return sorted(found)
 
 
+def never_resolved(user: UserRepo, cfg: LoopConfig, paths: list[str]) -> list[str]:
+    """The conflicting `paths` no agent may resolve: protected, or files that run programs
+    (even those `land_allow` lets land: what lands there a person wrote or allowed)."""
+    globs = [*cfg.protect, *LAND_GUARDED, *hooks_globs(user), *GIT_DIR_GLOBS]
+    return sorted(matching_paths(globs, paths))
+
+
 def link_problem(git: Git, tip: str, link: Change, globs: list[str]) -> str:
     """Why the symlink `link` may not land, or ""."""
     if _holds_guarded(link.path, globs):

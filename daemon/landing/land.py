@@ -39,7 +39,13 @@ from daemon.git.userrepo import UserRepo
 from daemon.landing.guard import blocked_paths
 from daemon.landing.held import holds
 from daemon.landing.landed import after_move, mark_built_on, record_landed
-from daemon.landing.merge import MergeConflict, MergeRefused, merge_target, verify_tip
+from daemon.landing.merge import (
+    Conflict,
+    MergeConflict,
+    MergeRefused,
+    merge_target,
+    verify_tip,
+)
 from daemon.landing.squash import AlreadyLanded, squash_commit
 from daemon.landing.stoppoint import stop_point
 from daemon.plain.landing import ALREADY
@@ -63,12 +69,15 @@ class LandingBlocked(Exception):
     checks = False  # True: setup or the checks fail on what would land (a person looks)
     conflict = False  # True: the run's branch conflicts with the target (a person looks)
     moving = False  # True: the target moved under each try (a person looks)
+    found: Conflict | None = None  # the conflict, both sides, for a conflict attempt
 
 
 def _refused(exc: MergeRefused) -> LandingBlocked:
     blocked = LandingBlocked(str(exc))
     blocked.checks = exc.checks
     blocked.conflict = isinstance(exc, MergeConflict)
+    if isinstance(exc, MergeConflict):
+        blocked.found = exc.conflict
     return blocked
 
 
@@ -104,16 +113,20 @@ def lands(run: RunRecord) -> bool:
     return not (run.outcome != "succeeded" or is_experiment(run) or run.land in ("", "branch"))
 
 
-def land_run(journal: RunJournal, cfg: LoopConfig | None, on_move: OnMove | None = None) -> None:
+def land_run(
+    journal: RunJournal, cfg: LoopConfig | None, on_move: OnMove | None = None
+) -> Conflict | None:
     """Land a succeeded run as its record says (`land`, `target`); records how it went.
+    The textual conflict that kept it from landing, if one did.
 
     `on_move(old, new)`: called before the target moves from `old` to `new` (the landing
     queue writes the step down first)."""
     run = journal.run
+    found: Conflict | None = None
     if not lands(run):
-        return
+        return None
     if run.landed:
-        return  # finishing again after a crash
+        return None  # finishing again after a crash
     run.phase = "landing"
     journal.save()
     try:
@@ -133,12 +146,14 @@ def land_run(journal: RunJournal, cfg: LoopConfig | None, on_move: OnMove | None
         cause = Cause.LANDING_CHECKS_FAILED if checks else Cause.LANDING_BLOCKED
         run.cause = Cause.LANDING_MOVING if getattr(exc, "moving", False) else cause
         run.cause = Cause.LANDING_CONFLICT if getattr(exc, "conflict", False) else run.cause
+        found = getattr(exc, "found", None)
         journal.event(Event.LANDING_BLOCKED, land=run.land, target=run.target, reason=run.landing)
     else:
         record_landed(journal, commit)
     finally:
         run.phase = "idle"
         journal.save()
+    return found
 
 
 def _user(journal: RunJournal) -> UserRepo:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.config import LoopConfig
@@ -30,6 +31,7 @@ from daemon.state.eventtypes import Event
 LAND_CHECKS_LOG = "land-checks.log"
 LAND_SETUP_LOG = "land-setup.log"
 MERGE_BRANCH = "loopd-landing"
+FINISH = "; finish it: "  # where a conflict's text says how to finish it
 
 
 class MergeRefused(Exception):
@@ -38,8 +40,26 @@ class MergeRefused(Exception):
     checks = False  # True: setup or the checks failed on what would land
 
 
+@dataclass
+class Conflict:
+    """A landing's textual conflict: both sides, the files and hunks, the merge with markers."""
+
+    tip: str  # the run's branch
+    target: str
+    target_tip: str
+    tree: str  # the merge's tree, conflict markers in the conflicting files
+    files: list[str]
+    hunks: dict[str, list[str]] = field(default_factory=dict)  # path -> "3-7" spans
+    theirs: list[str] = field(default_factory=list)  # target commits, "sha (run X)"
+    text: str = ""  # the whole of it, for a person (conflict_text)
+
+
 class MergeConflict(MergeRefused):
     """The run's branch and the target change the same lines: both sides named."""
+
+    def __init__(self, conflict: Conflict) -> None:
+        super().__init__(conflict.text)
+        self.conflict = conflict
 
 
 class ChecksRefused(MergeRefused):
@@ -95,9 +115,9 @@ def merge_target(
         if merged.returncode == 1:
             files = _conflicts(merged.stdout)
             tree_oid = merged.stdout.split(b"\0", 1)[0].decode().strip()
-            raise MergeConflict(
-                conflict_text(journal, own.bare, tip, target, target_tip, tree_oid, files)
-            )
+            found = Conflict(tip, target, target_tip, tree_oid, files)
+            found.text = conflict_text(journal, own.bare, found)
+            raise MergeConflict(found)
         if merged.returncode != 0:
             err = merged.stderr.decode("utf-8", "replace").strip()[:300]
             raise MergeRefused(f"git merge-tree failed: {err}")
@@ -169,36 +189,31 @@ def _setup_and_check(
         )
 
 
-def conflict_text(
-    journal: RunJournal,
-    git: Git,
-    tip: str,
-    target: str,
-    target_tip: str,
-    tree_oid: str,
-    files: list[str],
-) -> str:
+def conflict_text(journal: RunJournal, git: Git, conflict: Conflict) -> str:
     """Both sides of a landing's conflict: the run and its commit, the target's commits
     (and the loopd runs they landed) that touched the files, the conflicting hunks' lines,
-    and how to finish it."""
-    run = journal.run
+    and how to finish it. Fills in the conflict's hunks and target commits."""
+    run, tip, target, target_tip = journal.run, conflict.tip, conflict.target, conflict.target_tip
+    files = conflict.files
     base = git.out("merge-base", tip, target_tip, check=False).strip()
     shown = files[:5]
-    theirs: list[str] = []
     if base and shown:
         log = git.out("log", "--format=%H %s", f"{base}..{target_tip}", "--", *shown, check=False)
         for line in log.splitlines()[:5]:
             sha, _, subject = line.partition(" ")
             found = _RUN_IN_SUBJECT.search(subject)
-            theirs.append(sha[:12] + (f" (run {found.group(1)})" if found else ""))
-    hunks = [f"{path} {_hunk_lines(git, tree_oid, path)}" for path in shown]
+            conflict.theirs.append(sha[:12] + (f" (run {found.group(1)})" if found else ""))
+    for path in files[:50]:
+        conflict.hunks[path] = _hunk_spans(git, conflict.tree, path)
+    hunks = [f"{path} {_said(conflict.hunks[path])}" for path in shown]
+    theirs = conflict.theirs
     return (
         f"merging {target} into the run's branch conflicts in "
         + ("; ".join(hunks) or "some files")
         + (" and more" if len(files) > 5 else "")
         + f"; this run {run.id} at {tip[:12]} against {target} at {target_tip[:12]}"
         + (f", changed there by {', '.join(theirs)}" if theirs else "")
-        + f"; finish it: `git merge {target}` on {run.branch}, resolve, commit, then "
+        + f"{FINISH}`git merge {target}` on {run.branch}, resolve, commit, then "
         f"`loopd land {run.id}`, or `loopd escalations resolve {run.id} --retry`"
     )
 
@@ -206,9 +221,14 @@ def conflict_text(
 _RUN_IN_SUBJECT = re.compile(r"\(run ([0-9A-Za-z_.-]+)")
 
 
-def _hunk_lines(git: Git, tree_oid: str, path: str) -> str:
-    """Where the conflict markers are in the merged file: `(lines 3-7, 20-24)`."""
+def _hunk_spans(git: Git, tree_oid: str, path: str) -> list[str]:
+    """Where the conflict markers are in the merged file: `["3-7", "20-24"]`."""
     text = git.out("cat-file", "-p", f"{tree_oid}:{path}", check=False)
+    return marker_spans(text)
+
+
+def marker_spans(text: str) -> list[str]:
+    """The line spans of the conflict markers in a file's text."""
     spans, start = [], 0
     for n, line in enumerate(text.splitlines(), 1):
         if line.startswith("<<<<<<< "):
@@ -216,6 +236,15 @@ def _hunk_lines(git: Git, tree_oid: str, path: str) -> str:
         elif line.startswith(">>>>>>> ") and start:
             spans.append(f"{start}-{n}")
             start = 0
+    return spans
+
+
+def has_markers(text: str) -> bool:
+    """Whether a file's text still holds a conflict marker line (either end of a hunk)."""
+    return any(line.startswith(("<<<<<<< ", ">>>>>>> ")) for line in text.splitlines())
+
+
+def _said(spans: list[str]) -> str:
     return f"(lines {', '.join(spans[:5])})" if spans else "(whole file)"
 
 

@@ -11,19 +11,29 @@ moving the target finds `moving` and the commit on restart, and git says whether
 target holds it (then the landing is recorded, never redone); at any earlier step the
 landing is simply done again, since nothing moved. Runs take their turn in the order they
 entered (state/landingqueue.py `landing_turn`).
+
+A textual conflict is given to the run's agent once (`resolve`, passed in from above: the
+conflict attempt of runs/conflict.py), still holding the target's lock, unless a
+conflicting file is protected or runs programs (landing/guard.py `never_resolved`): then it
+goes to the person at once. A resolved merge, verified as any attempt, lands as the run's
+branch; one not resolved leaves a single escalation naming both sides.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from daemon.config import LoopConfig
 from daemon.git.userrepo import UserRepo
+from daemon.landing.guard import never_resolved
 from daemon.landing.land import land_run, lands
 from daemon.landing.landed import finish_moved
+from daemon.landing.merge import FINISH, Conflict
 from daemon.landing.stoppoint import stop_point
 from daemon.processes import process_mark
+from daemon.redact import redact
 from daemon.runs.journal import RunJournal
 from daemon.runs.startpoint import is_ancestor
 from daemon.state.eventtypes import Event
@@ -35,9 +45,16 @@ from daemon.state.landingqueue import (
     update_landing_queue,
 )
 
+# The run's conflict attempt: the verified merge commit (the run's branch now), or None with
+# why not (the agent did not resolve it, or the run had its one attempt already).
+Resolver = Callable[[Conflict], "tuple[str | None, str]"]
 
-def land_queued(journal: RunJournal, cfg: LoopConfig | None) -> None:
-    """Land `journal`'s run through its target's queue (nothing when it does not land)."""
+
+def land_queued(
+    journal: RunJournal, cfg: LoopConfig | None, resolve: Resolver | None = None
+) -> None:
+    """Land `journal`'s run through its target's queue (nothing when it does not land);
+    `resolve`: the conflict attempt a textual conflict gets (None: it goes to the person)."""
     run = journal.run
     if not lands(run) or run.landed or not run.target:
         land_run(journal, cfg)  # records why not, as without a queue
@@ -63,10 +80,49 @@ def land_queued(journal: RunJournal, cfg: LoopConfig | None) -> None:
             if entry.new and _holds(journal, entry.new):
                 finish_moved(journal, cfg, entry.old, entry.new)  # killed after the move
         if not run.landed:
-            _step(journal, "landing")
-            stop_point("landing", run.id)
-            land_run(journal, cfg, on_move=lambda old, new: _moving(journal, old, new))
+            _land_resolving(journal, cfg, resolve)
         update_landing_queue(store, repo, target, lambda q: _leave(q, run.id))
+
+
+def _land_resolving(journal: RunJournal, cfg: LoopConfig | None, resolve: Resolver | None) -> None:
+    """Land; a textual conflict goes to the conflict attempt when it may, and a merge it
+    resolved lands (the target moving meanwhile is merged as any landing)."""
+
+    def land() -> Conflict | None:
+        _step(journal, "landing")
+        stop_point("landing", journal.run.id)
+        return land_run(journal, cfg, on_move=lambda old, new: _moving(journal, old, new))
+
+    run = journal.run
+    cause = run.cause  # the run's own, which a resolved conflict's landing gives back
+    found = land()
+    if found is None or resolve is None or cfg is None:
+        return
+    kept = never_resolved(UserRepo.locate(Path(run.repo)), cfg, found.files)
+    if kept:
+        why = f"the conflict is in {', '.join(kept[:5])}, which no agent resolves"
+        journal.event(Event.CONFLICT_KEPT, paths=kept[:50], reason=why)
+        _add_reason(journal, why)
+        return
+    merged, why = resolve(found)
+    if merged is None:
+        _add_reason(journal, why)
+        return
+    blocked = land()
+    if run.landed:
+        run.cause = cause
+        journal.save()
+    elif blocked is not None:  # the target moved again, into another conflict
+        _add_reason(journal, "the agent resolved one conflict; the target moved into another")
+
+
+def _add_reason(journal: RunJournal, why: str) -> None:
+    """The escalation's reason: the conflict, both sides, why no agent resolved it, then how
+    to finish it."""
+    run = journal.run
+    said, finish, how = run.landing.partition(FINISH)
+    run.landing = redact(f"{said}; {why}{finish}{how}")[:2000]
+    journal.save()
 
 
 def _landed_meanwhile(journal: RunJournal) -> None:

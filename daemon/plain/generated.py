@@ -181,6 +181,7 @@ ATTEMPT: Spec = {  # state.records.AttemptRecord
     "head_commit": ("str", ""),
     "interrupted": ("bool", False),
     "limit_hit": ("str", ""),
+    "conflict": ("str", ""),
     "rules": (many("str"), []),
     "rules_followed": (many("str"), []),
     "rules_irrelevant": (many("str"), []),

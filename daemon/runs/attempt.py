@@ -115,6 +115,8 @@ class Attempt:
         parts: PromptParts | None = None,
         parked: bool = False,
         engine_waits: bool = False,
+        conflict: str = "",
+        resume_session: str = "",
     ) -> None:
         self.services = services
         self.loop = loop
@@ -129,6 +131,9 @@ class Attempt:
         # Where the agent and the checks run; SandboxUnavailable when runs are refused here.
         self.confinement = Confinement.for_run(services, loop.config, journal.run, tree.path)
         self.parked = parked  # resumed after a restart while parked on a usage limit
+        self.conflict = conflict  # a landing's conflict attempt: which conflict (runs/conflict.py)
+        # The agent's session its first invocation resumes (as a nudge does), when it can.
+        self.resume_session = resume_session
         # A park returns the attempt open (the engine waits, durably, and resumes it) and
         # leaves holding the profile and notifying to the engine's home.
         self.engine_waits = engine_waits
@@ -156,6 +161,8 @@ class Attempt:
         assert profile is not None  # the loop's agent is checked when the config loads
         cls = adapter_class(profile.adapter)
         adapter = cls(profile, self._agent_home(cls))
+        if cls.tree_litter:
+            self.tree.own.exclude(list(cls.tree_litter), part="agent")
         adapter.scratch = self.confinement.scratch
         adapter.sandboxed = self.confinement.sandbox.confines
         transcript = Transcript(folder / "transcript.jsonl", limits.transcript_cap)
@@ -220,7 +227,11 @@ class Attempt:
         prompt = redact(build_prompt(parts, self.services.config.limits.prompt_cap))
         write_atomic(folder / "prompt.md", prompt, durable=False)
         attempt = AttemptRecord(
-            n=n, started=journal.now(), base_commit=self.tree.own.tip(), rules=self.rule_ids
+            n=n,
+            started=journal.now(),
+            base_commit=self.tree.own.tip(),
+            rules=self.rule_ids,
+            conflict=self.conflict,
         )
         run.attempts.append(attempt)
         guard = guard_of(journal, self.tree)

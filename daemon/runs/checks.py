@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -28,6 +29,11 @@ from daemon.state.atomic import write_atomic
 TAIL_BYTES = 8000  # the failing checks' output the next attempt's prompt reads
 HEAD_CAP = 256_000  # of a check's output, its first bytes are kept whatever follows
 OUTPUT_CAP = 2_000_000  # per command, in checks.log: its last bytes
+# A runner's timings ("1 error in 0.05s", "Ran 1 test in 0.000s", "(0.00s)", "Time: 1.2 s",
+# "(0:00:12)"): never the same twice, so read as `{duration}` when outputs are compared.
+_DURATION = re.compile(
+    r"\b\d+\.\d+ ?(?:s|ms|sec|secs|seconds)\b(?: \(\d+:\d\d:\d\d\))?|\b\d+ ?ms\b"
+)
 NAMED_CAP = 256_000  # bytes of the lines naming failures kept from what falls between
 STOP_POLL = 0.2  # seconds between looks at the stop token while a check runs
 KILL_GRACE = 3.0  # seconds a killed check gets between SIGTERM and SIGKILL
@@ -107,12 +113,14 @@ Launcher = Callable[[str, Mapping[str, str]], Launch]
 def output_digest(result: CheckResult, trees: Sequence[str] = ()) -> str:
     """What the base keeps of a failing check's output to tell it again (runs/sameoutput.py):
     its exit code's and output's sha256, the run's tree folders (`trees`, which differ from
-    machine to machine) read as `{tree}`; "" where it passed or timed out."""
+    machine to machine) read as `{tree}` and its timings as `{duration}`; "" where it passed
+    or timed out."""
     if result.passed or result.timed_out:
         return ""
     output = result.output
     for folder in sorted(trees, key=len, reverse=True):
         output = output.replace(folder, "{tree}")
+    output = _DURATION.sub("{duration}", output)
     data = f"{result.exit_code}\0{output}".encode("utf-8", "surrogateescape")
     return hashlib.sha256(data).hexdigest()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 from daemon.agents.homes import return_credentials
@@ -41,6 +42,7 @@ from daemon.processes import kill_leftovers, same_process
 from daemon.rules.promotion import record_run
 from daemon.rules.replay import breadth_reason
 from daemon.runs.attempt import commit_attempt
+from daemon.runs.conflict import conflict_resolver
 from daemon.runs.journal import RunJournal
 from daemon.runs.learning import learn_run_decisions, rule_attribution, rule_library
 from daemon.runs.services import RunServices
@@ -198,7 +200,12 @@ def _finish_work(
     """Land the work, remove the tree, delete an empty branch, count the rules' effects."""
     journal, run = steps.journal, steps.journal.run
     if steps.todo("land"):
-        land_queued(journal, config)
+        # A textual conflict gets the run's one conflict attempt, in its tree (runs/conflict.py).
+        resolve = None
+        if config is not None:
+            leftovers = partial(kill_run_leftovers, services, run)
+            resolve = conflict_resolver(services, journal, tree, config, leftovers)
+        land_queued(journal, config, resolve)
         steps.done("land")
     # The tree goes and an empty branch is deleted before anything is written for a person,
     # so nothing written offers a branch that is gone.

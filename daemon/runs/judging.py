@@ -71,10 +71,13 @@ def judge_attempt(
     head: str,
     checked: CheckedCommit | None = None,
     rules: list[tuple[str, str]] | None = None,
+    since: str = "",
 ) -> Judgement:
     """Checks, violations and the critic's verdict of `attempt`, committed at `head`.
 
     `rules`: (id, text) of the rules in the attempt's prompt, for the critic to attribute.
+    `since`: what the agent's changes are measured from when not the run's base (a conflict
+    attempt's: the merge it was given, whose other side's changes are not the agent's).
     """
     folder = journal.attempt_dir(attempt.n)
     if checked is not None and checked.commit == head:
@@ -98,19 +101,7 @@ def judge_attempt(
         passed=checks.passed,
         results=[{"command": r.command, "exit_code": r.exit_code} for r in checks.results],
     )
-    # The checks ran code the agent wrote: the user's repository is looked at again.
-    guard = guard_of(journal, tree)
-    add_violations(attempt, guard.check() if guard is not None else [])
-    violations = [
-        Violation(kind="protected", target=path)
-        for path in protect_violations(tree.own.bare, journal.run.base_commit, head, cfg.protect)
-    ]
-    violations += [v for v in attempt.violations if v.kind not in ("protected", *CHECK_KINDS)]
-    violations += check_violations(checks)
-    if violations:
-        journal.event(
-            Event.VIOLATIONS, attempt=attempt.n, violations=[v.model_dump() for v in violations]
-        )
+    violations = _violations(journal, tree, cfg, attempt, head, checks, since)
     texts = [v.text() for v in violations]
     verifier = services.config.verifier
     if cfg.critic == "off" or not verifier.configured:
@@ -119,6 +110,34 @@ def judge_attempt(
         return Judgement(checks, violations, unjudged(checks.passed, texts, why, ids))
     verdict = _ask_critic(services, journal, stop, cfg, attempt, checks, texts, rules)
     return Judgement(checks, violations, verdict)
+
+
+def _violations(
+    journal: RunJournal,
+    tree: RunTree,
+    cfg: LoopConfig,
+    attempt: AttemptRecord,
+    head: str,
+    checks: ChecksResult,
+    since: str,
+) -> list[Violation]:
+    """What the attempt may not have done: protected paths changed since `since` (else the
+    run's base), the guards' findings, the checks' own (weakened tests)."""
+    # The checks ran code the agent wrote: the user's repository is looked at again.
+    guard = guard_of(journal, tree)
+    add_violations(attempt, guard.check() if guard is not None else [])
+    before = since or journal.run.base_commit
+    violations = [
+        Violation(kind="protected", target=path)
+        for path in protect_violations(tree.own.bare, before, head, cfg.protect)
+    ]
+    violations += [v for v in attempt.violations if v.kind not in ("protected", *CHECK_KINDS)]
+    violations += check_violations(checks)
+    if violations:
+        journal.event(
+            Event.VIOLATIONS, attempt=attempt.n, violations=[v.model_dump() for v in violations]
+        )
+    return violations
 
 
 def _ask_critic(

@@ -61,6 +61,7 @@ class SessionsOf(Protocol):
     parked: bool
     engine_waits: bool
     work_lock: Any
+    resume_session: str
 
 
 class Sessions:
@@ -118,6 +119,11 @@ class Sessions:
     def _first_invocation(self) -> Any:
         """The first session's invocation: the prompt, or a resume after a park."""
         if self.parked is None:
+            resume = self.attempt.resume_session
+            if resume and self._resumes(resume):
+                self.session_id = resume  # the agent's own session, told of the conflict
+                self.asked = Asked(self.prompt, whole_prompt=False)
+                return self.adapter.invocation(self.prompt, Resume(resume, self.prompt))
             return self.adapter.invocation(self.prompt)
         self.parking.wait()
         self.asked = self.parking.asked()
@@ -395,13 +401,18 @@ class Sessions:
         self.transcript.write_loopd(journal.now(), "nudge", text=message, n=record.nudges)
         journal.event(Event.NUDGE, attempt=self.attempt.n, n=record.nudges, kind=ending.kind)
         journal.save()
-        if adapter.session_resume and (self.session_id or not adapter.resume_needs_id):
+        if self._resumes(self.session_id):
             self.asked = Asked(message, whole_prompt=False)
             return adapter.invocation(message, Resume(self.session_id, message))
         self.parts.nudge = message
         cap = self.attempt.services.config.limits.prompt_cap
         self.asked = Asked(redact(build_prompt(self.parts, cap)), whole_prompt=True)
         return adapter.invocation(self.asked.text)
+
+    def _resumes(self, session_id: str) -> bool:
+        """Whether a follow-up message resumes the agent's session (else a new one starts)."""
+        adapter = self.adapter
+        return bool(adapter.session_resume and (session_id or not adapter.resume_needs_id))
 
     def _account(self, adapter: Any, session: Any) -> None:
         """Add a session's tokens and cost to the attempt and the run.

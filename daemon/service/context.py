@@ -17,7 +17,7 @@ from daemon.config import LoadedConfig, Loop, LoopConfig
 from daemon.example.prepare import prepare_examples
 from daemon.extras import install_command
 from daemon.home import Home
-from daemon.people.notify import Notifications
+from daemon.people.notify import Notifications, NotifyError
 from daemon.runs.budget import budget_warnings
 from daemon.runs.services import RunServices
 from daemon.service.preflight import Preflight
@@ -70,6 +70,8 @@ def _require_extras(loaded: LoadedConfig) -> None:
     needs = []
     if loaded.daemon.listen is not None:
         needs += [("[listen]", "uvicorn", "listen"), ("[listen]", "prometheus_client", "listen")]
+        if loaded.daemon.listen.ui:
+            needs += [("[listen] ui", "starlette", "web"), ("[listen] ui", "jinja2", "web")]
     if loaded.daemon.notify.urls:
         needs.append(("[notify] urls", "apprise", "notify"))
     for key, module, extra in needs:
@@ -84,8 +86,12 @@ def _require_extras(loaded: LoadedConfig) -> None:
 
 
 def notifications_for(loaded: LoadedConfig, store: StateStore) -> Any:
-    """The notifier of `[notify]`."""
-    return Notifications(loaded.daemon.notify, store.events)
+    """The notifier of `[notify]`; ConfigFatal when one of its notifiers cannot be made (a
+    plugin that fails to import, options it refuses)."""
+    try:
+        return Notifications(loaded.daemon.notify, store.events)
+    except NotifyError as exc:
+        raise ConfigFatal(str(exc)) from None
 
 
 @dataclass

@@ -30,6 +30,7 @@ from daemon.service.webhook_desk import Answer, RateLimit, WebhookDesk
 from daemon.state.space import no_space
 
 MAX_CONNECTIONS = 256  # open at once; more are closed as they come
+UI = "/ui"  # where `[listen] ui = true` serves the console
 
 ROUTES = {
     "/hooks/github": "github",
@@ -50,8 +51,10 @@ class Listener:
         healthy: Callable[[], bool],
         monotonic: Callable[[], float],
         key: str = "loopd.toml: [listen] bind",
+        ui: Any = None,
     ) -> None:
         self.config = config
+        self.ui = ui  # with `[listen] ui = true`: the console's ASGI app, served under /ui/
         self.desk = desk
         self.key = key  # what the person wrote the address as, for a bind's error
         self.metrics = metrics
@@ -107,6 +110,10 @@ class Listener:
         )
         self._thread.start()
 
+    def stopping(self) -> bool:
+        """Whether the listener has been asked to stop (its open streams end then)."""
+        return self._server is not None and bool(self._server.should_exit)
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.should_exit = True
@@ -122,6 +129,13 @@ class Listener:
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]
+        if self.ui is not None and (path == UI or path.startswith(UI + "/")):
+            if path == UI:  # the pages' links are relative to /ui/
+                return await _reply(send, 308, "", headers=[(b"location", b"ui/")])
+            # ASGI: `path` keeps the prefix, `root_path` names it; the console routes the rest.
+            return await self.ui(
+                {**scope, "root_path": scope.get("root_path", "") + UI}, receive, send
+            )
         if path == "/healthz" and method in ("GET", "HEAD"):
             ok = self.healthy()
             return await _reply(send, 200 if ok else 503, "ok\n" if ok else "unhealthy\n")
@@ -255,7 +269,11 @@ def _deadline_protocol(timeout: float) -> Any:
 
 
 async def _reply(
-    send: Any, status: int, body: str | bytes, content_type: str = "text/plain; charset=utf-8"
+    send: Any,
+    status: int,
+    body: str | bytes,
+    content_type: str = "text/plain; charset=utf-8",
+    headers: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
     data = body.encode() if isinstance(body, str) else body
     await send(
@@ -265,6 +283,7 @@ async def _reply(
             "headers": [
                 (b"content-type", content_type.encode()),
                 (b"content-length", str(len(data)).encode()),
+                *(headers or []),
             ],
         }
     )

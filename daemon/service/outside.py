@@ -46,10 +46,12 @@ class Outside:
         gauges: Callable[[], dict[str, float]],
         healthy: Callable[[], bool],
         workers_only: bool = False,
+        ui: Callable[[Any, Callable[[], bool]], Any] | None = None,
     ) -> Outside:
         """ConfigFatal (exit 2) when [listen] cannot bind (a missing extra: `load_config`).
         `workers_only`: a `[listen]` that sets nothing but `worker_bind` is the workers'
-        (the Temporal home then serves no listener)."""
+        (the Temporal home then serves no listener). `ui(home)` makes the console's app that
+        `[listen] ui = true` serves under /ui/ (the commands' layer builds it: daemon/web)."""
         feed = RemoteFeed(
             ctx.store,
             loops=lambda: ctx.loops,
@@ -87,6 +89,9 @@ class Outside:
             metrics.webhooks = lambda: Counter(desk.counts)
             ctx.store.events.observers.append(metrics.observe)
             listener = Listener(listen, desk, metrics, healthy, ctx.monotonic)
+            if listen.ui and ui is not None:
+                # The console's live logs end when the listener stops: they would hold it.
+                listener.ui = ui(ctx.home, listener.stopping)
             listener.start()
             outside.listener, outside.metrics = listener, metrics
             ctx.event(Event.LISTENING, bind=listen.bind, port=listener.port)

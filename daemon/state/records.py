@@ -227,6 +227,8 @@ class AttemptRecord(Record):
     head_commit: str = ""  # loopd's commit of what the agent left
     interrupted: bool = False  # the attempt ended with the run (cancel, stop, crash)
     limit_hit: str = ""  # a run limit the agent ran into: processes, memory, tree (its size)
+    # A landing's conflict attempt: the conflict it was given (runs/conflict.py), else "".
+    conflict: str = ""
     # The ids of the rules in the attempt's prompt, and the critic's attribution of them
     # (`attributed` false: no critic said anything of them).
     rules: list[str] = []

@@ -7,7 +7,6 @@ import os
 import secrets
 import sys
 import threading
-import tomllib
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +21,7 @@ from daemon.state.background import Background
 from daemon.state.events import EventLog
 from daemon.state.eventtypes import Event
 from daemon.state.lock import HomeLock
+from daemon.state.parsed import parse_toml
 from daemon.state.queuefile import PendingRun, QueueFile
 from daemon.state.records import RunRecord, StatusFile, Trigger, make_run_id
 from daemon.state.runids import listed_run_ids, loop_of
@@ -46,7 +46,7 @@ def read_model(path: Path, model: type[M]) -> M:
     """`path` parsed as TOML into `model`; FileNotFoundError when absent, else UnreadableFile."""
     try:
         # Never a link, a FIFO or a device (a read that hangs), never past STATE_MAX.
-        data = tomllib.loads(read_regular(path, cap=STATE_MAX).decode("utf-8"))
+        data = parse_toml(read_regular(path, cap=STATE_MAX))
         return model.model_validate(data)
     except FileNotFoundError:
         raise

@@ -75,6 +75,12 @@ def _streams() -> tuple[_PerThread, _PerThread]:
 
 def run_command(home: str, argv: list[str], by: str = "") -> Outcome:
     """`loopd --home HOME ARGV` run here; `by` (who did it) is recorded by actions that take it."""
+    return run_into(home, argv, io.StringIO(), by)
+
+
+def run_into(home: str, argv: list[str], printed_to: io.TextIOBase, by: str = "") -> Outcome:
+    """`loopd --home HOME ARGV` run here, what it prints written to `printed_to` as it prints it
+    (a followed log's lines reach the page as they come); the Outcome's `out` is what it holds."""
     out, err = _streams()
     full = ["--home", home, *argv]
     parser = build_parser(command_word(full))
@@ -84,13 +90,14 @@ def run_command(home: str, argv: list[str], by: str = "") -> Outcome:
         return Outcome(code=2, out="", err=f"not a loopd command line: {argv!r}")
     args.by = by
     example.register()  # as cli/invoke.py does: a home's loops may run the embedded example
-    out.local.buffer, err.local.buffer = io.StringIO(), io.StringIO()
+    out.local.buffer, err.local.buffer = printed_to, io.StringIO()
     try:
         code = int(function_of(args.func)(args) or 0)
     except (CommandError, EngineError) as exc:
         print(f"loopd: {exc}", file=sys.stderr)
         code = getattr(exc, "code", 2)
     finally:
-        printed, said = out.local.buffer.getvalue(), err.local.buffer.getvalue()
+        said = err.local.buffer.getvalue()
+        printed = printed_to.getvalue() if isinstance(printed_to, io.StringIO) else ""
         out.local.buffer = err.local.buffer = None
     return Outcome(code=code, out=printed, err=said)

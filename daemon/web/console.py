@@ -3,7 +3,11 @@ a POST: not read-only, from the console's own origin, with its CSRF token."""
 
 from __future__ import annotations
 
+import atexit
 import secrets
+import shutil
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +36,11 @@ class Console:
     # What the last actions' commands said, by a random key the redirect carries: a link
     # cannot put words of its own on a page (`?said=` names a kept message, not its text).
     said: dict[str, str] = field(default_factory=dict)
+    # Where `loopd report --html` writes the /report page and plotly's bundle (0700, its own).
+    folder: str = field(default_factory=lambda: _own_folder())
+    # Whether the server is stopping: a live log's stream ends then (its page connects again
+    # to the next console), where it would hold the stop until its run ended.
+    stopping: Callable[[], bool] = lambda: False
 
     def keep_said(self, text: str) -> str:
         """Keep what an action's command said; the key to show it by."""
@@ -48,6 +57,13 @@ class Console:
     @property
     def csrf(self) -> str:
         return csrf_value(self.token)
+
+
+def _own_folder() -> str:
+    """A 0700 folder of this process's own, removed when it exits (plotly's bundle is 5 MB)."""
+    folder = tempfile.mkdtemp(prefix="loopd-console-")
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
 
 
 def templates() -> Any:

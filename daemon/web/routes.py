@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 from urllib.parse import quote
 
-from daemon.web import pages
+from daemon.web import livelog, pages
 from daemon.web.console import Console, guard, post_guard, refusal
 from daemon.web.security import COOKIE, same
 
@@ -39,12 +39,15 @@ class Handlers:
 
     def __init__(self, console: Console, templates: Any) -> None:
         self.console, self.templates = console, templates
+        self.report = pages.KeptReport(partial(pages.report, console.home, console.folder))
 
     def _page(self, request: Any, name: str, status: int = 200, **values: Any) -> Any:
         from starlette.responses import HTMLResponse
 
         # Links are relative to the page, so the console works under a proxy's path prefix.
-        depth = request.url.path.count("/") - 1
+        # Counted below the mount point: under [listen]'s /ui/ the path starts with root_path.
+        path = request.url.path[len(request.scope.get("root_path", "")) :]
+        depth = path.count("/") - 1
         html = self.templates.get_template(name).render(
             root="../" * depth or "./",
             csrf=self.console.csrf,
@@ -90,18 +93,67 @@ class Handlers:
     async def runs_page(self, request: Any) -> Any:
         loop = request.query_params.get("loop", "")
         outcome = request.query_params.get("outcome", "")
+        night = request.query_params.get("night", "")
+        limit = pages.runs_limit(request.query_params.get("limit", ""))
         return await self._read(
-            request, "runs.html", pages.runs, loop, outcome, loop_name=loop, outcome=outcome
+            request,
+            "runs.html",
+            pages.runs,
+            loop,
+            outcome,
+            night,
+            limit,
+            loop_name=loop,
+            outcome=outcome,
+            night=night,
+            limit=limit,
+            more=min(limit * 4, pages.RUNS_MOST),
         )
 
     async def run_page(self, request: Any) -> Any:
-        return await self._read(request, "run.html", pages.run, request.path_params["run_id"])
+        from starlette.concurrency import run_in_threadpool
+
+        run_id = request.path_params["run_id"]
+        refused = guard(self.console, request)
+        if refused is not None:
+            return refused
+        diff = await run_in_threadpool(pages.diff, self.console.home, run_id)
+        return await self._read(request, "run.html", livelog.run_with_log, run_id, diff=diff)
 
     async def escalations_page(self, request: Any) -> Any:
         return await self._read(request, "escalations.html", pages.escalations)
 
     async def rules_page(self, request: Any) -> Any:
         return await self._read(request, "rules.html", pages.rules)
+
+    async def report_page(self, request: Any) -> Any:
+        """`/report`: the week's charts, the page `loopd report --html` writes."""
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import HTMLResponse
+
+        refused = guard(self.console, request)
+        if refused is not None:
+            return refused
+        try:
+            page = await run_in_threadpool(self.report.get)
+        except pages.CommandFailed as exc:
+            return self._page(request, "error.html", 400, message=str(exc))
+        headers = {**HEADERS, "Content-Security-Policy": page.csp}
+        return HTMLResponse(page.html, headers=headers)
+
+    async def report_library(self, request: Any) -> Any:
+        """plotly's bundle beside the report page, as the command wrote it."""
+        from starlette.responses import FileResponse
+
+        refused = guard(self.console, request)
+        if refused is not None:
+            return refused
+        path = pages.report_library(self.console.folder, request.path_params["name"])
+        if path is None:
+            return refusal(404, "no such file: the report page names the one it loads")
+        return FileResponse(
+            path, media_type="text/javascript", headers={"Cache-Control": "private, max-age=86400"}
+        )
 
     async def _json(self, request: Any, reader: Any, *args: Any) -> Any:
         from starlette.concurrency import run_in_threadpool
@@ -121,13 +173,22 @@ class Handlers:
         readers = {
             "status": pages.status,
             "runs": pages.runs,
-            "escalations": pages.escalations,
+            "escalations": pages.escalations_list,  # as printed; the page adds next steps
             "rules": pages.rules,
         }
         reader = readers.get(request.path_params["what"])
         if reader is None:
             return refusal(404, "no such page: /api/status, runs, escalations, rules")
+        if reader is pages.runs:  # `loopd runs [LOOP] [--night DATE] [--limit N]`
+            query = request.query_params
+            limit = pages.runs_limit(query.get("limit", ""))
+            loop, night = query.get("loop", ""), query.get("night", "")
+            return await self._json(request, reader, loop, "", night, limit)
         return await self._json(request, reader)
+
+    async def api_escalation(self, request: Any) -> Any:
+        """`/api/escalations/ID`: `loopd escalations show ID --json`, redacted."""
+        return await self._json(request, pages.escalation, request.path_params["run_id"])
 
     async def api_run(self, request: Any) -> Any:
         """`/api/runs/RUN`: `loopd show RUN --json`, redacted."""

@@ -71,6 +71,14 @@ REPOSITORY_CHANGED_ENDS = "repository-changed-ends"
 INTERRUPTING = {TimeoutType.HEARTBEAT, TimeoutType.START_TO_CLOSE, TimeoutType.SCHEDULE_TO_START}
 
 
+def _finish_timeout(inp: RunInput) -> timedelta:
+    """How long the home's finish may take: its landing runs setup and the checks, and a
+    textual conflict the run's conflict attempt (an agent's attempt, judged) as well."""
+    cfg = LoopConfig.model_validate(inp.config)
+    checks = cfg.check_timeout * (len(cfg.done_when) + 1) + cfg.setup_timeout
+    return LOCAL["start_to_close_timeout"] + cfg.attempt_timeout + 3 * checks
+
+
 def _causes(exc: BaseException | None) -> list[BaseException]:
     out: list[BaseException] = []
     while exc is not None and len(out) < 10:
@@ -158,7 +166,8 @@ class RunWorkflow:
             "finish",
             FinishInput(ref=inp.ref, ending=ending, remote=inp.remote),
             result_type=RunRecord,
-            **LOCAL,
+            start_to_close_timeout=_finish_timeout(inp),
+            retry_policy=LOCAL["retry_policy"],
         )
         last = record.attempts[-1] if record.attempts else None
         workflow.upsert_memo(

@@ -29,6 +29,7 @@ from daemon.people.notify.messages import (
     verifier_up_message,
 )
 from daemon.people.notify.webhook import WebhookNotifier
+from daemon.plugins import NOTIFIERS, PluginError, load
 from daemon.redact import redact, redact_value
 from daemon.state.events import EventLog, iso
 from daemon.state.eventtypes import Event
@@ -41,6 +42,7 @@ __all__ = [
     "NotifyError",
     "WebhookNotifier",
     "notifiers_from_config",
+    "plugin_notifier",
 ]
 
 
@@ -55,7 +57,24 @@ def notifiers_from_config(
         out.append(WebhookNotifier(config.webhook, sleep=sleep))
     if config.urls:
         out.extend(AppriseNotifier(url) for url in config.urls)
+    for name, options in config.plugins.items():
+        out.append(plugin_notifier(name, options))
     return out
+
+
+def plugin_notifier(name: str, options: dict[str, Any]) -> Notifier:
+    """The notifier plugin `name` made from its options; NotifyError says why it cannot be."""
+    try:
+        cls = load(NOTIFIERS, name)
+    except PluginError as exc:
+        raise NotifyError(f"loopd.toml: [notify.plugins.{name}]: {exc}") from None
+    notifier = cls.from_options(dict(options))  # type: ignore[attr-defined] # load() checked the base
+    if not isinstance(notifier, Notifier):
+        raise NotifyError(
+            f"loopd.toml: [notify.plugins.{name}]: {cls.__name__}.from_options gave "
+            f"{type(notifier).__name__}, not a Notifier. Fix: return an instance of the class"
+        )
+    return notifier
 
 
 class Notifications:

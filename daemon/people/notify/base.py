@@ -15,6 +15,18 @@ class Notifier(ABC):
 
     name: str = "notifier"
 
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> Notifier:
+        """A plugin's notifier from its `[notify.plugins.NAME]` table: its keys as keyword
+        arguments. A plugin overrides this to read and check its own options."""
+        try:
+            return cls(**options)
+        except TypeError as exc:
+            raise NotifyError(
+                f"loopd.toml: [notify.plugins.{cls.name}]: {exc}. Fix: give the options "
+                f"the plugin's documentation names"
+            ) from None
+
     @abstractmethod
     def send(self, message: str, payload: dict[str, Any]) -> None:
         """Deliver `message` (one paragraph for a person) with `payload` (JSON-able details)."""

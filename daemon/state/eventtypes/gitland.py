@@ -100,6 +100,14 @@ class Landed(EventFields):
     commit: str
 
 
+@fields_of(Event.LAND_REQUESTED)
+class LandRequested(EventFields):
+    """`loopd land`: a person asked to land a succeeded run (`landed` or `landing_blocked` next)."""
+
+    target: str
+    by: str = described("who asked: `web` for the console; absent for the command line", "")
+
+
 @fields_of(Event.LANDING_TRIGGERED)
 class LandingTriggered(EventFields):
     """Landing moved a branch another loop watches: that loop was triggered."""
@@ -154,6 +162,41 @@ class LandingQueued(EventFields):
 
     target: str
     ahead: list[str]
+
+
+@fields_of(Event.CONFLICT_ATTEMPT)
+class ConflictAttempt(EventFields):
+    """A landing's textual conflict went to the run's agent: its one conflict attempt."""
+
+    attempt: int
+    target: str
+    target_commit: str = described("the target's commit the run's branch conflicts with")
+    files: list[str]
+    theirs: list[str] = described("the target's commits that changed the files, with runs", [])
+
+
+@fields_of(Event.CONFLICT_RESOLVED)
+class ConflictResolved(EventFields):
+    """The agent resolved the conflict and its attempt passed: the merge is the run's branch."""
+
+    attempt: int
+    commit: str = described("the merge commit, parents the run's branch and the target's")
+
+
+@fields_of(Event.CONFLICT_UNRESOLVED)
+class ConflictUnresolved(EventFields):
+    """The conflict attempt did not resolve the conflict: it goes to the person."""
+
+    attempt: int
+    reason: str
+
+
+@fields_of(Event.CONFLICT_KEPT)
+class ConflictKept(EventFields):
+    """A conflict in a protected or guarded path: never given to an agent."""
+
+    paths: list[str]
+    reason: str
 
 
 @fields_of(Event.LANDING_MERGE)

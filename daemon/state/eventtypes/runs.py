@@ -61,6 +61,13 @@ class RunFinished(EventFields):
     tokens: int = 0
 
 
+@fields_of(Event.CANCEL_REQUESTED)
+class CancelRequested(EventFields):
+    """`loopd cancel`: a person asked a queued or running run to stop (`run_finished` follows)."""
+
+    by: str = described("who asked: `web` for the console; absent for the command line", "")
+
+
 @fields_of(Event.FINISH_FAILED)
 class FinishFailed(EventFields):
     """Finishing a run raised; the next start completes it."""
