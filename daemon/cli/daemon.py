@@ -25,6 +25,7 @@ from daemon.cli.statusdata import status_data
 from daemon.cli.statusview import render_status
 from daemon.cli.textout import Terminal
 from daemon.clock import utc_now
+from daemon.config.land import known_target
 from daemon.engine import engine_for
 from daemon.people.escalation import held_schedules, open_escalations
 from daemon.plain.statusfacts import facts_key, keep_facts
@@ -92,6 +93,8 @@ def config_facts(home: Any, loaded: Any) -> dict[str, Any]:
                 "task": loop.config.task,
                 "path": str(loop.path),
                 "repo": str(loop.config.repo_path),
+                # Where its runs land: loops sharing it are warned of overlapping files.
+                "target": known_target(loop.config),
             }
             for name, loop in loaded.loops.items()
         },

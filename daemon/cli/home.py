@@ -19,10 +19,12 @@ from daemon.clock import utc_now
 from daemon.config import LoadedConfig
 from daemon.config.errors import ConfigError
 from daemon.config.home_file import DaemonConfig
+from daemon.config.land import known_target
 from daemon.config.secrets import missing_from_env_file
 from daemon.engine import missing_extra
 from daemon.home import Home, init_home, is_home
 from daemon.model.probe import Probe
+from daemon.plain.overlap import overlap_line, overlaps
 from daemon.runs.budget import budget_warnings
 from daemon.runs.exposure import FIX, agent_program, describe, loop_programs
 from daemon.sandbox.limits import describe as describe_limits
@@ -188,6 +190,7 @@ def check(args: argparse.Namespace) -> int:
         loaded.warnings.extend(calibration_warnings(home.state_dir, config, home.config_path))
         loaded.warnings.extend(_land_held(home, loaded))
         loaded.warnings.extend(_field_warnings(home))
+        loaded.warnings.extend(_overlap_warnings(home, loaded))
         if getattr(args, "env_file", ""):
             loaded.warnings.extend(missing_from_env_file(loaded, Path(args.env_file)))
     probe = preflight.probe  # the verifier tried: what answered, or the warning says
@@ -222,6 +225,19 @@ def _land_held(home: Home, loaded: LoadedConfig) -> list[str]:
     return [
         land_held_line(name, hold.model_dump(mode="json")) for name, hold in holds.loops.items()
     ]
+
+
+def _overlap_warnings(home: Home, loaded: LoadedConfig) -> list[str]:
+    """Loops landing on one target whose recent runs changed the same files (plain/overlap.py)."""
+    loops = {
+        name: {
+            "enabled": loop.config.enabled,
+            "repo": str(loop.config.repo_path),
+            "target": known_target(loop.config),
+        }
+        for name, loop in loaded.loops.items()
+    }
+    return [overlap_line(o) for o in overlaps(home.state_dir, loops, utc_now())]
 
 
 def _field_warnings(home: Home) -> list[str]:

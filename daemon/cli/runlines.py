@@ -12,6 +12,7 @@ from typing import Any
 from daemon.cli.textout import Column, Terminal, listing, panel, table, wrap
 from daemon.people.terminal import checks_word, clean
 from daemon.plain.landing import landing_fields, landing_line
+from daemon.plain.overlap import named
 from daemon.state.prunedindex import pruned_line
 
 RunRow = tuple[str, str, str, str, str, str]  # run, trigger, outcome, att, score, reason
@@ -193,6 +194,11 @@ def head_lines(run: Any, lands: Lands = None, aftermath: str = "") -> list[str]:
     ]
     if aftermath:
         head.append(f"aftermath: {aftermath}")
+    for note in run.trigger.overlaps:  # plain/overlap.py, runs/overlapnote.py
+        head.append(
+            f"queued beside run {note.run} of loop {note.loop} ({note.step}), changing the "
+            f"same files: {named(note.files)}"
+        )
     if run.retry_not_run:
         head.append(f"its retry could not run: {run.retry_not_run}")
     if run.phase == "waiting" and run.resume_at and run.park:

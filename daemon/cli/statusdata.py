@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
+from daemon.clock import utc_now
 from daemon.plain.digest import file_digest
+from daemon.plain.overlap import overlaps
 
 
 class StatusReader(Protocol):
@@ -57,7 +59,7 @@ class StatusReader(Protocol):
 
 def status_data(root: Path, facts: dict[str, Any], reader: StatusReader, pid: int | None) -> dict:
     """`status --json`: the daemon, each loop, the errors, escalations, the verifier, the
-    budget and the home's size."""
+    budget, the home's size, the landing queues and the loops whose recent runs overlap."""
     status = reader.status()
     data: dict[str, Any] = {
         "home": str(root),
@@ -111,8 +113,17 @@ def status_data(root: Path, facts: dict[str, Any], reader: StatusReader, pid: in
             }
     _aftermath_parts(root, data)
     data["state"] = reader.usage()
-    data["landing"] = [_queue_info(q) for q in reader.landing_queues()]
+    _landing_parts(root, reader, loops, data, utc_now())
     return data
+
+
+def _landing_parts(
+    root: Path, reader: StatusReader, loops: dict[str, Any], data: dict[str, Any], now: datetime
+) -> None:
+    """The landing queues, and the loops on one target whose recent runs changed the same
+    files (plain/overlap.py)."""
+    data["landing"] = [_queue_info(q) for q in reader.landing_queues()]
+    data["overlaps"] = overlaps(root / "state", loops, now)
 
 
 def _queue_info(queue: dict[str, Any]) -> dict[str, Any]:

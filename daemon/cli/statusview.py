@@ -9,6 +9,7 @@ from typing import Any
 
 from daemon.cli.textout import Column, Terminal, table
 from daemon.people.terminal import clean
+from daemon.plain.overlap import overlap_line
 from daemon.sizes import human_size
 
 
@@ -158,6 +159,8 @@ def render_status(data: dict[str, Any], terminal: Terminal) -> str:
             lines += out(f"warning: {clean(warn)}", "yellow")
     for queue in data.get("landing", []):
         lines += out(clean(landing_line(queue)))
+    for overlap in data.get("overlaps", []):
+        lines += out(f"warning: {clean(overlap_line(overlap))}", "yellow")
     if data.get("state"):
         lines += out(clean(_state_line(data["state"])))
     for text, style in _service_lines(data):

@@ -242,6 +242,15 @@ def land_target(repo: Path, config: LandingLoop) -> str:
     return config.target or branch_of_base(repo, config.base)
 
 
+def known_target(config: LandingLoop) -> str:
+    """`land_target` of the loop's own repository, without asking git of one that is not
+    there ("" then: loading says what is wrong with it)."""
+    repo = config.repo_path
+    if config.target or (repo / ".git").exists() or (repo / "HEAD").is_file():
+        return land_target(repo, config)
+    return ""
+
+
 def check_run_ends(path: Path, config: LandingLoop) -> list[ConfigError]:
     """What a loop's landing keys need of its repository (`setup` runs on either engine)."""
     errors = []

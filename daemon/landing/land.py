@@ -47,6 +47,7 @@ from daemon.landing.merge import (
     verify_tip,
 )
 from daemon.landing.squash import AlreadyLanded, squash_commit
+from daemon.landing.stoppoint import stop_point
 from daemon.plain.landing import ALREADY
 from daemon.processes import process_mark, run_in_own_group, same_process
 from daemon.redact import redact
@@ -199,6 +200,7 @@ def _merge(journal: RunJournal, cfg: LoopConfig, on_move: OnMove | None) -> str:
         if on_move is not None:
             on_move(current, new)
         if _move_target(journal, user, current, new):
+            stop_point("moved", run.id)
             after_move(journal, cfg, user, current, new)
             return new
     moving = LandingBlocked(

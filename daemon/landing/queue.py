@@ -9,7 +9,8 @@ the target moved by compare-and-swap (looked at again, and the checks run again,
 person moved it meanwhile). Each step is written before it is done: a loopd killed while
 moving the target finds `moving` and the commit on restart, and git says whether the
 target holds it (then the landing is recorded, never redone); at any earlier step the
-landing is simply done again, since nothing moved.
+landing is simply done again, since nothing moved. Runs take their turn in the order they
+entered (state/landingqueue.py `landing_turn`).
 
 A textual conflict is given to the run's agent once (`resolve`, passed in from above: the
 conflict attempt of runs/conflict.py), still holding the target's lock, unless a
@@ -20,6 +21,7 @@ branch; one not resolved leaves a single escalation naming both sides.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +31,8 @@ from daemon.landing.guard import never_resolved
 from daemon.landing.land import land_run, lands
 from daemon.landing.landed import finish_moved
 from daemon.landing.merge import FINISH, Conflict
+from daemon.landing.stoppoint import stop_point
+from daemon.processes import process_mark
 from daemon.redact import redact
 from daemon.runs.journal import RunJournal
 from daemon.runs.startpoint import is_ancestor
@@ -36,7 +40,7 @@ from daemon.state.eventtypes import Event
 from daemon.state.landingqueue import (
     LandingQueue,
     QueuedLanding,
-    landing_lock,
+    landing_turn,
     load_landing_queue,
     update_landing_queue,
 )
@@ -59,13 +63,17 @@ def land_queued(
     repo, target = run.repo, run.target
 
     def enter(queue: LandingQueue) -> None:
-        if queue.find(run.id) is None:
-            queue.runs.append(QueuedLanding(run_id=run.id, loop=run.loop, queued_at=journal.now()))
+        entry = queue.find(run.id)
+        if entry is None:  # a restart finds it at its place
+            entry = QueuedLanding(run_id=run.id, loop=run.loop, queued_at=journal.now())
+            queue.runs.append(entry)
+        entry.pid, entry.mark = os.getpid(), process_mark(os.getpid())
 
     queue = update_landing_queue(store, repo, target, enter)
     ahead = [q.run_id for q in queue.runs if q.run_id != run.id]
     journal.event(Event.LANDING_QUEUED, target=target, ahead=ahead)
-    with landing_lock(store, repo, target):
+    stop_point("queued", run.id)
+    with landing_turn(store, repo, target, run.id):
         _landed_meanwhile(journal)
         entry = queue_entry(journal)
         if entry is not None and entry.step == "moving" and not run.landed:
@@ -82,7 +90,8 @@ def _land_resolving(journal: RunJournal, cfg: LoopConfig | None, resolve: Resolv
 
     def land() -> Conflict | None:
         _step(journal, "landing")
-        return land_run(journal, cfg, on_move=lambda old, new: _step(journal, "moving", old, new))
+        stop_point("landing", journal.run.id)
+        return land_run(journal, cfg, on_move=lambda old, new: _moving(journal, old, new))
 
     run = journal.run
     cause = run.cause  # the run's own, which a resolved conflict's landing gives back
@@ -151,6 +160,11 @@ def _step(journal: RunJournal, step: str, old: str = "", new: str = "") -> None:
             entry.step, entry.old, entry.new = "moving", old, new
 
     update_landing_queue(journal.services.store, run.repo, run.target, mark)
+
+
+def _moving(journal: RunJournal, old: str, new: str) -> None:
+    _step(journal, "moving", old, new)
+    stop_point("moving", journal.run.id)
 
 
 def _leave(queue: LandingQueue, run_id: str) -> None:

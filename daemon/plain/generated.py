@@ -110,6 +110,12 @@ TRIGGER: Spec = {  # state.records.Trigger
     "remote": ("str", ""),
     "not_before": (opt("datetime"), None),
 }
+RUN_OVERLAP: Spec = {  # state.records.RunOverlap
+    "run": ("str", REQUIRED),
+    "loop": ("str", REQUIRED),
+    "step": ("str", "running"),
+    "files": (many("str"), []),
+}
 RUN_TRIGGER: Spec = {  # state.records.RunTrigger
     "kind": (TRIGGER_KINDS, REQUIRED),
     "reason": ("str", ""),
@@ -126,6 +132,7 @@ RUN_TRIGGER: Spec = {  # state.records.RunTrigger
     "force": ("bool", False),
     "remote": ("str", ""),
     "not_before": (opt("datetime"), None),
+    "overlaps": (many(RUN_OVERLAP), []),
 }
 STALL: Spec = {  # state.records.StallRecord
     "kind": ("str", REQUIRED),

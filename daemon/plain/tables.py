@@ -33,6 +33,7 @@ TARGET = Path(__file__).with_name("generated.py")
 # The run files' tables (plain/runfile.py): name -> model, each after the tables it names.
 RUN_TABLES: dict[str, type[BaseModel]] = {
     "TRIGGER": records.Trigger,
+    "RUN_OVERLAP": records.RunOverlap,
     "RUN_TRIGGER": records.RunTrigger,
     "STALL": records.StallRecord,
     "VIOLATION": records.Violation,

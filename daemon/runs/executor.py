@@ -39,6 +39,7 @@ from daemon.runs.learning import (
     rules_of_run,
     select_rules_for_run,
 )
+from daemon.runs.overlapnote import overlap_note
 from daemon.runs.services import RunServices
 from daemon.runs.setup import (
     already_done_reason,
@@ -88,11 +89,15 @@ def new_run(
     `behind`: its record and live marker are made durable on a thread of their own
     (`StateStore.begin_run`), so the run's thread starts at once."""
     ensure_dir(services.store.run_dir(pending.id))
+    trigger = pending.run_trigger()
+    if experiment is None:  # an arm never lands
+        store, now = services.store, services.clock()
+        trigger.overlaps = overlap_note(store, pending.id, loop.name, loop.config, now)
     run = RunRecord(
         id=pending.id,
         loop=loop.name,
         task=redact(loop.config.task),  # run.toml, commit messages and notes leave the machine
-        trigger=RunTrigger.model_validate(redact_value(pending.run_trigger().model_dump())),
+        trigger=RunTrigger.model_validate(redact_value(trigger.model_dump())),
         started=services.clock(),
         phase="preparing",
         isolation=loop.config.isolation,

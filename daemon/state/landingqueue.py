@@ -6,7 +6,8 @@ is written before the step is done, so a loopd killed at any point finds, on res
 run was landing and whether it had started to move the target (`moving`, with the commit it
 was moving to: git then says whether the target holds it). `locks/landing-KEY.lock` is held
 by whoever lands on that target now (a daemon, `loopd once`, `loopd land`, the home's
-Temporal finish activity): one landing at a time per target across processes.
+Temporal finish activity): one landing at a time per target across processes, in the order
+the runs entered (`landing_turn`).
 """
 
 from __future__ import annotations
@@ -14,17 +15,20 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
+from daemon.processes import same_process
 from daemon.state.atomic import FILE_MODE, ensure_dir, write_atomic
 from daemon.state.records import Record
 from daemon.state.store import StateStore, UnreadableFile, dump_toml, read_model
 
 QUEUE_DIR = "landing"
+TURN_POLL = 0.1  # seconds between looks at whether a waiting run's turn came
 LandingStep = Literal["queued", "landing", "moving"]
 
 
@@ -38,6 +42,10 @@ class QueuedLanding(Record):
     tries: int = 0  # landings begun (a restart that redoes one counts it again)
     old: str = ""  # moving: the target's commit before the move
     new: str = ""  # moving: the commit the target moves to
+    # The process finishing the run and its mark (processes.process_mark): while it lives,
+    # the runs that entered after this one wait their turn.
+    pid: int = 0
+    mark: str = ""
 
 
 class LandingQueue(Record):
@@ -130,3 +138,37 @@ def landing_lock(store: StateStore, repo: str, target: str) -> Iterator[None]:
     key = queue_key(repo, target)
     with _flock(ensure_dir(store.root / "locks") / f"landing-{key}.lock"):
         yield
+
+
+def _ahead(queue: LandingQueue, run_id: str) -> list[str]:
+    """The runs that entered before `run_id` and wait with a live finisher."""
+    ahead: list[str] = []
+    for entry in queue.runs:
+        if entry.run_id == run_id:
+            return ahead
+        if same_process(entry.pid, entry.mark):
+            ahead.append(entry.run_id)
+    return []  # not queued (a record from before the queue): nobody is ahead
+
+
+@contextmanager
+def landing_turn(store: StateStore, repo: str, target: str, run_id: str) -> Iterator[None]:
+    """`landing_lock`, taken when it is `run_id`'s turn: first in, first out. A run ahead
+    whose finisher was killed is passed over until its process comes back (and enters again
+    at its place); a finisher that fails gives its turn up (its claim is cleared)."""
+    while True:
+        with landing_lock(store, repo, target):
+            if not _ahead(load_landing_queue(store, repo, target), run_id):
+                try:
+                    yield
+                except BaseException:
+                    update_landing_queue(store, repo, target, lambda q: _unclaim(q, run_id))
+                    raise
+                return
+        time.sleep(TURN_POLL)
+
+
+def _unclaim(queue: LandingQueue, run_id: str) -> None:
+    entry = queue.find(run_id)
+    if entry is not None:
+        entry.pid, entry.mark = 0, ""

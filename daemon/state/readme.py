@@ -140,9 +140,10 @@ what this page says you may. `loopd status`, `loopd runs`, `loopd show RUN_ID`,
   loopd could not read, set aside
 - `landing/KEY.toml`: a target branch's landing queue (KEY: a hash of the repository and
   target, which the file names): the succeeded runs waiting to land there in the order
-  they entered, and the step of the one landing now (`landing`, or `moving` with the
-  target's old and new commit), written before the step is done, so a restart finishes or
-  redoes it and never lands a run twice
+  they entered (and land in), each with the process finishing it (`pid`, `mark`), and the
+  step of the one landing now (`landing`, or `moving` with the target's old and new
+  commit), written before the step is done, so a restart finishes or redoes it and never
+  lands a run twice
 - `usage.toml`: the size of `state/` and of its largest loops, as the housekeeper last
   measured it (hourly, and at once when its estimate of the growth since passes it)
   against `state_max`; `loopd status` shows it and its age

@@ -84,6 +84,19 @@ class Trigger(Record):
         return out
 
 
+class RunOverlap(Record):
+    """Another run on the run's target, changing files the run's loop changed lately, when
+    the run was queued (runs/overlapnote.py)."""
+
+    run: str
+    loop: str
+    step: str = "running"  # running, or its landing queue's step: queued, landing, moving
+    files: list[str] = []  # the files both touch (the first OVERLAP_FILES)
+
+
+OVERLAP_FILES = 50
+
+
 class RunTrigger(Record):
     """`[trigger]` of run.toml: the trigger that started the run and those merged into it."""
 
@@ -102,6 +115,7 @@ class RunTrigger(Record):
     force: bool = False  # it or a merged trigger asked to run even when already done
     remote: str = ""  # the [remotes.NAME] a push came from
     not_before: datetime | None = None  # a scheduled fire: its agent started at this moment
+    overlaps: list[RunOverlap] = []  # runs on the same target changing the same files
 
 
 # Outcomes that hand the run to a person; an interrupted retry does too (it is not retried).
