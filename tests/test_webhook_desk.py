@@ -1,4 +1,5 @@
-"""The rate limit per source address on a moved clock; /metrics' observer of the event log."""
+"""The rate limit per source address on a moved clock; /metrics' observer of the event log;
+each delivery judged (accepted, ignored, refused with its status) on a real state/."""
 
 from __future__ import annotations
 
@@ -150,3 +151,218 @@ def test_a_flood_of_refusals_writes_its_sample_then_one_count(tmp_path) -> None:
     assert len(refused) == 10 and all(len(json.dumps(e)) < 1000 for e in refused)
     assert [(c["kind"], c["status"], c["count"]) for c in counted] == [("github", 404, 15)]
     assert desk.counts[("github", "refused")] == 25  # /metrics counts every one
+
+
+# -- a delivery judged: a desk on a real state/, its feed not started (nothing is fetched) --
+
+
+def _desk(tmp_path, environ: dict[str, str] | None = None):  # noqa: ANN001, ANN202
+    """A desk for remotes `app` (github, secret in APP_SECRET) and `lab` (gitlab, secret in
+    LAB_SECRET, unset unless `environ` gives it); loop `web` watches `main` and `rel/*` of app."""
+    from datetime import UTC, datetime
+
+    from daemon.config import DaemonConfig, Loop, LoopConfig
+    from daemon.scheduling.remotes import RemoteFeed
+    from daemon.service.webhook_desk import WebhookDesk
+    from daemon.state.deliveries import Deliveries
+    from daemon.state.store import StateStore
+
+    t = datetime(2026, 12, 7, 3, 0, tzinfo=UTC)
+    store = StateStore(tmp_path / "state")
+    remotes = DaemonConfig.model_validate(
+        {
+            "remotes": {
+                "app": {
+                    "kind": "github",
+                    "repository": "Me/App",
+                    "clone_url": "file:///nowhere",
+                    "secret_env": "APP_SECRET",
+                },
+                "lab": {
+                    "kind": "gitlab",
+                    "repository": "grp/lab",
+                    "clone_url": "file:///nowhere",
+                    "secret_env": "LAB_SECRET",
+                },
+            }
+        }
+    ).remotes
+    web = LoopConfig(repo=str(tmp_path), task="t", hosted="app", on_remote_push=["main", "rel/*"])
+    off = LoopConfig(
+        repo=str(tmp_path), task="t", hosted="app", on_remote_push=["main"], enabled=False
+    )
+    loops = {"web": Loop("web", tmp_path / "web.toml", web), "off": Loop("off", tmp_path, off)}
+
+    def event(type_: str, **fields: object) -> None:
+        store.events.append(type_, t, **fields)
+
+    feed = RemoteFeed(store, lambda: loops, lambda: remotes, lambda: t, event)
+    desk = WebhookDesk(
+        lambda: loops, lambda: remotes, Deliveries(tmp_path / "state" / "deliveries.log", t),
+        feed, lambda: t, event, environ={"APP_SECRET": "app-secret", **(environ or {})},
+    )  # fmt: skip
+    return desk, store
+
+
+def _push(ref: str = "refs/heads/main", after: str = "b" * 40, name: str = "me/app") -> bytes:
+    import json
+
+    payload = {"ref": ref, "before": "a" * 40, "after": after, "repository": {"full_name": name}}
+    return json.dumps(payload).encode()
+
+
+def _signed(body: bytes, delivery: str = "d-1", event: str = "push", secret: str = "app-secret"):  # noqa: ANN202
+    from daemon.scheduling.webhooks import sign
+
+    headers = {"x-github-event": event, "x-hub-signature-256": sign("github", secret, body)}
+    return {**headers, **({"x-github-delivery": delivery} if delivery else {})}
+
+
+def _events(store, kind: str) -> list[dict]:  # noqa: ANN001
+    return [e for e in store.events.read() if e["type"] == kind]
+
+
+def test_a_signed_push_a_loop_watches_is_accepted_once(tmp_path) -> None:  # noqa: ANN001
+    desk, store = _desk(tmp_path)
+    body = _push()
+    answer = desk.handle("github", _signed(body), body, "203.0.113.1")
+    assert answer.status == 202, answer.text
+    assert answer.text == "accepted: loop(s) web; their triggers follow the fetch\n"
+    (accepted,) = _events(store, "webhook_accepted")
+    assert (accepted["kind"], accepted["remote"], accepted["delivery"]) == ("github", "app", "d-1")
+    assert (accepted["ref"], accepted["old"], accepted["new"]) == (
+        "refs/heads/main",
+        "a" * 40,
+        "b" * 40,
+    )
+    assert accepted["loops"] == ["web"]  # the disabled loop is not handed the push
+    assert desk.counts[("github", "accepted")] == 1
+    # The same delivery again (a replay): refused, nothing accepted twice.
+    again = desk.handle("github", _signed(body), body, "203.0.113.1")
+    assert (again.status, again.text) == (409, "replayed delivery\n")
+    assert len(_events(store, "webhook_accepted")) == 1
+    # The same signed body under a new delivery id is a replay too.
+    assert desk.handle("github", _signed(body, delivery="d-2"), body, "x").status == 409
+    # A new push under a new id is a new delivery.
+    later = _push(after="c" * 40)
+    assert desk.handle("github", _signed(later, delivery="d-3"), later, "x").status == 202
+    assert desk.counts[("github", "accepted")] == 2 and desk.counts[("github", "refused")] == 2
+
+
+def test_a_signed_delivery_without_an_id_is_refused(tmp_path) -> None:  # noqa: ANN001
+    """Without a delivery id a replay could not be told from a new push: 400, nothing taken."""
+    desk, store = _desk(tmp_path)
+    body = _push()
+    answer = desk.handle("github", _signed(body, delivery=""), body, "203.0.113.1")
+    assert answer.status == 400
+    assert answer.text == "no delivery id header: a replay could not be told apart\n"
+    (refused,) = _events(store, "webhook_refused")
+    assert (refused["status"], refused["remote"]) == (400, "app")
+    assert not _events(store, "webhook_accepted") and desk.counts[("github", "accepted")] == 0
+
+
+def test_a_remote_whose_secret_is_unset_verifies_nothing(tmp_path) -> None:  # noqa: ANN001
+    """GitLab's remote has LAB_SECRET unset: a delivery whose token is empty, or any token,
+    is refused, and the refusal names the remote whose secret_env is unset."""
+    from daemon.scheduling.webhooks import sign
+
+    desk, store = _desk(tmp_path)
+    body = b'{"ref": "refs/heads/main", "after": "' + b"b" * 40 + b'", '
+    body += b'"project": {"path_with_namespace": "grp/lab"}}'
+    for token in ("", " ", "guess"):
+        headers = {"x-gitlab-event": "Push Hook", "x-gitlab-token": token, "idempotency-key": "k"}
+        answer = desk.handle("gitlab", headers, body, "203.0.113.1")
+        if token:
+            assert answer.status == 403, answer.text
+            assert answer.text == (
+                "wrong signature (secret_env of [remotes.lab] is unset or empty)\n"
+            )
+        else:
+            assert answer.status == 401  # an empty header is no signature at all
+    # A GitHub delivery signed with the empty key (anyone can compute it) is refused too,
+    # once APP_SECRET is empty.
+    desk, _ = _desk(tmp_path / "empty", environ={"APP_SECRET": ""})
+    signed = _push()
+    answer = desk.handle("github", _signed(signed, secret=""), signed, "203.0.113.1")
+    assert answer.status == 403
+    assert answer.text == "wrong signature (secret_env of [remotes.app] is unset or empty)\n"
+    # With the secret set, a wrong signature is only that.
+    desk, _ = _desk(tmp_path / "set")
+    wrong = _signed(signed, secret="not-it")
+    assert desk.handle("github", wrong, signed, "x").text == "wrong signature\n"
+    assert sign("github", "", signed) != sign("github", "app-secret", signed)
+    assert not _events(store, "webhook_accepted")
+
+
+def test_deliveries_refused_before_their_signature_is_read(tmp_path) -> None:  # noqa: ANN001
+    desk, store = _desk(tmp_path)
+    cases = [
+        (b"{not json", 400, "the body is not JSON\n"),
+        (b"[1]", 400, "the body is not a JSON object\n"),
+        (_push(name="me/other"), 404, "no [remotes.NAME] of kind 'github' has repository "),
+    ]
+    for body, status, text in cases:
+        answer = desk.handle("github", _signed(body), body, "203.0.113.1")
+        assert answer.status == status and answer.text.startswith(text), answer.text
+    unsigned = {"x-github-event": "push", "x-github-delivery": "d-9"}
+    answer = desk.handle("github", unsigned, _push(), "203.0.113.1")
+    assert (answer.status, answer.text) == (401, "unsigned delivery\n")
+    # The repository is compared without case; the kind must match the remote's.
+    body = _push(name="ME/APP")
+    assert desk.handle("github", _signed(body, delivery="d-case"), body, "x").status == 202
+    gitea = {"x-gitea-event": "push", "x-gitea-delivery": "g", "x-gitea-signature": "00"}
+    assert desk.handle("gitea", gitea, _push(), "x").status == 404
+    refused = _events(store, "webhook_refused")
+    assert [e["status"] for e in refused] == [400, 400, 404, 401, 404]
+    assert refused[0]["delivery"] == "d-1" and refused[0]["source"] == "203.0.113.1"
+    assert desk.counts[("github", "refused")] == 4 and desk.counts[("gitea", "refused")] == 1
+
+
+def test_signed_deliveries_that_are_no_push_to_a_watched_branch_are_ignored(tmp_path) -> None:  # noqa: ANN001
+    desk, store = _desk(tmp_path)
+    cases = [
+        ("ping", _push(), "event 'ping' is not a push"),
+        ("push", _push(ref="refs/tags/v1"), "ref 'refs/tags/v1' is not a branch"),
+        ("push", _push(after="0" * 40), "the branch was deleted"),
+        ("push", _push(after=""), "the branch was deleted"),
+        ("push", _push(ref="refs/heads/dev"), "no loop watches this ref"),
+    ]
+    for n, (event, body, why) in enumerate(cases):
+        answer = desk.handle("github", _signed(body, f"i-{n}", event), body, "x")
+        assert (answer.status, answer.text) == (200, f"ignored: {why}\n")
+    ignored = _events(store, "webhook_ignored")
+    assert [e["why"] for e in ignored] == [why for _, _, why in cases]
+    assert [e["ref"] for e in ignored] == [
+        "",
+        "refs/tags/v1",
+        "refs/heads/main",
+        "refs/heads/main",
+        "refs/heads/dev",
+    ]
+    assert {(e["kind"], e["remote"]) for e in ignored} == {("github", "app")}
+    assert [e["delivery"] for e in ignored] == [f"i-{n}" for n in range(5)]
+    assert desk.counts[("github", "ignored")] == 5
+    # A branch git itself refuses is no push any service sends: refused, not ignored.
+    bad = _push(ref="refs/heads/main:refs/heads/evil")
+    answer = desk.handle("github", _signed(bad, "i-bad"), bad, "x")
+    assert answer.status == 400 and "is not a valid branch name" in answer.text
+    # A watched glob: rel/* takes rel/1.
+    rel = _push(ref="refs/heads/rel/1")
+    assert desk.handle("github", _signed(rel, "i-rel"), rel, "x").status == 202
+
+
+def test_a_full_state_answers_503_and_forgets_the_delivery(tmp_path) -> None:  # noqa: ANN001
+    """With no room in state/, the sender is told to send again, and that retry is taken."""
+    from datetime import UTC, datetime
+
+    from daemon.state.space import StateSpace
+
+    desk, store = _desk(tmp_path)
+    space = StateSpace(store.root)
+    space.hit(datetime(2026, 12, 7, 3, 0, tzinfo=UTC), "an earlier write")  # as a failed write
+    desk.space = space
+    body = _push()
+    answer = desk.handle("github", _signed(body), body, "x")
+    assert answer.status == 503 and answer.text.startswith("state/ is full")
+    space.full_since = None  # room again, as the daemon's probe finds it
+    assert desk.handle("github", _signed(body), body, "x").status == 202
