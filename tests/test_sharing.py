@@ -1,0 +1,232 @@
+"""sharing.py in process: a bundle exported from one real rule library and checked and
+imported into another (tests/test_rules_sharing.py runs the same through `loopd rules`).
+
+Each import check refuses its entry by name: no expiry or an expired one, a digest that does
+not match, a file that is not `rules/ID.md`, a kind or id the file disagrees with, a link,
+an oversized file, a pattern RE2 cannot run, an entry listed twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from daemon.rules.library import RuleLibrary
+from daemon.rules.rulefile import Evidence, Rule, Scope, dump_rule
+from daemon.rules.sharing import (
+    MANIFEST,
+    MAX_RULE_BYTES,
+    BundleError,
+    check_bundle,
+    export_rules,
+    import_rules,
+    is_remote,
+    only_plain_names,
+    read_manifest,
+)
+from daemon.state.events import EventLog
+
+NOW = datetime(2026, 12, 7, 3, 0, tzinfo=UTC)
+RUN = "20261129T021000Z-app-3f2a"
+
+
+def learned(text: str, kind: str = "failure", **fields: object) -> Rule:
+    values: dict[str, object] = dict(
+        kind=kind,
+        trigger_intent="Commits to the repository",
+        trigger_patterns=[r"(?i)\bcommit"],
+        scope=Scope(repos=["/srv/app"]),
+        rule=text,
+        why="The checks failed on `make lint`.",
+        how_to_apply="Run it and fix what it reports.",
+        source_run=RUN,
+        verified_by=["grounding", "model:judge"],
+        evidence=[Evidence(path=f"runs/{RUN}/attempt-1/checks.log", line=3, quote="make lint")],
+        created=NOW - timedelta(days=2),
+        expires=NOW + timedelta(days=30),
+        fired=7,
+        helped=3,
+    )
+    values.update(fields)
+    return Rule(**values)  # type: ignore[arg-type]  # Rule's own fields, by name
+
+
+def exported(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A bundle of a team home's two active rules (the trial one and the expired one left
+    out); the ids in the bundle."""
+    library = RuleLibrary(tmp_path / "team" / "rules")
+    library.add(learned("Run `make lint` before `git commit`."), "active")
+    library.add(learned("Use `uv run pytest`.", kind="skill", expires=None), "active")
+    library.add(learned("Still on trial."), "trial")
+    old = library.add(learned("Old.", expires=NOW - timedelta(days=1)), "active")
+    dest = tmp_path / "bundle"
+    out = export_rules(library, dest, "team-home", NOW)
+    assert out.left_out == [f"{old.rule.id}: expired on 2026-12-06 (its expires)"]
+    return dest, [e.id for e in out.entries]
+
+
+def manifest_of(dest: Path) -> dict:
+    return tomllib.loads((dest / MANIFEST).read_text())
+
+
+def add_entry(dest: Path, rule: Rule, **entry: str) -> None:
+    """Write `rule` into the bundle and list it, as a hand edit of the bundle would."""
+    text = dump_rule(rule)
+    (dest / "rules" / f"{rule.id}.md").write_text(text)
+    data = manifest_of(dest)
+    data["rules"].append(
+        {
+            "id": rule.id,
+            "kind": rule.kind,
+            "file": f"rules/{rule.id}.md",
+            "sha256": hashlib.sha256(text.encode()).hexdigest(),
+            **entry,
+        }
+    )
+    (dest / MANIFEST).write_text(tomli_w.dumps(data))
+
+
+def test_export_stamps_provenance_and_an_expiry(tmp_path: Path) -> None:
+    dest, ids = exported(tmp_path)
+    data = manifest_of(dest)
+    assert data["format"] == 1 and data["home"] == "team-home"
+    assert [(r["id"], r["kind"]) for r in data["rules"]] == [(ids[0], "failure"), (ids[1], "skill")]
+    rules, skipped = check_bundle(RuleLibrary(tmp_path / "mine"), dest, NOW, None)
+    assert skipped == [] and [r.id for r in rules] == ids
+    first, second = rules
+    assert first.provenance is not None
+    assert first.provenance.home == "team-home" and first.provenance.runs == [RUN]
+    assert first.provenance.grounding == "grounded (1 quotes)"
+    assert first.provenance.origin_id == ids[0]
+    assert first.expires == NOW + timedelta(days=30)
+    # No expiry of its own: 90 days after it was verified (created, here).
+    assert second.expires == NOW - timedelta(days=2) + timedelta(days=90)
+
+
+def test_import_files_each_rule_on_trial_firing_nowhere(tmp_path: Path) -> None:
+    dest, ids = exported(tmp_path)
+    mine = RuleLibrary(tmp_path / "mine")
+    events = EventLog(tmp_path / "events.jsonl")
+    out = import_rules(mine, dest, NOW, None, events)
+    assert out.skipped == [] and len(out.landed) == 2
+    for stored, origin in zip(out.landed, ids, strict=True):
+        rule = stored.rule
+        assert stored.status == "trial" and rule.scope.nowhere
+        assert (rule.fired, rule.helped, rule.harmed, rule.idle) == (0, 0, 0, 0)
+        assert rule.reason == f"imported from {dest}"
+        assert rule.provenance is not None and rule.provenance.origin_id == origin
+        assert rule.provenance.imported == NOW and rule.provenance.imported_from == str(dest)
+    written = events.read()
+    assert [(e["type"], e["origin"], e["home"]) for e in written] == [
+        ("rule_imported", ids[0], "team-home"),
+        ("rule_imported", ids[1], "team-home"),
+    ]
+    assert [e["rule"] for e in written] == [s.rule.id for s in out.landed]
+
+
+def test_a_rule_without_an_expiry_is_refused(tmp_path: Path) -> None:
+    """A bundle file written by hand with no `expires`: a rule could fire for ever on trust
+    no home renews, so it is skipped, and with --strict the bundle is refused whole."""
+    dest, ids = exported(tmp_path)
+    forever = learned("Never expires.", expires=None, id="r-0099-never-expires")
+    add_entry(dest, forever)
+    mine = RuleLibrary(tmp_path / "mine")
+    rules, skipped = check_bundle(mine, dest, NOW, None)
+    assert [r.id for r in rules] == ids
+    assert skipped == [
+        "r-0099-never-expires: expired (no expires date): export it again from a home that "
+        "verified it"
+    ]
+    with pytest.raises(BundleError, match="refused, nothing imported"):
+        import_rules(mine, dest, NOW, None, None, strict=True)
+    assert mine.scan() == []
+
+
+def test_an_expired_rule_is_refused_saying_when(tmp_path: Path) -> None:
+    dest, ids = exported(tmp_path)
+    old = learned("Old.", expires=NOW - timedelta(days=3), id="r-0098-old")
+    add_entry(dest, old)
+    _, skipped = check_bundle(RuleLibrary(tmp_path / "mine"), dest, NOW, None)
+    assert skipped == [
+        "r-0098-old: expired on 2026-12-04: export it again from a home that verified it"
+    ]
+    # The day it expires, read a day earlier, is still good.
+    rules, _ = check_bundle(RuleLibrary(tmp_path / "m2"), dest, NOW - timedelta(days=4), None)
+    assert "r-0098-old" in [r.id for r in rules]
+
+
+def test_each_hostile_entry_is_skipped_by_name_and_the_rest_taken(tmp_path: Path) -> None:
+    dest, ids = exported(tmp_path)
+    first = f"rules/{ids[0]}.md"
+    add_entry(dest, learned("Digest.", id="r-0090-digest"), sha256="0" * 64)
+    add_entry(dest, learned("Kind.", id="r-0091-kind"), kind="skill")
+    add_entry(dest, learned("Path.", id="r-0092-path"), file=first)
+    add_entry(dest, learned("Bad id.", id="r-0093-bad-id"), id="../../etc")
+    add_entry(dest, learned("Pattern.", id="r-0094-pattern", trigger_patterns=[r"(a)\1"]))
+    add_entry(dest, learned("Big.", id="r-0095-big", why="x" * MAX_RULE_BYTES))
+    add_entry(dest, learned("Twice.", id="r-0096-twice"))
+    add_entry(dest, learned("Twice.", id="r-0096-twice"))
+    link = learned("Link.", id="r-0097-link")
+    add_entry(dest, link)
+    target = tmp_path / "elsewhere.md"
+    (dest / "rules" / f"{link.id}.md").rename(target)
+    (dest / "rules" / f"{link.id}.md").symlink_to(target)
+    rules, skipped = check_bundle(RuleLibrary(tmp_path / "mine"), dest, NOW, None)
+    assert [r.id for r in rules] == ids
+    why = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in skipped}
+    assert why["r-0090-digest"] == ("its sha256 does not match the manifest: changed after export")
+    assert why["r-0091-kind"] == "the file says r-0091-kind (failure); the manifest disagrees"
+    assert why["r-0092-path"].startswith(f"file '{first}' is not rules/ID.md")
+    assert why["../../etc"].startswith("file 'rules/r-0093-bad-id.md' is not rules/ID.md")
+    assert why["r-0094-pattern"].startswith("trigger pattern '(a)\\\\1': ")
+    assert why["r-0095-big"] == f"rules/r-0095-big.md: larger than {MAX_RULE_BYTES:,} bytes"
+    assert why["r-0096-twice"] == "appears twice in the manifest"
+    assert why["r-0097-link"] == "rules/r-0097-link.md: a link; a bundle holds plain files only"
+    assert len(skipped) == 8
+
+
+def test_a_bundle_with_nothing_to_take_is_refused_whole(tmp_path: Path) -> None:
+    dest, ids = exported(tmp_path)
+    data = manifest_of(dest)
+    for entry in data["rules"]:
+        entry["sha256"] = "1" * 64
+    (dest / MANIFEST).write_text(tomli_w.dumps(data))
+    with pytest.raises(BundleError) as caught:
+        check_bundle(RuleLibrary(tmp_path / "mine"), dest, NOW, None)
+    assert str(caught.value).startswith(f"{dest}: refused, nothing imported:\n  {ids[0]}: ")
+
+
+def test_what_is_no_bundle_says_how_to_get_one(tmp_path: Path) -> None:
+    with pytest.raises(BundleError, match="no such folder. Fix: give the folder"):
+        read_manifest(tmp_path / "none")
+    dest, _ = exported(tmp_path)
+    data = manifest_of(dest)
+    data["format"] = 2
+    (dest / MANIFEST).write_text(tomli_w.dumps(data))
+    with pytest.raises(BundleError, match="format 2; this loopd reads format 1"):
+        read_manifest(dest)
+    (dest / MANIFEST).write_text("not = [toml")
+    with pytest.raises(BundleError, match="not a bundle manifest"):
+        read_manifest(dest)
+    (dest / MANIFEST).unlink()
+    with pytest.raises(BundleError, match="loopd-rules.toml: no such file in the bundle"):
+        read_manifest(dest)
+    other = tmp_path / "busy"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(BundleError, match="holds other files"):
+        export_rules(RuleLibrary(tmp_path / "team" / "rules"), other, "h", NOW)
+    assert (other / "notes.txt").read_text() == "mine"
+
+
+def test_sources_and_kinds_as_given_on_the_command_line() -> None:
+    assert is_remote("https://example.com/rules") and is_remote("git@host:rules")
+    assert is_remote("/srv/rules.git/") and not is_remote("/srv/rules")
+    assert only_plain_names(["skill", "failure"]) == ["skill", "failure"]
+    with pytest.raises(BundleError, match="--kind lesson: not a kind"):
+        only_plain_names(["lesson"])
