@@ -64,6 +64,27 @@ MODULES: dict[str, list[str]] = {
         "tests/test_redaction_sets.py",
         "tests/test_mutant_redact.py",
     ],
+    # The modules that decide truth and trust (#44): what may land, the clean tree a verdict
+    # comes from, what a test runner counted, who signed a webhook, what the sandbox hides,
+    # what an event may hold, which shared rules are taken, which escalation a failure joins.
+    "daemon/landing/guard.py": [
+        "tests/test_guards.py",
+        "tests/test_mutant_survivors.py",
+        "tests/test_mutant_trust.py",
+    ],
+    "daemon/runs/checktree.py": ["tests/test_checktree.py"],
+    "daemon/runs/testcounts.py": ["tests/test_testcounts.py"],
+    "daemon/runs/testweigh.py": ["tests/test_testcounts.py", "tests/test_testweigh.py"],
+    "daemon/scheduling/webhooks.py": ["tests/test_webhooks.py", "tests/test_webhook_desk.py"],
+    "daemon/service/webhook_desk.py": ["tests/test_webhook_desk.py"],
+    "daemon/sandbox/deny.py": ["tests/test_mutant_trust.py", "tests/test_sandbox_deny.py"],
+    "daemon/sandbox/programs.py": ["tests/test_mutant_trust.py", "tests/test_tool_layouts.py"],
+    "daemon/state/events.py": ["tests/test_mutant_trust.py", "tests/test_state.py"],
+    "daemon/rules/sharing.py": ["tests/test_sharing.py"],
+    "daemon/people/escalation_repeat.py": [
+        "tests/test_mutant_trust.py",
+        "tests/test_escalation_repeat.py",
+    ],
 }
 
 # Tests of those files that start a daemon, a `loopd` process or an agent: seconds each,
