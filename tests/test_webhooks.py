@@ -110,5 +110,7 @@ def test_the_push_a_payload_describes() -> None:
         "a" * 40,
         "b" * 40,
     )
+    gitlab = push_of("gitlab", {"ref": "refs/heads/x", "project": {"path_with_namespace": "g/a"}})
+    assert (gitlab.repository, gitlab.ref) == ("g/a", "refs/heads/x")
     odd = push_of("gitea", {"ref": 7, "before": None, "after": ["x"]})
     assert (odd.repository, odd.ref, odd.before, odd.after) == ("", "", "", "")
