@@ -130,6 +130,7 @@ _STOPPED_READS = (
     "other phases: any other literal behaves as 'interrupted' and 'running'"
 )
 _CRON = "daemon.scheduling.cron.x\u01c1"
+_DESK = "daemon.service.webhook_desk.x\u01c1WebhookDesk\u01c1"
 _QUEUE = "daemon.scheduling.queue.x\u01c1RunQueue\u01c1"
 _COUNTER = (
     "another start or step of a counter that is only compared (the queue's version for "
@@ -184,6 +185,26 @@ EQUIVALENT: dict[str, str] = {
         "the original's keywords for the redacted text: they only pick which provider rules "
         "run on the text itself, and the markers match none (tests/test_redaction_sets.py)"
     ),
+    **{
+        f"{_DESK}_secret__mutmut_{n}": (
+            "an unset secret_env read as None, or an empty name looked up in the environment "
+            "(which never holds one): each reads as no secret, which verifies nothing"
+        )
+        for n in (2, 4, 6)
+    },
+    f"{_DESK}handle__mutmut_101": (
+        "`name is None and remote is None`: both come from one pair, None together or not"
+    ),
+    f"{_DESK}_judge__mutmut_21": (
+        "push_of without the kind: only the push's repository differs, and it is not read "
+        "after the remote was found"
+    ),
+    **{
+        f"{_DESK}_accept__mutmut_{n}": (
+            "RemotePush.source of a delivery: nothing reads it (remotes.describe has no caller)"
+        )
+        for n in (37, 47, 48)
+    },
     **{
         f"daemon.runs.decisions.x_left_live__mutmut_{n}": _STOPPED_READS
         for n in (16, 17, 22, 23, 24, 25)

@@ -3,6 +3,12 @@ each delivery judged (accepted, ignored, refused with its status) on a real stat
 
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
 from daemon.service.webhook_desk import RateLimit
 
 
@@ -156,9 +162,11 @@ def test_a_flood_of_refusals_writes_its_sample_then_one_count(tmp_path) -> None:
 # -- a delivery judged: a desk on a real state/, its feed not started (nothing is fetched) --
 
 
-def _desk(tmp_path, environ: dict[str, str] | None = None):  # noqa: ANN001, ANN202
-    """A desk for remotes `app` (github, secret in APP_SECRET) and `lab` (gitlab, secret in
-    LAB_SECRET, unset unless `environ` gives it); loop `web` watches `main` and `rel/*` of app."""
+def _desk(tmp_path, environ: dict[str, str] | None = None, **options: object):  # noqa: ANN001, ANN202
+    """A desk for remotes `app` (github, secret in APP_SECRET), `lab` (gitlab, secret in
+    LAB_SECRET, unset unless `environ` gives it) and `bare` (gitea, no secret_env); loop `web`
+    watches `main` and `rel/*` of app, `api` its `main`, `docs` lab's `main`. `options`: the
+    desk's `space`, and `early` for the feed's early triggers (the local engine's)."""
     from datetime import UTC, datetime
 
     from daemon.config import DaemonConfig, Loop, LoopConfig
@@ -184,22 +192,36 @@ def _desk(tmp_path, environ: dict[str, str] | None = None):  # noqa: ANN001, ANN
                     "clone_url": "file:///nowhere",
                     "secret_env": "LAB_SECRET",
                 },
+                "bare": {"kind": "gitea", "repository": "org/bare", "clone_url": "file:///x"},
             }
         }
     ).remotes
-    web = LoopConfig(repo=str(tmp_path), task="t", hosted="app", on_remote_push=["main", "rel/*"])
-    off = LoopConfig(
-        repo=str(tmp_path), task="t", hosted="app", on_remote_push=["main"], enabled=False
-    )
-    loops = {"web": Loop("web", tmp_path / "web.toml", web), "off": Loop("off", tmp_path, off)}
+
+    def loop(name: str, hosted: str, *globs: str, enabled: bool = True) -> Loop:
+        config = LoopConfig(
+            repo=str(tmp_path), task="t", hosted=hosted, on_remote_push=list(globs), enabled=enabled
+        )
+        return Loop(name, tmp_path / f"{name}.toml", config)
+
+    loops = {
+        "web": loop("web", "app", "main", "rel/*"),
+        "api": loop("api", "app", "main"),
+        "off": loop("off", "app", "main", enabled=False),
+        "docs": loop("docs", "lab", "main"),
+    }
 
     def event(type_: str, **fields: object) -> None:
+        failing = options.get("events_fail")  # a list: its errno, when set, fails each write
+        if isinstance(failing, list) and failing:
+            raise OSError(failing[0], os.strerror(failing[0]))
         store.events.append(type_, t, **fields)
 
     feed = RemoteFeed(store, lambda: loops, lambda: remotes, lambda: t, event)
+    feed.early_triggers = bool(options.get("early"))
     desk = WebhookDesk(
         lambda: loops, lambda: remotes, Deliveries(tmp_path / "state" / "deliveries.log", t),
         feed, lambda: t, event, environ={"APP_SECRET": "app-secret", **(environ or {})},
+        space=options.get("space"),  # type: ignore[arg-type]  # a StateSpace or None
     )  # fmt: skip
     return desk, store
 
@@ -227,7 +249,7 @@ def test_a_signed_push_a_loop_watches_is_accepted_once(tmp_path) -> None:  # noq
     body = _push()
     answer = desk.handle("github", _signed(body), body, "203.0.113.1")
     assert answer.status == 202, answer.text
-    assert answer.text == "accepted: loop(s) web; their triggers follow the fetch\n"
+    assert answer.text == "accepted: loop(s) api, web; their triggers follow the fetch\n"
     (accepted,) = _events(store, "webhook_accepted")
     assert (accepted["kind"], accepted["remote"], accepted["delivery"]) == ("github", "app", "d-1")
     assert (accepted["ref"], accepted["old"], accepted["new"]) == (
@@ -235,7 +257,7 @@ def test_a_signed_push_a_loop_watches_is_accepted_once(tmp_path) -> None:  # noq
         "a" * 40,
         "b" * 40,
     )
-    assert accepted["loops"] == ["web"]  # the disabled loop is not handed the push
+    assert accepted["loops"] == ["api", "web"]  # the disabled loop is not handed the push
     assert desk.counts[("github", "accepted")] == 1
     # The same delivery again (a replay): refused, nothing accepted twice.
     again = desk.handle("github", _signed(body), body, "203.0.113.1")
@@ -366,3 +388,173 @@ def test_a_full_state_answers_503_and_forgets_the_delivery(tmp_path) -> None:  #
     assert answer.status == 503 and answer.text.startswith("state/ is full")
     space.full_since = None  # room again, as the daemon's probe finds it
     assert desk.handle("github", _signed(body), body, "x").status == 202
+
+
+def test_with_early_triggers_each_watching_loop_gets_its_trigger_before_the_202(tmp_path) -> None:  # noqa: ANN001
+    """The local engine: the 202 names each loop's trigger, written in the inbox already with
+    the push it is for (remote, branch, old and new commits, the delivery, its arrival)."""
+    import json
+
+    desk, store = _desk(tmp_path, early=True)
+    body = _push(ref="refs/heads/main")
+    answer = desk.handle("github", _signed(body, delivery="d-early"), body, "x")
+    assert answer.status == 202, answer.text
+    names = store.inbox_names()
+    triggers = {}
+    for name in names:
+        data = json.loads((store.inbox_dir / name).read_text())
+        triggers[data["loop"]] = (name, data)
+    assert sorted(triggers) == ["api", "web"]
+    named = "; ".join(f"loop {loop}: trigger {triggers[loop][0]}" for loop in ("api", "web"))
+    assert answer.text == (
+        f"accepted: {named} (its run lists it under [trigger] inbox: `loopd runs LOOP`)\n"
+    )
+    for _, data in triggers.values():
+        assert (data["kind"], data["remote"], data["ref"]) == ("push", "app", "refs/heads/main")
+        assert (data["old"], data["new"]) == ("a" * 40, "b" * 40)
+        assert data["reason"] == "push to main on remote app (delivery d-early)"
+        assert data["ts"].startswith("2026-12-07T03:00:00")
+
+
+def test_every_refusal_names_its_delivery_and_the_remote_it_was_signed_for(tmp_path) -> None:  # noqa: ANN001
+    from daemon.state.space import StateSpace
+
+    space = StateSpace(tmp_path / "state")
+    desk, store = _desk(tmp_path, space=space)
+    body = _push()
+    assert desk.handle("github", _signed(body, delivery="r-ok"), body, "x").status == 202
+    desk.handle("github", _signed(body, delivery="r-ok"), body, "x")  # 409
+    desk.handle("github", _signed(body, delivery="r-bad", secret="no"), body, "x")  # 403
+    desk.handle("github", {"x-github-delivery": "r-none"}, body, "x")  # 401
+    desk.handle("github", _signed(b"{", delivery="r-json"), b"{", "x")  # 400
+    other = _push(name="else/where")
+    desk.handle("github", _signed(other, delivery="r-404"), other, "x")  # 404
+    bad = _push(ref="refs/heads/a..b")
+    desk.handle("github", _signed(bad, delivery="r-ref"), bad, "x")  # 400
+    space.hit(datetime_at(), "an earlier write")
+    later = _push(after="c" * 40)
+    desk.handle("github", _signed(later, delivery="r-full"), later, "x")  # 503
+    refused = [
+        (e["status"], e.get("remote"), e.get("delivery")) for e in _events(store, "webhook_refused")
+    ]
+    assert refused == [
+        (409, "app", "r-ok"),
+        (403, None, "r-bad"),
+        (401, None, "r-none"),
+        (400, None, "r-json"),
+        (404, None, "r-404"),
+        (400, "app", "r-ref"),
+        (503, "app", "r-full"),
+    ]
+
+
+def datetime_at():  # noqa: ANN201
+    from datetime import UTC, datetime
+
+    return datetime(2026, 12, 7, 3, 0, tzinfo=UTC)
+
+
+def test_a_delivery_id_is_one_services_the_same_id_elsewhere_is_new(tmp_path) -> None:  # noqa: ANN001
+    desk, _ = _desk(tmp_path, environ={"LAB_SECRET": "lab-secret"})
+    body = _push()
+    assert desk.handle("github", _signed(body, delivery="same"), body, "x").status == 202
+    lab = b'{"ref": "refs/heads/main", "after": "' + b"d" * 40 + b'", '
+    lab += b'"project": {"path_with_namespace": "grp/lab"}}'
+    headers = {
+        "x-gitlab-event": "Push Hook",
+        "x-gitlab-token": "lab-secret",
+        "idempotency-key": "same",
+    }
+    answer = desk.handle("gitlab", headers, lab, "x")
+    assert answer.status == 202, answer.text
+    assert desk.handle("gitlab", headers, lab, "x").status == 409
+
+
+def test_a_remote_without_secret_env_says_so_when_it_refuses(tmp_path) -> None:  # noqa: ANN001
+    desk, _ = _desk(tmp_path)
+    body = b'{"ref": "refs/heads/main", "repository": {"full_name": "org/bare"}}'
+    headers = {"x-gitea-event": "push", "x-gitea-delivery": "g-1", "x-gitea-signature": "00"}
+    answer = desk.handle("gitea", headers, body, "x")
+    assert (answer.status, answer.text) == (
+        403,
+        "wrong signature (secret_env of [remotes.bare] is unset or empty)\n",
+    )
+
+
+def test_a_delivery_id_is_cut_to_200_characters(tmp_path) -> None:  # noqa: ANN001
+    desk, store = _desk(tmp_path)
+    body = _push()
+    long_id = "L" * 150 + "M" * 100
+    assert desk.handle("github", _signed(body, delivery=long_id), body, "x").status == 202
+    (accepted,) = _events(store, "webhook_accepted")
+    assert accepted["delivery"] == "L" * 150 + "M" * 50
+
+
+def test_no_room_for_a_deliverys_triggers_answers_503_and_its_retry_is_taken(tmp_path) -> None:  # noqa: ANN001
+    """state/ full when the push's triggers are to be queued (the feed's probe writes into
+    /dev/full): 503, state/ marked full naming the delivery, and the delivery forgotten, so
+    the sender's retry is judged afresh."""
+    from daemon.state.space import PROBE_NAME
+
+    desk, store = _desk(tmp_path, space=None)
+    desk.space = store.space
+    probe = store.root / PROBE_NAME
+    probe.symlink_to("/dev/full")
+    body = _push()
+    answer = desk.handle("github", _signed(body, delivery="f-1"), body, "x")
+    assert answer.status == 503 and answer.text.startswith("state/ is full"), answer.text
+    assert store.space.full and store.space.what == "webhook delivery f-1"
+    (refused,) = _events(store, "webhook_refused")
+    assert (refused["status"], refused["remote"], refused["delivery"]) == (503, "app", "f-1")
+    store.space.cleared()
+    assert not probe.is_symlink()  # the probe removes what it wrote
+    assert desk.handle("github", _signed(body, delivery="f-1"), body, "x").status == 202
+
+
+def test_a_delivery_log_with_no_room_still_answers_and_marks_state_full(tmp_path) -> None:  # noqa: ANN001
+    """The push is taken; only the delivery's id could not be written: 202 all the same,
+    state/ marked full, and the replay still refused (the id is kept in memory)."""
+    desk, store = _desk(tmp_path)
+    desk.space = store.space
+    log = tmp_path / "state" / "deliveries.log"
+    log.unlink()
+    log.symlink_to("/dev/full")
+    body = _push()
+    assert desk.handle("github", _signed(body, delivery="k-1"), body, "x").status == 202
+    assert store.space.full and store.space.what == "state/deliveries.log"
+    store.space.cleared()  # room again, as the daemon's probe finds it
+    assert desk.handle("github", _signed(body, delivery="k-1"), body, "x").status == 409
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO])
+def test_a_refusal_is_answered_whatever_the_disk_says(tmp_path: Path, code: int) -> None:
+    """An event log with no room: the refusal is still answered, state/ marked full; any
+    other error writing the event is a bug and is raised."""
+    from daemon.state.space import StateSpace
+
+    space = StateSpace(tmp_path / "state")
+    desk, _ = _desk(tmp_path, space=space, events_fail=[code])
+    unsigned = {"x-github-event": "push", "x-github-delivery": "u-1"}
+    if code == errno.EIO:
+        with pytest.raises(OSError):
+            desk.handle("github", unsigned, _push(), "x")
+        assert not space.full
+        return
+    answer = desk.handle("github", unsigned, _push(), "x")
+    assert (answer.status, answer.text) == (401, "unsigned delivery\n")
+    assert space.full and space.what == "the event webhook_refused"
+
+
+def test_the_rate_limits_table_of_addresses_stays_bounded() -> None:
+    """A flood from many addresses: past 10,000 the full buckets are forgotten (they would
+    be full again anyway); an address that spent its bucket is remembered."""
+    now = [0.0]
+    limit = RateLimit(per_minute=2, monotonic=lambda: now[0])
+    assert limit.allow("spent") and limit.allow("spent") and not limit.allow("spent")
+    for n in range(10_000):
+        assert limit.allow(f"10.{n // 65536}.{n // 256 % 256}.{n % 256}")
+    # 10,001 addresses, each with one of its two tokens left (full but one): all forgotten
+    # on the next new address, but the spent one.
+    assert limit.allow("198.51.100.1")
+    assert len(limit._buckets) <= 2
+    assert not limit.allow("spent")
