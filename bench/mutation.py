@@ -131,6 +131,7 @@ _STOPPED_READS = (
 )
 _CRON = "daemon.scheduling.cron.x\u01c1"
 _DESK = "daemon.service.webhook_desk.x\u01c1WebhookDesk\u01c1"
+_COUNTS = "daemon.runs.testcounts.x_"
 _QUEUE = "daemon.scheduling.queue.x\u01c1RunQueue\u01c1"
 _COUNTER = (
     "another start or step of a counter that is only compared (the queue's version for "
@@ -185,6 +186,31 @@ EQUIVALENT: dict[str, str] = {
         "the original's keywords for the redacted text: they only pick which provider rules "
         "run on the text itself, and the markers match none (tests/test_redaction_sets.py)"
     ),
+    f"{_COUNTS}_pytest__mutmut_9": (
+        "every word read as a plural: only `warnings` ends in s among pytest's words, unread"
+    ),
+    f"{_COUNTS}_pytest__mutmut_12": "rstrip('XXsXX'): strips the same s from `errors`",
+    f"{_COUNTS}_pytest__mutmut_19": (
+        "a word's count added to nothing: pytest names each word once in its summary line"
+    ),
+    f"{_COUNTS}_unittest__mutmut_31": "rpartition('='): unittest's items hold one '=' each",
+    f"{_COUNTS}_unittest__mutmut_33": (
+        "keys unittest prints beyond the four (unexpected successes) are taken, never read; "
+        "its values are always numbers"
+    ),
+    **{
+        f"{_COUNTS}runner_of__mutmut_{n}": (
+            "rsplit's limit: the last part of a path is the same whatever the split count"
+        )
+        for n in (8, 11)
+    },
+    **{
+        f"{_COUNTS}runner_of__mutmut_{n}": (
+            "the word after `-m` compared with pytest: that word is recognised on its own "
+            "at the next step of the loop"
+        )
+        for n in (29, 32, 33)
+    },
     **{
         f"{_DESK}_secret__mutmut_{n}": (
             "an unset secret_env read as None, or an empty name looked up in the environment "
