@@ -77,7 +77,13 @@ MODULES: dict[str, list[str]] = {
     ],
     "daemon/runs/checktree.py": ["tests/test_checktree.py"],
     "daemon/runs/testcounts.py": ["tests/test_testcounts.py"],
-    "daemon/runs/testweigh.py": ["tests/test_testcounts.py", "tests/test_testweigh.py"],
+    # weigh_tests and record_base need a run's check tree: test_checktree.py's last two.
+    "daemon/runs/testweigh.py": [
+        "tests/test_testcounts.py",
+        "tests/test_testweigh.py",
+        "tests/test_checktree.py::test_the_done_check_counts_the_base_and_weighing_uses_it",
+        "tests/test_checktree.py::test_weighing_counts_the_base_in_the_check_tree_when_no_done_check_ran",
+    ],
     "daemon/scheduling/webhooks.py": ["tests/test_webhooks.py", "tests/test_webhook_desk.py"],
     "daemon/service/webhook_desk.py": ["tests/test_webhook_desk.py"],
     "daemon/sandbox/deny.py": ["tests/test_mutant_trust.py", "tests/test_sandbox_deny.py"],
@@ -272,7 +278,7 @@ def mutmut_config(module: str, tests: list[str]) -> str:
         "pytest_add_cli_args_test_selection": tests,
         "pytest_add_cli_args": ["-p", "no:cacheprovider", *(f"--deselect={t}" for t in DESELECT)],
         "use_git_change_detection": False,
-        "also_copy": ["bench"],
+        "also_copy": ["bench", "docs"],
     }
     lines = ["", "[tool.mutmut]"] + [f"{key} = {json.dumps(value)}" for key, value in table.items()]
     return "\n".join(lines) + "\n"
@@ -283,8 +289,10 @@ def prepare(work: Path, module: str, tests: list[str]) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "daemon", work / "daemon", ignore=ignore)
     shutil.copytree(ROOT / "tests", work / "tests", ignore=ignore)
-    # Some tests read a bench's own code (tests/test_grounding.py: bench/grounding.py).
+    # Some tests read a bench's own code (tests/test_grounding.py: bench/grounding.py), or
+    # compare a list with its documented copy (tests/test_sandbox_deny.py: docs/).
     shutil.copytree(ROOT / "bench", work / "bench", ignore=ignore)
+    shutil.copytree(ROOT / "docs", work / "docs", ignore=ignore)
     pyproject = (ROOT / "pyproject.toml").read_text()
     (work / "pyproject.toml").write_text(pyproject + mutmut_config(module, tests))
 
