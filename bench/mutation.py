@@ -71,7 +71,7 @@ MODULES: dict[str, list[str]] = {
     # comes from, what a test runner counted, who signed a webhook, what the sandbox hides,
     # what an event may hold, which shared rules are taken, which escalation a failure joins.
     "daemon/landing/guard.py": [
-        "tests/test_guards.py",
+        "tests/test_landing_guard.py",
         "tests/test_mutant_survivors.py",
         "tests/test_mutant_trust.py",
     ],
