@@ -39,6 +39,8 @@ def test_inside_is_the_folder_or_below_it_never_a_sibling_with_its_prefix() -> N
     assert not inside("/home/a/.ss", "/home/a/.ssh")
     assert not inside("/home/a", "/home/a/.ssh")
     assert inside("/anything", "/")
+    # Only slashes are trimmed from the folder, whatever letter its name ends in.
+    assert inside("/srv/LINUX/x", "/srv/LINUX") and not inside("/srv/LINU/x", "/srv/LINUX")
 
 
 def test_a_path_is_denied_as_written_or_as_it_resolves(tmp_path: Path) -> None:
