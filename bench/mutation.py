@@ -192,6 +192,8 @@ EQUIVALENT: dict[str, str] = {
         "the original's keywords for the redacted text: they only pick which provider rules "
         "run on the text itself, and the markers match none (tests/test_redaction_sets.py)"
     ),
+    "daemon.rules.sharing.x__digest__mutmut_4": "'UTF-8' for 'utf-8': one codec",
+    "daemon.rules.sharing.x__write__mutmut_8": "'UTF-8' for 'utf-8': one codec",
     f"{_COUNTS}_pytest__mutmut_9": (
         "every word read as a plural: only `warnings` ends in s among pytest's words, unread"
     ),

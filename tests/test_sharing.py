@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 import tomli_w
 
+from daemon.config.home_file import VerifierConfig
+from daemon.model.client import ModelClient
 from daemon.rules.library import RuleLibrary
-from daemon.rules.rulefile import Evidence, Rule, Scope, dump_rule
+from daemon.rules.rulefile import Evidence, Provenance, Rule, Scope, dump_rule
 from daemon.rules.sharing import (
     MANIFEST,
     MAX_RULE_BYTES,
@@ -30,6 +32,7 @@ from daemon.rules.sharing import (
     read_manifest,
 )
 from daemon.state.events import EventLog
+from tests.model_server import ScriptedModelServer
 
 NOW = datetime(2026, 12, 7, 3, 0, tzinfo=UTC)
 RUN = "20261129T021000Z-app-3f2a"
@@ -230,3 +233,124 @@ def test_sources_and_kinds_as_given_on_the_command_line() -> None:
     assert only_plain_names(["skill", "failure"]) == ["skill", "failure"]
     with pytest.raises(BundleError, match="--kind lesson: not a kind"):
         only_plain_names(["lesson"])
+
+
+AGREES = {"grounded": True, "unsupported": [], "contradicts": [], "reason": "grounded"}
+
+
+def _client(server: ScriptedModelServer) -> ModelClient:
+    return ModelClient(VerifierConfig(base_url=server.base_url, model="judge"))
+
+
+def test_a_rule_contradicting_this_homes_is_skipped_and_with_strict_refused(
+    tmp_path: Path, model_server: ScriptedModelServer
+) -> None:
+    dest, ids = exported(tmp_path)
+    mine = RuleLibrary(tmp_path / "mine")
+    own = mine.add(learned("Never run `make lint` before `git commit`: CI does."), "active")
+    says = {**AGREES, "contradicts": [own.rule.id], "reason": "opposite advice"}
+    model_server.add({"json": says}, {"json": AGREES}, name="rule_verification")
+    out = import_rules(mine, dest, NOW, _client(model_server), None)
+    assert out.skipped == [f"{ids[0]}: contradicts this home's {own.rule.id}"]
+    assert [s.rule.provenance.origin_id for s in out.landed if s.rule.provenance] == [ids[1]]
+    assert len(model_server.chat_requests("rule_verification")) == 2  # each rule asked
+    model_server.add({"json": says}, {"json": AGREES}, name="rule_verification")
+    with pytest.raises(BundleError) as caught:
+        import_rules(mine, dest, NOW, _client(model_server), None, strict=True)
+    assert str(caught.value) == (
+        f"{dest}: refused, nothing imported:\n  {ids[0]}: contradicts this home's {own.rule.id}"
+    )
+
+
+def test_strict_with_a_bad_entry_refuses_before_asking_the_model(
+    tmp_path: Path, model_server: ScriptedModelServer
+) -> None:
+    dest, ids = exported(tmp_path)
+    mine = RuleLibrary(tmp_path / "mine")
+    mine.add(learned("Run `make lint` first, always, before `git commit`."), "active")
+    add_entry(dest, learned("Old.", expires=None, id="r-0099-old"))
+    add_entry(dest, learned("Moved.", id="r-0098-moved"))
+    (dest / "rules" / "r-0098-moved.md").unlink()
+    with pytest.raises(BundleError) as caught:
+        check_bundle(mine, dest, NOW, _client(model_server), strict=True)
+    assert str(caught.value) == (
+        f"{dest}: refused, nothing imported:\n"
+        "  r-0099-old: expired (no expires date): export it again from a home that verified it\n"
+        "  r-0098-moved: rules/r-0098-moved.md: no such file in the bundle"
+    )
+    assert model_server.chat_requests("rule_verification") == []
+
+
+def test_a_reimported_rule_keeps_its_origin_and_gets_this_homes_number(tmp_path: Path) -> None:
+    """Home A exports, B imports and exports again, C imports: the origin is A's rule; each
+    home numbers it anew; its counters start over; the event says where it came from."""
+    team = RuleLibrary(tmp_path / "a" / "rules")
+    for n in range(3):
+        team.add(learned(f"Filler {n}."), "trial")
+    origin = team.add(learned("Run `make lint`.", harmed=2, idle=5), "active")
+    export_rules(team, tmp_path / "bundle-a", "home-a", NOW)
+    b = RuleLibrary(tmp_path / "b" / "rules")
+    (landed,) = import_rules(b, tmp_path / "bundle-a", NOW, None, None).landed
+    assert landed.rule.id != origin.rule.id and landed.rule.id.startswith("r-0001-")
+    assert (landed.rule.harmed, landed.rule.idle, landed.rule.fired) == (0, 0, 0)
+    export_rules(b, tmp_path / "bundle-b", "home-b", NOW, statuses=("trial", "active"))
+    c = RuleLibrary(tmp_path / "c" / "rules")
+    events = EventLog(tmp_path / "events.jsonl")
+    later = NOW + timedelta(days=1)
+    (again,) = import_rules(c, tmp_path / "bundle-b", later, None, events).landed
+    assert again.rule.provenance is not None
+    assert again.rule.provenance.origin_id == origin.rule.id
+    assert again.rule.provenance.home == "home-a"  # the home that verified it
+    (event,) = events.read()
+    assert event["ts"].startswith("2026-12-08T03:00:00")
+    assert (event["rule"], event["origin"], event["bundle"]) == (
+        again.rule.id,
+        origin.rule.id,
+        str(tmp_path / "bundle-b"),
+    )
+
+
+def test_provenance_names_the_runs_of_the_evidence_and_keeps_what_it_had(tmp_path: Path) -> None:
+    other = "20261201T010000Z-app-9b1c"
+    library = RuleLibrary(tmp_path / "team" / "rules")
+    evidence = [
+        Evidence(path=f"runs/{other}/attempt-2/checks.log", line=1, quote="make lint"),
+        Evidence(path="docs/CONTRIBUTING.md", line=4, quote="lint"),
+    ]
+    library.add(learned("From evidence only.", source_run="", evidence=evidence), "active")
+    library.add(
+        learned(
+            "Shared before.",
+            provenance=Provenance(home="first", repos=["/srv/x"], verified_by=["person"]),
+        ),
+        "active",
+    )
+    export_rules(library, tmp_path / "bundle", "team-home", NOW)
+    first, second = check_bundle(RuleLibrary(tmp_path / "mine"), tmp_path / "bundle", NOW, None)[0]
+    assert first.provenance is not None and second.provenance is not None
+    assert first.provenance.runs == [other]
+    assert first.provenance.repos == ["/srv/app"]
+    assert first.provenance.verified_by == ["grounding", "model:judge"]
+    assert (second.provenance.home, second.provenance.repos) == ("first", ["/srv/x"])
+    assert second.provenance.verified_by == ["person"]
+    assert second.provenance.runs == [RUN]
+
+
+def test_a_long_pattern_is_named_by_its_first_60_characters(tmp_path: Path) -> None:
+    dest, _ = exported(tmp_path)
+    pattern = "(a)\\1" + "b" * 80
+    add_entry(dest, learned("Long.", id="r-0090-long", trigger_patterns=[pattern]))
+    _, skipped = check_bundle(RuleLibrary(tmp_path / "mine"), dest, NOW, None)
+    (line,) = skipped
+    assert line.startswith(f"r-0090-long: trigger pattern {pattern[:60]!r}: ")
+
+
+def test_every_kind_may_be_chosen_and_a_folder_named_like_git_is_a_folder() -> None:
+    kinds = ["failure", "decision", "knowledge", "skill"]
+    assert only_plain_names(kinds) == kinds
+    with pytest.raises(BundleError) as caught:
+        only_plain_names(["rule"])
+    assert str(caught.value) == (
+        "--kind rule: not a kind. Fix: use one of failure, decision, knowledge, skill"
+    )
+    assert not is_remote("/srv/bundle.gitX")
