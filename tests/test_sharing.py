@@ -24,7 +24,9 @@ from daemon.rules.sharing import (
     MANIFEST,
     MAX_RULE_BYTES,
     BundleError,
+    _read_bundle_file,
     check_bundle,
+    clone_bundle,
     export_rules,
     import_rules,
     is_remote,
@@ -32,6 +34,7 @@ from daemon.rules.sharing import (
     read_manifest,
 )
 from daemon.state.events import EventLog
+from tests.helpers import git
 from tests.model_server import ScriptedModelServer
 
 NOW = datetime(2026, 12, 7, 3, 0, tzinfo=UTC)
@@ -354,3 +357,108 @@ def test_every_kind_may_be_chosen_and_a_folder_named_like_git_is_a_folder() -> N
         "--kind rule: not a kind. Fix: use one of failure, decision, knowledge, skill"
     )
     assert not is_remote("/srv/bundle.gitX")
+
+
+def test_a_bundle_file_is_plain_regular_utf8_and_within_its_cap(tmp_path: Path) -> None:
+    root = tmp_path / "bundle"
+    (root / "rules" / "sub").mkdir(parents=True)
+    for bad in ("", "/etc/passwd", "rules//x.md", "rules/./x.md", "rules/../x.md", "x/"):
+        with pytest.raises(BundleError) as caught:
+            _read_bundle_file(root, bad, 10)
+        assert str(caught.value) == f"{bad!r} is not a plain path inside the bundle"
+    with pytest.raises(BundleError, match="^rules/sub: not a regular file$"):
+        _read_bundle_file(root, "rules/sub", 10)
+    (root / "rules" / "ten.md").write_bytes(b"0123456789")
+    assert _read_bundle_file(root, "rules/ten.md", 10) == "0123456789"  # the cap itself
+    with pytest.raises(BundleError, match="^rules/ten.md: larger than 9 bytes$"):
+        _read_bundle_file(root, "rules/ten.md", 9)
+    (root / "rules" / "latin.md").write_bytes("café".encode("latin-1"))
+    with pytest.raises(BundleError, match="^rules/latin.md: not UTF-8 text$"):
+        _read_bundle_file(root, "rules/latin.md", 10)
+    (root / "rules" / "unicode.md").write_text("café ✓", encoding="utf-8")
+    assert _read_bundle_file(root, "rules/unicode.md", 20) == "café ✓"
+    (root / "rules" / "link").symlink_to("sub")
+    with pytest.raises(
+        BundleError, match="^rules/link/x.md: a link; a bundle holds plain files only$"
+    ):
+        _read_bundle_file(root, "rules/link/x.md", 10)
+
+
+def test_export_into_an_earlier_bundle_replaces_its_rules(tmp_path: Path) -> None:
+    library = RuleLibrary(tmp_path / "team" / "rules")
+    first = library.add(learned("First."), "active")
+    second = library.add(learned("Second.", kind="skill"), "active")
+    dest = tmp_path / "bundle"
+    git(tmp_path, "init", "-q", str(dest))  # a bundle kept in a git repository
+    export_rules(library, dest, "h", NOW)
+    assert sorted(p.name for p in (dest / "rules").glob("*.md")) == [
+        f"{first.rule.id}.md",
+        f"{second.rule.id}.md",
+    ]
+    out = export_rules(library, dest, "h", NOW, kinds=("skill",))
+    assert [e.id for e in out.entries] == [second.rule.id]
+    assert [p.name for p in (dest / "rules").glob("*.md")] == [f"{second.rule.id}.md"]
+    assert manifest_of(dest)["exported"] == "2026-12-07T03:00:00Z"
+    file = tmp_path / "file"
+    file.write_text("x")
+    with pytest.raises(BundleError) as caught:
+        export_rules(library, file, "h", NOW)
+    assert str(caught.value) == f"{file}: not a folder. Fix: give a new or empty folder"
+
+
+def test_export_leaves_out_each_expired_rule_and_says_why(tmp_path: Path) -> None:
+    library = RuleLibrary(tmp_path / "team" / "rules")
+    old = library.add(
+        learned("Verified long ago.", expires=None, created=NOW - timedelta(days=91)), "active"
+    )
+    gone = library.add(learned("Expired.", expires=NOW - timedelta(days=2)), "active")
+    fresh = library.add(learned("Fresh.", expires=None, created=None), "active")
+    out = export_rules(library, tmp_path / "bundle", "h", NOW)
+    assert out.left_out == [
+        f"{old.rule.id}: expired on 2026-12-06 (90 days after its last verification)",
+        f"{gone.rule.id}: expired on 2026-12-05 (its expires)",
+    ]
+    (kept,) = check_bundle(RuleLibrary(tmp_path / "mine"), tmp_path / "bundle", NOW, None)[0]
+    assert kept.id == fresh.rule.id
+    # No date to go by: verified now, by this export, and good for 90 days from it.
+    assert kept.expires == NOW + timedelta(days=90)
+    assert kept.provenance is not None and kept.provenance.verified == NOW
+
+
+def test_a_manifest_that_is_no_toml_says_what_toml_said(tmp_path: Path) -> None:
+    dest, _ = exported(tmp_path)
+    (dest / MANIFEST).write_text("not = [toml")
+    try:
+        tomllib.loads("not = [toml")
+    except tomllib.TOMLDecodeError as exc:
+        said = str(exc).splitlines()[0]
+    with pytest.raises(BundleError) as caught:
+        read_manifest(dest)
+    assert str(caught.value) == f"{dest / MANIFEST}: not a bundle manifest ({said})"
+
+
+def test_a_bundle_shared_as_a_git_repository_is_cloned_shallow(tmp_path: Path) -> None:
+    library = RuleLibrary(tmp_path / "team" / "rules")
+    library.add(learned("Shared."), "active")
+    shared = tmp_path / "shared"
+    git(tmp_path, "init", "-q", str(shared))
+    export_rules(library, shared, "h", NOW)
+    git(shared, "add", "-A")
+    git(shared, "commit", "-qm", "first")
+    library.add(learned("Shared later."), "active")
+    export_rules(library, shared, "h", NOW)
+    git(shared, "add", "-A")
+    git(shared, "commit", "-qm", "rules")
+    into = tmp_path / "scratch" / "bundle"
+    into.parent.mkdir()
+    assert clone_bundle(f"file://{shared}", into) == into
+    assert git(into, "rev-list", "--count", "HEAD") == "1"  # --depth=1
+    assert read_manifest(into).home == "h"
+    with pytest.raises(BundleError) as caught:
+        clone_bundle(f"file://{tmp_path / 'none.git'}", tmp_path / "scratch" / "other")
+    text = str(caught.value)
+    assert text.startswith(f"file://{tmp_path / 'none.git'}: cannot clone: ")
+    assert text.endswith(
+        "Fix: give a git repository holding a bundle (a path ending in .git is cloned), or "
+        "the bundle's folder by a path not ending in .git"
+    )
