@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from daemon.people.escalation import write_escalation
+from daemon.people.escalation import write_escalation, write_question
 from daemon.people.escalation_file import read_escalation
 from daemon.people.escalation_repeat import (
     SECTION,
@@ -15,6 +15,7 @@ from daemon.people.escalation_repeat import (
     open_for,
     open_login,
 )
+from daemon.plain.escalations import split_front_matter
 from daemon.state.records import Cause, RunRecord, RunTrigger
 from daemon.state.store import StateStore
 
@@ -131,3 +132,89 @@ def test_a_digest_of_repeats_is_due_at_most_once_a_day(tmp_path: Path) -> None:
     assert digest_due(store, first.id, NOW + timedelta(days=1, hours=12)) is None
     assert digest_due(store, first.id, NOW + timedelta(days=2)) is not None
     assert digest_due(store, "20261130T020009Z-l-0009", NOW) is None  # no such escalation
+
+
+def test_a_repeat_rewrites_only_its_section_below_the_body_as_filed(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state")
+    first = failing(1)
+    store.save_run(first)
+    escalate(store, first, NOW)
+    path = store.escalation_path(first.id)
+    filed = split_front_matter(path.read_text())
+    assert filed is not None
+    body = filed[1]
+    for n, attempts in ((2, (1, 2, 10)), (3, tuple(range(1, 13)))):
+        run = failing(n)
+        for a in attempts:
+            log = store.run_dir(run.id) / f"attempt-{a}" / "checks.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text("FAILED\n")
+        escalate(store, run, NOW + timedelta(hours=n))
+    third = failing(3)
+    text = path.read_text()
+    assert text.count("+++\n") == 2  # one front matter, rewritten
+    parts = split_front_matter(text)
+    assert parts is not None
+    assert parts[1] == body.rstrip("\n") + "\n" + "\n".join(
+        [
+            "",
+            SECTION,
+            "",
+            "While this escalation was open, later runs of the same task escalated too: "
+            "2 times, so 3 runs in all. Each counts here instead of filing its own.",
+            "",
+            f"The latest, run {third.id}, escalated 2026-11-30T05:00:00.000000Z "
+            "(cause `checks-failed`): checks still fail after 3 attempts (run 3)",
+            "",
+            f"`loopd show {third.id}` has its evidence.",
+            f"Its last checks' output: `state/runs/{third.id}/attempt-12/checks.log`.",
+            "",
+            f"`loopd escalations resolve {first.id}` closes this escalation; a later run of "
+            "the task that succeeds closes it too.",
+            "",
+        ]
+    )
+    # The digest rewrites the front matter only: the body stays as it was.
+    assert digest_due(store, first.id, NOW + timedelta(days=1)) is not None
+    after = split_front_matter(path.read_text())
+    assert after is not None and after[1] == parts[1]
+    assert path.read_text().count("+++\n") == 2
+
+
+def test_a_run_never_joins_its_own_escalation_nor_counts_twice(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state")
+    first, second = failing(1), failing(2)
+    escalate(store, first, NOW)
+    assert open_for(store, first) is None
+    escalate(store, second, NOW)
+    assert escalate(store, first, NOW + timedelta(hours=3)) == (first.id, False)
+    meta = read_escalation(store.escalation_path(first.id))
+    assert meta is not None and (meta.count, meta.latest_run) == (2, second.id)
+    login = failing(3, cause=Cause.AGENT_LOGIN)
+    escalate(store, login, NOW, profile="p")
+    assert open_for(store, login, profile="p") is None
+
+
+def test_a_profile_matters_only_for_a_refused_login(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state")
+    first = failing(1)
+    escalate(store, first, NOW, profile="claude-work")
+    meta = read_escalation(store.escalation_path(first.id))
+    assert meta is not None and meta.profile == ""  # a failing task, whatever its agent
+    assert escalate(store, failing(2), NOW, profile="claude-work") == (first.id, True)
+    # A refused login with no profile known is filed as its own, for its task.
+    login = failing(3, task="another", cause=Cause.AGENT_LOGIN)
+    assert escalate(store, login, NOW) == (login.id, False)
+    filed = read_escalation(store.escalation_path(login.id))
+    assert filed is not None and filed.profile == ""
+
+
+def test_a_question_before_it_does_not_hide_the_tasks_escalation(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state")
+    asked = failing(1)
+    store.save_run(asked)
+    write_question(store, store.escalation_path(f"{asked.id}-q1"), asked, "Which API?", 1, NOW)
+    filed = failing(2)
+    escalate(store, filed, NOW)
+    meta = open_for(store, failing(3))
+    assert meta is not None and meta.run == filed.id
