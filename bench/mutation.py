@@ -138,6 +138,7 @@ _STOPPED_READS = (
 _CRON = "daemon.scheduling.cron.x\u01c1"
 _DESK = "daemon.service.webhook_desk.x\u01c1WebhookDesk\u01c1"
 _COUNTS = "daemon.runs.testcounts.x_"
+_PROGRAMS = "daemon.sandbox.programs.x"
 _QUEUE = "daemon.scheduling.queue.x\u01c1RunQueue\u01c1"
 _COUNTER = (
     "another start or step of a counter that is only compared (the queue's version for "
@@ -192,6 +193,16 @@ EQUIVALENT: dict[str, str] = {
         "the original's keywords for the redacted text: they only pick which provider rules "
         "run on the text itself, and the markers match none (tests/test_redaction_sets.py)"
     ),
+    **{
+        f"{_PROGRAMS}\u01c1_Walk\u01c1place__mutmut_{n}": (
+            "a version manager's folder: the prefix of a bin/ and the parent of a shims/ "
+            "are one folder (both here.parent.parent)"
+        )
+        for n in (48, 49, 50, 51, 52)
+    },
+    f"{_PROGRAMS}\u01c1_Walk\u01c1place__mutmut_60": "resolve=None for resolve=False",
+    f"{_PROGRAMS}\u01c1_Walk\u01c1add__mutmut_9": "'/' is in MASK_ROOTS too",
+    f"{_PROGRAMS}_shown__mutmut_12": "a HOME of '/' is '' once its slashes are trimmed",
     "daemon.rules.sharing.x__digest__mutmut_4": "'UTF-8' for 'utf-8': one codec",
     "daemon.rules.sharing.x__write__mutmut_8": "'UTF-8' for 'utf-8': one codec",
     f"{_COUNTS}_pytest__mutmut_9": (

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from daemon.sandbox.deny import denied_paths
-from daemon.sandbox.programs import Resolved, resolve_program, shown
+from daemon.sandbox.programs import Resolved, _Walk, resolve_program, shown
 
 
 def exe(path: Path, text: str) -> Path:
@@ -193,3 +193,76 @@ def test_a_python_installed_with_the_home_as_its_prefix_never_shows_the_home(
         ("~h/bin", "installation of ~h/bin/python3.12", False),
     ]
     assert home not in resolved.paths
+
+
+def test_a_node_installation_is_known_by_its_headers_too(home: Path) -> None:
+    node = home / ".local" / "node20"
+    exe(node / "bin" / "node", "\x7fELF")
+    (node / "include" / "node").mkdir(parents=True)
+    resolved = resolve("node", home, ".local/node20/bin")
+    assert listed(resolved, home) == [
+        ("~h/.local/node20", "interpreter of ~h/.local/node20/bin/node", False),
+    ]
+    assert resolved.program == "node" and resolved.problem == ""
+
+
+def test_a_venvs_base_as_its_pyvenv_cfg_names_it(home: Path) -> None:
+    base = home / ".pyenv" / "versions" / "3.11.9"
+    venv = home / "w" / ".venv"
+    exe(venv / "bin" / "python3", "\x7fELF")
+    cfg = venv / "pyvenv.cfg"
+
+    def base_of() -> list[str]:
+        return [p for p, _, _ in listed(resolve("python3", home, "w/.venv/bin"), home)][1:]
+
+    # A Windows-made venv names its interpreter's Scripts folder.
+    cfg.write_text(f"home = {base / 'Scripts'}\n")
+    assert base_of() == ["~h/.pyenv/versions/3.11.9"]
+    # Bytes that are no UTF-8 on another line do not hide it.
+    cfg.write_bytes(b"prompt = caf\xe9\n" + f"home = {base / 'bin'}\n".encode())
+    assert base_of() == ["~h/.pyenv/versions/3.11.9"]
+    # `=` inside the value is part of it; only the first 50 lines are read.
+    (home / "py=3" / "bin").mkdir(parents=True)
+    cfg.write_text(f"home = {home / 'py=3' / 'bin'}\n")
+    assert base_of() == ["~h/py=3"]
+    cfg.write_text("x = 1\n" * 50 + f"home = {base / 'bin'}\n")
+    assert base_of() == []
+
+
+def test_a_venv_of_a_windows_layout_is_shown_whole(home: Path) -> None:
+    venv = home / "win" / ".venv"
+    exe(venv / "Scripts" / "python", "\x7fELF")
+    (venv / "pyvenv.cfg").write_text("version = 3.12\n")
+    resolved = resolve("python", home, "win/.venv/Scripts")
+    assert listed(resolved, home)[0] == (
+        "~h/win/.venv",
+        "virtual environment of ~h/win/.venv/Scripts/python",
+        True,
+    )
+
+
+def test_interpreters_are_followed_four_deep(tmp_path: Path) -> None:
+    """s0's `#!` names s1, whose names s2, and so on: s0 and four interpreters are shown."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for n in range(6):
+        following = f"#!{tmp_path / f'i{n + 1}' / 'bin' / f's{n + 1}'}\n" if n < 5 else ""
+        exe(tmp_path / f"i{n}" / "bin" / f"s{n}", following or "\x7fELF")
+    resolved = resolve_program("s0", str(tmp_path / "i0" / "bin"), {home})
+    assert resolved.paths == [tmp_path / f"i{n}" for n in range(5)]
+
+
+def test_a_masked_root_is_never_shown_whole(tmp_path: Path) -> None:
+    walk = _Walk("/usr/bin", set())
+    for root in ("/tmp", "/home", "/"):
+        walk.add(Path(root), "a root")
+    walk.add(tmp_path, "a folder in one")
+    assert list(walk.found) == [tmp_path]
+
+
+@pytest.mark.parametrize("home", ["/home/dev/", "/home/devX"])
+def test_shown_takes_home_as_written(monkeypatch: pytest.MonkeyPatch, home: str) -> None:
+    monkeypatch.setenv("HOME", home)
+    bare = home.rstrip("/")
+    assert shown(f"{bare}/.venv") == "~/.venv"
+    assert shown(bare) == "~"
