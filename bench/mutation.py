@@ -88,7 +88,11 @@ MODULES: dict[str, list[str]] = {
     "daemon/service/webhook_desk.py": ["tests/test_webhook_desk.py"],
     "daemon/sandbox/deny.py": ["tests/test_mutant_trust.py", "tests/test_sandbox_deny.py"],
     "daemon/sandbox/programs.py": ["tests/test_mutant_trust.py", "tests/test_sandbox_programs.py"],
-    "daemon/state/events.py": ["tests/test_mutant_trust.py", "tests/test_state.py"],
+    "daemon/state/events.py": [
+        "tests/test_mutant_trust.py",
+        "tests/test_state.py",
+        "tests/test_events_log.py",
+    ],
     "daemon/rules/sharing.py": ["tests/test_sharing.py"],
     "daemon/people/escalation_repeat.py": [
         "tests/test_mutant_trust.py",
