@@ -143,6 +143,7 @@ _CRON = "daemon.scheduling.cron.x\u01c1"
 _DESK = "daemon.service.webhook_desk.x\u01c1WebhookDesk\u01c1"
 _COUNTS = "daemon.runs.testcounts.x_"
 _PROGRAMS = "daemon.sandbox.programs.x"
+_GUARD = "daemon.landing.guard.x_"
 _QUEUE = "daemon.scheduling.queue.x\u01c1RunQueue\u01c1"
 _COUNTER = (
     "another start or step of a counter that is only compared (the queue's version for "
@@ -207,6 +208,35 @@ EQUIVALENT: dict[str, str] = {
     f"{_PROGRAMS}\u01c1_Walk\u01c1place__mutmut_60": "resolve=None for resolve=False",
     f"{_PROGRAMS}\u01c1_Walk\u01c1add__mutmut_9": "'/' is in MASK_ROOTS too",
     f"{_PROGRAMS}_shown__mutmut_12": "a HOME of '/' is '' once its slashes are trimmed",
+    **{
+        f"{_GUARD}changes__mutmut_{n}": (
+            "--no-ext-diff, --no-textconv and a final `--`: a --raw diff of two commits runs "
+            "neither and names no paths; zip's strict=False by another spelling; the old "
+            "mode's colon stripped otherwise (only the new mode, parts[1], is read)"
+        )
+        for n in (17, 18, 25, 51, 54, 61, 62, 63)
+    },
+    **{
+        f"{_GUARD}hooks_globs__mutmut_{n}": (
+            "git config names are case-insensitive; whitespace stripped from a normpath that "
+            "ends in no slash"
+        )
+        for n in (32, 33, 67)
+    },
+    **{
+        f"{_GUARD}_holds_guarded__mutmut_{n}": (
+            "resolve() never gives '' nor a path with a slash at either end"
+        )
+        for n in (2, 9, 10)
+    },
+    **{
+        f"{_GUARD}_fixed_part__mutmut_{n}": "re.split's limit: only its first part is read"
+        for n in (7, 13)
+    },
+    **{
+        f"{_GUARD}{name}__mutmut_{n}": "'UTF-8' for 'utf-8': one codec"
+        for name, n in (("_blob", 16), ("_entry", 29), ("changes", 42))
+    },
     "daemon.rules.sharing.x__digest__mutmut_4": "'UTF-8' for 'utf-8': one codec",
     "daemon.rules.sharing.x__write__mutmut_8": "'UTF-8' for 'utf-8': one codec",
     f"{_COUNTS}_pytest__mutmut_9": (

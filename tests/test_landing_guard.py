@@ -4,6 +4,7 @@ they lead). tests/test_landing_links.py runs the same through `loopd once`."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,81 @@ def test_resolve_follows_a_link_as_a_checkout_would(tmp_path: Path) -> None:
     assert resolve(g, "HEAD", "deep/x", "..") == "."
     assert resolve(g, "HEAD", "x", "..") is None
     assert resolve(g, "HEAD", "x", "/abs") is None
+
+
+def test_a_link_whose_name_starts_with_a_dash_is_followed_too(tmp_path: Path) -> None:
+    def edit(repo: Path) -> None:
+        link(repo / "-x", "/etc")
+        link(repo / "via", "-x/passwd")
+
+    outside = "outside the repository"
+    assert change(tmp_path, edit) == [
+        f"-x (a symlink to /etc, {outside})",
+        f"via (a symlink to -x/passwd, {outside})",
+    ]
+
+
+def test_every_link_is_looked_at_after_one_already_blocked(tmp_path: Path) -> None:
+    def edit(repo: Path) -> None:
+        link(repo / "a-link", "src/a.py")
+        link(repo / "b-link", "/etc")
+
+    assert change(tmp_path, edit, protect=["a-link"]) == [
+        "a-link",
+        "b-link (a symlink to /etc, outside the repository)",
+    ]
+
+
+def test_a_link_standing_for_a_folder_above_a_deep_guarded_glob(tmp_path: Path) -> None:
+    def edit(repo: Path) -> None:
+        link(repo / "deploy" / "prod", "../src")
+        link(repo / "confX", "src")
+
+    found = change(tmp_path, edit, protect=["deploy/prod/keys/**", "confX/sub/**"])
+    why = "a symlink standing for a folder that holds guarded files"
+    assert found == [f"confX ({why})", f"deploy/prod ({why})"]
+
+
+def test_a_renamed_protected_file_is_blocked_by_both_names(tmp_path: Path) -> None:
+    def edit(repo: Path) -> None:
+        git(repo, "mv", "docs/guide.md", "docs/moved.md")
+
+    both = ["docs/guide.md", "docs/moved.md"]
+    assert change(tmp_path, edit, protect=both) == both
+
+
+def test_names_and_targets_that_are_no_utf8_are_read(tmp_path: Path) -> None:
+    def edit(repo: Path) -> None:
+        os.symlink(b"/etc/\xff", os.fsencode(repo) + b"/odd-\xfe")
+        (repo / "src" / "b.py").write_text("b\n")
+
+    (found,) = change(tmp_path, edit)
+    assert found.startswith("odd-\udcfe (a symlink to /etc/\udcff, outside the repository")
+
+
+def test_a_chain_of_forty_links_is_followed_and_one_more_is_not(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", {"file.txt": "f\n"})
+    for n in range(1, 42):
+        link(repo / f"l{n}", f"l{n + 1}" if n < 41 else "file.txt")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "links")
+    g = UserRepo.locate(repo).git
+    assert resolve(g, "HEAD", "x", "l2") == "file.txt"  # l2 .. l41: 40 links
+    assert resolve(g, "HEAD", "x", "l1") is None  # 41
+
+
+def test_a_hooks_path_from_the_persons_config_and_with_a_tilde(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = make_repo(tmp_path / "repo", {"a": "a\n"})
+    user = UserRepo.locate(repo)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    (home / ".gitconfig").write_text("[core]\n\thooksPath = .husky\n")
+    assert hooks_globs(user) == [".husky/**"]  # the person's own config counts
+    git(repo, "config", "core.hooksPath", "~/hooks")
+    assert hooks_globs(user) == []  # ~ is the home, outside the tree
+    git(repo, "config", "core.hooksPath", "toolX")
+    assert hooks_globs(user) == ["toolX/**"]
