@@ -26,7 +26,7 @@ from daemon.runs.stop import StopToken
 from daemon.runs.testweigh import weigh_tests
 from daemon.scheduling.queue import PendingRun
 from daemon.state.ledger import ledger_of
-from daemon.state.records import Trigger
+from daemon.state.records import TestCounts, Trigger
 from tests.helpers import git, make_home, make_repo
 
 FILES = {
@@ -210,3 +210,58 @@ def test_weighing_counts_the_base_in_the_check_tree_when_no_done_check_ran(
 
 def _cfg(case: Case) -> LoopConfig:
     return case.check.cfg
+
+
+def test_weighing_each_check_allowing_fewer_tests_where_the_loop_says_so(
+    tmp_path: Path,
+) -> None:
+    """Three checks: `true` (no runner: never weighed), pytest on everything (in
+    allow_fewer_tests: an event says what it let pass) and pytest on test_app.py (weighed).
+    The base's counts are an event without the test ids the record keeps."""
+    every = f"{PY} -m pytest -q -p no:cacheprovider"
+    one = f"{every} test_app.py"
+    case = make_case(tmp_path, done_when=["true", every, one], allow_fewer_tests=[every])
+    stop = StopToken()
+    (case.tree.path / "test_app.py").write_text(
+        "import pytest\nfrom app import VALUE\n\n\n@pytest.mark.skip\n"
+        "def test_value():\n    assert VALUE == 1\n"
+    )
+    git(case.tree.path, "commit", "-qam", "skip it")
+    tip = git(case.tree.path, "rev-parse", "HEAD")
+    attempt = case.check.run(tip, ["true", every, one], None, stop)
+    weigh_tests(case.journal, case.tree, _cfg(case), attempt, stop)
+    assert attempt.weakened == [(one, "no tests ran (pytest)")]
+    store = case.journal.services.store
+    run_events = [e for e in store.events.read() if e.get("run") == case.journal.run.id]
+    allowed = [e for e in run_events if e["type"] == "checks_weakened_allowed"]
+    assert [(e["command"], e["why"]) for e in allowed] == [(every, "no tests ran (pytest)")]
+    (base,) = [e for e in run_events if e["type"] == "base_tests"]
+    assert [c["runner"] for c in base["counts"]] == ["pytest", "pytest"]
+    assert [c["ran"] for c in base["counts"]] == [1, 1]
+    assert not any({"executed", "not_run", "tampered"} & set(c) for c in base["counts"])
+    # The ids stay in the run's record, for naming the tests a weaker attempt lost.
+    assert all(len(t.executed) == 1 for t in case.journal.run.base_tests[1:])
+
+
+def test_a_base_that_was_not_counted_lets_no_empty_run_through(tmp_path: Path) -> None:
+    """The record keeps an uncounted base (runner ""): an attempt whose runner ran nothing
+    still fails, and one that ran fewer than a counted base is weaker."""
+    command = f"{PY} -m pytest -q -p no:cacheprovider"
+    case = make_case(tmp_path, done_when=[command])
+    stop = StopToken()
+    case.journal.run.base_tests = [TestCounts()]
+    (case.tree.path / "test_app.py").write_text("")
+    git(case.tree.path, "commit", "-qam", "no tests")
+    tip = git(case.tree.path, "rev-parse", "HEAD")
+    attempt = case.check.run(tip, [command], None, stop)
+    weigh_tests(case.journal, case.tree, _cfg(case), attempt, stop)
+    assert [why for _, why in attempt.weakened] == ["no tests ran (pytest)"]
+    case.journal.run.base_tests = [
+        TestCounts(runner="pytest", ran=2, passed=2, executed=["test_app.py::a", "b"])
+    ]
+    (case.tree.path / "test_app.py").write_text("def test_a():\n    pass\n")
+    git(case.tree.path, "commit", "-qam", "one test")
+    tip = git(case.tree.path, "rev-parse", "HEAD")
+    fewer = case.check.run(tip, [command], None, stop)
+    weigh_tests(case.journal, case.tree, _cfg(case), fewer, stop)
+    assert [why.split(";")[0] for _, why in fewer.weakened] == ["1 ran where the base ran 2"]
