@@ -239,6 +239,14 @@ EQUIVALENT: dict[str, str] = {
         f"{_GUARD}{name}__mutmut_{n}": "'UTF-8' for 'utf-8': one codec"
         for name, n in (("_blob", 16), ("_entry", 29), ("changes", 42))
     },
+    **{
+        f"daemon.state.events.x\u01c1EventLog\u01c1repair__mutmut_{n}": (
+            "the size one more, an empty file read, the tail read to the end rather than its "
+            "window (from where it was sought), or a whole last line cut to its own length: "
+            "each keeps the same bytes"
+        )
+        for n in (12, 14, 26, 28)
+    },
     "daemon.rules.sharing.x__digest__mutmut_4": "'UTF-8' for 'utf-8': one codec",
     "daemon.rules.sharing.x__write__mutmut_8": "'UTF-8' for 'utf-8': one codec",
     f"{_COUNTS}_pytest__mutmut_9": (

@@ -187,3 +187,85 @@ def test_a_tail_skips_what_is_no_file_and_a_rotation_it_cannot_find(tmp_path: Pa
     path.unlink()
     log.append("tick_error", NOW, error="two")
     assert [e["error"] for e in tail.read()] == ["two"]
+
+
+def test_a_tail_reads_the_rest_of_a_rotated_file_before_the_new_one(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    log = EventLog(path, rotate_bytes=150)
+    tail = EventTail(path)
+    log.append("tick_error", NOW, error="one")
+    assert [e["error"] for e in tail.read()] == ["one"]
+    log.append("tick_error", NOW, error="two")  # still under 150 bytes before it: no rotation
+    log.append("tick_error", NOW, error="three")  # rotates first: lands in a new file
+    assert rotated_numbers(path) == [1]
+    assert [e["error"] for e in tail.read()] == ["two", "three"]
+    with path.open("ab") as fh:
+        fh.write(b'not json\n{"n": 1}\n{"n": 2}\n')
+    assert tail.read() == [{"n": 1}, {"n": 2}]
+
+
+def test_lines_are_utf8_and_any_value_is_written_as_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOOPD_STRICT_EVENTS", "0")
+    monkeypatch.setattr(events_module, "_warned", {"no_such_event"})
+    log = EventLog(tmp_path / "events.jsonl")
+    log.append("tick_error", NOW, error="café ✓")
+    log.append("no_such_event", NOW, where=tmp_path, when=NOW)
+    raw = log.path.read_bytes()
+    assert "café ✓".encode() in raw
+    assert log.read()[1]["where"] == str(tmp_path)
+    assert log.read()[1]["when"] == str(NOW)
+
+
+def test_without_the_variable_loopd_is_lenient(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LOOPD_STRICT_EVENTS")
+    monkeypatch.setattr(events_module, "_warned", {"no_such_event"})
+    log = EventLog(tmp_path / "events.jsonl")
+    log.append("no_such_event", NOW)
+    assert [e["type"] for e in log.read()] == ["no_such_event"]
+
+
+def test_iso_is_utc_whatever_the_machines_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        assert iso(NOW) == "2026-11-30T02:00:00.000000Z"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_an_empty_log_is_never_rotated_and_a_full_one_at_its_size(tmp_path: Path) -> None:
+    log = EventLog(tmp_path / "a" / "events.jsonl", rotate_bytes=0)
+    log.append("tick_error", NOW, error="one")
+    assert rotated_numbers(log.path) == []  # it was empty when opened
+    size = log.path.stat().st_size
+    exact = EventLog(tmp_path / "b" / "events.jsonl", rotate_bytes=size)
+    exact.append("tick_error", NOW, error="one")
+    exact.append("tick_error", NOW, error="two")  # at exactly rotate_bytes: rotated
+    assert rotated_numbers(exact.path) == [1]
+
+
+def test_repair_keeps_a_first_empty_line_and_leaves_a_fifo_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = EventLog(tmp_path / "events.jsonl")
+    log.path.write_bytes(b'\n{"torn": ')
+    log.repair()
+    assert log.path.read_bytes() == b"\n"
+    log.path.unlink()
+    os.mkfifo(log.path)
+    log.repair()  # never opened: a FIFO's open could wait for ever
+    log.append("tick_error", NOW, error="after")
+    aside = tmp_path / "events.jsonl.not-a-file"
+    assert capsys.readouterr().err == (
+        f"loopd: warning: {log.path} was not a regular file (moved to {aside}); loopd "
+        "starts a new event log there\n"
+    )
+    log.path.write_bytes(b'{"a": 1}\nbroken\n{"b": 2}\n')
+    assert log.read() == [{"a": 1}, {"b": 2}]
