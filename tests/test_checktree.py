@@ -265,3 +265,20 @@ def test_a_base_that_was_not_counted_lets_no_empty_run_through(tmp_path: Path) -
     fewer = case.check.run(tip, [command], None, stop)
     weigh_tests(case.journal, case.tree, _cfg(case), fewer, stop)
     assert [why.split(";")[0] for _, why in fewer.weakened] == ["1 ran where the base ran 2"]
+
+
+def test_the_done_check_keeps_each_failures_digest_free_of_tree_paths(tmp_path: Path) -> None:
+    """A failing done check on the base: its digest (what a later attempt's failure is told
+    apart from) does not hold the check tree's path, so another tree's same failure matches."""
+    from daemon.runs.checks import CheckResult, output_digest
+
+    fails = f"{PY} -c \"import os, sys; print('failed in', os.getcwd()); sys.exit(1)\""
+    case = make_case(tmp_path, done_when=[fails])
+    checks = done_already(case.journal, StopToken(), case.tree, _cfg(case))
+    assert not checks.passed
+    (result,) = checks.results
+    assert str(case.check.path) in result.output
+    elsewhere = CheckResult(
+        fails, 1, 0.0, False, result.output.replace(str(case.check.path), "/srv/other")
+    )
+    assert case.journal.run.base_failures == [output_digest(elsewhere, ("/srv/other",))]
