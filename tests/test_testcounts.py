@@ -218,3 +218,131 @@ def test_many_ids_are_named_up_to_five_and_counted() -> None:
     assert weakened(base, now) == (
         "8 the base ran did not run: t::0, t::1, t::2, t::3, t::4 and 3 more"
     )
+
+
+def _all(counted: TestCounts | None) -> tuple[str, int, int, int, int, int] | None:
+    """A count whole: runner, ran, passed, failed, skipped, deselected."""
+    if counted is None:
+        return None
+    c = counted
+    return (c.runner, c.ran, c.passed, c.failed, c.skipped, c.deselected)
+
+
+@pytest.mark.parametrize(
+    "command,output,expected",
+    [
+        # pytest: xpassed counts as passed, errors as failed, xfailed as skipped; warnings
+        # are no tests; only the last summary line counts (a plugin that reruns prints two).
+        (
+            "pytest",
+            "==== 2 failed, 3 passed, 1 skipped, 2 deselected, 1 xfailed, 1 xpassed, "
+            "2 warnings, 1 error in 0.12s ====\n",
+            ("pytest", 7, 4, 3, 2, 2),
+        ),
+        ("pytest", "= 1 passed, 2 errors in 0.50s =\n", ("pytest", 3, 1, 2, 0, 0)),
+        ("pytest", "1 passed, 1 failed in 0.01s\n", ("pytest", 2, 1, 1, 0, 0)),
+        ("pytest", "= 1 passed, 1 skipped in 0.01s =\n", ("pytest", 1, 1, 0, 1, 0)),
+        ("pytest", "== 1 failed in 0.02s ==\n", ("pytest", 1, 0, 1, 0, 0)),
+        (
+            "pytest",
+            "= 1 failed in 0.02s =\nrerun:\n= 2 passed in 0.03s =\n",
+            ("pytest", 2, 2, 0, 0, 0),
+        ),
+        ("pytest", "====== 3 deselected in 0.01s ======\n", ("pytest", 0, 0, 0, 0, 3)),
+        ("pytest", "no tests ran in 0.01s\n", ("pytest", 0, 0, 0, 0, 0)),
+        ("pytest", "4 tests collected in 0.01s\n", ("pytest", 0, 0, 0, 0, 0)),
+        ("pytest", "ERROR: file or directory not found: tests/\n", None),
+        # unittest: skips did not run; expected failures passed nothing and failed nothing.
+        (
+            "python -m unittest",
+            "Ran 5 tests in 0.010s\n\nFAILED (failures=1, errors=1, skipped=1, "
+            "expected failures=1)\n",
+            ("unittest", 4, 1, 2, 1, 0),
+        ),
+        (
+            "python -m unittest",
+            "Ran 1 test in 0.001s\n\nFAILED (failures=1)\n",
+            ("unittest", 1, 0, 1, 0, 0),
+        ),
+        ("python -m unittest", "Ran 2 tests in 0.001s\n\nOK\n", ("unittest", 2, 2, 0, 0, 0)),
+        (
+            "python -m unittest",
+            "Ran 0 tests in 0.000s\n\nNO TESTS RAN\n",
+            ("unittest", 0, 0, 0, 0, 0),
+        ),
+        ("python -m unittest", "ImportError: no module named x\n", None),
+        # go: with -v the cases; without, "[no test files]" alone says nothing ran, and any
+        # package's `ok` line (not necessarily the first) says go printed no count.
+        (
+            "go test -v ./...",
+            "=== RUN   TestA\n--- PASS: TestA (0.00s)\n--- SKIP: TestC (0.00s)\nok  \tx\t0.01s\n",
+            ("go", 1, 1, 0, 1, 0),
+        ),
+        ("go test ./...", "?   \tx/a\t[no test files]\nok  \tx/b\t0.01s\n", None),
+        ("go test ./...", "ok  \tx/b\t0.01s [no tests to run]\n", ("go", 0, 0, 0, 0, 0)),
+        ("go test ./...", "FAIL\tx [build failed]\n", None),
+        # cargo: every test binary's result line summed (filtered out: deselected).
+        (
+            "cargo test",
+            "test result: FAILED. 3 passed; 1 failed; 2 ignored; 0 measured; 4 filtered out;"
+            " finished in 0.01s\n\ntest result: ok. 1 passed; 0 failed; 0 ignored; 0 measured;"
+            " 0 filtered out; finished in 0.00s\n",
+            ("cargo", 5, 4, 1, 2, 4),
+        ),
+        (
+            "cargo nextest run",
+            "     Summary [   0.01s] 2 tests run: 2 passed\n",
+            ("cargo", 2, 2, 0, 0, 0),
+        ),
+        (
+            "cargo nextest run",
+            "   Summary [0.01s] 1 test run: 1 failed\n",
+            ("cargo", 1, 0, 1, 0, 0),
+        ),
+        ("cargo test", "error[E0425]: cannot find value\n", None),
+        ("npx jest", "Tests:       2 failed, 2 total\n", ("jest", 2, 0, 2, 0, 0)),
+        ("npx jest", "Tests:       1 todo, 3 passed, 4 total\n", ("jest", 3, 3, 0, 1, 0)),
+        ("npx jest", "no summary\n", None),
+        ("npx vitest run", "      Tests  1 failed (1)\n", ("vitest", 1, 0, 1, 0, 0)),
+        ("npx vitest run", "no summary\n", None),
+        ("make test", "1 passed in 0.01s\n", None),
+    ],
+)
+def test_each_runners_summary_counted_whole(
+    command: str, output: str, expected: tuple[str, int, int, int, int, int] | None
+) -> None:
+    assert _all(count(command, output)) == expected
+
+
+@pytest.mark.parametrize(
+    "command,runner",
+    [
+        ("python -m", ""),  # -m with nothing after it
+        ("echo unittest", ""),  # unittest named, not run as a module
+        ("go", ""),
+        ("cd sub && go", ""),
+        ("go test", "go"),
+        ("cargo", ""),
+        ("cargo build", ""),
+        ("pytest -k 'unclosed", "pytest"),  # a quote shlex cannot close: words as split
+        ("python3 -m unittest -v", "unittest"),
+    ],
+)
+def test_the_runner_of_commands_at_the_edges(command: str, runner: str) -> None:
+    assert runner_of(command) == runner
+
+
+def test_ids_named_are_five_and_no_more_is_said_of_exactly_five() -> None:
+    base = _counts(5, 5, executed=[f"t::{n}" for n in range(5)])
+    now = _counts(5, 5, executed=[f"u::{n}" for n in range(5)])
+    assert weakened(base, now) == "5 the base ran did not run: t::0, t::1, t::2, t::3, t::4"
+
+
+def test_more_deselected_is_weaker_and_a_printed_count_is_weighed_by_counts_only() -> None:
+    base = _counts(2, 2)
+    now = TestCounts(runner="pytest", ran=2, passed=2, deselected=3)
+    assert weakened(base, now) == "3 deselected where the base had 0"
+    # The base was read from a report (ids), the attempt from a printed summary (none):
+    # the same counts, so nothing is said of ids that could not be compared.
+    reported = _counts(2, 2, executed=["t::a", "t::b"])
+    assert weakened(reported, _counts(2, 2)) == ""
