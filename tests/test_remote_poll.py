@@ -130,6 +130,7 @@ def test_a_listen_change_waits_for_a_restart() -> None:
             "rate_limit",
             "trusted_proxies",
             "read_timeout",
+            "ui",
             "worker_bind",
         ]  # fmt: skip
     }
