@@ -21,7 +21,7 @@ from daemon.state.records import RunRecord
 from daemon.state.store import UnreadableFile, read_model
 from daemon.state.stored import is_stored, open_stored
 
-POLL = 0.2  # seconds between looks at a followed transcript
+POLL = 0.3  # seconds between looks at a followed transcript (each live page of the console is one)
 
 
 class _Printer:
