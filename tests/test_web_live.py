@@ -23,7 +23,19 @@ import pytest
 
 from daemon.web.security import csrf_value
 from tests import chromium
-from tests.helpers import ROOT, events, git, loopd, make_home, make_repo, runs, talk, wait_for
+from tests.helpers import (
+    ROOT,
+    events,
+    git,
+    loopd,
+    make_home,
+    make_repo,
+    runs,
+    start_daemon,
+    stop_daemon,
+    talk,
+    wait_for,
+)
 from tests.orphans import die_with_parent
 from tests.test_daemon import BUGGY, loop_text
 from tests.test_web_console import Web
@@ -331,3 +343,71 @@ def test_land_and_cancel_refuse_a_forged_csrf_token_and_read_only(tmp_path: Path
         assert not [e for e in events(home) if e["type"] in ("land_requested", "cancel_requested")]
     finally:
         read_only.stop()
+
+
+def answered_agent(shared: Path) -> str:
+    """An agent that cannot fix calc.py until a person has answered (a file the test writes
+    once the first run escalated): the first run escalates, the retry succeeds."""
+    return (
+        "import pathlib\n"
+        f"if pathlib.Path({str(shared / 'answered')!r}).exists():\n"
+        "    p = pathlib.Path('calc.py')\n"
+        "    p.write_text(p.read_text().replace('a - b', 'a + b'))\n"
+        "    print('fixed add, with the answer', flush=True)\n"
+        "else:\n"
+        "    print('which sign should add use? I need a person', flush=True)\n"
+    )
+
+
+def test_resolve_with_a_retry_in_the_browser_and_see_the_retrys_run(
+    tmp_path: Path, browser: Any
+) -> None:
+    home, _repo, shared = _home(tmp_path, answered_agent(tmp_path / "talk"))
+    proc, first = _once(home)  # the night: a real run that escalates
+    proc.wait(timeout=WAIT)
+    (run,) = runs(home)
+    assert (run["id"], run["outcome"]) == (first, "escalated"), run
+    (shared / "answered").write_text("yes")
+    daemon = start_daemon(home)  # takes the retry the page queues
+    server = Web(home)
+    try:
+        page = _page(browser, server, "/runs")
+        assert first in _text(page) and "escalated" in _text(page)
+        # Refused in the browser: no login (401), and a form whose CSRF token was forged.
+        stranger = browser.new_page()
+        assert stranger.goto(f"{server.origin}/escalations").status == 401
+        stranger.close()
+        page = _page(browser, server, "/escalations")
+        page.eval_on_selector("form.resolve input[name=csrf]", "e => e.value = 'forged'")
+        with page.expect_response(lambda r: r.request.method == "POST") as answer:
+            page.click("form.resolve button")
+        assert answer.value.status == 403
+        assert not [e for e in events(home) if e["type"] == "escalation_resolved"]
+        page = _page(browser, server, "/escalations")
+        page.fill("textarea[name=note]", "add means a + b")
+        page.check("input[name=retry]")
+        page.click("form.resolve button")
+        page.wait_for_selector("pre.said")
+        resolved = [e for e in events(home) if e["type"] == "escalation_resolved"]
+        assert [(e["run"], e["by"], e["retry"]) for e in resolved] == [(first, "web", True)]
+
+        def retried() -> bool:
+            return any(r["id"] != first and r.get("outcome") for r in runs(home))
+
+        wait_for(retried, timeout=WAIT, what="the retry's run to end")
+        (retry,) = [r for r in runs(home) if r["id"] != first]
+        assert retry["outcome"] == "succeeded", retry
+        # The retry's run on the console's pages, as a person would follow it.
+        page = _page(browser, server, "/runs")
+        assert retry["id"] in _text(page)
+        page.click(f"text={retry['id']}")
+        page.wait_for_url(f"**/runs/{retry['id']}")
+        shown = _text(page)
+        assert "succeeded" in shown and "fixed add, with the answer" in _log(page)
+    finally:
+        stop_daemon(daemon)
+        server.stop()
+
+
+def _text(page: Any) -> str:
+    return str(page.text_content("body") or "")
