@@ -199,7 +199,8 @@ def test_notify_test_sends_through_each_notifier_and_says_what_happened(tmp_path
     # Nothing configured: nobody would hear an escalation.
     home = make_home(tmp_path / "none")
     proc = loopd(home, "notify", "--test")
-    assert proc.returncode == 2 and "[notify] has no command, webhook, urls or plugins" in proc.stderr
+    assert proc.returncode == 2
+    assert "[notify] has no command, webhook, urls or plugins" in proc.stderr
 
 
 def test_once_refuses_a_disabled_loop_without_force(tmp_path: Path) -> None:
