@@ -168,13 +168,7 @@ def test_follow_the_live_log_then_land_the_run_from_the_page(tmp_path: Path, bro
         # Each once: the stream's lines replaced those the page was loaded with.
         assert said == [f"live line {n}" for n in ("one", "two", "three", "four", "last")], log
         # The same lines `loopd logs RUN` prints, less what redaction took.
-        printed = subprocess.run(
-            [sys.executable, "-m", "daemon.cli.main", "--home", str(home), "logs", run_id],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=WAIT,
-        ).stdout
+        printed = loopd(home, "logs", run_id, timeout=WAIT).stdout
         assert [line for line in printed.splitlines() if "live line" in line] == [
             line for line in log.splitlines() if "live line" in line
         ]
@@ -242,13 +236,7 @@ def test_the_stream_ends_with_the_run_and_needs_the_cookie(tmp_path: Path) -> No
     whole transcript and then an `end` event, and the connection closes."""
     home, _repo, shared = _home(tmp_path, slow_agent(tmp_path / "talk", "plain", LONG))
     (shared / "gate").write_text("go")
-    once = subprocess.run(
-        [sys.executable, "-m", "daemon.cli.main", "--home", str(home), "once", "calc"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=WAIT * 2,
-    )
+    once = loopd(home, "once", "calc", timeout=WAIT * 2)
     assert once.returncode == 0, once.stdout + once.stderr
     run_id = once.stdout.splitlines()[0]
     server = Web(home)
@@ -308,13 +296,7 @@ def test_a_stopping_console_ends_its_live_streams(tmp_path: Path) -> None:
 def test_land_and_cancel_refuse_a_forged_csrf_token_and_read_only(tmp_path: Path) -> None:
     home, repo, shared = _home(tmp_path, slow_agent(tmp_path / "talk", "forged"))
     (shared / "gate").write_text("go")
-    once = subprocess.run(
-        [sys.executable, "-m", "daemon.cli.main", "--home", str(home), "once", "calc"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=WAIT * 2,
-    )
+    once = loopd(home, "once", "calc", timeout=WAIT * 2)
     assert once.returncode == 0, once.stdout + once.stderr
     run_id = once.stdout.splitlines()[0]
     server = Web(home)

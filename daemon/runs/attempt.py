@@ -39,8 +39,27 @@ from daemon.runs.stop import RunStopped, StopToken
 from daemon.sandbox.paths import account_home
 from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.eventtypes import Event
-from daemon.state.records import AttemptRecord
+from daemon.state.records import AttemptRecord, StallRecord
 from daemon.state.stored import compress
+
+
+def end_interrupted(
+    journal: RunJournal, attempt: AttemptRecord, at: datetime, why: str, stall: bool = True
+) -> None:
+    """An attempt loopd could not see to its end, recorded as finished and interrupted (with
+    a stall that says why, unless `stall` is False or it has one), saved, then its event."""
+    attempt.finished, attempt.interrupted = at, True
+    if stall and not any(s.kind == "interrupted" for s in attempt.stalls):
+        attempt.stalls.append(StallRecord(kind="interrupted", at=at, detail=why))
+    journal.save()
+    journal.event(
+        Event.ATTEMPT_FINISHED,
+        attempt=attempt.n,
+        exit_code=attempt.exit_code,
+        nudges=attempt.nudges,
+        timed_out=attempt.timed_out,
+        interrupted=True,
+    )
 
 
 def commit_attempt(journal: RunJournal, tree: RunTree, attempt: AttemptRecord) -> str:

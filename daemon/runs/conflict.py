@@ -26,7 +26,7 @@ from daemon.git.safe import GitError
 from daemon.git.tree import RunTree, own_dir_for, reopen_tree, show_merge
 from daemon.landing.merge import Conflict, has_markers
 from daemon.landing.queue import Resolver
-from daemon.runs.attempt import Attempt, commit_attempt
+from daemon.runs.attempt import Attempt, commit_attempt, end_interrupted
 from daemon.runs.attemptresult import AttemptResult
 from daemon.runs.confinement import SandboxUnavailable
 from daemon.runs.journal import RunJournal
@@ -35,7 +35,7 @@ from daemon.runs.prompt import PromptParts, fenced
 from daemon.runs.services import RunServices
 from daemon.runs.stop import RunStopped, StopToken
 from daemon.state.eventtypes import Event
-from daemon.state.records import AttemptRecord, StallRecord
+from daemon.state.records import AttemptRecord
 
 ASK = (
     "Your work passed its checks, but while it waited to land, {target} moved, and merging "
@@ -143,21 +143,8 @@ class ConflictAttempt:
     def _close_interrupted(self, attempt: AttemptRecord) -> None:
         """The conflict attempt a killed loopd left open: its agent's leftovers killed, the
         attempt recorded as interrupted (it is not given again: the person is told)."""
-        journal = self.journal
         self.leftovers()
-        attempt.finished, attempt.interrupted = journal.now(), True
-        attempt.stalls.append(
-            StallRecord(kind="interrupted", at=attempt.finished, detail="loopd stopped during it")
-        )
-        journal.save()
-        journal.event(
-            Event.ATTEMPT_FINISHED,
-            attempt=attempt.n,
-            exit_code=attempt.exit_code,
-            nudges=attempt.nudges,
-            timed_out=attempt.timed_out,
-            interrupted=True,
-        )
+        end_interrupted(self.journal, attempt, self.journal.now(), "loopd stopped during it")
 
     def _attempt(self, tree: RunTree, merged: str, resume: bool) -> tuple[str | None, str]:
         """The attempt itself (attempt N+1 of the run), its agent's session resumed when

@@ -41,7 +41,7 @@ from daemon.people.progress import update_progress
 from daemon.processes import kill_leftovers, same_process
 from daemon.rules.promotion import record_run
 from daemon.rules.replay import breadth_reason
-from daemon.runs.attempt import commit_attempt
+from daemon.runs.attempt import commit_attempt, end_interrupted
 from daemon.runs.conflict import conflict_resolver
 from daemon.runs.journal import RunJournal
 from daemon.runs.learning import learn_run_decisions, rule_attribution, rule_library
@@ -123,21 +123,8 @@ def _close_open_attempt(
         # run's branch holds, as the local engine would have committed it.
         attempt.head_commit = _branch_tip(run)
     if attempt.finished is None:
-        attempt.finished = died_at or journal.now()
-        attempt.interrupted = True
-        if outcome == "interrupted" and not any(s.kind == "interrupted" for s in attempt.stalls):
-            attempt.stalls.append(
-                StallRecord(kind="interrupted", at=attempt.finished, detail=reason)
-            )
-        journal.save()
-        journal.event(
-            Event.ATTEMPT_FINISHED,
-            attempt=attempt.n,
-            exit_code=attempt.exit_code,
-            nudges=attempt.nudges,
-            timed_out=attempt.timed_out,
-            interrupted=True,
-        )
+        at = died_at or journal.now()
+        end_interrupted(journal, attempt, at, reason, stall=outcome == "interrupted")
 
 
 def _branch_tip(run: RunRecord) -> str:
