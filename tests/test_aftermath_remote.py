@@ -106,6 +106,8 @@ def followed_at_the_push(
     assert git(repo, "rev-parse", "refs/remotes/origin/main") == after  # the feed fetched it
     record = record_of(home, run)
     assert record is not None and record.lines_kept == record.lines_landed == 5
+    # The record is saved before its event (daemon/aftermath/sweep.py): the event follows.
+    wait_for(lambda: changed_to_kept(home, run), what="the aftermath_changed event")
     (changed,) = changed_to_kept(home, run)
     assert changed["was"] == "pending"
 
