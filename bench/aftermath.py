@@ -33,7 +33,7 @@ from verdict import verdict  # noqa: E402
 
 from daemon.aftermath.sweep import sweep  # noqa: E402
 from daemon.home import Home  # noqa: E402
-from daemon.runs.services import RunServices  # noqa: E402
+from daemon.runparts.services import RunServices  # noqa: E402
 from daemon.service.aftermath import Follower  # noqa: E402
 from daemon.service.context import Context, Flags  # noqa: E402
 from daemon.state.records import RunRecord, RunTrigger  # noqa: E402

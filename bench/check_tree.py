@@ -2,7 +2,7 @@
 and look for tracked files a check changed, on a repository of 5,000 files.
 
 Target: <= 300 ms a attempt (the check tree already made; its first making is printed too).
-Measured through loopd's own code (`daemon.runs.checktree.CheckTree`: `at`, `changed`) on a
+Measured through loopd's own code (`daemon.runparts.checktree.CheckTree`: `at`, `changed`) on a
 run's tree made by `daemon.git.tree.prepare_tree`; each round commits a change of 20 files
 in loopd's git directory, as an attempt's commit does, then brings the check tree to it.
 
@@ -29,8 +29,8 @@ from verdict import verdict  # noqa: E402
 from daemon.git.safe import git_environment  # noqa: E402
 from daemon.git.tree import check_folders, prepare_tree  # noqa: E402
 from daemon.git.userrepo import LedgerWriter  # noqa: E402
-from daemon.runs.checktree import CheckTree  # noqa: E402
-from daemon.runs.stop import StopToken  # noqa: E402
+from daemon.runparts.checktree import CheckTree  # noqa: E402
+from daemon.runparts.stop import StopToken  # noqa: E402
 from daemon.state.ledger import RefLedger  # noqa: E402
 
 TARGET_MS = 300.0

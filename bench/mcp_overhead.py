@@ -3,7 +3,7 @@
 Target: <= 50 ms at the 95th percentile. The real path of a call: the MCP Python SDK's client
 (as an agent's CLI) talks stdio to a real `loopd mcp` process, which hands the call to a real
 desk (daemon/runs/desk.py) over its unix socket with the token; the desk validates it and
-runs the claim's command as a check (`daemon.runs.checks.run_check`, /bin/sh -c, its own
+runs the claim's command as a check (`daemon.runparts.checks.run_check`, /bin/sh -c, its own
 process group). The overhead of a call is its round trip minus the command's own time as
 the check measured it. loopd's commit of the work and the clean check tree are not in it:
 bench/check_tree.py measures what those add to any set of checks.
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from verdict import verdict  # noqa: E402
 
 from daemon.agents.deskwire import SOCKET_ENV, TOKEN_ENV  # noqa: E402
-from daemon.runs.checks import run_check  # noqa: E402
+from daemon.runparts.checks import run_check  # noqa: E402
 from daemon.runs.desk import Desk, RateLimit  # noqa: E402
 
 TARGET_MS = 50.0

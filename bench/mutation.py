@@ -43,7 +43,7 @@ TARGET = 0.85
 
 # Each mutated module with its unit tests: seconds in all, no daemon, no agent, no model.
 MODULES: dict[str, list[str]] = {
-    "daemon/runs/decisions.py": ["tests/test_decisions.py", "tests/test_mutant_decisions.py"],
+    "daemon/runparts/decisions.py": ["tests/test_decisions.py", "tests/test_mutant_decisions.py"],
     "daemon/runs/budget.py": ["tests/test_budget.py", "tests/test_mutant_budget.py"],
     "daemon/scheduling/cron.py": ["tests/test_cron.py", "tests/test_mutant_scheduling.py"],
     "daemon/scheduling/queue.py": ["tests/test_queue.py", "tests/test_mutant_scheduling.py"],
@@ -75,8 +75,8 @@ MODULES: dict[str, list[str]] = {
         "tests/test_mutant_survivors.py",
         "tests/test_mutant_trust.py",
     ],
-    "daemon/runs/checktree.py": ["tests/test_checktree.py"],
-    "daemon/runs/testcounts.py": ["tests/test_testcounts.py"],
+    "daemon/runparts/checktree.py": ["tests/test_checktree.py"],
+    "daemon/runparts/testcounts.py": ["tests/test_testcounts.py"],
     # weigh_tests and record_base need a run's check tree: test_checktree.py's last two.
     "daemon/runs/testweigh.py": [
         "tests/test_testcounts.py",
@@ -105,8 +105,8 @@ MODULES: dict[str, list[str]] = {
 # Each of these must reach TRUST_TARGET on its own (#44), besides the share overall.
 TRUST = [
     "daemon/landing/guard.py",
-    "daemon/runs/checktree.py",
-    "daemon/runs/testcounts.py",
+    "daemon/runparts/checktree.py",
+    "daemon/runparts/testcounts.py",
     "daemon/runs/testweigh.py",
     "daemon/scheduling/webhooks.py",
     "daemon/service/webhook_desk.py",
@@ -143,7 +143,7 @@ _STOPPED_READS = (
 )
 _CRON = "daemon.scheduling.cron.x\u01c1"
 _DESK = "daemon.service.webhook_desk.x\u01c1WebhookDesk\u01c1"
-_COUNTS = "daemon.runs.testcounts.x_"
+_COUNTS = "daemon.runparts.testcounts.x_"
 _PROGRAMS = "daemon.sandbox.programs.x"
 _GUARD = "daemon.landing.guard.x_"
 _QUEUE = "daemon.scheduling.queue.x\u01c1RunQueue\u01c1"
@@ -295,7 +295,7 @@ EQUIVALENT: dict[str, str] = {
         for n in (37, 47, 48)
     },
     **{
-        f"daemon.runs.decisions.x_left_live__mutmut_{n}": _STOPPED_READS
+        f"daemon.runparts.decisions.x_left_live__mutmut_{n}": _STOPPED_READS
         for n in (16, 17, 22, 23, 24, 25)
     },
 }

@@ -30,9 +30,9 @@ from verdict import verdict  # noqa: E402
 from daemon.git.tree import prepare_tree  # noqa: E402
 from daemon.git.userrepo import LedgerWriter  # noqa: E402
 from daemon.home import Home  # noqa: E402
-from daemon.runs.confinement import Confinement  # noqa: E402
+from daemon.runparts.confinement import Confinement  # noqa: E402
+from daemon.runparts.services import RunServices  # noqa: E402
 from daemon.runs.executor import new_run  # noqa: E402
-from daemon.runs.services import RunServices  # noqa: E402
 from daemon.sandbox.off import OffSandbox  # noqa: E402
 from daemon.scheduling.queue import PendingRun  # noqa: E402
 from daemon.state.ledger import ledger_of  # noqa: E402

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.agents.endings import gave_up_how, says_it_gave_up
-from daemon.runs.checks import ChecksResult, base_digests, run_check
+from daemon.runparts.checks import ChecksResult, base_digests, run_check
 from daemon.runs.sameoutput import unchanged_failure
 from tests.helpers import loopd, make_home, make_repo
 from tests.machines import Machine, command_agent, loop_toml

@@ -22,27 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("runs", ("daemon.runs",)),
     ("landing", ("daemon.landing",)),
     # What landing re-verifies with and records through: the run's parts below its lifecycle.
-    (
-        "run parts",
-        tuple(
-            f"daemon.runs.{name}"
-            for name in (
-                "journal",
-                "services",
-                "stop",
-                "checks",
-                "checktree",
-                "treelinks",
-                "testcounts",
-                "testreports",
-                "setup",
-                "confinement",
-                "exposure",
-                "startpoint",
-                "decisions",
-            )
-        ),
-    ),
+    ("run parts", ("daemon.runparts",)),
     ("triggers", ("daemon.scheduling",)),
     ("agents", ("daemon.agents",)),
     ("people", ("daemon.people",)),

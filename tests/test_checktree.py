@@ -18,11 +18,11 @@ from daemon.config import LoopConfig
 from daemon.git.tree import RunTree, prepare_tree, record_tree
 from daemon.git.userrepo import LedgerWriter
 from daemon.home import Home
-from daemon.runs.checktree import CHECK_SETUP_LOG, CheckTree, done_already
+from daemon.runparts.checktree import CHECK_SETUP_LOG, CheckTree, done_already
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.services import RunServices
+from daemon.runparts.stop import StopToken
 from daemon.runs.executor import new_run
-from daemon.runs.journal import RunJournal
-from daemon.runs.services import RunServices
-from daemon.runs.stop import StopToken
 from daemon.runs.testweigh import weigh_tests
 from daemon.scheduling.queue import PendingRun
 from daemon.state.ledger import ledger_of
@@ -270,7 +270,7 @@ def test_a_base_that_was_not_counted_lets_no_empty_run_through(tmp_path: Path) -
 def test_the_done_check_keeps_each_failures_digest_free_of_tree_paths(tmp_path: Path) -> None:
     """A failing done check on the base: its digest (what a later attempt's failure is told
     apart from) does not hold the check tree's path, so another tree's same failure matches."""
-    from daemon.runs.checks import CheckResult, output_digest
+    from daemon.runparts.checks import CheckResult, output_digest
 
     fails = f"{PY} -c \"import os, sys; print('failed in', os.getcwd()); sys.exit(1)\""
     case = make_case(tmp_path, done_when=[fails])

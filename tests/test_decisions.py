@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from daemon.runs import decisions
+from daemon.runparts import decisions
 from daemon.state.records import AttemptRecord, Cause, Violation
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
@@ -68,7 +68,7 @@ def test_a_failing_step_ends_the_run_with_the_same_cause_on_both_engines() -> No
     from daemon.engine.temporal.workerside import failure
     from daemon.git.safe import GitError, GitTimeout
     from daemon.git.tree import TreeError
-    from daemon.runs.confinement import SandboxUnavailable
+    from daemon.runparts.confinement import SandboxUnavailable
 
     cases = [
         (TreeError("no repository at /x"), Cause.SETUP_FAILED),

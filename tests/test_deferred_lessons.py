@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from daemon.runs.journal import RunJournal
+from daemon.runparts.journal import RunJournal
 from daemon.runs.learning import deferred_lessons, learn_from_attempt, retry_deferred_lessons
 from daemon.state.records import AttemptRecord
 from tests.helpers import events, start_daemon, stop_daemon, wait_for

@@ -93,7 +93,7 @@ def test_records_land_once_when_landed_again_and_not_at_all_from_the_homes_own_s
     from datetime import UTC, datetime
 
     from daemon.engine.temporal.deskrecords import carried, land, marks
-    from daemon.runs.journal import RunJournal
+    from daemon.runparts.journal import RunJournal
     from daemon.state.agentrecords import EvidenceLine, append_decision, append_evidence
     from daemon.state.store import StateStore
     from tests.test_run_lifecycle import make_case

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from daemon.agents.environment import without_loopd_venv
-from daemon.runs.checks import CheckResult, ChecksResult
+from daemon.runparts.checks import CheckResult, ChecksResult
 from daemon.runs.envprobe import environment_failure
 
 

@@ -16,9 +16,9 @@ from daemon.people.escalation import open_escalations, resolve
 from daemon.people.escalation_repeat import escalate
 from daemon.people.notify import Notifications
 from daemon.people.notify.base import Notifier
+from daemon.runparts.services import RunServices
 from daemon.runs.executor import new_run
 from daemon.runs.finish import finish_run
-from daemon.runs.services import RunServices
 from daemon.scheduling.queue import PendingRun
 from daemon.state.records import AttemptRecord, Cause, RunRecord, Trigger
 from tests.helpers import loopd, make_home, make_repo, wait_for

@@ -22,7 +22,7 @@ from daemon.experiments import runner as runner_module
 from daemon.experiments.arms import arms_for, parse_supports
 from daemon.experiments.runner import Experiment, ExperimentRunner
 from daemon.home import Home
-from daemon.runs.services import RunServices
+from daemon.runparts.services import RunServices
 from daemon.state.holds import QuotaHold, hold_profile
 from tests.helpers import git, loopd, make_home, make_repo, wait_for
 from tests.test_budget import fake_qwen, priced_home

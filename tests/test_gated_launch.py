@@ -131,9 +131,9 @@ def test_a_runs_agent_launch_is_gated_only_when_asked(tmp_path: Path) -> None:
     from daemon.git.tree import prepare_tree
     from daemon.git.userrepo import LedgerWriter
     from daemon.home import Home
-    from daemon.runs.confinement import Confinement
+    from daemon.runparts.confinement import Confinement
+    from daemon.runparts.services import RunServices
     from daemon.runs.executor import new_run
-    from daemon.runs.services import RunServices
     from daemon.scheduling.queue import PendingRun
     from daemon.state.ledger import ledger_of
     from daemon.state.records import Trigger

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from daemon.home import Home
+from daemon.runparts.services import RunServices
 from daemon.runs.executor import WEDGE_MARGIN, RunExecutor
-from daemon.runs.services import RunServices
 from daemon.scheduling.queue import RunQueue
 from daemon.service.context import Context, Flags
 from daemon.service.workers import Worker, WorkerPool

@@ -19,8 +19,8 @@ from daemon.config import Loop
 from daemon.home import Home
 from daemon.people.report import build_report, render_markdown
 from daemon.retry import RetryPolicy
+from daemon.runparts.services import RunServices
 from daemon.runs.executor import RunExecutor
-from daemon.runs.services import RunServices
 from daemon.state.records import Cause, RunRecord
 from tests.helpers import events, git, loopd, make_home, make_repo, wait_for
 from tests.test_run_lifecycle import BUGGY, JOIN, TASK, Case
@@ -516,7 +516,7 @@ def test_landing_checks_the_very_commit_it_lands_unless_a_clean_check_passed_its
     """A succeeded run's branch moved after its checks (here: by hand) to a commit whose
     checks fail: `land = "merge"` runs them on that commit first, and nothing lands."""
     from daemon.landing.land import land_run
-    from daemon.runs.journal import RunJournal
+    from daemon.runparts.journal import RunJournal
 
     case = land_case(tmp_path, land="branch")
     run = run_once(case)

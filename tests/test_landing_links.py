@@ -80,7 +80,7 @@ def test_a_symlink_into_a_guarded_path_or_out_of_the_repository_blocks_merge(
 
 # Links that leave the repository: absolute, and `..` past the top through another link. The
 # checks would read through them what the branch does not hold: the attempt fails at its
-# checks (runs/treelinks.py), before landing's own rule would block it.
+# checks (runparts/treelinks.py), before landing's own rule would block it.
 OUT = {
     "absolute": (_links(("docs/passwd", "/etc/passwd")), "docs/passwd", "-> /etc/passwd"),
     "dotdot": (_links(("docs/up", ".."), ("docs/out", "up/../x")), "docs/out", "-> up/../x"),

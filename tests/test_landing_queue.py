@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from daemon.home import Home
+from daemon.runparts.services import RunServices
 from daemon.runs.finish import complete_finish
-from daemon.runs.services import RunServices
 from daemon.state.landingqueue import (
     LandingQueue,
     QueuedLanding,

@@ -120,7 +120,7 @@ def test_push_pushes_the_run_as_one_commit_and_a_retry_pushes_the_same(tmp_path:
     assert "Checks that passed" in git(remote, "log", "-1", "--format=%B", pushed)
     # Landing again (the record cleared, as after a failed pr_command) pushes nothing new.
     from daemon.landing.land import land_run
-    from daemon.runs.journal import RunJournal
+    from daemon.runparts.journal import RunJournal
 
     run.landed, run.landed_as = False, ""
     land_run(RunJournal(case.services, run), case.loop.config)

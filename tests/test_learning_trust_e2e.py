@@ -20,8 +20,8 @@ from daemon.config import load_home
 from daemon.home import Home
 from daemon.rules.postmortem import propose_rule
 from daemon.rules.rulefile import KIND_WORDS
+from daemon.runparts.services import RunServices
 from daemon.runs.executor import RunExecutor, new_run
-from daemon.runs.services import RunServices
 from daemon.scheduling.queue import PendingRun
 from daemon.state.records import Trigger, make_run_id
 from tests.helpers import events, loopd

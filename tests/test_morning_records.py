@@ -201,7 +201,7 @@ def test_a_repository_deleted_after_loading_ends_the_run_with_what_to_do(
 
 
 def test_an_unexpected_missing_file_is_said_without_a_repr() -> None:
-    from daemon.runs.decisions import failed
+    from daemon.runparts.decisions import failed
 
     ending = failed(FileNotFoundError(2, "No such file or directory", Path("/gone/x")))
     assert ending.cause == "loopd-error" and "PosixPath" not in ending.reason

@@ -1,4 +1,4 @@
-"""Tests that kill mutants of the run's decisions (daemon/runs/decisions.py) that the other
+"""Tests that kill mutants of the run's decisions (daemon/runparts/decisions.py) that the other
 tests let live (bench/mutation.py): each reason a person reads, word for word where the
 words are the decision, and every branch of why a run gave up."""
 
@@ -8,7 +8,7 @@ import errno
 import os
 from datetime import UTC, datetime
 
-from daemon.runs import decisions
+from daemon.runparts import decisions
 from daemon.state.records import (
     AttemptRecord,
     Cause,
@@ -371,7 +371,7 @@ def test_a_stop_while_judging_or_parked_resumes_and_otherwise_interrupts() -> No
     )
     assert decisions.stopped("interrupted", "waiting", "manual") is None
     assert decisions.stopped("interrupted", "judging", "retry") is None
-    # Learning resumes after a stop as after a crash (one resumable set, runs/decisions.py).
+    # Learning resumes after a stop as after a crash (one resumable set, runparts/decisions.py).
     assert decisions.stopped("interrupted", "learning", "schedule") is None
     for phase in ("preparing", "running", "landing"):
         assert decisions.stopped("interrupted", phase, "schedule") == (

@@ -11,9 +11,9 @@ from daemon.config import LoopConfig
 from daemon.git.userrepo import UserRepo
 from daemon.home import Home
 from daemon.landing.guard import blocked_paths
+from daemon.runparts.services import RunServices
+from daemon.runparts.setup import checks_done_first
 from daemon.runs.executor import WEDGE_MARGIN, RunExecutor
-from daemon.runs.services import RunServices
-from daemon.runs.setup import checks_done_first
 from daemon.state.records import RunRecord, RunTrigger
 from daemon.state.store import StateStore
 from tests.helpers import git, make_home, make_repo

@@ -1,7 +1,7 @@
 """A nudge (and the next attempt's prompt) keeps the first failure, the lines naming
 failures, the tail and the head of a long check output, within its budget
 (daemon/excerpt.py); the capture itself keeps the failure of an output loopd cannot keep
-whole (daemon/runs/checks.py)."""
+whole (daemon/runparts/checks.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from daemon.excerpt import cut_marker, excerpt, first_failure, kept_lines
-from daemon.runs.checks import OUTPUT_CAP, TAIL_BYTES, run_check
+from daemon.runparts.checks import OUTPUT_CAP, TAIL_BYTES, run_check
 from daemon.runs.sessions import NUDGE_CHECKS, NUDGE_OVERHEAD
 from tests.helpers import loopd, make_home, make_repo, transcript_text
 from tests.test_spine import agent_config, loop_file

@@ -1,4 +1,4 @@
-"""A failing check's output digest (runs/checks.py `output_digest`): the same failure told
+"""A failing check's output digest (runparts/checks.py `output_digest`): the same failure told
 again is the same digest, whatever the runner's timings and the tree's folder."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from daemon.runs.checks import CheckResult, output_digest
+from daemon.runparts.checks import CheckResult, output_digest
 
 
 def _pytest(tree: Path) -> CheckResult:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from daemon.landing.land import _reap_push
 from daemon.processes import proc_info, process_mark, same_process
+from daemon.runparts.journal import RunJournal
 from daemon.runs.finish import kill_run_leftovers
-from daemon.runs.journal import RunJournal
 from tests.helpers import unique_token, wait_for
 from tests.test_landing import land_case
 

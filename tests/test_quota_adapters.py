@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from daemon.home import Home
+from daemon.runparts.services import RunServices
 from daemon.runs import parking
 from daemon.runs.executor import RunExecutor, new_run
-from daemon.runs.services import RunServices
 from daemon.runs.slots import RunSlots
 from daemon.scheduling.queue import PendingRun
 from daemon.state.records import Trigger

@@ -28,10 +28,10 @@ from daemon.processes import snapshot
 from daemon.retry import RetryPolicy
 from daemon.rules.library import RuleLibrary
 from daemon.rules.rulefile import Rule
+from daemon.runparts.services import RunServices
 from daemon.runs.executor import RunExecutor, end_without_agent, new_run
 from daemon.runs.finish import complete_finish, finish_run
 from daemon.runs.recovery import recover_run
-from daemon.runs.services import RunServices
 from daemon.scheduling.queue import PendingRun
 from daemon.state.ledger import ledger_of
 from daemon.state.records import AttemptRecord, Cause, RunRecord, Trigger
@@ -188,9 +188,9 @@ def test_after_a_restart_mid_judging_later_prompts_keep_the_runs_rules(
 def test_a_verifier_that_stays_down_past_pending_limit_is_an_exception_judging_raises(
     tmp_path: Path, model_server: ScriptedModelServer
 ) -> None:
-    from daemon.runs.journal import RunJournal
+    from daemon.runparts.journal import RunJournal
+    from daemon.runparts.stop import StopToken
     from daemon.runs.judging import VerifierGaveUp, judge_attempt
-    from daemon.runs.stop import StopToken
 
     model_server.down = "refuse"
     case = make_case(tmp_path, server=model_server, pending_limit="1s")

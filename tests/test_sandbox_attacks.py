@@ -406,7 +406,7 @@ def test_a_conftest_the_agent_wrote_cannot_read_loopds_secrets(tmp_path: Path) -
     assert ran, log
     _, checks_home, nousersite = ran[0].split()
     assert nousersite == "1"
-    # A HOME of their own, outside the agent's scratch folder (runs/confinement.py).
+    # A HOME of their own, outside the agent's scratch folder (runparts/confinement.py).
     assert checks_home.endswith(f"/{run['id']}.checks/home"), checks_home
     assert canary not in state_text(home) + branch_text(repo, run["branch"])
 

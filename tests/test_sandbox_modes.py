@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.runs.confinement import common_git_dir, run_exposure
+from daemon.runparts.confinement import common_git_dir, run_exposure
 from tests.helpers import events, git, loopd, make_repo, start_daemon, stop_daemon, wait_for
 from tests.sandboxing import FIX, hostile_home, require_bwrap
 
@@ -141,9 +141,9 @@ def test_paths_kept_read_only_stay_so_inside_the_writable_tree(tmp_path: Path) -
     from daemon.git.tree import prepare_tree
     from daemon.git.userrepo import LedgerWriter
     from daemon.home import Home
-    from daemon.runs.confinement import Confinement
+    from daemon.runparts.confinement import Confinement
+    from daemon.runparts.services import RunServices
     from daemon.runs.executor import new_run
-    from daemon.runs.services import RunServices
     from daemon.scheduling.queue import PendingRun
     from daemon.state.ledger import ledger_of
     from daemon.state.records import Trigger

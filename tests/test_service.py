@@ -16,7 +16,7 @@ import daemon.runs.recovery as recovery
 import daemon.service.recover as recover_module
 from daemon.daemon import ConfigFatal, Daemon
 from daemon.home import Home
-from daemon.runs.services import RunServices
+from daemon.runparts.services import RunServices
 from daemon.scheduling.queue import RunQueue
 from daemon.scheduling.timer import CronTimer
 from daemon.service import intake as intake_module

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from daemon.runs.stop import RunStopped, StopToken
+from daemon.runparts.stop import RunStopped, StopToken
 from tests.helpers import (
     ROOT,
     daemon_log,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.runs.stop import FINAL_STEP, RunStopped, StopToken, wait_until
+from daemon.runparts.stop import FINAL_STEP, RunStopped, StopToken, wait_until
 
 
 def test_wait_returns_early_on_cancel_and_cancel_wins_over_interrupt() -> None:

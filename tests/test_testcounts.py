@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon.runs.checks import CheckResult
-from daemon.runs.testcounts import count, runner_of, weakened
-from daemon.runs.testreports import ask, read
+from daemon.runparts.checks import CheckResult
+from daemon.runparts.testcounts import count, runner_of, weakened
+from daemon.runparts.testreports import ask, read
 from daemon.runs.testweigh import weaker
 from daemon.state.records import TestCounts
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.runs.checks import CheckResult
-from daemon.runs.testreports import ask, jest_outcomes, read, shown, simple_words
+from daemon.runparts.checks import CheckResult
+from daemon.runparts.testreports import ask, jest_outcomes, read, shown, simple_words
 from daemon.runs.testweigh import weaker
 from daemon.state.records import TestCounts
 from tests.helpers import git, make_repo

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.runs.checks import CheckResult
-from daemon.runs.testreports import GO_JSON, ask, go_outcomes, read, shown
+from daemon.runparts.checks import CheckResult
+from daemon.runparts.testreports import GO_JSON, ask, go_outcomes, read, shown
 from daemon.runs.testweigh import weaker
 from tests.helpers import git, loopd, make_home, make_repo
 from tests.sandboxing import require_bwrap

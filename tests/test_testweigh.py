@@ -3,7 +3,7 @@ may let the difference pass, and the checks' failings as violations."""
 
 from __future__ import annotations
 
-from daemon.runs.checks import CheckResult, ChecksResult
+from daemon.runparts.checks import CheckResult, ChecksResult
 from daemon.runs.testweigh import check_violations, counts_of, weaker
 from daemon.state.records import TestCounts
 

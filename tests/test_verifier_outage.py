@@ -16,7 +16,7 @@ from pathlib import Path
 
 from daemon.home import Home
 from daemon.people.notify import Notifications
-from daemon.runs.services import RunServices
+from daemon.runparts.services import RunServices
 from daemon.service.context import Context, Flags
 from daemon.service.verifier import VerifierWatch
 from tests.helpers import (

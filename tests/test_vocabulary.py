@@ -10,7 +10,7 @@ from typing import get_args
 
 import pytest
 
-from daemon.runs import decisions
+from daemon.runparts import decisions
 from daemon.state import eventdoc
 from daemon.state.events import STRICT_ENV, EventFieldsMismatch, EventLog
 from daemon.state.eventtypes import Event, UnknownEvent, models

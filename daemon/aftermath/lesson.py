@@ -18,8 +18,8 @@ from daemon.redact import redact
 from daemon.rules.library import LIVE
 from daemon.rules.postmortem import learn_from_attempt as post_mortem
 from daemon.rules.rulefile import Rule
+from daemon.runparts.services import RunServices
 from daemon.runs.learning import rule_library
-from daemon.runs.services import RunServices
 from daemon.state.aftermath import Aftermath, save_aftermath
 from daemon.state.atomic import write_atomic
 from daemon.state.eventtypes import Event

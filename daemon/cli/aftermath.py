@@ -14,7 +14,7 @@ from daemon.cli.jsonout import print_json
 from daemon.clock import utc_now
 from daemon.people.aftermath_view import aftermath_json, aftermath_line, commit_line
 from daemon.people.terminal import clean
-from daemon.runs.services import RunServices
+from daemon.runparts.services import RunServices
 from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
 

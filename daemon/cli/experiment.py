@@ -22,8 +22,8 @@ from daemon.rules.library import RuleLibrary, StoredRule
 from daemon.rules.replay import judge_cache, recorded_tasks, replay
 from daemon.rules.rulefile import LIVE, RuleFileError
 from daemon.rules.verifier import candidate_from_file
+from daemon.runparts.services import RunServices
 from daemon.runs.budget import loop_hold
-from daemon.runs.services import RunServices
 from daemon.service.stopdeadline import agent_grace
 from daemon.units import parse_duration
 

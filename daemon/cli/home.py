@@ -25,8 +25,8 @@ from daemon.engine import missing_extra
 from daemon.home import Home, init_home, is_home
 from daemon.model.probe import Probe
 from daemon.plain.overlap import overlap_line, overlaps
+from daemon.runparts.exposure import FIX, agent_program, describe, loop_programs
 from daemon.runs.budget import budget_warnings
-from daemon.runs.exposure import FIX, agent_program, describe, loop_programs
 from daemon.sandbox.limits import describe as describe_limits
 from daemon.sandbox.limits import run_limits
 from daemon.sandbox.paths import home_folders

@@ -13,8 +13,8 @@ from daemon.landing.queue import land_queued
 from daemon.people.escalation import AlreadyResolved, resolve
 from daemon.people.landstate import landing_state
 from daemon.people.terminal import clean
-from daemon.runs.journal import RunJournal
-from daemon.runs.services import RunServices
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.services import RunServices
 from daemon.state.eventtypes import Event
 from daemon.state.records import Cause
 

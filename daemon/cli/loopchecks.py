@@ -10,9 +10,9 @@ from daemon.config import LoadedConfig
 from daemon.config.errors import ConfigError
 from daemon.git.safe import GitError
 from daemon.home import Home
+from daemon.runparts.confinement import SandboxUnavailable
+from daemon.runparts.exposure import own_venv_programs
 from daemon.runs.checkprobe import probe_loop
-from daemon.runs.confinement import SandboxUnavailable
-from daemon.runs.exposure import own_venv_programs
 
 
 def own_venv_warnings(loop: Any, search_path: str) -> list[str]:

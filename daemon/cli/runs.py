@@ -20,8 +20,8 @@ from daemon.git.safe import GitError
 from daemon.home import Home
 from daemon.people.notify import Notifications, NotifyError
 from daemon.processes import set_child_subreaper, set_not_dumpable
+from daemon.runparts.services import RunServices
 from daemon.runs.budget import loop_hold
-from daemon.runs.services import RunServices
 from daemon.sandbox.registry import choose
 from daemon.scheduling.queue import PendingRun
 from daemon.service.stopdeadline import StopDeadline, agent_grace

@@ -19,9 +19,9 @@ from pathlib import Path
 from daemon.config import Loop
 from daemon.experiments.arms import Arm
 from daemon.experiments.report import ExperimentReport, arm_report, write_report
+from daemon.runparts.services import RunServices
 from daemon.runs.budget import Hold, loop_hold
 from daemon.runs.executor import RunExecutor, new_run
-from daemon.runs.services import RunServices
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir
 from daemon.state.eventtypes import Event

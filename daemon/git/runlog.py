@@ -1,6 +1,6 @@
 """What the git layer needs of a run's journal: its record, the clock, events, the state store.
 
-`daemon.runs.journal.RunJournal` is the one implementation; the git layer sits below the run
+`daemon.runparts.journal.RunJournal` is the one implementation; the git layer sits below the run
 and names only what it uses.
 """
 
@@ -17,7 +17,7 @@ class RunLog(Protocol):
     """A run's record and the services that write it (RunJournal)."""
 
     run: RunRecord
-    services: Any  # daemon.runs.services.RunServices: its store, clock and config
+    services: Any  # daemon.runparts.services.RunServices: its store, clock and config
 
     def now(self) -> datetime: ...
 

@@ -102,7 +102,7 @@ def own_dir_for(worktrees_root: Path, loop: str, run_id: str) -> Path:
 
 
 def check_folders(own_dir: Path) -> tuple[Path, Path]:
-    """The run's check tree and its git directory (runs/checktree.py), beside loopd's git
+    """The run's check tree and its git directory (runparts/checktree.py), beside loopd's git
     directory for the run (`RUN_ID.git`): `RUN_ID.check` and `RUN_ID.check.git`."""
     stem = own_dir.name.removesuffix(".git")
     return own_dir.with_name(f"{stem}.check"), own_dir.with_name(f"{stem}.check.git")

@@ -28,7 +28,7 @@ from daemon.state.runindex import IndexedRun, RunIndex
 from daemon.state.store import StateStore
 
 if TYPE_CHECKING:  # the listing never needs a run's journal: its import costs 10 ms
-    from daemon.runs.journal import RunJournal
+    from daemon.runparts.journal import RunJournal
 
 PREFIX = "refs/heads/loopd/"
 

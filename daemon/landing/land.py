@@ -51,8 +51,8 @@ from daemon.landing.stoppoint import stop_point
 from daemon.plain.landing import ALREADY
 from daemon.processes import process_mark, run_in_own_group, same_process
 from daemon.redact import redact
-from daemon.runs.journal import RunJournal
-from daemon.runs.startpoint import is_ancestor
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.startpoint import is_ancestor
 from daemon.state.atomic import write_atomic
 from daemon.state.eventtypes import Event
 from daemon.state.records import Cause, RunRecord, is_experiment

@@ -9,7 +9,7 @@ from daemon.config import LoopConfig
 from daemon.git.integrity import ledger_writer
 from daemon.git.userrepo import UserRepo
 from daemon.globs import any_branch_matches
-from daemon.runs.journal import RunJournal
+from daemon.runparts.journal import RunJournal
 from daemon.state.eventtypes import Event
 from daemon.state.records import Trigger
 

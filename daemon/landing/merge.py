@@ -21,11 +21,11 @@ from daemon.git.messages import merge_message
 from daemon.git.own import OwnGit, remove_path
 from daemon.git.safe import Git
 from daemon.git.userrepo import LedgerWriter, UserRepo
-from daemon.runs.checks import run_checks
-from daemon.runs.confinement import Confinement
-from daemon.runs.journal import RunJournal
-from daemon.runs.setup import run_setup
-from daemon.runs.stop import StopToken
+from daemon.runparts.checks import run_checks
+from daemon.runparts.confinement import Confinement
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.setup import run_setup
+from daemon.runparts.stop import StopToken
 from daemon.state.eventtypes import Event
 
 LAND_CHECKS_LOG = "land-checks.log"

@@ -34,8 +34,8 @@ from daemon.landing.merge import FINISH, Conflict
 from daemon.landing.stoppoint import stop_point
 from daemon.processes import process_mark
 from daemon.redact import redact
-from daemon.runs.journal import RunJournal
-from daemon.runs.startpoint import is_ancestor
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.startpoint import is_ancestor
 from daemon.state.eventtypes import Event
 from daemon.state.landingqueue import (
     LandingQueue,

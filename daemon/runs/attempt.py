@@ -27,15 +27,15 @@ from daemon.git.tree import RunTree
 from daemon.people.answers import read_answers
 from daemon.people.progress import read_progress
 from daemon.redact import redact
+from daemon.runparts.confinement import Confinement
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.services import RunServices
+from daemon.runparts.stop import RunStopped, StopToken
 from daemon.runs.attemptresult import AttemptResult
-from daemon.runs.confinement import Confinement
 from daemon.runs.desk import Desk
 from daemon.runs.deskwork import DeskWork
-from daemon.runs.journal import RunJournal
 from daemon.runs.prompt import PromptParts, build_prompt, fenced
-from daemon.runs.services import RunServices
 from daemon.runs.sessions import Sessions
-from daemon.runs.stop import RunStopped, StopToken
 from daemon.sandbox.paths import account_home
 from daemon.state.atomic import ensure_dir, write_atomic
 from daemon.state.eventtypes import Event

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.runs.checks import ChecksResult
+from daemon.runparts.checks import ChecksResult
 from daemon.sizes import ENTRY_BYTES, on_disk
 from daemon.state.records import AttemptRecord
 

@@ -20,10 +20,10 @@ from daemon.git.own import remove_path
 from daemon.git.safe import Git
 from daemon.git.tree import remove_scratch
 from daemon.home import Home
-from daemon.runs.checks import ChecksResult, run_check
-from daemon.runs.confinement import Confinement
+from daemon.runparts.checks import ChecksResult, run_check
+from daemon.runparts.confinement import Confinement
+from daemon.runparts.services import RunServices
 from daemon.runs.envprobe import EnvironmentFailure, environment_failures
-from daemon.runs.services import RunServices
 from daemon.state.atomic import ensure_dir
 from daemon.state.records import RunRecord, RunTrigger
 

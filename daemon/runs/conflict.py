@@ -26,14 +26,14 @@ from daemon.git.safe import GitError
 from daemon.git.tree import RunTree, own_dir_for, reopen_tree, show_merge
 from daemon.landing.merge import Conflict, has_markers
 from daemon.landing.queue import Resolver
+from daemon.runparts.confinement import SandboxUnavailable
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.services import RunServices
+from daemon.runparts.stop import RunStopped, StopToken
 from daemon.runs.attempt import Attempt, commit_attempt, end_interrupted
 from daemon.runs.attemptresult import AttemptResult
-from daemon.runs.confinement import SandboxUnavailable
-from daemon.runs.journal import RunJournal
 from daemon.runs.judging import VerifierGaveUp, judge_attempt, record_verdict
 from daemon.runs.prompt import PromptParts, fenced
-from daemon.runs.services import RunServices
-from daemon.runs.stop import RunStopped, StopToken
 from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord
 

@@ -34,7 +34,7 @@ from daemon.agents.deskwire import (
     read_line,
     validated,
 )
-from daemon.runs.stop import RunStopped
+from daemon.runparts.stop import RunStopped
 
 CALLS_PER_MINUTE = 30
 CALLS_PER_ATTEMPT = 300

@@ -26,7 +26,7 @@ from daemon.redact import redact
 from daemon.rules.decisionlog import Decision
 from daemon.rules.evaluator import select_rules
 from daemon.rules.kinds import NoVerifier, submit_candidate
-from daemon.runs.checktree import CheckTree
+from daemon.runparts.checktree import CheckTree
 from daemon.runs.desk import DeskError
 from daemon.runs.learning import rule_library
 from daemon.state.agentrecords import (

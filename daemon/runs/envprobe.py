@@ -26,9 +26,9 @@ from pathlib import Path
 
 from daemon.agents.environment import loopd_venv
 from daemon.config import LoopConfig
-from daemon.runs.checks import CheckResult, ChecksResult
-from daemon.runs.confinement import Confinement
-from daemon.runs.journal import RunJournal
+from daemon.runparts.checks import CheckResult, ChecksResult
+from daemon.runparts.confinement import Confinement
+from daemon.runparts.journal import RunJournal
 from daemon.sandbox.commandline import programs
 
 NO_MODULE = re.compile(r"^(?P<interp>\S+): No module named (?P<module>[\w.]+)\s*$", re.M)

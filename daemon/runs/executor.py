@@ -18,11 +18,21 @@ from daemon.git.messages import attempt_state, commit_message
 from daemon.git.tree import RunTree, TreeError, locate_user, prepare_tree, record_tree, reopen_tree
 from daemon.git.userrepo import UserRepo
 from daemon.redact import redact, redact_value
-from daemon.runs import decisions
+from daemon.runparts import decisions
+from daemon.runparts.checktree import done_already
+from daemon.runparts.confinement import choose_sandbox
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.services import RunServices
+from daemon.runparts.setup import (
+    already_done_reason,
+    checks_done_first,
+    setup_failed_reason,
+    setup_tree,
+)
+from daemon.runparts.startpoint import landing_target, start_point
+from daemon.runparts.stop import RunStopped, StopToken
 from daemon.runs.attempt import Attempt, commit_attempt
 from daemon.runs.attemptresult import CheckedCommit
-from daemon.runs.checktree import done_already
-from daemon.runs.confinement import choose_sandbox
 from daemon.runs.envprobe import base_failure
 from daemon.runs.finish import (
     end_without_agent,
@@ -31,7 +41,6 @@ from daemon.runs.finish import (
     kill_run_leftovers,
     locate_worktree,
 )
-from daemon.runs.journal import RunJournal
 from daemon.runs.judging import VerifierGaveUp, judge_attempt, record_verdict
 from daemon.runs.learning import (
     RuleChoice,
@@ -40,16 +49,7 @@ from daemon.runs.learning import (
     select_rules_for_run,
 )
 from daemon.runs.overlapnote import overlap_note
-from daemon.runs.services import RunServices
-from daemon.runs.setup import (
-    already_done_reason,
-    checks_done_first,
-    setup_failed_reason,
-    setup_tree,
-)
 from daemon.runs.slots import take_slot
-from daemon.runs.startpoint import landing_target, start_point
-from daemon.runs.stop import RunStopped, StopToken
 from daemon.scheduling.queue import PendingRun
 from daemon.state.atomic import ensure_dir
 from daemon.state.background import Background

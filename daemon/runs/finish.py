@@ -41,11 +41,11 @@ from daemon.people.progress import update_progress
 from daemon.processes import kill_leftovers, same_process
 from daemon.rules.promotion import record_run
 from daemon.rules.replay import breadth_reason
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.services import RunServices
 from daemon.runs.attempt import commit_attempt, end_interrupted
 from daemon.runs.conflict import conflict_resolver
-from daemon.runs.journal import RunJournal
 from daemon.runs.learning import learn_run_decisions, rule_attribution, rule_library
-from daemon.runs.services import RunServices
 from daemon.state.eventtypes import Event
 from daemon.state.holds import LoginHold, hold_login
 from daemon.state.records import (

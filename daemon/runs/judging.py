@@ -18,14 +18,14 @@ from daemon.git.tree import RunTree
 from daemon.model.client import ModelUnavailable
 from daemon.model.critic import both, judge, unjudged
 from daemon.model.evidence import build_evidence
+from daemon.runparts.checks import ChecksResult
+from daemon.runparts.checktree import CheckTree
+from daemon.runparts.decisions import missing_programs
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.services import RunServices
+from daemon.runparts.stop import StopToken
 from daemon.runs.attemptresult import CheckedCommit
-from daemon.runs.checks import ChecksResult
-from daemon.runs.checktree import CheckTree
-from daemon.runs.decisions import missing_programs
-from daemon.runs.journal import RunJournal
-from daemon.runs.services import RunServices
 from daemon.runs.slots import release_slot
-from daemon.runs.stop import StopToken
 from daemon.runs.testweigh import check_violations, weigh_tests
 from daemon.state.atomic import write_atomic
 from daemon.state.eventtypes import Event

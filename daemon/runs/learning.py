@@ -27,9 +27,9 @@ from daemon.rules.library import RuleLibrary
 from daemon.rules.postmortem import learn_from_attempt as post_mortem
 from daemon.rules.promotion import Attribution
 from daemon.rules.replay import judge_cache as state_cache
-from daemon.runs import decisions
-from daemon.runs.journal import RunJournal
-from daemon.runs.services import RunServices
+from daemon.runparts import decisions
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.services import RunServices
 from daemon.state.atomic import write_atomic
 from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord, Record, RunRecord, is_experiment

@@ -32,7 +32,7 @@ from daemon.config import DaemonConfig
 from daemon.people.escalation import AlreadyResolved, EscalationNotFound, resolve
 from daemon.people.escalation_repeat import open_login
 from daemon.redact import redact
-from daemon.runs.exposure import ProgramHidden, denied_for, refusal
+from daemon.runparts.exposure import ProgramHidden, denied_for, refusal
 from daemon.sandbox.base import Exposure, Launch
 from daemon.sandbox.limits import run_limits
 from daemon.sandbox.paths import account_home, home_folders

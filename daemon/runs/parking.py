@@ -22,10 +22,10 @@ from typing import Any
 from daemon.agents.base import Resume
 from daemon.config import Loop
 from daemon.redact import redact
-from daemon.runs.journal import RunJournal
-from daemon.runs.services import RunServices
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.services import RunServices
+from daemon.runparts.stop import StopToken
 from daemon.runs.slots import release_slot, take_slot
-from daemon.runs.stop import StopToken
 from daemon.state.atomic import write_atomic
 from daemon.state.eventtypes import Event
 from daemon.state.holds import QuotaHold, hold_profile

@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import Literal
 
 from daemon.config import Loop
-from daemon.runs import decisions
-from daemon.runs.services import RunServices
+from daemon.runparts import decisions
+from daemon.runparts.services import RunServices
 from daemon.state.eventtypes import Event
 from daemon.state.records import Cause, RunRecord, Trigger, is_experiment
 

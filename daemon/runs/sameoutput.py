@@ -28,7 +28,7 @@ from typing import Protocol
 
 from daemon.git.diffs import numstat
 from daemon.git.tree import RunTree, check_folders
-from daemon.runs.checks import ChecksResult, output_digest
+from daemon.runparts.checks import ChecksResult, output_digest
 
 ENVIRONMENTAL = re.compile(
     r"(?:ModuleNotFoundError|ImportError): No module named '?(?P<module>[\w.]+)"

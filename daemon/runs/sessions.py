@@ -27,15 +27,15 @@ from daemon.git.messages import commit_message
 from daemon.git.tree import RunTree
 from daemon.processes import process_mark
 from daemon.redact import redact
+from daemon.runparts.checktree import CheckTree
+from daemon.runparts.confinement import Confinement
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.services import RunServices
+from daemon.runparts.stop import StopToken, wait_until
 from daemon.runs.attemptresult import AttemptResult, CheckedCommit, tree_size
-from daemon.runs.checktree import CheckTree
-from daemon.runs.confinement import Confinement
-from daemon.runs.journal import RunJournal
 from daemon.runs.parking import Asked, Parking
 from daemon.runs.prompt import PromptParts, build_prompt, fenced
 from daemon.runs.sameoutput import same_as_base
-from daemon.runs.services import RunServices
-from daemon.runs.stop import StopToken, wait_until
 from daemon.scheduling.cron import parse_timezone
 from daemon.scheduling.timer import FIRE_LEAD
 from daemon.state.atomic import ensure_dir, write_atomic

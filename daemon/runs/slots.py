@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from daemon.runs.stop import StopToken
+from daemon.runparts.stop import StopToken
 
 POLL = 0.5  # seconds between looks at the stop token while waiting for a slot
 

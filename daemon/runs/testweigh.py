@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from daemon.config import LoopConfig
 from daemon.git.tree import RunTree
-from daemon.runs.checks import CheckResult, ChecksResult
-from daemon.runs.checktree import CheckTree
-from daemon.runs.journal import RunJournal
-from daemon.runs.stop import StopToken
-from daemon.runs.testcounts import runner_of, weakened
+from daemon.runparts.checks import CheckResult, ChecksResult
+from daemon.runparts.checktree import CheckTree
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.stop import StopToken
+from daemon.runparts.testcounts import runner_of, weakened
 from daemon.state.eventtypes import Event
 from daemon.state.records import TestCounts, Violation
 

@@ -19,8 +19,8 @@ from daemon.example.prepare import prepare_examples
 from daemon.extras import install_command
 from daemon.home import Home
 from daemon.people.notify import Notifications, NotifyError
+from daemon.runparts.services import RunServices
 from daemon.runs.budget import budget_warnings
-from daemon.runs.services import RunServices
 from daemon.service.preflight import Preflight
 from daemon.service.reload import LoopFiles, first_load
 from daemon.state.eventtypes import Event

@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from daemon.engine.temporal.names import controller_id, run_workflow_id
     from daemon.engine.temporal.runflow import LOCAL, RunWorkflow
-    from daemon.runs import decisions
+    from daemon.runparts import decisions
     from daemon.state.queuefile import PendingRun
     from daemon.state.records import Cause, RunRecord, Trigger
 

@@ -23,8 +23,8 @@ from daemon.engine.temporal.models import RunRef
 from daemon.engine.temporal.names import controller_id, run_workflow_id
 from daemon.home import Home
 from daemon.people.notify import Notifications
-from daemon.runs.journal import RunJournal
-from daemon.runs.services import RunServices
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.services import RunServices
 from daemon.service.reload import keep_running, restart_messages, restart_pending
 from daemon.state.atomic import write_atomic
 from daemon.state.records import RunRecord

@@ -46,9 +46,12 @@ from daemon.model.client import ModelUnavailable
 from daemon.model.critic import unjudged
 from daemon.redact import redact
 from daemon.rules.verifier import verify_candidate
-from daemon.runs import decisions
+from daemon.runparts import decisions
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.setup import SETUP_LOG, checks_done_first
+from daemon.runparts.startpoint import start_point
+from daemon.runparts.stop import RunStopped, StopToken
 from daemon.runs.attempt import attempt_prompt
-from daemon.runs.journal import RunJournal
 from daemon.runs.judging import VerifierGaveUp, ask_critic, record_verdict
 from daemon.runs.learning import (
     DEFERRED_PER_RUN,
@@ -58,9 +61,6 @@ from daemon.runs.learning import (
     select_rules_for_run,
 )
 from daemon.runs.prompt import build_prompt
-from daemon.runs.setup import SETUP_LOG, checks_done_first
-from daemon.runs.startpoint import start_point
-from daemon.runs.stop import RunStopped, StopToken
 from daemon.service.console import ended_lines, say, started_line
 from daemon.state.atomic import write_atomic
 from daemon.state.eventtypes import Event

@@ -1,6 +1,6 @@
 """The run workflow (`loopd/LOOP/RUN_ID`): prepare, attempts until one passes, finish.
 
-Workflow code is deterministic: it decides (with daemon/runs/decisions.py, as the local
+Workflow code is deterministic: it decides (with daemon/runparts/decisions.py, as the local
 executor does) and leaves every read and write to activities. The home's steps are local
 activities of the run (on the home's queue, a few milliseconds each); the attempt, its checks
 and its post-mortem go to the workers.
@@ -49,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
         SetupOutput,
         VerdictInput,
     )
-    from daemon.runs import decisions
+    from daemon.runparts import decisions
     from daemon.state.records import AttemptRecord, Cause, RunRecord
 
 

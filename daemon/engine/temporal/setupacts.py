@@ -10,7 +10,7 @@ from temporalio import activity
 
 from daemon.engine.temporal.homeside import HomeSide
 from daemon.engine.temporal.models import EndOfRun, Prepared, SetupEnded
-from daemon.runs.setup import DONE_LOG, SETUP_LOG, already_done_reason
+from daemon.runparts.setup import DONE_LOG, SETUP_LOG, already_done_reason
 from daemon.state.atomic import write_atomic
 from daemon.state.eventtypes import Event
 from daemon.state.records import Cause

@@ -24,12 +24,12 @@ from daemon.engine.temporal.workerside import (
 )
 from daemon.git.safe import GitError
 from daemon.git.tree import TreeError
-from daemon.runs.checktree import done_already
-from daemon.runs.confinement import SandboxUnavailable
+from daemon.runparts.checktree import done_already
+from daemon.runparts.confinement import SandboxUnavailable
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.setup import DONE_LOG, setup_tail
+from daemon.runparts.stop import RunStopped, StopToken
 from daemon.runs.envprobe import base_failure
-from daemon.runs.journal import RunJournal
-from daemon.runs.setup import DONE_LOG, setup_tail
-from daemon.runs.stop import RunStopped, StopToken
 from daemon.state.eventtypes import Event
 
 

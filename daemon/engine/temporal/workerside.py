@@ -46,15 +46,15 @@ from daemon.home import Home
 from daemon.model.client import ModelClient
 from daemon.model.evidence import build_evidence
 from daemon.people.notify import Notifications
-from daemon.runs import decisions
+from daemon.runparts import decisions
+from daemon.runparts.confinement import SandboxUnavailable, choose_sandbox
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.services import RunServices
+from daemon.runparts.setup import setup_failed_reason, setup_tail, setup_tree
+from daemon.runparts.stop import RunStopped, StopToken
 from daemon.runs.attempt import Attempt, commit_attempt
-from daemon.runs.confinement import SandboxUnavailable, choose_sandbox
-from daemon.runs.journal import RunJournal
 from daemon.runs.judging import judge_attempt
 from daemon.runs.prompt import PromptParts
-from daemon.runs.services import RunServices
-from daemon.runs.setup import setup_failed_reason, setup_tail, setup_tree
-from daemon.runs.stop import RunStopped, StopToken
 from daemon.state.eventtypes import Event
 from daemon.state.records import AttemptRecord, RunRecord
 from daemon.state.stored import is_stored

@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from daemon.runs.services import RunServices
+from daemon.runparts.services import RunServices
 from daemon.state.eventtypes import Event
 from daemon.state.records import RunRecord
 

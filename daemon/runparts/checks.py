@@ -21,8 +21,8 @@ from pathlib import Path
 from daemon.excerpt import NAMES_FAILURE, excerpt
 from daemon.processes import claim, kill_tree, release, spawning
 from daemon.redact import redact
-from daemon.runs.stop import StopToken
-from daemon.runs.testcounts import TestCounts
+from daemon.runparts.stop import StopToken
+from daemon.runparts.testcounts import TestCounts
 from daemon.sandbox.base import Launch
 from daemon.state.atomic import write_atomic
 

@@ -28,13 +28,13 @@ from daemon.git.own import OwnGit, remove_path
 from daemon.git.setupmade import anchored
 from daemon.git.tree import RunTree, check_folders
 from daemon.redact import redact
-from daemon.runs.checks import CheckResult, ChecksResult, base_digests, run_check
-from daemon.runs.confinement import Confinement
-from daemon.runs.journal import RunJournal
-from daemon.runs.setup import DONE_LOG, SetupResult, run_setup
-from daemon.runs.stop import StopToken
-from daemon.runs.testreports import ask, read, shown
-from daemon.runs.treelinks import links_out
+from daemon.runparts.checks import CheckResult, ChecksResult, base_digests, run_check
+from daemon.runparts.confinement import Confinement
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.setup import DONE_LOG, SetupResult, run_setup
+from daemon.runparts.stop import StopToken
+from daemon.runparts.testreports import ask, read, shown
+from daemon.runparts.treelinks import links_out
 from daemon.state.atomic import write_atomic
 from daemon.state.records import TestCounts
 

@@ -40,8 +40,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemon.runs.checks import OUTPUT_CAP
-from daemon.runs.testcounts import count, runner_of
+from daemon.runparts.checks import OUTPUT_CAP
+from daemon.runparts.testcounts import count, runner_of
 from daemon.state.records import TestCounts
 
 REPORT_CAP = 64_000_000  # bytes of a report loopd reads; a bigger one is unreadable
@@ -289,7 +289,7 @@ def _witnessed(counted: TestCounts, outcomes: dict[str, str], folder: Path) -> s
 
 # loopd's pytest plugin for one check: an outermost hook wrapper sees each test's call as
 # pytest made it, before a plugin of the tree could change the report made from it.
-_WITNESS = '''"""loopd's witness for one check (daemon/runs/testreports.py): which tests raised."""
+_WITNESS = '''"""loopd's witness for one check (runparts/testreports.py): which tests raised."""
 
 import json
 import os

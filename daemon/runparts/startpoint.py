@@ -17,8 +17,8 @@ from daemon.config import LoopConfig
 from daemon.config.land import land_target
 from daemon.git.safe import GitError
 from daemon.git.userrepo import UserRepo
-from daemon.runs import decisions
-from daemon.runs.journal import RunJournal
+from daemon.runparts import decisions
+from daemon.runparts.journal import RunJournal
 from daemon.state.eventtypes import Event
 from daemon.state.landholds import effective_land
 from daemon.state.records import RunRecord, is_experiment

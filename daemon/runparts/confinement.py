@@ -37,8 +37,8 @@ from daemon.agents.environment import (
 )
 from daemon.config import LoopConfig
 from daemon.git.tree import checks_scratch_dir, scratch_dir
-from daemon.runs.exposure import ProgramHidden, denied_for, loopd_itself, refusal
-from daemon.runs.services import RunServices
+from daemon.runparts.exposure import ProgramHidden, denied_for, loopd_itself, refusal
+from daemon.runparts.services import RunServices
 from daemon.sandbox.base import Exposure, Launch, Sandbox
 from daemon.sandbox.commandline import programs
 from daemon.sandbox.limits import run_limits

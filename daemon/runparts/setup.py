@@ -20,10 +20,10 @@ from pathlib import Path
 from daemon.config import LoopConfig
 from daemon.git.own import OwnGit
 from daemon.git.setupmade import setup_excludes
-from daemon.runs.checks import CheckResult, ChecksResult, run_check
-from daemon.runs.confinement import Confinement
-from daemon.runs.journal import RunJournal
-from daemon.runs.stop import StopToken
+from daemon.runparts.checks import CheckResult, ChecksResult, run_check
+from daemon.runparts.confinement import Confinement
+from daemon.runparts.journal import RunJournal
+from daemon.runparts.stop import StopToken
 from daemon.state.atomic import write_atomic
 from daemon.state.eventtypes import Event
 from daemon.state.records import RunRecord, is_experiment
