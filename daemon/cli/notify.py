@@ -11,8 +11,7 @@ from daemon.cli.common import CommandError, tested_home
 from daemon.cli.jsonout import print_json
 from daemon.clock import utc_now
 from daemon.config import NotifyConfig
-from daemon.people.notify import CommandNotifier, NotifyError, WebhookNotifier, plugin_notifier
-from daemon.people.notify.apprise_urls import AppriseNotifier
+from daemon.people.notify import NotifyError, notifiers_from_config
 from daemon.retry import RetryPolicy
 from daemon.state.events import iso
 from daemon.state.eventtypes import Event
@@ -66,20 +65,12 @@ def notify_cmd(args: argparse.Namespace) -> int:
 
 
 def _notifiers(config: NotifyConfig, path: Path) -> list[Any]:
-    """The notifiers of `[notify]` for a test: a webhook tried once; exit 2 for one that
-    cannot be made (apprise missing, a plugin that does not load)."""
-    notifiers: list[Any] = []
-    if config.command:
-        notifiers.append(CommandNotifier(config.command))
-    if config.webhook:
-        # One try: a test says at once whether the webhook answers.
-        notifiers.append(WebhookNotifier(config.webhook, retry=RetryPolicy(tries=1)))
+    """The notifiers of `[notify]` for a test: a webhook tried once (a test says at once
+    whether it answers); exit 2 for one that cannot be made."""
     try:
-        notifiers.extend(AppriseNotifier(url) for url in config.urls)
-        notifiers.extend(plugin_notifier(name, opts) for name, opts in config.plugins.items())
+        return list(notifiers_from_config(config, retry=RetryPolicy(tries=1)))
     except NotifyError as exc:
         raise CommandError(f"{path}: {exc}", code=2) from None
-    return notifiers
 
 
 def _where(notifier: Any, config: NotifyConfig) -> str:

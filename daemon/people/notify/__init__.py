@@ -31,6 +31,7 @@ from daemon.people.notify.messages import (
 from daemon.people.notify.webhook import WebhookNotifier
 from daemon.plugins import NOTIFIERS, PluginError, load
 from daemon.redact import redact, redact_value
+from daemon.retry import WEBHOOK, RetryPolicy
 from daemon.state.events import EventLog, iso
 from daemon.state.eventtypes import Event
 from daemon.state.records import ESCALATING_OUTCOMES, AttemptRecord, RunRecord
@@ -47,14 +48,17 @@ __all__ = [
 
 
 def notifiers_from_config(
-    config: NotifyConfig, sleep: Callable[[float], object] = time.sleep
+    config: NotifyConfig,
+    sleep: Callable[[float], object] = time.sleep,
+    retry: RetryPolicy = WEBHOOK,
 ) -> list[Notifier]:
-    """The notifiers `[notify]` names, command first; `sleep` waits between a webhook's tries."""
+    """The notifiers `[notify]` names, command first; `sleep` waits between a webhook's
+    `retry` tries. NotifyError: one that cannot be made (apprise missing, a plugin)."""
     out: list[Notifier] = []
     if config.command:
         out.append(CommandNotifier(config.command))
     if config.webhook:
-        out.append(WebhookNotifier(config.webhook, sleep=sleep))
+        out.append(WebhookNotifier(config.webhook, retry=retry, sleep=sleep))
     if config.urls:
         out.extend(AppriseNotifier(url) for url in config.urls)
     for name, options in config.plugins.items():
