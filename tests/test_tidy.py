@@ -9,11 +9,15 @@ import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from daemon.home import Home
 from daemon.service.housekeeper import Housekeeper
+from daemon.service.indexrefresh import refresh_apart
 from daemon.service.tidy import maintain_repositories, prune_rotated_events
 from daemon.state.events import EventLog
 from daemon.state.records import RunRecord, RunTrigger
+from daemon.state.runindex import RunIndex
 from tests.helpers import git
 from tests.test_service import Clocks, context, home_with
 
@@ -135,3 +139,38 @@ def test_rotated_event_files_follow_retention_and_numbers_keep_counting_up(
     log.append("daemon_started", NOW, pid=1, version="fills")
     log.append("daemon_started", NOW, pid=1, version="rotates")
     assert (folder / "events-5.jsonl").exists() and not (folder / "events-1.jsonl").exists()
+
+
+def test_the_hourly_index_refresh_runs_in_a_child_and_gives_its_memory_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run index and the branches' lines are brought up to date by a child process (the
+    soak's hourly RSS steps were the daemon parsing every record itself): with the parent's
+    own refresh and listing broken, the index is written all the same."""
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the daemon read or wrote the index itself")
+
+    # The class's methods: whoever calls them in this process (a child imports its own).
+    monkeypatch.setattr(RunIndex, "records", broken)
+    monkeypatch.setattr(RunIndex, "save", broken)
+    ctx = context(home_with(tmp_path, paused=False), Clocks())
+    repo = tmp_path / "repo"
+    kept = [run_branch(ctx, repo, n, "escalated") for n in (1, 2)]
+
+    keeper = Housekeeper(ctx)
+    keeper.tick(NOW, keep=set())
+    keeper.join(60)
+
+    index = json.loads((ctx.store.root / "runs-index.json").read_text())
+    assert {run.id for run in kept} <= set(index["runs"]) & set(index["lines"])
+    assert index["lines"][kept[0].id]  # its branch's +1 line counted by the child
+
+
+def test_an_index_refresh_that_fails_says_why_and_leaves_the_daemon_alone(tmp_path: Path) -> None:
+    """A child that cannot do it (here: a state folder that is a file) is reported, not raised."""
+    ctx = context(home_with(tmp_path, paused=False), Clocks())
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("x")
+    ctx.store.root = blocked
+    assert refresh_apart(ctx.store, {}, NOW, timeout=60)

@@ -10,16 +10,15 @@ import threading
 from datetime import datetime
 
 from daemon.housekeeping import prune
-from daemon.landing.branches import list_branches
 from daemon.rules.promotion import retire_stale
 from daemon.runs.learning import retry_deferred_lessons, rule_library
 from daemon.service.aftermath import Follower
 from daemon.service.context import Context
+from daemon.service.indexrefresh import refresh_apart
 from daemon.service.statecap import Growth
 from daemon.service.tidy import cap_state
 from daemon.service.tidy import tidy as tidy_up
 from daemon.state.eventtypes import Event
-from daemon.state.runindex import refresh as refresh_run_index
 
 PRUNE_EVERY = 86400.0  # seconds of the monotonic clock
 LESSONS_EVERY = 300.0
@@ -114,13 +113,10 @@ class Housekeeper:
     def refresh_run_index(self, now: datetime) -> None:
         """The run index (state/runs-index.json) kept current for `loopd branches`: each
         run's record, then each branch's +/- lines (a listing counts only what is new since
-        the last one, so a person's `loopd branches` after a busy night answers at once)."""
+        the last one, so a person's `loopd branches` after a busy night answers at once).
+        In a child process: the parsing leaves the daemon's heap a step larger each hour."""
         repos = {name: loop.config.repo_path for name, loop in self.ctx.loops.items()}
-        try:
-            refresh_run_index(self.ctx.store)
-            list_branches(self.ctx.store, repos, now)
-        except Exception:  # noqa: BLE001, S110 - a cache: its readers rebuild what is stale
-            pass
+        refresh_apart(self.ctx.store, repos, now)  # a cache: its readers rebuild what is stale
 
     def retry_deferred_lessons(self) -> None:
         """Post-mortems deferred while the verifier was down (`rule_deferred`), tried again."""
