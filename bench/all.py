@@ -4,8 +4,10 @@
 so they never run side by side) and writes the table to bench/results.md, for the performance
 page (docs/performance.md). `python bench/all.py --smoke` runs each bench's --smoke mode (tiny
 sizes, seconds each): it only checks that every bench completes and prints its figure, and
-exits 1 when one does not (CI runs it). `--only NAME` runs the named benches only.
-Usage: python bench/all.py [--smoke] [--only NAME ...] [--table PATH]
+exits 1 when one does not (CI runs it); `--jobs N` runs N smoke benches at once (their
+figures mean nothing at smoke size, so they may share the machine). `--only NAME` runs the
+named benches only.
+Usage: python bench/all.py [--smoke [--jobs N]] [--only NAME ...] [--table PATH]
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="each bench's smoke mode")
     parser.add_argument("--only", nargs="*", default=[], help="these benches only")
     parser.add_argument(
+        "--jobs", type=int, default=1, help="smoke benches run at once (--smoke only)"
+    )
+    parser.add_argument(
         "--table", default=str(BENCH / "results.md"), help="where a full run writes its table"
     )
     args = parser.parse_args(argv)
@@ -100,15 +106,21 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(args.only) - set(names))
     if unknown:
         parser.error(f"no such bench: {', '.join(unknown)} (there are: {', '.join(names)})")
+    if args.jobs < 1 or (args.jobs > 1 and not args.smoke):
+        parser.error("--jobs N: N >= 1, and more than 1 only with --smoke (full benches time)")
+    chosen = [n for n in names if not args.only or n in args.only]
     outcomes = []
-    for name in [n for n in names if not args.only or n in args.only]:
-        print(f"{name} ...", end=" ", flush=True)
-        outcome = run_one(name, args.smoke)
-        outcomes.append(outcome)
-        word = "completed" if outcome.completed else f"FAILED (exit {outcome.code})"
-        print(f"{word} in {outcome.seconds:.0f} s", flush=True)
-        if not outcome.completed:
-            print("  " + outcome.tail.replace("\n", "\n  "), flush=True)
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        # Each line printed when its bench ends; the table keeps the benches' order.
+        running = {pool.submit(run_one, name, args.smoke): name for name in chosen}
+        for future in as_completed(running):
+            outcome = future.result()
+            outcomes.append(outcome)
+            word = "completed" if outcome.completed else f"FAILED (exit {outcome.code})"
+            print(f"{outcome.name} ... {word} in {outcome.seconds:.0f} s", flush=True)
+            if not outcome.completed:
+                print("  " + outcome.tail.replace("\n", "\n  "), flush=True)
+    outcomes.sort(key=lambda o: chosen.index(o.name))
     text = table(outcomes)
     print()
     print(text, end="")

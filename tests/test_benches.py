@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from pathlib import Path
 
@@ -48,3 +49,18 @@ def test_the_table_marks_what_did_not_complete() -> None:
         "| `broken` | did not complete (exit 1) | | no |",
     ]
     assert done.completed and not crashed.completed
+
+
+def test_smoke_benches_run_side_by_side_and_keep_their_order_in_the_table() -> None:
+    """`--smoke --jobs N` (CI's): several at once, the table in the benches' order; a full
+    run never runs two at once (they time things)."""
+    names = ["redaction", "large_artefact", "replay"]
+    argv = [sys.executable, str(BENCH / "all.py"), "--smoke", "--jobs", "3", "--only", *names]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ended = [line.split(" ...")[0] for line in proc.stdout.splitlines() if " ... " in line]
+    assert sorted(ended) == sorted(names)
+    rows = [line.split("`")[1] for line in proc.stdout.splitlines() if line.startswith("| `")]
+    assert rows == sorted(names)
+    full = subprocess.run(argv[:2] + ["--jobs", "2"], capture_output=True, text=True, timeout=60)
+    assert full.returncode == 2 and "only with --smoke" in full.stderr
