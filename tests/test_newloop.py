@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import sysconfig
 import tomllib
+import zipfile
 from pathlib import Path
 
 from daemon.config.guess import guess
 from tests.helpers import git, loopd, make_home, make_repo
 from tests.machines import command_agent
+from tests.test_setup_skip import wheels
 
 CALC = {
     "calc.py": "def add(a, b):\n    return a - b\n",
@@ -46,12 +47,17 @@ def _said(home: Path, name: str) -> str:
 
 def _venv(repo: Path, with_pytest: bool) -> Path:
     """A real venv in the repository's folder (ignored by git), the project's own: with
-    pytest (loopd's installed one, through a .pth file) or without."""
+    pytest (its pure wheels, `.ci/run`'s test wheels, unpacked into its site-packages: a
+    .pth into loopd's own venv would be hidden by the sandbox where that venv is under /tmp)
+    or without."""
     folder = repo / ".venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
     if with_pytest:
         site = next((folder / "lib").glob("python3*/site-packages"))
-        (site / "loopds-pytest.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        for name in ("pytest", "pluggy", "iniconfig", "packaging", "pygments"):
+            (wheel,) = wheels().glob(f"{name}-*.whl")
+            with zipfile.ZipFile(wheel) as archive:
+                archive.extractall(site)
     return folder / "bin"
 
 
