@@ -28,6 +28,9 @@ ROOT = BENCH.parent
 NOT_BENCHES = {"all", "verdict"}
 SMOKE_TIMEOUT = 600.0  # seconds a smoke run may take before it counts as failed
 FULL_TIMEOUT = 4 * 3600.0
+# The longest smoke benches (about a minute or two each), started first with --jobs: the
+# others then fill the remaining slots, and the last to end is not a long one started late.
+LONG_SMOKES = ("soak", "engine_throughput", "landing_queue", "mutation", "web_live")
 
 
 @dataclass
@@ -112,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     outcomes = []
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         # Each line printed when its bench ends; the table keeps the benches' order.
-        running = {pool.submit(run_one, name, args.smoke): name for name in chosen}
+        first = [n for n in LONG_SMOKES if n in chosen] if args.jobs > 1 else []
+        order = first + [n for n in chosen if n not in first]
+        running = {pool.submit(run_one, name, args.smoke): name for name in order}
         for future in as_completed(running):
             outcome = future.result()
             outcomes.append(outcome)
