@@ -26,6 +26,9 @@ from daemon.people.notify.base import Notifier
 from tests.helpers import make_home, make_repo
 
 ROOT = Path(__file__).resolve().parent.parent
+# The plugin's venv (a module fixture: a pip install) is made once: its tests stay on one
+# worker under pytest-xdist (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("plugin-venv")
 
 # The plugin's adapter: its agent prints JSON lines (a session, a tool call and its result,
 # usage, the final answer); the adapter reads them.
