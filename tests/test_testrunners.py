@@ -65,6 +65,11 @@ GO_APP = {
 }
 
 
+# The go tests share one build cache: on one worker under pytest-xdist (--dist loadgroup), the
+# standard library compiles once in the session, not once a worker.
+GO_CACHE = pytest.mark.xdist_group("go-cache")
+
+
 @pytest.fixture(scope="module")
 def go_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One build cache for the module's go runs: the standard library compiles once."""
@@ -83,6 +88,7 @@ def go_repo(tmp_path: Path, go_cache: Path) -> tuple[Path, str, dict[str, str]]:
     return make_repo(tmp_path / "repo", GO_APP), shlex.quote(go()), env
 
 
+@GO_CACHE
 def test_go_test_is_counted_from_its_json_events_and_shown_as_text(go_repo) -> None:
     repo, go_bin, env = go_repo
     base = measure(repo, f"{go_bin} test ./...", env)
@@ -137,6 +143,7 @@ GO_HOSTILE = {
 }
 
 
+@GO_CACHE
 @pytest.mark.parametrize("name", sorted(GO_HOSTILE))
 def test_a_hostile_go_change_is_weighed_as_weaker(go_repo, name: str) -> None:
     repo, go_bin, env = go_repo
@@ -149,6 +156,7 @@ def test_a_hostile_go_change_is_weighed_as_weaker(go_repo, name: str) -> None:
     assert expected in weighed(base, now), (now.tests, now.output[-2000:])
 
 
+@GO_CACHE
 def test_a_go_report_that_cannot_be_read_fails_closed(go_repo, tmp_path: Path) -> None:
     """go recognised, its JSON not written (the command's output sent elsewhere by a test that
     closes standard output is no different): unreadable, so an exit 0 fails the attempt."""
@@ -187,6 +195,7 @@ def test_go_outcomes_count_subtests_and_a_package_that_failed_to_build() -> None
     }
 
 
+@GO_CACHE
 def test_a_compound_go_command_is_counted_from_its_printed_output(go_repo) -> None:
     repo, go_bin, env = go_repo
     now = measure(repo, f"{go_bin} test -v ./... 2>&1 | cat", env)

@@ -146,6 +146,11 @@ def _home(tmp: Path) -> tuple[Path, list]:
     return home, records
 
 
+# The module's served home (a module fixture) is made once: its tests stay on one worker
+# under pytest-xdist (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("web-console")
+
+
 @pytest.fixture(scope="module")
 def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Web, list]]:
     home, records = _home(tmp_path_factory.mktemp("web"))

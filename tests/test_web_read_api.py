@@ -13,6 +13,10 @@ from daemon.redact import redact_value
 from tests.helpers import loopd
 from tests.test_web_console import NOW, Web, _home
 
+# The module's served home (a module fixture) is made once: its tests stay on one worker
+# under pytest-xdist (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("web-read-api")
+
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Web, list]]:
