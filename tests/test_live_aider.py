@@ -236,6 +236,9 @@ def test_aider_refused_key_is_a_login_error_not_a_summary_url(
     assert len(model_server.chat_requests()) == 1  # aider does not retry a refused key
 
 
+SILENT_STALL_AFTER = 30  # seconds
+
+
 def test_aider_silent_stream_is_a_silence_stall_and_the_nudge_resumes(
     tmp_path: Path, model_server: ScriptedModelServer
 ) -> None:
@@ -246,15 +249,20 @@ def test_aider_silent_stream_is_a_silence_stall_and_the_nudge_resumes(
         return {"text": EDIT_REPLY, "chunk_chars": 8, "stream_pause": {"after": 2, "seconds": 600}}
 
     model_server.script(reply)
-    outcome = run_loop(tmp_path, model_server, stall_after="40s")
+    # About three times the silence of aider's start (litellm's import: 4-11 s on a busy
+    # 2-core machine, load 4-8); a start taken for a stall fails below (no first request).
+    outcome = run_loop(tmp_path, model_server, stall_after=f"{SILENT_STALL_AFTER}s")
 
     attempt = outcome.attempt
     assert [s["kind"] for s in attempt["stalls"]][:1] == ["silence"], outcome.explain()
+    # The silence was the stream's: the first session's request came before it, the nudge after.
+    flags = [nudged(r) for r in model_server.chat_requests()]
+    assert flags[:1] == [False] and True in flags[1:], (flags, outcome.explain())
     assert attempt["nudges"] == 1
     exits = loopd_lines(outcome, "process", event="exited")
     assert [e["reason"] for e in exits] == ["stall", "exited"]
     silent = [s for s in loopd_lines(outcome, "stall", kind="silence") if "silent_seconds" in s]
-    assert len(silent) == 1 and silent[0]["silent_seconds"] >= 40
+    assert len(silent) == 1 and silent[0]["silent_seconds"] >= SILENT_STALL_AFTER
     assert "--restore-chat-history" in starts(outcome)[1]
     assert attempt["summary"] == SECOND_ANSWER
 

@@ -85,7 +85,10 @@ CHECK = (
 )
 # Every model call reports this, so the run's tokens are known exactly.
 USAGE = {"input_tokens": 1200, "cached_tokens": 200, "output_tokens": 30}
-STALL_AFTER = 10  # seconds; codex starts in about one on a busy 2-core machine
+# Seconds; codex starts in about one on a busy 2-core machine (its first output 0.6 s
+# after its start at load 5), and a start taken for a stall would fail the silent-stream
+# test (its first request must come before the stall).
+STALL_AFTER = 5
 
 
 def patch(old: str, new: str) -> str:
@@ -386,6 +389,8 @@ def test_codex_silent_stream_is_a_silence_stall_and_the_nudge_resumes_its_thread
     assert [e["reason"] for e in exits] == ["stall", "exited"]
     first, second = process_starts(outcome.transcript())
     assert assert_resumed_with(second, attempt["session_id"]).startswith(NUDGE)
+    # The silence was the stream's: the first session's request came before it.
+    assert turns and not turns[0].nudged, [t.nudged for t in turns]
     resumed = [t for t in turns if t.nudged]
     assert resumed and resumed[0].has_task()  # the thread held the task across the kill
 
