@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from daemon.aftermath.sweep import Held, sweep
 from daemon.home import Home
@@ -62,15 +65,28 @@ def person(repo: Path, *args: str, when: datetime | None = None) -> str:
     return proc.stdout.strip()
 
 
-def landed(tmp_path: Path) -> tuple[Home, Path, RunRecord]:
-    """A home whose loop `calc` landed one run on main by merge, through `loopd once`."""
-    case = land_case(tmp_path, agent=AGENT, land="merge")
+@pytest.fixture(scope="module")
+def landing(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home whose loop `calc` landed one run on main by merge, through `loopd once`: made
+    once for the module (per worker), in live/, and kept as it was in pristine/."""
+    base = tmp_path_factory.mktemp("landed")
+    case = land_case(base / "live", agent=AGENT, land="merge")
     proc = loopd(case.home.root, "once", "calc", timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    store = case.home.state()
-    run = next(store.iter_runs("calc"))
+    run = next(case.home.state().iter_runs("calc"))
     assert run.landed and run.landed_as == git(case.repo, "rev-parse", "main"), run
-    return case.home, case.repo, run
+    shutil.copytree(base / "live", base / "pristine", symlinks=True)
+    return base
+
+
+def landed(landing: Path) -> tuple[Home, Path, RunRecord]:
+    """The landed run's home and repository as `loopd once` left them: pristine/ copied back
+    over live/, so each path the state names (the repository, the worktrees) holds again."""
+    live = landing / "live"
+    shutil.rmtree(live)
+    shutil.copytree(landing / "pristine", live, symlinks=True)
+    home = Home(live / "home")
+    return home, live / "repo", next(home.state().iter_runs("calc"))
 
 
 def aftermath_of(home: Home, *which: str) -> dict[str, Any]:
@@ -89,9 +105,9 @@ def edit(repo: Path, old: str, new: str, message: str, when: datetime | None = N
 
 
 def test_a_landed_run_is_kept_then_edited_by_a_person_and_show_and_runs_say_so(
-    tmp_path: Path,
+    landing: Path,
 ) -> None:
-    home, repo, run = landed(tmp_path)
+    home, repo, run = landed(landing)
     first = aftermath_of(home, run.id)
     assert first["state"] == "kept" and first["commits"] == []
     assert (
@@ -133,9 +149,9 @@ def test_a_landed_run_is_kept_then_edited_by_a_person_and_show_and_runs_say_so(
 
 
 def test_a_git_revert_of_the_landed_commit_is_reverted_with_the_persons_message(
-    tmp_path: Path,
+    landing: Path,
 ) -> None:
-    home, repo, run = landed(tmp_path)
+    home, repo, run = landed(landing)
     aftermath_of(home, run.id)
     person(repo, "revert", "--no-edit", run.landed_as)
     message = person(repo, "log", "-1", "--format=%s")
@@ -146,9 +162,9 @@ def test_a_git_revert_of_the_landed_commit_is_reverted_with_the_persons_message(
     ]
 
 
-def test_a_revert_by_hand_is_found_by_its_inverse_patch(tmp_path: Path) -> None:
+def test_a_revert_by_hand_is_found_by_its_inverse_patch(landing: Path) -> None:
     """No "This reverts commit" line: the commit's patch-id is the inverse of the run's."""
-    home, repo, run = landed(tmp_path)
+    home, repo, run = landed(landing)
     aftermath_of(home, run.id)
     person(repo, "checkout", "-q", f"{run.landed_as}~1", "--", "calc.py")
     person(repo, "commit", "-qm", "back to the old calc")
@@ -159,9 +175,9 @@ def test_a_revert_by_hand_is_found_by_its_inverse_patch(tmp_path: Path) -> None:
 
 
 def test_a_squash_under_a_persons_name_keeps_the_run_and_a_rewrite_without_it_is_gone(
-    tmp_path: Path,
+    landing: Path,
 ) -> None:
-    home, repo, run = landed(tmp_path)
+    home, repo, run = landed(landing)
     aftermath_of(home, run.id)
     base = git(repo, "rev-parse", f"{run.landed_as}~1")
     # The person rewrites main: the run's change again, as one commit of theirs (a rebase,
@@ -184,10 +200,10 @@ def test_a_squash_under_a_persons_name_keeps_the_run_and_a_rewrite_without_it_is
     assert "gone: main was rewritten" in loopd(home.root, "aftermath", run.id).stdout
 
 
-def test_the_daemon_keeps_each_window_by_the_clock_it_is_given(tmp_path: Path) -> None:
+def test_the_daemon_keeps_each_window_by_the_clock_it_is_given(landing: Path) -> None:
     """The Follower (the daemon's tick) at fixed datetimes: the 1 and 7 day windows are kept
     as they stood; a revert on day 10 shows at 30 days, not at 7."""
-    home, repo, run = landed(tmp_path)
+    home, repo, run = landed(landing)
     at = run.finished
     assert at is not None
     clocks = Clocks()
@@ -226,9 +242,9 @@ def test_the_daemon_keeps_each_window_by_the_clock_it_is_given(tmp_path: Path) -
     assert (home.state_dir / "runs" / run.id / "aftermath.toml").stat().st_mtime_ns == mtime
 
 
-def test_a_sweep_reads_only_the_commits_new_since_the_last_check(tmp_path: Path) -> None:
+def test_a_sweep_reads_only_the_commits_new_since_the_last_check(landing: Path) -> None:
     """A second sweep with the target unmoved reads no commit; a new one, only that one."""
-    home, repo, run = landed(tmp_path)
+    home, repo, run = landed(landing)
     store = StateStore(home.state_dir)
     now = datetime(2030, 1, 1, tzinfo=UTC)
     sweep(store, [run], now)
@@ -244,9 +260,9 @@ def test_a_sweep_reads_only_the_commits_new_since_the_last_check(tmp_path: Path)
 
 
 def test_reverts_are_listed_first_and_the_plain_reading_matches_the_models(
-    tmp_path: Path,
+    landing: Path,
 ) -> None:
-    home, repo, run = landed(tmp_path)
+    home, repo, run = landed(landing)
     at = run.finished
     assert at is not None
     edit(repo, "    return total", "    return total  # sum", "a comment", when=at)
@@ -386,10 +402,10 @@ def test_a_pushed_run_is_pending_until_its_pull_request_is_merged_there(tmp_path
     assert merged["state"] == "kept" and merged["lines_kept"] == merged["lines_landed"] == 5
 
 
-def test_a_record_cut_by_a_crash_is_made_again_from_git(tmp_path: Path) -> None:
+def test_a_record_cut_by_a_crash_is_made_again_from_git(landing: Path) -> None:
     """A kill -9 mid-write leaves the old file (atomic writes); a file cut anyway (a disk's
     fault) is named once and rebuilt from the run's record and git, the person's edit found."""
-    home, repo, run = landed(tmp_path)
+    home, repo, run = landed(landing)
     aftermath_of(home, run.id)
     edit(repo, "    return doubled", "    return int(doubled)", "twice: an int, always")
     path = home.state_dir / "runs" / run.id / AFTERMATH_FILE
@@ -403,9 +419,9 @@ def test_a_record_cut_by_a_crash_is_made_again_from_git(tmp_path: Path) -> None:
 
 
 def test_the_daemons_sweep_neither_reads_nor_writes_a_run_whose_files_no_commit_touched(
-    tmp_path: Path,
+    landing: Path,
 ) -> None:
-    home, repo, run = landed(tmp_path)
+    home, repo, run = landed(landing)
     store = StateStore(home.state_dir)
     now = datetime(2030, 1, 1, tzinfo=UTC)
     held: Held = {}
@@ -471,12 +487,12 @@ def _escalations(home: Home) -> list[dict[str, Any]]:
 
 
 def test_two_reverts_in_7_days_send_a_merging_loop_back_to_branch_until_resolved(
-    tmp_path: Path,
+    landing: Path,
 ) -> None:
     """revert_limit = 2 (the default): a person reverts two landed runs; the daemon's sweep
     holds the loop at `land = "branch"` with one escalation; the next run stays on its
     branch; resolving the escalation restores merging. The loop file is never rewritten."""
-    home, repo, first = landed(tmp_path)
+    home, repo, first = landed(landing)
     loop_file = home.root / "loops" / "calc.toml"
     before = loop_file.read_text()
     person(repo, "revert", "--no-edit", first.landed_as)
@@ -537,11 +553,11 @@ def test_two_reverts_in_7_days_send_a_merging_loop_back_to_branch_until_resolved
 
 
 def test_a_target_seen_moving_is_followed_at_the_next_tick_not_in_5_minutes(
-    tmp_path: Path,
+    landing: Path,
 ) -> None:
     """A push trigger (a hook, a poll) marks its repository's branch moved: the next tick
     sweeps the runs landed on it at once, before FOLLOW_EVERY is up; other targets wait."""
-    home, repo, run = landed(tmp_path)
+    home, repo, run = landed(landing)
     at = run.finished
     assert at is not None
     clocks = Clocks()
@@ -566,13 +582,13 @@ def test_a_target_seen_moving_is_followed_at_the_next_tick_not_in_5_minutes(
     assert record is not None and record.state == "edited" and not ctx.targets_moved
 
 
-def test_a_push_trigger_marks_its_branch_moved_for_the_aftermath(tmp_path: Path) -> None:
+def test_a_push_trigger_marks_its_branch_moved_for_the_aftermath(landing: Path) -> None:
     """The intake's side: a push trigger of the loop names its repository and branch."""
     from daemon.scheduling.queue import RunQueue
     from daemon.service.intake import Intake
     from daemon.state.records import Trigger
 
-    home, repo, run = landed(tmp_path)
+    home, repo, run = landed(landing)
     ctx = context(home, Clocks())
     intake = Intake(ctx, RunQueue(), None, lambda loop: False)  # type: ignore[arg-type]
     push = Trigger(loop="calc", kind="push", reason="a push", ts=run.started, ref="refs/heads/main")
@@ -633,13 +649,13 @@ def test_a_daemon_killed_mid_sweep_finishes_the_records_at_its_restart_nothing_d
         assert record.lines_kept == record.lines_landed == 5
 
 
-def test_the_temporal_home_service_follows_landed_runs_too(tmp_path: Path, temporal: Any) -> None:
+def test_the_temporal_home_service_follows_landed_runs_too(landing: Path, temporal: Any) -> None:
     """`[engine] kind = "temporal"`: the home service's housekeeping runs the Follower, so a
     landed run's aftermath is recorded there as by the local daemon (a real dev server)."""
     from tests.machines import engine_toml
 
     server, namespace = temporal
-    home, repo, run = landed(tmp_path)
+    home, repo, run = landed(landing)
     config = home.root / "loopd.toml"
     config.write_text(config.read_text() + "\n" + engine_toml(server.address, namespace))
     edit(repo, "    return doubled", "    return int(doubled)", "twice: an int, always")
@@ -662,12 +678,12 @@ def rename(repo: Path, old: str, new: str, message: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-def test_a_rename_by_a_person_keeps_the_lines_and_edits_after_it_count(tmp_path: Path) -> None:
+def test_a_rename_by_a_person_keeps_the_lines_and_edits_after_it_count(landing: Path) -> None:
     """`git mv calc.py` then an edit of a run's line under the new name: kept through the
     rename (the rename is listed, nothing changed), edited after it, by `loopd aftermath`
     from scratch (one `git log` of the run's files, followed to the new name) and by the
     daemon's look (its range read once for all runs)."""
-    home, repo, run = landed(tmp_path)
+    home, repo, run = landed(landing)
     store = StateStore(home.state_dir)
     now = datetime(2030, 1, 1, tzinfo=UTC)
     held: Held = {}

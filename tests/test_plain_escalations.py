@@ -141,6 +141,8 @@ def failing_home(tmp_path: Path, config: str = "") -> tuple[Path, Path]:
         name: (
             f'repo = "{repo}"\ntask = "{task}"\nagent = "a"\n'
             'done_when = ["python3 check.py"]\nmax_attempts = 1\ncritic = "off"\n'
+            # `true` exits at once: nudging it again would only run the failing checks again.
+            "max_nudges = 0\n"
         )
         for name, task in (("calc", "Make check.py pass."), ("docs", "Keep check.py green."))
     }
@@ -165,10 +167,12 @@ LISTINGS = [
 ]
 
 
-def every_listing(home: Path) -> dict[tuple[str, ...], str]:
-    """Each way of listing, by both paths (asserted equal): what it printed."""
+def every_listing(
+    home: Path, listings: list[tuple[str, ...]] = LISTINGS
+) -> dict[tuple[str, ...], str]:
+    """Each way of listing (or those given), by both paths (asserted equal): what it printed."""
     out = {}
-    for argv in LISTINGS:
+    for argv in listings:
         stdout, stderr = both_paths(home, *argv)
         assert stderr == "", (argv, stderr)
         out[argv] = stdout
@@ -191,7 +195,9 @@ def test_open_repeated_resolved_and_superseded(tmp_path: Path) -> None:
     first = once(home, "calc")
     again = once(home, "calc")  # counts in the first one's escalation
     other = once(home, "docs")
-    shown = every_listing(home)
+    # Two open ones: the two listings read here. Every way of listing is compared below, on
+    # the homes that hold an open and a resolved one, then a superseded and a resolved one.
+    shown = every_listing(home, [("escalations",), ("escalations", "list", "--json")])
     lines = shown[("escalations",)].splitlines()
     assert [line.split()[0] for line in lines] == [first, other]
     assert f"(escalated 2 times, latest run {again})" in lines[0]

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, get_args
+
+import pytest
 
 from daemon.plain import records
 from daemon.service.statecap import StateUsage
@@ -26,6 +29,29 @@ from tests.helpers import both_paths, loopd, start_daemon, stop_daemon, wait_for
 from tests.test_machine_output import a_morning
 
 ROOT = Path(__file__).resolve().parent.parent
+# The tests share one module fixture (a real night): under pytest-xdist --dist loadgroup they
+# stay on one worker, so the night runs once.
+pytestmark = pytest.mark.xdist_group("plain-status")
+
+
+@pytest.fixture(scope="module")
+def night(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """One real night (`a_morning`: two real runs) for the module: the tests read copies."""
+    base = tmp_path_factory.mktemp("night")
+    _, good, bad = a_morning(base)
+    return base, good, bad
+
+
+def a_copy(night: tuple[Path, str, str], tmp_path: Path) -> tuple[Path, str, str]:
+    """The night's repository, worktrees and home copied into `tmp_path`, each path the home
+    names pointing into the copy: a test changes its own home, as if it had run the night."""
+    base, good, bad = night
+    to = tmp_path / "night"
+    shutil.copytree(base, to, symlinks=True)
+    for path in (to / "home").rglob("*"):
+        if path.is_file() and str(base).encode() in (data := path.read_bytes()):
+            path.write_bytes(data.replace(str(base).encode(), str(to).encode()))
+    return to / "home", good, bad
 
 
 def defaults(spec: records.Spec) -> dict[str, Any]:
@@ -47,8 +73,10 @@ def plain_declines(home: Path, *argv: str) -> bool:
     return loopd(home, *argv, env={"LOOPD_READ_PATH": "only"}).returncode == 3
 
 
-def test_after_a_night_both_paths_print_the_same(tmp_path: Path) -> None:
-    home, good, bad = a_morning(tmp_path)
+def test_after_a_night_both_paths_print_the_same(
+    night: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    home, good, bad = a_copy(night, tmp_path)
     assert plain_declines(home, "status")  # no facts kept yet: the full path answers
     loopd(home, "status")  # reads the configuration, keeps its facts
     out, _ = both_paths(home, "status")
@@ -61,8 +89,10 @@ def test_after_a_night_both_paths_print_the_same(tmp_path: Path) -> None:
     assert "paused" in both_paths(home, "status")[0]
 
 
-def test_a_changed_loop_file_is_read_again_through_the_models(tmp_path: Path) -> None:
-    home, _, _ = a_morning(tmp_path)
+def test_a_changed_loop_file_is_read_again_through_the_models(
+    night: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    home, _, _ = a_copy(night, tmp_path)
     loopd(home, "status")
     assert not plain_declines(home, "status")
     calc = home / "loops" / "calc.toml"
@@ -72,8 +102,10 @@ def test_a_changed_loop_file_is_read_again_through_the_models(tmp_path: Path) ->
     both_paths(home, "status")
 
 
-def test_a_status_file_the_models_refuse_goes_to_the_full_path(tmp_path: Path) -> None:
-    home, _, _ = a_morning(tmp_path)
+def test_a_status_file_the_models_refuse_goes_to_the_full_path(
+    night: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    home, _, _ = a_copy(night, tmp_path)
     loopd(home, "status")
     (home / "state" / "status.toml").write_text('[loops.calc]\nphase = "dancing"\n')
     assert plain_declines(home, "status")
@@ -81,8 +113,8 @@ def test_a_status_file_the_models_refuse_goes_to_the_full_path(tmp_path: Path) -
     assert shown.returncode == 0 and "status.toml" in shown.stderr
 
 
-def test_a_held_schedule_reads_alike(tmp_path: Path) -> None:
-    home, _, bad = a_morning(tmp_path)
+def test_a_held_schedule_reads_alike(night: tuple[Path, str, str], tmp_path: Path) -> None:
+    home, _, bad = a_copy(night, tmp_path)
     strict = home / "loops" / "strict.toml"
     strict.write_text('schedule = ["0 3 * * *"]\n' + strict.read_text())
     loopd(home, "status")
@@ -99,10 +131,12 @@ def shown_by_both(home: Path, *argv: str) -> list[str]:
     return [r.stdout for r in runs]
 
 
-def test_with_the_daemon_running_both_paths_agree(tmp_path: Path) -> None:
+def test_with_the_daemon_running_both_paths_agree(
+    night: tuple[Path, str, str], tmp_path: Path
+) -> None:
     """The daemon writes status.toml as it goes (its heartbeat, a reload): the two paths,
     run one after the other, agree once it holds still between them."""
-    home, _, _ = a_morning(tmp_path)
+    home, _, _ = a_copy(night, tmp_path)
     proc = start_daemon(home)
     try:
         wait_for(lambda: "running, pid" in loopd(home, "status").stdout, what="the daemon")
@@ -122,10 +156,10 @@ def test_with_the_daemon_running_both_paths_agree(tmp_path: Path) -> None:
         stop_daemon(proc)
 
 
-def test_the_plain_path_imports_no_model(tmp_path: Path) -> None:
+def test_the_plain_path_imports_no_model(night: tuple[Path, str, str], tmp_path: Path) -> None:
     """A `status` the plain path answers, in a fresh interpreter: no pydantic, no command
     module of the full path."""
-    home, _, _ = a_morning(tmp_path)
+    home, _, _ = a_copy(night, tmp_path)
     loopd(home, "status")
     code = (
         "import sys\n"
