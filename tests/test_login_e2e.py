@@ -135,8 +135,10 @@ def test_qwen_refused_login_holds_its_profile_until_check_finds_it_working(
     qwen = {"adapter": "qwen", "model": "qwen3-coder-test", "base_url": model_server.base_url}
     other = {"adapter": "command", "command": fixing_agent(talk_dir / "calls")}
     config = tomli_w.dumps({"agents": {"qwen": qwen, "other": other}}) + sandbox
+    # b's run once the hold lifts need only show that it ran: no nudge (another qwen start).
+    nudges = {"a": 1, "b": 0, "c": 1}
     loops = {
-        name: loop_file(make_repo(tmp_path / f"repo-{name}", BUGGY), agent)
+        name: loop_file(make_repo(tmp_path / f"repo-{name}", BUGGY), agent, max_nudges=nudges[name])
         for name, agent in (("a", "qwen"), ("b", "qwen"), ("c", "other"))
     }
     home = make_home(tmp_path / "home", config, loops)

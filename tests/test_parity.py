@@ -39,15 +39,20 @@ def on_both(
 ) -> list[dict[str, Any]]:
     """Run `scenario` (which returns how many runs it makes) on a local and a Temporal
     machine; fail on any field where their run records differ (but the `known` differences,
-    by path); the local records."""
+    by path); the local records. The temporal machine's scenario runs while the local
+    machine's runs go on (a usage limit's wait, a retry), not after them."""
     server, namespace = temporal
     found = {}
+    counts = {}
+    started = {}
     for kind in ("local", "temporal"):
         engine = engine_toml(server.address, namespace) if kind == "temporal" else ""
         machine = setup(tmp_path / kind, engine)
         machines.append(machine)
-        count = scenario(machine)
-        wait_for_settled(machine, count)
+        counts[kind] = scenario(machine)
+        started[kind] = machine
+    for kind, machine in started.items():
+        wait_for_settled(machine, counts[kind])
         found[kind] = comparable(machine)
         if kind == "temporal" and recording():
             record(server.address, namespace, scenario_name())
@@ -317,7 +322,8 @@ def test_a_refused_login_holds_the_profile_alike_until_check_lifts_it(
     def scenario(machine: Machine) -> int:
         machine.start("run")
         assert machine.loopd("trigger", "calc", "--wait").returncode != 0
-        wait_for(lambda: "refused the login" in held(machine), what="the hold in status")
+        # Each look is a `loopd status` process: a second apart, not back to back.
+        wait_for(lambda: "refused the login" in held(machine), 30, 1.0, what="the hold in status")
         assert machine.loopd("trigger", "calc").returncode == 0
         (talk(machine.root.parent)[0] / "refuse").unlink()
         check = machine.loopd("check")
