@@ -467,24 +467,31 @@ def run_in_own_group(
     whole group is killed and TimeoutExpired raised. `on_start` gets its pid (= its group).
 
     Its own session: what it leaves behind is never in loopd's session, so `reap_orphans`
-    reaps it, and a timeout reaches the children it started (an ssh under `git push`).
+    reaps it, and a timeout reaches the children it started (an ssh under `git push`). The
+    command itself is claimed until it has been waited for: reaped as an orphan, its exit
+    status would be lost and read as 0 (a failed push as done).
     """
-    proc = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        close_fds=True,
-    )
-    if on_start is not None:
-        on_start(proc.pid)
+    with spawning():
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+        )
+        claim(proc.pid)
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
+        if on_start is not None:
+            on_start(proc.pid)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+    finally:
+        release(proc.pid)
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)

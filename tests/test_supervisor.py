@@ -27,6 +27,7 @@ from daemon.processes import (
     kill_tree,
     proc_info,
     reap_orphans,
+    run_in_own_group,
     set_child_subreaper,
 )
 from tests.helpers import in_fresh_interpreter
@@ -669,3 +670,19 @@ def test_loopds_own_children_are_not_taken_for_escaped_agent_processes(
     finally:
         helpers[0].kill()
         helpers[0].wait()
+
+
+def test_a_command_in_its_own_group_keeps_its_exit_status_from_the_orphan_reaper() -> None:
+    """`run_in_own_group` (a push, the index refresh) starts its command in a session of its
+    own, as an agent's escaped leftovers are: reaped as one while it is a zombie, its exit
+    status would be read as 0, a failed push as done."""
+    reaped: list[int] = []
+
+    def reap_while_a_zombie(pid: int) -> None:
+        wait_until(lambda: (info := proc_info(pid)) is not None and info.state == "Z")
+        reaped.append(reap_orphans())
+
+    done = run_in_own_group(
+        [PY, "-c", "raise SystemExit(3)"], timeout=20, on_start=reap_while_a_zombie
+    )
+    assert reaped == [0] and done.returncode == 3
