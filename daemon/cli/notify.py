@@ -68,7 +68,7 @@ def _notifiers(config: NotifyConfig, path: Path) -> list[Any]:
     """The notifiers of `[notify]` for a test: a webhook tried once (a test says at once
     whether it answers); exit 2 for one that cannot be made."""
     try:
-        return list(notifiers_from_config(config, retry=RetryPolicy(tries=1)))
+        return notifiers_from_config(config, retry=RetryPolicy(tries=1))
     except NotifyError as exc:
         raise CommandError(f"{path}: {exc}", code=2) from None
 
