@@ -243,7 +243,9 @@ def run_loop(tmp_path: Path, server: ScriptedModelServer, **loop: Any) -> Outcom
         "check_timeout": "60s",
         "protect": ["check.py"],
         "max_attempts": 1,
-        "attempt_timeout": "60s",
+        # Room for three starts of qwen (up to 15 s each in CI under the suite's load) and a
+        # silence stall: a passing test never waits for it.
+        "attempt_timeout": "180s",
         "stall_after": "60s",
         "max_nudges": 2,
         "nudge": NUDGE,
@@ -260,7 +262,7 @@ def run_loop(tmp_path: Path, server: ScriptedModelServer, **loop: Any) -> Outcom
     assert QWEN is not None
     (bin_dir / "qwen").symlink_to(QWEN.resolve())
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    proc = loopd(home, "once", LOOP, timeout=120, env=env)
+    proc = loopd(home, "once", LOOP, timeout=300, env=env)
     lines = proc.stdout.splitlines()
     assert lines, f"loopd once printed no run id\n{proc.stderr[-3000:]}"
     run_id = lines[0].strip()
