@@ -84,7 +84,7 @@ QUIET_ENV = {
     "DISABLE_ERROR_REPORTING": "1",
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
 }
-STALL_AFTER = 15  # claude starts in 1-7 s on a busy 2-core machine (6.6 s at most in CI)
+STALL_AFTER = 20  # claude starts in 1-7 s on a busy 2-core machine (6.6 s at most in CI)
 WORKDIR = re.compile(r"Primary working directory: (\S+)")
 
 
