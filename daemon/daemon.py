@@ -16,6 +16,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from daemon.allocator import Trimmer, limit_arenas
 from daemon.clock import utc_now
 from daemon.config import DaemonConfig, Loop
 from daemon.home import Home
@@ -102,6 +103,7 @@ class Daemon:
         self.verifier = verifier
         self.floor = Floor(ctx)  # a full state/: the tick waits, the person is told once
         self._ticked: datetime | None = None  # the `now` of the last tick begun
+        self.trimmer = Trimmer()  # the pages a finished run's thread freed go back (#41)
         intake.reload = self.reload  # a trigger for a loop file newer than the configuration
 
     @property
@@ -182,9 +184,13 @@ class Daemon:
         for trigger in self.watchers.poll(now):
             self.intake.offer(trigger, now)
         self.intake.cancel_queued()
+        reaped = False
         for run in self.pool.reap():
+            reaped = True
             self.status.note_finished(run)
             self.holds.recount()  # its tokens count before the next run starts
+        if reaped:
+            self.trimmer.after_runs(self.ctx.monotonic())
         if not self.flags.stop.is_set() and self.intake.queue.pending():
             self.pool.start_ready(now, held=self.holds.held(now))
         self.verifier.tick(now)
@@ -393,6 +399,8 @@ def run_daemon(home: Home, ui: Callable[[Home, Callable[[], bool]], Any] | None 
     `ui(home)`: the console's app, served under /ui/ with `[listen] ui = true`."""
     # Agents and checks run as this user: they must not read loopd's memory or environment.
     set_not_dumpable()
+    # Before any thread starts: each run's thread would otherwise get an arena of its own.
+    limit_arenas()
     flags = Flags()
     _install_signals(flags)
     # Until the configuration is read, the default grace; then the configured one.

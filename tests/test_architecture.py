@@ -52,6 +52,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "daemon.excerpt",
             # Process groups, pids and their marks: the agents', the checks', landing's pushes.
             "daemon.processes",
+            # glibc's arenas and malloc_trim for the long-lived daemon.
+            "daemon.allocator",
             "daemon",
         ),
     ),
