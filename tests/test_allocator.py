@@ -23,4 +23,3 @@ def test_a_trim_after_runs_at_most_once_a_minute() -> None:
     assert trimmer.after_runs(1030.0) is False
     assert trimmer.after_runs(1059.9) is False
     assert trimmer.after_runs(1060.0) is True
-
