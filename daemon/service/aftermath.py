@@ -48,7 +48,10 @@ class Follower:
         self._gits: dict[str, Git] = {}  # each repository located once
         self._blobs: dict[str, Blobs] = {}  # each repository's cat-file, open across looks
         self._landed: dict[str, RunRecord] = {}  # followed runs, their records read once
-        self._seen: dict[str, tuple[tuple[int, int, int], RunRecord]] = {}  # others, by stat
+        # Runs read and not followed (yet), by their run.toml's stat: the mark alone, never
+        # the record (about 18 KB each: a daemon that kept every unlanded success grew by MB
+        # an hour, #41); a changed file (landed, ended) is read again.
+        self._seen: dict[str, tuple[int, int, int]] = {}
         self._resolved: dict[str, str] = {}  # a run's `repo` as given: the path it resolves to
         self._measured = False  # the judge's field figures written since the start
         self._holds_checked = False  # revert_limit checked over every record since the start
@@ -162,8 +165,12 @@ class Follower:
             if landed is not None:
                 out.append(landed)
                 continue
-            run = self._read(run_id)
-            if run is None:
+            mark = self._mark(run_id)
+            if mark is None or self._seen.get(run_id) == mark:
+                continue  # gone, or unchanged since it was read and not followed
+            try:
+                run = store.load_run(run_id)
+            except (FileNotFoundError, UnreadableFile):
                 continue
             if run.outcome is not None and run.outcome != "succeeded":
                 self._done.add(run_id)
@@ -172,29 +179,24 @@ class Follower:
                 self._landed[run_id] = run
                 self._seen.pop(run_id, None)
                 out.append(run)
-        if len(self._landed) + len(self._seen) > len(listed):  # runs pruned since
+            else:
+                self._seen[run_id] = mark
+        if len(self._done) + len(self._landed) + len(self._seen) > len(listed):
+            # Runs pruned since: forgotten here too (the three hold distinct runs of `listed`).
             kept = set(listed)
+            self._done = {k for k in self._done if k in kept}
             self._landed = {k: v for k, v in self._landed.items() if k in kept}
             self._seen = {k: v for k, v in self._seen.items() if k in kept}
         return out
 
-    def _read(self, run_id: str) -> RunRecord | None:
-        """The run's record, parsed again only when its file changed since the last read."""
+    def _mark(self, run_id: str) -> tuple[int, int, int] | None:
+        """The run's run.toml as a stat sees it (None: not there)."""
         path = os.path.join(self.ctx.store.runs_dir, run_id, "run.toml")
         try:
             st = os.stat(path)
         except OSError:
             return None
-        mark = (st.st_ino, st.st_size, st.st_mtime_ns)
-        seen = self._seen.get(run_id)
-        if seen is not None and seen[0] == mark:
-            return seen[1]
-        try:
-            run = self.ctx.store.load_run(run_id)
-        except (FileNotFoundError, UnreadableFile):
-            return None
-        self._seen[run_id] = (mark, run)
-        return run
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def _target(self, run: RunRecord) -> tuple[str, str]:
         """(its repository resolved, its target branch), the repository resolved once."""

@@ -1,0 +1,93 @@
+"""The daemon's Follower keeps no record of a run it does not follow (#41's RSS creep).
+
+A daemon that lands nothing still reads every succeeded run once, to see whether it landed;
+each record kept for that grew a one-life daemon by megabytes an hour (18 KB a record, some
+300 unlanded successes an hour in the soak). Real StateStore, real git repository.
+"""
+
+from __future__ import annotations
+
+import gc
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+from daemon.home import Home
+from daemon.service.aftermath import Follower
+from daemon.state.records import RunRecord, RunTrigger, make_run_id
+from daemon.state.store import StateStore
+from tests.helpers import git, make_home, make_repo
+from tests.test_service import NOW, Clocks, context
+
+LOOP = 'task = "Make check.py pass."\nrepo = "{repo}"\nchecks = ["true"]\non_push = ["main"]\n'
+
+
+def _run(store: StateStore, repo: Path, n: int, outcome: str = "succeeded") -> RunRecord:
+    started = NOW + timedelta(minutes=n)
+    run = RunRecord(
+        id=make_run_id("calc", started),
+        loop="calc",
+        task="Make check.py pass.",
+        trigger=RunTrigger(kind="schedule", ts=started),
+        started=started,
+        finished=started + timedelta(minutes=1),
+        outcome=outcome,
+        branch=f"loopd/calc/{n}",
+        repo=str(repo),
+        target="main",
+        land="branch",
+    )
+    store.run_dir(run.id).mkdir(parents=True, exist_ok=True)
+    store.save_run(run)
+    return run
+
+
+def _records_held(follower: Follower) -> set[str]:
+    """The ids of every RunRecord reachable from the Follower's own state."""
+    found: set[str] = set()
+    seen: set[int] = set()
+    todo: list[object] = [vars(follower)]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or obj is follower.ctx:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, RunRecord):
+            found.add(obj.id)
+            continue
+        if isinstance(obj, dict | list | tuple | set | frozenset):
+            todo.extend(gc.get_referents(obj))
+    return found
+
+
+def test_unlanded_runs_are_remembered_by_stat_only_and_a_landing_is_followed(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    home = Home(make_home(tmp_path / "home", loops={"calc": LOOP.format(repo=repo)}))
+    store = StateStore(home.state_dir)
+    runs = [_run(store, repo, n) for n in range(40)]
+    escalated = _run(store, repo, 41, outcome="escalated")
+    follower = Follower(context(home, Clocks()))
+
+    follower.follow(NOW + timedelta(hours=1))
+    assert _records_held(follower) == set()
+    assert set(follower._seen) == {r.id for r in runs}  # each read once, kept as its stat
+    assert escalated.id in follower._done
+
+    # One of them lands (its run.toml changes): read again and followed, its record kept.
+    landed = runs[7].model_copy(
+        update={"landed": True, "landed_as": git(repo, "rev-parse", "main").strip()}
+    )
+    store.save_run(landed)
+    follower.follow(NOW + timedelta(hours=2))
+    assert _records_held(follower) == {landed.id}
+    assert landed.id not in follower._seen
+
+    # Runs pruned from state/ (their folders removed, as housekeeping does) are forgotten.
+    for run in [*runs[:20], escalated]:
+        shutil.rmtree(store.run_dir(run.id))
+    follower.follow(NOW + timedelta(hours=3))
+    listed = set(store.run_ids())
+    assert len(listed) == 20
+    assert set(follower._seen) == listed - {landed.id} and not follower._done
