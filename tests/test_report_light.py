@@ -266,10 +266,13 @@ def test_a_busy_week_stays_light_and_lists_its_newest_runs(tmp_path: Path) -> No
     _report(home, page)
     sizes.append(("a realistic week", len(runs), page.stat().st_size))
     outcomes = ("succeeded", "escalated", "succeeded", "error")
+    # Nights 1-6: each of their runs is inside the 7-day window at any hour of the day. The
+    # seventh night's evening runs leave the window as today's clock passes their hour (this
+    # test failed when run after 20:07 UTC).
     busy = [
         RunSpec(night=n, hour=h, loop=f"loop-{i:02d}", outcome=o, attempts=2, tokens=30_000)
         for i in range(20)
-        for n in range(1, 8)
+        for n in range(1, 7)
         for h, o in zip((20, 23, 2, 5), outcomes, strict=True)
     ]
     home, _, _ = build_week(tmp_path / "busy", now, busy, rules)
