@@ -28,6 +28,9 @@ from daemon.state.store import StateStore
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 RULE_STATUSES: tuple[Status, ...] = ("trial", "active", "rejected", "retired")
 MAX_STARTS = 100_000  # runs started and not scraped yet, kept for their latency
+# Attempts whose checks ran and whose verdict has not come yet. Failing checks bring no
+# verdict, so without a bound one entry per failing attempt stayed for the daemon's life.
+MAX_CHECKED = 1_000
 
 
 class Metrics:
@@ -98,6 +101,8 @@ class Metrics:
             elif kind == Event.CHECKS and event.get("run"):
                 key = (event["run"], int(event.get("attempt") or 0))
                 self._checked[key] = datetime.fromisoformat(event["ts"])
+                while len(self._checked) > MAX_CHECKED:
+                    del self._checked[next(iter(self._checked))]  # the oldest
             elif kind == Event.VERDICT:
                 checked = self._checked.pop(
                     (event.get("run") or "", int(event.get("attempt") or 0)), None

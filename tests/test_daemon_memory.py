@@ -1,8 +1,9 @@
-"""The daemon's Follower keeps no record of a run it does not follow (#41's RSS creep).
+"""What the daemon's long-lived parts keep grows with what is on disk, not with its life (#41).
 
-A daemon that lands nothing still reads every succeeded run once, to see whether it landed;
-each record kept for that grew a one-life daemon by megabytes an hour (18 KB a record, some
-300 unlanded successes an hour in the soak). Real StateStore, real git repository.
+The aftermath's Follower keeps no record of a run it does not follow: a daemon that lands
+nothing still reads every succeeded run once, to see whether it landed, and each record kept
+for that grew a one-life daemon by megabytes an hour (18 KB a record, some 300 unlanded
+successes an hour in the soak). Real StateStore, real git repository.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from daemon.home import Home
 from daemon.service.aftermath import Follower
+from daemon.service.metrics import MAX_CHECKED, Metrics
 from daemon.state.records import RunRecord, RunTrigger, make_run_id
 from daemon.state.store import StateStore
 from tests.helpers import git, make_home, make_repo
@@ -91,3 +93,23 @@ def test_unlanded_runs_are_remembered_by_stat_only_and_a_landing_is_followed(
     listed = set(store.run_ids())
     assert len(listed) == 20
     assert set(follower._seen) == listed - {landed.id} and not follower._done
+
+
+def test_metrics_keep_a_bounded_number_of_attempts_waiting_for_a_verdict(tmp_path: Path) -> None:
+    """Attempts whose checks ran and whose verdict never came (a run interrupted between the
+    two): the oldest are dropped past MAX_CHECKED, the newest still timed."""
+    store = StateStore(tmp_path / "state")
+    metrics = Metrics(store, None, lambda: {})
+    store.events.observers.append(metrics.observe)
+    for n in range(MAX_CHECKED + 500):
+        store.events.append(
+            "checks", NOW, loop="app", run=f"r{n}", attempt=1, passed=True, results=[]
+        )
+    assert len(metrics._checked) == MAX_CHECKED
+    last = f"r{MAX_CHECKED + 499}"
+    store.events.append(
+        "verdict", NOW + timedelta(seconds=4), loop="app", run=last, attempt=1, judged=True,
+        verdict="pass", passed=True, score=8,
+    )  # fmt: skip
+    sums = [s.value for s in metrics.judge_seconds.collect()[0].samples if s.name.endswith("_sum")]
+    assert sums == [4.0]  # the newest attempt's checks-to-verdict time, the only one observed
