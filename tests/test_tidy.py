@@ -174,3 +174,40 @@ def test_an_index_refresh_that_fails_says_why_and_leaves_the_daemon_alone(tmp_pa
     blocked.write_text("x")
     ctx.store.root = blocked
     assert refresh_apart(ctx.store, {}, NOW, timeout=60)
+
+
+def test_the_index_refresh_child_ends_with_the_daemon_that_started_it(tmp_path: Path) -> None:
+    """The child is in a session of its own: a daemon stopped mid-refresh must take it along,
+    or it writes state/ after `loopd run` has exited. A real parent that starts the child's
+    code (here held in a sleep) and exits at once; the child is gone soon after."""
+    import subprocess
+    import sys
+    import time
+
+    child = (
+        "import os, time; from daemon.service.indexrefresh import die_with_parent; "
+        "die_with_parent(int(os.environ['PARENT'])); time.sleep(120)"
+    )
+    parent = (
+        "import os, subprocess, sys\n"
+        f"p = subprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True,\n"
+        "    env=dict(os.environ, PARENT=str(os.getpid())))\n"
+        "print(p.pid, flush=True)\n"
+        "import time; time.sleep(1.5)\n"  # the child has set its signal by now
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", parent], capture_output=True, text=True, timeout=60, check=True
+    )
+    pid = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break  # killed, not reaped yet by whoever adopted it
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        raise AssertionError("the child outlived its parent")
