@@ -11,7 +11,6 @@ freed within them. Elsewhere (musl, macOS) both are no-ops.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 
 M_ARENA_MAX = -8  # glibc's malloc.h
@@ -22,10 +21,9 @@ TRIM_EVERY = 60.0  # seconds between trims at most: a trim walks every arena's f
 def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
+    # The C library already loaded, as daemon/processes.py reaches prctl: find_library("c")
+    # would run `ldconfig -p` at every daemon start.
+    libc = ctypes.CDLL(None, use_errno=True)
     # musl has neither; the daemon runs without them.
     if not hasattr(libc, "mallopt") or not hasattr(libc, "malloc_trim"):
         return None

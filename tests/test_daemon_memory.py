@@ -16,32 +16,13 @@ from pathlib import Path
 from daemon.home import Home
 from daemon.service.aftermath import Follower
 from daemon.service.metrics import MAX_CHECKED, Metrics
-from daemon.state.records import RunRecord, RunTrigger, make_run_id
+from daemon.state.records import RunRecord
 from daemon.state.store import StateStore
 from tests.helpers import git, make_home, make_repo
-from tests.test_service import NOW, Clocks, context
+from tests.test_branches_listing import NOW, run_with_branch
+from tests.test_service import Clocks, context
 
 LOOP = 'task = "Make check.py pass."\nrepo = "{repo}"\nchecks = ["true"]\non_push = ["main"]\n'
-
-
-def _run(store: StateStore, repo: Path, n: int, outcome: str = "succeeded") -> RunRecord:
-    started = NOW + timedelta(minutes=n)
-    run = RunRecord(
-        id=make_run_id("calc", started),
-        loop="calc",
-        task="Make check.py pass.",
-        trigger=RunTrigger(kind="schedule", ts=started),
-        started=started,
-        finished=started + timedelta(minutes=1),
-        outcome=outcome,
-        branch=f"loopd/calc/{n}",
-        repo=str(repo),
-        target="main",
-        land="branch",
-    )
-    store.run_dir(run.id).mkdir(parents=True, exist_ok=True)
-    store.save_run(run)
-    return run
 
 
 def _records_held(follower: Follower) -> set[str]:
@@ -68,8 +49,8 @@ def test_unlanded_runs_are_remembered_by_stat_only_and_a_landing_is_followed(
     repo = make_repo(tmp_path / "repo")
     home = Home(make_home(tmp_path / "home", loops={"calc": LOOP.format(repo=repo)}))
     store = StateStore(home.state_dir)
-    runs = [_run(store, repo, n) for n in range(40)]
-    escalated = _run(store, repo, 41, outcome="escalated")
+    runs = [run_with_branch(store, repo, n, outcome="succeeded") for n in range(40)]
+    escalated = run_with_branch(store, repo, 41, outcome="escalated")
     follower = Follower(context(home, Clocks()))
 
     follower.follow(NOW + timedelta(hours=1))
