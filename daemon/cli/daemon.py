@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from daemon.allocator import limit_arenas
 from daemon.calibration.warnings import calibration_warnings
 from daemon.cli.common import (
     CommandError,
@@ -46,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     home = home_of(args)
     try:
         if engine_control(home) is not None:  # another engine runs the loops
+            limit_arenas()  # as run_daemon does: the engine's process runs for weeks too
             return engine_for(home).serve()
         return run_daemon(home, ui=listener_app)
     except ConfigFatal as exc:

@@ -7,6 +7,7 @@ import sys
 
 from pydantic import ValidationError
 
+from daemon.allocator import limit_arenas
 from daemon.cli.common import CommandError, home_of
 from daemon.config import QUEUE_NAME, ListenConfig
 from daemon.engine import engine_for
@@ -26,6 +27,7 @@ def worker(args: argparse.Namespace) -> int:
                 f'--metrics {args.metrics!r} is not HOST:PORT, e.g. "127.0.0.1:9464"'
             ) from None
     home = home_of(args)
+    limit_arenas()  # a worker's process runs for weeks, an attempt's thread at a time
     try:
         return engine_for(home).work(args.queue, args.metrics)
     except ConfigFatal as exc:
