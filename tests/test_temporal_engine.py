@@ -184,8 +184,10 @@ def test_a_cancel_from_another_machine_stops_the_agent_on_its_worker(
         cluster.stop()
 
 
-def test_the_server_restarted_mid_run_does_not_lose_the_run(tmp_path: Path, temporal: Any) -> None:
-    server, namespace = temporal
+def test_the_server_restarted_mid_run_does_not_lose_the_run(
+    tmp_path: Path, temporal_of_its_own: Any
+) -> None:
+    server, namespace = temporal_of_its_own  # a server it kills: not the one the others share
     shared, sandbox = talk(tmp_path)
     gate, started = shared / "gate", shared / "started"
     script = (
