@@ -36,6 +36,39 @@ PLATFORM_SKIPS = ("inotify is Linux's",)
 
 
 @pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """LOOPD_TEST_TIMELINE=FILE: each test's start and end (epoch seconds) and the CPU of its
+    worker and of the processes it reaped, a JSON line each: where a suite's time goes."""
+    timeline = os.environ.get("LOOPD_TEST_TIMELINE")
+    if not timeline:
+        yield
+        return
+    import json
+    import resource
+    import time
+
+    def cpu() -> tuple[float, float]:
+        own, reaped = (
+            resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+        )
+        return own.ru_utime + own.ru_stime, reaped.ru_utime + reaped.ru_stime
+
+    (own0, reaped0), start = cpu(), time.time()
+    yield
+    (own1, reaped1), end = cpu(), time.time()
+    line = {
+        "id": item.nodeid,
+        "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
+        "start": round(start, 3),
+        "end": round(end, 3),
+        "cpu": round(own1 - own0, 3),
+        "reaped_cpu": round(reaped1 - reaped0, 3),
+    }
+    with open(timeline, "a") as out:  # one short write a line: workers append side by side
+        out.write(json.dumps(line) + "\n")
+
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """In CI (CI=true) a skipped test fails: a real part that cannot start must be seen."""
     outcome = yield
