@@ -177,6 +177,15 @@ def _temporal_unavailable(exc: BaseException) -> NoReturn:
     pytest.skip(message)
 
 
+def _started(server: Any) -> Any:
+    """`server` (a DevServer) started and answering, or the test fails in CI (skips elsewhere)."""
+    try:
+        return server.start()
+    except Exception as exc:  # noqa: BLE001 - any reason it cannot run is reported the same way
+        server.stop()
+        _temporal_unavailable(exc)
+
+
 @pytest.fixture(scope="session")
 def temporal_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -196,12 +205,7 @@ def temporal_server(
             _temporal_unavailable(exc)
         yield ready
         return
-    server = DevServer(tmp_path_factory.mktemp("temporal"))
-    try:
-        server.start()
-    except Exception as exc:  # noqa: BLE001 - any reason it cannot run is reported the same way
-        server.stop()
-        _temporal_unavailable(exc)
+    server = _started(DevServer(tmp_path_factory.mktemp("temporal")))
     yield server
     server.stop()
 
@@ -218,12 +222,7 @@ def temporal_of_its_own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tu
     restarts the server, which the session's other tests share."""
     from tests.temporal_server import DevServer
 
-    server = DevServer(tmp_path_factory.mktemp("temporal-own"), namespaces=1)
-    try:
-        server.start()
-    except Exception as exc:  # noqa: BLE001 - any reason it cannot run is reported the same way
-        server.stop()
-        _temporal_unavailable(exc)
+    server = _started(DevServer(tmp_path_factory.mktemp("temporal-own"), namespaces=1))
     yield server, server.namespace()
     server.stop()
 

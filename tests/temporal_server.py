@@ -6,9 +6,9 @@ restarted by a test that needs it, by pid.
 
 Under pytest-xdist the session's workers share one server (`SharedServer`), which their
 controller starts (tests/conftest.py): a server per worker cost each worker its start and a
-server idling beside the others for the whole run (some 40 s of CPU each with its 48
-namespaces). Its namespaces are handed out through a counter file that every worker locks.
-A test that stops or restarts a server starts one of its own (`DevServer`).
+server idling beside the others for the whole run (57-98 s of CPU each by a full run's
+end, with its 48 namespaces). Its namespaces are handed out through a counter file that every
+worker locks. A test that stops or restarts a server starts one of its own (`DevServer`).
 """
 
 from __future__ import annotations
